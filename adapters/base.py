@@ -1,0 +1,178 @@
+"""The backbone contract every federated adapter follows.
+
+A backbone is a *functional* model: it owns no tensors. It declares its parameters (:class:`ParamSpec`), each
+either **shared** (sent by the server, trained or differentiated locally, uploaded, aggregated) or **private**
+(created on the device, restored every round, never uploaded), and it answers three calls:
+
+- ``item_repr(p, items, ctx) -> [..., L, k]``  the item representation (ID embeddings, ...) of ``items``;
+- ``head(p, vecs, ctx) -> [..., L]``          user-side scoring of item vectors (logits, higher = better);
+- ``regulariser(p, items, mask, config) -> [...]`` an optional per-client penalty added to the loss.
+
+``logits = head(p, item_repr(p, items, ctx), ctx)``. The FedVLR layer replaces ``item_repr`` by a router-weighted
+mixture of fusion experts and keeps ``head``; that is why the two are separate calls.
+
+**Shapes.** The same functions run in three settings, so they must broadcast over optional leading dims:
+
+- one client (the sequential reference, :class:`fedvlr_plus.federation.client.RecClient`): every tensor has its
+  declared shape; item tables are full ``[n_items, d]`` and ``items`` are global item ids ``[L]``;
+- a batch of C clients in training (the batched simulator): every parameter has a leading ``C``; item tables are
+  the *gathered rows a client touches this round* ``[C, T, d]`` and ``items [C, L]`` index into them;
+- scoring all items for B users: shared parameters are unbatched (the server copy), private ones ``[B, ...]``,
+  and ``items`` is ``None`` (meaning "every row of every item table, in item order").
+
+Use :func:`take_rows` for table look-ups and :func:`rowdot` for user-vector dot products; plain ``torch.matmul``
+and trailing-dim broadcasting (``x.unsqueeze(-2)``) cover the rest.
+
+``ctx`` carries per-client context: ``ctx["items_global"]`` (global ids of ``items``, for look-ups in constant
+tables such as content features) and, when ``uses_history`` is True, ``ctx["hist"]`` / ``ctx["hist_global"]`` /
+``ctx["hist_mask"]`` (the user's training positives, padded). Backbones here ignore it; the FedVLR router uses it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["ParamSpec", "Backbone", "take_rows", "rowdot", "init_shared"]
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One named parameter of a backbone.
+
+    ``item_table``: the first dimension is the item id. Such tables are trained on the rows a client touches and
+    uploaded row-wise (values plus row ids); every other parameter is trained and uploaded whole.
+    ``init``: ``normal`` (N(0, std²)), ``xavier`` (normal with std sqrt(2 / (fan_in + fan_out)) for ``[out, in]``
+    matrices), ``zeros`` or ``ones``.
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    shared: bool
+    item_table: bool = False
+    init: str = "normal"
+    std: float = 0.1
+
+    def init_std(self) -> float:
+        if self.init == "xavier":
+            fan_out, fan_in = (self.shape[0], self.shape[1]) if len(self.shape) == 2 else (1, self.shape[0])
+            return math.sqrt(2.0 / (fan_in + fan_out))
+        return self.std
+
+
+class Backbone:
+    """Base class: subclasses set the class attributes and implement ``specs``, ``item_repr`` and ``head``."""
+
+    name: str = ""
+    #: strategy used when the run does not name one (see fedvlr_plus.federation.make_strategy)
+    default_strategy: str = "fedavg"
+    #: client learning rate and the multiplier for item-table rows (PFedRec/FedRAP scale item rows by n_items)
+    default_lr: float = 0.1
+    default_item_lr_scale: float = 1.0
+    #: shared item table -> private table that keeps the client's locally trained copy and replaces the global
+    #: table when this client scores (PFedRec's personalised item embedding)
+    personal_copies: dict[str, str] = {}
+    #: set True when item_repr/head need ctx["hist"] (the user's training positives)
+    uses_history: bool = False
+
+    def __init__(self, n_items: int, dim: int = 64, **options):
+        if n_items <= 0 or dim <= 0:
+            raise ValueError(f"{type(self).__name__}: n_items and dim must be positive (got {n_items}, {dim})")
+        self.n_items = int(n_items)
+        self.dim = int(dim)
+        self.options = dict(options)
+
+    # ------------------------------------------------------------------ declared parameters
+    def specs(self) -> list[ParamSpec]:
+        raise NotImplementedError
+
+    def all_specs(self) -> list[ParamSpec]:
+        """``specs()``, computed once (the trainers ask for it per client)."""
+        cached = self.__dict__.get("_specs_cache")
+        if cached is None:
+            cached = self.__dict__["_specs_cache"] = list(self.specs())
+            names = [s.name for s in cached]
+            if len(set(names)) != len(names):
+                raise ValueError(f"{type(self).__name__}: duplicate parameter names in {names}")
+        return cached
+
+    def shared_specs(self) -> list[ParamSpec]:
+        return [s for s in self.all_specs() if s.shared]
+
+    def private_specs(self) -> list[ParamSpec]:
+        return [s for s in self.all_specs() if not s.shared]
+
+    @property
+    def shared_names(self) -> list[str]:
+        return [s.name for s in self.shared_specs()]
+
+    @property
+    def private_names(self) -> list[str]:
+        return [s.name for s in self.private_specs()] + list(self.personal_copies.values())
+
+    # ------------------------------------------------------------------ the model
+    def item_repr(self, p: dict, items, ctx: dict) -> torch.Tensor:
+        raise NotImplementedError
+
+    def head(self, p: dict, vecs: torch.Tensor, ctx: dict) -> torch.Tensor:
+        raise NotImplementedError
+
+    def logits(self, p: dict, items, ctx: dict | None = None) -> torch.Tensor:
+        ctx = ctx or {}
+        return self.head(p, self.item_repr(p, items, ctx), ctx)
+
+    def regulariser(self, p: dict, items, mask: torch.Tensor, config: dict):
+        """Per-client penalty (shape = the batch dims of ``mask`` without the last one), or 0."""
+        return 0.0
+
+    def describe(self) -> dict:
+        return {
+            "backbone": self.name,
+            "shared": {s.name: list(s.shape) for s in self.shared_specs()},
+            "private": {s.name: list(s.shape) for s in self.private_specs()},
+            "personal_copies": dict(self.personal_copies),
+        }
+
+
+def take_rows(table: torch.Tensor, items) -> torch.Tensor:
+    """Rows ``items`` of an item table, for the three shape settings of the module docstring.
+
+    ``[T, d]`` with ``[..., L]`` -> ``[..., L, d]``; ``[C, T, d]`` with ``[C, L]`` -> ``[C, L, d]``;
+    ``[C, T, d]`` with ``[L]`` -> ``[C, L, d]``; ``items=None`` returns the table itself.
+    """
+    if items is None:
+        return table
+    if table.dim() == 2:
+        return table[items]
+    if table.dim() == 3 and items.dim() == 1:
+        return table[:, items]
+    if table.dim() == 3 and items.dim() == 2 and table.shape[0] == items.shape[0]:
+        c, t, d = table.shape
+        # one flat index_select is several times faster than batched advanced indexing on CPU
+        flat = (items + torch.arange(c, device=items.device).unsqueeze(1) * t).reshape(-1)
+        return table.reshape(c * t, d).index_select(0, flat).view(c, items.shape[1], d)
+    raise ValueError(f"take_rows: table {tuple(table.shape)} cannot be indexed by items {tuple(items.shape)}")
+
+
+def rowdot(vecs: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``<vecs[..., l, :], w[..., :]>`` -> ``[..., L]`` for aligned or broadcast batch dims."""
+    if w.dim() == 1:
+        return vecs @ w
+    if vecs.dim() == w.dim() + 1:
+        # aligned batch dims ([C, L, k] with [C, k]); elementwise is faster than bmm with one column
+        return (vecs * w.unsqueeze(-2)).sum(-1)
+    if vecs.dim() == 2:
+        return w @ vecs.transpose(-1, -2)  # shared [L, k] for every user [B, k] -> [B, L]
+    raise ValueError(f"rowdot: cannot combine vecs {tuple(vecs.shape)} with w {tuple(w.shape)}")
+
+
+def init_shared(spec: ParamSpec, generator: torch.Generator, dtype=torch.float32) -> torch.Tensor:
+    """Server-side initial value of a shared parameter (seeded by the run's generator)."""
+    if spec.init == "zeros":
+        return torch.zeros(spec.shape, dtype=dtype)
+    if spec.init == "ones":
+        return torch.ones(spec.shape, dtype=dtype)
+    if spec.init in ("normal", "xavier"):
+        return torch.randn(spec.shape, generator=generator, dtype=dtype) * spec.init_std()
+    raise ValueError(f"parameter {spec.name}: unknown init {spec.init!r}")

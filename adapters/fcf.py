@@ -1,0 +1,38 @@
+"""FCF: federated collaborative filtering (matrix factorisation with private user factors).
+
+The item factor matrix ``Y`` is shared; each user's factor ``x_u`` stays on the device; ``logit = x_u · y_i``.
+The server updates ``Y`` from aggregated client gradients (``Y <- Y - γ Σ_u ∇_Y J_u``), so the default strategy is
+gradient aggregation with a server SGD step (``fedgrad``). During local epochs only ``x_u`` is stepped; the
+gradient of ``Y`` is accumulated over all local steps and uploaded.
+
+Reference: Ammad-ud-din, Ivannikova, Khan, Oyomno, Fu, Tan, Flanagan, "Federated Collaborative Filtering for
+Privacy-Preserving Personalized Recommendation System", arXiv:1901.09888, 2019.
+
+Deviation, stated: the paper fits ``x_u`` in closed form (ALS) on a confidence-weighted squared loss over all
+items; here, as in the FedVLR comparison, ``x_u`` takes SGD steps on BCE with sampled negatives so that every
+backbone shares one training protocol. Fixed against the FedVLR release (§8): ``x_u`` is restored every round
+(B1); gradients are accumulated over all local steps and the server step is plain SGD by default (B5).
+"""
+from __future__ import annotations
+
+from .base import Backbone, ParamSpec, rowdot, take_rows
+
+
+class FCF(Backbone):
+    name = "fcf"
+    default_strategy = "fedgrad"
+    default_lr = 0.5
+    default_item_lr_scale = 1.0
+
+    def specs(self):
+        n, d = self.n_items, self.dim
+        return [
+            ParamSpec("item_emb", (n, d), shared=True, item_table=True, init="normal", std=0.1),
+            ParamSpec("user_emb", (d,), shared=False, init="normal", std=0.1),
+        ]
+
+    def item_repr(self, p, items, ctx):
+        return take_rows(p["item_emb"], items)
+
+    def head(self, p, vecs, ctx):
+        return rowdot(vecs, p["user_emb"])

@@ -1,0 +1,36 @@
+"""FedAvg backbone: the FedAvg baseline of the FedVLR paper.
+
+Item embedding table shared and averaged by the server; a private affine prediction head per user,
+``logit(u, i) = w_u · e_i + b_u``. The head's weight vector plays the role of a user embedding.
+
+References: McMahan, Moore, Ramage, Hampson, Agüera y Arcas, "Communication-Efficient Learning of Deep Networks
+from Decentralized Data", AISTATS 2017 (the aggregation rule); Li, Long, Jiang, Zhang, Yang, "Federated
+Vision-Language-Recommendation with Personalized Fusion", AAAI-26 (this backbone as their FedAvg baseline).
+
+Differences from the original release (fedvlr-method.md §8): the head is really private and restored every round
+and at evaluation (B1); averaging weights are normalised (B5); logits go into BCE-with-logits once (B7).
+"""
+from __future__ import annotations
+
+from .base import Backbone, ParamSpec, rowdot, take_rows
+
+
+class FedAvgMF(Backbone):
+    name = "fedavg"
+    default_strategy = "fedavg"
+    default_lr = 0.5
+    default_item_lr_scale = 1.0
+
+    def specs(self):
+        n, d = self.n_items, self.dim
+        return [
+            ParamSpec("item_emb", (n, d), shared=True, item_table=True, init="normal", std=0.1),
+            ParamSpec("head_w", (d,), shared=False, init="normal", std=0.1),
+            ParamSpec("head_b", (), shared=False, init="zeros"),
+        ]
+
+    def item_repr(self, p, items, ctx):
+        return take_rows(p["item_emb"], items)
+
+    def head(self, p, vecs, ctx):
+        return rowdot(vecs, p["head_w"]) + p["head_b"][..., None]

@@ -1,0 +1,68 @@
+"""FedNCF: federated neural collaborative filtering (NeuMF = GMF + MLP towers).
+
+``logit = h · [p_u^G ⊙ q_i^G ; MLP([p_u^M ; q_i^M])] + b``. The two user embeddings ``p_u^G``, ``p_u^M`` are
+private; the item embeddings ``q^G``, ``q^M``, the MLP tower (2d → d → d/2 → d/4, ReLU) and the output layer are
+shared and averaged by the server (FedAvg).
+
+References: Perifanis, Efraimidis, "Federated Neural Collaborative Filtering", Knowledge-Based Systems 242, 2022;
+He, Liao, Zhang, Nie, Hu, Chua, "Neural Collaborative Filtering", WWW 2017 (NeuMF).
+
+The first MLP layer is stored as two blocks (user part, item part); ``W [p; q] = W_u p + W_q q`` is the same
+layer, and the split lets evaluation compute the item part once for all users. Fixed against the FedVLR release
+(fedvlr-method.md §8): there the running average was never reset and every client then reloaded its full old
+state, so nothing was federated (B5). Here the client loads the global state and restores only its user
+embeddings.
+"""
+from __future__ import annotations
+
+import torch
+
+from .base import Backbone, ParamSpec, rowdot, take_rows
+
+
+class FedNCF(Backbone):
+    name = "fedncf"
+    default_strategy = "fedavg"
+    default_lr = 0.5
+    default_item_lr_scale = 1.0
+
+    def layer_sizes(self) -> list[int]:
+        d = self.dim
+        return [d, max(d // 2, 1), max(d // 4, 1)]
+
+    def specs(self):
+        n, d = self.n_items, self.dim
+        h1, h2, h3 = self.layer_sizes()
+        return [
+            ParamSpec("item_gmf", (n, d), shared=True, item_table=True, init="normal", std=0.1),
+            ParamSpec("item_mlp", (n, d), shared=True, item_table=True, init="normal", std=0.1),
+            ParamSpec("mlp1_user", (h1, d), shared=True, init="xavier"),
+            ParamSpec("mlp1_item", (h1, d), shared=True, init="xavier"),
+            ParamSpec("mlp1_b", (h1,), shared=True, init="zeros"),
+            ParamSpec("mlp2_w", (h2, h1), shared=True, init="xavier"),
+            ParamSpec("mlp2_b", (h2,), shared=True, init="zeros"),
+            ParamSpec("mlp3_w", (h3, h2), shared=True, init="xavier"),
+            ParamSpec("mlp3_b", (h3,), shared=True, init="zeros"),
+            ParamSpec("out_w", (d + h3,), shared=True, init="normal", std=0.1),
+            ParamSpec("out_b", (), shared=True, init="zeros"),
+            ParamSpec("user_gmf", (d,), shared=False, init="normal", std=0.1),
+            ParamSpec("user_mlp", (d,), shared=False, init="normal", std=0.1),
+        ]
+
+    def item_repr(self, p, items, ctx):
+        return torch.cat([take_rows(p["item_gmf"], items), take_rows(p["item_mlp"], items)], dim=-1)
+
+    def head(self, p, vecs, ctx):
+        d = self.dim
+        q_g, q_m = vecs[..., :d], vecs[..., d:]
+        gmf = p["user_gmf"].unsqueeze(-2) * q_g
+        h = (q_m @ p["mlp1_item"].transpose(-1, -2)
+             + p["user_mlp"].unsqueeze(-2) @ p["mlp1_user"].transpose(-1, -2)
+             + p["mlp1_b"].unsqueeze(-2))
+        h = torch.relu(h)
+        h = torch.relu(h @ p["mlp2_w"].transpose(-1, -2) + p["mlp2_b"].unsqueeze(-2))
+        h = torch.relu(h @ p["mlp3_w"].transpose(-1, -2) + p["mlp3_b"].unsqueeze(-2))
+        if gmf.shape[:-1] != h.shape[:-1]:
+            gmf = gmf.expand(*h.shape[:-1], gmf.shape[-1])
+        z = torch.cat([gmf, h], dim=-1)
+        return rowdot(z, p["out_w"]) + p["out_b"][..., None]

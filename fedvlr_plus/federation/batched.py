@@ -1,0 +1,313 @@
+"""The batched simulator: the clients of a round trained together as stacked tensors.
+
+Every parameter gets a leading client dimension ``C``. Item tables are not copied whole: each client works on the
+rows it touches this round (its positives and all its negatives over all local epochs), gathered into
+``[C, T, d]`` with ``T`` the largest row count in the chunk. The local steps of all clients run in lock-step:
+at step ``s`` each client sees its own mini-batch (padded and masked), the loss is the sum of the clients' own
+mean losses, so one ``autograd.grad`` call returns every client's own gradient, and each client takes its own SGD
+step. Clients with fewer steps are masked out of the steps they do not have.
+
+This computes exactly what :class:`~fedvlr_plus.federation.client.RecClient` computes for each client one at a
+time (same schedule, same initial state, same update rule); only floating-point summation order differs. Clients
+are sorted by size and cut into chunks bounded by ``chunk_floats`` so that padding and memory stay small.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..adapters.base import Backbone
+from .client import RecClient, scoring_params
+from .messages import ClientUpdate
+from .schedule import build_schedule
+from .state import init_private_states
+
+
+def _chunks(order: np.ndarray, cost: np.ndarray, budget: float, overhead: float) -> list[np.ndarray]:
+    """Greedy cut of clients sorted by cost: a chunk ends when it would exceed ``budget`` or when padding it to
+    the newcomer's size would more than double its real work (plus a fixed per-chunk overhead)."""
+    out, cur, cur_sum = [], [], 0.0
+    for c in order:
+        w = float(cost[c])
+        if cur and ((len(cur) + 1) * w > budget or (len(cur) + 1) * w > 2.0 * (cur_sum + w) + overhead):
+            out.append(np.array(cur, dtype=np.int64))
+            cur, cur_sum = [], 0.0
+        cur.append(c)
+        cur_sum += w
+    if cur:
+        out.append(np.array(cur, dtype=np.int64))
+    return out
+
+
+class BatchedSimulator:
+    """Trains and scores many clients at once from the training CSR (``indptr``, ``indices``)."""
+
+    name = "batched"
+
+    def __init__(self, bb: Backbone, indptr: np.ndarray, indices: np.ndarray, store, *,
+                 seed: int = 0, dtype=torch.float32, chunk_floats: int = 1 << 24, chunk_overhead: int = 1 << 18):
+        self.bb = bb
+        self.indptr, self.indices = indptr, indices
+        self.store = store
+        self.seed = int(seed)
+        self.dtype = dtype
+        self.chunk_floats = int(chunk_floats)
+        self.chunk_overhead = int(chunk_overhead)
+        self.specs = {s.name: s for s in bb.all_specs()}
+        self.table_width = sum(s.shape[1] if len(s.shape) > 1 else 1 for s in bb.all_specs() if s.item_table)
+        self.dense_numel = sum(int(np.prod(s.shape)) if s.shape else 1 for s in bb.all_specs() if not s.item_table)
+
+    # ------------------------------------------------------------------ private state
+    def _load_states(self, cids: np.ndarray) -> list[dict]:
+        states = [self.store.load(int(c)) for c in cids]
+        missing = [i for i, s in enumerate(states) if s is None]
+        if missing:
+            fresh = init_private_states(self.bb, cids[missing], self.seed, self.dtype)
+            for i, st in zip(missing, fresh):
+                states[i] = st
+        return states
+
+    # ------------------------------------------------------------------ training
+    def fit(self, cids, shared: dict[str, torch.Tensor], config: dict) -> list[ClientUpdate]:
+        cids = np.asarray(cids, dtype=np.int64)
+        n = self.indptr[cids + 1] - self.indptr[cids]
+        k, epochs, bsz = int(config["negatives"]), int(config["epochs"]), int(config["batch_size"])
+        rows_est = np.minimum(self.bb.n_items, n * (1 + k * epochs))
+        slots_est = np.minimum(n, bsz) * (1 + k)
+        cost = (rows_est + slots_est) * max(self.table_width, 1) + self.dense_numel
+        order = np.argsort(n, kind="stable")
+        updates: dict[int, ClientUpdate] = {}
+        for idx in _chunks(order, cost, self.chunk_floats, self.chunk_overhead):
+            for u in self._fit_chunk(cids[idx], shared, config):
+                updates[u.cid] = u
+        return [updates[int(c)] for c in cids]
+
+    def _fit_chunk(self, cids: np.ndarray, shared: dict[str, torch.Tensor], config: dict) -> list[ClientUpdate]:
+        bb, dtype, specs = self.bb, self.dtype, self.specs
+        upload = config.get("upload", "params")
+        lr = float(config["lr"])
+        item_lr = lr * float(config.get("item_lr_scale", 1.0))
+        wd = float(config.get("weight_decay", 0.0))
+        sched = build_schedule(self.indptr, self.indices, cids, bb.n_items,
+                               seed=int(config.get("seed", self.seed)), round=int(config["round"]),
+                               epochs=int(config["epochs"]), negatives=int(config["negatives"]),
+                               batch_size=int(config["batch_size"]))
+        c_n = len(cids)
+        rows = sched.rows
+        t_max, s_max, l_max = int(rows.max()), sched.steps_max, sched.slots
+
+        # touched rows, padded with row 0 of the client's own list (never indexed by a real example)
+        owner = np.repeat(np.arange(c_n), rows)
+        pos = np.arange(len(sched.touched)) - sched.touched_ptr[owner]
+        touched_np = np.zeros((c_n, t_max), dtype=np.int64)
+        touched_np[owner, pos] = sched.touched
+        touched = torch.from_numpy(touched_np)
+
+        flat = (sched.ex_client * s_max + sched.ex_step) * l_max + sched.ex_slot
+        items = torch.zeros(c_n * s_max * l_max, dtype=torch.long)
+        labels = torch.zeros(c_n * s_max * l_max, dtype=dtype)
+        mask = torch.zeros(c_n * s_max * l_max, dtype=dtype)
+        items[flat] = torch.from_numpy(sched.ex_local)
+        labels[flat] = torch.from_numpy(sched.ex_label).to(dtype)
+        mask[flat] = 1.0
+        items, labels, mask = (x.view(c_n, s_max, l_max) for x in (items, labels, mask))
+
+        states = self._load_states(cids)
+        leaves: dict[str, torch.Tensor] = {}
+        for name in bb.shared_names:
+            g = shared[name].to(dtype)
+            if specs[name].item_table:
+                leaves[name] = g[touched]
+            else:
+                leaves[name] = g.unsqueeze(0).expand(c_n, *g.shape).clone()
+        for s in bb.private_specs():
+            if s.item_table:
+                leaves[s.name] = torch.stack([st[s.name].to(dtype)[touched[c]] for c, st in enumerate(states)])
+            else:
+                leaves[s.name] = torch.stack([st[s.name].to(dtype) for st in states])
+        names = list(leaves)
+        tables = [nm for nm in names if specs[nm].item_table]
+        for nm in names:
+            if nm not in tables:
+                leaves[nm].requires_grad_(True)
+        # item tables are updated in place through a flat [C * T, d] view: a step gathers the rows of its
+        # examples as a fresh leaf, and the SGD step scatters the gradient back with index_add (duplicates sum,
+        # exactly as the gradient of the table would); no dense [C, T, d] gradient is ever materialised
+        flat_tables = {nm: leaves[nm].view(c_n * t_max, -1) for nm in tables}
+        grads_mode = upload == "grads"
+        acc = {name: torch.zeros_like(leaves[name]) for name in bb.shared_names} if grads_mode else {}
+        acc_flat = {nm: acc[nm].view(c_n * t_max, -1) for nm in tables if nm in acc}
+        row_base = (torch.arange(c_n) * t_max).unsqueeze(1)
+
+        ctx = {}
+        if bb.uses_history:
+            ctx.update(self._history_ctx(cids, touched_np, sched))
+        # per-step quantities for all steps at once (fewer small tensor ops inside the loop)
+        counts = mask.sum(2)                                     # [C, S]
+        active_all = (counts > 0).to(dtype)
+        inv_count = 1.0 / counts.clamp(min=1.0)
+        fidx_all = (items + row_base.unsqueeze(2)).transpose(0, 1).reshape(s_max, -1)   # [S, C * L]
+        global_all = touched.gather(1, items.view(c_n, -1)).view(c_n, s_max, l_max)
+        per_steps = []
+        for s in range(s_max):
+            m = mask[:, s]
+            active = active_all[:, s]
+            fidx = fidx_all[s]
+            ctx["items_global"] = global_all[:, s]
+            p = dict(leaves)
+            for nm in tables:
+                p[nm] = flat_tables[nm].index_select(0, fidx).view(c_n, l_max, -1).requires_grad_(True)
+            logits = bb.logits(p, None, ctx)
+            bce = F.binary_cross_entropy_with_logits(logits, labels[:, s], reduction="none")
+            per = (bce * m).sum(1) * inv_count[:, s]
+            reg = bb.regulariser(p, None, m, config)
+            if not isinstance(reg, float):
+                per = per + reg * active
+            grads = torch.autograd.grad(per.sum(), [p[nm] for nm in names])
+            with torch.no_grad():
+                used = None
+                for name, g in zip(names, grads):
+                    table = name in flat_tables
+                    if name in acc:
+                        if table:
+                            acc_flat[name].index_add_(0, fidx, g.reshape(c_n * l_max, -1))
+                        else:
+                            acc[name] += g
+                        continue
+                    step_lr = item_lr if table else lr
+                    if table:
+                        if wd:  # decay the rows this step uses, before the gradient step (θ(1 - ηλ) - ηg)
+                            if used is None:
+                                used = torch.unique(fidx[m.reshape(-1) > 0])
+                            flat_tables[name][used] *= (1.0 - step_lr * wd)
+                        # (scaling the gradient first is ~3x faster than index_add_'s alpha on CPU)
+                        flat_tables[name].index_add_(0, fidx, g.reshape(c_n * l_max, -1).mul_(-step_lr))
+                    else:
+                        if wd:
+                            g = g + wd * leaves[name] * active.view(-1, *([1] * (g.dim() - 1)))
+                        leaves[name].add_(g, alpha=-step_lr)
+            per_steps.append(per.detach())
+        steps_done = active_all.sum(1)
+        loss_sum = (torch.stack(per_steps, 1) * active_all).sum(1) if per_steps else torch.zeros(c_n, dtype=dtype)
+
+        # split the stacked results into per-client pieces with a few whole-tensor calls (no per-client indexing)
+        detached = {k: v.detach() for k, v in leaves.items()}
+        sizes = rows.tolist()
+        owner_t, pos_t = torch.from_numpy(owner), torch.from_numpy(pos)
+        trows = torch.split(torch.from_numpy(sched.touched), sizes)
+
+        def per_client(src: torch.Tensor, table: bool) -> list:
+            if table:
+                return list(torch.split(src[owner_t, pos_t], sizes))
+            return list(src.unbind(0))
+
+        up = {name: per_client(acc[name] if grads_mode else detached[name], specs[name].item_table)
+              for name in bb.shared_names}
+        priv = {sp.name: per_client(detached[sp.name] if sp.item_table else detached[sp.name].clone(), sp.item_table)
+                for sp in bb.private_specs()}
+        personal_src = {s: per_client(detached[s], True) for s in bb.personal_copies}
+        table_names = {name for name in bb.shared_names if specs[name].item_table}
+        losses = (loss_sum / steps_done.clamp(min=1.0)).tolist()
+        steps_l = steps_done.to(torch.int64).tolist()
+        n_pos = sched.n_pos.tolist()
+        out = []
+        for c, cid in enumerate(cids.tolist()):
+            trow = trows[c]
+            arrays = {name: up[name][c] for name in up}
+            rws = {name: trow for name in table_names}
+            new_state = {}
+            for sp in bb.private_specs():
+                if sp.item_table:
+                    full = states[c][sp.name].to(dtype).clone()
+                    full[trow] = priv[sp.name][c]
+                    new_state[sp.name] = full
+                else:
+                    new_state[sp.name] = priv[sp.name][c]
+            for shared_name, personal in bb.personal_copies.items():
+                full = shared[shared_name].to(dtype).clone()
+                full[trow] = personal_src[shared_name][c]
+                new_state[personal] = full
+            self.store.save(cid, new_state, copy=False)
+            out.append(ClientUpdate(cid=cid, kind=upload, arrays=arrays, rows=rws, num_examples=n_pos[c],
+                                    metrics={"loss": losses[c], "steps": steps_l[c]}))
+        return out
+
+    def _history_ctx(self, cids, touched_np, sched) -> dict:
+        """The users' training positives, padded: global ids and rows in the gathered tables."""
+        n = self.indptr[cids + 1] - self.indptr[cids]
+        h_max = int(n.max())
+        hist_global = np.zeros((len(cids), h_max), dtype=np.int64)
+        hist = np.zeros_like(hist_global)
+        hmask = np.zeros((len(cids), h_max), dtype=bool)
+        for c, cid in enumerate(cids):
+            pos = self.indices[self.indptr[cid]:self.indptr[cid + 1]]
+            hist_global[c, :len(pos)] = pos
+            hist[c, :len(pos)] = np.searchsorted(sched.touched_of(c), pos)
+            hmask[c, :len(pos)] = True
+        return {"hist": torch.from_numpy(hist), "hist_global": torch.from_numpy(hist_global),
+                "hist_mask": torch.from_numpy(hmask)}
+
+    # ------------------------------------------------------------------ scoring
+    def scores(self, users, shared: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Logits ``[B, n_items]`` of every item for each user, from their restored private states."""
+        users = np.asarray(users, dtype=np.int64)
+        n_items = self.bb.n_items
+        width = max(self.table_width, 1) + 4 * self.bb.dim
+        per_chunk = max(1, self.chunk_floats // max(n_items * width, 1))
+        shared = {k: v.to(self.dtype) for k, v in shared.items()}
+        out = []
+        for start in range(0, len(users), per_chunk):
+            chunk = users[start:start + per_chunk]
+            states = self._load_states(chunk)
+            private = {}
+            for sp in self.bb.private_specs():
+                private[sp.name] = torch.stack([st[sp.name].to(self.dtype) for st in states])
+            for shared_name, personal in self.bb.personal_copies.items():
+                if any(personal in st for st in states):
+                    private[personal] = torch.stack([st.get(personal, shared[shared_name]).to(self.dtype)
+                                                     for st in states])
+            p = scoring_params(self.bb, shared, private)
+            ctx = {"items_global": torch.arange(n_items)}
+            if self.bb.uses_history:
+                ctx.update(self._score_history(chunk))
+            with torch.no_grad():
+                out.append(self.bb.logits(p, None, ctx))
+        return torch.cat(out) if out else torch.zeros(0, n_items, dtype=self.dtype)
+
+    def _score_history(self, users) -> dict:
+        n = self.indptr[users + 1] - self.indptr[users]
+        h_max = max(int(n.max()), 1)
+        hist = np.zeros((len(users), h_max), dtype=np.int64)
+        hmask = np.zeros((len(users), h_max), dtype=bool)
+        for c, u in enumerate(users):
+            pos = self.indices[self.indptr[u]:self.indptr[u + 1]]
+            hist[c, :len(pos)] = pos
+            hmask[c, :len(pos)] = True
+        h = torch.from_numpy(hist)
+        return {"hist": h, "hist_global": h, "hist_mask": torch.from_numpy(hmask)}
+
+
+class SequentialSimulator:
+    """The plain reference: one :class:`RecClient` at a time, ordinary autograd on full tables."""
+
+    name = "sequential"
+
+    def __init__(self, bb: Backbone, indptr: np.ndarray, indices: np.ndarray, store, *,
+                 seed: int = 0, dtype=torch.float32, **_):
+        self.bb = bb
+        self.indptr, self.indices = indptr, indices
+        self.store = store
+        self.seed = int(seed)
+        self.dtype = dtype
+
+    def client(self, cid: int) -> RecClient:
+        pos = self.indices[self.indptr[cid]:self.indptr[cid + 1]]
+        return RecClient(int(cid), self.bb, pos, self.store, seed=self.seed, dtype=self.dtype)
+
+    def fit(self, cids, shared, config) -> list[ClientUpdate]:
+        return [self.client(int(c)).fit(shared, config) for c in cids]
+
+    def scores(self, users, shared) -> torch.Tensor:
+        rows = [self.client(int(u)).scores(shared) for u in np.asarray(users, dtype=np.int64)]
+        return torch.stack(rows) if rows else torch.zeros(0, self.bb.n_items, dtype=self.dtype)

@@ -1,0 +1,189 @@
+"""The client abstraction and the plain, one-client-at-a-time reference implementation.
+
+A client owns its local data (its training positives, and the held-out items it evaluates on) and its private
+state (named tensors in a store; they never leave the client). It answers two calls, both with plain inputs:
+
+- ``fit(shared, config) -> ClientUpdate``: restore the private state, train locally, store the private state back,
+  return the shared parts (new values or accumulated gradients, as ``config["upload"]`` says), the number of
+  training examples and metrics;
+- ``evaluate(shared, config) -> dict``: restore the private state, score every item, mask the training items and
+  report the rank of each held-out item and HR/NDCG at ``config["ks"]``.
+
+``shared`` is a dict of arrays (torch or numpy) and ``config`` a dict of scalars, so the same object runs in the
+in-process simulator, under a Flower ``ClientApp`` (shared = the ``ArrayRecord``, private state in
+``context.state`` or on disk) and inside alignment modules.
+
+:class:`RecClient` is also the *sequential reference* of the batched simulator: it trains with ordinary autograd
+on full tables, one step at a time, and the batched trainer must reproduce its numbers.
+"""
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..adapters.base import Backbone
+from .messages import ClientUpdate
+from .schedule import build_schedule
+from .state import init_private_states
+
+
+class Client(Protocol):
+    cid: int
+
+    def fit(self, shared: dict, config: dict) -> ClientUpdate: ...
+
+    def evaluate(self, shared: dict, config: dict) -> dict: ...
+
+
+def _tensor(x, dtype) -> torch.Tensor:
+    t = torch.as_tensor(x)
+    return t.to(dtype) if t.is_floating_point() else t
+
+
+def scoring_params(bb: Backbone, shared: dict[str, torch.Tensor], private: dict[str, torch.Tensor]) -> dict:
+    """Parameters a client scores with: shared + private, its personal copies replacing the global tables."""
+    p = {**shared, **{k: v for k, v in private.items()}}
+    for shared_name, personal in bb.personal_copies.items():
+        if personal in private:
+            p[shared_name] = private[personal]
+    return p
+
+
+def rank_metrics(scores: torch.Tensor, targets: np.ndarray, exclude: np.ndarray, ks) -> dict:
+    """HR/NDCG@k of each target among all items, ``exclude`` masked (a target is never masked)."""
+    s = scores.detach().to(torch.float64).clone()
+    ex = np.setdiff1d(exclude, targets)
+    s[torch.as_tensor(ex, dtype=torch.long)] = -torch.inf
+    out = {"n_targets": int(len(targets))}
+    ranks = [int((s > s[int(t)]).sum()) for t in targets]
+    out["ranks"] = ranks
+    for k in ks:
+        out[f"hr@{k}"] = float(np.mean([r < k for r in ranks])) if ranks else 0.0
+        out[f"ndcg@{k}"] = float(np.mean([1.0 / np.log2(r + 2) if r < k else 0.0 for r in ranks])) if ranks else 0.0
+    return out
+
+
+class RecClient:
+    """One user's device: its positives, its private state (in ``store``) and the backbone's functions."""
+
+    def __init__(self, cid: int, backbone: Backbone, positives, store, *, seed: int = 0,
+                 targets: dict[str, np.ndarray] | None = None, dtype=torch.float32):
+        self.cid = int(cid)
+        self.bb = backbone
+        self.positives = np.unique(np.asarray(positives, dtype=np.int64))
+        self.store = store
+        self.seed = int(seed)
+        self.targets = {k: np.asarray(v, dtype=np.int64) for k, v in (targets or {}).items()}
+        self.dtype = dtype
+        n = self.bb.n_items
+        if len(self.positives) and (self.positives.min() < 0 or self.positives.max() >= n):
+            raise ValueError(f"client {cid}: item ids must lie in [0, {n})")
+        # a one-row CSR of the client's own data; draws are keyed by the real client id
+        self._indptr = np.array([0, len(self.positives)], dtype=np.int64)
+
+    # ------------------------------------------------------------------ private state
+    def private_state(self) -> dict[str, torch.Tensor]:
+        """The stored private state (a real load), or the deterministic initial one for a new client."""
+        state = self.store.load(self.cid)
+        if state is None:
+            state = init_private_states(self.bb, [self.cid], self.seed, self.dtype)[0]
+        return state
+
+    def _ctx(self, items: torch.Tensor | None) -> dict:
+        ctx = {"items_global": items if items is not None else torch.arange(self.bb.n_items)}
+        if self.bb.uses_history:
+            h = torch.as_tensor(self.positives)
+            ctx.update(hist=h, hist_global=h, hist_mask=torch.ones(len(h), dtype=torch.bool))
+        return ctx
+
+    # ------------------------------------------------------------------ fit
+    def fit(self, shared: dict, config: dict) -> ClientUpdate:
+        bb, dtype = self.bb, self.dtype
+        upload = config.get("upload", "params")
+        if upload not in ("params", "grads"):
+            raise ValueError(f"config['upload'] must be 'params' or 'grads', got {upload!r}")
+        lr = float(config["lr"])
+        item_lr = lr * float(config.get("item_lr_scale", 1.0))
+        wd = float(config.get("weight_decay", 0.0))
+        specs = {s.name: s for s in bb.all_specs()}
+        shared = {k: _tensor(v, dtype) for k, v in shared.items()}
+        missing = [s for s in bb.shared_names if s not in shared]
+        if missing:
+            raise ValueError(f"client {self.cid}: the server did not send {missing}")
+        state = self.private_state()
+
+        p = {name: shared[name].detach().clone().requires_grad_(True) for name in bb.shared_names}
+        for s in bb.private_specs():
+            p[s.name] = state[s.name].detach().clone().to(dtype).requires_grad_(True)
+        names = list(p)
+        acc = {name: torch.zeros_like(p[name]) for name in bb.shared_names} if upload == "grads" else {}
+
+        sched = build_schedule(self._indptr, self.positives, np.array([0]), bb.n_items,
+                               ids=np.array([self.cid]), seed=int(config.get("seed", self.seed)),
+                               round=int(config["round"]), epochs=int(config["epochs"]),
+                               negatives=int(config["negatives"]), batch_size=int(config["batch_size"]))
+        losses = []
+        for items_np, labels_np in sched.steps_of(0):
+            items = torch.from_numpy(items_np)
+            labels = torch.from_numpy(labels_np).to(dtype)
+            logits = bb.logits(p, items, self._ctx(items))
+            loss = F.binary_cross_entropy_with_logits(logits, labels)
+            loss = loss + bb.regulariser(p, items, torch.ones(len(items), dtype=dtype), config)
+            grads = torch.autograd.grad(loss, [p[n] for n in names])
+            with torch.no_grad():
+                used = torch.unique(items)
+                for name, g in zip(names, grads):
+                    if name in acc:
+                        acc[name] += g
+                        continue
+                    spec = specs[name]
+                    if wd:
+                        if spec.item_table:  # decay only the rows this step uses (lazy, sparse decay)
+                            g = g.clone()
+                            g[used] += wd * p[name][used]
+                        else:
+                            g = g + wd * p[name]
+                    p[name] -= (item_lr if spec.item_table else lr) * g
+            losses.append(float(loss.detach()))
+
+        touched = torch.from_numpy(sched.touched_of(0))
+        arrays, rows = {}, {}
+        for name in bb.shared_names:
+            src = acc[name] if upload == "grads" else p[name].detach()
+            if specs[name].item_table:
+                arrays[name] = src[touched].clone()
+                rows[name] = touched.clone()
+            else:
+                arrays[name] = src.clone()
+        new_state = {s.name: p[s.name].detach() for s in bb.private_specs()}
+        for shared_name, personal in bb.personal_copies.items():
+            copy = shared[shared_name].detach().clone()
+            copy[touched] = p[shared_name].detach()[touched]
+            new_state[personal] = copy
+        self.store.save(self.cid, new_state, copy=False)
+        return ClientUpdate(cid=self.cid, kind=upload, arrays=arrays, rows=rows,
+                            num_examples=int(len(self.positives)),
+                            metrics={"loss": float(np.mean(losses)) if losses else 0.0, "steps": len(losses)})
+
+    # ------------------------------------------------------------------ scoring and evaluation
+    def scores(self, shared: dict) -> torch.Tensor:
+        """Logits for every item (nothing masked), from the restored private state."""
+        shared = {k: _tensor(v, self.dtype) for k, v in shared.items()}
+        p = scoring_params(self.bb, shared, self.private_state())
+        with torch.no_grad():
+            return self.bb.logits(p, None, self._ctx(None))
+
+    def evaluate(self, shared: dict, config: dict) -> dict:
+        split = config.get("split", "valid")
+        if split not in self.targets:
+            raise ValueError(f"client {self.cid} holds no {split!r} items")
+        ks = [int(k) for k in config.get("ks", (10, 50))]
+        exclude = self.positives
+        if config.get("mask_history", "train") == "train+valid" and split == "test":
+            exclude = np.union1d(exclude, self.targets.get("valid", np.zeros(0, np.int64)))
+        out = rank_metrics(self.scores(shared), self.targets[split], exclude, ks)
+        out.update(cid=self.cid, split=split)
+        return out

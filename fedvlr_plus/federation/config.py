@@ -1,0 +1,158 @@
+"""Every knob of a federated run, with defaults from fedvlr-method.md §4, and its command-line flags."""
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict, dataclass, fields
+
+from .strategy import STRATEGIES
+
+#: config fields that may differ between a checkpoint and the run that resumes it (they do not change numbers
+#: already computed: more rounds or patience extend a run; the simulator and chunking only change speed)
+RESUMABLE_CHANGES = {"rounds", "patience", "simulator", "chunk_floats", "seeds"}
+
+
+@dataclass
+class FedConfig:
+    """A federated run. ``None`` means "the backbone's default" (see ``resolved``)."""
+
+    rounds: int = 100
+    local_epochs: int = 5
+    batch_size: int = 2048            # positives per mini-batch (each brings its negatives)
+    negatives: int = 1                # negatives per positive, re-drawn every local epoch
+    dim: int = 64                     # latent size
+    lr: float | None = None           # client SGD learning rate
+    item_lr_scale: float | None = None  # item-table rows learn at lr * item_lr_scale
+    weight_decay: float = 0.0         # decoupled L2 decay on every parameter a step trains (item rows: used rows)
+    lr_decay: float = 1.0             # client lr multiplied by this every round (FedRAP's release used 0.9)
+    strategy: str | None = None       # fedavg | sparse-avg | fedgrad | median | trimmed-mean
+    server_lr: float | None = None    # fedgrad only; None: client lr x clients in the round (FCF's sum rule)
+    server_optimizer: str = "sgd"     # fedgrad only: sgd (Algorithm 1) | adam
+    trim_fraction: float = 0.1        # trimmed-mean only
+    clients_per_round: float | None = None  # None: all; 0 < x < 1: fraction; integer >= 1: count
+    patience: int = 20                # evaluated rounds without a validation improvement before stopping
+    valid_metric: str = "hr@50"
+    eval_every: int = 1
+    ks: tuple = (10, 20, 50)
+    seed: int = 0
+    seeds: int = 1                    # run seeds seed, seed+1, ..., seed+seeds-1
+    simulator: str = "batched"        # batched | sequential (the plain reference)
+    private_store: str = "memory"     # memory | disk (under RUN_DIR/seed-<s>/private)
+    chunk_floats: int = 1 << 24       # memory bound of one batched chunk, in floats
+    fedrap_lambda: float = 1e-4
+    fedrap_mu: float = 1e-2
+
+    def __post_init__(self):
+        self.ks = tuple(int(k) for k in self.ks)
+        checks = [
+            (self.rounds >= 1, "rounds must be >= 1"),
+            (self.local_epochs >= 1, "local_epochs must be >= 1"),
+            (self.batch_size >= 1, "batch_size must be >= 1"),
+            (self.negatives >= 0, "negatives must be >= 0"),
+            (self.dim >= 1, "dim must be >= 1"),
+            (self.lr is None or self.lr > 0, "lr must be positive"),
+            (self.item_lr_scale is None or self.item_lr_scale > 0, "item_lr_scale must be positive"),
+            (self.weight_decay >= 0, "weight_decay must be >= 0"),
+            (0 < self.lr_decay <= 1, "lr_decay must be in (0, 1]"),
+            (self.strategy is None or self.strategy in STRATEGIES,
+             f"strategy must be one of {', '.join(STRATEGIES)}"),
+            (self.server_lr is None or self.server_lr > 0, "server_lr must be positive"),
+            (self.server_optimizer in ("sgd", "adam"), "server_optimizer must be sgd or adam"),
+            (0 <= self.trim_fraction < 0.5, "trim_fraction must be in [0, 0.5)"),
+            (self.clients_per_round is None or self.clients_per_round > 0, "clients_per_round must be positive"),
+            (self.patience >= 1, "patience must be >= 1"),
+            (self.eval_every >= 1, "eval_every must be >= 1"),
+            (self.seeds >= 1, "seeds must be >= 1"),
+            (self.simulator in ("batched", "sequential"), "simulator must be batched or sequential"),
+            (self.private_store in ("memory", "disk"), "private_store must be memory or disk"),
+            (self.chunk_floats >= 1024, "chunk_floats must be >= 1024"),
+            (len(self.ks) > 0 and min(self.ks) >= 1, "ks must be positive integers"),
+        ]
+        for ok, msg in checks:
+            if not ok:
+                raise ValueError(f"FedConfig: {msg}")
+        if "@" not in self.valid_metric:
+            raise ValueError(f"FedConfig: valid_metric looks like 'hr@50', got {self.valid_metric!r}")
+        k = int(self.valid_metric.split("@")[1])
+        if k not in self.ks:
+            self.ks = tuple(sorted(set(self.ks) | {k}))
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["ks"] = list(self.ks)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "FedConfig":
+        names = {f.name for f in fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise ValueError(f"FedConfig: unknown fields {sorted(unknown)}")
+        return cls(**d)
+
+
+def _clients_arg(text: str) -> float:
+    """``0.1`` = a fraction of the clients; ``50`` = a count (``1`` is one client, ``1.0`` all of them)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction like 0.1 or a count like 50, got {text!r}")
+    if value <= 0:
+        raise argparse.ArgumentTypeError("clients per round must be positive")
+    if "." in text or "e" in text.lower():
+        if value > 1:
+            raise argparse.ArgumentTypeError("a fractional value must be in (0, 1]; give a count as an integer")
+        return value
+    return int(value)
+
+
+def _ks_arg(text: str) -> tuple:
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers like 10,20,50, got {text!r}")
+
+
+def add_run_arguments(parser: argparse.ArgumentParser, *, include_io: bool = False) -> argparse.ArgumentParser:
+    """Add the federated engine's flags. ``include_io`` also adds --backbone, --out, --resume, --json."""
+    d = FedConfig()
+    g = parser.add_argument_group("federated training")
+    if include_io:
+        from ..adapters import BACKBONES
+
+        g.add_argument("--backbone", required=True, choices=sorted(BACKBONES))
+        g.add_argument("--out", metavar="RUN_DIR", default=None, help="checkpoint every round into RUN_DIR")
+        g.add_argument("--resume", metavar="RUN_DIR", default=None, help="continue the run in RUN_DIR")
+        g.add_argument("--json", action="store_true", help="print the result as JSON")
+    g.add_argument("--rounds", type=int, default=d.rounds, help="maximum number of rounds (default %(default)s)")
+    g.add_argument("--local-epochs", type=int, default=d.local_epochs, help="local epochs per round (default 5)")
+    g.add_argument("--batch-size", type=int, default=d.batch_size, help="positives per local mini-batch")
+    g.add_argument("--negatives", type=int, default=d.negatives, help="sampled negatives per positive")
+    g.add_argument("--dim", type=int, default=d.dim, help="latent size (default 64)")
+    g.add_argument("--lr", type=float, default=None, help="client learning rate (default: the backbone's)")
+    g.add_argument("--item-lr-scale", type=float, default=None, help="item-table rows learn at lr x this")
+    g.add_argument("--weight-decay", type=float, default=d.weight_decay, help="L2 decay (default 0)")
+    g.add_argument("--lr-decay", type=float, default=d.lr_decay, help="client lr factor per round (default 1)")
+    g.add_argument("--strategy", choices=STRATEGIES, default=None, help="aggregation (default: the backbone's)")
+    g.add_argument("--server-lr", type=float, default=None,
+                   help="fedgrad server learning rate (default: client lr x clients per round)")
+    g.add_argument("--server-optimizer", choices=("sgd", "adam"), default=d.server_optimizer)
+    g.add_argument("--trim-fraction", type=float, default=d.trim_fraction, help="trimmed-mean: cut per side")
+    g.add_argument("--clients-per-round", type=_clients_arg, default=None, metavar="C",
+                   help="fraction (0.1) or count (50) of clients sampled per round (default: all)")
+    g.add_argument("--patience", type=int, default=d.patience, help="early-stopping patience in evaluations")
+    g.add_argument("--valid-metric", default=d.valid_metric, help="model-selection metric on valid (hr@50)")
+    g.add_argument("--eval-every", type=int, default=d.eval_every, help="evaluate on valid every N rounds")
+    g.add_argument("--ks", type=_ks_arg, default=d.ks, help="cut-offs, comma-separated (default 10,20,50)")
+    g.add_argument("--seed", type=int, default=d.seed)
+    g.add_argument("--seeds", type=int, default=d.seeds, help="number of seeds (seed, seed+1, ...)")
+    g.add_argument("--simulator", choices=("batched", "sequential"), default=d.simulator)
+    g.add_argument("--private-store", choices=("memory", "disk"), default=d.private_store)
+    g.add_argument("--chunk-floats", type=int, default=d.chunk_floats, help="memory bound of a batched chunk")
+    g.add_argument("--fedrap-lambda", type=float, default=d.fedrap_lambda)
+    g.add_argument("--fedrap-mu", type=float, default=d.fedrap_mu)
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> FedConfig:
+    names = {f.name for f in fields(FedConfig)}
+    return FedConfig(**{k: v for k, v in vars(args).items() if k in names})

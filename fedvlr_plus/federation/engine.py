@@ -1,0 +1,428 @@
+"""The federated training loop: rounds, model selection on validation, checkpoints, resume, several seeds.
+
+One round (``FederatedRun.run_round``): sample clients (seeded) -> each client restores its private state, trains
+locally and uploads its shared parts (the batched simulator does all clients at once) -> the strategy aggregates
+-> the private states are stored back -> validation -> (if validation improved) test at this round -> checkpoint.
+
+Model selection uses validation only: the selected round is the one with the best ``valid_metric``; training stops
+after ``patience`` evaluations without improvement. The test figures reported are those computed at the selected
+round (test is evaluated whenever validation improves, and nothing ever reads it to make a decision).
+
+Checkpoints (``RUN_DIR/seed-<s>/checkpoint.pt``, written atomically after every round) hold the shared state, the
+strategy's optimizer state, every client's private state (or, with the disk store, a committed folder), the
+history, the selection state and RNG states. All randomness is keyed by (seed, round, client), so a resumed run
+ends with exactly the numbers of an uninterrupted one.
+"""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..adapters import make_backbone
+from .batched import BatchedSimulator, SequentialSimulator
+from .config import RESUMABLE_CHANGES, FedConfig
+from .rng import TAG_SAMPLE
+from .state import init_shared_state
+from .store import MemoryStore, atomic_torch_save, make_store
+from .strategy import make_strategy
+
+CHECKPOINT_FORMAT = 1
+
+
+def _evaluator():
+    try:
+        from ..evaluation import evaluate
+    except ImportError as exc:
+        raise RuntimeError("fedvlr_plus.evaluation.evaluate is not available; the federated engine needs the "
+                           "evaluation module to select rounds on validation") from exc
+    return evaluate
+
+
+def _atomic_json(obj, path: Path) -> None:
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=2, default=_json_default))
+    os.replace(tmp, path)
+
+
+def _json_default(o):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, torch.Tensor):
+        return o.tolist()
+    raise TypeError(f"not JSON serialisable: {type(o)}")
+
+
+def _plain(d):
+    """Metrics dicts as plain floats (EvalResult values may be numpy scalars)."""
+    if isinstance(d, dict):
+        return {k: _plain(v) for k, v in d.items()}
+    if isinstance(d, (list, tuple)):
+        return [_plain(v) for v in d]
+    if isinstance(d, (np.floating, np.integer)):
+        return d.item()
+    return d
+
+
+def dataset_identity(data) -> dict:
+    tr = data.train()
+    keys = tr["user"].to_numpy().astype(np.int64) * data.n_items + tr["item"].to_numpy().astype(np.int64)
+    return {"name": data.name, "users": int(data.n_users), "items": int(data.n_items), "train": int(len(tr)),
+            "train_key_sum": int(np.sort(keys).astype(np.uint64).sum(dtype=np.uint64) % (1 << 62))}
+
+
+class FederatedRun:
+    """One seed of a federated run; ``run()`` trains to the end and returns the JSON-ready result."""
+
+    def __init__(self, data, backbone: str, cfg: FedConfig, run_dir: str | os.PathLike | None = None, *,
+                 progress: bool = True, on_round=None, on_upload=None):
+        data.require_split(need=("train", "valid", "test"))
+        self.data, self.cfg = data, cfg
+        self.backbone_name = backbone
+        m = data.matrix(["train"]).tocsr()
+        m.sort_indices()
+        self.indptr = m.indptr.astype(np.int64)
+        self.indices = m.indices.astype(np.int64)
+        self.n_users, self.n_items = int(data.n_users), int(data.n_items)
+        opts = {"fedrap_lambda": cfg.fedrap_lambda, "fedrap_mu": cfg.fedrap_mu} if backbone == "fedrap" else {}
+        self.bb = make_backbone(backbone, self.n_items, cfg.dim, **opts)
+        self.specs = {s.name: s for s in self.bb.all_specs()}
+        self.lr = float(cfg.lr if cfg.lr is not None else self.bb.default_lr)
+        self.item_lr_scale = float(cfg.item_lr_scale if cfg.item_lr_scale is not None
+                                   else self.bb.default_item_lr_scale)
+        self.strategy_name = cfg.strategy or self.bb.default_strategy
+        self.eligible = np.flatnonzero(np.diff(self.indptr) > 0)
+        if not len(self.eligible):
+            raise ValueError(f"{data.name}: no user has a training interaction")
+        self.per_round = self._clients_per_round()
+        self.server_lr = float(cfg.server_lr if cfg.server_lr is not None else self.lr * self.per_round)
+        self.strategy = make_strategy(self.strategy_name, server_lr=self.server_lr,
+                                      server_optimizer=cfg.server_optimizer, trim_fraction=cfg.trim_fraction,
+                                      chunk_floats=cfg.chunk_floats)
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self._tmp = None
+        if cfg.private_store == "disk":
+            root = self.run_dir / "private" if self.run_dir else Path(self._tmpdir()) / "private"
+            self.store = make_store("disk", root)
+        else:
+            self.store = MemoryStore()
+        sim_cls = BatchedSimulator if cfg.simulator == "batched" else SequentialSimulator
+        self.sim = sim_cls(self.bb, self.indptr, self.indices, self.store, seed=cfg.seed,
+                           chunk_floats=cfg.chunk_floats)
+        self.shared = init_shared_state(self.bb, cfg.seed)
+        self.progress = progress
+        self.on_round, self.on_upload = on_round, on_upload
+        self.round = 0
+        self.history: list[dict] = []
+        self.best: dict | None = None
+        self.bad_evals = 0
+        self.stopped_early = False
+
+    def _tmpdir(self) -> str:
+        if self._tmp is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="fedvlr-private-")
+        return self._tmp.name
+
+    # ------------------------------------------------------------------ clients and configs
+    def _clients_per_round(self) -> int:
+        n, c = len(self.eligible), self.cfg.clients_per_round
+        if c is None:
+            return n
+        if isinstance(c, float) and c <= 1.0:  # a fraction (1.0 = everyone); an int is a count
+            return max(1, min(n, int(round(c * n))))
+        return max(1, min(n, int(c)))
+
+    def sample_clients(self, round_index: int) -> np.ndarray:
+        if self.per_round >= len(self.eligible):
+            return self.eligible.copy()
+        g = np.random.default_rng([int(self.cfg.seed), int(round_index), TAG_SAMPLE])
+        return np.sort(g.choice(self.eligible, size=self.per_round, replace=False))
+
+    def round_config(self, round_index: int) -> dict:
+        cfg = self.cfg
+        return {
+            "seed": int(cfg.seed), "round": int(round_index), "epochs": int(cfg.local_epochs),
+            "negatives": int(cfg.negatives), "batch_size": int(cfg.batch_size),
+            "lr": self.lr * cfg.lr_decay ** (round_index - 1), "item_lr_scale": self.item_lr_scale,
+            "weight_decay": float(cfg.weight_decay), "upload": self.strategy.upload,
+        }
+
+    # ------------------------------------------------------------------ evaluation
+    def scorer(self):
+        def score(users):
+            return self.sim.scores(np.asarray(users, dtype=np.int64), self.shared)
+        return score
+
+    def evaluate(self, split: str, protocol: str = "full"):
+        evaluate = _evaluator()
+        return evaluate(self.data, self.scorer(), split=split, protocol=protocol, ks=tuple(self.cfg.ks),
+                        mask_history="train", seed=int(self.cfg.seed))
+
+    # ------------------------------------------------------------------ one round
+    def run_round(self) -> dict:
+        r = self.round + 1
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        cids = self.sample_clients(r)
+        self.store.begin_round(r)
+        updates = self.sim.fit(cids, self.shared, self.round_config(r))
+        if self.on_upload is not None:
+            for u in updates:
+                self.on_upload(r, u)
+        self.shared = self.strategy.aggregate(self.shared, updates, self.specs)
+        n = np.array([u.num_examples for u in updates], dtype=np.float64)
+        loss = float(np.dot(n, [u.metrics.get("loss", 0.0) for u in updates]) / n.sum())
+        record = {"round": r, "clients": int(len(cids)), "loss": loss, "train_seconds": time.perf_counter() - t0}
+        self.store.prepare(r)
+        if r % cfg.eval_every == 0 or r == cfg.rounds:
+            t1 = time.perf_counter()
+            valid = _plain(self.evaluate("valid").summary())
+            record["valid"] = valid
+            metric = float(valid[cfg.valid_metric])
+            if self.best is None or metric > self.best["metric"]:
+                test = self.evaluate("test", "full").to_json(prefix="test")
+                sampled = self.evaluate("test", "sampled").to_json(prefix="test_sampled")
+                self.best = {"round": r, "metric": metric, "valid": valid, "test": _plain(test),
+                             "test_sampled": _plain(sampled)}
+                self.bad_evals = 0
+            else:
+                self.bad_evals += 1
+            record["eval_seconds"] = time.perf_counter() - t1
+            self.stopped_early = self.bad_evals >= cfg.patience
+        self.round = r
+        self.history.append(record)
+        if self.run_dir is not None:
+            self.save_checkpoint()
+        self.store.commit()
+        if self.on_round is not None:
+            self.on_round(self, record)
+        return record
+
+    def done(self) -> bool:
+        return self.round >= self.cfg.rounds or self.stopped_early
+
+    def run(self) -> dict:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=self.cfg.rounds, initial=self.round, unit="round", disable=not self.progress,
+                   desc=f"{self.backbone_name} seed {self.cfg.seed}", leave=True, dynamic_ncols=True)
+        try:
+            while not self.done():
+                rec = self.run_round()
+                post = {"loss": f"{rec['loss']:.4f}"}
+                if "valid" in rec:
+                    post[self.cfg.valid_metric] = f"{rec['valid'][self.cfg.valid_metric]:.4f}"
+                if self.best is not None:
+                    post["best"] = self.best["round"]
+                bar.set_postfix(post, refresh=False)
+                bar.update(1)
+        except KeyboardInterrupt:
+            bar.close()
+            if self.run_dir is not None and self.round > 0:
+                print(f"\ninterrupted: round {self.round} is checkpointed in {self.run_dir}; "
+                      f"continue with --resume", file=sys.stderr)
+            raise
+        bar.close()
+        result = self.result()
+        if self.run_dir is not None:
+            _atomic_json(result, self.run_dir / "result.json")
+        return result
+
+    def result(self) -> dict:
+        if self.best is None:
+            raise RuntimeError("no validation evaluation was run")
+        out = {
+            "backbone": self.backbone_name, "dataset": self.data.name, "seed": int(self.cfg.seed),
+            "selected_round": int(self.best["round"]), "rounds_run": int(self.round),
+            "stopped_early": bool(self.stopped_early), "strategy": self.strategy_name,
+            "simulator": self.cfg.simulator, "valid": self.best["valid"],
+        }
+        out.update(self.best["test"])
+        out.update(self.best["test_sampled"])
+        out["history"] = self.history
+        out["config"] = self.cfg.to_dict()
+        out["resolved"] = {"lr": self.lr, "item_lr_scale": self.item_lr_scale, "strategy": self.strategy_name,
+                           "server_lr": self.server_lr if self.strategy.upload == "grads" else None,
+                           "clients_per_round": int(self.per_round)}
+        out["model"] = self.bb.describe()
+        return out
+
+    # ------------------------------------------------------------------ checkpoints
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.run_dir / "checkpoint.pt"
+
+    def save_checkpoint(self) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        state = {
+            "format": CHECKPOINT_FORMAT, "backbone": self.backbone_name, "config": self.cfg.to_dict(),
+            "dataset": dataset_identity(self.data), "round": self.round, "shared": self.shared,
+            "strategy": self.strategy.state_dict(), "private_store": self.store.kind,
+            "private": self.store.snapshot(), "history": self.history, "best": self.best,
+            "bad_evals": self.bad_evals, "stopped_early": self.stopped_early,
+            "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state()},
+        }
+        atomic_torch_save(state, self.checkpoint_path)
+
+    def load_checkpoint(self) -> None:
+        path = self.checkpoint_path
+        try:
+            ck = torch.load(path, map_location="cpu", weights_only=False)
+        except Exception as exc:
+            raise RuntimeError(f"cannot read checkpoint {path}: {exc}") from exc
+        if ck.get("format") != CHECKPOINT_FORMAT:
+            raise RuntimeError(f"{path}: checkpoint format {ck.get('format')} is not {CHECKPOINT_FORMAT}")
+        if ck["backbone"] != self.backbone_name:
+            raise ValueError(f"{path}: the run used backbone {ck['backbone']!r}, not {self.backbone_name!r}")
+        ident = dataset_identity(self.data)
+        if ck["dataset"] != ident:
+            raise ValueError(f"{path}: the run was trained on other data ({ck['dataset']} vs {ident})")
+        old, new = ck["config"], self.cfg.to_dict()
+        diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in RESUMABLE_CHANGES)
+        if diff:
+            raise ValueError(f"{path}: cannot resume with different settings: "
+                             + ", ".join(f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in diff))
+        self.round = int(ck["round"])
+        self.shared = ck["shared"]
+        self.strategy.load_state_dict(ck["strategy"])
+        if ck["private_store"] != self.store.kind:
+            raise ValueError(f"{path}: private state was kept in a {ck['private_store']} store, "
+                             f"not {self.store.kind}")
+        if self.store.kind == "memory":
+            self.store.restore(ck["private"])
+        else:
+            self.store.recover(self.round)
+        self.history = ck["history"]
+        self.best = ck["best"]
+        self.bad_evals = int(ck["bad_evals"])
+        self.stopped_early = bool(ck["stopped_early"]) and self.bad_evals >= self.cfg.patience
+        torch.set_rng_state(ck["rng"]["torch"])
+        np.random.set_state(ck["rng"]["numpy"])
+
+
+def _mean_std(dicts: list[dict]) -> tuple[dict, dict]:
+    keys = sorted(set.intersection(*(set(d) for d in dicts))) if dicts else []
+    mean = {k: float(np.mean([d[k] for d in dicts])) for k in keys}
+    std = {k: float(np.std([d[k] for d in dicts], ddof=1)) if len(dicts) > 1 else 0.0 for k in keys}
+    return mean, std
+
+
+def combine_seeds(results: list[dict]) -> dict:
+    """One seed: its result plus ``per_seed``. Several: means (and ``*_std``) of the figures, per-seed results."""
+    if len(results) == 1:
+        out = dict(results[0])
+        out["per_seed"] = [results[0]]
+        return out
+    out = {"backbone": results[0]["backbone"], "dataset": results[0]["dataset"],
+           "seeds": [r["seed"] for r in results], "selected_round": [r["selected_round"] for r in results],
+           "strategy": results[0]["strategy"], "simulator": results[0]["simulator"]}
+    for key in ("valid", "test", "test_warm", "test_cold", "test_sampled", "test_sampled_warm",
+                "test_sampled_cold"):
+        parts = [r[key] for r in results if isinstance(r.get(key), dict)]
+        if len(parts) == len(results):
+            out[key], out[f"{key}_std"] = _mean_std(parts)
+    out["config"] = results[0]["config"]
+    out["per_seed"] = results
+    return out
+
+
+def run_federated(data, backbone: str, cfg: FedConfig | None = None, out_dir=None, resume: bool = False,
+                  progress: bool = True, *, on_round=None, on_upload=None) -> dict:
+    """Train ``backbone`` federatedly on split ``data`` for ``cfg.seeds`` seeds; return the JSON-ready result.
+
+    ``out_dir``: checkpoint every round into ``out_dir/seed-<s>/`` and write ``result.json`` files.
+    ``resume``: continue the runs found in ``out_dir`` (finished seeds are read back, not re-run).
+    ``on_round(run, record)`` is called after every round, ``on_upload(round, update)`` for every upload.
+    """
+    cfg = cfg or FedConfig()
+    if resume and out_dir is None:
+        raise ValueError("resume needs the run folder (out_dir)")
+    out = Path(out_dir) if out_dir is not None else None
+    if out is not None and not resume and any(out.glob("seed-*/checkpoint.pt")):
+        raise FileExistsError(f"{out} already holds a run; resume it or choose another folder")
+    results = []
+    for i in range(cfg.seeds):
+        scfg = replace(cfg, seed=cfg.seed + i, seeds=1)
+        sdir = out / f"seed-{scfg.seed}" if out is not None else None
+        if sdir is not None and resume and (sdir / "result.json").exists():
+            results.append(json.loads((sdir / "result.json").read_text()))
+            continue
+        run = FederatedRun(data, backbone, scfg, sdir, progress=progress, on_round=on_round, on_upload=on_upload)
+        if sdir is not None and resume and run.checkpoint_path.exists():
+            run.load_checkpoint()
+        results.append(run.run())
+    summary = combine_seeds(results)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        _atomic_json(summary, out / "result.json")
+    return summary
+
+
+# ---------------------------------------------------------------------- speed benchmark
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def bench_round(data, backbone: str, cfg: FedConfig | None = None, *, sequential: bool = True) -> dict:
+    """Time one full round (every client, ``cfg.local_epochs`` local epochs, aggregation included, evaluation
+    excluded) with the batched simulator and, unless ``sequential=False``, with the sequential reference, starting
+    from the same initial state; report both, their ratio, the process's peak RSS and the largest difference
+    between the two resulting shared states."""
+    import gc
+
+    cfg = replace(cfg or FedConfig(), clients_per_round=None, private_store="memory", seeds=1)
+    out = {"backbone": backbone, "dataset": data.name, "clients": None, "items": int(data.n_items),
+           "train_interactions": int(len(data.train())), "local_epochs": cfg.local_epochs,
+           "negatives": cfg.negatives, "threads": torch.get_num_threads()}
+    rss0 = _peak_rss_mb()
+    runb = FederatedRun(data, backbone, replace(cfg, simulator="batched"), progress=False)
+    out["clients"] = int(len(runb.eligible))
+    conf = runb.round_config(1)
+    # warm-up on a few clients (allocator, lazy initialisation) with a throwaway store
+    warm = BatchedSimulator(runb.bb, runb.indptr, runb.indices, MemoryStore(), seed=cfg.seed,
+                            chunk_floats=cfg.chunk_floats)
+    warm.fit(runb.eligible[:8], runb.shared, conf)
+    gc.collect()
+    t = time.perf_counter()
+    ups = runb.sim.fit(runb.eligible, runb.shared, conf)
+    new_b = runb.strategy.aggregate(runb.shared, ups, runb.specs)
+    out["batched_s"] = time.perf_counter() - t
+    out["peak_rss_mb_batched"] = _peak_rss_mb()
+    out["peak_rss_mb_before"] = rss0
+    del ups
+    gc.collect()
+    if sequential:
+        runs = FederatedRun(data, backbone, replace(cfg, simulator="sequential"), progress=False)
+        t = time.perf_counter()
+        ups = runs.sim.fit(runs.eligible, runs.shared, conf)
+        new_s = runs.strategy.aggregate(runs.shared, ups, runs.specs)
+        out["sequential_s"] = time.perf_counter() - t
+        out["speedup"] = out["sequential_s"] / out["batched_s"]
+        out["max_abs_diff"] = max(float((new_b[k] - new_s[k]).abs().max()) for k in new_b)
+        out["peak_rss_mb"] = _peak_rss_mb()
+    return out
+
+
+def format_bench(res: dict) -> str:
+    lines = [f"{res['backbone']} on {res['dataset']}: {res['clients']} clients, {res['items']} items, "
+             f"{res['train_interactions']} training interactions, {res['local_epochs']} local epochs, "
+             f"{res['threads']} torch threads",
+             f"  batched    {res['batched_s']:.3f} s per round (peak RSS {res['peak_rss_mb_batched']:.0f} MB)"]
+    if "sequential_s" in res:
+        lines.append(f"  sequential {res['sequential_s']:.3f} s per round")
+        lines.append(f"  speed-up   {res['speedup']:.1f}x   (max |batched - sequential| after aggregation "
+                     f"{res['max_abs_diff']:.2e})")
+    return "\n".join(lines)

@@ -1,0 +1,143 @@
+"""The local training data of a round: which examples each client sees at which local step.
+
+For client ``u`` with training positives ``P_u`` (``n_u`` items), in round ``r`` and local epoch ``e``:
+
+1. the positives are shuffled (a permutation keyed by (seed, r, u, e)) when they fill more than one mini-batch;
+2. every positive gets ``k`` negatives drawn uniformly from the whole catalogue minus ``P_u`` (so items seen only
+   in valid/test, or by nobody, are eligible: B11 of fedvlr-method.md), re-drawn every epoch; negatives are
+   drawn independently (with replacement), so one item can be a negative twice in an epoch;
+3. the shuffled positives are cut into mini-batches of ``batch_size`` positives; each mini-batch carries its
+   positives' negatives, so it holds up to ``batch_size * (1 + k)`` examples.
+
+A client takes ``epochs * ceil(n_u / batch_size)`` local steps. Within a step, the positive at batch position
+``q`` sits at slot ``q * (1 + k)`` and its negatives at the following ``k`` slots.
+
+All draws are counter-based (:mod:`.rng`), so one client's schedule is the same whether it is built alone (the
+sequential reference, a Flower client) or together with thousands of others (the batched simulator).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import rng
+
+
+@dataclass
+class Schedule:
+    clients: np.ndarray      # [C] global user ids
+    n_pos: np.ndarray        # [C] training positives per client (the client's num_examples)
+    n_steps: np.ndarray      # [C] local steps per client
+    ex_client: np.ndarray    # [X] index into ``clients``
+    ex_step: np.ndarray      # [X]
+    ex_slot: np.ndarray      # [X]
+    ex_item: np.ndarray      # [X] global item id
+    ex_label: np.ndarray     # [X] 1.0 positive, 0.0 negative
+    touched_ptr: np.ndarray  # [C + 1] offsets into ``touched``
+    touched: np.ndarray      # sorted global item ids each client touches this round
+    ex_local: np.ndarray     # [X] row of ``ex_item`` within its client's touched rows
+    slots: int               # slots per step (max over clients)
+
+    @property
+    def steps_max(self) -> int:
+        return int(self.n_steps.max()) if len(self.n_steps) else 0
+
+    @property
+    def rows(self) -> np.ndarray:
+        return np.diff(self.touched_ptr)
+
+    def touched_of(self, c: int) -> np.ndarray:
+        return self.touched[self.touched_ptr[c]:self.touched_ptr[c + 1]]
+
+    def steps_of(self, c: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(global items, labels) of every local step of client index ``c``, in slot order."""
+        sel = np.flatnonzero(self.ex_client == c)
+        order = sel[np.lexsort((self.ex_slot[sel], self.ex_step[sel]))]
+        steps = self.ex_step[order]
+        cuts = np.flatnonzero(np.diff(steps)) + 1
+        return [(self.ex_item[idx], self.ex_label[idx]) for idx in np.split(order, cuts)]
+
+
+def build_schedule(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray, n_items: int, *, seed: int,
+                   round: int, epochs: int, negatives: int, batch_size: int,
+                   ids: np.ndarray | None = None) -> Schedule:
+    """Build the round's schedule for the users in CSR ``rows`` (training CSR ``indptr``, ``indices``; each row
+    sorted and duplicate-free).
+
+    ``ids`` are the client ids the draws are keyed by (default: ``rows``); a client holding only its own data
+    passes a one-row CSR with ``rows=[0]`` and ``ids=[cid]``.
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    clients = rows if ids is None else np.asarray(ids, dtype=np.int64)
+    c_n = len(rows)
+    n = (indptr[rows + 1] - indptr[rows]).astype(np.int64)
+    if c_n and n.min() <= 0:
+        bad = clients[np.argmin(n)]
+        raise ValueError(f"client {bad} has no training interactions and cannot train")
+    k = int(negatives)
+    if k > 0 and c_n and (n >= n_items).any():
+        bad = clients[np.argmax(n)]
+        raise ValueError(f"client {bad} has interacted with every item: no negative can be drawn")
+    bsz = int(batch_size)
+    per_batch = np.minimum(n, bsz)
+    nb = (n + bsz - 1) // bsz
+    n_steps = epochs * nb
+
+    total = int(n.sum())
+    offs = np.concatenate([[0], np.cumsum(n)[:-1]]).astype(np.int64)
+    cl = np.repeat(np.arange(c_n, dtype=np.int64), n)
+    j = np.arange(total, dtype=np.int64) - offs[cl]
+    pos_item = indices[indptr[rows][cl] + j].astype(np.int64)
+    cid = clients[cl]
+    # Negatives without rejection: the r-th item of the complement of the sorted positives P is
+    # r + #{i : P[i] - i <= r}. ``adj`` holds P[i] - i, made globally sorted by a per-client offset.
+    adj = cl * n_items + (pos_item - j)
+    if total > 1 and (np.diff(adj) < 0).any():
+        raise ValueError("the training CSR rows must be sorted and free of duplicates")
+
+    parts = {name: [] for name in ("client", "step", "slot", "item", "label")}
+    multi = np.flatnonzero(nb[cl] > 1)                # positives of clients with several mini-batches
+    for e in range(int(epochs)):
+        # Shuffle the positives of clients whose epoch spans several mini-batches (for one mini-batch the order
+        # only changes the summation order of its mean). Sorting (client, key) keeps clients contiguous.
+        order = np.arange(total, dtype=np.int64)
+        if len(multi):
+            key = rng.hash64(seed, round, rng.TAG_PERM, e, cid[multi], j[multi]) >> np.uint64(24)
+            order[multi] = multi[np.argsort(cl[multi].astype(np.uint64) << np.uint64(40) | key, kind="stable")]
+        q = j                                          # cl[order] == cl, so the q-th slot of client c
+        step = e * nb[cl] + q // bsz
+        slot = (q % bsz) * (1 + k)
+        parts["client"].append(cl); parts["step"].append(step); parts["slot"].append(slot)
+        parts["item"].append(pos_item[order]); parts["label"].append(np.ones(total, np.float32))
+        if k:
+            ncl = np.repeat(cl, k)
+            idx = np.arange(total * k, dtype=np.int64)          # = q * k + t for the t-th negative of slot q
+            free = n_items - n[ncl]
+            r = np.minimum((rng.uniform(seed, round, rng.TAG_NEG, e, clients[ncl], idx - offs[ncl] * k)
+                            * free).astype(np.int64), free - 1)
+            before = np.searchsorted(adj, ncl * n_items + r, side="right") - offs[ncl]
+            parts["client"].append(ncl); parts["step"].append(np.repeat(step, k))
+            parts["slot"].append(np.repeat(slot, k) + 1 + idx % k); parts["item"].append(r + before)
+            parts["label"].append(np.zeros(total * k, np.float32))
+    ex = {name: (np.concatenate(v) if v else np.zeros(0, np.int64)) for name, v in parts.items()}
+
+    keys = ex["client"] * n_items + ex["item"]
+    if c_n * n_items <= (1 << 24):
+        # small key space: a bitmap gives the sorted unique keys and each key's rank without sorting
+        flag = np.zeros(c_n * n_items, dtype=bool)
+        flag[keys] = True
+        ukey = np.flatnonzero(flag)
+        rank = np.cumsum(flag, dtype=np.int64) - 1
+        inv = rank[keys]
+    else:
+        ukey, inv = np.unique(keys, return_inverse=True)
+    counts = np.bincount(ukey // n_items, minlength=c_n)
+    ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    return Schedule(
+        clients=clients, n_pos=n, n_steps=n_steps.astype(np.int64),
+        ex_client=ex["client"], ex_step=ex["step"], ex_slot=ex["slot"], ex_item=ex["item"],
+        ex_label=ex["label"].astype(np.float32), touched_ptr=ptr, touched=(ukey % n_items).astype(np.int64),
+        ex_local=(inv.reshape(-1) - ptr[ex["client"]]).astype(np.int64),
+        slots=int(per_batch.max() * (1 + k)) if c_n else 0,
+    )

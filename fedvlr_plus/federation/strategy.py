@@ -1,0 +1,116 @@
+"""What every aggregation strategy shares: checks on uploads, normalised weights, row-wise helpers, a registry.
+
+A strategy turns the current shared state and the round's :class:`ClientUpdate` list into the next shared state.
+``upload`` says what it asks clients for: ``"params"`` (new local values) or ``"grads"`` (gradients accumulated over
+all local steps). Item tables arrive row-wise (values + row ids). Every strategy sees the parameter specs so it
+knows which arrays are item tables.
+"""
+from __future__ import annotations
+
+import torch
+
+from .messages import ClientUpdate
+
+
+class Strategy:
+    name = ""
+    upload = "params"
+
+    def aggregate(self, shared: dict[str, torch.Tensor], updates: list[ClientUpdate],
+                  specs: dict) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
+def check_updates(shared: dict[str, torch.Tensor], updates: list[ClientUpdate], kind: str) -> None:
+    """Every upload must be of the expected kind and carry exactly the shared arrays, with matching shapes."""
+    if not updates:
+        raise ValueError("no client updates to aggregate")
+    for u in updates:
+        if u.kind != kind:
+            raise ValueError(f"client {u.cid} uploaded {u.kind!r} but this strategy aggregates {kind!r}")
+        extra = set(u.arrays) - set(shared)
+        if extra:
+            raise ValueError(f"client {u.cid} uploaded arrays that are not shared parameters: {sorted(extra)}")
+        missing = set(shared) - set(u.arrays)
+        if missing:
+            raise ValueError(f"client {u.cid} did not upload {sorted(missing)}")
+        for name, a in u.arrays.items():
+            want = shared[name].shape if name not in u.rows else shared[name].shape[1:]
+            got = a.shape if name not in u.rows else a.shape[1:]
+            if tuple(got) != tuple(want):
+                raise ValueError(f"client {u.cid}: {name!r} has shape {tuple(a.shape)}, expected {tuple(want)}")
+        if u.num_examples <= 0:
+            raise ValueError(f"client {u.cid} reports {u.num_examples} examples; weights need a positive count")
+
+
+def example_weights(updates: list[ClientUpdate]) -> torch.Tensor:
+    """``n_u / sum_v n_v`` (float64): the weights sum to 1 (B5 of fedvlr-method.md)."""
+    n = torch.tensor([float(u.num_examples) for u in updates], dtype=torch.float64)
+    return n / n.sum()
+
+
+def rows_of(u: ClientUpdate, name: str, n_rows: int) -> torch.Tensor:
+    """Row ids of an upload; an item table sent whole counts as touching every row."""
+    r = u.rows.get(name)
+    return r.long() if r is not None else torch.arange(n_rows)
+
+
+def gather_rows(updates: list[ClientUpdate], name: str, n_rows: int, weights: torch.Tensor | None = None):
+    """Concatenate the row ids, values and (optionally) per-row weights of every upload of ``name``."""
+    rows = [rows_of(u, name, n_rows) for u in updates]
+    vals = torch.cat([u.arrays[name] for u in updates])
+    vals = vals.reshape(vals.shape[0], -1)
+    ws = None
+    if weights is not None:
+        ws = torch.repeat_interleave(weights, torch.tensor([r.shape[0] for r in rows]))
+    return torch.cat(rows), vals, ws
+
+
+def weighted_row_sums(updates: list[ClientUpdate], name: str, shape, weights: torch.Tensor, dtype):
+    """``Σ_u w_u x_u[r]`` per row and ``Σ_{u ∋ r} w_u`` per row, one index_add per upload (no concatenation of
+    all uploads, so memory stays at the size of one table)."""
+    n_rows = shape[0]
+    num = torch.zeros(n_rows, int(torch.tensor(shape[1:]).prod()) if len(shape) > 1 else 1, dtype=dtype)
+    den = torch.zeros(n_rows, dtype=torch.float64)
+    for u, w in zip(updates, weights.tolist()):
+        r = rows_of(u, name, n_rows)
+        num.index_add_(0, r, u.arrays[name].reshape(r.shape[0], -1).to(dtype) * w)
+        den.index_add_(0, r, torch.full((r.shape[0],), w, dtype=torch.float64))
+    return num, den
+
+
+def weighted_dense(updates: list[ClientUpdate], name: str, weights: torch.Tensor) -> torch.Tensor:
+    stacked = torch.stack([u.arrays[name].to(torch.float64) for u in updates])
+    return torch.tensordot(weights, stacked, dims=1)
+
+
+STRATEGIES = ("fedavg", "sparse-avg", "fedgrad", "median", "trimmed-mean")
+
+
+def make_strategy(name: str, *, server_lr: float | None = None, server_optimizer: str = "sgd",
+                  trim_fraction: float = 0.1, chunk_floats: int = 1 << 24) -> Strategy:
+    from .fedavg import FedAvg
+    from .grad_agg import GradientAggregation
+    from .median import CoordinateMedian
+    from .sparse_avg import SparseRowAvg
+    from .trimmed_mean import TrimmedMean
+
+    if name == "fedavg":
+        return FedAvg()
+    if name == "sparse-avg":
+        return SparseRowAvg()
+    if name == "fedgrad":
+        if server_lr is None:
+            raise ValueError("fedgrad needs a server learning rate")
+        return GradientAggregation(server_lr, optimizer=server_optimizer)
+    if name == "median":
+        return CoordinateMedian(chunk_floats=chunk_floats)
+    if name == "trimmed-mean":
+        return TrimmedMean(trim_fraction, chunk_floats=chunk_floats)
+    raise ValueError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
