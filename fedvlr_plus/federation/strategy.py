@@ -94,7 +94,7 @@ STRATEGIES = ("fedavg", "sparse-avg", "fedgrad", "median", "trimmed-mean")
 
 
 def make_strategy(name: str, *, server_lr: float | None = None, server_optimizer: str = "sgd",
-                  trim_fraction: float = 0.1, chunk_floats: int = 1 << 24) -> Strategy:
+                  trim_fraction: float = 0.1, chunk_floats: int = 1 << 24, item_lr_scale: float = 1.0) -> Strategy:
     from .fedavg import FedAvg
     from .grad_agg import GradientAggregation
     from .median import CoordinateMedian
@@ -108,7 +108,7 @@ def make_strategy(name: str, *, server_lr: float | None = None, server_optimizer
     if name == "fedgrad":
         if server_lr is None:
             raise ValueError("fedgrad needs a server learning rate")
-        return GradientAggregation(server_lr, optimizer=server_optimizer)
+        return GradientAggregation(server_lr, optimizer=server_optimizer, item_lr_scale=item_lr_scale)
     if name == "median":
         return CoordinateMedian(chunk_floats=chunk_floats)
     if name == "trimmed-mean":
