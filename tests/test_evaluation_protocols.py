@@ -106,6 +106,18 @@ def test_batching_and_scorer_types_do_not_change_results():
     assert not torch.isnan(T).any()
 
 
+def test_torch_sort_path_equals_numpy_sort_path(monkeypatch):
+    from fedvlr_plus.evaluation import metrics
+
+    data = random_data(n_test=4)
+    S = np.random.default_rng(1).integers(0, 4, (data.n_users, data.n_items)).astype(np.float32)
+    S[:, :20] = -np.inf
+    base = evaluate(data, matrix_scorer(S), ks=(1, 10, 400), mask_history="all")
+    monkeypatch.setattr(metrics, "NUMPY_SORT_ON_CPU", False)
+    other = evaluate(data, matrix_scorer(S), ks=(1, 10, 400), mask_history="all")
+    pd.testing.assert_frame_equal(base.per_user, other.per_user)
+
+
 def test_bad_scorer_output_and_arguments_raise():
     data = random_data()
     bad = np.zeros((data.n_users, data.n_items))

@@ -35,6 +35,7 @@ import numpy as np
 
 TIE_POLICY = "expected over random tie orders"
 METRICS = ("hr", "ndcg", "recall", "mrr")
+NUMPY_SORT_ON_CPU = True  # False: sort with torch everywhere (the accelerator path); results are identical
 
 
 def check_ks_metrics(ks: Iterable[int], metrics: Iterable[str]) -> tuple[tuple[int, ...], tuple[str, ...]]:
@@ -203,3 +204,41 @@ def rank_counts(target_scores, candidate_scores):
     greater = (c > t[:, None]).sum(dim=1)
     ties = (c == t[:, None]).sum(dim=1)
     return greater.cpu().numpy().astype(np.int64), ties.cpu().numpy().astype(np.int64)
+
+
+def masked_rank_counts(scores, masked, pair_rows, pair_items):
+    """``greater``/``ties`` for targets ranked against whole score rows with some items masked out.
+
+    ``scores``: ``[B, n]`` float tensor without NaN; ``masked``: ``[B, n]`` bool (True = not a candidate);
+    ``pair_rows`` / ``pair_items``: ``[P]`` row and item of each target. Returns ``(greater, ties, n_candidates)``
+    as numpy int64 arrays (``ties = 0`` for a masked target). Cost O(B n log n + P log n): every row is sorted once
+    and each target is located by binary search, instead of comparing every target with every item.
+    """
+    import torch
+
+    dev = scores.device
+    n = scores.shape[1]
+    n_masked = masked.sum(dim=1)
+    # Masked items go to -inf so they are never above a target; when the target itself scores -inf the masked
+    # items would join its tie group, so they are subtracted again below.
+    S = scores.masked_fill(masked, float("-inf"))
+    if S.device.type == "cpu" and NUMPY_SORT_ON_CPU:
+        srt = torch.from_numpy(np.sort(S.numpy(), axis=1))  # numpy's row sort is several times faster on CPU
+    else:
+        srt = torch.sort(S, dim=1).values.contiguous()
+    rows = torch.as_tensor(pair_rows, device=dev)
+    items = torch.as_tensor(pair_items, device=dev)
+    t = scores[rows, items]
+    # one padded query row per user (targets of a user side by side) so searchsorted runs batched per row
+    counts = torch.bincount(rows, minlength=scores.shape[0])
+    col = torch.arange(len(rows), device=dev) - (torch.cumsum(counts, 0) - counts)[rows]  # rows are sorted
+    width = int(counts.max()) if len(rows) else 0
+    Q = torch.zeros((scores.shape[0], max(width, 1)), dtype=S.dtype, device=dev)
+    Q[rows, col] = t
+    lo = torch.searchsorted(srt, Q, right=False)[rows, col]  # candidates strictly below t (masked included)
+    hi = torch.searchsorted(srt, Q, right=True)[rows, col]  # ... at or below t
+    greater = n - hi
+    ties = hi - lo - torch.where(torch.isneginf(t), n_masked[rows], torch.zeros_like(lo))
+    ties = torch.where(masked[rows, items], torch.zeros_like(ties), ties)
+    return (greater.cpu().numpy().astype(np.int64), ties.cpu().numpy().astype(np.int64),
+            (n - n_masked).cpu().numpy().astype(np.int64))

@@ -25,7 +25,8 @@ import pandas as pd
 import torch
 
 from ..datasets import InteractionData
-from .metrics import TIE_POLICY, check_ks_metrics, expected_metrics, metric_columns, rank_counts
+from .metrics import (TIE_POLICY, check_ks_metrics, expected_metrics, masked_rank_counts, metric_columns,
+                      rank_counts)
 from .results import EvalResult
 
 Scorer = Callable[[np.ndarray], Union[np.ndarray, torch.Tensor]]
@@ -34,7 +35,6 @@ Scorer = Callable[[np.ndarray], Union[np.ndarray, torch.Tensor]]
 
 PROTOCOLS = ("full", "sampled")
 MASK_HISTORY = ("train", "all", "none")
-_MAX_ELEMENTS = 1 << 24  # comparisons per chunk: bounds the temporary [pairs, items] tensors (~16 M booleans)
 
 
 def evaluate(
@@ -122,28 +122,20 @@ def _full_rank_stats(data, scorer, users, pair_row, pair_item, mask_splits, batc
     ties = np.zeros(P, np.int64)
     n_cand = np.zeros(len(users), np.int64)
     pair_start = np.searchsorted(pair_row, np.arange(len(users) + 1))  # pairs are sorted by user row
-    chunk = max(1, _MAX_ELEMENTS // max(n_items, 1))
     for b0 in range(0, len(users), batch_size):
         b1 = min(b0 + batch_size, len(users))
         bu = users[b0:b1]
         S = _scores(scorer, bu, n_items)
-        dev = S.device
+        masked = torch.zeros(S.shape, dtype=torch.bool, device=S.device)
         if mask is not None:
+            # only this user's own history is masked (never a column for everybody: defect B6)
             sub = mask[bu]
             rows = np.repeat(np.arange(len(bu)), np.diff(sub.indptr))
-            # NaN fails every comparison, so masked items drop out of both counts; a masked target gets ties=0.
-            S[torch.as_tensor(rows, device=dev), torch.as_tensor(sub.indices.astype(np.int64), device=dev)] = np.nan
-        n_cand[b0:b1] = (~torch.isnan(S)).sum(dim=1).cpu().numpy()
+            masked[torch.as_tensor(rows, device=S.device),
+                   torch.as_tensor(sub.indices.astype(np.int64), device=S.device)] = True
         p0, p1 = int(pair_start[b0]), int(pair_start[b1])
-        local = torch.as_tensor(pair_row[p0:p1] - b0, device=dev)
-        t = S[local, torch.as_tensor(pair_item[p0:p1], device=dev)]
-        if p1 - p0 == len(bu) and len(bu) <= chunk:
-            # one target per user (leave-one-out): compare each row with its own target, no gather
-            greater[p0:p1], ties[p0:p1] = rank_counts(t, S)
-            continue
-        for c0 in range(0, p1 - p0, chunk):
-            c1 = min(c0 + chunk, p1 - p0)
-            greater[p0 + c0:p0 + c1], ties[p0 + c0:p0 + c1] = rank_counts(t[c0:c1], S[local[c0:c1]])
+        greater[p0:p1], ties[p0:p1], n_cand[b0:b1] = masked_rank_counts(S, masked, pair_row[p0:p1] - b0,
+                                                                         pair_item[p0:p1])
     return greater, ties, n_cand
 
 
