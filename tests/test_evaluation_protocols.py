@@ -198,6 +198,8 @@ def test_bootstrap_ci_contains_mean_and_handles_degenerate_groups():
     const = EvalResult(pd.DataFrame({"user": [0, 1], "n_targets": [1, 1], "hr@1": [1.0, 1.0]}),
                        pd.DataFrame(), pd.DataFrame())
     assert const.ci()["hr@1"] == [1.0, 1.0]
+    assert np.isnan(const.ci("warm")["hr@1"]).all() and np.isnan(const.summary("cold")["hr@1"])
+    assert const.to_json(ci=True)["test_warm_ci"]["hr@1"] == [None, None]
 
 
 def test_paired_test():

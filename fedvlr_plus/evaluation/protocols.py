@@ -30,7 +30,7 @@ from .metrics import (TIE_POLICY, check_ks_metrics, expected_metrics, masked_ran
 from .results import EvalResult
 
 Scorer = Callable[[np.ndarray], Union[np.ndarray, torch.Tensor]]
-"""int64 user ids ``[B]`` -> scores ``[B, n_items]``, higher is better. May also offer
+"""int64 user ids ``[B]`` -> scores ``[B, n_items]``, higher is better (+-inf allowed, NaN is an error). May also offer
 ``score_items(users [B], items [B, C]) -> [B, C]``, which the sampled protocol uses when present."""
 
 PROTOCOLS = ("full", "sampled")
@@ -208,14 +208,20 @@ def _per_user_sampled(users, pair_row, per_pair: dict, sel) -> pd.DataFrame:
 
 # ---------------------------------------------------------------------- scorer output
 def _as_tensor(out, shape, what) -> torch.Tensor:
-    S = out.detach() if isinstance(out, torch.Tensor) else torch.from_numpy(np.asarray(out))
+    """The scorer's output as a detached floating tensor of ``shape``; never modified in place afterwards."""
+    if isinstance(out, torch.Tensor):
+        S = out.detach()
+    else:
+        arr = np.asarray(out)
+        # torch.from_numpy shares memory and warns on read-only arrays (e.g. np.broadcast_to views): copy those
+        S = torch.from_numpy(arr if arr.flags.writeable else arr.copy())
     if tuple(S.shape) != tuple(shape):
         raise ValueError(f"{what} returned shape {tuple(S.shape)}, expected {tuple(shape)}")
     if not S.is_floating_point():
         S = S.to(torch.float64)  # exact for integers below 2**53 (popularity counts, ranks)
     elif S.dtype in (torch.float16, torch.bfloat16):
         S = S.to(torch.float32)  # comparisons are exact after widening; CPU half kernels are incomplete
-    return S.clone()  # never write NaN masks into the caller's tensor
+    return S
 
 
 def _check_finite(S: torch.Tensor, users) -> None:

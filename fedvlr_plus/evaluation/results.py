@@ -21,7 +21,10 @@ class EvalResult:
     metric (``hr@10``, ``ndcg@10``, ...), values in [0, 1]. ``per_user_warm`` / ``per_user_cold`` hold the
     same metrics computed on the user's warm targets only (item seen in training) and cold targets only
     (item never in training); users without such targets are absent. The candidate set is the same in all
-    three: only the set of relevant items changes.
+    three: only the set of relevant items changes. Under the sampled protocol ``n_targets`` is the number of
+    (user, target) pairs and each value is the mean over the user's pairs.
+
+    ``meta`` records the protocol, split, masking, seed, K list and ``n_candidates`` (per row of ``per_user``).
 
     Tie policy: every value is the exact expectation over uniformly random orderings of tied scores
     ("expected over random tie orders"); see :mod:`fedvlr_plus.evaluation.metrics`.
@@ -54,13 +57,14 @@ class EvalResult:
     def summary(self, which: str = "all") -> dict[str, float]:
         """Metric -> mean over users (each user weighs the same). NaN when no user is in the group."""
         f = self.frame(which)
-        return {m: (float(f[m].mean()) if len(f) else math.nan) for m in self.metric_names}
+        return {m: (float(f[m].mean()) if len(f) and m in f.columns else math.nan) for m in self.metric_names}
 
     def ci(self, which: str = "all", level: float = 0.95, n_resamples: int = 2000, seed: int = 0,
            method: str = "BCa") -> dict[str, list[float]]:
         """Metric -> ``[low, high]`` bootstrap interval of the mean over users (:func:`scipy.stats.bootstrap`)."""
         f = self.frame(which)
-        return {m: bootstrap_ci(f[m].to_numpy(), level=level, n_resamples=n_resamples, seed=seed, method=method)
+        return {m: bootstrap_ci(f[m].to_numpy() if m in f.columns else [], level=level, n_resamples=n_resamples,
+                                seed=seed, method=method)
                 for m in self.metric_names}
 
     def to_json(self, prefix: str = "test", ci: bool = True) -> dict:
