@@ -29,7 +29,7 @@ from .core import (CONTENT_COLUMNS, INTER_COLUMNS, SPLIT_CODES, SPLIT_NAMES, TES
 from .amazon import AMAZON_FORMATS, detect_amazon_version, find_meta, load_amazon
 from .feature_folder import interactions_file, load_feature_folder
 from .movielens import MOVIELENS_FORMATS, load_ml1m, load_ml100k_raw, load_movielens, load_movielens_csv
-from .recbole_atomic import atomic_name, load_ml100k, ml100k_folder, read_atomic, write_atomic
+from .recbole_atomic import load_ml100k, ml100k_folder, read_atomic, write_atomic
 
 __all__ = [
     "CONTENT_COLUMNS", "INTER_COLUMNS", "SPLIT_CODES", "SPLIT_NAMES", "TEST", "TRAIN", "UNSPLIT", "VALID",
@@ -85,7 +85,7 @@ def _resolve(source) -> tuple[str, Path, dict]:
     if any(path.glob("*.inter")):
         typed = [p for p in path.glob("*.inter") if _has_types(p)]
         if typed:
-            return "recbole-atomic", path, {"name": atomic_name(path)}
+            return "recbole-atomic", path, {}  # read_atomic picks the name (or refuses an ambiguous folder)
     for fname, (fmt, _) in MOVIELENS_FORMATS.items():
         if (path / fname).is_file():
             return fmt, path, {}

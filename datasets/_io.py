@@ -37,12 +37,12 @@ _EXTRA = "\x00extra"  # spare column that catches rows with too many fields
 
 
 # ---------------------------------------------------------------------------------------------- opening
-def open_text(path: str | os.PathLike, encoding: str = "utf-8") -> io.TextIOBase:
-    """Open a text file for reading, gunzipping ``*.gz`` transparently (``newline=''`` for the csv module)."""
+def open_text(path: str | os.PathLike, encoding: str = "utf-8", newline: str = "") -> io.TextIOBase:
+    """Open a text file for reading, gunzipping ``*.gz`` transparently (``newline=''`` suits the csv module)."""
     path = Path(path)
     if path.name.endswith(".gz"):
-        return gzip.open(path, "rt", encoding=encoding, newline="")
-    return open(path, "r", encoding=encoding, newline="")
+        return gzip.open(path, "rt", encoding=encoding, newline=newline)
+    return open(path, "r", encoding=encoding, newline=newline)
 
 
 def first_line(path: str | os.PathLike, encoding: str = "utf-8") -> str | None:
@@ -262,13 +262,14 @@ def iter_json_lines(path: str | os.PathLike, *, python_literals: bool = False,
     path = Path(path)
     lineno = 0
     try:
-        with open_text(path) as f:
+        # Records end at '\n' only: a stray '\r' inside scraped text must not split a record.
+        with open_text(path, newline="\n") as f:
             for lineno, line in enumerate(f, 1):
                 s = line.strip()
                 if not s or (want is not None and not want(s)):
                     continue
                 try:
-                    obj = json.loads(s)
+                    obj = json.loads(s, strict=False)  # strict=False: raw control characters inside strings
                 except json.JSONDecodeError as e:
                     if not python_literals:
                         raise DataError(f"{path}: line {lineno}: broken JSON ({e.msg}, column {e.colno})") from None
@@ -320,16 +321,23 @@ def squash(value) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- building
+def show(value) -> str:
+    """An id as a user would write it: numbers plain, strings quoted (numpy scalars unwrapped)."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    return repr(value)
+
+
 def _codes(raw: np.ndarray, order: np.ndarray, *, what: str, catalogue: str,
            where: Callable[[int], str]) -> np.ndarray:
     index = pd.Index(order)
     if not index.is_unique:
         dup = index[index.duplicated()][0]
-        raise DataError(f"{catalogue}: {what} id {dup!r} appears more than once")
+        raise DataError(f"{catalogue}: {what} id {show(dup)} appears more than once")
     codes = index.get_indexer(raw)
     if (codes < 0).any():
         r = int(np.flatnonzero(codes < 0)[0])
-        raise DataError(f"{where(r)}: {what} {raw[r]!r} is not in {catalogue}")
+        raise DataError(f"{where(r)}: {what} {show(raw[r])} is not in {catalogue}")
     return codes.astype(np.int64)
 
 

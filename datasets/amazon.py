@@ -33,6 +33,7 @@ default, keeping the earliest (ties: the first in the file); timestamps are kept
 """
 from __future__ import annotations
 
+import ast
 import csv
 import json
 import re
@@ -72,7 +73,10 @@ def detect_amazon_version(path: str | Path) -> str:
         try:
             obj = json.loads(s)
         except json.JSONDecodeError as e:
-            raise DataError(f"{path}: line 1: broken JSON ({e.msg}, column {e.colno})") from None
+            try:  # some 2014 files are Python literals throughout, reviews included
+                obj = ast.literal_eval(s)
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                raise DataError(f"{path}: line 1: broken JSON ({e.msg}, column {e.colno})") from None
         if not isinstance(obj, dict):
             raise DataError(f"{path}: line 1: expected a JSON object")
         if "user_id" in obj and ("parent_asin" in obj or "asin" in obj):
@@ -136,7 +140,7 @@ def _read_reviews(path: Path, version: str):
         return (f[ukey].to_numpy(dtype=object), f[ikey].to_numpy(dtype=object), f[rkey].to_numpy(),
                 f[tkey].to_numpy(), t.where)
     users, items, ratings, times, lines = [], [], [], [], []
-    for lineno, obj in iter_json_lines(path):
+    for lineno, obj in iter_json_lines(path, python_literals=version == "amazon-2014"):
         for key in (ukey, ikey, rkey, tkey):
             if key not in obj:
                 raise DataError(f"{path}: line {lineno}: missing field {key!r} "

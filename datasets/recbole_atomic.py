@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from .core import TEST, TRAIN, UNSPLIT, VALID, DataError, InteractionData, _inter_frame
-from ._io import atomic_folder, empty_content, first_line, read_table, require_splits, squash
+from ._io import atomic_folder, empty_content, first_line, read_table, require_splits, show, squash
 
 FIELD_TYPES = ("token", "token_seq", "float", "float_seq")
 SPLIT_SUFFIXES = ("train", "valid", "test")
@@ -137,7 +137,7 @@ def _catalogue_order(catalogue: np.ndarray | None, seen: np.ndarray) -> np.ndarr
 
 
 def _feature_frame(frame: pd.DataFrame, types: dict[str, str], id_field: str, order: np.ndarray,
-                   path: Path, table, *, content: bool) -> pd.DataFrame:
+                   table, *, content: bool) -> pd.DataFrame:
     """Rows of an .item/.user file aligned to ``order`` (ids not in the file get empty values)."""
     ids = frame[id_field].to_numpy()
     index = pd.Index(ids)
@@ -242,7 +242,7 @@ def read_atomic(folder: str | Path, name: str | None = None, *, splits: bool = T
     for kind, id_field in (("item", item_field), ("user", user_field)):
         p = folder / f"{name}.{kind}"
         if p.exists():
-            feats[kind] = (*_read_file(p, (id_field,)), p)
+            feats[kind] = _read_file(p, (id_field,))
 
     user_order = _catalogue_order(feats["user"][0][user_field].to_numpy(dtype=object) if "user" in feats else None,
                                   raw["u"].to_numpy(dtype=object))
@@ -250,13 +250,13 @@ def read_atomic(folder: str | Path, name: str | None = None, *, splits: bool = T
                                   raw["i"].to_numpy(dtype=object))
     # Ids are unique within each catalogue file (checked in _feature_frame), so get_indexer is safe below.
     if "item" in feats:
-        frame, types, table, p = feats["item"]
-        items = _feature_frame(frame, types, item_field, item_order, p, table, content=True)
+        frame, types, table = feats["item"]
+        items = _feature_frame(frame, types, item_field, item_order, table, content=True)
     else:
         items = empty_content(len(item_order))
     if "user" in feats:
-        frame, types, table, p = feats["user"]
-        users = _feature_frame(frame, types, user_field, user_order, p, table, content=False)
+        frame, types, table = feats["user"]
+        users = _feature_frame(frame, types, user_field, user_order, table, content=False)
     else:
         users = pd.DataFrame()
     u = pd.Index(user_order).get_indexer(raw["u"].to_numpy(dtype=object))
@@ -342,12 +342,12 @@ def _encode(values: pd.Series, ftype: str, what: str, text: bool = False) -> lis
             try:
                 out.append(_fmt_float(v))
             except (TypeError, ValueError):
-                raise DataError(f"{where}: {v!r} is not a finite number (atomic files must not hold NaN)") from None
+                raise DataError(f"{where}: {show(v)} is not a finite number (atomic files must not hold NaN)") from None
         elif ftype == "float_seq":
             try:
                 out.append(" ".join(_fmt_float(x) for x in (v if v is not None else [])))
             except (TypeError, ValueError):
-                raise DataError(f"{where}: {v!r} holds a value that is not a finite number") from None
+                raise DataError(f"{where}: {show(v)} holds a value that is not a finite number") from None
         elif ftype == "token_seq" and text:
             out.append(squash(v))  # free text: words are the tokens
         elif ftype == "token_seq":
