@@ -1,11 +1,13 @@
 """Feature folders: interactions with precomputed item features, as used by FedVLR and MMRec.
 
-FedVLR (Yan et al., "Federated Vision-Language-Recommendation with Personalized Fusion", 2024) and the NineRec
-KU data ship ``inter.csv`` (``userID,itemID,rating,timestamp,split_label``; 0 train, 1 valid, 2 test),
-``image_features.npy`` and ``text_features.npy`` (float16 ``[n_items, d]``, row i = item i), and optionally
-``i_id_mapping.csv`` (``asin,itemID``) and ``u_id_mapping.csv`` (``user_id,userID``) with the original ids.
-MMRec (Zhou, "MMRec: Simplifying Multimodal Recommendation", 2023) uses the same idea with a tab-separated
-``<name>.inter`` whose split column is ``x_label`` and features ``image_feat.npy`` / ``text_feat.npy``.
+FedVLR (Li, Long, Jiang, Zhang & Yang, "Federated Vision-Language-Recommendation with Personalized
+Fusion", AAAI 2026, arXiv 2410.08478) ships the NineRec KU data as ``inter.csv``
+(``userID,itemID,rating,timestamp,split_label``; 0 train, 1 valid, 2 test), ``image_features.npy`` and
+``text_features.npy`` (float16 ``[n_items, d]``, row i = item i), and optionally ``i_id_mapping.csv``
+(``asin,itemID``) and ``u_id_mapping.csv`` (``user_id,userID``) with the original ids. MMRec (Zhou,
+"MMRec: Simplifying Multimodal Recommendation", 2023; github.com/enoche/MMRec) uses the same idea with a
+tab-separated ``<name>.inter`` whose split column is ``x_label`` and features ``image_feat.npy`` /
+``text_feat.npy``.
 
 Ids in the file are already 0-based internal ids and are kept unchanged, so row i of every feature matrix
 stays item i. The catalogue size is ``max(max itemID + 1, feature rows, mapped items)``; every feature

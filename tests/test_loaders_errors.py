@@ -45,6 +45,12 @@ def test_too_many_fields_on_the_first_data_line(tmp_path):
     raises(lambda: load(folder), "ratings.csv: line 2", "expected 4 fields, found 5")
 
 
+def test_two_extra_fields_on_the_first_data_line(tmp_path):
+    # here pandas would only warn and drop data; the warning is turned into an error with the line
+    folder = ml_csv(tmp_path, "userId,movieId,rating,timestamp\n1,1,4.0,964982703,7,8\n1,3,4.5,964981247\n")
+    raises(lambda: load(folder), "ratings.csv: line 2", "expected 4 fields, found 6")
+
+
 def test_too_few_fields(tmp_path):
     folder = ml_csv(tmp_path, "userId,movieId,rating,timestamp\n1,1,4.0,964982703\n2,1,3.0\n")
     raises(lambda: load(folder), "ratings.csv: line 3", "expected 4 fields, found 3")
