@@ -162,10 +162,23 @@ def cmd_run(args) -> int:
         "valid": {k: valid.summary()[k] for k in keys},
     }
     tj = test.to_json(prefix="test")
-    result.update({k: _select(v, keys) for k, v in tj.items()})
+    result.update({k: _select(v, keys) for k, v in tj.items() if k not in result})
     result["n_users"] = int(len(test.per_user))
+    result["baselines"] = reference_table(data, keys, **common)
     _report_run(args, result, keys, test)
     return 0
+
+
+def reference_table(data, keys: list[str], **common) -> dict:
+    """Test figures of the reference rankers (pop, random, antipop), overall and by warm/cold target."""
+    from fedvlr_plus.evaluation import evaluate, reference_scorer
+
+    out = {}
+    for name in REFERENCE_BACKBONES:
+        res = evaluate(data, reference_scorer(name, data, seed=common.get("seed", 0)), split="test", **common)
+        out[name] = {part: {k: v for k, v in res.summary(part).items() if k in keys}
+                     for part in ("all", "warm", "cold") if res.n_users(part)}
+    return out
 
 
 def _select(value, keys):
@@ -188,6 +201,10 @@ def _report_run(args, result: dict, keys: list[str], test_result=None) -> None:
             rows.append((f"test {part}", result[f"test_{part}"], result.get(f"test_{part}_n_users")))
     print(f"{result['dataset']} | {result['backbone']} | {result['protocol']} | split {result['split']}")
     print(_format_table(rows, keys))
+    if result.get("baselines"):
+        print("reference rankers on the same test (overall / warm / cold):")
+        for name, parts in result["baselines"].items():
+            print(_format_table([(f"  {name} {p}", v, None) for p, v in parts.items()], keys).split("\n", 1)[1])
     if "test_ci" in result:
         ci = result["test_ci"]
         print("95% CI (bootstrap over users): " + ", ".join(
