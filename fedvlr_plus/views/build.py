@@ -65,6 +65,8 @@ def build_store(
                                    image_root=image_root or _default_image_root(data))
     else:
         enc, reason = encoder, "encoder object given"
+    if hasattr(enc, "load"):  # weights that load lazily are loaded here, so the timings separate load and encode
+        enc.load()
     log.info("views: encoder %s (%s)", enc.name, reason)
     t1 = time.perf_counter()
     items = getattr(data, "items", None)

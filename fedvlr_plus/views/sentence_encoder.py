@@ -92,6 +92,11 @@ class SentenceEncoder:
         self._model = None
         self._sha: str | None = None
 
+    def load(self) -> "SentenceEncoder":
+        """Load the weights now (they otherwise load on the first ``encode``)."""
+        self._load()
+        return self
+
     def _load(self):
         if self._model is None:
             try:
