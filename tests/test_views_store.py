@@ -303,3 +303,22 @@ def test_knn_by_vector_and_default_view(tmp_path):
     nb = store.knn(item="i4", k=100, view="text")
     assert len(nb.rows) == 39 and 4 not in nb.rows
     assert np.all(np.diff(nb.scores) <= 1e-7)
+
+
+def test_feature_folder_encoder_and_zero_rows(tmp_path):
+    folder = tmp_path / "feats"
+    folder.mkdir()
+    text = np.array([[3, 4], [0, 0], [1, 0]], np.float32)  # row 1 is all zero: missing, mean-imputed
+    np.save(folder / "text_feat.npy", text)
+    np.save(folder / "image_features.npy", np.eye(3, dtype=np.float16))
+    np.save(folder / "labels.npy", np.arange(3))  # not a float matrix: ignored
+    enc = PrecomputedEncoder.from_folder(folder)
+    assert list(enc.features) == ["text", "image"]
+    emb = enc.encode(None)
+    np.testing.assert_allclose(emb.modalities["text"][0], [0.6, 0.8])
+    mean = np.array([0.6 + 1.0, 0.8]) / np.linalg.norm([1.6, 0.8])
+    np.testing.assert_allclose(emb.modalities["text"][1], mean, atol=1e-6)
+    assert emb.imputed["text"].tolist() == [False, True, False] and not emb.imputed["image"].any()
+    assert enc.fingerprint()["model"] == "image[3],text[2]"
+    with pytest.raises(ViewStoreError, match="features have 3 rows but the catalogue has 4 items"):
+        enc.encode(pd.DataFrame({"title": list("abcd")}))
