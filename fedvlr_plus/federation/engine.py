@@ -167,9 +167,11 @@ class FederatedRun:
         return score
 
     def evaluate(self, split: str, protocol: str = "full"):
+        """An :class:`~fedvlr_plus.evaluation.EvalResult` of the current model on ``split``."""
         evaluate = _evaluator()
         return evaluate(self.data, self.scorer(), split=split, protocol=protocol, ks=tuple(self.cfg.ks),
-                        mask_history="train", seed=int(self.cfg.seed))
+                        metrics=tuple(self.cfg.metrics), mask_history=self.cfg.mask_history,
+                        seed=int(self.cfg.seed))
 
     # ------------------------------------------------------------------ one round
     def run_round(self) -> dict:
@@ -185,18 +187,23 @@ class FederatedRun:
         self.shared = self.strategy.aggregate(self.shared, updates, self.specs)
         n = np.array([u.num_examples for u in updates], dtype=np.float64)
         loss = float(np.dot(n, [u.metrics.get("loss", 0.0) for u in updates]) / n.sum())
+        if not np.isfinite(loss) or not all(bool(torch.isfinite(v).all()) for v in self.shared.values()):
+            raise FloatingPointError(f"training diverged in round {r} (loss {loss}); lower the learning rates "
+                                     f"(lr {self.lr}, item_lr_scale {self.item_lr_scale}"
+                                     + (f", server_lr {self.server_lr}" if self.strategy.upload == "grads" else "")
+                                     + ")")
         record = {"round": r, "clients": int(len(cids)), "loss": loss, "train_seconds": time.perf_counter() - t0}
         self.store.prepare(r)
         if r % cfg.eval_every == 0 or r == cfg.rounds:
             t1 = time.perf_counter()
-            valid = _plain(self.evaluate("valid").summary())
+            valid = _plain(self.evaluate("valid", cfg.valid_protocol).summary())
             record["valid"] = valid
             metric = float(valid[cfg.valid_metric])
             if self.best is None or metric > self.best["metric"]:
-                test = self.evaluate("test", "full").to_json(prefix="test")
-                sampled = self.evaluate("test", "sampled").to_json(prefix="test_sampled")
-                self.best = {"round": r, "metric": metric, "valid": valid, "test": _plain(test),
-                             "test_sampled": _plain(sampled)}
+                # test is computed here but never read by any decision; only the selected round's is reported
+                self.best = {"round": r, "metric": metric, "valid": valid,
+                             "test_full": self.evaluate("test", "full"),
+                             "test_sampled": self.evaluate("test", "sampled")}
                 self.bad_evals = 0
             else:
                 self.bad_evals += 1
@@ -250,8 +257,9 @@ class FederatedRun:
             "stopped_early": bool(self.stopped_early), "strategy": self.strategy_name,
             "simulator": self.cfg.simulator, "valid": self.best["valid"],
         }
-        out.update(self.best["test"])
-        out.update(self.best["test_sampled"])
+        out.update(_plain(self.best["test_full"].to_json(prefix="test")))
+        sampled = _plain(self.best["test_sampled"].to_json(prefix="test_sampled"))
+        out.update({k: v for k, v in sampled.items() if k.startswith("test_sampled")})
         out["history"] = self.history
         out["config"] = self.cfg.to_dict()
         out["resolved"] = {"lr": self.lr, "item_lr_scale": self.item_lr_scale, "strategy": self.strategy_name,

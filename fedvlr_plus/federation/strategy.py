@@ -109,7 +109,7 @@ def weighted_dense(updates: list[ClientUpdate], name: str, weights: torch.Tensor
     return torch.tensordot(weights, stacked, dims=1)
 
 
-STRATEGIES = ("fedavg", "sparse-avg", "fedgrad", "median", "trimmed-mean")
+from .config import STRATEGIES  # noqa: E402  (names live in config so the CLI can list them cheaply)
 
 
 def make_strategy(name: str, *, server_lr: float | None = None, server_optimizer: str = "sgd",
