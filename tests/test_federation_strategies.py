@@ -108,8 +108,10 @@ def test_uploads_are_checked():
         FedAvg().aggregate(shared0(), [grads], SPECS)
     with pytest.raises(ValueError, match="unknown strategy"):
         make_strategy("krum")
-    with pytest.raises(ValueError):
-        ClientUpdate(cid=0, kind="params", arrays={"t": torch.zeros(2, 2)}, rows={"t": torch.tensor([0])})
+    with pytest.raises(ValueError, match="row ids"):
+        ClientUpdate(cid=0, kind="params", arrays={"t": torch.zeros(2, 2)}, rows={"t": torch.tensor([0])}).validate()
+    with pytest.raises(ValueError, match="kind"):
+        ClientUpdate(cid=0, kind="weights", arrays={})
 
 
 def test_message_round_trip_is_plain():

@@ -32,6 +32,7 @@ def check_updates(shared: dict[str, torch.Tensor], updates: list[ClientUpdate], 
     if not updates:
         raise ValueError("no client updates to aggregate")
     for u in updates:
+        u.validate()
         if u.kind != kind:
             raise ValueError(f"client {u.cid} uploaded {u.kind!r} but this strategy aggregates {kind!r}")
         extra = set(u.arrays) - set(shared)
