@@ -175,7 +175,7 @@ class BatchedSimulator:
                         else:
                             acc[name] += g
                         continue
-                    step_lr = item_lr if table else lr
+                    step_lr = item_lr if specs[name].scaled else lr
                     if table:
                         if wd:  # decay the rows this step uses, before the gradient step (θ(1 - ηλ) - ηg)
                             if used is None:

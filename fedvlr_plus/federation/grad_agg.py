@@ -52,7 +52,7 @@ class GradientAggregation(Strategy):
                 g = num.reshape(p.shape)
             else:
                 g = weighted_dense(updates, name, w).to(p.dtype)
-            lr = self.server_lr * (self.item_lr_scale if specs[name].item_table else 1.0)
+            lr = self.server_lr * (self.item_lr_scale if specs[name].scaled else 1.0)
             if self.optimizer_name == "sgd":
                 out[name] = p - lr * g
                 continue
