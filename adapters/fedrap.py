@@ -36,7 +36,7 @@ class FedRAP(Backbone):
     name = "fedrap"
     default_strategy = "fedavg"
     default_lr = 0.5
-    default_item_lr_scale = 1.0
+    default_item_lr_scale = 300.0
 
     def __init__(self, n_items, dim=64, *, fedrap_lambda: float = 1e-4, fedrap_mu: float = 1e-2,
                  personal_row_lr: bool = False, **options):
