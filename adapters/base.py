@@ -15,17 +15,19 @@ mixture of fusion experts and keeps ``head``; that is why the two are separate c
 
 - one client (the sequential reference, :class:`fedvlr_plus.federation.client.RecClient`): every tensor has its
   declared shape; item tables are full ``[n_items, d]`` and ``items`` are global item ids ``[L]``;
-- a batch of C clients in training (the batched simulator): every parameter has a leading ``C``; item tables are
-  the *gathered rows a client touches this round* ``[C, T, d]`` and ``items [C, L]`` index into them;
+- a batch of C clients in training (the batched simulator): every parameter has a leading ``C``; item tables
+  hold the rows of the step's examples ``[C, L, d]`` (already gathered) and ``items`` is ``None``;
 - scoring all items for B users: shared parameters are unbatched (the server copy), private ones ``[B, ...]``,
   and ``items`` is ``None`` (meaning "every row of every item table, in item order").
 
 Use :func:`take_rows` for table look-ups and :func:`rowdot` for user-vector dot products; plain ``torch.matmul``
 and trailing-dim broadcasting (``x.unsqueeze(-2)``) cover the rest.
 
-``ctx`` carries per-client context: ``ctx["items_global"]`` (global ids of ``items``, for look-ups in constant
-tables such as content features) and, when ``uses_history`` is True, ``ctx["hist"]`` / ``ctx["hist_global"]`` /
-``ctx["hist_mask"]`` (the user's training positives, padded). Backbones here ignore it; the FedVLR router uses it.
+``ctx`` carries per-client context: ``ctx["items_global"]`` (global ids of the scored items, ``[..., L]``, for
+look-ups in constant tables such as content features) and, when ``uses_history`` is True, ``ctx["hist_global"]``
+/ ``ctx["hist_mask"]`` (the user's training positives as global ids, padded, ``[..., H]``). Trainable item tables
+are only reachable for the items being scored; a router conditioned on the history uses constant features of
+``hist_global``. Backbones here ignore ``ctx``; the FedVLR router uses it.
 """
 from __future__ import annotations
 
@@ -158,7 +160,7 @@ def take_rows(table: torch.Tensor, items) -> torch.Tensor:
         return table[items]
     if table.dim() == 3 and items.dim() == 1:
         return table[:, items]
-    if table.dim() == 3 and items.dim() == 2 and table.shape[0] == items.shape[0]:
+    if table.dim() == 3 and items.dim() == 2 and table.shape[0] == items.shape[0]:  # [C, T, d] by [C, L]
         c, t, d = table.shape
         # one flat index_select is several times faster than batched advanced indexing on CPU
         flat = (items + torch.arange(c, device=items.device).unsqueeze(1) * t).reshape(-1)

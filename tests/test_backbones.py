@@ -20,7 +20,7 @@ def test_declared_parts():
     assert parts["fedrap"] == ({"item_common"}, {"item_personal", "head_w", "head_b"})
     shared, private = parts["fedncf"]
     assert private == {"user_gmf", "user_mlp"}
-    assert {"item_gmf", "item_mlp", "mlp1_user", "mlp1_item", "mlp2_w", "mlp3_w", "out_w"} <= shared
+    assert {"item_gmf", "item_mlp", "mlp1_user", "mlp1_item", "mlp2_w", "mlp3_w", "out_gmf", "out_mlp"} <= shared
     with pytest.raises(ValueError, match="unknown backbone"):
         make_backbone("nope", N, D)
 
@@ -62,8 +62,10 @@ def test_ncf_split_first_layer_is_the_concatenated_layer():
     h = torch.relu(x @ w.T + p["mlp1_b"])
     h = torch.relu(h @ p["mlp2_w"].T + p["mlp2_b"])
     h = torch.relu(h @ p["mlp3_w"].T + p["mlp3_b"])
-    z = torch.cat([p["user_gmf"] * p["item_gmf"], h], dim=1)
-    assert torch.allclose(bb.logits(p, items), z @ p["out_w"] + p["out_b"], atol=1e-6)
+    z = torch.cat([p["user_gmf"] * p["item_gmf"], h], dim=1)                 # NeuMF's [GMF ; MLP]
+    out_w = torch.cat([p["out_gmf"], p["out_mlp"]])
+    assert torch.allclose(bb.logits(p, items), z @ out_w + p["out_b"], atol=1e-6)
+    assert torch.equal(p["out_gmf"], torch.ones(D))  # starts as the dot product of the GMF embeddings
 
 
 def test_fedrap_curriculum_does_not_compound():

@@ -6,7 +6,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from fedvlr_plus.adapters import make_backbone
+from fedvlr_plus.adapters import make_backbone, rowdot
 from fedvlr_plus.federation import (BatchedSimulator, FedConfig, MemoryStore, SequentialSimulator,
                                     add_run_arguments, bench_round, config_from_args, format_bench)
 from fedvlr_plus.federation import rng
@@ -163,3 +163,34 @@ def test_bench_round_reports_both_simulators():
     assert res["speedup"] == pytest.approx(res["sequential_s"] / res["batched_s"])
     assert res["max_abs_diff"] < 1e-5          # both simulators produce the same aggregated state
     assert "speed-up" in format_bench(res)
+
+
+def test_history_context_reaches_the_backbone_identically():
+    """A backbone that conditions on the user's history (as the FedVLR router will) through ctx["hist_global"]
+    and a constant feature table gets the same numbers from both simulators."""
+    from fedvlr_plus.adapters.fedavg import FedAvgMF
+
+    class HistoryMF(FedAvgMF):
+        uses_history = True
+
+        def __init__(self, n_items, dim):
+            super().__init__(n_items, dim)
+            self.features = torch.randn(n_items, dim, generator=torch.Generator().manual_seed(5))
+
+        def head(self, p, vecs, ctx):
+            h, m = ctx["hist_global"], ctx["hist_mask"].to(vecs.dtype)
+            pooled = (self.features[h] * m.unsqueeze(-1)).sum(-2) / m.sum(-1, keepdim=True)
+            return super().head(p, vecs, ctx) + 0.1 * rowdot(vecs, pooled)
+
+    indptr, indices = tiny_csr()
+    bb = HistoryMF(40, 8)
+    config = dict(seed=0, round=1, epochs=2, negatives=1, batch_size=4, lr=0.3, item_lr_scale=3.0,
+                  weight_decay=0.0, upload="params")
+    ub, _, cb = _round(BatchedSimulator, bb, indptr, indices, config, chunk_floats=4096)
+    us, _, cs = _round(SequentialSimulator, bb, indptr, indices, config)
+    for a, b in zip(ub, us):
+        assert torch.allclose(a.arrays["item_emb"], b.arrays["item_emb"], atol=1e-5)
+    assert torch.allclose(cb, cs, atol=1e-5)
+    plain = make_backbone("fedavg", 40, 8)
+    _, _, c_plain = _round(BatchedSimulator, plain, indptr, indices, config)
+    assert not torch.allclose(cb, c_plain, atol=1e-3)   # the history term is really used

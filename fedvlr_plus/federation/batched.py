@@ -142,7 +142,7 @@ class BatchedSimulator:
 
         ctx = {}
         if bb.uses_history:
-            ctx.update(self._history_ctx(cids, touched_np, sched))
+            ctx.update(self._history_ctx(cids))
         # per-step quantities for all steps at once (fewer small tensor ops inside the loop)
         counts = mask.sum(2)                                     # [C, S]
         active_all = (counts > 0).to(dtype)
@@ -234,20 +234,17 @@ class BatchedSimulator:
                                     metrics={"loss": losses[c], "steps": steps_l[c]}))
         return out
 
-    def _history_ctx(self, cids, touched_np, sched) -> dict:
-        """The users' training positives, padded: global ids and rows in the gathered tables."""
+    def _history_ctx(self, cids) -> dict:
+        """The users' training positives as global ids, padded, with a mask."""
         n = self.indptr[cids + 1] - self.indptr[cids]
-        h_max = int(n.max())
-        hist_global = np.zeros((len(cids), h_max), dtype=np.int64)
-        hist = np.zeros_like(hist_global)
+        h_max = max(int(n.max()), 1)
+        owner = np.repeat(np.arange(len(cids)), n)
+        pos = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+        hist = np.zeros((len(cids), h_max), dtype=np.int64)
         hmask = np.zeros((len(cids), h_max), dtype=bool)
-        for c, cid in enumerate(cids):
-            pos = self.indices[self.indptr[cid]:self.indptr[cid + 1]]
-            hist_global[c, :len(pos)] = pos
-            hist[c, :len(pos)] = np.searchsorted(sched.touched_of(c), pos)
-            hmask[c, :len(pos)] = True
-        return {"hist": torch.from_numpy(hist), "hist_global": torch.from_numpy(hist_global),
-                "hist_mask": torch.from_numpy(hmask)}
+        hist[owner, pos] = self.indices[np.repeat(self.indptr[cids], n) + pos]
+        hmask[owner, pos] = True
+        return {"hist_global": torch.from_numpy(hist), "hist_mask": torch.from_numpy(hmask)}
 
     # ------------------------------------------------------------------ scoring
     def scores(self, users, shared: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -271,22 +268,10 @@ class BatchedSimulator:
             p = scoring_params(self.bb, shared, private)
             ctx = {"items_global": torch.arange(n_items)}
             if self.bb.uses_history:
-                ctx.update(self._score_history(chunk))
+                ctx.update(self._history_ctx(chunk))
             with torch.no_grad():
                 out.append(self.bb.logits(p, None, ctx))
         return torch.cat(out) if out else torch.zeros(0, n_items, dtype=self.dtype)
-
-    def _score_history(self, users) -> dict:
-        n = self.indptr[users + 1] - self.indptr[users]
-        h_max = max(int(n.max()), 1)
-        hist = np.zeros((len(users), h_max), dtype=np.int64)
-        hmask = np.zeros((len(users), h_max), dtype=bool)
-        for c, u in enumerate(users):
-            pos = self.indices[self.indptr[u]:self.indptr[u + 1]]
-            hist[c, :len(pos)] = pos
-            hmask[c, :len(pos)] = True
-        h = torch.from_numpy(hist)
-        return {"hist": h, "hist_global": h, "hist_mask": torch.from_numpy(hmask)}
 
 
 class SequentialSimulator:

@@ -96,7 +96,7 @@ class RecClient:
         ctx = {"items_global": items if items is not None else torch.arange(self.bb.n_items)}
         if self.bb.uses_history:
             h = torch.as_tensor(self.positives)
-            ctx.update(hist=h, hist_global=h, hist_mask=torch.ones(len(h), dtype=torch.bool))
+            ctx.update(hist_global=h, hist_mask=torch.ones(len(h), dtype=torch.bool))
         return ctx
 
     # ------------------------------------------------------------------ fit
