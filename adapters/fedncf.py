@@ -28,7 +28,7 @@ class FedNCF(Backbone):
     name = "fedncf"
     default_strategy = "fedavg"
     default_lr = 0.5
-    default_item_lr_scale = 1.0
+    default_item_lr_scale = 300.0
 
     def layer_sizes(self) -> list[int]:
         d = self.dim
