@@ -81,6 +81,7 @@ def test_resume_refuses_changed_settings(small, tmp_path):
     assert more["rounds_run"] == 4
 
 
+@pytest.mark.slow
 def test_killed_process_resumes(small, tmp_path):
     """A run killed from outside (SIGKILL right after round 2 is checkpointed) resumes to the uninterrupted
     result."""

@@ -122,3 +122,16 @@ def test_message_round_trip_is_plain():
     back = ClientUpdate.from_message(msg)
     assert back.cid == 3 and back.num_examples == 5
     assert torch.equal(back.arrays["table"], u.arrays["table"]) and torch.equal(back.rows["table"], u.rows["table"])
+
+
+def test_row_sums_do_not_depend_on_the_block_size():
+    from fedvlr_plus.federation.strategy import weighted_row_sums
+
+    ups = [upd(0, 1, [0], [[5.0, 5.0]], [4.0, 0.0]), upd(1, 3, [0, 1], [[9.0, 9.0], [10.0, 10.0]], [0.0, 8.0]),
+           upd(2, 4, [2, 1], [[1.0, 2.0], [3.0, 4.0]], [0.0, 0.0])]
+    w = example_weights(ups)
+    one = weighted_row_sums(ups, "table", (3, 2), w, torch.float32)
+    tiny = weighted_row_sums(ups, "table", (3, 2), w, torch.float32, block_floats=2)  # one upload per block
+    assert torch.allclose(one[0], tiny[0]) and torch.allclose(one[1], tiny[1])
+    # row 1: 3/8 * 10 + 4/8 * 3 = 5.25 ; weight 7/8
+    assert torch.allclose(one[0][1], torch.tensor([5.25, 5.75])) and abs(float(one[1][1]) - 0.875) < 1e-12
