@@ -270,12 +270,9 @@ def build_parser() -> argparse.ArgumentParser:
         add_run_arguments(p_run)
     p_run.set_defaults(func=cmd_run)
 
-    for module in ("fedvlr_plus.views.cli", "fedvlr_plus.federation.bench"):
-        try:
-            mod = __import__(module, fromlist=["register"])
-        except ImportError:
-            continue
-        mod.register(sub)
+    from fedvlr_plus.views import cli as views_cli
+
+    views_cli.register(sub).set_defaults(func=views_cli.run)
     return parser
 
 
