@@ -273,6 +273,10 @@ def build_parser() -> argparse.ArgumentParser:
     from fedvlr_plus.views import cli as views_cli
 
     views_cli.register(sub).set_defaults(func=views_cli.run)
+
+    from fedvlr_plus.federation import commands as federation_commands
+
+    federation_commands.register(sub)  # bench round
     return parser
 
 

@@ -162,7 +162,8 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, include_io: bool = Fal
     g.add_argument("--strategy", choices=STRATEGIES, default=None, help="aggregation (default: the backbone's)")
     g.add_argument("--server-lr", type=float, default=None,
                    help="fedgrad server learning rate (default: client lr x clients per round)")
-    g.add_argument("--server-optimizer", choices=("sgd", "adam"), default=d.server_optimizer)
+    g.add_argument("--server-optimizer", choices=("sgd", "adam"), default=d.server_optimizer,
+                   help="fedgrad server optimizer: sgd (FedVLR Algorithm 1, default) or adam")
     g.add_argument("--trim-fraction", type=float, default=d.trim_fraction, help="trimmed-mean: cut per side")
     g.add_argument("--clients-per-round", type=_clients_arg, default=None, metavar="C",
                    help="fraction (0.1) or count (50) of clients sampled per round (default: all)")
@@ -172,13 +173,19 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, include_io: bool = Fal
     g.add_argument("--eval-every", type=int, default=d.eval_every, help="evaluate on valid every N rounds")
     if "--metrics" not in parser._option_string_actions:  # the main CLI's --metrics already sets the cut-offs
         g.add_argument("--ks", type=_ks_arg, default=d.ks, help="cut-offs, comma-separated (default 10,20,50)")
-    g.add_argument("--seed", type=int, default=d.seed)
+    g.add_argument("--seed", type=int, default=d.seed, help="first seed (default 0)")
     g.add_argument("--seeds", type=int, default=d.seeds, help="number of seeds (seed, seed+1, ...)")
-    g.add_argument("--simulator", choices=("batched", "sequential"), default=d.simulator)
-    g.add_argument("--private-store", choices=("memory", "disk"), default=d.private_store)
+    g.add_argument("--simulator", choices=("batched", "sequential"), default=d.simulator,
+                   help="batched (all clients of a round as stacked tensors, default) or sequential (the plain "
+                        "one-client-at-a-time reference; same numbers, slower)")
+    g.add_argument("--private-store", choices=("memory", "disk"), default=d.private_store,
+                   help="where clients keep their private state between rounds: memory (default) or disk "
+                        "(one file per client under RUN_DIR/seed-<s>/private)")
     g.add_argument("--chunk-floats", type=int, default=d.chunk_floats, help="memory bound of a batched chunk")
-    g.add_argument("--fedrap-lambda", type=float, default=d.fedrap_lambda)
-    g.add_argument("--fedrap-mu", type=float, default=d.fedrap_mu)
+    g.add_argument("--fedrap-lambda", type=float, default=d.fedrap_lambda,
+                   help="FedRAP: base weight of the -||A - C||^2 term (curriculum tanh(t/10) * lambda)")
+    g.add_argument("--fedrap-mu", type=float, default=d.fedrap_mu,
+                   help="FedRAP: base weight of the L1 sparsity term on C (curriculum tanh(t/10) * mu)")
     return parser
 
 
