@@ -64,7 +64,7 @@ def register(subparsers) -> argparse.ArgumentParser:
                                    "reference in one process and print both and their ratio. SOURCE may also "
                                    "be synthetic:USERSxITEMS (e.g. synthetic:35000x18000).")
     add_data_arguments(r)
-    r.add_argument("--backbone", required=True, choices=FEDERATED_BACKBONES)
+    r.add_argument("--backbone", required=True, choices=FEDERATED_BACKBONES, help="federated backbone to time")
     r.add_argument("--repeats", type=int, default=3, help="time each simulator this many times, keep the best")
     r.add_argument("--no-sequential", action="store_true", help="time the batched simulator only")
     r.add_argument("--json", action="store_true", help="print one JSON object as the last line")

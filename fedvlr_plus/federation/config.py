@@ -147,7 +147,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, include_io: bool = Fal
     g.add_argument("--resume", metavar="RUN_DIR", default=None,
                    help="continue the (interrupted) federated run in RUN_DIR; finished seeds are read back")
     if include_io:
-        g.add_argument("--backbone", required=True, choices=FEDERATED_BACKBONES)
+        g.add_argument("--backbone", required=True, choices=FEDERATED_BACKBONES, help="federated backbone")
         g.add_argument("--out", metavar="RUN_DIR", default=None, help="checkpoint every round into RUN_DIR")
         g.add_argument("--json", action="store_true", help="print the result as JSON")
     g.add_argument("--rounds", type=int, default=d.rounds, help="maximum number of rounds (default %(default)s)")
