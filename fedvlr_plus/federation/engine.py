@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..adapters import make_backbone
+from ..adapters import Backbone, make_backbone
 from .batched import BatchedSimulator, SequentialSimulator
 from .config import RESUMABLE_CHANGES, FedConfig
 from .rng import TAG_SAMPLE
@@ -98,7 +98,10 @@ class FederatedRun:
         self.indices = m.indices.astype(np.int64)
         self.n_users, self.n_items = int(data.n_users), int(data.n_items)
         opts = {"fedrap_lambda": cfg.fedrap_lambda, "fedrap_mu": cfg.fedrap_mu} if backbone == "fedrap" else {}
-        self.bb = make_backbone(backbone, self.n_items, cfg.dim, **opts)
+        if isinstance(backbone, Backbone):  # a ready adapter (e.g. wrapped by the FedVLR fusion layer)
+            self.bb, self.backbone_name = backbone, backbone.name
+        else:
+            self.bb = make_backbone(backbone, self.n_items, cfg.dim, **opts)
         self.specs = {s.name: s for s in self.bb.all_specs()}
         self.lr = float(cfg.lr if cfg.lr is not None else self.bb.default_lr)
         self.item_lr_scale = float(cfg.item_lr_scale if cfg.item_lr_scale is not None
