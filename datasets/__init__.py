@@ -1,11 +1,142 @@
 """Data layer: loaders for every supported source, one in-memory type, preprocessing and splits.
 
 Importable only as ``fedvlr_plus.datasets`` (never as a top-level ``datasets``).
+
+``load(source)`` reads any supported source into an :class:`InteractionData`; ``detect_format(source)``
+says which format it would use. Sources: the string ``"ml-100k"`` (the copy inside the recbole wheel,
+unless a path of that name exists), or a folder or file path:
+
+=====================  =========================================================================
+format                 recognised by
+=====================  =========================================================================
+feature-folder         ``inter.csv`` with ``userID,itemID`` (or an MMRec ``<name>.inter`` without types)
+recbole-atomic         ``<name>.inter`` with a ``field:type`` header
+movielens-csv          ``ratings.csv`` (ml-latest-small, ml-25m, ...)
+movielens-1m           ``ratings.dat``
+movielens-100k-raw     ``u.data``
+amazon-2014/2018/2023  a reviews file (``.json``, ``.jsonl``, ``.csv``, optionally ``.gz``), by its first line
+=====================  =========================================================================
+
+A folder holding several Amazon review files is ambiguous; pass one of the files instead.
 """
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
 from .core import (CONTENT_COLUMNS, INTER_COLUMNS, SPLIT_CODES, SPLIT_NAMES, TEST, TRAIN, UNSPLIT, VALID,
                    DataError, InteractionData, check_features, compact)
+from .amazon import AMAZON_FORMATS, detect_amazon_version, find_meta, load_amazon
+from .feature_folder import interactions_file, load_feature_folder
+from .movielens import MOVIELENS_FORMATS, load_ml1m, load_ml100k_raw, load_movielens, load_movielens_csv
+from .recbole_atomic import load_ml100k, ml100k_folder, read_atomic, write_atomic
 
 __all__ = [
     "CONTENT_COLUMNS", "INTER_COLUMNS", "SPLIT_CODES", "SPLIT_NAMES", "TEST", "TRAIN", "UNSPLIT", "VALID",
     "DataError", "InteractionData", "check_features", "compact",
+    "FORMATS", "detect_format", "load",
+    "load_amazon", "detect_amazon_version", "find_meta",
+    "load_feature_folder",
+    "load_movielens", "load_movielens_csv", "load_ml1m", "load_ml100k_raw",
+    "read_atomic", "write_atomic", "load_ml100k", "ml100k_folder",
 ]
+
+FORMATS = ("feature-folder", "recbole-atomic", "movielens-csv", "movielens-1m", "movielens-100k-raw",
+           *AMAZON_FORMATS)
+EMBEDDED = "ml-100k"
+_REVIEW_ENDINGS = (".json", ".jsonl", ".csv", ".json.gz", ".jsonl.gz", ".csv.gz")
+_LOOKED_FOR = ("inter.csv (feature folder), <name>.inter (RecBole atomic), ratings.csv (MovieLens CSV), "
+               "ratings.dat (MovieLens-1M), u.data (MovieLens-100K raw), or one Amazon reviews file "
+               "(*.json, *.jsonl, *.csv, optionally .gz)")
+
+
+def _has_types(path: Path) -> bool:
+    from ._io import first_line
+
+    header = first_line(path) or ""
+    return ":" in header.split("\t")[0]
+
+
+def _amazon_candidates(folder: Path) -> list[Path]:
+    out = []
+    for p in sorted(folder.iterdir()):
+        if p.is_file() and p.name.endswith(_REVIEW_ENDINGS) and not p.name.startswith("meta_"):
+            try:
+                detect_amazon_version(p)
+            except DataError:
+                continue
+            out.append(p)
+    return out
+
+
+def _resolve(source) -> tuple[str, Path, dict]:
+    """(format, path to hand to the loader, extra loader arguments)."""
+    if isinstance(source, str) and source == EMBEDDED and not os.path.exists(source):
+        return "recbole-atomic", ml100k_folder(), {"name": EMBEDDED, "embedded": True}
+    path = Path(source).expanduser()
+    if not path.exists():
+        raise DataError(f"{path}: no such file or folder (pass a dataset folder, an Amazon reviews file, "
+                        f"or '{EMBEDDED}' for the copy in the recbole wheel)")
+    if path.is_file():
+        return _resolve_file(path)
+    inter = interactions_file(path)
+    if inter is not None:
+        return "feature-folder", path, {}
+    if any(path.glob("*.inter")):
+        typed = [p for p in path.glob("*.inter") if _has_types(p)]
+        if typed:
+            return "recbole-atomic", path, {}  # read_atomic picks the name (or refuses an ambiguous folder)
+    for fname, (fmt, _) in MOVIELENS_FORMATS.items():
+        if (path / fname).is_file():
+            return fmt, path, {}
+    reviews = _amazon_candidates(path)
+    if len(reviews) == 1:
+        return detect_amazon_version(reviews[0]), reviews[0], {}
+    if len(reviews) > 1:
+        raise DataError(f"{path}: several Amazon review files; pass one of them instead of the folder: "
+                        + ", ".join(str(p) for p in reviews))
+    raise DataError(f"{path}: no recognised dataset in this folder (looked for {_LOOKED_FOR})")
+
+
+def _resolve_file(path: Path) -> tuple[str, Path, dict]:
+    name = path.name
+    if name == "inter.csv":
+        return "feature-folder", path.parent, {}
+    if name.endswith(".inter"):
+        if not _has_types(path):
+            return "feature-folder", path.parent, {}
+        stem = name[: -len(".inter")]
+        base, dot, suffix = stem.rpartition(".")
+        return "recbole-atomic", path.parent, {"name": base if dot and suffix in ("train", "valid", "test") else stem}
+    if name in MOVIELENS_FORMATS:
+        return MOVIELENS_FORMATS[name][0], path.parent, {}
+    if name.endswith(_REVIEW_ENDINGS):
+        return detect_amazon_version(path), path, {}
+    raise DataError(f"{path}: unrecognised file (pass a dataset folder, an Amazon reviews file, inter.csv, "
+                    f"a .inter file, ratings.csv, ratings.dat or u.data)")
+
+
+def detect_format(source) -> str:
+    """The format name :func:`load` would use for ``source`` (one of :data:`FORMATS`)."""
+    return _resolve(source)[0]
+
+
+def load(source, **options) -> InteractionData:
+    """Load ``source`` (``"ml-100k"``, a folder or a file) into a validated :class:`InteractionData`.
+
+    ``options`` go to the loader: ``meta``, ``dedup``, ``version`` (Amazon); ``keep_unrated_items``
+    (MovieLens); ``name``, ``splits`` (RecBole atomic).
+    """
+    fmt, path, extra = _resolve(source)
+    if fmt == "recbole-atomic":
+        if extra.pop("embedded", False):
+            if options:
+                raise TypeError(f"load('{EMBEDDED}') takes no options, got {', '.join(sorted(options))}")
+            return load_ml100k()
+        return read_atomic(path, **{**extra, **options})
+    if fmt == "feature-folder":
+        return load_feature_folder(path, **options)
+    if fmt in AMAZON_FORMATS:
+        return load_amazon(path, version=options.pop("version", fmt), **options)
+    loader = {f: l for f, l in MOVIELENS_FORMATS.values()}[fmt]
+    return loader(path, **options)

@@ -18,7 +18,8 @@ def patch_recbole() -> None:
     import numpy as np
 
     for alias, target in (("float_", np.float64), ("complex_", np.complex128), ("unicode_", np.str_),
-                          ("bool8", np.bool_)):
+                          ("bool8", np.bool_), ("float", np.float64), ("int", np.int_)):
+        # RecBole's metric classes use np.float; its Config() would set it, but we also use them without one.
         if not hasattr(np, alias):
             setattr(np, alias, target)
 

@@ -1,0 +1,160 @@
+"""Feature folders: interactions with precomputed item features, as used by FedVLR and MMRec.
+
+FedVLR (Li, Long, Jiang, Zhang & Yang, "Federated Vision-Language-Recommendation with Personalized
+Fusion", AAAI 2026, arXiv 2410.08478) ships the NineRec KU data as ``inter.csv``
+(``userID,itemID,rating,timestamp,split_label``; 0 train, 1 valid, 2 test), ``image_features.npy`` and
+``text_features.npy`` (float16 ``[n_items, d]``, row i = item i), and optionally ``i_id_mapping.csv``
+(``asin,itemID``) and ``u_id_mapping.csv`` (``user_id,userID``) with the original ids. MMRec (Zhou,
+"MMRec: Simplifying Multimodal Recommendation", 2023; github.com/enoche/MMRec) uses the same idea with a
+tab-separated ``<name>.inter`` whose split column is ``x_label`` and features ``image_feat.npy`` /
+``text_feat.npy``.
+
+Ids in the file are already 0-based internal ids and are kept unchanged, so row i of every feature matrix
+stays item i. The catalogue size is ``max(max itemID + 1, feature rows, mapped items)``; every feature
+file must have exactly that many rows (a mismatch names the file, an itemID beyond a feature file names
+the interactions line). Features are returned as float32 under ``features['image']`` / ``['text']``;
+NaN or inf rows are errors. Without mapping files the raw ids are the internal ids. Rating defaults to
+1 and timestamp to 0 when the columns are absent; without a split column the data is unsplit. With
+one, train and test must be non-empty.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .core import UNSPLIT, DataError, InteractionData, _inter_frame, check_features
+from ._io import Table, empty_content, first_line, read_table, require_splits, split_column
+
+FEATURE_FILES = {
+    "image": ("image_features.npy", "image_feat.npy"),
+    "text": ("text_features.npy", "text_feat.npy"),
+}
+SPLIT_COLUMNS = ("split_label", "x_label")
+
+
+def _sep(path: Path) -> str:
+    line = first_line(path) or ""
+    return "\t" if "\t" in line else ","
+
+
+def interactions_file(folder: str | Path) -> Path | None:
+    """``inter.csv``, or an MMRec ``<name>.inter`` (plain ``userID``/``itemID`` header, no ``:type``)."""
+    folder = Path(folder)
+    if (folder / "inter.csv").is_file():
+        return folder / "inter.csv"
+    found = []
+    for p in sorted(folder.glob("*.inter")):
+        header = first_line(p) or ""
+        cols = [c.strip() for c in header.replace("\t", ",").split(",")]
+        if "userID" in cols and "itemID" in cols and not any(":" in c for c in cols):
+            found.append(p)
+    if len(found) > 1:
+        raise DataError(f"{folder}: several MMRec interaction files ({', '.join(p.name for p in found)}); "
+                        "pass the one to use")
+    return found[0] if found else None
+
+
+def _load_matrix(path: Path) -> np.ndarray:
+    try:
+        arr = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as e:
+        raise DataError(f"{path}: not a readable .npy array ({e})") from None
+    if not isinstance(arr, np.ndarray) or arr.ndim != 2:
+        raise DataError(f"{path}: expected a 2-D array [n_items, d], got shape {getattr(arr, 'shape', None)}")
+    if arr.dtype.kind not in "fiu":
+        raise DataError(f"{path}: expected numbers, got dtype {arr.dtype}")
+    return arr
+
+
+def _mapping(path: Path, id_col: str) -> tuple[Table, str]:
+    t = read_table(path, sep=_sep(path), required=(id_col,), integers=(id_col,))
+    others = [c for c in t.frame.columns if c != id_col]
+    if not others:
+        raise DataError(f"{path}: line 1: expected a raw-id column beside {id_col!r}")
+    ids = t.frame[id_col].to_numpy()
+    if len(ids) and ids.min() < 0:
+        r = int(np.flatnonzero(ids < 0)[0])
+        raise DataError(f"{t.where(r)}: {id_col} {ids[r]} is negative")
+    dup = pd.Index(ids).duplicated()
+    if dup.any():
+        r = int(np.flatnonzero(dup)[0])
+        raise DataError(f"{t.where(r)}: {id_col} {ids[r]} is listed twice")
+    return t, others[0]
+
+
+def _raw_ids(n: int, mapping: tuple[Table, str] | None, id_col: str) -> np.ndarray:
+    if mapping is None:
+        return np.arange(n, dtype=np.int64)
+    t, raw_col = mapping
+    ids = t.frame[id_col].to_numpy()
+    out = np.empty(n, dtype=object)
+    covered = np.zeros(n, bool)
+    out[ids] = t.frame[raw_col].to_numpy(dtype=object)
+    covered[ids] = True
+    if not covered.all():
+        missing = int(np.flatnonzero(~covered)[0])
+        raise DataError(f"{t.path}: no row for {id_col} {missing} (the mapping covers {int(covered.sum())} "
+                        f"of {n} ids)")
+    return out
+
+
+def load_feature_folder(folder: str | Path) -> InteractionData:
+    """Load a FedVLR/MMRec feature folder (see the module docstring)."""
+    folder = Path(folder)
+    inter_path = interactions_file(folder)
+    if inter_path is None:
+        raise DataError(f"{folder}: no inter.csv (or MMRec <name>.inter) in this folder")
+    header = (first_line(inter_path) or "").replace("\t", ",").split(",")
+    header = [c.strip().lstrip("\ufeff") for c in header]
+    split_col = next((c for c in SPLIT_COLUMNS if c in header), None)
+    numbers = [c for c in ("rating", "timestamp") if c in header]
+    t = read_table(inter_path, sep=_sep(inter_path), required=("userID", "itemID"),
+                   integers=("userID", "itemID") + ((split_col,) if split_col else ()), numbers=numbers)
+    f = t.frame
+    if len(f) == 0:
+        raise DataError(f"{inter_path}: no interactions (the file has a header but no data rows)")
+    users = f["userID"].to_numpy()
+    items = f["itemID"].to_numpy()
+    for col, ids in (("userID", users), ("itemID", items)):
+        if ids.min() < 0:
+            r = int(np.flatnonzero(ids < 0)[0])
+            raise DataError(f"{t.where(r)}: {col} {ids[r]} is negative (ids are 0-based)")
+    split = split_column(f[split_col].to_numpy(), t, split_col) if split_col else None
+    if split is not None:
+        require_splits(split, str(inter_path))
+
+    feats = {}
+    for name, candidates in FEATURE_FILES.items():
+        for fname in candidates:
+            if (folder / fname).is_file():
+                feats[name] = (folder / fname, _load_matrix(folder / fname))
+                break
+    i_map = _mapping(folder / "i_id_mapping.csv", "itemID") if (folder / "i_id_mapping.csv").is_file() else None
+    u_map = _mapping(folder / "u_id_mapping.csv", "userID") if (folder / "u_id_mapping.csv").is_file() else None
+
+    max_item = int(items.max())
+    n_items = max([max_item + 1] + [a.shape[0] for _, a in feats.values()]
+                  + ([int(i_map[0].frame["itemID"].max()) + 1] if i_map and len(i_map[0].frame) else []))
+    features = {}
+    for name, (path, arr) in feats.items():
+        if arr.shape[0] != n_items:
+            if arr.shape[0] <= max_item:
+                r = int(np.flatnonzero(items >= arr.shape[0])[0])
+                raise DataError(f"{t.where(r)}: itemID {items[r]} is out of range for {path.name}, "
+                                f"which has {arr.shape[0]} rows (items 0..{arr.shape[0] - 1})")
+            raise DataError(f"{path}: {arr.shape[0]} rows, but the catalogue has {n_items} items "
+                            f"(max itemID {max_item} in {inter_path.name}; "
+                            + ", ".join(f"{p.name}: {a.shape[0]} rows" for p, a in feats.values()) + ")")
+        features[name] = check_features(arr, n_items, str(path))
+    n_users = max(int(users.max()) + 1,
+                  int(u_map[0].frame["userID"].max()) + 1 if u_map and len(u_map[0].frame) else 0)
+    inter = _inter_frame(users, items,
+                         f["rating"].to_numpy() if "rating" in f else None,
+                         f["timestamp"].to_numpy() if "timestamp" in f else None,
+                         split if split is not None else np.full(len(f), UNSPLIT, np.int8))
+    data = InteractionData(folder.name, _raw_ids(n_users, u_map, "userID"), _raw_ids(n_items, i_map, "itemID"),
+                           inter, items=empty_content(n_items), features=features, source=str(folder),
+                           format="feature-folder")
+    return data.validate()

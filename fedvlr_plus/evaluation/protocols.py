@@ -1,0 +1,238 @@
+"""Ranking evaluation protocols: full-sort over the catalogue and the sampled-negative (e.g. 99) protocol.
+
+- ``protocol="full"`` (all-item ranking with the user's training items masked, as in FedVLR / MMRec and the
+  FedVLR paper's evaluation, Sec. 6 of the method notes). Per user, every item is scored; the user's TRAIN items
+  are removed from the candidates. With ``split="test"`` the user's valid items stay candidates unless
+  ``mask_history="all"`` (then train and valid are masked, which is what RecBole does); ``mask_history="none"``
+  masks nothing. Only the (user, item) pairs of the user's own history are masked; no item is masked for
+  everyone (the FedVLR release masked item 0 for every user, defect B6). A target that is itself masked is a
+  miss and still counts in the user's number of targets.
+- ``protocol="sampled"`` (leave-one-out with sampled negatives, He et al., "Neural Collaborative Filtering",
+  WWW 2017; used by FedNCF, PFedRec, FedRAP). For every (user, target) pair, ``n_negatives`` items are drawn
+  uniformly without replacement from the items the user never interacted with in any split, with
+  ``numpy.random.default_rng(seed)`` in (user, item) order, so every scorer sees the same negatives. The
+  target is ranked among itself and its negatives; metrics are computed per pair and averaged per user.
+
+Targets are the distinct items of the user in ``split``. Ties are scored by the exact expectation over random
+tie orders (:mod:`fedvlr_plus.evaluation.metrics`). Users weigh equally in every mean.
+"""
+from __future__ import annotations
+
+from typing import Callable, Union
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..datasets import InteractionData
+from .metrics import (TIE_POLICY, check_ks_metrics, expected_metrics, masked_rank_counts, metric_columns,
+                      rank_counts)
+from .results import EvalResult
+
+Scorer = Callable[[np.ndarray], Union[np.ndarray, torch.Tensor]]
+"""int64 user ids ``[B]`` -> scores ``[B, n_items]``, higher is better (+-inf allowed, NaN is an error). May also offer
+``score_items(users [B], items [B, C]) -> [B, C]``, which the sampled protocol uses when present."""
+
+PROTOCOLS = ("full", "sampled")
+MASK_HISTORY = ("train", "all", "none")
+
+
+def evaluate(
+    data: InteractionData,
+    scorer: Scorer,
+    *,
+    split: str = "test",
+    protocol: str = "full",
+    ks=(10, 50),
+    metrics=("hr", "ndcg", "recall", "mrr"),
+    mask_history: str = "train",
+    n_negatives: int = 99,
+    seed: int = 0,
+    batch_size: int = 512,
+) -> EvalResult:
+    """Evaluate ``scorer`` on the users with at least one interaction in ``split``.
+
+    Args:
+        data: a split :class:`~fedvlr_plus.datasets.InteractionData` (train plus the evaluated split non-empty).
+        scorer: int64 user ids ``[B]`` -> scores ``[B, n_items]`` (numpy or torch; higher = better; no NaN).
+        split: ``"test"`` or ``"valid"``.
+        protocol: ``"full"`` (rank all items, history masked) or ``"sampled"`` (target vs ``n_negatives``).
+        ks, metrics: cut-offs and metric names from ``hr, ndcg, recall, mrr``. K may exceed the candidates.
+        mask_history: full protocol only. ``"train"`` masks the user's training items; ``"all"`` masks
+            every split before ``split`` (train + valid at test, train at valid); ``"none"`` masks nothing.
+        n_negatives, seed: sampled protocol only.
+        batch_size: users per scorer call.
+
+    Returns:
+        :class:`EvalResult` with per-user values for all, warm and cold targets. Tie policy: expected value over
+        random orderings of tied scores.
+    """
+    ks, metrics = check_ks_metrics(ks, metrics)
+    if split not in ("valid", "test"):
+        raise ValueError(f"split must be 'valid' or 'test', got {split!r}")
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+    if mask_history not in MASK_HISTORY:
+        raise ValueError(f"mask_history must be one of {', '.join(MASK_HISTORY)}, got {mask_history!r}")
+    if int(batch_size) < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if protocol == "sampled" and int(n_negatives) < 1:
+        raise ValueError(f"n_negatives must be >= 1, got {n_negatives}")
+    data.require_split(need=("train", split))
+    n_items = data.n_items
+
+    tgt = data.part(split)[["user", "item"]].drop_duplicates().sort_values(["user", "item"], kind="stable")
+    pair_user_id = tgt["user"].to_numpy(np.int64)
+    pair_item = tgt["item"].to_numpy(np.int64)
+    users, pair_row = np.unique(pair_user_id, return_inverse=True)
+    pair_row = pair_row.astype(np.int64)
+    pair_cold = data.cold_items()[pair_item]
+
+    meta = {"protocol": protocol, "split": split, "ks": list(ks), "metrics": list(metrics), "seed": int(seed),
+            "tie_policy": TIE_POLICY, "n_items": int(n_items)}
+    if protocol == "full":
+        mask_splits = {"train": ["train"], "none": [],
+                       "all": ["train", "valid"] if split == "test" else ["train"]}[mask_history]
+        greater, ties, n_cand = _full_rank_stats(data, scorer, users, pair_row, pair_item, mask_splits,
+                                                 int(batch_size))
+        meta.update(mask_history=mask_history, masked_splits=mask_splits)
+        frames = [_per_user_full(users, pair_row, greater, ties, sel, ks, metrics)
+                  for sel in (np.ones(len(pair_row), bool), ~pair_cold, pair_cold)]
+    else:
+        neg = sample_negatives(data, pair_user_id, int(n_negatives), seed)
+        cand = np.concatenate([pair_item[:, None], neg], axis=1)
+        greater, ties = _sampled_rank_stats(scorer, users, pair_row, cand, n_items, int(batch_size))
+        n_cand = np.full(len(users), cand.shape[1], np.int64)
+        meta.update(n_negatives=int(n_negatives))
+        per_pair = expected_metrics(np.arange(len(pair_row)), greater, ties, np.ones(len(pair_row), np.int64),
+                                    ks, metrics)
+        frames = [_per_user_sampled(users, pair_row, per_pair, sel)
+                  for sel in (np.ones(len(pair_row), bool), ~pair_cold, pair_cold)]
+    meta["n_candidates"] = n_cand
+    meta["mean_candidates"] = float(n_cand.mean()) if len(n_cand) else float("nan")
+    return EvalResult(frames[0], frames[1], frames[2], metric_names=metric_columns(ks, metrics), meta=meta)
+
+
+# ---------------------------------------------------------------------- full protocol
+def _full_rank_stats(data, scorer, users, pair_row, pair_item, mask_splits, batch_size):
+    n_items = data.n_items
+    mask = data.matrix(mask_splits) if mask_splits else None
+    P = len(pair_row)
+    greater = np.zeros(P, np.int64)
+    ties = np.zeros(P, np.int64)
+    n_cand = np.zeros(len(users), np.int64)
+    pair_start = np.searchsorted(pair_row, np.arange(len(users) + 1))  # pairs are sorted by user row
+    for b0 in range(0, len(users), batch_size):
+        b1 = min(b0 + batch_size, len(users))
+        bu = users[b0:b1]
+        S = _scores(scorer, bu, n_items)
+        masked = torch.zeros(S.shape, dtype=torch.bool, device=S.device)
+        if mask is not None:
+            # only this user's own history is masked (never a column for everybody: defect B6)
+            sub = mask[bu]
+            rows = np.repeat(np.arange(len(bu)), np.diff(sub.indptr))
+            masked[torch.as_tensor(rows, device=S.device),
+                   torch.as_tensor(sub.indices.astype(np.int64), device=S.device)] = True
+        p0, p1 = int(pair_start[b0]), int(pair_start[b1])
+        greater[p0:p1], ties[p0:p1], n_cand[b0:b1] = masked_rank_counts(S, masked, pair_row[p0:p1] - b0,
+                                                                         pair_item[p0:p1])
+    return greater, ties, n_cand
+
+
+def _per_user_full(users, pair_row, greater, ties, sel, ks, metrics) -> pd.DataFrame:
+    n_t = np.bincount(pair_row[sel], minlength=len(users))
+    vals = expected_metrics(pair_row[sel], greater[sel], ties[sel], n_t, ks, metrics)
+    keep = n_t > 0
+    frame = pd.DataFrame({"user": users[keep], "n_targets": n_t[keep]})
+    for name, v in vals.items():
+        frame[name] = v[keep]
+    return frame.reset_index(drop=True)
+
+
+# ---------------------------------------------------------------------- sampled protocol
+def sample_negatives(data: InteractionData, pair_user: np.ndarray, n_negatives: int, seed: int) -> np.ndarray:
+    """``[P, n_negatives]`` distinct items per pair, uniform over items the user never interacted with (any split).
+
+    Pairs are processed in the given order with one ``numpy.random.default_rng(seed)``. The j-th item of the
+    user's complement is found from the sorted positives p_0 < p_1 < ... as j + #{i : p_i - i <= j}, so only
+    the positives are stored, never the complement.
+    """
+    pos = data.matrix(["train", "valid", "test", "unsplit"])
+    rng = np.random.default_rng(seed)
+    n_items = data.n_items
+    out = np.empty((len(pair_user), n_negatives), np.int64)
+    for p, u in enumerate(np.asarray(pair_user, np.int64)):
+        own = np.sort(pos.indices[pos.indptr[u]:pos.indptr[u + 1]]).astype(np.int64)
+        n_free = n_items - len(own)
+        if n_free < n_negatives:
+            raise ValueError(f"user {u} has only {n_free} items it never interacted with; "
+                             f"cannot sample {n_negatives} negatives")
+        j = rng.choice(n_free, size=n_negatives, replace=False).astype(np.int64)
+        shift = own - np.arange(len(own))
+        out[p] = j + np.searchsorted(shift, j, side="right")
+    return out
+
+
+def _sampled_rank_stats(scorer, users, pair_row, cand, n_items, batch_size):
+    P = len(pair_row)
+    greater = np.zeros(P, np.int64)
+    ties = np.zeros(P, np.int64)
+    pair_start = np.searchsorted(pair_row, np.arange(len(users) + 1))
+    score_items = getattr(scorer, "score_items", None)
+    for b0 in range(0, len(users), batch_size):
+        b1 = min(b0 + batch_size, len(users))
+        p0, p1 = int(pair_start[b0]), int(pair_start[b1])
+        items = cand[p0:p1]
+        if callable(score_items):
+            pu = users[pair_row[p0:p1]]
+            with torch.no_grad():
+                sc = _as_tensor(score_items(pu, items), (len(pu), items.shape[1]), "scorer.score_items")
+            _check_finite(sc, pu)
+        else:
+            S = _scores(scorer, users[b0:b1], n_items)
+            local = torch.as_tensor(pair_row[p0:p1] - b0, device=S.device)
+            sc = S[local[:, None], torch.as_tensor(items, device=S.device)]
+        greater[p0:p1], ties[p0:p1] = rank_counts(sc[:, 0], sc)
+    return greater, ties
+
+
+def _per_user_sampled(users, pair_row, per_pair: dict, sel) -> pd.DataFrame:
+    rows = pair_row[sel]
+    n_t = np.bincount(rows, minlength=len(users))
+    keep = n_t > 0
+    frame = pd.DataFrame({"user": users[keep], "n_targets": n_t[keep]})
+    for name, v in per_pair.items():
+        frame[name] = np.bincount(rows, weights=v[sel], minlength=len(users))[keep] / n_t[keep]
+    return frame.reset_index(drop=True)
+
+
+# ---------------------------------------------------------------------- scorer output
+def _as_tensor(out, shape, what) -> torch.Tensor:
+    """The scorer's output as a detached floating tensor of ``shape``; never modified in place afterwards."""
+    if isinstance(out, torch.Tensor):
+        S = out.detach()
+    else:
+        arr = np.asarray(out)
+        # torch.from_numpy shares memory and warns on read-only arrays (e.g. np.broadcast_to views): copy those
+        S = torch.from_numpy(arr if arr.flags.writeable else arr.copy())
+    if tuple(S.shape) != tuple(shape):
+        raise ValueError(f"{what} returned shape {tuple(S.shape)}, expected {tuple(shape)}")
+    if not S.is_floating_point():
+        S = S.to(torch.float64)  # exact for integers below 2**53 (popularity counts, ranks)
+    elif S.dtype in (torch.float16, torch.bfloat16):
+        S = S.to(torch.float32)  # comparisons are exact after widening; CPU half kernels are incomplete
+    return S
+
+
+def _check_finite(S: torch.Tensor, users) -> None:
+    bad = torch.isnan(S).any(dim=1)
+    if bool(bad.any()):
+        row = int(torch.nonzero(bad)[0, 0])
+        raise ValueError(f"scorer returned NaN scores for user {int(users[row])}")
+
+
+def _scores(scorer, users: np.ndarray, n_items: int) -> torch.Tensor:
+    with torch.no_grad():
+        S = _as_tensor(scorer(users), (len(users), n_items), "scorer")
+    _check_finite(S, users)
+    return S

@@ -1,0 +1,107 @@
+"""Per-user evaluation results, their summaries, bootstrap intervals and a JSON form for reports."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .metrics import TIE_POLICY
+from .stats import bootstrap_ci
+
+WHICH = ("all", "warm", "cold")
+
+
+@dataclass
+class EvalResult:
+    """Per-user metric values for one (model, split, protocol) evaluation.
+
+    ``per_user`` has one row per evaluated user: ``user`` (internal id), ``n_targets`` and one column per
+    metric (``hr@10``, ``ndcg@10``, ...), values in [0, 1]. ``per_user_warm`` / ``per_user_cold`` hold the
+    same metrics computed on the user's warm targets only (item seen in training) and cold targets only
+    (item never in training); users without such targets are absent. The candidate set is the same in all
+    three: only the set of relevant items changes. Under the sampled protocol ``n_targets`` is the number of
+    (user, target) pairs and each value is the mean over the user's pairs.
+
+    ``meta`` records the protocol, split, masking, seed, K list and ``n_candidates`` (per row of ``per_user``).
+
+    Tie policy: every value is the exact expectation over uniformly random orderings of tied scores
+    ("expected over random tie orders"); see :mod:`fedvlr_plus.evaluation.metrics`.
+    """
+
+    per_user: pd.DataFrame
+    per_user_warm: pd.DataFrame
+    per_user_cold: pd.DataFrame
+    metric_names: list[str] = field(default_factory=list)
+    meta: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not self.metric_names:
+            self.metric_names = [c for c in self.per_user.columns if "@" in c]
+
+    # ------------------------------------------------------------------ access
+    def frame(self, which: str = "all") -> pd.DataFrame:
+        if which == "all":
+            return self.per_user
+        if which == "warm":
+            return self.per_user_warm
+        if which == "cold":
+            return self.per_user_cold
+        raise ValueError(f"which must be one of {', '.join(WHICH)}, got {which!r}")
+
+    def n_users(self, which: str = "all") -> int:
+        return int(len(self.frame(which)))
+
+    # ------------------------------------------------------------------ aggregates
+    def summary(self, which: str = "all") -> dict[str, float]:
+        """Metric -> mean over users (each user weighs the same). NaN when no user is in the group."""
+        f = self.frame(which)
+        return {m: (float(f[m].mean()) if len(f) and m in f.columns else math.nan) for m in self.metric_names}
+
+    def ci(self, which: str = "all", level: float = 0.95, n_resamples: int = 2000, seed: int = 0,
+           method: str = "BCa") -> dict[str, list[float]]:
+        """Metric -> ``[low, high]`` bootstrap interval of the mean over users (:func:`scipy.stats.bootstrap`)."""
+        f = self.frame(which)
+        return {m: bootstrap_ci(f[m].to_numpy() if m in f.columns else [], level=level, n_resamples=n_resamples,
+                                seed=seed, method=method)
+                for m in self.metric_names}
+
+    def to_json(self, prefix: str = "test", ci: bool = True) -> dict:
+        """A JSON-ready dict: summaries for all/warm/cold targets, user counts, optional CIs and the tie policy.
+
+        Keys: ``prefix`` (summary), ``prefix_warm``, ``prefix_cold``, ``n_users`` and ``prefix_n_users``,
+        ``prefix_warm_n_users``, ``prefix_cold_n_users``, ``tie_policy``, ``protocol``; with ``ci=True`` also
+        ``prefix_ci``, ``prefix_warm_ci``, ``prefix_cold_ci``. Undefined means (an empty group) become None.
+        """
+        out = {
+            prefix: _clean(self.summary("all")),
+            f"{prefix}_warm": _clean(self.summary("warm")),
+            f"{prefix}_cold": _clean(self.summary("cold")),
+            "n_users": self.n_users("all"),
+            f"{prefix}_n_users": self.n_users("all"),
+            f"{prefix}_warm_n_users": self.n_users("warm"),
+            f"{prefix}_cold_n_users": self.n_users("cold"),
+            "tie_policy": TIE_POLICY,
+        }
+        for key in ("protocol", "split", "mask_history", "n_negatives", "seed"):
+            if key in self.meta:
+                out[f"{prefix}_{key}" if key != "protocol" else "protocol"] = self.meta[key]
+        if ci:
+            out[f"{prefix}_ci"] = _clean(self.ci("all"))
+            out[f"{prefix}_warm_ci"] = _clean(self.ci("warm"))
+            out[f"{prefix}_cold_ci"] = _clean(self.ci("cold"))
+        return out
+
+
+def _clean(d: dict) -> dict:
+    """NaN -> None so the dict is strict JSON."""
+
+    def fix(v):
+        if isinstance(v, list):
+            return [fix(x) for x in v]
+        if isinstance(v, (float, np.floating)):
+            return None if not math.isfinite(float(v)) else float(v)
+        return v
+
+    return {k: fix(v) for k, v in d.items()}
