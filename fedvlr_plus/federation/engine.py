@@ -125,7 +125,11 @@ class FederatedRun:
         sim_cls = BatchedSimulator if cfg.simulator == "batched" else SequentialSimulator
         self.sim = sim_cls(self.bb, self.indptr, self.indices, self.store, seed=cfg.seed,
                            chunk_floats=cfg.chunk_floats)
+        if hasattr(self.bb, "wrap_strategy"):  # a layer with a server side (the FedVLR fusion)
+            self.strategy = self.bb.wrap_strategy(self.strategy, cfg.seed)
         self.shared = init_shared_state(self.bb, cfg.seed)
+        if hasattr(self.strategy, "prepare_shared"):
+            self.shared = self.strategy.prepare_shared(self.shared)
         self.progress = progress
         self.on_round, self.on_upload = on_round, on_upload
         self.round = 0
