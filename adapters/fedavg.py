@@ -19,7 +19,7 @@ class FedAvgMF(Backbone):
     name = "fedavg"
     default_strategy = "fedavg"
     default_lr = 0.5
-    default_item_lr_scale = 1.0
+    default_item_lr_scale = 300.0
 
     def specs(self):
         n, d = self.n_items, self.dim

@@ -17,8 +17,11 @@ ICLR 2024 (arXiv:2301.09109).
 Fixed against the FedVLR release (fedvlr-method.md §8): ``A_u`` and the head are restored every round and at
 evaluation (B1); the curriculum does not compound and is never zero after round 0 (B4). Stated choices: the two
 penalties are averaged over the items of each mini-batch (the rows the step touches) instead of whole tables, so
-that rows a client never sees stay untouched; ``A_u`` starts at zero, so an untrained client scores with ``C``.
-Defaults λ_0 = 1e-4, μ_0 = 1e-2 follow the FedVLR configuration.
+that rows a client never sees stay untouched; ``A_u`` starts at zero, so an untrained client scores with ``C``;
+``A_u`` learns at the plain client learning rate while ``C`` uses the item-row multiplier (``item_lr_scale``):
+``A_u`` is never averaged, and at the row rate it memorised every sampled negative and the local loss diverged
+(ML-100K validation; ``personal_row_lr=True`` restores the row rate). Defaults λ_0 = 1e-4, μ_0 = 1e-2 follow
+the FedVLR configuration.
 """
 from __future__ import annotations
 
@@ -33,18 +36,21 @@ class FedRAP(Backbone):
     name = "fedrap"
     default_strategy = "fedavg"
     default_lr = 0.5
-    default_item_lr_scale = 1.0
+    default_item_lr_scale = 300.0
 
-    def __init__(self, n_items, dim=64, *, fedrap_lambda: float = 1e-4, fedrap_mu: float = 1e-2, **options):
+    def __init__(self, n_items, dim=64, *, fedrap_lambda: float = 1e-4, fedrap_mu: float = 1e-2,
+                 personal_row_lr: bool = False, **options):
         super().__init__(n_items, dim, **options)
         self.lam0 = float(fedrap_lambda)
         self.mu0 = float(fedrap_mu)
+        self.personal_row_lr = bool(personal_row_lr)
 
     def specs(self):
         n, d = self.n_items, self.dim
         return [
             ParamSpec("item_common", (n, d), shared=True, item_table=True, init="normal", std=0.1),
-            ParamSpec("item_personal", (n, d), shared=False, item_table=True, init="zeros"),
+            ParamSpec("item_personal", (n, d), shared=False, item_table=True, init="zeros",
+                      row_lr=self.personal_row_lr),
             ParamSpec("head_w", (d,), shared=False, init="normal", std=0.1),
             ParamSpec("head_b", (), shared=False, init="zeros"),
         ]

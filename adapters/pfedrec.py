@@ -21,7 +21,7 @@ class PFedRec(Backbone):
     name = "pfedrec"
     default_strategy = "fedavg"
     default_lr = 0.5
-    default_item_lr_scale = 1.0
+    default_item_lr_scale = 300.0
     personal_copies = {"item_emb": "item_emb_personal"}
 
     def specs(self):

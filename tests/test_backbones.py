@@ -90,3 +90,12 @@ def test_private_initialisation_is_per_client_and_reproducible():
     assert torch.equal(a[2]["head_w"], b["head_w"])            # same client, alone or in a group
     assert not torch.equal(a[0]["head_w"], a[1]["head_w"])     # different clients differ
     assert abs(float(torch.stack([s["head_w"] for s in a]).std()) - 0.1) < 0.05
+
+
+def test_cli_lists_every_backbone():
+    from fedvlr_plus.federation import FEDERATED_BACKBONES, STRATEGIES
+    from fedvlr_plus.federation.strategy import make_strategy
+
+    assert FEDERATED_BACKBONES == tuple(sorted(BACKBONES))
+    for name in STRATEGIES:
+        assert make_strategy(name, server_lr=0.1).name == name

@@ -157,7 +157,7 @@ def test_cli_flags_build_the_config():
 
 
 def test_bench_round_reports_both_simulators():
-    data = synthetic_data(40, 60, 10, seed=0)
+    data = synthetic_data(40, 150, 10, seed=0)
     res = bench_round(data, "fedavg", FedConfig(local_epochs=2), repeats=1)
     assert res["clients"] == 40 and res["batched_s"] > 0 and res["sequential_s"] > 0
     assert res["speedup"] == pytest.approx(res["sequential_s"] / res["batched_s"])

@@ -5,24 +5,35 @@
   :class:`GradientAggregation`, :class:`CoordinateMedian`, :class:`TrimmedMean`),
   :class:`BatchedSimulator` / :class:`SequentialSimulator`;
 - :class:`FedConfig`, :func:`run_federated`, :func:`bench_round`, :func:`add_run_arguments`,
-  :func:`config_from_args`.
-"""
-from .batched import BatchedSimulator, SequentialSimulator
-from .client import Client, RecClient
-from .config import FedConfig, add_run_arguments, config_from_args
-from .engine import FederatedRun, bench_round, combine_seeds, format_bench, run_federated
-from .fedavg import FedAvg
-from .grad_agg import GradientAggregation
-from .median import CoordinateMedian
-from .messages import ClientUpdate
-from .sparse_avg import SparseRowAvg
-from .store import DiskStore, MemoryStore, make_store
-from .strategy import STRATEGIES, Strategy, make_strategy
-from .trimmed_mean import TrimmedMean
+  :func:`config_from_args`, :func:`cli_run`.
 
-__all__ = [
-    "BatchedSimulator", "Client", "ClientUpdate", "CoordinateMedian", "DiskStore", "FedAvg", "FedConfig",
-    "FederatedRun", "GradientAggregation", "MemoryStore", "RecClient", "STRATEGIES", "SequentialSimulator",
-    "SparseRowAvg", "Strategy", "TrimmedMean", "add_run_arguments", "bench_round", "combine_seeds",
-    "config_from_args", "format_bench", "make_store", "make_strategy", "run_federated",
-]
+Only the configuration is imported eagerly (building the CLI parser must not import torch); everything else
+loads on first use.
+"""
+from importlib import import_module
+
+from .config import FEDERATED_BACKBONES, STRATEGIES, FedConfig, add_run_arguments, config_from_args
+
+_LAZY = {
+    "BatchedSimulator": ".batched", "SequentialSimulator": ".batched",
+    "Client": ".client", "RecClient": ".client",
+    "cli_run": ".commands",
+    "FederatedRun": ".engine", "bench_round": ".engine", "combine_seeds": ".engine", "format_bench": ".engine",
+    "run_federated": ".engine",
+    "FedAvg": ".fedavg", "GradientAggregation": ".grad_agg", "CoordinateMedian": ".median",
+    "ClientUpdate": ".messages", "SparseRowAvg": ".sparse_avg", "TrimmedMean": ".trimmed_mean",
+    "DiskStore": ".store", "MemoryStore": ".store", "make_store": ".store",
+    "Strategy": ".strategy", "make_strategy": ".strategy",
+}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        value = getattr(import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = sorted(["FEDERATED_BACKBONES", "STRATEGIES", "FedConfig", "add_run_arguments", "config_from_args",
+                  *_LAZY])

@@ -175,7 +175,7 @@ class BatchedSimulator:
                         else:
                             acc[name] += g
                         continue
-                    step_lr = item_lr if table else lr
+                    step_lr = item_lr if specs[name].scaled else lr
                     if table:
                         if wd:  # decay the rows this step uses, before the gradient step (θ(1 - ηλ) - ηg)
                             if used is None:
@@ -194,12 +194,12 @@ class BatchedSimulator:
         # split the stacked results into per-client pieces with a few whole-tensor calls (no per-client indexing)
         detached = {k: v.detach() for k, v in leaves.items()}
         sizes = rows.tolist()
-        owner_t, pos_t = torch.from_numpy(owner), torch.from_numpy(pos)
+        real_rows = torch.from_numpy(owner * t_max + pos)   # flat positions of the real (unpadded) rows
         trows = torch.split(torch.from_numpy(sched.touched), sizes)
 
         def per_client(src: torch.Tensor, table: bool) -> list:
             if table:
-                return list(torch.split(src[owner_t, pos_t], sizes))
+                return list(torch.split(src.reshape(c_n * t_max, -1).index_select(0, real_rows), sizes))
             return list(src.unbind(0))
 
         up = {name: per_client(acc[name] if grads_mode else detached[name], specs[name].item_table)
@@ -212,12 +212,13 @@ class BatchedSimulator:
         steps_l = steps_done.to(torch.int64).tolist()
         n_pos = sched.n_pos.tolist()
         out = []
+        private_specs = bb.private_specs()
         for c, cid in enumerate(cids.tolist()):
             trow = trows[c]
             arrays = {name: up[name][c] for name in up}
             rws = {name: trow for name in table_names}
             new_state = {}
-            for sp in bb.private_specs():
+            for sp in private_specs:
                 if sp.item_table:
                     full = states[c][sp.name].to(dtype).clone()
                     full[trow] = priv[sp.name][c]

@@ -146,7 +146,7 @@ class RecClient:
                             g[used] += wd * p[name][used]
                         else:
                             g = g + wd * p[name]
-                    p[name] -= (item_lr if spec.item_table else lr) * g
+                    p[name] -= (item_lr if spec.scaled else lr) * g
             losses.append(float(loss.detach()))
 
         touched = torch.from_numpy(sched.touched_of(0))

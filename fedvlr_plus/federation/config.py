@@ -4,11 +4,14 @@ from __future__ import annotations
 import argparse
 from dataclasses import asdict, dataclass, fields
 
-from .strategy import STRATEGIES
+#: aggregation strategies (fedvlr_plus.federation.make_strategy) and federated backbones
+#: (fedvlr_plus.adapters.BACKBONES), named here so that building the CLI does not import torch
+STRATEGIES = ("fedavg", "sparse-avg", "fedgrad", "median", "trimmed-mean")
+FEDERATED_BACKBONES = ("fcf", "fedavg", "fedncf", "fedrap", "pfedrec")
 
 #: config fields that may differ between a checkpoint and the run that resumes it (they do not change numbers
 #: already computed: more rounds or patience extend a run; the simulator and chunking only change speed)
-RESUMABLE_CHANGES = {"rounds", "patience", "simulator", "chunk_floats", "seeds"}
+RESUMABLE_CHANGES = {"rounds", "patience", "simulator", "chunk_floats", "seeds", "ks", "metrics", "mask_history"}
 
 
 @dataclass
@@ -31,8 +34,11 @@ class FedConfig:
     clients_per_round: float | None = None  # None: all; 0 < x < 1: fraction; integer >= 1: count
     patience: int = 20                # evaluated rounds without a validation improvement before stopping
     valid_metric: str = "hr@50"
+    valid_protocol: str = "full"      # protocol of the validation metric: full | sampled
     eval_every: int = 1
     ks: tuple = (10, 20, 50)
+    metrics: tuple = ("hr", "ndcg")   # computed at every evaluation (hr, ndcg, recall, mrr)
+    mask_history: str = "train"       # full protocol at test: mask train (FedVLR) or all earlier splits (RecBole)
     seed: int = 0
     seeds: int = 1                    # run seeds seed, seed+1, ..., seed+seeds-1
     simulator: str = "batched"        # batched | sequential (the plain reference)
@@ -43,6 +49,7 @@ class FedConfig:
 
     def __post_init__(self):
         self.ks = tuple(int(k) for k in self.ks)
+        self.metrics = tuple(str(m) for m in self.metrics)
         checks = [
             (self.rounds >= 1, "rounds must be >= 1"),
             (self.local_epochs >= 1, "local_epochs must be >= 1"),
@@ -66,19 +73,27 @@ class FedConfig:
             (self.private_store in ("memory", "disk"), "private_store must be memory or disk"),
             (self.chunk_floats >= 1024, "chunk_floats must be >= 1024"),
             (len(self.ks) > 0 and min(self.ks) >= 1, "ks must be positive integers"),
+            (self.valid_protocol in ("full", "sampled"), "valid_protocol must be full or sampled"),
+            (self.mask_history in ("train", "all", "none"), "mask_history must be train, all or none"),
+            (len(self.metrics) > 0 and set(self.metrics) <= {"hr", "ndcg", "recall", "mrr"},
+             "metrics must be among hr, ndcg, recall, mrr"),
         ]
         for ok, msg in checks:
             if not ok:
                 raise ValueError(f"FedConfig: {msg}")
         if "@" not in self.valid_metric:
             raise ValueError(f"FedConfig: valid_metric looks like 'hr@50', got {self.valid_metric!r}")
-        k = int(self.valid_metric.split("@")[1])
+        name, k = self.valid_metric.split("@", 1)
+        k = int(k)
         if k not in self.ks:
             self.ks = tuple(sorted(set(self.ks) | {k}))
+        if name not in self.metrics:
+            self.metrics = tuple(self.metrics) + (name,)
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["ks"] = list(self.ks)
+        d["metrics"] = list(self.metrics)
         return d
 
     @classmethod
@@ -112,16 +127,28 @@ def _ks_arg(text: str) -> tuple:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers like 10,20,50, got {text!r}")
 
 
-def add_run_arguments(parser: argparse.ArgumentParser, *, include_io: bool = False) -> argparse.ArgumentParser:
-    """Add the federated engine's flags. ``include_io`` also adds --backbone, --out, --resume, --json."""
-    d = FedConfig()
-    g = parser.add_argument_group("federated training")
-    if include_io:
-        from ..adapters import BACKBONES
+class _SkipExisting:
+    """An argument group that leaves out flags the parser already has (e.g. the CLI's own --seed, --out)."""
 
-        g.add_argument("--backbone", required=True, choices=sorted(BACKBONES))
+    def __init__(self, parser, group):
+        self.parser, self.group = parser, group
+
+    def add_argument(self, *flags, **kw):
+        if any(f in self.parser._option_string_actions for f in flags if f.startswith("-")):
+            return None
+        return self.group.add_argument(*flags, **kw)
+
+
+def add_run_arguments(parser: argparse.ArgumentParser, *, include_io: bool = False) -> argparse.ArgumentParser:
+    """Add the federated engine's flags (and --resume). ``include_io`` also adds --backbone, --out, --json.
+    Flags the parser already defines are left as they are."""
+    d = FedConfig()
+    g = _SkipExisting(parser, parser.add_argument_group("federated training (federated backbones only)"))
+    g.add_argument("--resume", metavar="RUN_DIR", default=None,
+                   help="continue the (interrupted) federated run in RUN_DIR; finished seeds are read back")
+    if include_io:
+        g.add_argument("--backbone", required=True, choices=FEDERATED_BACKBONES)
         g.add_argument("--out", metavar="RUN_DIR", default=None, help="checkpoint every round into RUN_DIR")
-        g.add_argument("--resume", metavar="RUN_DIR", default=None, help="continue the run in RUN_DIR")
         g.add_argument("--json", action="store_true", help="print the result as JSON")
     g.add_argument("--rounds", type=int, default=d.rounds, help="maximum number of rounds (default %(default)s)")
     g.add_argument("--local-epochs", type=int, default=d.local_epochs, help="local epochs per round (default 5)")
@@ -141,8 +168,10 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, include_io: bool = Fal
                    help="fraction (0.1) or count (50) of clients sampled per round (default: all)")
     g.add_argument("--patience", type=int, default=d.patience, help="early-stopping patience in evaluations")
     g.add_argument("--valid-metric", default=d.valid_metric, help="model-selection metric on valid (hr@50)")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
     g.add_argument("--eval-every", type=int, default=d.eval_every, help="evaluate on valid every N rounds")
-    g.add_argument("--ks", type=_ks_arg, default=d.ks, help="cut-offs, comma-separated (default 10,20,50)")
+    if "--metrics" not in parser._option_string_actions:  # the main CLI's --metrics already sets the cut-offs
+        g.add_argument("--ks", type=_ks_arg, default=d.ks, help="cut-offs, comma-separated (default 10,20,50)")
     g.add_argument("--seed", type=int, default=d.seed)
     g.add_argument("--seeds", type=int, default=d.seeds, help="number of seeds (seed, seed+1, ...)")
     g.add_argument("--simulator", choices=("batched", "sequential"), default=d.simulator)
@@ -153,6 +182,11 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, include_io: bool = Fal
     return parser
 
 
-def config_from_args(args: argparse.Namespace) -> FedConfig:
+def config_from_args(args: argparse.Namespace, **overrides) -> FedConfig:
+    """FedConfig from parsed flags (fields the namespace lacks keep their defaults), then ``overrides``."""
     names = {f.name for f in fields(FedConfig)}
-    return FedConfig(**{k: v for k, v in vars(args).items() if k in names})
+    values = {k: v for k, v in vars(args).items() if k in names and v is not None}
+    if isinstance(values.get("metrics"), str):  # the main CLI's "hr@10,ndcg@50" string, not metric names
+        values.pop("metrics")
+    values.update(overrides)
+    return FedConfig(**values)

@@ -5,7 +5,8 @@ steps and upload the sums. The server forms ``g = Σ_u w_u g_u`` with ``w_u = n_
 client did not touch contribute zero) and steps its own optimizer on the shared parameters: plain SGD
 ``θ ← θ − η g`` by default, as in Algorithm 1, or Adam as a named option (FedAdam). Item-table rows use
 ``η · item_lr_scale``, the same row multiplier the clients use. The optimizer that is stepped
-is the one that owns the shared parameters (B3 of fedvlr-method.md); its state is part of the checkpoint.
+updates exactly the shared parameters it is given (B3 of fedvlr-method.md); Adam's moments are part of the
+checkpoint. The Adam update is the standard one (bias-corrected moments, ``θ ← θ − η m̂ / (√v̂ + ε)``).
 
 References: Li, Long, Jiang, Zhang, Yang, "Federated Vision-Language-Recommendation with Personalized Fusion",
 AAAI-26, Algorithm 1; Ammad-ud-din et al., "Federated Collaborative Filtering ...", arXiv:1901.09888, 2019 (item
@@ -32,57 +33,45 @@ class GradientAggregation(Strategy):
         self.server_lr = float(server_lr)
         self.item_lr_scale = float(item_lr_scale)
         self.optimizer_name = optimizer
-        self.betas, self.eps = betas, eps
-        self.params: dict[str, torch.Tensor] | None = None
-        self.opt: torch.optim.Optimizer | None = None
-        self._pending_state: dict | None = None
-
-    def _bind(self, shared: dict[str, torch.Tensor], specs: dict) -> None:
-        if self.params is None:
-            self.params = {k: v.detach().clone().requires_grad_(True) for k, v in sorted(shared.items())}
-            # item-table rows learn at server_lr * item_lr_scale, as they do on the clients
-            groups = [{"params": [p for k, p in self.params.items() if specs[k].item_table],
-                       "lr": self.server_lr * self.item_lr_scale},
-                      {"params": [p for k, p in self.params.items() if not specs[k].item_table],
-                       "lr": self.server_lr}]
-            groups = [g for g in groups if g["params"]]
-            if self.optimizer_name == "sgd":
-                self.opt = torch.optim.SGD(groups, lr=self.server_lr)
-            else:
-                self.opt = torch.optim.Adam(groups, lr=self.server_lr, betas=self.betas, eps=self.eps)
-            if self._pending_state is not None:
-                self.opt.load_state_dict(self._pending_state)
-                self._pending_state = None
-        else:
-            with torch.no_grad():  # the server state may have been replaced (resume): copy it in
-                for k, v in shared.items():
-                    if v is not self.params[k]:
-                        self.params[k].copy_(v)
+        self.betas, self.eps = (float(betas[0]), float(betas[1])), float(eps)
+        # Adam state (plain tensors; torch.optim is avoided because constructing one imports torch._dynamo,
+        # which costs seconds per process)
+        self.t = 0
+        self.m: dict[str, torch.Tensor] = {}
+        self.v: dict[str, torch.Tensor] = {}
 
     def aggregate(self, shared, updates, specs):
         check_updates(shared, updates, self.upload)
-        self._bind(shared, specs)
         w = example_weights(updates)
-        for name, p in self.params.items():
+        out = {}
+        if self.optimizer_name == "adam":
+            self.t += 1
+        for name, p in shared.items():
             if specs[name].item_table:
                 num, _ = weighted_row_sums(updates, name, p.shape, w, p.dtype)
-                p.grad = num.reshape(p.shape)
+                g = num.reshape(p.shape)
             else:
-                p.grad = weighted_dense(updates, name, w).to(p.dtype)
-        self.opt.step()
-        self.opt.zero_grad(set_to_none=True)
-        return {k: v.detach().clone() for k, v in self.params.items()}
+                g = weighted_dense(updates, name, w).to(p.dtype)
+            lr = self.server_lr * (self.item_lr_scale if specs[name].scaled else 1.0)
+            if self.optimizer_name == "sgd":
+                out[name] = p - lr * g
+                continue
+            b1, b2 = self.betas
+            m = self.m.get(name, torch.zeros_like(p)) * b1 + (1 - b1) * g
+            v = self.v.get(name, torch.zeros_like(p)) * b2 + (1 - b2) * g * g
+            self.m[name], self.v[name] = m, v
+            m_hat = m / (1 - b1 ** self.t)
+            v_hat = v / (1 - b2 ** self.t)
+            out[name] = p - lr * m_hat / (v_hat.sqrt() + self.eps)
+        return out
 
     def state_dict(self) -> dict:
-        if self.opt is not None:
-            return {"optimizer": self.opt.state_dict()}
-        return {"optimizer": self._pending_state} if self._pending_state is not None else {}
+        if self.optimizer_name == "sgd":
+            return {}
+        return {"t": self.t, "m": dict(self.m), "v": dict(self.v)}
 
     def load_state_dict(self, state: dict) -> None:
-        opt_state = state.get("optimizer") if state else None
-        if opt_state is None:
+        if not state:
             return
-        if self.opt is not None:
-            self.opt.load_state_dict(opt_state)
-        else:
-            self._pending_state = opt_state
+        self.t = int(state["t"])
+        self.m, self.v = dict(state["m"]), dict(state["v"])

@@ -28,12 +28,16 @@ class ClientUpdate:
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"ClientUpdate.kind must be one of {KINDS}, got {self.kind!r}")
+
+    def validate(self) -> "ClientUpdate":
+        """Row ids must belong to an uploaded array and match its number of rows."""
         for name, r in self.rows.items():
             if name not in self.arrays:
                 raise ValueError(f"ClientUpdate: rows given for {name!r} but no array of that name")
             if r.shape[0] != self.arrays[name].shape[0]:
                 raise ValueError(f"ClientUpdate: {name!r} has {self.arrays[name].shape[0]} rows but "
                                  f"{len(r)} row ids")
+        return self
 
     def to_message(self) -> dict:
         """Plain dict: numpy arrays and Python scalars only."""
@@ -53,7 +57,7 @@ class ClientUpdate:
             arrays={k: torch.as_tensor(np.asarray(v)) for k, v in msg["arrays"].items()},
             rows={k: torch.as_tensor(np.asarray(v, dtype=np.int64)) for k, v in msg.get("rows", {}).items()},
             num_examples=int(msg["num_examples"]), metrics=dict(msg.get("metrics", {})),
-        )
+        ).validate()
 
 
 def shared_to_message(shared: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:

@@ -123,8 +123,8 @@ def build_schedule(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray, n_
     ex = {name: (np.concatenate(v) if v else np.zeros(0, np.int64)) for name, v in parts.items()}
 
     keys = ex["client"] * n_items + ex["item"]
-    if c_n * n_items <= (1 << 24):
-        # small key space: a bitmap gives the sorted unique keys and each key's rank without sorting
+    if c_n * n_items <= max(1 << 16, 8 * len(keys)):
+        # dense key space: a bitmap gives the sorted unique keys and each key's rank without sorting
         flag = np.zeros(c_n * n_items, dtype=bool)
         flag[keys] = True
         ukey = np.flatnonzero(flag)

@@ -49,7 +49,8 @@ class MemoryStore:
         return state if state is not None else self._committed.get(cid)
 
     def save(self, cid: int, state: State, *, copy: bool = True) -> None:
-        self._pending[int(cid)] = {k: (v.detach().clone() if copy else v.detach()) for k, v in state.items()}
+        # copy=False: the caller hands over fresh tensors it will not touch again
+        self._pending[int(cid)] = {k: v.detach().clone() for k, v in state.items()} if copy else dict(state)
 
     def __contains__(self, cid) -> bool:
         return int(cid) in self._pending or int(cid) in self._committed

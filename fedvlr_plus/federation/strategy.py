@@ -32,6 +32,7 @@ def check_updates(shared: dict[str, torch.Tensor], updates: list[ClientUpdate], 
     if not updates:
         raise ValueError("no client updates to aggregate")
     for u in updates:
+        u.validate()
         if u.kind != kind:
             raise ValueError(f"client {u.cid} uploaded {u.kind!r} but this strategy aggregates {kind!r}")
         extra = set(u.arrays) - set(shared)
@@ -72,16 +73,35 @@ def gather_rows(updates: list[ClientUpdate], name: str, n_rows: int, weights: to
     return torch.cat(rows), vals, ws
 
 
-def weighted_row_sums(updates: list[ClientUpdate], name: str, shape, weights: torch.Tensor, dtype):
-    """``Σ_u w_u x_u[r]`` per row and ``Σ_{u ∋ r} w_u`` per row, one index_add per upload (no concatenation of
-    all uploads, so memory stays at the size of one table)."""
+def weighted_row_sums(updates: list[ClientUpdate], name: str, shape, weights: torch.Tensor, dtype,
+                      block_floats: int = 1 << 22):
+    """``Σ_u w_u x_u[r]`` per row and ``Σ_{u ∋ r} w_u`` per row. Uploads are concatenated in blocks of at most
+    ``block_floats`` values, so memory stays bounded and small uploads do not cost one call each."""
     n_rows = shape[0]
-    num = torch.zeros(n_rows, int(torch.tensor(shape[1:]).prod()) if len(shape) > 1 else 1, dtype=dtype)
+    width = 1
+    for s in shape[1:]:
+        width *= int(s)
+    num = torch.zeros(n_rows, width, dtype=dtype)
     den = torch.zeros(n_rows, dtype=torch.float64)
+    block, size = [], 0
+
+    def flush():
+        rows = torch.cat([r for r, _, _ in block])
+        ws = torch.repeat_interleave(torch.tensor([w for _, _, w in block], dtype=torch.float64),
+                                     torch.tensor([r.shape[0] for r, _, _ in block]))
+        vals = torch.cat([v for _, v, _ in block]).to(dtype)   # cat always copies, so scaling in place is safe
+        num.index_add_(0, rows, vals.mul_(ws.to(dtype).unsqueeze(1)))
+        den.index_add_(0, rows, ws)
+
     for u, w in zip(updates, weights.tolist()):
         r = rows_of(u, name, n_rows)
-        num.index_add_(0, r, u.arrays[name].reshape(r.shape[0], -1).to(dtype) * w)
-        den.index_add_(0, r, torch.full((r.shape[0],), w, dtype=torch.float64))
+        block.append((r, u.arrays[name].reshape(r.shape[0], -1), w))
+        size += r.shape[0] * width
+        if size >= block_floats:
+            flush()
+            block, size = [], 0
+    if block:
+        flush()
     return num, den
 
 
@@ -90,7 +110,7 @@ def weighted_dense(updates: list[ClientUpdate], name: str, weights: torch.Tensor
     return torch.tensordot(weights, stacked, dims=1)
 
 
-STRATEGIES = ("fedavg", "sparse-avg", "fedgrad", "median", "trimmed-mean")
+from .config import STRATEGIES  # noqa: E402  (names live in config so the CLI can list them cheaply)
 
 
 def make_strategy(name: str, *, server_lr: float | None = None, server_optimizer: str = "sgd",

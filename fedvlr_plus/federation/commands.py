@@ -1,0 +1,101 @@
+"""Glue between the ``fedvlr-plus`` CLI and the engine: ``run SOURCE --backbone <federated>`` and
+``bench round SOURCE --backbone B``."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def cli_run(args, data, *, split_used: str, metrics, ks, keys, protocol: str) -> dict:
+    """Train ``args.backbone`` federatedly on ``data`` and return the CLI's result dict (valid/test/test_ci/
+    test_warm/test_cold/baselines as for the reference rankers, plus selected_round, per_seed and history)."""
+    from ..cli import reference_table
+    from .config import FEDERATED_BACKBONES, config_from_args
+    from .engine import run_federated
+
+    if args.backbone not in FEDERATED_BACKBONES:
+        raise SystemExit(f"unknown backbone {args.backbone!r}; federated backbones: "
+                         f"{', '.join(FEDERATED_BACKBONES)}; reference rankers: pop, random, antipop")
+    names = tuple(dict.fromkeys(list(metrics) + ["hr"]))
+    cfg = config_from_args(args, ks=tuple(ks), metrics=names, valid_protocol=protocol,
+                           mask_history=getattr(args, "mask_history", "train"))
+    run_dir = args.resume or args.out
+    if args.resume and args.out and args.resume != args.out:
+        raise SystemExit("--resume RUN_DIR continues the run in RUN_DIR; do not pass a different --out")
+    res = run_federated(data, args.backbone, cfg, out_dir=run_dir, resume=bool(args.resume),
+                        progress=not getattr(args, "no_progress", False))
+    prefix = "test" if protocol == "full" else "test_sampled"
+    pick = lambda d: {k: d[k] for k in keys if k in d} if isinstance(d, dict) else d  # noqa: E731
+    result = {"dataset": data.name, "backbone": args.backbone, "protocol": args.protocol, "split": split_used,
+              "mask_history": cfg.mask_history, "seed": cfg.seed, "metrics": keys,
+              "valid": pick(res["valid"]), "selected_round": res["selected_round"]}
+    for part in ("", "_warm", "_cold"):
+        if f"{prefix}{part}" in res:
+            result[f"test{part}"] = pick(res[f"{prefix}{part}"])
+        if f"{prefix}{part}_std" in res:
+            result[f"test{part}_std"] = pick(res[f"{prefix}{part}_std"])
+        if f"{prefix}{part}_ci" in res:
+            result[f"test{part}_ci"] = pick(res[f"{prefix}{part}_ci"])
+        if f"{prefix}{part}_n_users" in res:
+            result[f"test{part}_n_users"] = res[f"{prefix}{part}_n_users"]
+    result["n_users"] = res.get(f"{prefix}_n_users", res.get("n_users"))
+    other = "test_sampled" if protocol == "full" else "test"
+    result[f"other_protocol_{'sampled' if protocol == 'full' else 'full'}"] = pick(res.get(other))
+    result["baselines"] = reference_table(data, keys, protocol=protocol, ks=tuple(ks), metrics=tuple(metrics),
+                                          mask_history=cfg.mask_history, seed=cfg.seed)
+    for key in ("strategy", "simulator", "rounds_run", "stopped_early", "resolved", "model", "config", "history",
+                "per_seed", "seeds"):
+        if key in res:
+            result[key] = res[key]
+    return result
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    """Add ``bench round``: time one federated round, batched against sequential."""
+    from ..cli import add_data_arguments
+    from .config import FEDERATED_BACKBONES, add_run_arguments
+
+    p = subparsers.add_parser("bench", help="speed benchmarks of the federated engine")
+    sub = p.add_subparsers(dest="bench_command", metavar="{round}", required=True)
+    r = sub.add_parser("round", help="time one full round (all clients, local epochs, no evaluation), batched "
+                                     "and sequential",
+                       description="Time one full federated round for the batched simulator and the sequential "
+                                   "reference in one process and print both and their ratio. SOURCE may also "
+                                   "be synthetic:USERSxITEMS (e.g. synthetic:35000x18000).")
+    add_data_arguments(r)
+    r.add_argument("--backbone", required=True, choices=FEDERATED_BACKBONES)
+    r.add_argument("--repeats", type=int, default=3, help="time each simulator this many times, keep the best")
+    r.add_argument("--no-sequential", action="store_true", help="time the batched simulator only")
+    r.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    add_run_arguments(r)
+    r.set_defaults(func=cmd_bench_round)
+    return p
+
+
+def _bench_data(args):
+    if args.source.startswith("synthetic:"):
+        from .synthetic import synthetic_data
+
+        try:
+            users, items = (int(x) for x in args.source.split(":", 1)[1].lower().split("x"))
+        except ValueError:
+            raise SystemExit(f"synthetic source must look like synthetic:35000x18000, got {args.source!r}")
+        return synthetic_data(users, items, 30.0, groups=50, seed=getattr(args, "seed", 0),
+                              name=f"synthetic-{users}x{items}")
+    from ..cli import load_for_run
+
+    return load_for_run(args)[0]
+
+
+def cmd_bench_round(args) -> int:
+    from .config import config_from_args
+    from .engine import bench_round, format_bench
+
+    data = _bench_data(args)
+    cfg = config_from_args(args)
+    res = bench_round(data, args.backbone, cfg, sequential=not args.no_sequential, repeats=args.repeats)
+    print(format_bench(res), file=sys.stderr if args.json else sys.stdout)
+    if args.json:
+        print(json.dumps(res))
+    return 0
