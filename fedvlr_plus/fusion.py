@@ -102,6 +102,9 @@ class FusionLayer(Backbone):
         self.balance = float(balance)
         self.name = f"{base.name}+{mode}"
         self.default_strategy = "fedgrad"
+        # the server averages view gradients with weights summing to 1; 1.0 was stable on KU and ml-100k
+        # (the FCF "sum" rule, lr x clients, diverges once hundreds of clients touch the dense fusion weights)
+        self.default_server_lr = 1.0
         self.default_lr = base.default_lr
         self.default_item_lr_scale = base.default_item_lr_scale
         self.uses_history = base.uses_history or mode == "fedvlr"
@@ -124,6 +127,7 @@ class FusionLayer(Backbone):
         if cold_neighbours is not None and len(cold_neighbours[0]) and np.asarray(cold_neighbours[1]).shape[1]:
             self.cold_idx = torch.as_tensor(cold_neighbours[0], dtype=torch.long)
             self.cold_nbrs = torch.as_tensor(cold_neighbours[1], dtype=torch.long)
+        self.out_scale = 1.0 / float(np.sqrt(self.d))
         self.current_F: torch.Tensor | None = None   # the round's broadcast views (router input; constant)
         self._last_weights = None
 
@@ -200,7 +204,9 @@ class FusionLayer(Backbone):
                          for z, k in zip(zs, self.keys)]
                 outs.append(layer_norm(linear(torch.cat(gated, -1), sp["gate.out.w"], sp["gate.out.b"]),
                                        sp["gate.ln_g"], sp["gate.ln_b"]))
-        return torch.cat(outs, -1)
+        # LayerNorm outputs have norm ~sqrt(d); scale the views to unit size, the scale of the ID embeddings the
+        # backbones' heads and learning rates are made for (without it FedNCF's MLP tower diverges)
+        return torch.cat(outs, -1) * self.out_scale
 
     def broadcast(self, sp: dict[str, torch.Tensor]) -> torch.Tensor:
         with torch.no_grad():

@@ -111,7 +111,8 @@ class FederatedRun:
         if not len(self.eligible):
             raise ValueError(f"{data.name}: no user has a training interaction")
         self.per_round = self._clients_per_round()
-        self.server_lr = float(cfg.server_lr if cfg.server_lr is not None else self.lr * self.per_round)
+        default_slr = getattr(self.bb, "default_server_lr", None) or self.lr * self.per_round
+        self.server_lr = float(cfg.server_lr if cfg.server_lr is not None else default_slr)
         self.strategy = make_strategy(self.strategy_name, server_lr=self.server_lr,
                                       server_optimizer=cfg.server_optimizer, trim_fraction=cfg.trim_fraction,
                                       chunk_floats=cfg.chunk_floats, item_lr_scale=self.item_lr_scale)
