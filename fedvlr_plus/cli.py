@@ -268,6 +268,9 @@ def build_parser() -> argparse.ArgumentParser:
         pass
     else:
         add_run_arguments(p_run)
+    from fedvlr_plus.fusion_cli import add_fusion_arguments
+
+    add_fusion_arguments(p_run)
     p_run.set_defaults(func=cmd_run)
 
     from fedvlr_plus.views import cli as views_cli
