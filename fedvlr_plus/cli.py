@@ -214,11 +214,8 @@ def _report_run(args, result: dict, keys: list[str], test_result=None) -> None:
 
 
 def _run_federated(args, data, split_used, names, ks, keys, protocol) -> int:
-    try:
-        from fedvlr_plus.federation import cli_run  # provided by the federation engine
-    except ImportError:
-        raise SystemExit(f"backbone {args.backbone!r} is not available in this version "
-                         f"(available: {', '.join(REFERENCE_BACKBONES)})")
+    from fedvlr_plus.federation import cli_run
+
     result = cli_run(args, data, split_used=split_used, metrics=names, ks=ks, keys=keys, protocol=protocol)
     _report_run(args, result, keys)
     return 0
@@ -262,14 +259,10 @@ def build_parser() -> argparse.ArgumentParser:
     p_run.add_argument("--out", metavar="RUN_DIR", default=None,
                        help="write result.json and per-user test metrics (CSV) into RUN_DIR")
     p_run.add_argument("--json", action="store_true", help="print one JSON object as the last line")
-    try:
-        from fedvlr_plus.federation import add_run_arguments
-    except ImportError:
-        pass
-    else:
-        add_run_arguments(p_run)
+    from fedvlr_plus.federation import add_run_arguments
     from fedvlr_plus.fusion_cli import add_fusion_arguments
 
+    add_run_arguments(p_run)
     add_fusion_arguments(p_run)
     p_run.set_defaults(func=cmd_run)
 

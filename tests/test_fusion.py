@@ -150,7 +150,7 @@ def test_router_is_personal_and_restored():
     users = np.arange(6)
     states = [run.store.load(int(u)) for u in users]
     p = {k: torch.stack([s[k] for s in states]) for k in ("router.w1", "router.b1", "router.w2", "router.b2")}
-    ctx = run.sim._score_history(users)
+    ctx = run.sim._history_ctx(users)
     w = bb.weights(p, ctx)
     assert w.shape == (6, 3) and torch.allclose(w.sum(-1), torch.ones(6))
     assert (w.max(0).values - w.min(0).values).max() > 1e-3       # different users, different weights
