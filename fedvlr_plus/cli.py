@@ -11,34 +11,15 @@ import os
 import sys
 from pathlib import Path
 
+from fedvlr_plus.jsonio import json_default, write_json_atomic
+
 REFERENCE_BACKBONES = ("pop", "random", "antipop")
 DEFAULT_METRICS = "hr@10,ndcg@10,hr@50,ndcg@50"
 
 
 # ---------------------------------------------------------------------------------------------- helpers
 def _emit_json(obj) -> None:
-    print(json.dumps(obj, default=_json_default))
-
-
-def _json_default(o):
-    import numpy as np
-
-    if isinstance(o, (np.integer,)):
-        return int(o)
-    if isinstance(o, (np.floating,)):
-        return float(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, Path):
-        return str(o)
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
-
-
-def write_json_atomic(path: Path, obj) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, default=_json_default))
-    os.replace(tmp, path)
+    print(json.dumps(obj, default=json_default))
 
 
 def parse_metrics(text: str) -> tuple[tuple[str, ...], tuple[int, ...], list[str]]:

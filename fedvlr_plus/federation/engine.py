@@ -31,6 +31,7 @@ from ..adapters import Backbone, make_backbone
 from .batched import BatchedSimulator, SequentialSimulator
 from .config import RESUMABLE_CHANGES, FedConfig
 from .rng import TAG_SAMPLE
+from ..jsonio import write_json_atomic
 from .state import init_shared_state
 from .store import MemoryStore, atomic_torch_save, make_store
 from .strategy import make_strategy
@@ -45,25 +46,6 @@ def _evaluator():
         raise RuntimeError("fedvlr_plus.evaluation.evaluate is not available; the federated engine needs the "
                            "evaluation module to select rounds on validation") from exc
     return evaluate
-
-
-def _atomic_json(obj, path: Path) -> None:
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=2, default=_json_default))
-    os.replace(tmp, path)
-
-
-def _json_default(o):
-    if isinstance(o, (np.integer,)):
-        return int(o)
-    if isinstance(o, (np.floating,)):
-        return float(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, torch.Tensor):
-        return o.tolist()
-    raise TypeError(f"not JSON serialisable: {type(o)}")
 
 
 def _plain(d):
@@ -253,7 +235,7 @@ class FederatedRun:
         bar.close()
         result = self.result()
         if self.run_dir is not None:
-            _atomic_json(result, self.run_dir / "result.json")
+            write_json_atomic(self.run_dir / "result.json", result)
         return result
 
     def result(self) -> dict:
@@ -383,7 +365,7 @@ def run_federated(data, backbone: str, cfg: FedConfig | None = None, out_dir=Non
     summary = combine_seeds(results)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        _atomic_json(summary, out / "result.json")
+        write_json_atomic(out / "result.json", summary)
     return summary
 
 
