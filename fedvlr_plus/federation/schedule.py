@@ -96,31 +96,34 @@ def build_schedule(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray, n_
     if total > 1 and (np.diff(adj) < 0).any():
         raise ValueError("the training CSR rows must be sorted and free of duplicates")
 
-    parts = {name: [] for name in ("client", "step", "slot", "item", "label")}
+    # every epoch at once: arrays of length epochs * total (positives) and epochs * total * k (negatives)
+    n_ep = int(epochs)
+    e_pos = np.repeat(np.arange(n_ep, dtype=np.int64), total)
+    cl_e, q_e = np.tile(cl, n_ep), np.tile(j, n_ep)   # q: the slot a positive takes within its client's epoch
+    items_pos = np.tile(pos_item, n_ep)
     multi = np.flatnonzero(nb[cl] > 1)                # positives of clients with several mini-batches
-    for e in range(int(epochs)):
+    for e in range(n_ep if len(multi) else 0):
         # Shuffle the positives of clients whose epoch spans several mini-batches (for one mini-batch the order
         # only changes the summation order of its mean). Sorting (client, key) keeps clients contiguous.
-        order = np.arange(total, dtype=np.int64)
-        if len(multi):
-            key = rng.hash64(seed, round, rng.TAG_PERM, e, cid[multi], j[multi]) >> np.uint64(24)
-            order[multi] = multi[np.argsort(cl[multi].astype(np.uint64) << np.uint64(40) | key, kind="stable")]
-        q = j                                          # cl[order] == cl, so the q-th slot of client c
-        step = e * nb[cl] + q // bsz
-        slot = (q % bsz) * (1 + k)
-        parts["client"].append(cl); parts["step"].append(step); parts["slot"].append(slot)
-        parts["item"].append(pos_item[order]); parts["label"].append(np.ones(total, np.float32))
-        if k:
-            ncl = np.repeat(cl, k)
-            idx = np.arange(total * k, dtype=np.int64)          # = q * k + t for the t-th negative of slot q
-            free = n_items - n[ncl]
-            r = np.minimum((rng.uniform(seed, round, rng.TAG_NEG, e, clients[ncl], idx - offs[ncl] * k)
-                            * free).astype(np.int64), free - 1)
-            before = np.searchsorted(adj, ncl * n_items + r, side="right") - offs[ncl]
-            parts["client"].append(ncl); parts["step"].append(np.repeat(step, k))
-            parts["slot"].append(np.repeat(slot, k) + 1 + idx % k); parts["item"].append(r + before)
-            parts["label"].append(np.zeros(total * k, np.float32))
-    ex = {name: (np.concatenate(v) if v else np.zeros(0, np.int64)) for name, v in parts.items()}
+        key = rng.hash64(seed, round, rng.TAG_PERM, e, cid[multi], j[multi]) >> np.uint64(24)
+        perm = multi[np.argsort(cl[multi].astype(np.uint64) << np.uint64(40) | key, kind="stable")]
+        items_pos[e * total + multi] = pos_item[perm]
+    step_pos = e_pos * nb[cl_e] + q_e // bsz
+    slot_pos = (q_e % bsz) * (1 + k)
+    ex = {"client": [cl_e], "step": [step_pos], "slot": [slot_pos], "item": [items_pos],
+          "label": [np.ones(n_ep * total, np.float32)]}
+    if k:
+        ncl = np.repeat(cl_e, k)
+        t = np.tile(np.arange(k, dtype=np.int64), n_ep * total)
+        idx = np.repeat(q_e, k) * k + t                 # the t-th negative of slot q, numbered within the epoch
+        free = n_items - n[ncl]
+        r = np.minimum((rng.uniform(seed, round, rng.TAG_NEG, np.repeat(e_pos, k), clients[ncl], idx)
+                        * free).astype(np.int64), free - 1)
+        before = np.searchsorted(adj, ncl * n_items + r, side="right") - offs[ncl]
+        ex["client"].append(ncl); ex["step"].append(np.repeat(step_pos, k))
+        ex["slot"].append(np.repeat(slot_pos, k) + 1 + t); ex["item"].append(r + before)
+        ex["label"].append(np.zeros(len(ncl), np.float32))
+    ex = {name: np.concatenate(v) for name, v in ex.items()}
 
     keys = ex["client"] * n_items + ex["item"]
     if c_n * n_items <= max(1 << 16, 8 * len(keys)):

@@ -31,21 +31,29 @@ def check_updates(shared: dict[str, torch.Tensor], updates: list[ClientUpdate], 
     """Every upload must be of the expected kind and carry exactly the shared arrays, with matching shapes."""
     if not updates:
         raise ValueError("no client updates to aggregate")
+    names = set(shared)
+    want = {k: tuple(v.shape) for k, v in shared.items()}
     for u in updates:
-        u.validate()
         if u.kind != kind:
             raise ValueError(f"client {u.cid} uploaded {u.kind!r} but this strategy aggregates {kind!r}")
-        extra = set(u.arrays) - set(shared)
-        if extra:
-            raise ValueError(f"client {u.cid} uploaded arrays that are not shared parameters: {sorted(extra)}")
-        missing = set(shared) - set(u.arrays)
-        if missing:
+        if u.arrays.keys() != names:
+            extra, missing = set(u.arrays) - names, names - set(u.arrays)
+            if extra:
+                raise ValueError(f"client {u.cid} uploaded arrays that are not shared parameters: {sorted(extra)}")
             raise ValueError(f"client {u.cid} did not upload {sorted(missing)}")
+        if not u.rows.keys() <= names:
+            raise ValueError(f"client {u.cid} sent row ids for arrays it did not upload: "
+                             f"{sorted(set(u.rows) - names)}")
         for name, a in u.arrays.items():
-            want = shared[name].shape if name not in u.rows else shared[name].shape[1:]
-            got = a.shape if name not in u.rows else a.shape[1:]
-            if tuple(got) != tuple(want):
-                raise ValueError(f"client {u.cid}: {name!r} has shape {tuple(a.shape)}, expected {tuple(want)}")
+            shape = tuple(a.shape)
+            if name in u.rows:
+                r = u.rows[name]
+                if r.shape[0] != shape[0] or shape[1:] != want[name][1:]:
+                    u.validate()  # names the mismatch
+                    raise ValueError(f"client {u.cid}: {name!r} rows of shape {shape[1:]}, expected "
+                                     f"{want[name][1:]}")
+            elif shape != want[name]:
+                raise ValueError(f"client {u.cid}: {name!r} has shape {shape}, expected {want[name]}")
         if u.num_examples <= 0:
             raise ValueError(f"client {u.cid} reports {u.num_examples} examples; weights need a positive count")
 
