@@ -11,34 +11,15 @@ import os
 import sys
 from pathlib import Path
 
+from fedvlr_plus.jsonio import json_default, write_json_atomic
+
 REFERENCE_BACKBONES = ("pop", "random", "antipop")
 DEFAULT_METRICS = "hr@10,ndcg@10,hr@50,ndcg@50"
 
 
 # ---------------------------------------------------------------------------------------------- helpers
 def _emit_json(obj) -> None:
-    print(json.dumps(obj, default=_json_default))
-
-
-def _json_default(o):
-    import numpy as np
-
-    if isinstance(o, (np.integer,)):
-        return int(o)
-    if isinstance(o, (np.floating,)):
-        return float(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, Path):
-        return str(o)
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
-
-
-def write_json_atomic(path: Path, obj) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, default=_json_default))
-    os.replace(tmp, path)
+    print(json.dumps(obj, default=json_default))
 
 
 def parse_metrics(text: str) -> tuple[tuple[str, ...], tuple[int, ...], list[str]]:
@@ -214,11 +195,8 @@ def _report_run(args, result: dict, keys: list[str], test_result=None) -> None:
 
 
 def _run_federated(args, data, split_used, names, ks, keys, protocol) -> int:
-    try:
-        from fedvlr_plus.federation import cli_run  # provided by the federation engine
-    except ImportError:
-        raise SystemExit(f"backbone {args.backbone!r} is not available in this version "
-                         f"(available: {', '.join(REFERENCE_BACKBONES)})")
+    from fedvlr_plus.federation import cli_run
+
     result = cli_run(args, data, split_used=split_used, metrics=names, ks=ks, keys=keys, protocol=protocol)
     _report_run(args, result, keys)
     return 0
@@ -262,12 +240,11 @@ def build_parser() -> argparse.ArgumentParser:
     p_run.add_argument("--out", metavar="RUN_DIR", default=None,
                        help="write result.json and per-user test metrics (CSV) into RUN_DIR")
     p_run.add_argument("--json", action="store_true", help="print one JSON object as the last line")
-    try:
-        from fedvlr_plus.federation import add_run_arguments
-    except ImportError:
-        pass
-    else:
-        add_run_arguments(p_run)
+    from fedvlr_plus.federation import add_run_arguments
+    from fedvlr_plus.fusion_cli import add_fusion_arguments
+
+    add_run_arguments(p_run)
+    add_fusion_arguments(p_run)
     p_run.set_defaults(func=cmd_run)
 
     from fedvlr_plus.views import cli as views_cli

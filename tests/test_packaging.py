@@ -50,6 +50,7 @@ def test_current_install_maps_folders_into_the_package(tmp_path):
 @pytest.mark.slow
 def test_built_wheel_maps_folders_into_the_package(tmp_path):
     pytest.importorskip("build")
+    pytest.importorskip("setuptools", minversion="77")  # SPDX `license = "MIT"` needs setuptools >= 77
     dist = tmp_path / "dist"
     res = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(ROOT)],
                          capture_output=True, text=True, timeout=600, cwd=tmp_path)

@@ -4,13 +4,13 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-import os
 import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from _shared import shared_data
 
 from fedvlr_plus.datasets import InteractionData
 from fedvlr_plus.views import (EncoderUnavailable, HashingTextEncoder, PrecomputedEncoder, ViewStore, build_store,
@@ -22,14 +22,6 @@ TINY_CLIP = {
     "vision_cfg": {"image_size": 32, "layers": 1, "width": 32, "head_width": 16, "patch_size": 16},
     "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 1},
 }
-
-
-def shared_data(name: str) -> Path:
-    root = os.environ.get("FEDVLR_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data"
-    path = Path(root) / name
-    if not path.exists():
-        pytest.skip(f"shared data {path} not found (set FEDVLR_SHARED_DATA to the data folder)")
-    return path
 
 
 def gift_cards() -> InteractionData:

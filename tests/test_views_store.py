@@ -2,24 +2,16 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from _shared import shared_data
 
 from fedvlr_plus.datasets import InteractionData
 from fedvlr_plus.views import (CorruptStoreError, Embeddings, PrecomputedEncoder, ViewSpec, ViewStore,
                                ViewStoreError, build_store)
-
-
-def shared_data(name: str) -> Path:
-    root = os.environ.get("FEDVLR_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data"
-    path = Path(root) / name
-    if not path.exists():
-        pytest.skip(f"shared data {path} not found (set FEDVLR_SHARED_DATA to the data folder)")
-    return path
 
 
 def ku_data() -> InteractionData:

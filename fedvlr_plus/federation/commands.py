@@ -23,8 +23,19 @@ def cli_run(args, data, *, split_used: str, metrics, ks, keys, protocol: str) ->
     run_dir = args.resume or args.out
     if args.resume and args.out and args.resume != args.out:
         raise SystemExit("--resume RUN_DIR continues the run in RUN_DIR; do not pass a different --out")
-    res = run_federated(data, args.backbone, cfg, out_dir=run_dir, resume=bool(args.resume),
-                        progress=not getattr(args, "no_progress", False))
+    backbone, router = args.backbone, {}
+    on_round = None
+    if getattr(args, "fusion", "none") != "none":
+        from ..fusion_cli import fusion_backbone, router_report
+
+        backbone = fusion_backbone(args, data, args.backbone, cfg.dim)
+
+        def on_round(run, record):  # router figures at the selected (best-validation) round of each seed
+            if run.best is not None and run.best["round"] == record["round"]:
+                router[run.cfg.seed] = router_report(run)
+
+    res = run_federated(data, backbone, cfg, out_dir=run_dir, resume=bool(args.resume),
+                        progress=not getattr(args, "no_progress", False), on_round=on_round)
     prefix = "test" if protocol == "full" else "test_sampled"
     pick = lambda d: {k: d[k] for k in keys if k in d} if isinstance(d, dict) else d  # noqa: E731
     result = {"dataset": data.name, "backbone": args.backbone, "protocol": args.protocol, "split": split_used,
@@ -40,6 +51,11 @@ def cli_run(args, data, *, split_used: str, metrics, ks, keys, protocol: str) ->
         if f"{prefix}{part}_n_users" in res:
             result[f"test{part}_n_users"] = res[f"{prefix}{part}_n_users"]
     result["n_users"] = res.get(f"{prefix}_n_users", res.get("n_users"))
+    if router:
+        result["router"] = router[max(router)] if len(router) == 1 else {"per_seed": router, **router[min(router)]}
+    if getattr(args, "fusion", "none") != "none":
+        result["fusion"] = args.fusion
+        result["backbone"] = f"{args.backbone}+{args.fusion}"
     other = "test_sampled" if protocol == "full" else "test"
     result[f"other_protocol_{'sampled' if protocol == 'full' else 'full'}"] = pick(res.get(other))
     result["baselines"] = reference_table(data, keys, protocol=protocol, ks=tuple(ks), metrics=tuple(metrics),

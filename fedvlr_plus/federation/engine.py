@@ -27,10 +27,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..adapters import make_backbone
+from ..adapters import Backbone, make_backbone
 from .batched import BatchedSimulator, SequentialSimulator
 from .config import RESUMABLE_CHANGES, FedConfig
 from .rng import TAG_SAMPLE
+from ..jsonio import write_json_atomic
 from .state import init_shared_state
 from .store import MemoryStore, atomic_torch_save, make_store
 from .strategy import make_strategy
@@ -45,25 +46,6 @@ def _evaluator():
         raise RuntimeError("fedvlr_plus.evaluation.evaluate is not available; the federated engine needs the "
                            "evaluation module to select rounds on validation") from exc
     return evaluate
-
-
-def _atomic_json(obj, path: Path) -> None:
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=2, default=_json_default))
-    os.replace(tmp, path)
-
-
-def _json_default(o):
-    if isinstance(o, (np.integer,)):
-        return int(o)
-    if isinstance(o, (np.floating,)):
-        return float(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, torch.Tensor):
-        return o.tolist()
-    raise TypeError(f"not JSON serialisable: {type(o)}")
 
 
 def _plain(d):
@@ -98,7 +80,10 @@ class FederatedRun:
         self.indices = m.indices.astype(np.int64)
         self.n_users, self.n_items = int(data.n_users), int(data.n_items)
         opts = {"fedrap_lambda": cfg.fedrap_lambda, "fedrap_mu": cfg.fedrap_mu} if backbone == "fedrap" else {}
-        self.bb = make_backbone(backbone, self.n_items, cfg.dim, **opts)
+        if isinstance(backbone, Backbone):  # a ready adapter (e.g. wrapped by the FedVLR fusion layer)
+            self.bb, self.backbone_name = backbone, backbone.name
+        else:
+            self.bb = make_backbone(backbone, self.n_items, cfg.dim, **opts)
         self.specs = {s.name: s for s in self.bb.all_specs()}
         self.lr = float(cfg.lr if cfg.lr is not None else self.bb.default_lr)
         self.item_lr_scale = float(cfg.item_lr_scale if cfg.item_lr_scale is not None
@@ -108,7 +93,8 @@ class FederatedRun:
         if not len(self.eligible):
             raise ValueError(f"{data.name}: no user has a training interaction")
         self.per_round = self._clients_per_round()
-        self.server_lr = float(cfg.server_lr if cfg.server_lr is not None else self.lr * self.per_round)
+        default_slr = getattr(self.bb, "default_server_lr", None) or self.lr * self.per_round
+        self.server_lr = float(cfg.server_lr if cfg.server_lr is not None else default_slr)
         self.strategy = make_strategy(self.strategy_name, server_lr=self.server_lr,
                                       server_optimizer=cfg.server_optimizer, trim_fraction=cfg.trim_fraction,
                                       chunk_floats=cfg.chunk_floats, item_lr_scale=self.item_lr_scale)
@@ -122,7 +108,11 @@ class FederatedRun:
         sim_cls = BatchedSimulator if cfg.simulator == "batched" else SequentialSimulator
         self.sim = sim_cls(self.bb, self.indptr, self.indices, self.store, seed=cfg.seed,
                            chunk_floats=cfg.chunk_floats)
+        if hasattr(self.bb, "wrap_strategy"):  # a layer with a server side (the FedVLR fusion)
+            self.strategy = self.bb.wrap_strategy(self.strategy, cfg.seed)
         self.shared = init_shared_state(self.bb, cfg.seed)
+        if hasattr(self.strategy, "prepare_shared"):
+            self.shared = self.strategy.prepare_shared(self.shared)
         self.progress = progress
         self.on_round, self.on_upload = on_round, on_upload
         self.round = 0
@@ -245,7 +235,7 @@ class FederatedRun:
         bar.close()
         result = self.result()
         if self.run_dir is not None:
-            _atomic_json(result, self.run_dir / "result.json")
+            write_json_atomic(self.run_dir / "result.json", result)
         return result
 
     def result(self) -> dict:
@@ -375,7 +365,7 @@ def run_federated(data, backbone: str, cfg: FedConfig | None = None, out_dir=Non
     summary = combine_seeds(results)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        _atomic_json(summary, out / "result.json")
+        write_json_atomic(out / "result.json", summary)
     return summary
 
 

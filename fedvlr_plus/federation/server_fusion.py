@@ -1,0 +1,74 @@
+"""Server side of the FedVLR layer: hold ``D`` and the fusion parameters, broadcast the fused views, and turn the
+clients' averaged view gradients into a server optimizer step (FedVLR Algorithm 1).
+
+Li, Long, Jiang, Zhang, Yang, "Federated Vision-Language-Recommendation with Personalized Fusion", AAAI-26,
+Algorithm 1: ``D ← D − η Σ_u α_u ∇D_u``, ``γ_j ← γ_j − η Σ_u α_u ∇γ_{j,u}``. Clients upload ``∂J_u/∂F`` for the
+rows of the fused views they touched; with ``α_u = n_u / Σ n`` the server forms ``ḡ_F = Σ_u α_u ∂J_u/∂F`` and one
+vector-Jacobian product gives ``Σ_u α_u ∇_{D,γ} J_u`` exactly (the VJP is linear in the cotangent). The step uses
+the same :class:`~fedvlr_plus.federation.grad_agg.GradientAggregation` rule (SGD by default, Adam as an option) as
+every other shared parameter. The backbone's remaining shared parameters are aggregated by the inner strategy.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from .grad_agg import GradientAggregation
+from .messages import ClientUpdate
+from .strategy import Strategy, check_updates, example_weights, weighted_row_sums
+
+FUSED = "fusion.F"
+
+
+class ServerFusion(Strategy):
+    name = "fedvlr-server"
+    upload = "grads"
+
+    def __init__(self, layer, inner: Strategy, seed: int):
+        if inner.upload != "grads":
+            raise ValueError(f"the FedVLR layer aggregates gradients (Algorithm 1); strategy {inner.name!r} "
+                             f"aggregates {inner.upload!r}: use --strategy fedgrad")
+        self.layer, self.inner = layer, inner
+        self.server = layer.init_server(seed)
+        self.server_specs = {s.name: s for s in layer.server_specs()}
+        self.opt = GradientAggregation(inner.server_lr, inner.optimizer_name, item_lr_scale=inner.item_lr_scale)
+
+    def prepare_shared(self, shared: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Replace the placeholder fused views by the server's real ones (round 0 and after a resume)."""
+        return {**shared, FUSED: self.layer.broadcast(self.server)}
+
+    def aggregate(self, shared, updates, specs):
+        check_updates(shared, updates, self.upload)
+        shape = shared[FUSED].shape
+        num, _ = weighted_row_sums(updates, FUSED, shape, example_weights(updates), torch.float32)
+        g_fused = num.reshape(shape)
+        rest = {k: v for k, v in shared.items() if k != FUSED}
+        out = {}
+        if rest:
+            stripped = [dataclasses.replace(u, arrays={k: v for k, v in u.arrays.items() if k != FUSED},
+                                            rows={k: v for k, v in u.rows.items() if k != FUSED})
+                        for u in updates]
+            out = self.inner.aggregate(rest, stripped, specs)
+        with torch.enable_grad():
+            params = {k: v.detach().requires_grad_(True) for k, v in self.server.items()}
+            fused = self.layer.server_forward(params)
+            grads = torch.autograd.grad(fused, list(params.values()), g_fused, allow_unused=True)
+        grads = {k: torch.zeros_like(v) if g is None else g for (k, v), g in zip(params.items(), grads)}
+        # one aggregated "update" with the exact average gradient; the optimizer rule is shared with fedgrad
+        step = ClientUpdate(cid=-1, kind="grads", arrays=grads, num_examples=1)
+        self.server = self.opt.aggregate(self.server, [step], self.server_specs)
+        out[FUSED] = self.layer.broadcast(self.server)
+        return out
+
+    def state_dict(self) -> dict:
+        return {"server": {k: v.clone() for k, v in self.server.items()}, "server_opt": self.opt.state_dict(),
+                "inner": self.inner.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if not state:
+            return
+        self.server = {k: v.clone() for k, v in state["server"].items()}
+        self.opt.load_state_dict(state["server_opt"])
+        self.inner.load_state_dict(state["inner"])
+        self.layer.broadcast(self.server)

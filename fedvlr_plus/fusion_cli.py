@@ -1,0 +1,107 @@
+"""Glue between ``fedvlr-plus run ... --fusion`` and the FedVLR layer: where the views come from, which
+modalities take part, and the router report (entropy and across-user spread of the expert weights)."""
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .fusion import MODES, FusionLayer, content_neighbours
+
+RAW_OPS = ("identity",)
+
+
+def add_fusion_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("FedVLR fusion (federated backbones only)")
+    g.add_argument("--fusion", default="none", choices=("none",) + MODES,
+                   help="none: the backbone alone; sum|mlp|gate: one server fusion expert of ID and content views; "
+                        "fedvlr: the three experts mixed by a private per-user router (the paper's method)")
+    g.add_argument("--views", metavar="DIR", default=None,
+                   help="a ViewStore (fedvlr-plus views build); built there when missing. Default: the data's "
+                        "precomputed features, else a store cached under $FEDVLR_CACHE (~/.cache/fedvlr_plus)")
+    g.add_argument("--fusion-views", metavar="NAMES", default=None,
+                   help="comma-separated view names of the store to fuse (default: its raw modalities, e.g. "
+                        "text,image or title,metadata)")
+    g.add_argument("--drop-modality", action="append", default=[], metavar="M",
+                   help="ablation: leave out a modality (id, text, image, or a view name); repeatable")
+    g.add_argument("--router-temperature", type=float, default=1.0, help="softmax temperature of the router")
+    g.add_argument("--router-balance", type=float, default=0.0,
+                   help="weight of the entropy term that keeps a user's routing from collapsing (default 0)")
+    g.add_argument("--cold-neighbours", type=int, default=10, metavar="K",
+                   help="cold items take the mean ID row of their K nearest warm content neighbours (0: off)")
+
+
+def _cache_root() -> Path:
+    return Path(os.environ.get("FEDVLR_CACHE", Path.home() / ".cache" / "fedvlr_plus"))
+
+
+def load_views(data, store: str | None = None, names: list[str] | None = None,
+               progress: bool = True) -> dict[str, np.ndarray]:
+    """Views of every item of ``data`` (name -> [n_items, d]), rows aligned with the data's item ids."""
+    if store is None and data.features:
+        from .views.encoders import modality_name
+
+        views = {modality_name(k): np.asarray(v, np.float32) for k, v in data.features.items()}
+        return {k: views[k] for k in (names or views)}
+    from .views import build_store, load_store
+
+    path = Path(store) if store else _cache_root() / "views" / data.name
+    if (path / "manifest.json").exists():
+        vs = load_store(path)
+    else:
+        vs, _ = build_store(data, path, progress=progress)
+    ids = [str(x) for x in vs.item_ids]
+    if len(ids) != data.n_items or ids != [str(x) for x in data.item_ids]:
+        raise ValueError(f"view store {path} holds {len(ids)} items that do not match the {data.n_items} items "
+                         f"of {data.name} (build the store from the same source)")
+    if names is None:
+        names = [s.name for s in vs.specs if s.op in RAW_OPS]
+    rows = np.arange(vs.n_items)
+    return {n: vs.get(rows, n) for n in names}
+
+
+def fusion_backbone(args, data, backbone: str, dim: int) -> FusionLayer:
+    from .adapters import make_backbone
+
+    names = args.fusion_views.split(",") if args.fusion_views else None
+    views = load_views(data, args.views, names, progress=not getattr(args, "no_progress", False))
+    drop = set(args.drop_modality)
+    unknown = drop - {"id"} - set(views)
+    if unknown:
+        raise SystemExit(f"--drop-modality {sorted(unknown)}: no such modality (id, {', '.join(views)})")
+    views = {k: v for k, v in views.items() if k not in drop}
+    cold = data.cold_items()
+    nbrs = None
+    if args.cold_neighbours > 0 and cold.any():
+        nbrs = (np.flatnonzero(cold), content_neighbours(views or {}, cold, args.cold_neighbours))
+    opts = {"fedrap_lambda": args.fedrap_lambda, "fedrap_mu": args.fedrap_mu} if backbone == "fedrap" else {}
+    base = make_backbone(backbone, data.n_items, dim, **opts)
+    return FusionLayer(base, views, mode=args.fusion, temperature=args.router_temperature,
+                       use_id="id" not in drop, balance=args.router_balance,
+                       cold_neighbours=nbrs if "id" not in drop else None)
+
+
+def router_report(run, users: np.ndarray | None = None) -> dict:
+    """Expert weights of every user at the run's current state: mean entropy and across-user spread."""
+    bb = run.bb
+    if getattr(bb, "mode", None) != "fedvlr":
+        return {}
+    users = np.asarray(users if users is not None else run.eligible, dtype=np.int64)
+    states = [run.store.load(int(u)) for u in users]
+    fresh = [i for i, s in enumerate(states) if s is None]
+    if fresh:
+        from .federation.state import init_private_states
+
+        for i, st in zip(fresh, init_private_states(bb, users[fresh], run.cfg.seed)):
+            states[i] = st
+    names = [s.name for s in bb.private_specs() if s.name.startswith("router.")]
+    p = {k: torch.stack([s[k] for s in states]) for k in names}
+    with torch.no_grad():
+        w = bb.weights(p, run.sim._history_ctx(users)).double()
+    ent = -(w * torch.log(w.clamp_min(1e-12))).sum(-1)
+    return {"experts": list(bb.experts), "mean_weights": w.mean(0).tolist(), "std_across_users": w.std(0).tolist(),
+            "mean_entropy": float(ent.mean()), "max_entropy": float(np.log(w.shape[1])),
+            "min_entropy": float(ent.min()), "n_users": int(len(users))}

@@ -1,0 +1,31 @@
+"""JSON output shared by the CLI and the engine: numpy/torch/path values, atomic file writes."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+
+def json_default(o):
+    import numpy as np
+
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    if type(o).__module__.startswith("torch") and hasattr(o, "tolist"):
+        return o.tolist()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def write_json_atomic(path, obj, indent: int | None = 2) -> None:
+    """Write ``obj`` as JSON to ``path`` through a temporary file and a rename (never half-written)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=indent, default=json_default))
+    os.replace(tmp, path)

@@ -1,0 +1,31 @@
+"""Functional layers that broadcast over an optional leading client dimension.
+
+Parameters are either unbatched (``w [in, out]``, ``b [out]``: one client, or the server's shared copy) or
+stacked per client (``w [C, in, out]``, ``b [C, out]``: the batched simulator, or private parameters of B users
+being scored); the input then starts with the same ``C`` (``[C, in]``, ``[C, L, in]``, ...).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def _lead(p: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """Reshape a stacked ``[C, k]`` parameter so that it broadcasts against ``x [C, ..., k]``."""
+    return p.reshape(p.shape[0], *([1] * (x.dim() - 2)), p.shape[-1])
+
+
+def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+    if w.dim() == 2:
+        y = x @ w
+        return y if b is None else y + b
+    c = w.shape[0]
+    y = torch.bmm(x.reshape(c, -1, x.shape[-1]), w).reshape(*x.shape[:-1], w.shape[-1])
+    return y if b is None else y + _lead(b, y)
+
+
+def layer_norm(x: torch.Tensor, g: torch.Tensor, b: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    y = F.layer_norm(x, (x.shape[-1],), eps=eps)
+    if g.dim() == 1:
+        return y * g + b
+    return y * _lead(g, y) + _lead(b, y)

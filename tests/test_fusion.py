@@ -1,0 +1,176 @@
+"""The FedVLR layer: server-side fusion, private router, exact Algorithm-1 aggregation, privacy of uploads."""
+import numpy as np
+import pytest
+import torch
+
+from fedvlr_plus.adapters import make_backbone
+from fedvlr_plus.federation.config import FedConfig
+from fedvlr_plus.federation.engine import FederatedRun
+from fedvlr_plus.federation.synthetic import synthetic_data
+from fedvlr_plus.fusion import FUSED, FusionLayer, content_neighbours, mix
+
+
+def toy(seed=0, n_users=40, n_items=150):
+    data = synthetic_data(n_users, n_items, 12.0, groups=4, seed=seed)
+    g = np.random.default_rng(seed)
+    # content views that carry the item groups (as real content carries genres), plus noise
+    grp = np.arange(data.n_items) % 4
+    onehot = np.eye(4)[grp]
+    views = {"text": np.hstack([onehot, 0.3 * g.standard_normal((data.n_items, 12))]),
+             "image": np.hstack([0.3 * g.standard_normal((data.n_items, 8)), onehot])}
+    return data, views
+
+
+def layer(data, views, backbone="fedavg", mode="fedvlr", **kw):
+    return FusionLayer(make_backbone(backbone, data.n_items, 8), views, mode=mode, router_hidden=8, **kw)
+
+
+def cfg(**kw):
+    base = dict(rounds=2, local_epochs=2, batch_size=16, dim=8, lr=0.1, server_lr=0.5, patience=5, seed=0)
+    base.update(kw)
+    return FedConfig(**base)
+
+
+def test_specs_split_server_client_and_private():
+    data, views = toy()
+    bb = layer(data, views)
+    shared = set(bb.shared_names)
+    assert FUSED in shared and "item_emb" not in shared        # the ID table lives on the server, behind F
+    assert {"router.w1", "router.b1", "router.w2", "router.b2", "head_w", "head_b"} <= set(bb.private_names)
+    server = {s.name for s in bb.server_specs()}
+    assert "item_emb" in server and "gate.out.w" in server and "mlp.l1.w" in server
+    assert not any(n.startswith("router") for n in server | shared)
+
+
+def test_mix_matches_explicit_sum_in_every_shape_setting():
+    g = torch.Generator().manual_seed(0)
+    w = torch.softmax(torch.randn(5, 3, generator=g), -1)
+    e = torch.randn(7, 3, 4, generator=g)
+    out = mix(w, e)                                   # scoring: [B, J] with shared [N, J, d]
+    ref = torch.einsum("bj,njd->bnd", w, e)
+    assert torch.allclose(out, ref, atol=1e-6)
+    e2 = torch.randn(5, 7, 3, 4, generator=g)         # batched training: aligned client dim
+    assert torch.allclose(mix(w, e2), torch.einsum("cj,cljd->cld", w, e2), atol=1e-6)
+    assert torch.allclose(mix(w[0], e), torch.einsum("j,ljd->ld", w[0], e), atol=1e-6)
+
+
+def test_gate_expert_multiplies_its_inputs():
+    data, views = toy()
+    bb = layer(data, views, mode="gate")
+    sp = bb.init_server(0)
+    base = bb.server_forward(sp)
+    for k in bb.keys:                                 # gates shut: σ(-1e4) = 0, every gated input is zero
+        sp[f"gate.{k}.b"] = torch.full_like(sp[f"gate.{k}.b"], -1e4)
+    shut = bb.server_forward(sp)
+    assert not torch.allclose(base, shut)
+    assert torch.allclose(shut, shut[0].expand_as(shut), atol=1e-5)   # output = LN(bias): the same for every item
+
+
+def test_cold_items_take_the_mean_id_row_of_their_content_neighbours():
+    data, views = toy()
+    cold = np.zeros(data.n_items, bool)
+    cold[[3, 10]] = True
+    nb = content_neighbours(views, cold, k=3)
+    assert nb.shape == (2, 3) and not np.isin(nb, [3, 10]).any()
+    bb = layer(data, views, mode="sum", cold_neighbours=(np.flatnonzero(cold), nb))
+    sp = bb.init_server(0)
+    with torch.no_grad():
+        f = bb.server_forward(sp)
+        moved = dict(sp, item_emb=sp["item_emb"].clone())
+        moved["item_emb"][3] += 100.0                 # a cold item's own (untrained) ID row has no influence
+        assert torch.allclose(f, bb.server_forward(moved))
+        moved["item_emb"][nb[0, 0]] += 1.0            # its neighbours' rows do
+        assert not torch.allclose(f[3], bb.server_forward(moved)[3])
+
+
+def test_server_step_is_the_weighted_sum_of_client_gradients():
+    """Algorithm 1: the server's update equals -lr * sum_u (n_u / sum n) * grad_theta J_u (VJP exactness)."""
+    data, views = toy()
+    bb = layer(data, views)
+    run = FederatedRun(data, bb, cfg(rounds=1), progress=False)
+    before = {k: v.clone() for k, v in run.strategy.server.items()}
+    ups = []
+    run.on_upload = lambda r, u: ups.append(u)
+    run.run_round()
+    n = torch.tensor([float(u.num_examples) for u in ups], dtype=torch.float64)
+    alpha = (n / n.sum()).tolist()
+    params = {k: v.clone().requires_grad_(True) for k, v in before.items()}
+    f = bb.server_forward(params)
+    total = {k: torch.zeros_like(v) for k, v in before.items()}
+    for a, u in zip(alpha, ups):
+        g_f = torch.zeros_like(f)
+        g_f[u.rows[FUSED].long()] = u.arrays[FUSED].to(f.dtype)
+        grads = torch.autograd.grad(f, list(params.values()), g_f, retain_graph=True, allow_unused=True)
+        for (k, _), g in zip(params.items(), grads):
+            if g is not None:
+                total[k] += a * g
+    lr = run.strategy.opt.server_lr
+    for k, v in run.strategy.server.items():
+        scale = run.strategy.opt.item_lr_scale if bb.server_specs()[[s.name for s in bb.server_specs()].index(k)].item_table else 1.0
+        assert torch.allclose(v, before[k] - lr * scale * total[k], atol=1e-5), k
+    assert any(not torch.allclose(run.strategy.server[k], before[k]) for k in before)  # B3: the server moved
+
+
+def test_uploads_carry_only_shared_arrays_never_router_or_head():
+    data, views = toy()
+    bb = layer(data, views)
+    seen = []
+    run = FederatedRun(data, bb, cfg(rounds=2), progress=False, on_upload=lambda r, u: seen.append(u))
+    for _ in range(2):
+        run.run_round()
+    assert len(seen) == 2 * run.per_round
+    allowed = set(bb.shared_names)
+    for u in seen:
+        assert set(u.arrays) <= allowed and FUSED in u.arrays
+        assert not any(k.startswith("router") or k.startswith("head") for k in u.arrays)
+        assert set(u.arrays[FUSED].shape[1:]) == {3 * bb.d}
+
+
+@pytest.mark.parametrize("backbone", ["fedavg", "fedncf"])
+def test_batched_equals_sequential_with_fusion(backbone):
+    data, views = toy()
+    out = {}
+    for sim in ("batched", "sequential"):
+        bb = layer(data, views, backbone=backbone)
+        run = FederatedRun(data, bb, cfg(rounds=2, simulator=sim), progress=False)
+        run.run_round()
+        run.run_round()
+        out[sim] = (run.shared[FUSED].clone(), run.evaluate("valid").summary())
+    assert torch.allclose(out["batched"][0], out["sequential"][0], atol=1e-4)
+    for k, v in out["batched"][1].items():
+        assert abs(v - out["sequential"][1][k]) < 1e-4, k
+
+
+def test_router_is_personal_and_restored():
+    data, views = toy()
+    bb = layer(data, views)
+    run = FederatedRun(data, bb, cfg(rounds=3), progress=False)
+    for _ in range(3):
+        run.run_round()
+    users = np.arange(6)
+    states = [run.store.load(int(u)) for u in users]
+    p = {k: torch.stack([s[k] for s in states]) for k in ("router.w1", "router.b1", "router.w2", "router.b2")}
+    ctx = run.sim._history_ctx(users)
+    w = bb.weights(p, ctx)
+    assert w.shape == (6, 3) and torch.allclose(w.sum(-1), torch.ones(6))
+    assert (w.max(0).values - w.min(0).values).max() > 1e-3       # different users, different weights
+    again = run.store.load(0)
+    assert all(torch.equal(again[k], states[0][k]) for k in states[0])
+    s1 = run.sim.scores(users, run.shared)
+    assert not torch.allclose(s1[0], s1[1])
+
+
+def test_single_expert_modes_have_no_router():
+    data, views = toy()
+    for mode in ("sum", "mlp", "gate"):
+        bb = layer(data, views, mode=mode)
+        assert not any(n.startswith("router") for n in bb.private_names)
+        run = FederatedRun(data, bb, cfg(rounds=1), progress=False)
+        run.run_round()
+        assert np.isfinite(run.evaluate("valid").summary()["hr@10"])
+
+
+def test_fusion_refuses_param_averaging():
+    data, views = toy()
+    with pytest.raises(ValueError, match="fedgrad"):
+        FederatedRun(data, layer(data, views), cfg(strategy="fedavg"), progress=False)
