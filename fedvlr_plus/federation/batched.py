@@ -146,7 +146,7 @@ class BatchedSimulator:
         # per-step quantities for all steps at once (fewer small tensor ops inside the loop)
         counts = mask.sum(2)                                     # [C, S]
         active_all = (counts > 0).to(dtype)
-        inv_count = 1.0 / counts.clamp(min=1.0)
+        weight_all = mask / counts.clamp(min=1.0).unsqueeze(2)  # each client's mean over its real examples
         fidx_all = (items + row_base.unsqueeze(2)).transpose(0, 1).reshape(s_max, -1)   # [S, C * L]
         global_all = touched.gather(1, items.view(c_n, -1)).view(c_n, s_max, l_max)
         per_steps = []
@@ -159,12 +159,19 @@ class BatchedSimulator:
             for nm in tables:
                 p[nm] = flat_tables[nm].index_select(0, fidx).view(c_n, l_max, -1).requires_grad_(True)
             logits = bb.logits(p, None, ctx)
-            bce = F.binary_cross_entropy_with_logits(logits, labels[:, s], reduction="none")
-            per = (bce * m).sum(1) * inv_count[:, s]
+            # the sum over clients of each client's mean loss, as one weighted BCE (fewer autograd nodes)
+            total = F.binary_cross_entropy_with_logits(logits, labels[:, s], weight=weight_all[:, s],
+                                                       reduction="sum")
             reg = bb.regulariser(p, None, m, config)
             if not isinstance(reg, float):
-                per = per + reg * active
-            grads = torch.autograd.grad(per.sum(), [p[nm] for nm in names])
+                reg = reg * active
+                total = total + reg.sum()
+            grads = torch.autograd.grad(total, [p[nm] for nm in names])
+            with torch.no_grad():
+                per = F.binary_cross_entropy_with_logits(logits.detach(), labels[:, s], weight=weight_all[:, s],
+                                                         reduction="none").sum(1)
+                if not isinstance(reg, float):
+                    per = per + reg.detach()
             with torch.no_grad():
                 used = None
                 for name, g in zip(names, grads):
