@@ -254,6 +254,10 @@ def build_parser() -> argparse.ArgumentParser:
     from fedvlr_plus.federation import commands as federation_commands
 
     federation_commands.register(sub)  # bench round
+
+    from fedvlr_plus.alignment import cli as alignment_cli
+
+    alignment_cli.register(sub)
     return parser
 
 
