@@ -161,6 +161,7 @@ def test_bench_round_reports_both_simulators():
     res = bench_round(data, "fedavg", FedConfig(local_epochs=2), repeats=1)
     assert res["clients"] == 40 and res["batched_s"] > 0 and res["sequential_s"] > 0
     assert res["speedup"] == pytest.approx(res["sequential_s"] / res["batched_s"])
+    assert res["speedup_cpu"] == pytest.approx(res["sequential_cpu_s"] / res["batched_cpu_s"])
     assert res["max_abs_diff"] < 1e-5          # both simulators produce the same aggregated state
     assert "speed-up" in format_bench(res)
 
