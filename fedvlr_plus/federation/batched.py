@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from ..adapters.base import Backbone
 from .client import RecClient, scoring_params
 from .messages import ClientUpdate
+from .privacy import privatise
 from .schedule import build_schedule
 from .state import init_private_states
 
@@ -237,8 +238,8 @@ class BatchedSimulator:
                 full[trow] = personal_src[shared_name][c]
                 new_state[personal] = full
             self.store.save(cid, new_state, copy=False)
-            out.append(ClientUpdate(cid=cid, kind=upload, arrays=arrays, rows=rws, num_examples=n_pos[c],
-                                    metrics={"loss": losses[c], "steps": steps_l[c]}))
+            out.append(privatise(ClientUpdate(cid=cid, kind=upload, arrays=arrays, rows=rws, num_examples=n_pos[c],
+                                              metrics={"loss": losses[c], "steps": steps_l[c]}), shared, config))
         return out
 
     def _history_ctx(self, cids) -> dict:

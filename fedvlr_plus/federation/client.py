@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from ..adapters.base import Backbone
 from .messages import ClientUpdate
+from .privacy import privatise
 from .schedule import build_schedule
 from .state import init_private_states
 
@@ -164,9 +165,10 @@ class RecClient:
             copy[touched] = p[shared_name].detach()[touched]
             new_state[personal] = copy
         self.store.save(self.cid, new_state, copy=False)
-        return ClientUpdate(cid=self.cid, kind=upload, arrays=arrays, rows=rows,
-                            num_examples=int(len(self.positives)),
-                            metrics={"loss": float(np.mean(losses)) if losses else 0.0, "steps": len(losses)})
+        update = ClientUpdate(cid=self.cid, kind=upload, arrays=arrays, rows=rows,
+                              num_examples=int(len(self.positives)),
+                              metrics={"loss": float(np.mean(losses)) if losses else 0.0, "steps": len(losses)})
+        return privatise(update, shared, config)  # clip + noise when the run asks for it (before it leaves)
 
     # ------------------------------------------------------------------ scoring and evaluation
     def scores(self, shared: dict) -> torch.Tensor:

@@ -45,6 +45,8 @@ class FedConfig:
     private_store: str = "memory"     # memory | disk (under RUN_DIR/seed-<s>/private)
     chunk_floats: int = 1 << 24       # memory bound of one batched chunk, in floats
     fedrap_lambda: float = 1e-4
+    upload_noise: float = 0.0         # noise multiplier sigma of the clipped uploads (0: off)
+    upload_clip: float = 0.0          # L2 clip C of each client's upload (0: off; 1.0 when noise is on)
     fedrap_mu: float = 1e-2
 
     def __post_init__(self):
@@ -72,6 +74,7 @@ class FedConfig:
             (self.simulator in ("batched", "sequential"), "simulator must be batched or sequential"),
             (self.private_store in ("memory", "disk"), "private_store must be memory or disk"),
             (self.chunk_floats >= 1024, "chunk_floats must be >= 1024"),
+            (self.upload_noise >= 0 and self.upload_clip >= 0, "upload_noise and upload_clip must be >= 0"),
             (len(self.ks) > 0 and min(self.ks) >= 1, "ks must be positive integers"),
             (self.valid_protocol in ("full", "sampled"), "valid_protocol must be full or sampled"),
             (self.mask_history in ("train", "all", "none"), "mask_history must be train, all or none"),
@@ -182,6 +185,12 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, include_io: bool = Fal
                    help="where clients keep their private state between rounds: memory (default) or disk "
                         "(one file per client under RUN_DIR/seed-<s>/private)")
     g.add_argument("--chunk-floats", type=int, default=d.chunk_floats, help="memory bound of a batched chunk")
+    g.add_argument("--upload-noise", type=float, default=d.upload_noise, metavar="SIGMA",
+                   help="privacy experiment: clip each client's upload to L2 norm --upload-clip and add Gaussian "
+                        "noise N(0, (SIGMA*clip)^2) on the client before it is sent (default 0: off)")
+    g.add_argument("--upload-clip", type=float, default=None, metavar="C",
+                   help="L2 clip of each client's upload (gradients, or parameter change); default 1.0 when "
+                        "--upload-noise is set, else off")
     g.add_argument("--fedrap-lambda", type=float, default=d.fedrap_lambda,
                    help="FedRAP: base weight of the -||A - C||^2 term (curriculum tanh(t/10) * lambda)")
     g.add_argument("--fedrap-mu", type=float, default=d.fedrap_mu,

@@ -19,7 +19,7 @@ _M2 = np.uint64(0x94D049BB133111EB)
 _S30, _S27, _S31, _S11 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(11)
 
 # stream tags keep draws for different purposes independent
-TAG_PERM, TAG_NEG, TAG_INIT, TAG_SAMPLE = 1, 2, 3, 4
+TAG_PERM, TAG_NEG, TAG_INIT, TAG_SAMPLE, TAG_NOISE = 1, 2, 3, 4, 5
 
 
 def _mix(z: np.ndarray) -> np.ndarray:
