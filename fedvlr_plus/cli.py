@@ -258,6 +258,10 @@ def build_parser() -> argparse.ArgumentParser:
     from fedvlr_plus.alignment import cli as alignment_cli
 
     alignment_cli.register(sub)
+
+    from fedvlr_plus.experiments import cli as experiments_cli
+
+    experiments_cli.register(sub)
     return parser
 
 

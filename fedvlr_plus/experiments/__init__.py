@@ -1,0 +1,1 @@
+"""Experiments that produce the tables a user reads: ``fedvlr-plus experiment paper-table``."""

@@ -1,0 +1,113 @@
+"""``fedvlr-plus experiment paper-table``: references, cold-among-cold ranking, paired tests, report, resume."""
+import csv
+import json
+
+import numpy as np
+import pytest
+
+from fedvlr_plus.cli import build_parser
+from fedvlr_plus.datasets import InteractionData
+from fedvlr_plus.evaluation import evaluate
+from fedvlr_plus.experiments.paper_table import among_cold, content_scorer, run_paper_table
+from fedvlr_plus.federation.synthetic import synthetic_data
+
+
+def _tiny_split():
+    # users 0, 1; items 0..3; user 0 trains on 0, 1; user 1 on 2; test: user 0 -> 3 (cold), user 1 -> 0 (warm)
+    inter = {"user": [0, 0, 1, 0, 1, 0, 1], "item": [0, 1, 2, 2, 1, 3, 0], "split": [0, 0, 0, 1, 1, 2, 2]}
+
+    data = InteractionData.from_raw("tiny", np.array(inter["user"]), np.array(inter["item"]),
+                                    timestamp=np.arange(7))
+    data.inter["split"] = np.array(inter["split"])
+    return data
+
+
+def test_content_scorer_is_the_cosine_to_the_mean_training_item():
+    data = _tiny_split()
+    uid = {str(u): i for i, u in enumerate(data.user_ids)}
+    iid = {str(x): i for i, x in enumerate(data.item_ids)}
+    v = np.zeros((data.n_items, 2))
+    v[iid["0"]], v[iid["1"]], v[iid["2"]], v[iid["3"]] = [1, 0], [0, 2], [1, 1], [3, 3]
+    s = content_scorer(data, {"text": v})(np.array([uid["0"]]))[0]
+    # user 0's profile: mean of (1, 0) and (0, 1) -> direction (1, 1): cosine 1 with items 2 and 3
+    assert s[iid["3"]] == pytest.approx(1.0)
+    assert s[iid["2"]] == pytest.approx(1.0)
+    assert s[iid["0"]] == pytest.approx(1 / np.sqrt(2))
+
+
+def test_among_cold_ranks_cold_targets_among_cold_items_only():
+    data = _tiny_split()
+    cold = data.cold_items()
+    assert cold.sum() == 1 and cold[int(np.flatnonzero(data.item_ids.astype(str) == "3")[0])]
+    worst_for_cold = lambda users: np.tile(-np.asarray(cold, float), (len(users), 1))  # cold item scored lowest
+    plain = evaluate(data, worst_for_cold, split="test", ks=(1,), metrics=("hr",))
+    only = evaluate(data, among_cold(worst_for_cold, cold), split="test", ks=(1,), metrics=("hr",))
+    assert plain.summary("cold")["hr@1"] == 0.0
+    assert only.summary("cold")["hr@1"] == 1.0        # the only cold item is first among cold items
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+    data = synthetic_data(30, 120, 10.0, groups=4, seed=3)
+    g = np.random.default_rng(0)
+    grp = np.arange(data.n_items) % 4
+    data.features = {"text": np.hstack([np.eye(4)[grp], 0.3 * g.standard_normal((data.n_items, 6))]).astype(np.float32)}
+    out = tmp_path_factory.mktemp("table")
+    argv = ["experiment", "paper-table", "unused", "--backbones", "fedavg", "--variants", "none,fedvlr",
+            "--seeds", "2", "--rounds", "2", "--local-epochs", "1", "--dim", "8", "--no-progress",
+            "--out", str(out), "--override", "fedvlr:server_lr=0.5"]
+    args = build_parser().parse_args(argv)
+    res = run_paper_table(args, data, ["hr@10", "ndcg@10"], (10,), ("hr", "ndcg"))
+    return data, args, res, out
+
+
+def test_table_has_every_model_and_reference_with_cis_and_paired_tests(table):
+    data, _, res, _ = table
+    models = {r["model"] for r in res["rows"] if r["part"] == "all"}
+    assert models == {"pop", "random", "antipop", "content", "fedavg", "fedavg+fedvlr"}
+    for r in res["rows"]:
+        lo, hi = r["ndcg@10_ci"]
+        assert lo <= r["ndcg@10"] + 1e-12 and r["ndcg@10"] <= hi + 1e-12
+        assert r["seeds"] == (2 if r["kind"] == "federated" else 1)
+    t = res["paired_tests"]["fedavg+fedvlr vs fedavg"]["all"]["ndcg@10"]
+    n_test = int(data.test()["user"].nunique())
+    assert t["n"] == n_test
+    row = {(r["model"], r["part"]): r for r in res["rows"]}
+    assert t["mean_a"] == pytest.approx(row[("fedavg+fedvlr", "all")]["ndcg@10"])
+    assert t["mean_b"] == pytest.approx(row[("fedavg", "all")]["ndcg@10"])
+    assert len(res["selected_round"]["fedavg"]) == 2
+    assert res["router"]["fedavg+fedvlr"] and res["overrides"] == [["fedvlr", "server_lr", "0.5"]]
+
+
+def test_report_files_are_written(table):
+    _, _, res, out = table
+    rows = list(csv.DictReader(open(out / "table.csv")))
+    assert len(rows) == len(res["rows"]) and {"model", "part", "ndcg@10_ci_low"} <= set(rows[0])
+    md = (out / "table.md").read_text()
+    assert "| fedavg+fedvlr |" in md and "Paired tests" in md
+    assert (out / "table.png").stat().st_size > 1000
+    assert json.loads((out / "result.json").read_text())["rows"] == json.loads(json.dumps(res["rows"]))
+
+
+def test_resume_reads_finished_runs_back_and_refuses_to_overwrite(table):
+    data, args, res, out = table
+    args.out = None
+    with pytest.raises(SystemExit, match="--resume"):
+        run_paper_table(build_parser().parse_args(
+            ["experiment", "paper-table", "unused", "--backbones", "fedavg", "--variants", "none,fedvlr",
+             "--seeds", "2", "--rounds", "2", "--local-epochs", "1", "--dim", "8", "--no-progress",
+             "--out", str(out), "--override", "fedvlr:server_lr=0.5"]), data, ["hr@10", "ndcg@10"], (10,), ("hr", "ndcg"))
+    args.resume = str(out)
+    again = run_paper_table(args, data, ["hr@10", "ndcg@10"], (10,), ("hr", "ndcg"))
+    assert [(r["model"], r["part"], r["ndcg@10"]) for r in again["rows"]] == \
+           [(r["model"], r["part"], r["ndcg@10"]) for r in res["rows"]]
+
+
+def test_unknown_variant_and_bad_override_are_errors(table):
+    data, args, _, _ = table
+    bad = build_parser().parse_args(["experiment", "paper-table", "x", "--variants", "none,magic"])
+    with pytest.raises(SystemExit, match="magic"):
+        run_paper_table(bad, data, ["hr@10"], (10,), ("hr",))
+    bad = build_parser().parse_args(["experiment", "paper-table", "x", "--override", "fedvlr-server_lr"])
+    with pytest.raises(SystemExit, match="SELECTOR"):
+        run_paper_table(bad, data, ["hr@10"], (10,), ("hr",))
