@@ -195,3 +195,26 @@ def test_history_context_reaches_the_backbone_identically():
     plain = make_backbone("fedavg", 40, 8)
     _, _, c_plain = _round(BatchedSimulator, plain, indptr, indices, config)
     assert not torch.allclose(cb, c_plain, atol=1e-3)   # the history term is really used
+
+
+@pytest.mark.parametrize("name", ["fcf", "fedavg"])
+def test_local_shared_grads_follow_the_clients_trajectory(name):
+    """--local-shared: the uploaded gradient sum is taken along the client's own updated copy; batched ==
+    sequential, one step equals Algorithm 1, more steps differ from it."""
+    indptr, indices = tiny_csr()
+    bb = make_backbone(name, 40, 8)
+    base = dict(seed=0, round=2, epochs=3, negatives=2, batch_size=4, lr=0.3, item_lr_scale=1.0, weight_decay=0.0,
+                upload="grads")
+    ub, _, _ = _round(BatchedSimulator, bb, indptr, indices, {**base, "local_shared": True}, chunk_floats=4096)
+    us, _, _ = _round(SequentialSimulator, bb, indptr, indices, {**base, "local_shared": True})
+    fixed, _, _ = _round(SequentialSimulator, bb, indptr, indices, base)
+    for a, b in zip(ub, us):
+        for k in a.arrays:
+            assert torch.allclose(a.arrays[k], b.arrays[k], atol=1e-5), (a.cid, k)
+    assert any(not torch.allclose(a.arrays[k], f.arrays[k], atol=1e-4) for a, f in zip(us, fixed) for k in a.arrays)
+    one = {**base, "epochs": 1, "batch_size": 1000}      # a single local step: nothing to follow yet
+    o1, _, _ = _round(SequentialSimulator, bb, indptr, indices, {**one, "local_shared": True})
+    o0, _, _ = _round(SequentialSimulator, bb, indptr, indices, one)
+    for a, b in zip(o1, o0):
+        for k in a.arrays:
+            assert torch.allclose(a.arrays[k], b.arrays[k], atol=1e-6)

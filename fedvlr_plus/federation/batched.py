@@ -137,6 +137,7 @@ class BatchedSimulator:
         # exactly as the gradient of the table would); no dense [C, T, d] gradient is ever materialised
         flat_tables = {nm: leaves[nm].view(c_n * t_max, -1) for nm in tables}
         grads_mode = upload == "grads"
+        local_shared = bool(config.get("local_shared", False))   # see RecClient.fit
         acc = {name: torch.zeros_like(leaves[name]) for name in bb.shared_names} if grads_mode else {}
         acc_flat = {nm: acc[nm].view(c_n * t_max, -1) for nm in tables if nm in acc}
         row_base = (torch.arange(c_n) * t_max).unsqueeze(1)
@@ -182,7 +183,8 @@ class BatchedSimulator:
                             acc_flat[name].index_add_(0, fidx, g.reshape(c_n * l_max, -1))
                         else:
                             acc[name] += g
-                        continue
+                        if not local_shared:
+                            continue
                     step_lr = item_lr if specs[name].scaled else lr
                     if table:
                         if wd:  # decay the rows this step uses, before the gradient step (θ(1 - ηλ) - ηg)

@@ -121,6 +121,9 @@ class RecClient:
             p[s.name] = state[s.name].detach().clone().to(dtype).requires_grad_(True)
         names = list(p)
         acc = {name: torch.zeros_like(p[name]) for name in bb.shared_names} if upload == "grads" else {}
+        # grads upload: Algorithm 1 keeps the shared parts fixed during the round; with local_shared the client
+        # also steps its copy, so the upload is the gradient sum along its own trajectory (a pseudo-gradient)
+        local_shared = bool(config.get("local_shared", False))
 
         sched = build_schedule(self._indptr, self.positives, np.array([0]), bb.n_items,
                                ids=np.array([self.cid]), seed=int(config.get("seed", self.seed)),
@@ -139,7 +142,8 @@ class RecClient:
                 for name, g in zip(names, grads):
                     if name in acc:
                         acc[name] += g
-                        continue
+                        if not local_shared:
+                            continue
                     spec = specs[name]
                     if wd:
                         if spec.item_table:  # decay only the rows this step uses (lazy, sparse decay)

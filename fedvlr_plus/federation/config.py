@@ -45,6 +45,7 @@ class FedConfig:
     private_store: str = "memory"     # memory | disk (under RUN_DIR/seed-<s>/private)
     chunk_floats: int = 1 << 24       # memory bound of one batched chunk, in floats
     fedrap_lambda: float = 1e-4
+    local_shared: bool = False        # fedgrad: clients also step their copy of the shared parts (pseudo-grads)
     upload_noise: float = 0.0         # noise multiplier sigma of the clipped uploads (0: off)
     upload_clip: float = 0.0          # L2 clip C of each client's upload (0: off; 1.0 when noise is on)
     fedrap_mu: float = 1e-2
@@ -185,6 +186,10 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, include_io: bool = Fal
                    help="where clients keep their private state between rounds: memory (default) or disk "
                         "(one file per client under RUN_DIR/seed-<s>/private)")
     g.add_argument("--chunk-floats", type=int, default=d.chunk_floats, help="memory bound of a batched chunk")
+    g.add_argument("--local-shared", action="store_true", default=None,
+                   help="fedgrad: clients also update their copy of the shared parts during local training, so "
+                        "the uploaded gradient sum follows their own trajectory (FedOpt-style pseudo-gradient); "
+                        "default off, as in the FedVLR paper's Algorithm 1")
     g.add_argument("--upload-noise", type=float, default=d.upload_noise, metavar="SIGMA",
                    help="privacy experiment: clip each client's upload to L2 norm --upload-clip and add Gaussian "
                         "noise N(0, (SIGMA*clip)^2) on the client before it is sent (default 0: off)")

@@ -148,6 +148,7 @@ class FederatedRun:
             "negatives": int(cfg.negatives), "batch_size": int(cfg.batch_size),
             "lr": self.lr * cfg.lr_decay ** (round_index - 1), "item_lr_scale": self.item_lr_scale,
             "weight_decay": float(cfg.weight_decay), "upload": self.strategy.upload,
+            "local_shared": bool(cfg.local_shared),
             "upload_noise": float(cfg.upload_noise),
             "upload_clip": float(cfg.upload_clip or (1.0 if cfg.upload_noise > 0 else 0.0)),
         }
