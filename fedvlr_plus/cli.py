@@ -258,6 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     from fedvlr_plus.alignment import cli as alignment_cli
 
     alignment_cli.register(sub)
+    __import__("fedvlr_plus.flower_cli").flower_cli.register(sub)  # flower superlink|supernode|run
     return parser
 
 
