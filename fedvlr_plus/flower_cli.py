@@ -82,7 +82,7 @@ def parse_partition(text: str) -> tuple[int, int]:
 
 def supernode_command(*, superlink: str, partition: tuple[int, int], runtime_port: int = DEFAULT_RUNTIME_PORT,
                       insecure: bool = False, root_certificates: str | None = None, state_dir: str | None = None,
-                      data: str | None = None, auth_key: str | None = None, fault_delay: float = 0.0,
+                      data: str | None = None, auth_key: str | None = None,
                       max_wait_time: float | None = None) -> list[str]:
     i, n = partition
     node_config = f"partition-id={i} num-partitions={n}"
@@ -90,8 +90,6 @@ def supernode_command(*, superlink: str, partition: tuple[int, int], runtime_por
         node_config += f" state-dir={json.dumps(str(Path(state_dir).resolve()))}"
     if data:
         node_config += f" data={json.dumps(str(Path(data).resolve()))}"
-    if fault_delay:
-        node_config += f" fault-delay-s={float(fault_delay)}"
     cmd = [_exe("flower-supernode"),
            *tls_args(insecure=insecure, root_certificates=root_certificates, server=False),
            "--superlink", superlink, "--node-config", node_config, "--port", str(runtime_port)]

@@ -66,10 +66,10 @@ class Federation:
     def supernode_state(self, i: int) -> Path:
         return self.root / f"state-{i}"
 
-    def start_supernode(self, i: int, n: int, *, fault_delay: float = 0.0, tag: str = "") -> None:
+    def start_supernode(self, i: int, n: int, *, tag: str = "") -> None:
         cmd = flower_cli.supernode_command(superlink=f"127.0.0.1:{self.port}", partition=(i, n),
                                            runtime_port=free_port(), insecure=True,
-                                           state_dir=str(self.supernode_state(i)), fault_delay=fault_delay)
+                                           state_dir=str(self.supernode_state(i)))
         self._start(f"supernode-{i}{tag}", cmd, self.root / f"home-supernode-{i}{tag}")
 
     def submit(self, config: dict) -> dict:
@@ -119,9 +119,14 @@ class Federation:
         except PermissionError:
             return True
 
-    def close(self) -> None:
+    def close(self) -> list[str]:
+        """End every process group; return the names of groups still alive after 10 s (should be none)."""
         for name in list(self.procs)[::-1]:
             self.kill(name, signal.SIGTERM, grace=3.0)
+        deadline = time.time() + 10.0
+        while time.time() < deadline and any(self.group_alive(n) for n in self.procs):
+            time.sleep(0.2)   # killed children are reaped by init a moment later
+        return [n for n in self.procs if self.group_alive(n)]
 
     def logs(self, tail: int = 4000) -> str:
         out = []

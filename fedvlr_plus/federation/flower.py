@@ -26,7 +26,7 @@ processes).
 Node configuration (``flower-supernode --node-config``): ``partition-id``, ``num-partitions`` (users are split
 into contiguous blocks of user ids; one partition = one silo or device), ``state-dir`` (where the private state
 file lives; default ``$FLWR_HOME/fedvlr-state``), optionally ``data`` (this node's copy of the data; default: the
-run's ``data``) and ``fault-delay-s`` (seconds to wait before local training: for fault drills only).
+run's ``data``).
 
 Run configuration (``[tool.flwr.app.config]``, overridable with ``flwr run --run-config``): ``data``,
 ``max-users`` and every :class:`~fedvlr_plus.federation.config.FedConfig` field in kebab case (``rounds``,
@@ -34,7 +34,9 @@ Run configuration (``[tool.flwr.app.config]``, overridable with ``flwr run --run
 ``router-balance``, ``cold-neighbours``), and the deployment knobs ``min-train-nodes``, ``min-evaluate-nodes``,
 ``min-available-nodes``, ``fraction-train``, ``round-timeout``, ``evaluation`` (``federated`` | ``server``),
 ``result`` (path of the result JSON the ServerApp writes) and ``audit-dir`` (if set, every reply the ServerApp
-receives is written there, so anyone can check what left the nodes).
+receives is written there, so anyone can check what left the nodes). Fault drills: ``fault-partition``,
+``fault-round``, ``fault-delay-s`` make that partition's node wait before training in that round, which leaves
+time to kill it mid-round (the tests use it; leave them unset otherwise).
 """
 from __future__ import annotations
 
@@ -71,7 +73,7 @@ STATE_FORMAT = 1
 DEPLOY_KEYS = {"data": "", "max-users": 0, "fusion": "none", "router-temperature": 1.0, "router-balance": 0.0,
                "cold-neighbours": 10, "min-train-nodes": 1, "min-evaluate-nodes": 1, "min-available-nodes": 1,
                "fraction-train": 1.0, "round-timeout": 3600.0, "evaluation": "federated", "result": "",
-               "audit-dir": ""}
+               "audit-dir": "", "fault-partition": -1, "fault-round": 0, "fault-delay-s": 0.0}
 
 
 # ---------------------------------------------------------------------------------------------- settings
@@ -94,6 +96,9 @@ class Settings:
     evaluation: str = "federated"
     result: str = ""
     audit_dir: str = ""
+    fault_partition: int = -1
+    fault_round: int = 0
+    fault_delay_s: float = 0.0
     backbone: str = "fedavg"
 
     @classmethod
@@ -324,7 +329,6 @@ class _NodeModel:
         self.partition, self.num_partitions = part, nparts
         home = Path(os.environ.get("FLWR_HOME", Path.home() / ".flwr"))
         self.state_dir = Path(node_config.get("state-dir") or home / "fedvlr-state")
-        self.fault_delay = float(node_config.get("fault-delay-s", 0.0))
 
     def client(self, cid: int, store) -> RecClient:
         pos = self.indices[self.indptr[cid]:self.indptr[cid + 1]]
@@ -365,8 +369,8 @@ def node_train(msg: Message, context: Context) -> Message:
     config = _config_dict(msg.content["config"])
     r = int(config["round"])
     store._log({"event": "fit-start", "round": r, "users": [int(u) for u in node.train_users]})
-    if node.fault_delay:
-        time.sleep(node.fault_delay)
+    if node.s.fault_delay_s and node.s.fault_partition == node.partition and node.s.fault_round in (0, r):
+        time.sleep(node.s.fault_delay_s)   # a fault drill: time to kill this node in the middle of the round
     shared = record_to_shared(msg.content["arrays"])
     node.set_broadcast(shared)
     updates = [node.client(int(cid), store).fit(shared, config) for cid in node.train_users]
