@@ -142,7 +142,8 @@ def test_flower_strategy_in_process_equals_simulator(tmp_path, extra):
 def test_node_keeps_private_state_in_context_and_file(tmp_path):
     """A node's second message reads the private state from context.state; a new Context (a restarted SuperNode)
     reads it from the file; the file is written atomically after each local training."""
-    cfg = base_config(tmp_path, **{"max-users": 6, "fusion": "none", "rounds": 2, "eval-every": 2})
+    cfg = base_config(tmp_path, **{"max-users": 6, "fusion": "none", "rounds": 2, "eval-every": 2,
+                                   "min-train-nodes": 2, "min-evaluate-nodes": 2, "min-available-nodes": 2})
     run_loopback(cfg, tmp_path, n_nodes=2)
     journal = tmp_path / "node1" / "journal-run7-part1of2.jsonl"
     events = [json.loads(x)["event"] for x in journal.read_text().splitlines()]
@@ -190,6 +191,7 @@ def deployed(federation, tmp_path_factory):
             "seconds": time.perf_counter() - t0}
 
 
+@pytest.mark.slow   # real processes: SuperLink start-up, a torch import per Flower message
 def test_deployment_matches_the_simulator(deployed):
     from fedvlr_plus.federation.engine import run_federated
 
@@ -216,6 +218,7 @@ def _private_states(state_dir: Path, run_id: int) -> dict[int, dict]:
     return torch.load(files[0], weights_only=True)["users"]
 
 
+@pytest.mark.slow   # real processes: SuperLink start-up, a torch import per Flower message
 def test_private_state_never_reaches_the_server(deployed, federation):
     run_id = deployed["run_id"]
     audit = Path(deployed["cfg"]["audit-dir"])
@@ -261,6 +264,7 @@ def _journal(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+@pytest.mark.slow   # real processes: SuperLink start-up, a torch import per Flower message
 def test_killed_supernode_rejoins_with_its_private_state(federation, deployed, tmp_path):
     """Run B: 3 rounds; the node of partition 2 is killed while it trains in round 2. Round 2 is aggregated from
     the other two nodes (min-train-nodes 2); the node restarts, rejoins in round 3 from its state file, which is
@@ -296,3 +300,31 @@ def test_killed_supernode_rejoins_with_its_private_state(federation, deployed, t
     assert restores[0]["sha256"] == hashlib.sha256(after_kill).hexdigest()
     assert [e["round"] for e in events if e["event"] == "fit-done"] == [1, 3]
     assert torch.load(state_file, weights_only=True)["round"] == 3
+
+
+def test_flower_command_lines():
+    from fedvlr_plus import flower_cli as fc
+
+    link = fc.superlink_command(port=9999, insecure=True)
+    assert link[1:] == ["--insecure", "--host", "127.0.0.1", "--port", "9999",
+                        "--disable-runtime-dependency-installation"]
+    node = fc.supernode_command(superlink="10.0.0.1:9093", partition=(1, 4), runtime_port=9200,
+                                root_certificates="ca.crt", state_dir="/tmp/s")
+    assert node[1:3] == ["--root-certificates", "ca.crt"]
+    assert node[node.index("--node-config") + 1] == 'partition-id=1 num-partitions=4 state-dir="/tmp/s"'
+    with pytest.raises(SystemExit, match="--insecure"):
+        fc.superlink_command(port=1)              # neither TLS files nor --insecure
+    with pytest.raises(SystemExit, match="both"):
+        fc.supernode_command(superlink="x:1", partition=(0, 1), insecure=True, root_certificates="ca.crt")
+    assert fc.parse_partition("2/3") == (2, 3)
+    with pytest.raises(Exception, match="0 <= I < N"):
+        fc.parse_partition("3/3")
+    run = fc.run_command("examples/flower_app", config={"rounds": "3", "data": "/d/ku", "fusion": "fedvlr"})
+    assert run[-1] == 'rounds=3 data="/d/ku" fusion="fedvlr"'
+
+
+def test_flower_run_wait_needs_a_result_path(capsys):
+    from fedvlr_plus.cli import main
+
+    with pytest.raises(SystemExit, match="result=PATH"):
+        main(["flower", "run", "examples/flower_app", "--superlink", "127.0.0.1:1", "--insecure", "--wait"])
