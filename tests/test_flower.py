@@ -328,3 +328,37 @@ def test_flower_run_wait_needs_a_result_path(capsys):
 
     with pytest.raises(SystemExit, match="result=PATH"):
         main(["flower", "run", "examples/flower_app", "--superlink", "127.0.0.1:1", "--insecure", "--wait"])
+
+
+def test_example_app_config_is_valid():
+    """Every key of the example app's [tool.flwr.app.config] is understood (flwr run only overrides keys that
+    exist there, so the file lists all of them)."""
+    import tomllib
+
+    conf = tomllib.loads((Path(__file__).resolve().parents[1] / "examples" / "flower_app" / "pyproject.toml")
+                         .read_text())["tool"]["flwr"]["app"]
+    assert conf["components"] == {"serverapp": "fedvlr_flower.server_app:app",
+                                  "clientapp": "fedvlr_flower.client_app:app"}
+    s = fl.Settings.from_run_config(conf["config"])
+    assert s.fusion == "fedvlr" and s.cfg.lr is None and s.cfg.strategy is None and s.cfg.metrics == ("hr", "ndcg")
+    assert s.fault_partition == -1 and s.evaluation == "federated"
+
+
+def test_server_side_evaluation_sends_no_evaluate_messages(tmp_path):
+    """evaluation = "server": the ServerApp scores the global model for users with a fresh private state; no node
+    is asked to evaluate. The figures equal the simulator's model scored with initial private states."""
+    from fedvlr_plus.federation.engine import FederatedRun
+    from fedvlr_plus.federation.store import MemoryStore
+
+    cfg = base_config(tmp_path, **{"max-users": 9, "fusion": "none", "backbone": "fedncf", "eval-every": 2,
+                                   "evaluation": "server"})
+    res = run_loopback(cfg, tmp_path)
+    assert res["evaluation"] == "server" and res["selected_round"] == 2
+    assert sorted(p.name for p in (tmp_path / "audit").iterdir()) == ["round001-train", "round002-train"]
+    s = fl.Settings.from_run_config(cfg)
+    data = fl.load_data(s.data, s.max_users)
+    run = FederatedRun(data, fl.build_backbone(data, s), replace(s.cfg, simulator="sequential"), progress=False)
+    run.run_round(), run.run_round()
+    run.store, run.sim.store = MemoryStore(), MemoryStore()      # forget every private state: fresh users
+    fresh = run.evaluate("test", "full").summary()
+    assert res["test"] == pytest.approx(fresh, abs=1e-6)
