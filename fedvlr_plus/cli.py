@@ -262,6 +262,10 @@ def build_parser() -> argparse.ArgumentParser:
     from fedvlr_plus.experiments import cli as experiments_cli
 
     experiments_cli.register(sub)
+
+    from fedvlr_plus import flower_cli
+
+    flower_cli.register(sub)  # flower superlink|supernode|run
     return parser
 
 

@@ -70,3 +70,18 @@ def test_built_wheel_maps_folders_into_the_package(tmp_path):
     out = _probe(py, tmp_path)
     assert str(env_dir) in out["datasets"] and str(env_dir) in out["adapters"], out
     assert _not_ours(out["top_adapters"]) and _not_ours(out["top_datasets"]), out
+
+
+def test_every_subpackage_is_listed_in_pyproject():
+    """setuptools' explicit package list must name every package folder, or wheels silently lack it."""
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {"fedvlr_plus"}
+    for top, prefix in (("fedvlr_plus", "fedvlr_plus"), ("adapters", "fedvlr_plus.adapters"),
+                        ("datasets", "fedvlr_plus.datasets")):
+        for init in (root / top).rglob("__init__.py"):
+            rel = init.parent.relative_to(root / top)
+            found.add(".".join([prefix, *rel.parts]) if rel.parts else prefix)
+    assert found == listed, f"missing from pyproject: {sorted(found - listed)}; stale: {sorted(listed - found)}"
