@@ -258,6 +258,10 @@ def build_parser() -> argparse.ArgumentParser:
     from fedvlr_plus.alignment import cli as alignment_cli
 
     alignment_cli.register(sub)
+
+    from fedvlr_plus.coldstart import cli as coldstart_cli
+
+    coldstart_cli.register(sub)
     return parser
 
 
