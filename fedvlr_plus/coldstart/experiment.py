@@ -215,9 +215,10 @@ def item_result(state: ItemColdStart, data, spec: EvalSpec, select_metric: str, 
         "baselines": {n: block(f"ref:{n}") for n in ("pop", "random", "antipop", "content")},
     }
     trains = np.bincount(data.train()["user"].to_numpy(), minlength=data.n_users)
-    out["sparsity"] = sparsity_table(state.sparsity, trains, keys,
-                                     reference=state.frames.get(("ref:pop", "warm")) or
-                                     state.frames.get(("ref:pop", "all")))
+    # warm targets when the test has any (the cold ones are reported above), else all targets
+    part = "warm" if any(len(f) for f in state.frames.get(("trained", "warm"), [])) else "all"
+    out["sparsity_targets"] = part
+    out["sparsity"] = sparsity_table(state.sparsity, trains, keys, reference=state.frames.get(("ref:pop", part)))
     return out
 
 

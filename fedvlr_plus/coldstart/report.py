@@ -35,6 +35,10 @@ def _fmt(cell) -> str:
     return f"{cell['mean']:.4f} [{lo:.4f}, {hi:.4f}]" if lo is not None else f"{cell['mean']:.4f}"
 
 
+def _num(v) -> str:
+    return "–" if v is None else f"{v:.4f}"
+
+
 # ---------------------------------------------------------------------- rows of the item table
 def item_rows(result: dict) -> list[tuple[str, dict]]:
     """(label, {part: summary}) for the reference rankers, then each model's variants."""
@@ -130,7 +134,7 @@ def format_summary(result: dict, metric: str | None = None) -> str:
             lines.append(f"by training interactions ({label}, {keys[1]}):")
             for row in res["sparsity"]:
                 lines.append(f"    {row['bucket']:>8} ({row['n_users']:>4} users)  {_fmt(row['model'].get(keys[1]))}"
-                             + (f"   pop {row['pop'][keys[1]]:.4f}" if row.get("pop") else ""))
+                             + f"   pop {_num((row.get('pop') or {}).get(keys[1]))}")
     return "\n".join(lines)
 
 
@@ -175,7 +179,7 @@ def markdown(result: dict) -> str:
             for row in res.get("sparsity", []):
                 out.append(f"| {label} | {row['bucket']} | {row['n_users']} | "
                            + " | ".join(_fmt(row["model"].get(k)) for k in keys)
-                           + f" | {row['pop'][keys[1]]:.4f} |" if row.get("pop") else " | – |")
+                           + f" | {_num((row.get('pop') or {}).get(keys[1]))} |")
         out.append("")
     return "\n".join(out)
 
@@ -230,13 +234,16 @@ def _plot_sparsity(result: dict, path: Path, metric: str) -> None:
     for j, (label, res) in enumerate(models):
         rows = res["sparsity"]
         xs = [x[r["bucket"]] + j * width for r in rows]
+        rows = [r for r in rows if r["model"][metric]["mean"] is not None]
+        xs = [x[r["bucket"]] + j * width for r in rows]
         m = [r["model"][metric]["mean"] for r in rows]
         lo = [max(mm - (r["model"][metric]["ci"][0] or mm), 0) for mm, r in zip(m, rows)]
         hi = [max((r["model"][metric]["ci"][1] or mm) - mm, 0) for mm, r in zip(m, rows)]
         ax.bar(xs, m, width, yerr=[lo, hi], capsize=2, label=label)
-        if j == len(models) - 1 and any(r.get("pop") for r in rows):
-            ax.bar([x[r["bucket"]] + (j + 1) * width for r in rows], [r["pop"][metric] for r in rows], width,
-                   color="#999999", label="pop")
+        pop = [(x[r["bucket"]] + (j + 1) * width, r["pop"][metric]) for r in rows
+               if r.get("pop") and r["pop"].get(metric) is not None]
+        if j == len(models) - 1 and pop:
+            ax.bar([p[0] for p in pop], [p[1] for p in pop], width, color="#999999", label="pop")
     ax.set_xticks([i + 0.4 - width / 2 for i in range(len(buckets))],
                   [f"{b}\n({next(r['n_users'] for _, rr in models for r in rr['sparsity'] if r['bucket'] == b)})"
                    for b in buckets], fontsize=8)
