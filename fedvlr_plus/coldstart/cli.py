@@ -169,6 +169,7 @@ def run_coldstart(args, log=None) -> dict:
                                                       progress=not args.no_progress, log=log)
             if "items" not in parts:
                 target["sparsity"] = target["user_coldstart"]["sparsity"]
+                target["sparsity_targets"] = "all"
     return result
 
 
