@@ -266,6 +266,10 @@ def build_parser() -> argparse.ArgumentParser:
     from fedvlr_plus import flower_cli
 
     flower_cli.register(sub)  # flower superlink|supernode|run
+
+    from fedvlr_plus.coldstart import cli as coldstart_cli
+
+    coldstart_cli.register(sub)
     return parser
 
 

@@ -128,6 +128,10 @@ class FusionLayer(Backbone):
             self.cold_idx = torch.as_tensor(cold_neighbours[0], dtype=torch.long)
             self.cold_nbrs = torch.as_tensor(cold_neighbours[1], dtype=torch.long)
         self.out_scale = 1.0 / float(np.sqrt(self.d))
+        # optional server-side rule for the ID rows of cold items, ``x [N, d] -> x`` with the cold rows replaced
+        # (e.g. a content-to-ID mapping fitted on the warm rows; fedvlr_plus.coldstart); takes precedence over
+        # ``cold_neighbours`` when set
+        self.cold_fill = None
         self.current_F: torch.Tensor | None = None   # the round's broadcast views (router input; constant)
         self._last_weights = None
 
@@ -185,7 +189,9 @@ class FusionLayer(Backbone):
         if self.use_id:
             ctx = {"items_global": torch.arange(self.n_items)}
             x = self.base.item_repr(sp, None, ctx)
-            if self.cold_idx is not None:
+            if self.cold_fill is not None:
+                x = self.cold_fill(x)
+            elif self.cold_idx is not None:
                 x = x.clone()
                 x[self.cold_idx] = x[self.cold_nbrs].mean(1)
             zs.append(x)

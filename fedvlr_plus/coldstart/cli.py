@@ -1,0 +1,190 @@
+"""``fedvlr-plus coldstart SOURCE --backbone B [--fusion none|fedvlr] [--cold-items F] [--cold-users F
+--support N,...] [--seeds 3] [--out DIR] [--json]``: a thin layer over :mod:`fedvlr_plus.coldstart.experiment`.
+
+Without ``--cold-items`` / ``--cold-users`` the data's own split is used (leave-one-out when it has none); its
+natural cold targets (KU: items that occur only in valid/test) are then the item cold-start test. Torch is not
+imported while the parser is built.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+DEFAULT_METRICS = "hr@10,ndcg@10,hr@50,ndcg@50"
+
+
+def _supports(text: str) -> tuple:
+    try:
+        out = tuple(sorted({int(x) for x in text.split(",") if x.strip()}))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated support sizes like 1,3,5, got {text!r}")
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError("support sizes must be integers >= 1")
+    return out
+
+
+def _fraction(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction like 0.2, got {text!r}")
+    if not 0 < v < 1:
+        raise argparse.ArgumentTypeError(f"the fraction must be in (0, 1), got {v}")
+    return v
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    from ..federation.config import FEDERATED_BACKBONES, add_run_arguments
+    from ..fusion_cli import add_fusion_arguments
+    from .rules import RULES
+
+    p = subparsers.add_parser(
+        "coldstart", help="cold-start experiments: new items, new users, sparse users",
+        description="Train a federated backbone (optionally with the FedVLR layer) and measure it where interactions "
+                    "are scarce: cold items ranked among all items and among cold items only (with server-side "
+                    "content rules for their ID rows), held-out users joining with N support interactions, and "
+                    "results by the user's number of training interactions. Same protocol and evaluator as "
+                    "'fedvlr-plus run'; pop, random, antipop and a content-only ranker are reported beside.")
+    p.add_argument("source", metavar="SOURCE", help="'ml-100k' (embedded) or a path to a data folder/file")
+    p.add_argument("--backbone", required=True, choices=FEDERATED_BACKBONES, help="federated backbone")
+    p.add_argument("--cold-items", type=_fraction, default=None, metavar="FRACTION",
+                   help="hold this fraction of items out of training (half of them are validation targets, half "
+                        "test); the warm interactions are split leave-one-out")
+    p.add_argument("--cold-users", type=_fraction, default=None, metavar="FRACTION",
+                   help="hold this fraction of users out of training; they join afterwards with --support items")
+    p.add_argument("--support", type=_supports, default=(1, 3, 5), metavar="N[,N...]",
+                   help="support sizes of the joining users (default 1,3,5)")
+    p.add_argument("--support-epochs", type=int, default=20,
+                   help="local epochs a joining user trains its private parts for (default 20)")
+    p.add_argument("--cold-rule", choices=("auto",) + RULES, default="auto",
+                   help="ID rows of cold items for the headline figure: auto = the rule with the best validation "
+                        "--cold-select among cold items (FedVLR), 'none' for the backbone alone; every rule is "
+                        "reported either way")
+    p.add_argument("--cold-select", default="ndcg@10", help="validation metric that picks the cold rule (ndcg@10)")
+    p.add_argument("--with-backbone", action="store_true",
+                   help="with --fusion: also train the backbone alone on the same split and report it beside")
+    p.add_argument("--implicit-threshold", type=float, default=None, metavar="R",
+                   help="keep only interactions with rating >= R (default: all)")
+    p.add_argument("--k-core", type=int, default=0, metavar="K", help="iterative K-core filter before splitting")
+    p.add_argument("--split-seed", type=int, default=0, help="seed of the cold-item / cold-user draw (default 0)")
+    p.add_argument("--metrics", default=DEFAULT_METRICS, help=f"metric@K list (default {DEFAULT_METRICS})")
+    p.add_argument("--out", metavar="DIR", default=None,
+                   help="report folder: result.json, CSV tables, report.md and PNG plots")
+    p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    add_run_arguments(p)
+    add_fusion_arguments(p)
+    p.set_defaults(func=cmd_coldstart, seeds=3)
+    return p
+
+
+def _load(args):
+    from ..datasets import load, splits
+    from .splits import cold_item_loo, cold_user_holdout
+
+    data = load(args.source)
+    prep = lambda d: splits.dedup(splits.implicit(d, args.implicit_threshold))  # noqa: E731
+    out = {}
+    if args.cold_items is not None:
+        d = prep(data)
+        d = splits.k_core(d, args.k_core) if args.k_core > 1 else d
+        out["items"] = (cold_item_loo(d, args.cold_items, seed=args.split_seed), f"cold-items {args.cold_items}")
+    if args.cold_users is not None:
+        d = prep(data)
+        d = splits.k_core(d, args.k_core) if args.k_core > 1 else d
+        warm, held = cold_user_holdout(d, args.cold_users, seed=args.split_seed, min_history=max(args.support) + 1)
+        out["users"] = (d, warm, held)
+    if not out:
+        if data.is_split:
+            d, how = splits.predefined(data), "predefined"
+        else:
+            d = prep(data)
+            d = splits.k_core(d, args.k_core) if args.k_core > 1 else d
+            d, how = splits.leave_one_out(d), "loo"
+        out["items"] = (d, f"{how} (natural cold targets)")
+    return out
+
+
+def _model_factory(args, fusion: str, dim: int):
+    if fusion == "none":
+        return lambda data: args.backbone
+    from ..fusion_cli import fusion_backbone
+
+    a = argparse.Namespace(**{**vars(args), "fusion": fusion})
+    return lambda data: fusion_backbone(a, data, args.backbone, dim)
+
+
+def _views(args, data):
+    from ..fusion_cli import load_views
+
+    names = args.fusion_views.split(",") if args.fusion_views else None
+    views = load_views(data, args.views, names, progress=not args.no_progress)
+    return {k: v for k, v in views.items() if k not in set(args.drop_modality)}
+
+
+def run_coldstart(args, log=None) -> dict:
+    """The whole experiment for parsed ``args``; returns the JSON-ready result."""
+    from ..cli import parse_metrics
+    from ..federation.config import config_from_args
+    from .experiment import EvalSpec, item_coldstart, user_coldstart
+
+    names, ks, keys = parse_metrics(args.metrics)
+    cold_select = args.cold_select.lower()
+    if cold_select not in keys:
+        keys = keys + [cold_select]
+        n2, k2, _ = parse_metrics(",".join(keys))
+        names, ks = n2, k2
+    spec = EvalSpec(ks=ks, metrics=names, keys=tuple(keys), seed=args.seed)
+    cfg = config_from_args(args, ks=tuple(ks), metrics=tuple(dict.fromkeys(list(names) + ["hr"])))
+    parts = _load(args)
+    fusions = [args.fusion] + (["none"] if args.with_backbone and args.fusion != "none" else [])
+    any_data = parts["items"][0] if "items" in parts else parts["users"][1]
+    views = _views(args, any_data)
+    result = {"dataset": any_data.name, "backbone": args.backbone, "fusion": args.fusion,
+              "model": args.backbone if args.fusion == "none" else f"{args.backbone}+{args.fusion}",
+              "seeds": list(range(cfg.seed, cfg.seed + cfg.seeds)), "metrics": keys,
+              "views": sorted(views), "config": cfg.to_dict(), "command": "fedvlr-plus coldstart " +
+              " ".join(sys.argv[2:]) if sys.argv[1:2] == ["coldstart"] else None}
+    for fusion in fusions:
+        target = result if fusion == args.fusion else result.setdefault("backbone_alone", {"model": args.backbone})
+        make = _model_factory(args, fusion, cfg.dim)
+        if "items" in parts:
+            data, how = parts["items"]
+            rule = None if args.cold_rule == "auto" and fusion != "none" else (
+                "none" if args.cold_rule == "auto" else args.cold_rule)
+            if log:
+                log(f"item cold-start, {fusion if fusion != 'none' else 'backbone alone'}: {how}")
+            res = item_coldstart(data, make, cfg, views, spec=spec, neighbours_k=max(args.cold_neighbours, 1),
+                                 select_metric=cold_select, default_rule=rule,
+                                 progress=not args.no_progress, log=log)
+            res["split"] = how
+            target.update(res)
+        if "users" in parts:
+            full, warm, held = parts["users"]
+            if log:
+                log(f"user cold-start, {fusion if fusion != 'none' else 'backbone alone'}: {len(held)} held-out users")
+            target["user_coldstart"] = user_coldstart(full, warm, held, make, cfg, views, spec=spec,
+                                                      supports=args.support, epochs=args.support_epochs,
+                                                      progress=not args.no_progress, log=log)
+            if "items" not in parts:
+                target["sparsity"] = target["user_coldstart"]["sparsity"]
+                target["sparsity_targets"] = "all"
+    return result
+
+
+def cmd_coldstart(args) -> int:
+    from ..jsonio import json_default, write_json_atomic
+    from .report import format_summary, write_report
+
+    def log(msg):
+        print(msg, file=sys.stderr)
+
+    result = run_coldstart(args, log=log)
+    if args.out:
+        write_report(result, Path(args.out))
+        write_json_atomic(Path(args.out) / "result.json", result)
+    print(format_summary(result), file=sys.stderr if args.json else sys.stdout)
+    if args.json:
+        print(json.dumps(result, default=json_default))
+    return 0

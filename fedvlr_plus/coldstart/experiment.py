@@ -1,0 +1,332 @@
+"""Cold-start experiments on the project's one protocol and evaluator (:func:`fedvlr_plus.evaluation.evaluate`):
+
+- **item cold-start** (:func:`item_coldstart`): a federated model is trained and selected on validation as in
+  ``fedvlr-plus run``; at the selected round its test targets are scored (a) among all items, the user's training
+  items masked, and (b) among the cold items only (every warm item removed from the candidates). Cold items get
+  their ID rows from one of the server-side :mod:`rules <fedvlr_plus.coldstart.rules>`; the rule of the headline
+  figure is chosen on the *validation* cold targets (never on test); every rule is reported.
+- **user cold-start** (:func:`user_coldstart`): held-out users join after federated training with ``n`` support
+  interactions; with the shared state frozen they train only their private parts (head, user embedding, router)
+  locally, then rank the rest of their history among all items, their support masked.
+- **sparsity buckets** (:func:`sparsity_table`): per-user test results by the user's number of training
+  interactions (the FedVLR paper's Fig. 2c grouping).
+
+Several seeds: the split is fixed (``split_seed``); training seeds vary. A user's value is averaged over seeds,
+means are over users, and 95% intervals are bootstrap intervals over users of those averages; ``sd_seeds`` is the
+spread of the per-seed means.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..evaluation import bootstrap_ci, evaluate, reference_scorer
+from .content import ContentRanker, RestrictedScorer
+from .rules import RULES, apply_to_tables, make_rule
+
+BUCKETS = (0, 10, 20, 50, 100, 200, 500)
+
+
+@dataclass
+class EvalSpec:
+    ks: tuple = (10, 50)
+    metrics: tuple = ("hr", "ndcg")
+    keys: tuple = ("hr@10", "ndcg@10", "hr@50", "ndcg@50")
+    seed: int = 0
+    mask_history: str = "train"
+
+    def run(self, data, scorer, split: str):
+        return evaluate(data, scorer, split=split, protocol="full", ks=self.ks, metrics=self.metrics,
+                        mask_history=self.mask_history, seed=self.seed)
+
+
+# ---------------------------------------------------------------------- summaries over users and seeds
+def summarise(frames: list[pd.DataFrame], keys) -> dict:
+    """``metric -> {mean, ci, sd_seeds, n_users}`` from one per-user frame per seed."""
+    frames = [f for f in frames if f is not None]
+    if not frames or not any(len(f) for f in frames):
+        return {k: {"mean": None, "ci": [None, None], "sd_seeds": None, "n_users": 0} for k in keys}
+    both = pd.concat(frames, ignore_index=True)
+    per_user = both.groupby("user")[list(keys)].mean()
+    out = {}
+    for k in keys:
+        v = per_user[k].to_numpy(np.float64)
+        seeds = [float(f[k].mean()) for f in frames if len(f)]
+        out[k] = {"mean": float(v.mean()), "ci": [float(x) for x in bootstrap_ci(v, seed=0)],
+                  "sd_seeds": float(np.std(seeds, ddof=1)) if len(seeds) > 1 else 0.0, "n_users": int(len(v))}
+    return out
+
+
+def _means(summary: dict) -> dict:
+    return {k: v["mean"] for k, v in summary.items()}
+
+
+# ---------------------------------------------------------------------- training with the selected state kept
+def train_selected(data, model, cfg, *, progress: bool = False):
+    """Train one seed (:class:`~fedvlr_plus.federation.engine.FederatedRun`) and put it back into the state of
+    its selected (best-validation) round: shared state, server fusion state and every private state."""
+    from ..federation.engine import FederatedRun
+
+    snap = {}
+
+    def keep(run, record):
+        if run.best is not None and run.best["round"] == record["round"]:
+            snap.update(shared={k: v.clone() for k, v in run.shared.items()}, strategy=run.strategy.state_dict(),
+                        private=run.store.snapshot(), round=record["round"])
+
+    if cfg.private_store != "memory":
+        cfg = replace(cfg, private_store="memory")
+    run = FederatedRun(data, model, cfg, progress=progress, on_round=keep)
+    run.run()
+    if snap and snap["round"] != run.round:
+        run.shared = snap["shared"]
+        run.strategy.load_state_dict(snap["strategy"])   # restores the server's fusion and re-broadcasts F
+        run.store.restore(snap["private"])
+    return run
+
+
+def is_fusion(run) -> bool:
+    return hasattr(run.bb, "cold_fill")
+
+
+def shared_with_rule(run, rule) -> dict:
+    """The run's shared state with the cold rows filled by ``rule`` (``None``: as trained)."""
+    from ..fusion import FUSED
+
+    if rule is None:
+        return run.shared
+    if is_fusion(run):
+        bb = run.bb
+        bb.cold_fill = rule
+        try:
+            fused = bb.broadcast(run.strategy.server)
+        finally:
+            bb.cold_fill = None
+        return {**run.shared, FUSED: fused}
+    return apply_to_tables(run.bb, run.shared, rule)
+
+
+def _scorer(run, shared):
+    from ..fusion import FUSED
+
+    def score(users):
+        if is_fusion(run):
+            run.bb.current_F = shared[FUSED]    # the router reads the broadcast views of the user's history
+        return run.sim.scores(np.asarray(users, dtype=np.int64), shared)
+    return score
+
+
+# ---------------------------------------------------------------------- item cold-start
+@dataclass
+class ItemColdStart:
+    """Per-seed per-user frames of every variant (rule) and reference ranker."""
+
+    rules: tuple
+    frames: dict = field(default_factory=dict)   # (name, part) -> [frames per seed]
+    valid: dict = field(default_factory=dict)    # rule -> [valid cold-among-cold mean of the selection metric]
+    sparsity: list = field(default_factory=list)  # per-seed per-user frames of the model's test (warm if any)
+    selected_round: list = field(default_factory=list)
+
+    def add(self, name, part, frame):
+        self.frames.setdefault((name, part), []).append(frame)
+
+
+def _parts(spec: EvalSpec, data, scorer, cold_mask, split="test") -> dict:
+    res = spec.run(data, scorer, split)
+    out = {"cold_among_all": res.frame("cold"), "warm": res.frame("warm"), "all": res.frame("all")}
+    if cold_mask.any():
+        out["cold_among_cold"] = spec.run(data, RestrictedScorer(scorer, cold_mask), split).frame("cold")
+    return out
+
+
+def item_coldstart(data, make_model, cfg, views: dict, *, spec: EvalSpec, rules=RULES, neighbours_k: int = 10,
+                   select_metric: str = "ndcg@10", default_rule: str | None = None, progress: bool = False,
+                   log=None) -> dict:
+    """Train ``make_model(data)`` for ``cfg.seeds`` seeds and evaluate cold targets under every rule.
+
+    ``default_rule``: the headline rule; ``None`` chooses it on the validation cold targets (``select_metric``
+    among cold items). Returns the JSON-ready result (see :func:`item_result`).
+    """
+    cold = data.cold_items()
+    if not cold.any():
+        raise ValueError(f"{data.name}: no item is cold (every item has a training interaction)")
+    state = ItemColdStart(tuple(rules))
+    fitted = {r: make_rule(r, views, cold, k=neighbours_k, seed=spec.seed) for r in rules}
+    has_valid_cold = bool(cold[data.valid()["item"].to_numpy()].any())
+    for i in range(cfg.seeds):
+        scfg = replace(cfg, seed=cfg.seed + i, seeds=1)
+        run = train_selected(data, make_model(data), scfg, progress=progress)
+        state.selected_round.append(int(run.best["round"]))
+        if log:
+            log(f"seed {scfg.seed}: selected round {run.best['round']} of {run.round}")
+        trained = _parts(spec, data, _scorer(run, run.shared), cold)
+        for part, f in trained.items():
+            state.add("trained", part, f)
+        state.sparsity.append(trained["warm"] if len(trained["warm"]) else trained["all"])
+        for r in rules:
+            sh = shared_with_rule(run, fitted[r])
+            sc = _scorer(run, sh)
+            if has_valid_cold:
+                v = spec.run(data, RestrictedScorer(sc, cold), "valid").frame("cold")
+                state.valid.setdefault(r, []).append(float(v[select_metric].mean()) if len(v) else float("nan"))
+            for part, f in _parts(spec, data, sc, cold).items():
+                state.add(r, part, f)
+        if is_fusion(run):
+            run.bb.current_F = run.shared.get("fusion.F")
+    refs = {name: reference_scorer(name, data, seed=spec.seed) for name in ("pop", "random", "antipop")}
+    refs["content"] = ContentRanker(data, views)
+    for name, sc in refs.items():
+        for part, f in _parts(spec, data, sc, cold).items():
+            state.add(f"ref:{name}", part, f)
+    return item_result(state, data, spec, select_metric, default_rule)
+
+
+def item_result(state: ItemColdStart, data, spec: EvalSpec, select_metric: str, default_rule) -> dict:
+    keys = list(spec.keys)
+    cold = data.cold_items()
+    test = data.test()
+    sel = {r: float(np.nanmean(v)) for r, v in state.valid.items()}
+    if default_rule is None:
+        chosen = max(sel, key=sel.get) if sel else "trained"
+    else:
+        chosen = default_rule
+    parts = ("cold_among_cold", "cold_among_all", "warm", "all")
+
+    def block(name):
+        return {p: summarise(state.frames.get((name, p), []), keys) for p in parts}
+
+    variants = {"trained": block("trained")}
+    for r in state.rules:
+        variants[r] = block(r)
+        variants[r]["valid_" + select_metric.replace("@", "_at_") + "_among_cold"] = sel.get(r)
+    head = variants[chosen]
+    out = {
+        "n_items": int(data.n_items), "n_cold_items": int(cold.sum()),
+        "test_targets": int(len(test)), "test_cold_targets": int(cold[test["item"].to_numpy()].sum()),
+        "valid_cold_targets": int(cold[data.valid()["item"].to_numpy()].sum()),
+        "cold_rule": chosen, "cold_rule_selected_on": f"valid {select_metric} among cold items" if
+        default_rule is None else "fixed by --cold-rule",
+        "cold_among_cold": head["cold_among_cold"], "cold_among_all": head["cold_among_all"],
+        "warm": head["warm"], "all": head["all"], "variants": variants,
+        "selected_round": state.selected_round,
+        "baselines": {n: block(f"ref:{n}") for n in ("pop", "random", "antipop", "content")},
+    }
+    trains = np.bincount(data.train()["user"].to_numpy(), minlength=data.n_users)
+    # warm targets when the test has any (the cold ones are reported above), else all targets
+    part = "warm" if any(len(f) for f in state.frames.get(("trained", "warm"), [])) else "all"
+    out["sparsity_targets"] = part
+    out["sparsity"] = sparsity_table(state.sparsity, trains, keys, reference=state.frames.get(("ref:pop", part)))
+    return out
+
+
+# ---------------------------------------------------------------------- sparsity buckets
+def bucket_labels(edges=BUCKETS) -> list[str]:
+    lab = [f"{a + 1}-{b}" for a, b in zip(edges[:-1], edges[1:])]
+    return lab + [f">{edges[-1]}"]
+
+
+def sparsity_table(frames: list[pd.DataFrame], train_counts: np.ndarray, keys, *, edges=BUCKETS,
+                   reference: list[pd.DataFrame] | None = None) -> list[dict]:
+    """One row per bucket of training-interaction counts: users, model metrics (mean, CI), and the reference's."""
+    labels = bucket_labels(edges)
+    bins = np.asarray(list(edges) + [np.inf])
+
+    def bucket_of(f):
+        return np.searchsorted(bins, train_counts[f["user"].to_numpy()], side="left") - 1
+
+    rows = []
+    for b, label in enumerate(labels):
+        sub = [f[bucket_of(f) == b] for f in frames]
+        if not any(len(s) for s in sub):
+            continue
+        row = {"bucket": label, "n_users": int(max(len(s) for s in sub)), "model": summarise(sub, keys)}
+        if reference:
+            row["pop"] = _means(summarise([f[bucket_of(f) == b] for f in reference], keys))
+        rows.append(row)
+    return rows
+
+
+# ---------------------------------------------------------------------- user cold-start
+def _csr(data):
+    m = data.matrix(["train"]).tocsr()
+    m.sort_indices()
+    return m.indptr.astype(np.int64), m.indices.astype(np.int64)
+
+
+class _PopFrom:
+    """Popularity counted on another split's training data (the warm users'), for the joining users."""
+
+    def __init__(self, counts):
+        self.counts = np.asarray(counts, np.float64)
+
+    def __call__(self, users):
+        return np.broadcast_to(self.counts, (len(users), len(self.counts))).copy()
+
+
+def local_private_training(run, support, users: np.ndarray, *, epochs: int, lr: float | None = None):
+    """Held-out ``users`` train only their private parts on their ``support`` data with the shared state frozen.
+
+    Uses the batched simulator with ``upload="grads"``: shared parameters are then never stepped locally (their
+    gradients are only accumulated, and here discarded). Returns a scorer over the trained private states."""
+    from ..federation.batched import BatchedSimulator
+    from ..federation.store import MemoryStore
+
+    indptr, indices = _csr(support)
+    sim = BatchedSimulator(run.bb, indptr, indices, MemoryStore(), seed=run.cfg.seed,
+                           chunk_floats=run.cfg.chunk_floats)
+    conf = dict(run.round_config(1), epochs=int(epochs), upload="grads", round=10_000)
+    if lr is not None:
+        conf["lr"] = float(lr)
+    users = np.asarray(users, np.int64)
+    users = users[np.diff(indptr)[users] > 0]
+    frozen = {k: v.clone() for k, v in run.shared.items()}
+    sim.store.begin_round(1)
+    sim.fit(users, run.shared, conf)
+    sim.store.prepare(1)
+    sim.store.commit()
+    assert all(torch.equal(frozen[k], run.shared[k]) for k in frozen), "shared state changed during local training"
+
+    def score(u):
+        if is_fusion(run):
+            run.bb.current_F = run.shared["fusion.F"]
+        return sim.scores(np.asarray(u, dtype=np.int64), run.shared)
+    return score
+
+
+def user_coldstart(full, warm, held_out: np.ndarray, make_model, cfg, views: dict | None, *, spec: EvalSpec,
+                   supports=(1, 3, 5), epochs: int = 20, progress: bool = False, log=None) -> dict:
+    """Train on ``warm`` (held-out users absent), then let ``held_out`` users join with each support size."""
+    from .splits import support_query
+
+    keys = list(spec.keys)
+    frames: dict = {}
+    sparsity = []
+    rounds = []
+    pop_counts = warm.item_popularity("train")
+    sq = {n: support_query(full, held_out, n) for n in supports}
+    for i in range(cfg.seeds):
+        scfg = replace(cfg, seed=cfg.seed + i, seeds=1)
+        run = train_selected(warm, make_model(warm), scfg, progress=progress)
+        rounds.append(int(run.best["round"]))
+        if log:
+            log(f"seed {scfg.seed}: selected round {run.best['round']} of {run.round}")
+        sparsity.append(run.best["test_full"].per_user)
+        for n in supports:
+            scorer = local_private_training(run, sq[n], held_out, epochs=epochs)
+            frames.setdefault(("model", n), []).append(spec.run(sq[n], scorer, "test").frame("all"))
+    for n in supports:
+        frames[("pop", n)] = [spec.run(sq[n], _PopFrom(pop_counts), "test").frame("all")]
+        frames[("random", n)] = [spec.run(sq[n], reference_scorer("random", sq[n], seed=spec.seed), "test")
+                                 .frame("all")]
+        if views:
+            frames[("content", n)] = [spec.run(sq[n], ContentRanker(sq[n], views), "test").frame("all")]
+    curves = {name: {str(n): summarise(frames[(name, n)], keys) for n in supports}
+              for name in ("model", "pop", "random", "content") if (name, supports[0]) in frames}
+    trains = np.bincount(warm.train()["user"].to_numpy(), minlength=warm.n_users)
+    return {"supports": list(supports), "held_out_users": int(len(held_out)), "local_epochs": int(epochs),
+            "query_targets": {str(n): int(len(sq[n].test())) for n in supports},
+            "curves": curves, "selected_round": rounds,
+            "sparsity": sparsity_table(sparsity, trains, keys)}

@@ -1,0 +1,295 @@
+"""Cold-start experiments: splits, server-side cold-item rules, the content ranker, restricted ranking, private-only
+local training of joining users, sparsity buckets, and the ``coldstart`` command end to end."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from _shared import shared_data
+
+from fedvlr_plus.coldstart.content import ContentRanker, RestrictedScorer
+from fedvlr_plus.coldstart.experiment import (EvalSpec, local_private_training, sparsity_table, summarise,
+                                              train_selected)
+from fedvlr_plus.coldstart.rules import choose_lambda, make_rule, ridge_fit
+from fedvlr_plus.coldstart.splits import cold_item_loo, cold_user_holdout, support_query
+from fedvlr_plus.datasets import InteractionData
+from fedvlr_plus.datasets.core import TEST, TRAIN, VALID
+from fedvlr_plus.federation.config import FedConfig
+from fedvlr_plus.federation.synthetic import synthetic_data
+
+
+def tiny(n_users=4, n_items=6, rows=None, split=None):
+    """Hand-made data: ``rows`` = (user, item, timestamp)."""
+    rows = np.asarray(rows)
+    return InteractionData("tiny", np.arange(n_users), np.arange(n_items),
+                           pd.DataFrame({"user": rows[:, 0].astype(np.int64), "item": rows[:, 1].astype(np.int64),
+                                         "rating": np.ones(len(rows), np.float32),
+                                         "timestamp": rows[:, 2].astype(np.float64),
+                                         "split": np.asarray(split if split is not None else [-1] * len(rows),
+                                                             np.int8)}))
+
+
+# ---------------------------------------------------------------------- splits
+def test_cold_item_loo_holds_items_out_and_splits_the_warm_rest_leave_one_out():
+    data = synthetic_data(60, 80, 12.0, groups=4, seed=1)
+    out = cold_item_loo(data, 0.25, seed=3)
+    inter = out.inter
+    # the draw: round(0.25 * 80) = 20 items of a seeded permutation, the first half for validation
+    drawn = np.random.default_rng(3).permutation(np.unique(data.inter["item"]))[:20]
+    item, split = inter["item"].to_numpy(), inter["split"].to_numpy()
+    assert (split[np.isin(item, drawn[:10])] == VALID).all() and (split[np.isin(item, drawn[10:])] == TEST).all()
+    assert out.cold_items()[drawn].all()
+    on_cold = np.isin(item, drawn)
+    assert set(inter["split"].to_numpy()[on_cold]) <= {VALID, TEST}
+    warm = inter[~on_cold]
+    for u, g in warm.groupby("user"):
+        if len(g) >= 3:                                       # the latest warm row is test, the one before valid
+            g = g.sort_values("timestamp", kind="stable")
+            assert list(g["split"].to_numpy()[-2:]) == [VALID, TEST]
+            assert (g["split"].to_numpy()[:-2] == TRAIN).all()
+    with pytest.raises(ValueError, match="fraction"):
+        cold_item_loo(data, 1.5)
+
+
+def test_support_query_takes_the_first_n_by_time():
+    data = tiny(rows=[(0, 0, 5), (0, 1, 1), (0, 2, 3), (0, 3, 9), (1, 4, 2), (1, 5, 1), (2, 0, 1)])
+    sq = support_query(data, np.array([0, 1]), 2)
+    tr = sq.train().groupby("user")["item"].apply(set).to_dict()
+    te = sq.test().groupby("user")["item"].apply(set).to_dict()
+    assert tr == {0: {1, 2}, 1: {5, 4}} and te == {0: {0, 3}}   # user 1 has no query left; user 2 absent
+    assert 2 not in set(sq.inter["user"])
+
+
+def test_cold_user_holdout_removes_users_entirely():
+    data = synthetic_data(50, 60, 10.0, groups=3, seed=2)
+    data = data.replace(inter=data.inter.assign(split=-1))
+    warm, held = cold_user_holdout(data, 0.2, seed=0, min_history=6)
+    assert len(held) == 10
+    assert not np.isin(warm.inter["user"].to_numpy(), held).any()
+    counts = np.bincount(data.inter["user"], minlength=data.n_users)
+    assert (counts[held] >= 6).all()
+
+
+# ---------------------------------------------------------------------- cold-item rules
+def test_ridge_recovers_an_exact_linear_map():
+    g = np.random.default_rng(0)
+    x = g.standard_normal((40, 5))
+    w_true, b_true = g.standard_normal((5, 3)), np.array([1.0, -2.0, 0.5])
+    w, b = ridge_fit(x, x @ w_true + b_true, 1e-9)
+    assert np.allclose(w, w_true, atol=1e-6) and np.allclose(b, b_true, atol=1e-6)
+    # more features than rows: the dual form gives the same solution as the primal one
+    xw = g.standard_normal((6, 10))
+    y = g.standard_normal((6, 2))
+    wd, bd = ridge_fit(xw, y, 0.5)
+    xc, yc = xw - xw.mean(0), y - y.mean(0)
+    assert np.allclose(wd, np.linalg.solve(xc.T @ xc + 0.5 * np.eye(10), xc.T @ yc), atol=1e-8)
+    lam, errs = choose_lambda(x, x @ w_true, (1e-6, 100.0))
+    assert lam == 1e-6 and errs[1e-6] < errs[100.0]
+
+
+def test_rules_fill_only_cold_rows():
+    # item content = one-hot group (4 groups) ; ID rows = a linear function of the content
+    grp = np.arange(12) % 4
+    views = {"t": np.eye(4)[grp]}
+    cold = np.zeros(12, bool)
+    cold[[8, 9]] = True                                       # groups 0 and 1
+    table = torch.as_tensor(np.eye(4)[grp] @ np.array([[1.0, 0], [0, 1], [2, 2], [-1, 3]]), dtype=torch.float32)
+    table[8] = table[9] = 100.0                               # untrained noise in the cold rows
+    nb = make_rule("neighbours", views, cold, k=2)(table)
+    assert torch.equal(nb[~torch.as_tensor(cold)], table[~torch.as_tensor(cold)])
+    assert torch.allclose(nb[8], torch.tensor([1.0, 0.0])) and torch.allclose(nb[9], torch.tensor([0.0, 1.0]))
+    mp = make_rule("mapping", views, cold)(table)
+    assert torch.allclose(mp[8], torch.tensor([1.0, 0.0]), atol=0.05)   # ridge shrinks a little
+    both = make_rule("both", views, cold, k=2)(table)
+    assert torch.allclose(both[9], 0.5 * (nb[9] + mp[9]))
+    assert torch.equal(make_rule("none", views, cold)(table), table)
+    with pytest.raises(ValueError, match="rule"):
+        make_rule("magic", views, cold)
+
+
+def test_fusion_cold_fill_takes_precedence_and_touches_only_cold_items():
+    from fedvlr_plus.adapters import make_backbone
+    from fedvlr_plus.fusion import FusionLayer, content_neighbours
+
+    g = np.random.default_rng(0)
+    views = {"text": g.standard_normal((20, 6)).astype(np.float32)}
+    cold = np.zeros(20, bool)
+    cold[[2, 7]] = True
+    nb = (np.flatnonzero(cold), content_neighbours(views, cold, 3))
+    bb = FusionLayer(make_backbone("fedavg", 20, 4), views, mode="sum", cold_neighbours=nb)
+    sp = bb.init_server(0)
+    with torch.no_grad():
+        before = bb.server_forward(sp)
+        bb.cold_fill = make_rule("mapping", views, cold)
+        after = bb.server_forward(sp)
+        bb.cold_fill = None
+        again = bb.server_forward(sp)
+    changed = (before - after).abs().sum(1) > 1e-6
+    assert changed[[2, 7]].all() and not changed[~cold].any()
+    assert torch.equal(before, again)                         # the default behaviour is back
+
+
+# ---------------------------------------------------------------------- rankers and restricted ranking
+def test_content_ranker_is_the_cosine_with_the_mean_profile():
+    data = tiny(2, 3, rows=[(0, 0, 1), (0, 1, 2), (1, 2, 1), (0, 2, 3), (1, 0, 4)],
+                split=[TRAIN, TRAIN, TRAIN, TEST, TEST])
+    views = {"a": np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])}
+    s = ContentRanker(data, views)(np.array([0, 1]))
+    # user 0: profile (1,1)/sqrt2 -> cos with items: 1/sqrt2, 1/sqrt2, 1 ; user 1: profile = item 2
+    assert np.allclose(s[0], [2 ** -0.5, 2 ** -0.5, 1.0], atol=1e-6)
+    assert np.allclose(s[1], [2 ** -0.5, 2 ** -0.5, 1.0], atol=1e-6)
+
+
+def test_restricted_ranking_counts_only_cold_candidates():
+    # 6 items, items 4 and 5 never trained (cold); user 0 trains on 0 and tests on 5, user 1 trains on 1-3, tests on 4
+    data = tiny(2, 6, rows=[(0, 0, 1), (0, 5, 2), (1, 1, 1), (1, 2, 2), (1, 3, 3), (1, 4, 4)],
+                split=[TRAIN, TEST, TRAIN, TRAIN, TRAIN, TEST])
+    scores = np.array([[9.0, 8.0, 7.0, 6.0, 0.0, 1.0], [9.0, 8.0, 7.0, 6.0, 5.0, 1.0]])
+    scorer = lambda users: scores[np.asarray(users)]  # noqa: E731
+    spec = EvalSpec(ks=(1, 3), metrics=("hr",), keys=("hr@1", "hr@3"))
+    cold = data.cold_items()
+    assert cold.tolist() == [False, False, False, False, True, True]
+    among_all = spec.run(data, scorer, "test").frame("cold").set_index("user")
+    among_cold = spec.run(data, RestrictedScorer(scorer, cold), "test").frame("cold").set_index("user")
+    # among all items (training items masked): user 0's target has items 1, 2, 3 above it -> miss at 3;
+    # user 1's target has item 0 above it -> rank 2: miss at 1, hit at 3
+    assert among_all.loc[0, "hr@3"] == 0.0
+    assert (among_all.loc[1, "hr@1"], among_all.loc[1, "hr@3"]) == (0.0, 1.0)
+    # among cold items only, each target beats the other cold item -> rank 1 for both
+    assert among_cold.loc[0, "hr@1"] == 1.0 and among_cold.loc[1, "hr@1"] == 1.0
+
+
+def test_summarise_averages_users_over_seeds_and_gives_an_interval():
+    f1 = pd.DataFrame({"user": [0, 1, 2], "hr@10": [1.0, 0.0, 1.0]})
+    f2 = pd.DataFrame({"user": [0, 1, 2], "hr@10": [0.0, 0.0, 1.0]})
+    s = summarise([f1, f2], ["hr@10"])["hr@10"]
+    assert s["mean"] == pytest.approx(0.5) and s["n_users"] == 3          # users: 0.5, 0, 1
+    assert s["sd_seeds"] == pytest.approx(np.std([2 / 3, 1 / 3], ddof=1))
+    assert s["ci"][0] <= 0.5 <= s["ci"][1]
+
+
+def test_sparsity_table_buckets_by_training_interactions():
+    f = pd.DataFrame({"user": [0, 1, 2, 3], "hr@10": [1.0, 0.0, 1.0, 1.0]})
+    counts = np.array([3, 10, 11, 250])
+    rows = sparsity_table([f], counts, ["hr@10"], reference=[f.assign(**{"hr@10": 0.0})])
+    got = {r["bucket"]: (r["n_users"], r["model"]["hr@10"]["mean"]) for r in rows}
+    assert got == {"1-10": (2, 0.5), "11-20": (1, 1.0), "201-500": (1, 1.0)}
+    assert all(r["pop"]["hr@10"] == 0.0 for r in rows)
+
+
+# ---------------------------------------------------------------------- joining users train private parts only
+def _toy_views(data, seed=0):
+    g = np.random.default_rng(seed)
+    grp = np.arange(data.n_items) % 4
+    return {"text": np.hstack([np.eye(4)[grp], 0.3 * g.standard_normal((data.n_items, 6))]).astype(np.float32)}
+
+
+@pytest.mark.parametrize("fusion", [False, True])
+def test_joining_users_train_only_private_parts(fusion):
+    from fedvlr_plus.adapters import make_backbone
+    from fedvlr_plus.fusion import FusionLayer
+
+    full = synthetic_data(40, 120, 12.0, groups=4, seed=0)
+    full = full.replace(inter=full.inter.assign(split=-1))
+    warm, held = cold_user_holdout(full, 0.2, seed=0, min_history=4)
+    views = _toy_views(full)
+    model = (FusionLayer(make_backbone("fcf", full.n_items, 8), views, mode="fedvlr", router_hidden=8)
+             if fusion else "fcf")
+    cfg = FedConfig(rounds=2, local_epochs=1, batch_size=16, dim=8, lr=0.1, server_lr=0.5, seed=0)
+    run = train_selected(warm, model, cfg)
+    sq = support_query(full, held, 3)
+    shared_before = {k: v.clone() for k, v in run.shared.items()}
+    score = local_private_training(run, sq, held, epochs=3)     # asserts inside that shared state is frozen
+    assert all(torch.equal(shared_before[k], run.shared[k]) for k in shared_before)
+    trained = torch.as_tensor(score(held[:2]))
+    # the untrained private state of the same users (init) scores differently: local training took effect
+    init = run.sim.scores(held[:2], run.shared)
+    assert trained.shape == (2, full.n_items) and not torch.allclose(trained, init)
+
+
+# ---------------------------------------------------------------------- the command
+def _feature_folder(path, n_users=30, n_items=110, seed=0):
+    """A FedVLR-layout folder whose items 106-109 occur only in valid/test (natural cold targets); 110 items so
+    that the engine's sampled-99 test protocol has enough negatives."""
+    g = np.random.default_rng(seed)
+    rows = []
+    for u in range(n_users):
+        items = g.choice(n_items - 4, size=5, replace=False)
+        for t, i in enumerate(items):
+            rows.append((u, int(i), 1, t, 0))
+        rows.append((u, int(g.integers(0, n_items)), 1, 10, 1))
+        rows.append((u, int(n_items - 4 + u % 4), 1, 11, 2))
+    path.mkdir(parents=True)
+    (path / "inter.csv").write_text("userID,itemID,rating,timestamp,split_label\n"
+                                    + "".join(",".join(map(str, r)) + "\n" for r in rows))
+    grp = np.arange(n_items) % 4
+    np.save(path / "text_features.npy", np.hstack([np.eye(4)[grp], g.standard_normal((n_items, 4))]).astype(np.float16))
+    np.save(path / "image_features.npy", g.standard_normal((n_items, 8)).astype(np.float16))
+    return path
+
+
+def test_coldstart_command_natural_cold_targets(tmp_path, capsys):
+    from fedvlr_plus.cli import main
+
+    folder = _feature_folder(tmp_path / "fx")
+    out = tmp_path / "report"
+    code = main(["coldstart", str(folder), "--backbone", "fcf", "--fusion", "fedvlr", "--with-backbone",
+                 "--rounds", "2", "--seeds", "1", "--dim", "8", "--local-epochs", "1", "--no-progress",
+                 "--metrics", "hr@5,ndcg@5", "--cold-select", "ndcg@5", "--out", str(out), "--json"])
+    assert code == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    for key in ("cold_among_cold", "cold_among_all", "warm", "baselines", "variants", "sparsity", "backbone_alone"):
+        assert key in res, key
+    assert res["n_cold_items"] >= 4 and res["test_cold_targets"] == 30
+    assert set(res["baselines"]) == {"pop", "random", "antipop", "content"}
+    assert res["cold_rule"] in ("none", "neighbours", "mapping", "both")
+    assert res["backbone_alone"]["cold_rule"] == "none"
+    # antipop puts the never-trained items first: among all items it equals its figure among cold items
+    anti = res["baselines"]["antipop"]
+    assert anti["cold_among_all"]["hr@5"]["mean"] == pytest.approx(anti["cold_among_cold"]["hr@5"]["mean"])
+    lo, hi = res["cold_among_cold"]["ndcg@5"]["ci"]
+    assert lo <= res["cold_among_cold"]["ndcg@5"]["mean"] <= hi
+    for name in ("cold_items.csv", "cold_items.png", "sparsity.csv", "sparsity.png", "report.md", "result.json"):
+        assert (out / name).exists(), name
+    assert "Item cold-start" in (out / "report.md").read_text()
+
+
+def test_coldstart_command_user_cold_start(tmp_path, capsys):
+    from fedvlr_plus.cli import main
+
+    folder = _feature_folder(tmp_path / "fx")
+    out = tmp_path / "report"
+    code = main(["coldstart", str(folder), "--backbone", "fedavg", "--cold-users", "0.2", "--support", "1,3",
+                 "--support-epochs", "2", "--rounds", "2", "--seeds", "1", "--dim", "8", "--local-epochs", "1",
+                 "--no-progress", "--metrics", "hr@5,ndcg@5", "--cold-select", "ndcg@5", "--out", str(out),
+                 "--json"])
+    assert code == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    uc = res["user_coldstart"]
+    assert uc["supports"] == [1, 3] and uc["held_out_users"] == 6
+    assert set(uc["curves"]) == {"model", "pop", "random", "content"}
+    assert uc["query_targets"]["1"] == 6 * 6 and uc["query_targets"]["3"] == 6 * 4
+    assert (out / "user_coldstart.png").exists() and (out / "user_coldstart.csv").exists()
+
+
+# ---------------------------------------------------------------------- real data
+def test_ku_natural_cold_targets_reference_figures():
+    """KU: 16 cold items hold 88 test targets; antipop and pop tie all 16 at the top / among themselves, so a
+    cold target's HR@10 among cold items is exactly 10/16 for both (ties scored by their expectation)."""
+    from fedvlr_plus.coldstart.experiment import _parts
+    from fedvlr_plus.datasets import load
+    from fedvlr_plus.evaluation import reference_scorer
+
+    ku = load(str(shared_data("ku")))
+    cold = ku.cold_items()
+    assert cold.sum() == 16
+    spec = EvalSpec(ks=(10,), metrics=("hr",), keys=("hr@10",))
+    anti = _parts(spec, ku, reference_scorer("antipop", ku), cold)
+    pop = _parts(spec, ku, reference_scorer("pop", ku), cold)
+    assert len(anti["cold_among_cold"]) == 88
+    assert anti["cold_among_cold"]["hr@10"].mean() == pytest.approx(10 / 16)
+    assert anti["cold_among_all"]["hr@10"].mean() == pytest.approx(10 / 16)
+    assert pop["cold_among_cold"]["hr@10"].mean() == pytest.approx(10 / 16)
+    assert pop["cold_among_all"]["hr@10"].mean() == 0.0
