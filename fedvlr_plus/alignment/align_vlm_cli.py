@@ -39,8 +39,8 @@ def register(methods) -> None:
                                        "(SFT then GRPO) under a label-skewed client split and report warm- and "
                                        "cold-item HR@10 / NDCG@10 on held-out interactions.")
     d.add_argument("source", help="a dataset source fedvlr_plus.datasets.load understands (e.g. ml-100k)")
-    d.add_argument("--rounds", type=int, default=20, help="federated rounds in all (default 20)")
-    d.add_argument("--sft-rounds", type=int, default=10, help="rounds of SFT before the GRPO stage (default 10)")
+    d.add_argument("--rounds", type=int, default=8, help="federated rounds in all (default 8)")
+    d.add_argument("--sft-rounds", type=int, default=4, help="rounds of SFT before the GRPO stage (default 4)")
     d.add_argument("--clients", type=int, default=5, help="clients (default 5)")
     d.add_argument("--alpha", type=float, default=0.1,
                    help="Dirichlet concentration of the label-skewed split over dominant genres (default 0.1)")
