@@ -190,14 +190,16 @@ def user_vectors(p: dict, ctx: torch.Tensor) -> torch.Tensor:
 
 
 def noisy_candidates(u: torch.Tensor, items: torch.Tensor, group: int, sigma: float,
-                     generator: torch.Generator | None = None) -> torch.Tensor:
+                     generator: torch.Generator | None = None, columns: torch.Tensor | None = None) -> torch.Tensor:
     """G candidate items per row: the nearest item to ``normalise(u + sigma eps)``; [B, G] column indices.
 
-    ``items`` is [A, d] (one action set for all rows) or [B, A, d] (a set per row)."""
+    ``items`` is [A, d]; with ``columns`` ([B, k] indices into it) each row chooses within its own action set and
+    the result indexes ``columns``' second axis."""
     eps = torch.randn(u.shape[0], group, u.shape[1], generator=generator) * sigma
     noisy = F.normalize(u.detach().unsqueeze(1) + eps, dim=-1)
-    items = items.detach()
-    sims = noisy @ items.T if items.dim() == 2 else torch.einsum("bgd,bad->bga", noisy, items)
+    sims = noisy @ items.detach().T                                   # [B, G, A]
+    if columns is not None:
+        sims = sims.gather(2, columns.unsqueeze(1).expand(-1, group, -1))
     return sims.argmax(-1)
 
 
@@ -260,8 +262,9 @@ class DTLClient:
             sft = {**glob, **{k_: state[k_] for k_ in USER_PARAMS}} if "user_down" in state else glob
             with torch.no_grad():
                 v_ref = item_vectors(glob, warm_content)
-                ref_sft = (user_vectors(sft, ctx).unsqueeze(1) * v_ref[cand]).sum(-1) / cfg.tau
-                ref_glob = (user_vectors(glob, ctx).unsqueeze(1) * v_ref[cand]).sum(-1) / cfg.tau
+                # scores against every warm item, then the action-set columns (no [n, k, d] gather)
+                ref_sft = (user_vectors(sft, ctx) @ v_ref.T).gather(1, cand) / cfg.tau
+                ref_glob = (user_vectors(glob, ctx) @ v_ref.T).gather(1, cand) / cfg.tau
                 # hybrid reference: the mixture ref_mix * pi_SFT + (1 - ref_mix) * pi_global, as log-probabilities
                 ref_logits = torch.logsumexp(torch.stack([
                     math.log(cfg.ref_mix) + torch.log_softmax(ref_sft, -1),
@@ -277,9 +280,8 @@ class DTLClient:
             if stage == "sft":
                 loss = F.cross_entropy(logits, tgt[b])
             else:
-                vc = v[cand[b]]                                     # [B, k, d]
-                logits = (u.unsqueeze(1) * vc).sum(-1) / cfg.tau
-                actions = noisy_candidates(u, vc, cfg.group, cfg.sigma, gen)
+                logits = logits.gather(1, cand[b])                  # [B, k] over the action set
+                actions = noisy_candidates(u, v, cfg.group, cfg.sigma, gen, columns=cand[b])
                 r = (actions == 0).float()                          # column 0 is the held-out target
                 with torch.no_grad():
                     logp_old = torch.log_softmax(logits, -1).gather(-1, actions)
