@@ -48,6 +48,14 @@ def test_average_precision_and_metrics_hand_computed():
     assert m["OP"] == pytest.approx(5 / 6) and m["OR"] == pytest.approx(5 / 6)
     # spurious: label 1 absent while its co-label 0 present -> items 1 and 3; label 1 fires on item 1 only
     assert m["spurious_eligible"] == 2 and m["spurious_rate"] == pytest.approx(0.5)
+    # label 1's score on its positive (.8) beats both co-label-only items (.6, .2): AUC 1
+    assert m["co_label_auc"] == pytest.approx(1.0)
+    m2 = M.multilabel_metrics(scores, labels, co_label={2: 0})
+    # label 2: positives score .9 and .4; co-label-only items (0 and 1) score .1 and .2 -> AUC 1
+    assert m2["co_label_auc"] == pytest.approx(1.0)
+    m3 = M.multilabel_metrics(np.where(np.arange(3) == 2, [[.5], [.5], [.1], [.5]], scores), labels, {2: 0})
+    # now label 2 scores .5, .5 on the co-label-only items and .1, .5 on its positives: (0 + .5 + 0 + .5) / 4
+    assert m3["co_label_auc"] == pytest.approx(0.25)
     ap0 = 1.0
     ap1 = 1.0                                   # the only positive of label 1 ranks first
     ap2 = (1 / 1 + 2 / 2) / 2                   # scores .9 (pos), .4 (pos) rank 1 and 2

@@ -127,7 +127,9 @@ def multilabel_metrics(scores: np.ndarray, labels: np.ndarray, co_label: dict[in
 
     ``scores`` are probabilities; a label is predicted when its probability exceeds ``threshold``. The spurious
     activation rate pools, over labels j with a usual co-label i, the items where i is present and j absent, and
-    counts how often j is predicted there.
+    counts how often j is predicted there. ``co_label_auc`` is threshold-free: per such label, the AUC of j's score
+    between the items that carry j and the items that carry only its co-label (higher = fewer spurious
+    activations at any threshold), averaged over labels.
     """
     y = labels > 0
     pred = scores > threshold
@@ -141,13 +143,20 @@ def multilabel_metrics(scores: np.ndarray, labels: np.ndarray, co_label: dict[in
     orr = float(tp.sum() / max(n_true.sum(), 1.0))
     f1 = lambda p, r: 2 * p * r / (p + r) if p + r > 0 else 0.0  # noqa: E731
     eligible = fired = 0
+    aucs = []
     for j, i in co_label.items():
         rows = y[:, i] & ~y[:, j]
         eligible += int(rows.sum())
         fired += int(pred[rows, j].sum())
+        # threshold-free companion: how well j's score separates true j items from co-label-only items
+        pos, neg = scores[y[:, j], j], scores[rows, j]
+        if len(pos) and len(neg):
+            diff = pos[:, None] - neg[None, :]
+            aucs.append(float((diff > 0).mean() + 0.5 * (diff == 0).mean()))
     return {"mAP": float(np.mean(aps)) if aps else float("nan"), "CP": cp, "CR": cr, "CF1": f1(cp, cr),
             "OP": op, "OR": orr, "OF1": f1(op, orr),
-            "spurious_rate": fired / eligible if eligible else float("nan"), "spurious_eligible": eligible}
+            "spurious_rate": fired / eligible if eligible else float("nan"), "spurious_eligible": eligible,
+            "co_label_auc": float(np.mean(aucs)) if aucs else float("nan")}
 
 
 # ----------------------------------------------------------------------------------------------- model
