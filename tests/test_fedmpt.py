@@ -176,3 +176,16 @@ def test_shipped_conditions_and_real_ml100k_labels():
     assert names[co[names.index("Animation")]] == "Children's"
     cond, base = M.prompt_sentences(names, spec)
     assert len(cond) == len(spec["conditions"]) and "science fiction" in " ".join(base)
+
+
+def test_condition_file_is_checked(tmp_path):
+    good = tmp_path / "c.json"
+    good.write_text('{"baseline": "a {label} magazine", "conditions": [{"name": "topic", "template": "{label} topics"}]}')
+    assert M.load_conditions(good)["conditions"][0]["name"] == "topic"
+    bad = tmp_path / "b.json"
+    bad.write_text('{"baseline": "x", "conditions": [{"name": "t", "template": "no placeholder"}]}')
+    with pytest.raises(ValueError, match="conditions\\[0\\]"):
+        M.load_conditions(bad)
+    (tmp_path / "n.json").write_text("{nope")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        M.load_conditions(tmp_path / "n.json")

@@ -28,6 +28,9 @@ def register(methods) -> None:
     m.add_argument("--proj-dim", type=int, default=96,
                    help="fixed projection width of tokens and prompts (0 keeps the encoder's 384)")
     m.add_argument("--lr", type=float, default=2e-3, help="client Adam learning rate (default 2e-3)")
+    m.add_argument("--conditions", default=None,
+                   help="JSON condition list (same layout as the shipped, film-worded "
+                        "fedvlr_plus/alignment/data/fedmpt_conditions.json)")
     m.add_argument("--no-ablation", action="store_true", help="train only the baseline and full FedMPT")
     m.add_argument("--device", default="cpu", help="device of the offline text encoder (default cpu)")
     m.add_argument("--out", default=None, help="also write the JSON report to this file (atomic)")
@@ -81,7 +84,8 @@ def cli_fedmpt(args) -> int:
     t0 = time.time()
     data = datasets.load(args.source)
     embed_tokens, embed_sentences = M.minilm_encoders(args.device)
-    task, ids = M.build_task(data, embed_tokens, embed_sentences, proj_dim=args.proj_dim or None)
+    conditions = M.load_conditions(args.conditions)
+    task, ids = M.build_task(data, embed_tokens, embed_sentences, conditions, proj_dim=args.proj_dim or None)
     train, test = M.split_items(ids, args.test_share, args.seed)
     log(f"{data.name}: {len(ids)} labelled items ({len(train)} train / {len(test)} test), "
         f"{len(task.label_names)} labels, {len(task.condition_names)} conditions; built in {time.time() - t0:.1f}s")

@@ -70,12 +70,25 @@ class TaggingTask:
         return int(self.tokens.shape[-1])
 
 
-def load_conditions() -> dict:
-    """The shipped condition list (``fedvlr_plus/alignment/data/fedmpt_conditions.json``)."""
-    text = resources.files(__package__).joinpath("data/fedmpt_conditions.json").read_text(encoding="utf-8")
-    spec = json.loads(text)
-    if not spec.get("conditions"):
-        raise ValueError("fedmpt_conditions.json lists no conditions")
+def load_conditions(path=None) -> dict:
+    """A condition list: the shipped one (``fedvlr_plus/alignment/data/fedmpt_conditions.json``, written for
+    films) or a JSON file of the same layout (``baseline`` and ``conditions[].template`` with ``{label}``)."""
+    if path is None:
+        where = "fedmpt_conditions.json"
+        text = resources.files(__package__).joinpath("data/fedmpt_conditions.json").read_text(encoding="utf-8")
+    else:
+        where = str(path)
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    try:
+        spec = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{where}: not valid JSON ({e})") from e
+    if not spec.get("conditions") or "baseline" not in spec:
+        raise ValueError(f"{where}: needs a 'baseline' template and a non-empty 'conditions' list")
+    for k, c in enumerate(spec["conditions"]):
+        if "{label}" not in c.get("template", "") or "name" not in c:
+            raise ValueError(f"{where}: conditions[{k}] needs a 'name' and a 'template' containing {{label}}")
     return spec
 
 
