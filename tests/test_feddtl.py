@@ -1,0 +1,155 @@
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fedvlr_plus.alignment import feddtl as T
+from fedvlr_plus.alignment.grpo import group_advantages
+
+
+def _task(n_items=40, n_users=24, d=8, seed=0):
+    """Users with a taste direction; their histories are the items closest to it (learnable structure)."""
+    rng = np.random.default_rng(seed)
+    content = rng.standard_normal((n_items, d)).astype(np.float32)
+    content /= np.linalg.norm(content, axis=1, keepdims=True)
+    warm, cold = np.arange(32), np.arange(32, 40)
+    hist, wt, ct = [], np.full(n_users, -1), np.full(n_users, -1)
+    for u in range(n_users):
+        taste = rng.standard_normal(d)
+        order = np.argsort(-(content @ taste))
+        w = [i for i in order if i in set(warm)][:7]
+        c = [i for i in order if i in set(cold)]
+        hist.append(np.sort(np.array(w[1:], dtype=np.int64)))
+        wt[u], ct[u] = w[0], c[0]
+    return T.RecTask(content=content, histories=hist, warm_target=wt, cold_target=ct, warm_items=warm,
+                     cold_items=cold, user_genre=np.arange(n_users) % 3)
+
+
+def test_zero_noise_gives_no_advantage_signal_and_noise_gives_some():
+    g = torch.Generator().manual_seed(0)
+    u = F.normalize(torch.randn(64, 8, generator=g), dim=-1)
+    items = F.normalize(torch.randn(100, 8, generator=g), dim=-1)
+    target = torch.randint(0, 100, (64, 1), generator=g)
+    a0 = T.noisy_candidates(u, items, 6, 0.0, g)
+    assert (a0 == a0[:, :1]).all()                                   # every candidate is the argmax
+    assert torch.all(group_advantages((a0 == target).float()) == 0)
+    a1 = T.noisy_candidates(u, items, 6, 0.3, g)
+    assert (a1 != a1[:, :1]).any()
+
+    task = _task()
+    cfg0 = T.DTLConfig(sigma=0.0, group=4, rl_candidates=10, lr=1e-2)
+    p = T.init_params(task.dim, cfg0.rank, 0)
+    c0 = T.DTLClient(0, task, np.arange(24), cfg0, seed=0)
+    c0.fit(p, {"round": 0, "stage": "sft"})
+    up = c0.fit(p, {"round": 1, "stage": "rl"})
+    assert up.metrics["groups_with_signal"] == 0.0
+    cfg1 = T.DTLConfig(sigma=0.5, group=8, rl_candidates=10, lr=1e-2)
+    c1 = T.DTLClient(0, task, np.arange(24), cfg1, seed=0)
+    assert c1.fit(p, {"round": 1, "stage": "rl"}).metrics["groups_with_signal"] > 0.0
+
+
+def test_uplink_carries_adapters_and_normalised_prototypes_only():
+    task = _task()
+    cfg = T.DTLConfig(per_user=3)
+    p = T.init_params(task.dim, cfg.rank, 0)
+    users = np.arange(0, 24, 2)
+    client = T.DTLClient(1, task, users, cfg, seed=0)
+    up = client.fit(p, {"round": 0, "stage": "sft"})
+    assert set(up.arrays) == {"user_down", "user_up", "proto"} and set(up.rows) == {"proto"}
+    assert up.arrays["user_down"].shape == p["user_down"].shape
+    proto, rows = up.arrays["proto"], up.rows["proto"].numpy()
+    assert torch.allclose(proto.norm(dim=-1), torch.ones(len(proto)), atol=1e-5)
+    trained = np.unique(np.concatenate([task.histories[u] for u in users]))
+    assert set(rows) <= set(trained) and len(rows) == len(np.unique(rows))   # one row per item, never per user
+    assert not set(rows) & set(task.cold_items)
+    msg = up.to_message()
+    assert set(msg["arrays"]) == {"user_down", "user_up", "proto"}
+    assert up.num_examples == sum(min(3, len(task.histories[u])) for u in users)
+    both = client.fit(p, {"round": 0, "stage": "sft", "train_item_tower": True})
+    assert set(both.arrays) == {"user_down", "user_up", "item_down", "item_up"} and both.rows == {}
+
+
+def test_server_alignment_lowers_ce_on_uploaded_embeddings():
+    task = _task()
+    cfg = T.DTLConfig(server_steps=30, server_lr=5e-2)
+    p = T.init_params(task.dim, cfg.rank, 0)
+    g = torch.Generator().manual_seed(0)
+    rows = torch.arange(0, 32)
+    proto = F.normalize(torch.randn(32, task.dim, generator=g), dim=-1)  # not yet aligned with the items
+    warm = torch.from_numpy(task.content[task.warm_items])
+
+    def ce(q):
+        return float(F.cross_entropy(proto @ T.item_vectors(q, warm).T / cfg.tau, rows))
+
+    q, losses = T.server_align(p, [(proto, rows)], task, cfg)
+    assert ce(q) < ce(p) - 0.1 and losses[-1] < losses[0]
+    for k in T.USER_PARAMS:
+        assert torch.equal(q[k], p[k])                               # the server trains its own tower only
+
+
+def test_dirichlet_split_is_label_skewed_and_covers_every_client():
+    labels = np.repeat(np.arange(4), 100)
+    skewed = T.dirichlet_split(labels, 5, 0.1, seed=0)
+    flat = T.dirichlet_split(labels, 5, 1000.0, seed=0)
+    assert len(np.unique(skewed)) == 5 and len(np.unique(flat)) == 5
+
+    def top_share(a):       # mean share of each label's users held by its largest client
+        return np.mean([np.bincount(a[labels == g], minlength=5).max() / 100 for g in range(4)])
+
+    assert top_share(skewed) > 0.6 > 0.3 > top_share(flat)
+
+
+def test_evaluate_users_hand_computed():
+    content = np.eye(4, dtype=np.float32)
+    content[3] = [0.8, 0.6, 0, 0]
+    task = T.RecTask(content=content, histories=[np.array([0])], warm_target=np.array([3]),
+                     cold_target=np.array([2]), warm_items=np.array([0, 1, 3]), cold_items=np.array([2]),
+                     user_genre=np.zeros(1, np.int64))
+    p = T.init_params(4, 2, 0)          # zero up-projections: both towers are the identity
+    res = T.evaluate_users(p, task, np.array([0]), T.DTLConfig(), ks=(1, 2))
+    # scores: item 0 masked, item 3 = .8, items 1 and 2 = 0 -> warm target 3 ranks first; cold target 2 has
+    # one strictly better item (3) and a tie (1) -> rank 1 (ties counted optimistically by ">")
+    assert res["warm"]["hr@1"] == 1.0 and res["warm"]["ndcg@1"] == 1.0
+    assert res["cold"]["hr@1"] == 0.0 and res["cold"]["hr@2"] == 1.0
+    assert res["cold"]["ndcg@2"] == pytest.approx(1 / np.log2(3))
+
+
+def test_build_task_keeps_cold_items_out_of_training():
+    from fedvlr_plus.datasets import InteractionData
+
+    rng = np.random.default_rng(0)
+    users = np.repeat(np.arange(6), 5)
+    items = np.concatenate([rng.choice(10, 5, replace=False) for _ in range(6)])
+    d = InteractionData.from_raw("toy", users, items, timestamp=np.arange(30), item_order=np.arange(10))
+    d.items = pd.DataFrame({"title": [f"m{i}" for i in range(10)],
+                            "categories": [["A"] if i < 5 else ["B", "C"] for i in range(10)],
+                            "release_year": [1990 + i for i in range(10)]})
+    content = rng.standard_normal((10, 4))
+    task = T.build_task(d, content, cold_share=0.3, seed=0)
+    cold = set(task.cold_items.tolist())
+    assert len(cold) == 3 and not cold & set(task.warm_items.tolist())
+    for u, h in enumerate(task.histories):
+        assert not set(h.tolist()) & cold
+        assert task.warm_target[u] == -1 or (task.warm_target[u] not in cold and task.warm_target[u] not in h)
+        assert task.cold_target[u] == -1 or task.cold_target[u] in cold
+    assert np.allclose(np.linalg.norm(task.content, axis=1), 1)
+    assert T.item_texts(d)[6] == "m6. B, C. 1996"
+    # dominant label: user with items only from A gets A's index
+    dom = T.dominant_labels(d, [np.array([0, 1]), np.array([6, 7, 8])])
+    assert dom[0] != dom[1]
+
+
+@pytest.mark.parametrize("method", T.METHODS)
+def test_every_method_trains_end_to_end(method):
+    task = _task()
+    cfg = T.DTLConfig(rl_candidates=10, group=4, sigma=0.3)
+    res = T.train(task, method, cfg, n_clients=3, alpha=1.0, rounds=3, sft_rounds=1, seed=0)
+    for kind in ("warm", "cold"):
+        assert 0.0 <= res.test[kind]["hr@10"] <= 1.0 and res.test[kind]["n"] == 24
+    stages = [h["stage"] for h in res.history]
+    assert stages == (["sft", "rl", "rl"] if method == "feddtl" else ["sft"] * 3)
+    if method != "fedavg_both":
+        assert all(h["server_loss_last"] <= h["server_loss_first"] + 1e-6 for h in res.history)
+    with pytest.raises(ValueError):
+        T.train(task, "nope", cfg)

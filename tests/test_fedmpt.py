@@ -1,0 +1,191 @@
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from fedvlr_plus.alignment import fedmpt as M
+
+
+def _task(n=120, L=4, d=16, T=5, N=3, seed=0, signal=2.0):
+    """Synthetic items whose tokens point towards their labels' prompt directions (learnable), plus noise."""
+    rng = np.random.default_rng(seed)
+    dirs = rng.standard_normal((L, d)).astype(np.float32)
+    labels = (rng.random((n, L)) < 0.3).astype(np.float32)
+    labels[labels.sum(1) == 0, 0] = 1
+    tokens = rng.standard_normal((n, T, d)).astype(np.float32)
+    for i in range(n):
+        for c in np.flatnonzero(labels[i]):
+            tokens[i, rng.integers(T)] += signal * dirs[c]
+    mask = np.ones((n, T), bool)
+    mask[::3, -1] = False
+    tokens[~mask] = 0
+    prompt = (dirs[None] + 0.3 * rng.standard_normal((N, L, d))).astype(np.float32)
+    return M.TaggingTask(tokens=tokens, token_mask=mask, side={"pop": rng.standard_normal((n, 2)).astype(np.float32)},
+                         labels=labels, label_names=[f"l{j}" for j in range(L)], prompt_emb=prompt,
+                         base_prompt_emb=dirs.copy(), condition_names=[f"c{k}" for k in range(N)])
+
+
+def test_asymmetric_loss_hand_computed():
+    logits = torch.zeros(1, 2)
+    y = torch.tensor([[1.0, 0.0]])
+    # positive: -(1 - .5)^1 log .5; negative: p_m = .45, -(.45)^2 log(.55)
+    expected = 0.5 * math.log(2) - 0.45 ** 2 * math.log(0.55)
+    assert M.asymmetric_loss(logits, y).item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_average_precision_and_metrics_hand_computed():
+    assert M.average_precision(np.array([.9, .8, .7, .6]), np.array([1, 0, 1, 0])) == pytest.approx((1 + 2 / 3) / 2)
+    labels = np.array([[1, 1, 0], [1, 0, 0], [0, 0, 1], [1, 0, 1]], np.float32)
+    scores = np.array([[.9, .8, .1], [.7, .6, .2], [.3, .1, .9], [.8, .2, .4]])
+    m = M.multilabel_metrics(scores, labels, co_label={1: 0})
+    # predictions (> .5): [1,1,0], [1,1,0], [0,0,1], [1,0,0]
+    # label 0: tp 3/3 pred, 3/3 true; label 1: tp 1, pred 2, true 1; label 2: tp 1, pred 1, true 2
+    cp, cr = (1 + .5 + 1) / 3, (1 + 1 + .5) / 3
+    assert m["CP"] == pytest.approx(cp) and m["CR"] == pytest.approx(cr)
+    assert m["CF1"] == pytest.approx(2 * cp * cr / (cp + cr))
+    assert m["OP"] == pytest.approx(5 / 6) and m["OR"] == pytest.approx(5 / 6)
+    # spurious: label 1 absent while its co-label 0 present -> items 1 and 3; label 1 fires on item 1 only
+    assert m["spurious_eligible"] == 2 and m["spurious_rate"] == pytest.approx(0.5)
+    # label 1's score on its positive (.8) beats both co-label-only items (.6, .2): AUC 1
+    assert m["co_label_auc"] == pytest.approx(1.0)
+    m2 = M.multilabel_metrics(scores, labels, co_label={2: 0})
+    # label 2: positives score .9 and .4; co-label-only items (0 and 1) score .1 and .2 -> AUC 1
+    assert m2["co_label_auc"] == pytest.approx(1.0)
+    m3 = M.multilabel_metrics(np.where(np.arange(3) == 2, [[.5], [.5], [.1], [.5]], scores), labels, {2: 0})
+    # now label 2 scores .5, .5 on the co-label-only items and .1, .5 on its positives: (0 + .5 + 0 + .5) / 4
+    assert m3["co_label_auc"] == pytest.approx(0.25)
+    ap0 = 1.0
+    ap1 = 1.0                                   # the only positive of label 1 ranks first
+    ap2 = (1 / 1 + 2 / 2) / 2                   # scores .9 (pos), .4 (pos) rank 1 and 2
+    assert m["mAP"] == pytest.approx((ap0 + ap1 + ap2) / 3)
+
+
+def test_usual_co_labels_and_kmeans_clients():
+    y = np.array([[1, 1, 0]] * 6 + [[0, 0, 1]] * 6, np.float32)
+    assert M.usual_co_labels(y, min_count=5) == {0: 1, 1: 0}
+    assign = M.kmeans_label_clients(y, 2, seed=0)
+    assert len(set(assign[:6])) == 1 and len(set(assign[6:])) == 1 and assign[0] != assign[6]
+    with pytest.raises(ValueError):
+        M.kmeans_label_clients(y, 13)
+
+
+@pytest.mark.parametrize("variant", M.VARIANTS)
+def test_forward_shapes_and_ot_marginals(variant):
+    task = _task()
+    cfg = M.MPTConfig(variant=variant, rank=4, ot_tol=1e-4, ot_iter=200)
+    p = M.init_params(task, cfg, 0)
+    logits, diag = M.forward(p, task, np.arange(10), cfg)
+    assert logits.shape == (10, 4) and torch.isfinite(logits).all()
+    if variant in ("prompts_ot", "fedmpt"):
+        assert diag["ot_marginal_error"] < 1e-4
+    if variant in ("prompts_gate", "fedmpt"):
+        # a zero-initialised gate starts uniform over the 3 conditions
+        assert diag["gate_entropy"] == pytest.approx(math.log(3), abs=1e-5)
+    n_cond = p["adapter_down"].shape[0]
+    assert n_cond == (1 if variant == "baseline" else 3)
+
+
+def test_upload_carries_parameters_only():
+    task = _task(n=37)
+    cfg = M.MPTConfig(variant="fedmpt", rank=4)
+    p = M.init_params(task, cfg, 0)
+    client = M.TaggingClient(3, task, np.arange(37), cfg)
+    up = client.fit(p, {"round": 0})
+    assert set(up.arrays) == set(p) == set(M.param_specs(task, cfg))
+    for k, v in up.arrays.items():
+        assert tuple(v.shape) == tuple(p[k].shape)        # nothing per item, no tokens, no labels
+    assert up.rows == {} and up.num_examples == 37
+    msg = up.to_message()
+    assert not any(a.shape and a.shape[0] == 37 for a in msg["arrays"].values())
+    assert any(not torch.equal(up.arrays[k], p[k]) for k in p)   # it did train
+    ev = client.evaluate(up.arrays, {})
+    assert 0 <= ev["mAP"] <= 1 and ev["n"] == 37
+
+
+def test_federated_training_learns_the_synthetic_labels():
+    task = _task(n=200, signal=3.0)
+    ids = np.arange(200)
+    train, test = M.split_items(ids, 0.25, 0)
+    assert len(np.intersect1d(train, test)) == 0 and len(train) + len(test) == 200
+    prior = task.labels[test].mean(0).mean()
+    res = M.train_federated(task, train, test, M.MPTConfig(variant="fedmpt", rank=4, lr=1e-2), n_clients=3,
+                            rounds=6, seed=0)
+    assert res.history[-1]["loss"] < res.history[0]["loss"]
+    assert res.test["mAP"] > prior + 0.3                   # far above what chance ranking gives
+    assert 0 < res.test["gate_entropy"] <= math.log(3) + 1e-6
+
+
+def _tiny_data():
+    from fedvlr_plus.datasets import InteractionData
+
+    users = [0, 0, 1, 1, 2, 2, 2]
+    items = [0, 1, 1, 2, 0, 2, 3]
+    d = InteractionData.from_raw("tiny", users, items, rating=[5, 3, 4, 1, 2, 5, 4], timestamp=np.arange(7))
+    d.items = pd.DataFrame({"title": ["Blue Sky", "Red Sun", "", "Grey Rain"],
+                            "description": ["", "", "a film about dogs", ""],
+                            "categories": [["A", "B"], ["A"], ["B", "C"], ["C"]],
+                            "release_year": [1990, 1985, "unknown", 2001]})
+    return d
+
+
+def test_build_task_with_stub_encoders():
+    data = _tiny_data()
+    seen = []
+
+    def tokens(texts):
+        seen.extend(texts)
+        return [np.ones((len(t.split()) + 2, 8), np.float32) for t in texts]
+
+    def sentences(texts):
+        return np.random.default_rng(0).standard_normal((len(texts), 8)).astype(np.float32)
+
+    task, ids = M.build_task(data, tokens, sentences, proj_dim=None, min_count=2)
+    assert task.label_names == ["A", "B", "C"]
+    np.testing.assert_array_equal(task.labels, [[1, 1, 0], [1, 0, 0], [0, 1, 1], [0, 0, 1]])
+    assert seen[2] == "a film about dogs"                  # no title -> description
+    assert task.token_mask.sum(1).tolist() == [4, 4, 6, 4]
+    assert task.prompt_emb.shape == (5, 3, 8) and task.base_prompt_emb.shape == (3, 8)
+    assert set(task.side) >= {"year", "ratings", "popularity"}
+    assert list(ids) == [0, 1, 2, 3]
+    # labels never feed the side features: permuting categories leaves them unchanged
+    data2 = _tiny_data()
+    data2.items["categories"] = [["C"], ["B", "C"], ["A"], ["A", "B"]]
+    task2, _ = M.build_task(data2, tokens, sentences, proj_dim=None)
+    for g in task.side:
+        np.testing.assert_array_equal(task.side[g], task2.side[g])
+
+
+def test_too_few_labels_is_a_clear_error():
+    data = _tiny_data()
+    data.items["categories"] = [["A"], ["A"], ["A"], []]
+    with pytest.raises(ValueError, match="fewer than 2 usable labels"):
+        M.item_label_matrix(data)
+
+
+def test_shipped_conditions_and_real_ml100k_labels():
+    spec = M.load_conditions()
+    assert len(spec["conditions"]) >= 4 and "{label}" in spec["baseline"]
+    from fedvlr_plus import datasets
+
+    data = datasets.load("ml-100k")
+    y, names = M.item_label_matrix(data)
+    assert len(names) == 19 and y.shape == (1682, 19)
+    co = M.usual_co_labels(y)
+    assert names[co[names.index("Animation")]] == "Children's"
+    cond, base = M.prompt_sentences(names, spec)
+    assert len(cond) == len(spec["conditions"]) and "science fiction" in " ".join(base)
+
+
+def test_condition_file_is_checked(tmp_path):
+    good = tmp_path / "c.json"
+    good.write_text('{"baseline": "a {label} magazine", "conditions": [{"name": "topic", "template": "{label} topics"}]}')
+    assert M.load_conditions(good)["conditions"][0]["name"] == "topic"
+    bad = tmp_path / "b.json"
+    bad.write_text('{"baseline": "x", "conditions": [{"name": "t", "template": "no placeholder"}]}')
+    with pytest.raises(ValueError, match="conditions\\[0\\]"):
+        M.load_conditions(bad)
+    (tmp_path / "n.json").write_text("{nope")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        M.load_conditions(tmp_path / "n.json")

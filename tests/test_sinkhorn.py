@@ -1,0 +1,74 @@
+import numpy as np
+import pytest
+import torch
+from scipy.optimize import linear_sum_assignment
+
+from fedvlr_plus.alignment.sinkhorn import sinkhorn_log
+
+
+def _naive_sinkhorn(C, a, b, eps, iters=5000):
+    """The textbook scaling form u <- a / (K v), v <- b / (K^T u) in float64 (fine for a moderate eps)."""
+    K = np.exp(-C / eps)
+    v = np.ones_like(b)
+    for _ in range(iters):
+        u = a / (K @ v)
+        v = b / (K.T @ u)
+    return u[:, None] * K * v[None, :]
+
+
+def test_both_marginals_within_1e3_on_a_batch_with_padding():
+    g = torch.Generator().manual_seed(0)
+    cost = torch.rand(4, 3, 7, 5, generator=g)
+    a = torch.softmax(torch.randn(4, 3, 7, generator=g), -1)
+    a[..., 5:] = 0.0                      # two padding tokens
+    a = a / a.sum(-1, keepdim=True)
+    b = torch.full((4, 3, 5), 0.2)
+    res = sinkhorn_log(cost, a, b, eps=0.1, max_iter=500, tol=1e-4)
+    assert (res.plan.sum(-1) - a).abs().max() < 1e-3
+    assert (res.plan.sum(-2) - b).abs().max() < 1e-3
+    assert res.plan[..., 5:, :].abs().max() < 1e-12       # padding carries no mass
+    assert torch.isfinite(res.plan).all()
+
+
+def test_matches_the_textbook_scaling_iterations():
+    rng = np.random.default_rng(1)
+    C = rng.random((6, 4))
+    a = rng.random(6); a /= a.sum()
+    b = rng.random(4); b /= b.sum()
+    expected = _naive_sinkhorn(C, a, b, eps=0.2)
+    got = sinkhorn_log(torch.tensor(C), torch.tensor(a), torch.tensor(b), eps=0.2, max_iter=5000, tol=1e-12).plan
+    np.testing.assert_allclose(got.numpy(), expected, atol=1e-9)
+
+
+def test_small_eps_recovers_the_exact_assignment():
+    # uniform marginals on a square cost: the unregularised optimum is a permutation / n (scipy's Hungarian solver)
+    rng = np.random.default_rng(2)
+    C = rng.random((5, 5))
+    rows, cols = linear_sum_assignment(C)
+    exact = np.zeros_like(C)
+    exact[rows, cols] = 1 / 5
+    a = torch.full((5,), 0.2, dtype=torch.float64)
+    plan = sinkhorn_log(torch.tensor(C), a, a.clone(), eps=0.002, max_iter=20000, tol=1e-9).plan.numpy()
+    np.testing.assert_allclose(plan, exact, atol=2e-3)
+    assert (plan * C).sum() == pytest.approx(C[rows, cols].sum() / 5, abs=1e-3)
+
+
+def test_hand_computed_two_by_two():
+    # C = [[0, 1], [1, 0]], a = b = (1/2, 1/2): by symmetry T = [[x, 1/2 - x], [1/2 - x, x]] with
+    # x / (1/2 - x) = exp(1/eps) (the Gibbs ratio), i.e. x = e / (2 (1 + e)) with e = exp(1/eps)
+    eps = 0.5
+    e = np.exp(1 / eps)
+    x = e / (2 * (1 + e))
+    C = torch.tensor([[0.0, 1.0], [1.0, 0.0]], dtype=torch.float64)
+    h = torch.tensor([0.5, 0.5], dtype=torch.float64)
+    plan = sinkhorn_log(C, h, h.clone(), eps=eps, tol=1e-12, max_iter=1000).plan
+    np.testing.assert_allclose(plan.numpy(), [[x, 0.5 - x], [0.5 - x, x]], atol=1e-10)
+
+
+def test_rejects_bad_input():
+    with pytest.raises(ValueError, match="equal mass"):
+        sinkhorn_log(torch.zeros(2, 2), torch.tensor([0.5, 0.5]), torch.tensor([0.5, 0.2]))
+    with pytest.raises(ValueError, match="eps"):
+        sinkhorn_log(torch.zeros(2, 2), torch.tensor([0.5, 0.5]), torch.tensor([0.5, 0.5]), eps=0)
+    with pytest.raises(ValueError, match="does not match"):
+        sinkhorn_log(torch.zeros(2, 3), torch.tensor([0.5, 0.5]), torch.tensor([0.5, 0.5]))
