@@ -93,6 +93,11 @@ class FusionLayer(Backbone):
         if base.personal_copies:
             raise ValueError(f"backbone {base.name!r} keeps personal copies of its item table; the FedVLR layer "
                              f"fuses the server's table and cannot wrap it yet")
+        private_tables = [s.name for s in base.all_specs() if s.item_table and not s.shared]
+        if private_tables:
+            raise ValueError(f"backbone {base.name!r} adds private item tables ({', '.join(private_tables)}) to its "
+                             f"item representation; the FedVLR layer replaces that representation by the server's "
+                             f"fused views and cannot wrap it yet")
         super().__init__(base.n_items, base.dim)
         self.base = base
         self.mode = mode

@@ -79,9 +79,12 @@ def fusion_backbone(args, data, backbone: str, dim: int) -> FusionLayer:
         nbrs = (np.flatnonzero(cold), content_neighbours(views or {}, cold, args.cold_neighbours))
     opts = {"fedrap_lambda": args.fedrap_lambda, "fedrap_mu": args.fedrap_mu} if backbone == "fedrap" else {}
     base = make_backbone(backbone, data.n_items, dim, **opts)
-    return FusionLayer(base, views, mode=args.fusion, temperature=args.router_temperature,
-                       use_id="id" not in drop, balance=args.router_balance,
-                       cold_neighbours=nbrs if "id" not in drop else None)
+    try:
+        return FusionLayer(base, views, mode=args.fusion, temperature=args.router_temperature,
+                           use_id="id" not in drop, balance=args.router_balance,
+                           cold_neighbours=nbrs if "id" not in drop else None)
+    except ValueError as exc:   # a backbone the layer cannot wrap, bad views: a message, not a traceback
+        raise SystemExit(f"--fusion {args.fusion} with --backbone {backbone}: {exc}") from None
 
 
 def router_report(run, users: np.ndarray | None = None) -> dict:

@@ -174,3 +174,10 @@ def test_fusion_refuses_param_averaging():
     data, views = toy()
     with pytest.raises(ValueError, match="fedgrad"):
         FederatedRun(data, layer(data, views), cfg(strategy="fedavg"), progress=False)
+
+
+@pytest.mark.parametrize("name,why", [("pfedrec", "personal copies"), ("fedrap", "private item tables")])
+def test_backbones_with_personal_item_tables_are_refused_clearly(name, why):
+    data, views = toy()
+    with pytest.raises(ValueError, match=why):
+        layer(data, views, backbone=name)
