@@ -80,6 +80,19 @@ def mix(w: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
     raise ValueError(f"mix: weights {tuple(w.shape)} do not fit experts {tuple(experts.shape)}")
 
 
+def wrap_refusal(base: Backbone) -> str | None:
+    """Why the layer cannot wrap ``base`` (None when it can)."""
+    if base.personal_copies:
+        return (f"backbone {base.name!r} keeps personal copies of its item table; the FedVLR layer fuses the "
+                f"server's table and cannot wrap it yet")
+    private_tables = [s.name for s in base.all_specs() if s.item_table and not s.shared]
+    if private_tables:
+        return (f"backbone {base.name!r} adds private item tables ({', '.join(private_tables)}) to its item "
+                f"representation; the FedVLR layer replaces that representation by the server's fused views and "
+                f"cannot wrap it yet")
+    return None
+
+
 class FusionLayer(Backbone):
     """Wrap ``base``: its item representation becomes a (router-weighted) mixture of server-fused views."""
 
@@ -90,14 +103,9 @@ class FusionLayer(Backbone):
             raise ValueError(f"fusion mode must be one of {', '.join(MODES)}, got {mode!r}")
         if not views and not use_id:
             raise ValueError("the fusion layer needs at least one modality (content views or the ID embedding)")
-        if base.personal_copies:
-            raise ValueError(f"backbone {base.name!r} keeps personal copies of its item table; the FedVLR layer "
-                             f"fuses the server's table and cannot wrap it yet")
-        private_tables = [s.name for s in base.all_specs() if s.item_table and not s.shared]
-        if private_tables:
-            raise ValueError(f"backbone {base.name!r} adds private item tables ({', '.join(private_tables)}) to its "
-                             f"item representation; the FedVLR layer replaces that representation by the server's "
-                             f"fused views and cannot wrap it yet")
+        refusal = wrap_refusal(base)
+        if refusal:
+            raise ValueError(refusal)
         super().__init__(base.n_items, base.dim)
         self.base = base
         self.mode = mode

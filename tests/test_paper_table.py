@@ -111,3 +111,15 @@ def test_unknown_variant_and_bad_override_are_errors(table):
     bad = build_parser().parse_args(["experiment", "paper-table", "x", "--override", "fedvlr-server_lr"])
     with pytest.raises(SystemExit, match="SELECTOR"):
         run_paper_table(bad, data, ["hr@10"], (10,), ("hr",))
+
+
+def test_backbones_the_layer_cannot_wrap_are_skipped_with_the_reason(tmp_path):
+    data = synthetic_data(20, 200, 8.0, groups=4, seed=5)
+    data.features = {"text": np.random.default_rng(0).standard_normal((data.n_items, 6)).astype(np.float32)}
+    args = build_parser().parse_args(["experiment", "paper-table", "x", "--backbones", "pfedrec",
+                                      "--variants", "none,fedvlr", "--seeds", "1", "--rounds", "1",
+                                      "--local-epochs", "1", "--dim", "8", "--no-progress", "--out", str(tmp_path)])
+    res = run_paper_table(args, data, ["hr@10"], (10,), ("hr",))
+    assert "personal copies" in res["skipped"]["pfedrec+fedvlr"]
+    assert {r["model"] for r in res["rows"]} == {"pop", "random", "antipop", "content", "pfedrec"}
+    assert "Not run: pfedrec+fedvlr" in (tmp_path / "table.md").read_text()

@@ -16,6 +16,7 @@ import csv
 import io
 import math
 import os
+import sys
 from copy import copy
 from dataclasses import replace
 from pathlib import Path
@@ -188,6 +189,16 @@ def run_paper_table(args, data, keys: list[str], ks, names) -> dict:
     refs["content"] = [_frames(evaluate(data, csc, split="test", **common),
                                evaluate(data, among_cold(csc, cold), split="test", **common) if cold.any() else None)]
 
+    from ..adapters import make_backbone
+    from ..fusion import wrap_refusal
+
+    skipped = {}
+    for bb_name in backbones:
+        why = wrap_refusal(make_backbone(bb_name, data.n_items, base_cfg.dim))
+        for variant in variants:
+            if variant != "none" and why:
+                skipped[f"{bb_name}+{variant}"] = why
+
     models: dict[str, list[dict]] = {}
     selected: dict[str, list[int]] = {}
     routers: dict[str, list[dict]] = {}
@@ -197,6 +208,9 @@ def run_paper_table(args, data, keys: list[str], ks, names) -> dict:
     for bb_name in backbones:
         for variant in variants:
             label = bb_name if variant == "none" else f"{bb_name}+{variant}"
+            if label in skipped:
+                print(f"paper-table: skipping {label}: {skipped[label]}", file=sys.stderr)
+                continue
             cfg0 = _config_for(base_cfg, overrides, bb_name, variant)
             seeds_out, sel, rtr = [], [], []
             for i in range(args.seeds):
@@ -266,7 +280,7 @@ def run_paper_table(args, data, keys: list[str], ks, names) -> dict:
               "backbones": backbones, "variants": variants, "rows": rows, "paired_tests": tests,
               "selected_round": selected, "router": {k: v[0] if len(v) == 1 else v for k, v in routers.items()},
               "config": base_cfg.to_dict(), "overrides": [list(o) for o in overrides],
-              "n_cold_items": int(cold.sum())}
+              "n_cold_items": int(cold.sum()), "skipped": skipped}
     if out_dir is not None:
         write_report(result, out_dir)
     return result
@@ -303,6 +317,8 @@ def markdown_table(result: dict) -> str:
         for r in part_rows:
             lines.append(f"| {r['model']} | " + " | ".join(_fmt(r, k) for k in keys) + " |")
         lines.append("")
+    for label, why in result.get("skipped", {}).items():
+        lines.append(f"Not run: {label} ({why}).")
     lines.append("Mean over seeds ± standard deviation across seeds [95% bootstrap CI over users of the per-user "
                  "values averaged over seeds]. References: pop/random/antipop and the content-only ranker.")
     if result["paired_tests"]:
