@@ -68,10 +68,10 @@ def register(subparsers) -> None:
                    help="clients per type held out of training; their z is inferred from context pairs (default 2)")
     v.add_argument("--context-pairs", type=int, default=10,
                    help="pairs an unseen client gives to infer its z (default 10)")
-    v.add_argument("--rounds", type=int, default=30, help="federated rounds (default 30)")
-    v.add_argument("--local-steps", type=int, default=20, help="local steps per round (default 20)")
+    v.add_argument("--rounds", type=int, default=100, help="federated rounds (default 100)")
+    v.add_argument("--local-steps", type=int, default=2, help="local steps per round (default 2)")
     v.add_argument("--latent", type=int, default=8, help="latent size d of z (default 8)")
-    v.add_argument("--beta", type=float, default=0.5, help="KL weight (default 0.5)")
+    v.add_argument("--beta", type=float, default=0.05, help="KL weight (default 0.05)")
     v.add_argument("--ortho", type=float, default=1.0, help="orthogonal prototype loss weight lambda (default 1)")
     v.add_argument("--tau", type=float, default=1.0, help="Gumbel-Softmax temperature (default 1)")
     v.add_argument("--prior-weights", choices=("gumbel", "samples"), default="gumbel",

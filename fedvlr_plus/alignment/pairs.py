@@ -176,6 +176,17 @@ def item_features(data, *, text: str = "none", encoder=None, cache_dir: str | os
     return np.concatenate(parts, axis=1).astype(np.float32)
 
 
+def item_stats(data) -> np.ndarray:
+    """Two rating statistics per item, standardised: mean rating (0 when unrated) and log(1 + number of ratings).
+    Real item features a "quality" preference can be read from."""
+    inter = data.inter.dropna(subset=["rating"])
+    cnt = np.bincount(inter["item"], minlength=data.n_items).astype(np.float64)
+    mean = np.bincount(inter["item"], inter["rating"], minlength=data.n_items) / np.maximum(cnt, 1)
+    mean[cnt == 0] = mean[cnt > 0].mean() if (cnt > 0).any() else 0.0
+    out = np.stack([mean, np.log1p(cnt)], 1)
+    return ((out - out.mean(0)) / np.maximum(out.std(0), 1e-9)).astype(np.float32)
+
+
 def pd_numeric(col):
     import pandas as pd
 
