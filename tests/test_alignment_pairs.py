@@ -178,3 +178,20 @@ def test_real_hh_rlhf_and_ml100k_pairs():
     p = rating_pairs(data, feats, min_gap=2)
     # alignment-methods.md §3.2: 941 of 943 users have some pair with a gap >= 2
     assert len(np.unique(p.user)) == 941
+
+
+def make_hh_cached(tmp_path, n=30):
+    """A tiny HH-RLHF folder whose embeddings are already in a cache under the default encoder's name, so the
+    commands read them and never load MiniLM. Returns (folder, cache dir)."""
+    from fedvlr_plus.alignment.pairs import hh_file, last_human_turn
+
+    rows = [{"chosen": f"\n\nHuman: question {i}\n\nAssistant: a careful helpful answer number {i}",
+             "rejected": f"\n\nHuman: question {i}\n\nAssistant: no {i}"} for i in range(n)]
+    root = tmp_path / "hh"
+    write(root / "helpful-base-test.jsonl.gz", jsonl(rows))
+    write(root / "harmless-base-test.jsonl.gz", jsonl([{"chosen": r["rejected"], "rejected": r["chosen"]}
+                                                       for r in rows]))
+    enc = _StubEncoder()
+    enc.model_name = "all-MiniLM-L6-v2"
+    hh_pairs(root, encoder=enc, cache_dir=tmp_path / "cache")
+    return root, tmp_path / "cache"

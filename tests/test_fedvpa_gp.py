@@ -106,3 +106,22 @@ def test_fedvpa_gp_beats_the_monolithic_reward_on_conflicting_types():
     assert rep["prototype_purity"] >= 0.9
     assert rep["unseen_accuracy"]["fedvpa_gp"] > 0.7
     assert set(rep["uplink"]["arrays"]) >= {POSTERIOR_MU, POSTERIOR_LOGVAR}
+
+
+def test_align_fedvpa_gp_command_json_contract(tmp_path, capsys):
+    import json
+
+    from fedvlr_plus.cli import main
+    from test_alignment_pairs import make_hh_cached
+
+    root, cache = make_hh_cached(tmp_path)
+    assert main(["align", "fedvpa-gp", str(root), "--cache-dir", str(cache), "--rounds", "3",
+                 "--clients-per-type", "2", "--unseen-per-type", "1", "--context-pairs", "3", "--latent", "2",
+                 "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(rep["accuracy"]) == {"monolithic", "fedvpl", "fedvpa_gp"}
+    assert set(rep["accuracy"]["fedvpa_gp"]) == {"helpful-base", "harmless-base"}
+    assert rep["kl"]["monolithic"] is None and rep["kl"]["fedvpl"] >= 0
+    assert 0.5 <= rep["prototype_purity"] <= 1 and -1 <= rep["silhouette"] <= 1
+    assert set(rep["unseen_accuracy"]) == {"monolithic", "fedvpl", "fedvpa_gp"}
+    assert "posterior.mu" in rep["uplink"]["arrays"] and not any("pi" == a for a in rep["uplink"]["arrays"])

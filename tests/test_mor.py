@@ -177,3 +177,20 @@ def test_policy_rankings_hand_computed():
     # flipped: user 0's target (candidate ref-rank 2 of 3) becomes rank 0; user 1's target is not a candidate
     assert out["grpo"]["hr@1"] == 0.5 and out["grpo"]["ndcg@1"] == 0.5
     assert out["target_in_candidates"] == 0.5
+
+
+def test_align_mor_command_on_hh_folder(tmp_path, capsys):
+    import json
+
+    from fedvlr_plus.cli import main
+    from test_alignment_pairs import make_hh_cached
+
+    root, cache = make_hh_cached(tmp_path)
+    assert main(["align", "mor", str(root), "--cache-dir", str(cache), "--reward-epochs", "3", "--json",
+                 "--out", str(tmp_path / "mor.json")]) == 0
+    rep = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(rep["reward_accuracy"]) >= {"uniform", "best_single", "fused"}
+    assert {c["architecture"] for c in rep["clients"]} == {"bilinear", "mlp"}
+    assert all({"own", "others"} <= set(c) for c in rep["clients"])
+    assert rep["uplink"]["arrays"] == ["scores"] and rep["grpo"] == [] and rep["policy"] is None
+    assert json.loads((tmp_path / "mor.json").read_text())["reward_accuracy"] == rep["reward_accuracy"]
