@@ -53,6 +53,8 @@ def register(subparsers) -> None:
     m.add_argument("--beta", type=float, default=0.1, help="KL weight to the reference (default 0.1)")
     m.add_argument("--kl", choices=("k3", "exact"), default="k3", help="KL estimator (default k3)")
     m.add_argument("--policy-lr", type=float, default=0.02, help="Adam step size of the policy (default 0.02)")
+    m.add_argument("--pooled-baseline", action="store_true",
+                   help="ratings: also run GRPO with one reward model trained on the pooled pairs")
     m.add_argument("--clients-per-type", type=int, default=2,
                    help="HH-RLHF: clients per split (default 2)")
     m.set_defaults(func=cmd_mor)
@@ -111,7 +113,8 @@ def cmd_mor(args) -> int:
 
         rep = run_mor_ratings(load(args.source), group_by=args.group_by, n_groups=args.groups, text=args.text,
                               min_gap=args.min_gap, backbone=args.backbone, backbone_rounds=args.backbone_rounds,
-                              cfg=cfg, cache_dir=args.cache_dir, progress=args.progress)
+                              cfg=cfg, cache_dir=args.cache_dir, progress=args.progress,
+                              pooled_baseline=args.pooled_baseline)
     ra = rep["reward_accuracy"]
     lines = [f"MoR on {rep['source']}: {len(rep['clients'])} clients, uplink arrays {rep['uplink']['arrays']} "
              f"({rep['uplink']['floats']} floats in {rep['uplink']['messages']} messages)",
@@ -132,6 +135,11 @@ def cmd_mor(args) -> int:
         lines.append(f"held-out test HR@10 / NDCG@10: reference {_pct(p['reference']['hr@10'])} / "
                      f"{_pct(p['reference']['ndcg@10'])}  GRPO policy {_pct(p['grpo']['hr@10'])} / "
                      f"{_pct(p['grpo']['ndcg@10'])}")
+        pb = rep.get("pooled_baseline")
+        if pb:
+            lines.append(f"pooled-reward baseline: reward accuracy {_pct(pb['reward_accuracy'])}, expected fused "
+                         f"reward {pb['expected_fused_reward']['policy']:+.4f}, test HR@10 / NDCG@10 "
+                         f"{_pct(pb['policy']['test']['hr@10'])} / {_pct(pb['policy']['test']['ndcg@10'])}")
     else:
         lines.append("GRPO: not run on this source (text pairs have no item catalogue to recommend from)")
     return _emit(rep, args, lines)

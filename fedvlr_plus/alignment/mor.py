@@ -24,7 +24,7 @@ as named arrays and returns a :class:`~fedvlr_plus.federation.messages.ClientUpd
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -533,8 +533,10 @@ def _flat(d: dict, prefix: str = "") -> dict:
 
 def run_mor_ratings(data, *, group_by: str = "taste", n_groups: int = 4, text: str = "none", min_gap: float = 2.0,
                     test_fraction: float = 0.2, backbone_rounds: int = 20, backbone: str = "fedavg",
-                    cfg: MoRConfig | None = None, encoder=None, cache_dir=None, progress: bool = False) -> dict:
-    """The whole MoR experiment on a rating dataset (e.g. MovieLens-100K), as the JSON-ready report."""
+                    cfg: MoRConfig | None = None, encoder=None, cache_dir=None, progress: bool = False,
+                    pooled_baseline: bool = False) -> dict:
+    """The whole MoR experiment on a rating dataset (e.g. MovieLens-100K), as the JSON-ready report.
+    ``pooled_baseline``: also run GRPO with one reward model trained on the pooled pairs (honesty check 4)."""
     import time
 
     from fedvlr_plus.datasets.splits import dedup, leave_one_out
@@ -571,6 +573,22 @@ def run_mor_ratings(data, *, group_by: str = "taste", n_groups: int = 4, text: s
                                x=x[eligible], o=groups[eligible], feats=feats, cfg=cfg, log=uploads)
     exp_r = expected_reward(clients, router, std, policy, ref_logits=ref_c, cand=cand, x=x, o=np.maximum(groups, 0),
                             feats=feats, cfg=cfg, users=eligible)
+    pooled = None
+    if pooled_baseline:
+        # honesty check 4's baseline: one reward model on the pooled training pairs (a centralised reference, not
+        # federated), the same GRPO run, the same evaluation
+        pool = RewardClient(0, cfg.architectures[0], replace(train, client=np.zeros(len(train), np.int64)), None,
+                            seed=cfg.seed, epochs=cfg.reward_epochs, lr=cfg.reward_lr)
+        pub = query_clients([pool], public.context, np.stack([public.chosen, public.rejected], 1))
+        pstd = Standardiser.fit(pub)
+        prouter = Router(x.shape[1], len(names), 1)       # softmax over one client: weight 1
+        pz = pstd(query_clients([pool], test.context, np.stack([test.chosen, test.rejected], 1)))[0]
+        ppolicy, phist = run_grpo([pool], prouter, pstd, ref_logits=ref_c[eligible], cand=cand[eligible],
+                                  x=x[eligible], o=groups[eligible], feats=feats, cfg=cfg)
+        pooled = {"reward_accuracy": pairwise_accuracy(pz[:, 0], pz[:, 1]), "policy": ppolicy,
+                  "grpo": phist, "expected_fused_reward": expected_reward(
+                      clients, router, std, ppolicy, ref_logits=ref_c, cand=cand, x=x, o=np.maximum(groups, 0),
+                      feats=feats, cfg=cfg, users=eligible)}
     out = {}
     for part in ("valid", "test"):
         targets = np.full(n_users, -1, np.int64)
@@ -579,6 +597,9 @@ def run_mor_ratings(data, *, group_by: str = "taste", n_groups: int = 4, text: s
         targets[groups < 0] = -1
         out[part] = policy_rankings(policy, ref_scores=ref_scores, train_mask=train_mask, cand=cand, x=x,
                                     feats=feats, targets=targets, cfg=cfg)
+        if pooled is not None:
+            out[part]["pooled"] = policy_rankings(pooled["policy"], ref_scores=ref_scores, train_mask=train_mask,
+                                                  cand=cand, x=x, feats=feats, targets=targets, cfg=cfg)["grpo"]
     uploaded = sorted({k for u in uploads for k in u.arrays})
     report.update({
         "source": getattr(data, "name", "data"), "group_by": group_by, "groups": list(names),
@@ -586,6 +607,10 @@ def run_mor_ratings(data, *, group_by: str = "taste", n_groups: int = 4, text: s
                   "features": int(feats.shape[1]), "text": text},
         "grpo": history,
         "expected_reward": exp_r,
+        "pooled_baseline": None if pooled is None else {
+            "reward_accuracy": pooled["reward_accuracy"], "grpo": pooled["grpo"],
+            "expected_fused_reward": pooled["expected_fused_reward"],
+            "policy": {"test": out["test"]["pooled"], "valid": out["valid"]["pooled"]}},
         "policy": {"reference": out["test"]["reference"], "grpo": out["test"]["grpo"],
                    "target_in_candidates": out["test"]["target_in_candidates"], "valid": out["valid"]},
         "backbone": {"name": backbone, "rounds": backbone_rounds,
