@@ -1,0 +1,169 @@
+"""``fedvlr-plus align mor SOURCE`` and ``fedvlr-plus align fedvpa-gp SOURCE``: federated preference alignment.
+
+SOURCE is a rating dataset (``ml-100k``, the copy inside the recbole wheel, or any path ``fedvlr_plus.datasets.load``
+reads) or an HH-RLHF folder (``../shared/data/hh-rlhf``: helpful-base vs harmless-base clients). No torch import at
+module level (the parser is built without it).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def is_hh_folder(source: str) -> bool:
+    p = Path(source)
+    return p.is_dir() and any(p.glob("*-base-test.jsonl*"))
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("source", metavar="SOURCE",
+                   help="ml-100k (embedded), a rating dataset path, or an HH-RLHF folder")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--cache-dir", default=None,
+                   help="where text embeddings and backbone scores are cached (default ~/.cache/fedvlr_plus or "
+                        "$FEDVLR_CACHE)")
+    p.add_argument("--limit", type=int, default=None,
+                   help="HH-RLHF: at most this many pairs per split (default all)")
+    p.add_argument("--text", choices=("none", "title"), default="none",
+                   help="ratings: add MiniLM title embeddings to the genre/year item features (default none)")
+    p.add_argument("--out", default=None, help="also write the JSON report to this file (atomic)")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object (the last line)")
+    p.add_argument("--progress", action="store_true", help="show progress bars")
+
+
+def register(subparsers) -> None:
+    m = subparsers.add_parser("mor", help="MoR: client reward models, score-only uplink, router, GRPO policy",
+                              description="Mixture-of-Rewards federated alignment (alignment-methods.md §3).")
+    _common(m)
+    m.add_argument("--group-by", choices=("taste", "age", "gender", "occupation"), default="taste",
+                   help="ratings: how users form the clients (one client per group; default taste)")
+    m.add_argument("--groups", type=int, default=4, help="ratings: number of taste / occupation groups (default 4)")
+    m.add_argument("--min-gap", type=float, default=2.0, help="ratings: minimum rating gap of a pair (default 2)")
+    m.add_argument("--architectures", default="bilinear,mlp",
+                   help="reward architectures dealt round-robin over clients (bilinear, mlp, linear)")
+    m.add_argument("--reward-epochs", type=int, default=30, help="Bradley-Terry epochs per client (default 30)")
+    m.add_argument("--backbone", default="fedavg", help="federated backbone of the reference policy (default fedavg)")
+    m.add_argument("--backbone-rounds", type=int, default=30, help="federated rounds of the backbone (default 30)")
+    m.add_argument("--candidates", type=int, default=100, help="candidate items per user (default 100)")
+    m.add_argument("--grpo-rounds", type=int, default=30, help="GRPO rounds (default 30)")
+    m.add_argument("--users-per-round", type=int, default=256, help="users (contexts) per GRPO round (default 256)")
+    m.add_argument("--group-size", type=int, default=8, help="GRPO group size G (default 8)")
+    m.add_argument("--beta", type=float, default=0.1, help="KL weight to the reference (default 0.1)")
+    m.add_argument("--kl", choices=("k3", "exact"), default="k3", help="KL estimator (default k3)")
+    m.add_argument("--policy-lr", type=float, default=0.02, help="Adam step size of the policy (default 0.02)")
+    m.add_argument("--pooled-baseline", action="store_true",
+                   help="ratings: also run GRPO with one reward model trained on the pooled pairs")
+    m.add_argument("--clients-per-type", type=int, default=2,
+                   help="HH-RLHF: clients per split (default 2)")
+    m.set_defaults(func=cmd_mor)
+
+    v = subparsers.add_parser("fedvpa-gp", help="FedVPA-GP vs FedVPL vs a monolithic federated reward",
+                              description="Federated variational preference alignment with a Gumbel-Softmax "
+                                          "mixture prior (alignment-methods.md §4).")
+    _common(v)
+    v.add_argument("--clients-per-type", type=int, default=10, help="clients per client type (default 10)")
+    v.add_argument("--pairs-per-client", type=int, default=40,
+                   help="ml-100k annotator types: pairs per client (default 40)")
+    v.add_argument("--unseen-per-type", type=int, default=2,
+                   help="clients per type held out of training; their z is inferred from context pairs (default 2)")
+    v.add_argument("--context-pairs", type=int, default=10,
+                   help="pairs an unseen client gives to infer its z (default 10)")
+    v.add_argument("--rounds", type=int, default=100, help="federated rounds (default 100)")
+    v.add_argument("--local-steps", type=int, default=2, help="local steps per round (default 2)")
+    v.add_argument("--latent", type=int, default=8, help="latent size d of z (default 8)")
+    v.add_argument("--beta", type=float, default=0.05, help="KL weight (default 0.05)")
+    v.add_argument("--ortho", type=float, default=1.0, help="orthogonal prototype loss weight lambda (default 1)")
+    v.add_argument("--tau", type=float, default=1.0, help="Gumbel-Softmax temperature (default 1)")
+    v.add_argument("--prior-weights", choices=("gumbel", "samples"), default="gumbel",
+                   help="mixture weights: learned Gumbel-Softmax (paper) or sample sizes (released code)")
+    v.set_defaults(func=cmd_fedvpa_gp)
+
+
+def _emit(report: dict, args, lines: list[str]) -> int:
+    from ..jsonio import json_default, write_json_atomic
+
+    if args.out:
+        write_json_atomic(args.out, report)
+    if args.json:
+        print(json.dumps(report, default=json_default))
+    else:
+        print("\n".join(lines))
+    return 0
+
+
+def _pct(x) -> str:
+    return "  n/a" if x is None or x != x else f"{100 * x:5.1f}"
+
+
+def cmd_mor(args) -> int:
+    from .grpo import GRPOConfig
+    from .mor import MoRConfig, run_mor_hh, run_mor_ratings
+
+    archs = tuple(a.strip() for a in args.architectures.split(",") if a.strip())
+    cfg = MoRConfig(reward_epochs=args.reward_epochs, architectures=archs, candidates=args.candidates,
+                    grpo_rounds=args.grpo_rounds, users_per_round=args.users_per_round, policy_lr=args.policy_lr,
+                    grpo=GRPOConfig(group_size=args.group_size, beta=args.beta, kl=args.kl), seed=args.seed)
+    if is_hh_folder(args.source):
+        rep = run_mor_hh(args.source, cfg=cfg, limit=args.limit, clients_per_type=args.clients_per_type,
+                         cache_dir=args.cache_dir, progress=args.progress)
+    else:
+        from fedvlr_plus.datasets import load
+
+        rep = run_mor_ratings(load(args.source), group_by=args.group_by, n_groups=args.groups, text=args.text,
+                              min_gap=args.min_gap, backbone=args.backbone, backbone_rounds=args.backbone_rounds,
+                              cfg=cfg, cache_dir=args.cache_dir, progress=args.progress,
+                              pooled_baseline=args.pooled_baseline)
+    ra = rep["reward_accuracy"]
+    lines = [f"MoR on {rep['source']}: {len(rep['clients'])} clients, uplink arrays {rep['uplink']['arrays']} "
+             f"({rep['uplink']['floats']} floats in {rep['uplink']['messages']} messages)",
+             "client  group            arch       own%  others%"]
+    for c in rep["clients"]:
+        lines.append(f"{c['cid']:>6}  {c['group'][:15]:<15}  {c['architecture']:<9} {_pct(c['own'])}   "
+                     f"{_pct(c['others'])}")
+    lines.append(f"reward accuracy on held-out pairs: fused {_pct(ra['fused'])}  uniform {_pct(ra['uniform'])}  "
+                 f"best single (client {ra['best_single_client']}, chosen on public pairs) {_pct(ra['best_single'])}")
+    if rep.get("grpo"):
+        lines.append("GRPO round  mean reward  KL")
+        for h in rep["grpo"]:
+            lines.append(f"{h['round']:>10}  {h['reward']:+.4f}    {h['kl']:.4f}")
+        er = rep["expected_reward"]
+        lines.append(f"expected fused reward: policy {er['policy']:+.4f} vs reference {er['reference']:+.4f} "
+                     f"(KL {er['kl']:.4f})")
+        p = rep["policy"]
+        lines.append(f"held-out test HR@10 / NDCG@10: reference {_pct(p['reference']['hr@10'])} / "
+                     f"{_pct(p['reference']['ndcg@10'])}  GRPO policy {_pct(p['grpo']['hr@10'])} / "
+                     f"{_pct(p['grpo']['ndcg@10'])}")
+        pb = rep.get("pooled_baseline")
+        if pb:
+            lines.append(f"pooled-reward baseline: reward accuracy {_pct(pb['reward_accuracy'])}, expected fused "
+                         f"reward {pb['expected_fused_reward']['policy']:+.4f}, test HR@10 / NDCG@10 "
+                         f"{_pct(pb['policy']['test']['hr@10'])} / {_pct(pb['policy']['test']['ndcg@10'])}")
+    else:
+        lines.append("GRPO: not run on this source (text pairs have no item catalogue to recommend from)")
+    return _emit(rep, args, lines)
+
+
+def cmd_fedvpa_gp(args) -> int:
+    from .fedvpa_gp import VPAConfig, run_fedvpa_gp
+
+    cfg = VPAConfig(rounds=args.rounds, local_steps=args.local_steps, latent=args.latent, beta=args.beta,
+                    ortho=args.ortho, tau=args.tau, prior_weights=args.prior_weights, seed=args.seed)
+    rep = run_fedvpa_gp(args.source, cfg=cfg, hh=is_hh_folder(args.source), limit=args.limit,
+                        clients_per_type=args.clients_per_type, pairs_per_client=args.pairs_per_client,
+                        unseen_per_type=args.unseen_per_type, context_pairs=args.context_pairs, text=args.text,
+                        cache_dir=args.cache_dir, progress=args.progress)
+    lines = [f"FedVPA-GP on {rep['source']}: {rep['clients']['train']} training clients "
+             f"({rep['clients']['pairs_per_client']:.0f} pairs each on average), {rep['clients']['unseen']} unseen"]
+    types = list(rep["accuracy"]["monolithic"])
+    lines.append("method        " + "  ".join(f"{t[:14]:>14}" for t in types) + "   KL      unseen")
+    for mth in ("monolithic", "fedvpl", "fedvpa_gp"):
+        acc = rep["accuracy"][mth]
+        kl = rep["kl"].get(mth)
+        lines.append(f"{mth:<12}  " + "  ".join(f"{_pct(acc[t]):>14}" for t in types)
+                     + f"   {'  n/a ' if kl is None else f'{kl:6.3f}'}  {_pct(rep['unseen_accuracy'][mth])}")
+    lines.append(f"prototype purity {rep['prototype_purity']}  silhouette {rep['silhouette']}")
+    if "swap" in rep:
+        lines.append(f"swapping z between types flips {_pct(rep['swap']['flip_rate'])}% of predictions")
+    return _emit(rep, args, lines)

@@ -1,0 +1,599 @@
+"""FedVPA-GP: federated variational preference alignment with a Gumbel-Softmax mixture prior.
+
+Koo, Kim, Jang, Ok, "Federated Variational Preference Alignment with Gumbel-Softmax Prior for Personalized User
+Preferences", ICML 2026, arXiv 2605.30873; built on VPL (Poddar et al., "Personalizing Reinforcement Learning from
+Human Feedback with Variational Preference Learning", NeurIPS 2024, arXiv 2408.10075). Stage 1 (the reward model)
+as in alignment-methods.md §4.1, at CPU scale (§4.4):
+
+- encoder: a pair encoder MLP over [e_chosen ; e_rejected], mean-pooled over a client's context pairs, linear heads
+  to (mu, log sigma^2) of q(z | C), d-dimensional; log sigma^2 <- min(log sigma^2, logvar_max) (variance cap);
+  z = mu + sigma * eps;
+- decoder: a z-conditioned Bradley-Terry reward r(s, z) = MLP([e_s ; z]); p(chosen > rejected) =
+  sigma(r(chosen, z) - r(rejected, z)) (VPL's form; the paper adds f(z) to an LLM's choice logits instead);
+- federated mixture prior p_mix^(i)(z) = sum_j w_j N(z; mubar_j, sigmabar_j^2) over the peers' posterior summaries
+  (the server's prior table: this round's uploads overwrite their rows, absent clients keep theirs), with
+  w = softmax((log pi + g) / tau), Gumbel noise g and per-client logits pi learned locally and never uploaded
+  (``prior_weights="samples"``: the released code's sample-size weights). One-sample Monte-Carlo KL:
+  log q(z | C) - logsumexp_j [log w_j + log N(z; mubar_j, sigmabar_j^2)]. Round 1 (empty table): N(0, I);
+- orthogonal prototypes: L_ortho = ||z - p_{y*}||^2 + gamma ||Phat Phat^T - I||_F^2, P = scale x orthonormal rows
+  (fixed here: the scaled-identity option; the learnable-QR option of the paper is not implemented), y* the
+  prototype label the server assigns by balanced k-means (k = M) over the clients' mean z;
+- local loss L = L_BT + beta KL + lambda L_ortho; upload = the shared network parameters (sample-weighted FedAvg with
+  the federation's :class:`~fedvlr_plus.federation.fedavg.FedAvg`) + the posterior summary (mubar_i, log sigmabar^2_i)
+  + n_i.
+
+Baselines in the same code: ``method="fedvpl"`` (N(0, I) prior, no prototypes: VPL federated) and
+``method="monolithic"`` (z fixed at 0: one federated Bradley-Terry reward for everybody).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..federation.messages import ClientUpdate
+from ..federation.store import MemoryStore
+from .pairs import PreferencePairs, kmeans, pairwise_accuracy, purity, silhouette
+
+METHODS = ("monolithic", "fedvpl", "fedvpa_gp")
+POSTERIOR_MU, POSTERIOR_LOGVAR = "posterior.mu", "posterior.logvar"
+
+
+@dataclass
+class VPAConfig:
+    method: str = "fedvpa_gp"
+    rounds: int = 100
+    local_steps: int = 2          # few local steps: with many, each client fits its own type through the z-free
+                                  # path and FedAvg cancels the types out (measured; see docs/alignment-preference.md)
+    batch_size: int = 32          # target pairs per local step
+    context_size: int = 8         # context pairs per posterior sample during training
+    latent: int = 8               # d
+    hidden: int = 64
+    lr: float = 3e-2              # local Adam step size
+    beta: float = 0.05            # KL weight (the paper: 0.5; here 0.5 pins every z to the peers, measured)
+    ortho: float = 1.0            # lambda
+    gamma: float = 0.1            # weight of ||P P^T - I||
+    tau: float = 1.0              # Gumbel-Softmax temperature
+    logvar_max: float = 0.0       # variance cap
+    prototypes: int = 2           # M
+    prototype_scale: float = 5.0
+    prior_weights: str = "gumbel"   # gumbel (paper) | samples (released code)
+    prior_min_logvar: float | None = 0.0  # floor on the prior components' log-variance (None: none) [inferred]
+    ortho_warmup: int | None = None  # rounds before prototype labels are broadcast (None: rounds // 3) [inferred]
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+        if self.prior_weights not in ("gumbel", "samples"):
+            raise ValueError(f"prior_weights must be 'gumbel' or 'samples', got {self.prior_weights!r}")
+        if self.prototypes > self.latent:
+            raise ValueError(f"{self.prototypes} orthogonal prototypes need latent >= {self.prototypes}")
+
+
+# ------------------------------------------------------------------------------------------------ the model
+class VPAModel(torch.nn.Module):
+    """Pair encoder -> q(z | C); z-conditioned reward decoder. All of it is shared (FedAvg)."""
+
+    def __init__(self, d_in: int, latent: int, hidden: int = 64):
+        super().__init__()
+        self.pair = torch.nn.Sequential(torch.nn.Linear(2 * d_in, hidden), torch.nn.ReLU(),
+                                        torch.nn.Linear(hidden, hidden), torch.nn.ReLU())
+        self.mu = torch.nn.Linear(hidden, latent)
+        self.logvar = torch.nn.Linear(hidden, latent)
+        self.reward = torch.nn.Sequential(torch.nn.Linear(d_in + latent, hidden), torch.nn.ReLU(),
+                                          torch.nn.Linear(hidden, 1))
+        self.latent = latent
+
+    def posterior(self, chosen, rejected, logvar_max: float = 0.0):
+        """(mu, logvar) of q(z | C) from a context set of pairs [N, d_in] each."""
+        h = self.pair(torch.cat([chosen, rejected], -1)).mean(-2)
+        return self.mu(h), torch.clamp(self.logvar(h), max=logvar_max)
+
+    def score(self, s, z):
+        """r(s, z): s [..., d_in], z [d] or broadcastable."""
+        z = z.expand(*s.shape[:-1], self.latent)
+        return self.reward(torch.cat([s, z], -1)).squeeze(-1)
+
+
+def named_arrays(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {f"net.{k}": v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def load_arrays(model: torch.nn.Module, shared: dict) -> None:
+    state = {k[4:]: torch.as_tensor(np.asarray(v), dtype=torch.float32) for k, v in shared.items()
+             if k.startswith("net.")}
+    model.load_state_dict(state)
+
+
+# ------------------------------------------------------------------------------------------------ KL terms
+def log_normal(z, mu, logvar):
+    """log N(z; mu, diag exp(logvar)), summed over the last dimension."""
+    return -0.5 * (((z - mu) ** 2) / logvar.exp() + logvar + math.log(2 * math.pi)).sum(-1)
+
+
+def kl_standard_normal(mu, logvar):
+    """Closed-form KL(N(mu, sigma^2) || N(0, I))."""
+    return 0.5 * (mu ** 2 + logvar.exp() - 1.0 - logvar).sum(-1)
+
+
+def gumbel_weights(logits: torch.Tensor, tau: float = 1.0, generator: torch.Generator | None = None,
+                   noise: bool = True) -> torch.Tensor:
+    """softmax((logits + g) / tau) with Gumbel noise g = -log(-log U) (Jang et al. 2017; Maddison et al. 2017)."""
+    if noise:
+        u = torch.rand(logits.shape, generator=generator).clamp(1e-10, 1 - 1e-10)
+        logits = logits - torch.log(-torch.log(u))
+    return torch.softmax(logits / tau, -1)
+
+
+def mixture_kl_mc(z, mu, logvar, prior_mu, prior_logvar, log_w):
+    """One-sample Monte-Carlo KL(q || sum_j w_j N(mubar_j, sigmabar_j^2)) at z ~ q:
+    log q(z) - logsumexp_j [log w_j + log N(z; mubar_j, sigmabar_j^2)]."""
+    log_q = log_normal(z, mu, logvar)
+    log_p = torch.logsumexp(log_w + log_normal(z.unsqueeze(-2), prior_mu, prior_logvar), -1)
+    return log_q - log_p
+
+
+def prototype_matrix(m: int, d: int, scale: float) -> torch.Tensor:
+    """M scaled orthonormal rows (the scaled-identity option)."""
+    return scale * torch.eye(d)[:m]
+
+
+def ortho_loss(z, proto, label: int, gamma: float):
+    pn = proto / proto.norm(dim=1, keepdim=True)
+    return ((z - proto[label]) ** 2).sum() + gamma * ((pn @ pn.T - torch.eye(len(proto))) ** 2).sum()
+
+
+def posterior_summary(zs, mus, logvars):
+    """(mubar, log sigmabar^2) of a client's local posteriors over its steps: mubar = mean of the sampled z;
+    sigmabar^2 = mean posterior variance + variance of the posterior means (the moment-matched aggregate
+    posterior; a plain variance of a few z samples is too noisy with few local steps)."""
+    var = logvars.exp().mean(0) + mus.var(0, unbiased=False)
+    return zs.mean(0), torch.log(var.clamp_min(1e-4))
+
+
+# ------------------------------------------------------------------------------------------------ prior table
+class PriorTable:
+    """The server's table of every client's posterior summary; a round's uploads overwrite their rows, the
+    others keep theirs."""
+
+    def __init__(self, n_clients: int, latent: int):
+        self.mu = torch.zeros(n_clients, latent)
+        self.logvar = torch.zeros(n_clients, latent)
+        self.count = torch.zeros(n_clients)
+        self.present = torch.zeros(n_clients, dtype=torch.bool)
+
+    def update(self, updates: list[ClientUpdate]) -> None:
+        for u in updates:
+            self.mu[u.cid] = torch.as_tensor(u.arrays[POSTERIOR_MU]).float()
+            self.logvar[u.cid] = torch.as_tensor(u.arrays[POSTERIOR_LOGVAR]).float()
+            self.count[u.cid] = float(u.num_examples)
+            self.present[u.cid] = True
+
+    def arrays(self) -> dict[str, torch.Tensor]:
+        return {"prior.mu": self.mu.clone(), "prior.logvar": self.logvar.clone(), "prior.count": self.count.clone(),
+                "prior.present": self.present.clone()}
+
+
+def prototype_labels(mu: np.ndarray, proto: np.ndarray, seed: int = 0) -> np.ndarray:
+    """Balanced k-means (k = M, k-means++ seeding) over client mean-z; cluster j is then given the prototype that
+    minimises the total centre-to-prototype distance over all matchings (so labels follow the data, and stay put
+    from round to round once the clusters sit on their prototypes)."""
+    from itertools import permutations
+
+    labels, centres = kmeans(mu, len(proto), seed=seed, balanced=True)
+    d = ((centres[:, None, :] - proto[None]) ** 2).sum(-1)
+    best = min(permutations(range(len(proto))), key=lambda p: sum(d[j, p[j]] for j in range(len(p))))
+    return np.asarray(best)[labels]
+
+
+# ------------------------------------------------------------------------------------------------ the client
+class VPAClient:
+    """A FedVPA-GP / FedVPL / monolithic client on the federation's ``fit`` / ``evaluate`` protocol.
+
+    Private: its pairs and (FedVPA-GP) its mixture-weight logits pi, kept in ``store``. ``fit`` uploads the shared
+    network parameters (``net.*``) and the posterior summary (``posterior.mu``, ``posterior.logvar``)."""
+
+    def __init__(self, cid: int, train: PreferencePairs, test: PreferencePairs | None, cfg: VPAConfig, *,
+                 n_table: int, store=None):
+        if len(train) < 2:
+            raise ValueError(f"client {cid}: needs at least 2 training pairs, has {len(train)}")
+        self.cid, self.train, self.test, self.cfg = int(cid), train, test, cfg
+        self.n_table = n_table
+        self.store = store if store is not None else MemoryStore()
+        self.d_in = train.chosen.shape[1]
+
+    def _t(self, a):
+        return torch.as_tensor(np.asarray(a), dtype=torch.float32)
+
+    def fit(self, shared: dict, config: dict) -> ClientUpdate:
+        cfg = self.cfg
+        r = int(config.get("round", 1))
+        g = torch.Generator().manual_seed(cfg.seed * 1_000_003 + r * 1009 + self.cid)
+        torch.manual_seed(cfg.seed * 1_000_003 + r * 1009 + self.cid)
+        model = VPAModel(self.d_in, cfg.latent, cfg.hidden)
+        load_arrays(model, shared)
+        state = self.store.load(self.cid) or {"pi": torch.zeros(self.n_table)}
+        pi = state["pi"].clone().requires_grad_(True)
+        params = list(model.parameters()) + ([pi] if cfg.method == "fedvpa_gp" else [])
+        opt = torch.optim.Adam(params, lr=cfg.lr)
+        present = torch.as_tensor(np.asarray(shared.get("prior.present", np.zeros(self.n_table, bool)))).bool().clone()
+        present[self.cid] = False                 # the prior mixes the *peers'* summaries
+        use_mix = cfg.method == "fedvpa_gp" and bool(present.any())
+        if use_mix:
+            pmu = self._t(shared["prior.mu"])[present]
+            plv = self._t(shared["prior.logvar"])[present]
+            if cfg.prior_min_logvar is not None:
+                plv = plv.clamp_min(cfg.prior_min_logvar)
+            pcount = self._t(shared["prior.count"])[present]
+        labels = np.asarray(shared.get("labels", np.full(self.n_table, -1)))
+        label = int(labels[self.cid]) if cfg.method == "fedvpa_gp" else -1
+        proto = prototype_matrix(cfg.prototypes, cfg.latent, cfg.prototype_scale)
+        c, rj = self._t(self.train.chosen), self._t(self.train.rejected)
+        n = len(c)
+        zs, losses, kls, posts = [], [], [], []
+        for _ in range(cfg.local_steps):
+            tgt = torch.randint(n, (min(cfg.batch_size, n),), generator=g)
+            if cfg.method == "monolithic":
+                z = torch.zeros(cfg.latent)
+                kl = torch.zeros(())
+            else:
+                ctx = torch.randperm(n, generator=g)[:cfg.context_size]
+                mu, logvar = model.posterior(c[ctx], rj[ctx], cfg.logvar_max)
+                z = mu + torch.exp(0.5 * logvar) * torch.randn(cfg.latent, generator=g)
+                posts.append((mu.detach(), logvar.detach()))
+                if use_mix:
+                    if cfg.prior_weights == "gumbel":
+                        w = gumbel_weights(pi[present], cfg.tau, g)
+                    else:
+                        w = pcount / pcount.sum()
+                    kl = mixture_kl_mc(z, mu, logvar, pmu, plv, torch.log(w + 1e-12))
+                else:
+                    kl = kl_standard_normal(mu, logvar)
+                zs.append(z.detach())
+            loss = -F.logsigmoid(model.score(c[tgt], z) - model.score(rj[tgt], z)).mean() + cfg.beta * kl
+            if label >= 0 and cfg.ortho > 0:
+                loss = loss + cfg.ortho * ortho_loss(z, proto, label, cfg.gamma)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(float(loss.detach()))
+            kls.append(float(kl.detach()))
+        self.store.save(self.cid, {"pi": pi.detach().clone()})
+        arrays = named_arrays(model)
+        if cfg.method != "monolithic":
+            arrays[POSTERIOR_MU], arrays[POSTERIOR_LOGVAR] = posterior_summary(
+                torch.stack(zs), torch.stack([m for m, _ in posts]), torch.stack([v for _, v in posts]))
+        return ClientUpdate(cid=self.cid, kind="params", arrays=arrays, num_examples=n,
+                            metrics={"loss": float(np.mean(losses)), "kl": float(np.mean(kls))})
+
+    # -------------------------------------------------------------- evaluation
+    def infer_z(self, model: VPAModel, pairs: PreferencePairs | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Posterior mean and log-variance of z from context pairs (default: all the client's training pairs)."""
+        pairs = pairs if pairs is not None else self.train
+        if self.cfg.method == "monolithic":
+            return torch.zeros(self.cfg.latent), torch.zeros(self.cfg.latent)
+        with torch.no_grad():
+            return model.posterior(self._t(pairs.chosen), self._t(pairs.rejected), self.cfg.logvar_max)
+
+    def evaluate(self, shared: dict, config: dict) -> dict:
+        model = VPAModel(self.d_in, self.cfg.latent, self.cfg.hidden)
+        load_arrays(model, shared)
+        mu, logvar = self.infer_z(model)
+        out = {"cid": self.cid, "n_test": 0 if self.test is None else len(self.test),
+               "kl_standard_normal": float(kl_standard_normal(mu, logvar))}
+        if self.test is not None and len(self.test):
+            out["accuracy"] = accuracy(model, self.test, mu)
+        return out
+
+
+def accuracy(model: VPAModel, pairs: PreferencePairs, z: torch.Tensor) -> float:
+    with torch.no_grad():
+        c = model.score(torch.as_tensor(pairs.chosen, dtype=torch.float32), z)
+        r = model.score(torch.as_tensor(pairs.rejected, dtype=torch.float32), z)
+    return pairwise_accuracy(c.numpy(), r.numpy())
+
+
+# ------------------------------------------------------------------------------------------------ the server
+class _Spec:
+    item_table = False
+
+
+def train_federated(train: PreferencePairs, test: PreferencePairs, cfg: VPAConfig, *, log: list | None = None,
+                    simulator: str = "batched"):
+    """Train one method over the clients of ``train`` (all clients every round); return the shared state, the
+    clients, the prior table, the prototype labels and the per-round history. ``simulator``: ``batched`` (all
+    clients at once, :class:`BatchedVPAClients`) or ``sequential`` (one :class:`VPAClient` at a time)."""
+    from ..federation.fedavg import FedAvg
+
+    torch.manual_seed(cfg.seed)
+    K = train.n_clients
+    model = VPAModel(train.chosen.shape[1], cfg.latent, cfg.hidden)
+    shared = named_arrays(model)
+    specs = {k: _Spec() for k in shared}
+    store = MemoryStore()
+    clients = [VPAClient(k, train.of_client(k), test.of_client(k), cfg, n_table=K, store=store)
+               for k in range(K) if (train.client == k).sum() >= 2]
+    table = PriorTable(K, cfg.latent)
+    labels = np.full(K, -1, np.int64)
+    proto = prototype_matrix(cfg.prototypes, cfg.latent, cfg.prototype_scale).numpy()
+    strategy = FedAvg()
+    history = []
+    batched = BatchedVPAClients(train, cfg, n_table=K, store=store) if simulator == "batched" else None
+    for r in range(1, cfg.rounds + 1):
+        msg = {**shared, **table.arrays(), "labels": torch.as_tensor(labels)}
+        if batched is not None:
+            updates = [ClientUpdate.from_message(u.to_message()) for u in batched.fit(msg, {"round": r})]
+        else:
+            updates = [ClientUpdate.from_message(c.fit(msg, {"round": r}).to_message()) for c in clients]
+        if log is not None:
+            log.extend(updates)
+        params = [ClientUpdate(cid=u.cid, kind="params", num_examples=u.num_examples,
+                               arrays={k: v for k, v in u.arrays.items() if k.startswith("net.")}) for u in updates]
+        shared = strategy.aggregate(shared, params, specs)
+        if cfg.method != "monolithic":
+            table.update(updates)
+            warmup = cfg.rounds // 3 if cfg.ortho_warmup is None else cfg.ortho_warmup
+            if cfg.method == "fedvpa_gp" and r >= warmup:
+                # labels from the clients' mean z only once z carries the preference signal: assigned on the
+                # first rounds' near-random z, the prototype pull would lock random labels in
+                have = table.present.numpy()
+                labels[have] = prototype_labels(table.mu[have].numpy(), proto, seed=cfg.seed + r)
+        history.append({"round": r, "loss": float(np.mean([u.metrics["loss"] for u in updates])),
+                        "kl_term": float(np.mean([u.metrics["kl"] for u in updates]))})
+    return shared, clients, table, labels, history
+
+
+def evaluate_method(train: PreferencePairs, test: PreferencePairs, unseen: PreferencePairs | None, cfg: VPAConfig,
+                    *, context_pairs: int = 10, log: list | None = None, simulator: str = "batched") -> dict:
+    """Train one method and measure: held-out accuracy per client type, KL to N(0, I) of the clients' posteriors,
+    silhouette / purity of client mean-z by true type, unseen-client accuracy from ``context_pairs`` pairs."""
+    shared, clients, table, labels, history = train_federated(train, test, cfg, log=log, simulator=simulator)
+    model = VPAModel(train.chosen.shape[1], cfg.latent, cfg.hidden)
+    load_arrays(model, shared)
+    types = train.client_groups()
+    names = train.group_names
+    hits = {n: [] for n in names}
+    mus, kls, tys = [], [], []
+    for c in clients:
+        mu, logvar = c.infer_z(model)
+        mus.append(mu.numpy())
+        kls.append(float(kl_standard_normal(mu, logvar)))
+        tys.append(types[c.cid])
+        if c.test is not None and len(c.test):
+            with torch.no_grad():
+                sc = model.score(torch.as_tensor(c.test.chosen), mu) - model.score(torch.as_tensor(c.test.rejected), mu)
+            hits[names[types[c.cid]]] += ((sc > 0).float() + 0.5 * (sc == 0).float()).tolist()
+    mus, tys = np.array(mus), np.array(tys)
+    out = {"accuracy": {n: float(np.mean(h)) if h else float("nan") for n, h in hits.items()},
+           "history": history}
+    if cfg.method != "monolithic":
+        out["kl"] = float(np.mean(kls))
+        out["kl_term"] = history[-1]["kl_term"]
+        out["silhouette"] = silhouette(mus, tys)
+        if cfg.method == "fedvpa_gp" and (labels >= 0).all():
+            lab = labels[[c.cid for c in clients]]
+        else:
+            lab, _ = kmeans(mus, cfg.prototypes, seed=cfg.seed, balanced=True)
+        out["purity"] = purity(lab, tys)
+        # swap: score each client's held-out pairs with the mean z of the other type(s)
+        flips, tot = 0, 0
+        for c, mu in zip(clients, mus):
+            other = mus[tys != types[c.cid]]
+            if not len(other) or c.test is None or not len(c.test):
+                continue
+            with torch.no_grad():
+                own = model.score(torch.as_tensor(c.test.chosen), torch.as_tensor(mu)) - \
+                    model.score(torch.as_tensor(c.test.rejected), torch.as_tensor(mu))
+                sw = model.score(torch.as_tensor(c.test.chosen), torch.as_tensor(other.mean(0))) - \
+                    model.score(torch.as_tensor(c.test.rejected), torch.as_tensor(other.mean(0)))
+            flips += int(((own > 0) != (sw > 0)).sum())
+            tot += len(own)
+        out["swap_flip_rate"] = flips / tot if tot else float("nan")
+    if unseen is not None and len(unseen):
+        accs = []
+        rng = np.random.default_rng(cfg.seed)
+        for k in np.unique(unseen.client):
+            rows = rng.permutation(np.flatnonzero(unseen.client == k))
+            ctx, rest = unseen.take(rows[:context_pairs]), unseen.take(rows[context_pairs:])
+            if not len(rest):
+                continue
+            if cfg.method == "monolithic":
+                z = torch.zeros(cfg.latent)
+            else:
+                with torch.no_grad():
+                    z, _ = model.posterior(torch.as_tensor(ctx.chosen), torch.as_tensor(ctx.rejected),
+                                           cfg.logvar_max)
+            accs.append((accuracy(model, rest, z), len(rest)))
+        out["unseen_accuracy"] = float(np.average([a for a, _ in accs], weights=[n for _, n in accs]))
+    return out
+
+
+def run_fedvpa_gp(source, *, cfg: VPAConfig | None = None, hh: bool = False, limit: int | None = None,
+                  clients_per_type: int = 10, pairs_per_client: int = 40, unseen_per_type: int = 2,
+                  context_pairs: int = 10, test_fraction: float = 0.25, text: str = "none", encoder=None,
+                  cache_dir=None, progress: bool = False, pairs: PreferencePairs | None = None,
+                  simulator: str = "batched") -> dict:
+    """The three methods on the same clients; the JSON-ready report of the issue's contract."""
+    import time
+    from dataclasses import replace
+
+    from .pairs import annotator_pairs, assign_clients, hh_pairs, holdout_split, item_features, item_stats
+
+    cfg = cfg or VPAConfig()
+    t0 = time.perf_counter()
+    per_type = clients_per_type + unseen_per_type
+    if pairs is None:
+        if hh:
+            pairs = hh_pairs(source, limit_per_split=limit, encoder=encoder, cache_dir=cache_dir,
+                             clients_per_split=per_type, seed=cfg.seed, progress=progress)
+            name = str(source)
+        else:
+            from fedvlr_plus.datasets import load
+
+            data = load(source)
+            feats = item_features(data, text=text, encoder=encoder, cache_dir=cache_dir, progress=progress)
+            # the "quality" annotator reads the mean rating: give the models that statistic as a feature
+            feats = np.concatenate([feats, item_stats(data)], 1)
+            pairs = annotator_pairs(data, feats, n_clients_per_type=per_type, pairs_per_client=pairs_per_client,
+                                    seed=cfg.seed)
+            name = getattr(data, "name", str(source))
+    else:
+        name = str(source)
+        pairs = replace(pairs, client=assign_clients(pairs.group, per_type, seed=cfg.seed))
+    # the last unseen_per_type clients of every type are unseen; the others are renumbered 0..K-1
+    types = pairs.client_groups()
+    unseen_ids = np.concatenate([np.flatnonzero(types == t)[clients_per_type:] for t in np.unique(types)])
+    is_unseen = np.isin(pairs.client, unseen_ids)
+    seen = pairs.take(np.flatnonzero(~is_unseen))
+    remap = {c: j for j, c in enumerate(np.unique(seen.client))}
+    seen = replace(seen, client=np.array([remap[c] for c in seen.client], np.int64))
+    unseen = pairs.take(np.flatnonzero(is_unseen))
+    train, test = holdout_split(seen, test_fraction, seed=cfg.seed)
+    results = {}
+    uploads: list[ClientUpdate] = []
+    for method in METHODS:
+        results[method] = evaluate_method(train, test, unseen, replace(cfg, method=method),
+                                          context_pairs=context_pairs, log=uploads if method == "fedvpa_gp" else None,
+                                          simulator=simulator)
+    return {
+        "source": name, "types": list(pairs.group_names),
+        "accuracy": {m: results[m]["accuracy"] for m in METHODS},
+        "kl": {m: results[m].get("kl") for m in METHODS},
+        "kl_term": {m: results[m].get("kl_term") for m in METHODS},
+        "prototype_purity": results["fedvpa_gp"]["purity"],
+        "silhouette": results["fedvpa_gp"]["silhouette"],
+        "separation": {m: {"purity": results[m].get("purity"), "silhouette": results[m].get("silhouette")}
+                       for m in ("fedvpl", "fedvpa_gp")},
+        "swap": {"flip_rate": results["fedvpa_gp"]["swap_flip_rate"],
+                 "fedvpl_flip_rate": results["fedvpl"]["swap_flip_rate"]},
+        "unseen_accuracy": {m: results[m].get("unseen_accuracy") for m in METHODS},
+        "clients": {"train": int(train.n_clients), "unseen": int(len(unseen_ids)),
+                    "pairs_per_client": len(train) / max(train.n_clients, 1), "test_pairs": len(test),
+                    "context_pairs_unseen": context_pairs},
+        "uplink": {"arrays": sorted({k for u in uploads for k in u.arrays})},
+        "history": {m: results[m]["history"] for m in METHODS},
+        "config": {k: v for k, v in cfg.__dict__.items() if k != "method"},
+        "seconds": time.perf_counter() - t0,
+    }
+
+
+# ------------------------------------------------------------------------------------------------ batched clients
+def _lin(x, params, name):
+    """x [K, N, in] through every client's own copy of a linear layer: W [K, out, in], b [K, out]."""
+    return torch.baddbmm(params[f"{name}.bias"].unsqueeze(1), x, params[f"{name}.weight"].transpose(1, 2))
+
+
+class BatchedVPAClients:
+    """Every client of a round trained at once: each holds its own copy of the shared parameters (stacked on a
+    leading client axis) and its own Adam state (Adam is elementwise, so one Adam over the stack is K independent
+    Adams). Same local objective, uploads and private state as :class:`VPAClient`, which stays the plain
+    one-client reference; this one exists because a few thousand tiny sequential steps are too slow on CPU."""
+
+    def __init__(self, train: PreferencePairs, cfg: VPAConfig, *, n_table: int, store=None):
+        self.cfg, self.n_table = cfg, n_table
+        self.store = store if store is not None else MemoryStore()
+        self.cids = [k for k in range(train.n_clients) if (train.client == k).sum() >= 2]
+        K = len(self.cids)
+        self.n = torch.tensor([(train.client == k).sum() for k in self.cids])
+        d = train.chosen.shape[1]
+        nmax = int(self.n.max())
+        self.C = torch.zeros(K, nmax, d)
+        self.R = torch.zeros(K, nmax, d)
+        for i, k in enumerate(self.cids):
+            rows = np.flatnonzero(train.client == k)
+            self.C[i, :len(rows)] = torch.as_tensor(train.chosen[rows])
+            self.R[i, :len(rows)] = torch.as_tensor(train.rejected[rows])
+
+    def fit(self, shared: dict, config: dict) -> list[ClientUpdate]:
+        cfg = self.cfg
+        r = int(config.get("round", 1))
+        g = torch.Generator().manual_seed(cfg.seed * 1_000_003 + r * 1009)
+        K, L = len(self.cids), cfg.latent
+        cids = torch.as_tensor(self.cids)
+        params = {k[4:]: torch.as_tensor(np.asarray(v), dtype=torch.float32).unsqueeze(0).repeat(
+            K, *([1] * np.asarray(v).ndim)).requires_grad_(True) for k, v in shared.items() if k.startswith("net.")}
+        pi = torch.stack([(self.store.load(c) or {"pi": torch.zeros(self.n_table)})["pi"] for c in self.cids])
+        pi.requires_grad_(True)
+        leaves = list(params.values()) + ([pi] if cfg.method == "fedvpa_gp" else [])
+        opt = torch.optim.Adam(leaves, lr=cfg.lr)
+        present = torch.as_tensor(np.asarray(shared.get("prior.present", np.zeros(self.n_table, bool)))).bool()
+        allowed = present.unsqueeze(0).repeat(K, 1)
+        allowed[torch.arange(K), cids] = False                    # peers only
+        use_mix = cfg.method == "fedvpa_gp" and bool(allowed.any(1).all())
+        if use_mix:
+            pmu = torch.as_tensor(np.asarray(shared["prior.mu"]), dtype=torch.float32)
+            plv = torch.as_tensor(np.asarray(shared["prior.logvar"]), dtype=torch.float32)
+            if cfg.prior_min_logvar is not None:
+                # components narrower than N(0, I) pin every z to the peers' consensus (observed collapse)
+                plv = plv.clamp_min(cfg.prior_min_logvar)
+            pcount = torch.as_tensor(np.asarray(shared["prior.count"]), dtype=torch.float32)
+        labels = torch.as_tensor(np.asarray(shared.get("labels", np.full(self.n_table, -1))))[cids]
+        proto = prototype_matrix(cfg.prototypes, L, cfg.prototype_scale)
+        pn = proto / proto.norm(dim=1, keepdim=True)
+        ortho_const = cfg.gamma * ((pn @ pn.T - torch.eye(len(proto))) ** 2).sum()
+        has_label = (labels >= 0) & (cfg.method == "fedvpa_gp") & (cfg.ortho > 0)
+        B = cfg.batch_size
+        c_size = int(min(cfg.context_size, int(self.n.min())))
+        ar = torch.arange(K).unsqueeze(1)
+        zs, losses, kls, posts = [], [], [], []
+
+        def reward(s, z):
+            h = torch.relu(_lin(torch.cat([s, z.unsqueeze(1).expand(-1, s.shape[1], -1)], -1), params, "reward.0"))
+            return _lin(h, params, "reward.2").squeeze(-1)
+
+        for _ in range(cfg.local_steps):
+            tgt = (torch.rand(K, B, generator=g) * self.n.unsqueeze(1)).long()
+            if cfg.method == "monolithic":
+                z = torch.zeros(K, L)
+                kl = torch.zeros(K)
+            else:
+                keys = torch.rand(K, self.C.shape[1], generator=g)
+                keys[torch.arange(self.C.shape[1]).unsqueeze(0) >= self.n.unsqueeze(1)] = 2.0   # padding last
+                ctx = keys.argsort(1)[:, :c_size]
+                h = torch.relu(_lin(torch.cat([self.C[ar, ctx], self.R[ar, ctx]], -1), params, "pair.0"))
+                h = torch.relu(_lin(h, params, "pair.2")).mean(1, keepdim=True)
+                mu = _lin(h, params, "mu").squeeze(1)
+                logvar = torch.clamp(_lin(h, params, "logvar").squeeze(1), max=cfg.logvar_max)
+                z = mu + torch.exp(0.5 * logvar) * torch.randn(K, L, generator=g)
+                posts.append((mu.detach(), logvar.detach()))
+                if use_mix:
+                    if cfg.prior_weights == "gumbel":
+                        u = torch.rand(pi.shape, generator=g).clamp(1e-10, 1 - 1e-10)
+                        logits = ((pi - torch.log(-torch.log(u))) / cfg.tau).masked_fill(~allowed, -torch.inf)
+                        log_w = torch.log_softmax(logits, -1)
+                    else:
+                        log_w = torch.log((pcount.unsqueeze(0) * allowed).clamp_min(1e-30))
+                        log_w = log_w - torch.logsumexp(log_w.masked_fill(~allowed, -torch.inf), -1, keepdim=True)
+                    log_p = torch.logsumexp((log_w + log_normal(z.unsqueeze(1), pmu, plv)).masked_fill(
+                        ~allowed, -torch.inf), -1)
+                    kl = log_normal(z, mu, logvar) - log_p
+                else:
+                    kl = kl_standard_normal(mu, logvar)
+                zs.append(z.detach())
+            margin = reward(self.C[ar, tgt], z) - reward(self.R[ar, tgt], z)
+            per_client = -F.logsigmoid(margin).mean(1) + cfg.beta * kl
+            if bool(has_label.any()):
+                dist = ((z - proto[labels.clamp_min(0)]) ** 2).sum(-1) + ortho_const
+                per_client = per_client + cfg.ortho * torch.where(has_label, dist, torch.zeros_like(dist))
+            opt.zero_grad()
+            per_client.sum().backward()
+            opt.step()
+            losses.append(per_client.detach())
+            kls.append(kl.detach())
+        loss_m = torch.stack(losses).mean(0)
+        kl_m = torch.stack(kls).mean(0)
+        out = []
+        for i, c in enumerate(self.cids):
+            self.store.save(c, {"pi": pi[i].detach().clone()})
+            arrays = {f"net.{k}": v[i].detach().clone() for k, v in params.items()}
+            if cfg.method != "monolithic":
+                arrays[POSTERIOR_MU], arrays[POSTERIOR_LOGVAR] = posterior_summary(
+                    torch.stack([z[i] for z in zs]), torch.stack([m[i] for m, _ in posts]),
+                    torch.stack([v[i] for _, v in posts]))
+            out.append(ClientUpdate(cid=c, kind="params", arrays=arrays, num_examples=int(self.n[i]),
+                                    metrics={"loss": float(loss_m[i]), "kl": float(kl_m[i])}))
+        return out

@@ -1,0 +1,127 @@
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from fedvlr_plus.alignment.fedvpa_gp import (POSTERIOR_LOGVAR, POSTERIOR_MU, PriorTable, VPAClient, VPAConfig,
+                                             VPAModel, gumbel_weights, kl_standard_normal, mixture_kl_mc,
+                                             named_arrays, ortho_loss, prototype_labels, prototype_matrix,
+                                             run_fedvpa_gp)
+from fedvlr_plus.alignment.pairs import PreferencePairs
+from fedvlr_plus.federation.messages import ClientUpdate
+
+
+def test_mixture_kl_with_one_standard_normal_component_matches_the_closed_form():
+    g = torch.Generator().manual_seed(0)
+    mu = torch.tensor([0.5, -1.0, 0.2])
+    logvar = torch.tensor([-0.5, 0.0, -1.0])
+    n = 200_000
+    z = mu + torch.exp(0.5 * logvar) * torch.randn(n, 3, generator=g)
+    mc = mixture_kl_mc(z, mu, logvar, torch.zeros(1, 3), torch.zeros(1, 3), torch.zeros(1))
+    exact = float(kl_standard_normal(mu, logvar))
+    # hand check of the closed form: 0.5 * sum(mu^2 + sigma^2 - 1 - log sigma^2)
+    hand = 0.5 * sum(m * m + math.exp(lv) - 1 - lv for m, lv in zip(mu.tolist(), logvar.tolist()))
+    assert exact == pytest.approx(hand, rel=1e-6)
+    assert float(mc.mean()) == pytest.approx(exact, abs=0.01)
+
+
+def test_gumbel_weights_sum_to_one_and_temperature():
+    g = torch.Generator().manual_seed(1)
+    logits = torch.tensor([0.0, 1.0, -2.0, 0.5])
+    for tau in (0.1, 1.0, 5.0):
+        w = gumbel_weights(logits, tau, g)
+        assert float(w.sum()) == pytest.approx(1.0, abs=1e-6) and (w >= 0).all()
+    assert torch.allclose(gumbel_weights(logits, 2.0, noise=False), torch.softmax(logits / 2.0, -1))
+    # low temperature: near one-hot samples whose frequencies follow softmax(logits)
+    hits = torch.stack([gumbel_weights(logits, 0.01, g).argmax() for _ in range(4000)])
+    freq = torch.bincount(hits, minlength=4).float() / 4000
+    assert torch.allclose(freq, torch.softmax(logits, -1), atol=0.03)
+
+
+def _update(cid, mu, n=5):
+    return ClientUpdate(cid=cid, kind="params", num_examples=n,
+                        arrays={POSTERIOR_MU: torch.full((2,), float(mu)), POSTERIOR_LOGVAR: torch.zeros(2)})
+
+
+def test_prior_table_keeps_absent_clients():
+    t = PriorTable(3, 2)
+    t.update([_update(0, 1.0), _update(2, 2.0)])
+    t.update([_update(2, 5.0, n=7)])                  # client 0 absent this round
+    assert t.present.tolist() == [True, False, True]
+    assert t.mu[0].tolist() == [1.0, 1.0] and t.mu[2].tolist() == [5.0, 5.0]
+    assert t.count.tolist() == [5.0, 0.0, 7.0]
+
+
+def test_prototypes_orthogonal_and_balanced_labels():
+    p = prototype_matrix(2, 4, 5.0)
+    assert torch.allclose(p @ p.T, 25 * torch.eye(2))
+    # the penalty on P P^T - I is on the normalised prototypes: zero for orthogonal rows
+    assert float(ortho_loss(p[1], p, 1, gamma=0.1)) == pytest.approx(0.0)
+    assert float(ortho_loss(torch.zeros(4), p, 0, gamma=0.1)) == pytest.approx(25.0)
+    mu = np.array([[4.0, 0, 0, 0], [5, 0, 0, 0], [6, 0.5, 0, 0], [0, 5, 0, 0]])
+    labels = prototype_labels(mu, p.numpy())
+    assert np.bincount(labels).tolist() == [2, 2]    # balanced although three points sit near prototype 0
+    assert labels[3] == 1
+
+
+def _conflict(n_clients_per_type=4, pairs=40, d=4, seed=0):
+    """Type 0 prefers a large feature 0, type 1 a small one: pooled, the two cancel out (about 50%)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for t in (0, 1):
+        for k in range(n_clients_per_type):
+            a = rng.normal(size=(pairs, d)).astype(np.float32)
+            b = rng.normal(size=(pairs, d)).astype(np.float32)
+            a_wins = (a[:, 0] > b[:, 0]) if t == 0 else (a[:, 0] < b[:, 0])
+            ch = np.where(a_wins[:, None], a, b)
+            rj = np.where(a_wins[:, None], b, a)
+            rows.append((ch, rj, np.full(pairs, t), np.full(pairs, t * n_clients_per_type + k)))
+    ch, rj, g, c = (np.concatenate([r[i] for r in rows]) for i in range(4))
+    return PreferencePairs(context=np.zeros_like(ch), chosen=ch, rejected=rj, client=c.astype(np.int64),
+                           group=g.astype(np.int64), group_names=("up", "down"))
+
+
+def test_client_uploads_parameters_and_posterior_summary_only():
+    p = _conflict()
+    cfg = VPAConfig(local_steps=3, latent=4)
+    c = VPAClient(0, p.of_client(0), None, cfg, n_table=8)
+    shared = named_arrays(VPAModel(4, 4))
+    u = c.fit(shared, {"round": 1})
+    assert set(u.arrays) == set(shared) | {POSTERIOR_MU, POSTERIOR_LOGVAR}
+    assert u.arrays[POSTERIOR_MU].shape == (4,) and u.num_examples == 40
+    assert "pi" in c.store.load(0)                    # the mixture logits stay on the client
+    mono = VPAClient(0, p.of_client(0), None, VPAConfig(method="monolithic", local_steps=2, latent=4), n_table=8)
+    assert set(mono.fit(shared, {"round": 1}).arrays) == set(shared)
+
+
+@pytest.mark.slow
+def test_fedvpa_gp_beats_the_monolithic_reward_on_conflicting_types():
+    cfg = VPAConfig(rounds=150, local_steps=2, latent=4, context_size=8)
+    rep = run_fedvpa_gp("synthetic", cfg=cfg, pairs=_conflict(6, 40), clients_per_type=4, unseen_per_type=2,
+                        context_pairs=10)
+    mono, gp = rep["accuracy"]["monolithic"], rep["accuracy"]["fedvpa_gp"]
+    assert np.mean(list(mono.values())) < 0.65         # the pooled reward cannot serve both types
+    assert min(gp.values()) > 0.75 and min(gp.values()) > max(mono.values())
+    assert rep["prototype_purity"] >= 0.9
+    assert rep["unseen_accuracy"]["fedvpa_gp"] > 0.7
+    assert set(rep["uplink"]["arrays"]) >= {POSTERIOR_MU, POSTERIOR_LOGVAR}
+
+
+def test_align_fedvpa_gp_command_json_contract(tmp_path, capsys):
+    import json
+
+    from fedvlr_plus.cli import main
+    from test_alignment_pairs import make_hh_cached
+
+    root, cache = make_hh_cached(tmp_path)
+    assert main(["align", "fedvpa-gp", str(root), "--cache-dir", str(cache), "--rounds", "3",
+                 "--clients-per-type", "2", "--unseen-per-type", "1", "--context-pairs", "3", "--latent", "2",
+                 "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(rep["accuracy"]) == {"monolithic", "fedvpl", "fedvpa_gp"}
+    assert set(rep["accuracy"]["fedvpa_gp"]) == {"helpful-base", "harmless-base"}
+    assert rep["kl"]["monolithic"] is None and rep["kl"]["fedvpl"] >= 0
+    assert 0.5 <= rep["prototype_purity"] <= 1 and -1 <= rep["silhouette"] <= 1
+    assert set(rep["unseen_accuracy"]) == {"monolithic", "fedvpl", "fedvpa_gp"}
+    assert "posterior.mu" in rep["uplink"]["arrays"] and not any("pi" == a for a in rep["uplink"]["arrays"])
