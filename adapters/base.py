@@ -86,6 +86,9 @@ class Backbone:
     #: shared item table -> private table that keeps the client's locally trained copy and replaces the global
     #: table when this client scores (PFedRec's personalised item embedding)
     personal_copies: dict[str, str] = {}
+    #: (item table, weight, bias or None) when ``logits = <table[item], weight> + bias`` and there is no
+    #: regulariser: the batched simulator then computes the gradients in closed form instead of by autograd
+    dot_head: tuple[str, str, str | None] | None = None
     #: set True when item_repr/head need ctx["hist"] (the user's training positives)
     uses_history: bool = False
 

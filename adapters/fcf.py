@@ -23,6 +23,7 @@ class FCF(Backbone):
     default_strategy = "fedgrad"
     default_lr = 0.5
     default_item_lr_scale = 1.0
+    dot_head = ("item_emb", "user_emb", None)
 
     def specs(self):
         n, d = self.n_items, self.dim

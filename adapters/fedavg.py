@@ -20,6 +20,7 @@ class FedAvgMF(Backbone):
     default_strategy = "fedavg"
     default_lr = 0.5
     default_item_lr_scale = 300.0
+    dot_head = ("item_emb", "head_w", "head_b")
 
     def specs(self):
         n, d = self.n_items, self.dim

@@ -22,6 +22,7 @@ class PFedRec(Backbone):
     default_strategy = "fedavg"
     default_lr = 0.5
     default_item_lr_scale = 300.0
+    dot_head = ("item_emb", "head_w", "head_b")
     personal_copies = {"item_emb": "item_emb_personal"}
 
     def specs(self):
