@@ -182,6 +182,12 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, include_io: bool = Fal
                    help="where clients keep their private state between rounds: memory (default) or disk "
                         "(one file per client under RUN_DIR/seed-<s>/private)")
     g.add_argument("--chunk-floats", type=int, default=d.chunk_floats, help="memory bound of a batched chunk")
+    g.add_argument("--recbole-config", metavar="FILE.yaml", default=None,
+                   help="RecBole YAML (model hyper-parameters such as embedding_size) for a recbole:<Model> "
+                        "backbone; data and device keys are set by fedvlr-plus")
+    g.add_argument("--evaluator", choices=("ours", "recbole"), default="ours",
+                   help="recbole: also score the selected round with RecBole's own evaluator (its Collector "
+                        "and metric classes, same masked scores) and report it as test_recbole")
     g.add_argument("--fedrap-lambda", type=float, default=d.fedrap_lambda,
                    help="FedRAP: base weight of the -||A - C||^2 term (curriculum tanh(t/10) * lambda)")
     g.add_argument("--fedrap-mu", type=float, default=d.fedrap_mu,
