@@ -72,7 +72,7 @@ def workdir(tmp_path, monkeypatch):
 
 def small_cfg(**kw) -> FedConfig:
     base = dict(rounds=2, local_epochs=2, batch_size=4, ks=(5, 10), valid_metric="ndcg@10", patience=5,
-                lr=0.5, item_lr_scale=1.0)
+                lr=0.5, item_lr_scale=1.0, strategy="fedavg")
     base.update(kw)
     return FedConfig(**base)
 
@@ -291,7 +291,8 @@ def test_fedvlr_layer_replaces_the_item_tables(workdir):
     assert layer.d == bb.dim == 2 * bb.template.mf_embedding_size  # MF and MLP item tables side by side
     assert [s.name for s in layer.id_specs] == ["item_mf_embedding.weight", "item_mlp_embedding.weight"]
     seen = []
-    run = FederatedRun(data, layer, small_cfg(rounds=1), progress=False, on_upload=lambda r, u: seen.append(u))
+    run = FederatedRun(data, layer, small_cfg(rounds=1, strategy="fedgrad", server_lr=0.1), progress=False,
+                       on_upload=lambda r, u: seen.append(u))
     run.run_round()
     private = set(layer.private_names)
     assert {n for n in private if n.startswith("router.")} and "user_mf_embedding.weight" in private
