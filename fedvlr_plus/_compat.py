@@ -1,7 +1,8 @@
 """RecBole 1.2.1 compatibility shim. Call :func:`patch_recbole` before any ``import recbole...``.
 
 RecBole 1.2.1 predates NumPy 2, torch's ``weights_only`` default (torch >= 2.6), SciPy's removal of
-``dok_matrix._update`` and pandas copy-on-write (``Dataset._fill_nan``); see the project's ecosystem notes. The shim restores exactly what RecBole uses.
+``dok_matrix._update`` and pandas copy-on-write (``Dataset._fill_nan``); see the project's ecosystem notes.
+The shim restores exactly what RecBole uses.
 ``recbole.quick_start`` is never imported (it pulls Ray 2.6.3, which needs ``pkg_resources``).
 """
 from __future__ import annotations
