@@ -191,11 +191,17 @@ def data_from_recbole(dataset, name: str | None = None, split: str = "loo"):
 
     uf, itf = dataset.uid_field, dataset.iid_field
     inter = dataset.inter_feat
-    u = inter[uf].numpy().astype(np.int64) - 1
-    i = inter[itf].numpy().astype(np.int64) - 1
-    rating = inter[dataset.rating_field].numpy() if dataset.rating_field in inter.columns else None
-    ts = inter[dataset.time_field].numpy() if dataset.time_field in inter.columns else None
-    import pandas as pd
+    cols = list(inter.columns)  # a pandas frame before Dataset.build(), an Interaction after
+
+    def col(name):
+        v = inter[name]
+        return v.numpy() if torch.is_tensor(v) else np.asarray(v)
+
+    u = col(uf).astype(np.int64) - 1
+    i = col(itf).astype(np.int64) - 1
+    rf, tf = dataset.config["RATING_FIELD"], dataset.time_field
+    rating = col(rf) if rf in cols else None
+    ts = col(tf) if tf and tf in cols else None
 
     from fedvlr_plus.datasets.core import _inter_frame
 
