@@ -1,7 +1,8 @@
 """RecBole 1.2.1 compatibility shim. Call :func:`patch_recbole` before any ``import recbole...``.
 
-RecBole 1.2.1 predates NumPy 2, torch's ``weights_only`` default (torch >= 2.6) and SciPy's removal of
-``dok_matrix._update``; see the project's ecosystem notes. The shim restores exactly what RecBole uses.
+RecBole 1.2.1 predates NumPy 2, torch's ``weights_only`` default (torch >= 2.6), SciPy's removal of
+``dok_matrix._update`` and pandas copy-on-write (``Dataset._fill_nan``); see the project's ecosystem notes.
+The shim restores exactly what RecBole uses.
 ``recbole.quick_start`` is never imported (it pulls Ray 2.6.3, which needs ``pkg_resources``).
 """
 from __future__ import annotations
@@ -51,7 +52,39 @@ def patch_recbole() -> None:
 
         _trainer.torch.load  # ensure module import worked
         _trainer.torch = _TorchProxy(torch, load)
+    _patch_fill_nan()
     _PATCHED = True
+
+
+def _patch_fill_nan() -> None:
+    """pandas copy-on-write: RecBole's ``Dataset._fill_nan`` calls ``feat[field].fillna(..., inplace=True)`` on a
+    column, which pandas >= 3 turns into a silent no-op (pandas 2.x warns ``ChainedAssignmentError``). Same
+    imputation, written as an assignment. (The other chained ``fillna`` in ``_load_feat`` only touches sequence
+    fields; the RecBole adapter loads id/rating/timestamp columns only.)"""
+    from recbole.data.dataset import dataset as _ds
+    from recbole.utils import FeatureType
+    import numpy as np
+
+    if getattr(_ds.Dataset._fill_nan, "_fedvlr_plus_patched", False):
+        return
+
+    def _fill_nan(self):
+        for feat_name in self.feat_name_list:
+            feat = getattr(self, feat_name)
+            for field in feat:
+                ftype = self.field2type[field]
+                if ftype == FeatureType.TOKEN:
+                    feat[field] = feat[field].fillna(value=0)
+                elif ftype == FeatureType.FLOAT:
+                    feat[field] = feat[field].fillna(value=feat[field].mean())
+                else:
+                    dtype = np.int64 if ftype == FeatureType.TOKEN_SEQ else np.float64
+                    feat[field] = feat[field].apply(
+                        lambda x: np.array([], dtype=dtype) if isinstance(x, float) else x)
+
+    _fill_nan._fedvlr_plus_patched = True
+    _fill_nan._original = _ds.Dataset._fill_nan
+    _ds.Dataset._fill_nan = _fill_nan
 
 
 class _TorchProxy:

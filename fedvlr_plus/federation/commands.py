@@ -14,9 +14,13 @@ def cli_run(args, data, *, split_used: str, metrics, ks, keys, protocol: str) ->
     from .config import FEDERATED_BACKBONES, config_from_args
     from .engine import run_federated
 
-    if args.backbone not in FEDERATED_BACKBONES:
+    is_recbole = args.backbone.startswith("recbole:")
+    if args.backbone not in FEDERATED_BACKBONES and not is_recbole:
         raise SystemExit(f"unknown backbone {args.backbone!r}; federated backbones: "
-                         f"{', '.join(FEDERATED_BACKBONES)}; reference rankers: pop, random, antipop")
+                         f"{', '.join(FEDERATED_BACKBONES)}, recbole:<Model>; reference rankers: pop, random, "
+                         f"antipop")
+    if getattr(args, "recbole_config", None) and not is_recbole:
+        raise SystemExit("--recbole-config configures a recbole:<Model> backbone only")
     names = tuple(dict.fromkeys(list(metrics) + ["hr"]))
     cfg = config_from_args(args, ks=tuple(ks), metrics=names, valid_protocol=protocol,
                            mask_history=getattr(args, "mask_history", "train"))
@@ -25,14 +29,28 @@ def cli_run(args, data, *, split_used: str, metrics, ks, keys, protocol: str) ->
         raise SystemExit("--resume RUN_DIR continues the run in RUN_DIR; do not pass a different --out")
     backbone, router = args.backbone, {}
     on_round = None
-    if getattr(args, "fusion", "none") != "none":
-        from ..fusion_cli import fusion_backbone, router_report
+    fusion = getattr(args, "fusion", "none") != "none"
+    if is_recbole:
+        from ..adapters.recbole import cli_backbone
+
+        backbone = cli_backbone(args, data)
+    elif fusion:
+        from ..fusion_cli import fusion_backbone
 
         backbone = fusion_backbone(args, data, args.backbone, cfg.dim)
+    rb_eval = {}
+    if fusion or getattr(args, "evaluator", "ours") == "recbole":
+        from ..fusion_cli import router_report
 
-        def on_round(run, record):  # router figures at the selected (best-validation) round of each seed
+        def on_round(run, record):  # figures at the selected (best-validation) round of each seed
             if run.best is not None and run.best["round"] == record["round"]:
-                router[run.cfg.seed] = router_report(run)
+                if fusion:
+                    router[run.cfg.seed] = router_report(run)
+                if getattr(args, "evaluator", "ours") == "recbole":
+                    from ..adapters.recbole import recbole_evaluate
+
+                    rb_eval[run.cfg.seed] = recbole_evaluate(data, run.scorer(), split="test", ks=tuple(ks),
+                                                             metrics=tuple(metrics), mask_history=cfg.mask_history)
 
     res = run_federated(data, backbone, cfg, out_dir=run_dir, resume=bool(args.resume),
                         progress=not getattr(args, "no_progress", False), on_round=on_round)
@@ -51,6 +69,11 @@ def cli_run(args, data, *, split_used: str, metrics, ks, keys, protocol: str) ->
         if f"{prefix}{part}_n_users" in res:
             result[f"test{part}_n_users"] = res[f"{prefix}{part}_n_users"]
     result["n_users"] = res.get(f"{prefix}_n_users", res.get("n_users"))
+    if rb_eval:
+        # RecBole's own Collector + metric classes on the same masked scores at the selected round(s)
+        per = [rb_eval[k] for k in sorted(rb_eval)]
+        result["test_recbole"] = pick({k: float(sum(d[k] for d in per) / len(per)) for k in per[0]})
+        result["evaluator"] = "recbole"
     if router:
         result["router"] = router[max(router)] if len(router) == 1 else {"per_seed": router, **router[min(router)]}
     if getattr(args, "fusion", "none") != "none":

@@ -196,6 +196,12 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, include_io: bool = Fal
     g.add_argument("--upload-clip", type=float, default=None, metavar="C",
                    help="L2 clip of each client's upload (gradients, or parameter change); default 1.0 when "
                         "--upload-noise is set, else off")
+    g.add_argument("--recbole-config", metavar="FILE.yaml", default=None,
+                   help="RecBole YAML (model hyper-parameters such as embedding_size) for a recbole:<Model> "
+                        "backbone; data and device keys are set by fedvlr-plus")
+    g.add_argument("--evaluator", choices=("ours", "recbole"), default="ours",
+                   help="recbole: also score the selected round with RecBole's own evaluator (its Collector "
+                        "and metric classes, same masked scores) and report it as test_recbole")
     g.add_argument("--fedrap-lambda", type=float, default=d.fedrap_lambda,
                    help="FedRAP: base weight of the -||A - C||^2 term (curriculum tanh(t/10) * lambda)")
     g.add_argument("--fedrap-mu", type=float, default=d.fedrap_mu,

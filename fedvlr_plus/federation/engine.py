@@ -106,11 +106,18 @@ class FederatedRun:
         else:
             self.store = MemoryStore()
         sim_cls = BatchedSimulator if cfg.simulator == "batched" else SequentialSimulator
+        from .module_client import ModuleSimulator, module_base
+
+        base = module_base(self.bb)
+        if base is not None:  # a wrapped nn.Module (RecBole): its own sequential client, whatever cfg.simulator
+            sim_cls = ModuleSimulator
         self.sim = sim_cls(self.bb, self.indptr, self.indices, self.store, seed=cfg.seed,
                            chunk_floats=cfg.chunk_floats)
         if hasattr(self.bb, "wrap_strategy"):  # a layer with a server side (the FedVLR fusion)
             self.strategy = self.bb.wrap_strategy(self.strategy, cfg.seed)
         self.shared = init_shared_state(self.bb, cfg.seed)
+        if base is not None:  # shared parameters as the wrapped model initialises them under this seed
+            self.shared.update({k: v for k, v in base.initial_values(cfg.seed).items() if k in self.shared})
         if hasattr(self.strategy, "prepare_shared"):
             self.shared = self.strategy.prepare_shared(self.shared)
         self.progress = progress

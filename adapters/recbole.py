@@ -1,0 +1,707 @@
+"""Any RecBole 1.2.1 ``GeneralRecommender`` (built-in or a user's own subclass) as a federated backbone.
+
+RecBole: Zhao et al., "RecBole: Towards a Unified, Comprehensive and Efficient Framework for Recommendation
+Algorithms", CIKM 2021. The FedVLR layer that can wrap it: Li, Long, Jiang, Zhang, Yang, "Federated
+Vision-Language-Recommendation with Personalized Fusion", AAAI-26 (see :mod:`fedvlr_plus.fusion`).
+
+What the adapter does with the wrapped ``torch.nn.Module``:
+
+- **Parameters are split by what they are indexed by.** A parameter whose first dimension is RecBole's
+  ``n_users`` is *user-indexed*: each client keeps only its own row, privately (restored from the private store
+  every round, never uploaded). A parameter whose first dimension is ``n_items`` is a shared *item table*,
+  trained on the rows a client touches and uploaded row-wise. Everything else (MLP towers, biases) is shared
+  and uploaded whole. ``private=[...]`` / ``shared=[...]`` (names or regular expressions) override the rule for
+  models whose split is not obvious (or where ``n_users == n_items``, which is refused without an override).
+- **The model's own code trains and scores.** A local step builds a RecBole ``Interaction`` from the client's
+  schedule (pairwise models: ``user_id``/``item_id``/``neg_item_id``; pointwise: ``user_id``/``item_id``/
+  ``label``) and calls the model's ``calculate_loss``; scoring calls ``full_sort_predict`` (falling back to
+  ``predict`` over all items, as RecBole's trainer does). The module is run with
+  :func:`torch.func.functional_call`, so a client's parameters are plain tensors (shared + its private rows)
+  and the module itself is never mutated by training.
+- **Ids.** RecBole's internal id 0 is ``[PAD]``; real ids are 1..n. ``item_map[i]`` / ``user_map[u]`` give the
+  RecBole id of our item ``i`` / user ``u`` (through ``dataset.token2id`` when the RecBole dataset was written
+  from our data, ``i + 1`` when our data was read from a RecBole dataset). Item tables are exposed in *our* item
+  order without the padding row, which is how content views (``ViewStore``) line up with them.
+- **Graph models** (LightGCN, NGCF: a model with ``interaction_matrix``, ``get_norm_adj_mat`` and
+  ``norm_adj_matrix``) never see other users' interactions: each client's normalised adjacency is rebuilt from
+  its own training positives only (its own user node and its items), in training and when it scores.
+  Any other model that keeps data derived from the global interaction matrix (a scipy sparse matrix, or a
+  tensor with one row per user, e.g. MultiVAE's ``history_item_id``) is refused with the attribute named.
+- Sequential, context-aware, knowledge-graph and non-trainable ("traditional") models are refused with the
+  reason.
+
+RecBole writes ``./log`` and ``./log_tensorboard`` into the current directory; everything here that may write
+(``Trainer``) runs inside :func:`recbole_workdir`, a temporary folder, unless the caller passes a folder.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .base import Backbone, ParamSpec, take_rows
+
+__all__ = ["RecBoleBackbone", "RefusedModel", "resolve_model", "recbole_workdir", "build_from_data",
+           "data_from_recbole", "federate", "fedvlr", "align_views", "recbole_evaluate", "train_central",
+           "central_scorer"]
+
+GRAPH_ATTRIBUTES = ("interaction_matrix", "norm_adj_matrix", "eye_matrix")
+CACHE_ATTRIBUTES = ("restore_user_e", "restore_item_e")
+RB_METRIC = {"hr": "hit", "ndcg": "ndcg", "recall": "recall", "mrr": "mrr"}
+
+
+class RefusedModel(ValueError):
+    """This RecBole model cannot be federated by the adapter; the message says why."""
+
+
+# ---------------------------------------------------------------------------------------------- environment
+@contextlib.contextmanager
+def recbole_workdir(path: str | os.PathLike | None = None):
+    """Run RecBole inside ``path`` (a fresh temporary folder by default) so that its ``log/`` and
+    ``log_tensorboard/`` never land in the caller's current directory; ``sys.argv`` is hidden from RecBole's
+    ``Config`` (it parses ``--key=value`` words of the command line as configuration)."""
+    tmp = None
+    if path is None:
+        tmp = tempfile.TemporaryDirectory(prefix="fedvlr-recbole-")
+        path = tmp.name
+    old_cwd, old_argv = os.getcwd(), sys.argv
+    Path(path).mkdir(parents=True, exist_ok=True)
+    os.chdir(path)
+    sys.argv = old_argv[:1]
+    try:
+        yield Path(path)
+    finally:
+        sys.argv = old_argv
+        os.chdir(old_cwd)
+        if tmp is not None:
+            tmp.cleanup()
+
+
+def _refusal_for_type(cls) -> str | None:
+    from recbole.utils import ModelType
+
+    t = getattr(cls, "type", None)
+    reasons = {
+        ModelType.SEQUENTIAL: "it is a sequential model (it reads ordered item sequences, not a user's set of "
+                              "positives); federating sequential models is not supported",
+        ModelType.KNOWLEDGE: "it is a knowledge-graph model (it needs the global knowledge graph and entity "
+                             "tables); federating knowledge-graph models is not supported",
+        ModelType.CONTEXT: "it is a context-aware (feature) model; the adapter federates general "
+                           "(user, item) recommenders only",
+        ModelType.TRADITIONAL: "it is not trained by gradient descent (a 'traditional' model such as Pop, "
+                               "ItemKNN or EASE computes its scores from the global interaction matrix); "
+                               "there is nothing to federate",
+    }
+    if t in reasons:
+        return reasons[t]
+    if t != ModelType.GENERAL:
+        return f"its model type is {t!r}; only ModelType.GENERAL recommenders can be federated"
+    return None
+
+
+def resolve_model(model):
+    """A RecBole model class from a name (``"BPR"``) or a class; refuse what cannot be federated."""
+    from fedvlr_plus._compat import patch_recbole
+
+    patch_recbole()
+    if isinstance(model, str):
+        from recbole.utils import get_model
+
+        try:
+            cls = get_model(model)
+        except Exception as exc:  # ValueError for unknown names, ImportError for optional extras
+            raise ValueError(f"recbole:{model}: RecBole 1.2.1 has no usable model of that name ({exc})") from None
+    else:
+        cls = model
+    if not isinstance(cls, type) or not issubclass(cls, torch.nn.Module):
+        raise TypeError(f"expected a RecBole model class or name, got {model!r}")
+    from recbole.model.abstract_recommender import GeneralRecommender
+
+    reason = _refusal_for_type(cls)
+    if reason is None and not issubclass(cls, GeneralRecommender):
+        reason = "it does not subclass recbole.model.abstract_recommender.GeneralRecommender"
+    if reason:
+        raise RefusedModel(f"cannot federate RecBole model {cls.__name__}: {reason}")
+    return cls
+
+
+# ---------------------------------------------------------------------------------------------- data
+def _dataset_name(name: str) -> str:
+    # never 'ml-100k' itself: RecBole would read its bundled copy and its property file instead of our split
+    return "fedvlr_" + re.sub(r"[^A-Za-z0-9_]+", "_", name or "data").strip("_")
+
+
+def build_from_data(model, data, workdir: str | os.PathLike, *, config_file=None, config_dict=None,
+                    seed: int = 0):
+    """RecBole ``Config`` and training ``Dataset`` holding exactly our split of ``data``.
+
+    The split is written as atomic benchmark files (``.train/.valid/.test.inter``) plus ``.item``/``.user``
+    id lists (every item and user keeps a RecBole id, even without training interactions), and only the id,
+    rating and timestamp columns are loaded. Returns ``(config, train_dataset, item_map, user_map)``.
+    """
+    from fedvlr_plus._compat import patch_recbole
+    from fedvlr_plus.datasets.recbole_atomic import _token, write_atomic
+
+    patch_recbole()
+    from recbole.config import Config
+    from recbole.data import create_dataset
+
+    cls = resolve_model(model)
+    data.require_split(need=("train", "valid", "test"))
+    name = _dataset_name(data.name)
+    workdir = Path(workdir)
+    write_atomic(data, workdir / name, name)
+    cd = {"data_path": str(workdir), "benchmark_filename": ["train", "valid", "test"],
+          "load_col": {"inter": ["user_id", "item_id", "rating", "timestamp"], "item": ["item_id"],
+                       "user": ["user_id"]},
+          "USER_ID_FIELD": "user_id", "ITEM_ID_FIELD": "item_id", "RATING_FIELD": "rating",
+          "TIME_FIELD": "timestamp", "val_interval": None, "user_inter_num_interval": "[0,inf)",
+          "item_inter_num_interval": "[0,inf)", "filter_inter_by_user_or_item": False,
+          "checkpoint_dir": str(workdir / "saved"), "show_progress": False, "use_gpu": False,
+          "save_dataset": False, "save_dataloaders": False, "seed": int(seed), "reproducibility": True,
+          "eval_args": {"split": {"LS": "valid_and_test"}, "order": "TO", "group_by": "user", "mode": "full"}}
+    cd.update(config_dict or {})
+    files = [str(f) for f in ([config_file] if isinstance(config_file, (str, os.PathLike)) else config_file or [])]
+    with recbole_workdir(workdir):
+        config = Config(model=cls, dataset=name, config_file_list=files or None, config_dict=cd)
+        dataset = create_dataset(config)
+        train_ds = dataset.build()[0]
+    tok = {str(t): i for i, t in enumerate(dataset.field2id_token["item_id"])}
+    utok = {str(t): i for i, t in enumerate(dataset.field2id_token["user_id"])}
+    try:
+        item_map = np.array([tok[_token(x, "item id")] for x in data.item_ids], dtype=np.int64)
+        user_map = np.array([utok[_token(x, "user id")] for x in data.user_ids], dtype=np.int64)
+    except KeyError as exc:
+        raise RuntimeError(f"RecBole dropped id {exc} while loading {name}; check the filters of the "
+                           f"RecBole config") from None
+    return config, train_ds, item_map, user_map
+
+
+def data_from_recbole(dataset, name: str | None = None, split: str = "loo"):
+    """Our :class:`~fedvlr_plus.datasets.InteractionData` from a RecBole ``Dataset`` (ids shifted by one:
+    our ``i`` is RecBole's ``i + 1``; raw ids are RecBole's tokens), split leave-one-out by time."""
+    from fedvlr_plus.datasets import InteractionData
+    from fedvlr_plus.datasets import splits
+
+    uf, itf = dataset.uid_field, dataset.iid_field
+    inter = dataset.inter_feat
+    cols = list(inter.columns)  # a pandas frame before Dataset.build(), an Interaction after
+
+    def col(name):
+        v = inter[name]
+        return v.numpy() if torch.is_tensor(v) else np.asarray(v)
+
+    u = col(uf).astype(np.int64) - 1
+    i = col(itf).astype(np.int64) - 1
+    rf, tf = dataset.config["RATING_FIELD"], dataset.time_field
+    rating = col(rf) if rf in cols else None
+    ts = col(tf) if tf and tf in cols else None
+
+    from fedvlr_plus.datasets.core import _inter_frame
+
+    data = InteractionData(name=name or dataset.dataset_name,
+                           user_ids=np.asarray(dataset.field2id_token[uf][1:], dtype=object),
+                           item_ids=np.asarray(dataset.field2id_token[itf][1:], dtype=object),
+                           inter=_inter_frame(u, i, rating, ts), source=f"recbole:{dataset.dataset_name}",
+                           format="recbole")
+    data = splits.dedup(data)
+    return splits.standard(data, split=split) if split else data
+
+
+# ---------------------------------------------------------------------------------------------- the adapter
+class _Method(torch.nn.Module):
+    """``forward`` = one method of the wrapped model, so :func:`torch.func.functional_call` can run it."""
+
+    def __init__(self, model, method: str):
+        super().__init__()
+        self.m = model
+        self.method = method
+
+    def forward(self, interaction):
+        return getattr(self.m, self.method)(interaction)
+
+
+def _matches(patterns, name: str) -> bool:
+    return any(name == p or re.fullmatch(p, name) for p in (patterns or ()))
+
+
+class RecBoleBackbone(Backbone):
+    """A RecBole ``GeneralRecommender`` as a module-based federated backbone (see the module docstring).
+
+    ``model``: a class or a built-in name; ``config``/``dataset``: RecBole's ``Config`` and the (training)
+    ``Dataset`` the model is built from; ``item_map``/``user_map``: RecBole id of each of our items/users
+    (default ``i + 1``); ``private``/``shared``: names or regular expressions that override the split.
+    """
+
+    module_based = True
+    # The configuration of batch 2 in docs/recbole.md (pass --server-optimizer adam), NOT tuned beyond that:
+    # 5-round ML-100K probes showed plain FedAvg + SGD barely moving BPR's small initial embeddings in a few
+    # rounds, while server-side Adam on the averaged gradients (fedgrad) learned within 3-6 rounds; an item
+    # scale of 30 (batch 1) made the loss spike. With fedgrad item rows step at server_lr * item_lr_scale.
+    default_strategy = "fedgrad"
+    default_lr = 1.0
+    default_item_lr_scale = 1.0
+    default_server_lr = 0.05
+
+    def __init__(self, model, config, dataset, *, item_map=None, user_map=None, private=None, shared=None,
+                 seed: int | None = None):
+        self.model_class = resolve_model(model)
+        self.config, self.dataset = config, dataset
+        self.seed = int(config["seed"] if seed is None else seed)
+        self._modules = {}
+        self.template = self.build_module(self.seed)
+        m = self.template
+        self.nu, self.ni = int(m.n_users), int(m.n_items)
+        self.item_map = torch.as_tensor(np.arange(1, self.ni) if item_map is None else item_map, dtype=torch.long)
+        self.user_map = torch.as_tensor(np.arange(1, self.nu) if user_map is None else user_map, dtype=torch.long)
+        for what, ids, n in (("item", self.item_map, self.ni), ("user", self.user_map, self.nu)):
+            if len(ids) and (int(ids.min()) < 1 or int(ids.max()) >= n):
+                raise ValueError(f"{what}_map must hold RecBole ids in [1, {n}) (0 is padding)")
+        self.name = f"recbole:{self.model_class.__name__}"
+        self.graph = self._check_global_state()
+        from recbole.utils import InputType
+
+        self.input_type = getattr(m, "input_type", None)
+        if self.input_type not in (InputType.PAIRWISE, InputType.POINTWISE):
+            raise RefusedModel(f"cannot federate {self.model_class.__name__}: input type {self.input_type} "
+                               f"(only pairwise and pointwise training batches are built)")
+        self.kinds = self._classify(private, shared)
+        widths = [int(np.prod(p.shape[1:])) for n, p in m.named_parameters() if self.kinds[n] == "item"]
+        super().__init__(len(self.item_map), max(1, sum(widths)))
+        self._graph_cache: dict[int, tuple] = {}
+        self._calls = {meth: _Method(m, meth) for meth in ("calculate_loss", "full_sort_predict", "predict")}
+
+    # ------------------------------------------------------------------ building and checking
+    def build_module(self, seed: int):
+        """The wrapped model initialised under ``seed`` (RecBole initialises from torch's global RNG; the
+        caller's RNG state is restored afterwards)."""
+        mod = self._modules.get(int(seed))
+        if mod is None:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(int(seed))
+                with recbole_workdir():
+                    mod = self.model_class(self.config, self.dataset)
+            mod = mod.to("cpu").eval()
+            if len(self._modules) >= 2:
+                self._modules.pop(next(iter(self._modules)))
+            self._modules[int(seed)] = mod
+        return mod
+
+    def _check_global_state(self) -> bool:
+        import scipy.sparse as sp
+
+        m, name = self.template, self.model_class.__name__
+        graph = all(hasattr(m, a) for a in ("interaction_matrix", "get_norm_adj_mat", "norm_adj_matrix"))
+        for attr, value in vars(m).items():
+            if attr.startswith("_") or (graph and attr in GRAPH_ATTRIBUTES):
+                continue
+            leak = sp.issparse(value) or (torch.is_tensor(value) and value.is_sparse)
+            if not leak and isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim >= 1:
+                leak = value.shape[0] in (self.nu, self.nu + self.ni)
+            if leak:
+                raise RefusedModel(f"cannot federate {name}: attribute {attr!r} holds data derived from every "
+                                   f"user's interactions (built from the global dataset at construction); a "
+                                   f"client must not see other users' interactions")
+        for bname, buf in m.named_buffers():
+            if buf.ndim >= 1 and buf.shape[0] in (self.nu, self.nu + self.ni):
+                raise RefusedModel(f"cannot federate {name}: buffer {bname!r} has one row per user")
+        if not any(True for _ in m.parameters()):
+            raise RefusedModel(f"cannot federate {name}: it has no trainable parameters")
+        return graph
+
+    def _classify(self, private, shared) -> dict[str, str]:
+        """name -> 'user' (private row), 'private' (private whole), 'item' (shared row-wise), 'dense'."""
+        kinds = {}
+        for name, prm in self.template.named_parameters():
+            rows = prm.shape[0] if prm.dim() else None
+            if _matches(private, name):
+                kinds[name] = "user" if rows == self.nu else "private"
+            elif _matches(shared, name):
+                kinds[name] = "item" if rows == self.ni else "dense"
+            elif rows == self.nu and rows == self.ni:
+                low = name.lower()
+                if "user" in low and "item" not in low:
+                    kinds[name] = "user"
+                elif "item" in low and "user" not in low:
+                    kinds[name] = "item"
+                else:
+                    raise ValueError(f"{self.name}: parameter {name!r} has {rows} rows and n_users == n_items; "
+                                     f"say whether it is private (private=[{name!r}]) or shared "
+                                     f"(shared=[{name!r}])")
+            elif rows == self.nu:
+                kinds[name] = "user"
+            elif rows == self.ni:
+                kinds[name] = "item"
+            else:
+                kinds[name] = "dense"
+        return kinds
+
+    # ------------------------------------------------------------------ the Backbone contract
+    def specs(self) -> list[ParamSpec]:
+        out = []
+        for name, prm in self.template.named_parameters():
+            kind = self.kinds[name]
+            std = float(prm.detach().std()) if prm.numel() > 1 else 0.1
+            if kind == "user":
+                out.append(ParamSpec(name, tuple(prm.shape[1:]), shared=False, std=std))
+            elif kind == "private":
+                out.append(ParamSpec(name, tuple(prm.shape), shared=False, std=std))
+            elif kind == "item":
+                out.append(ParamSpec(name, (self.n_items,) + tuple(prm.shape[1:]), shared=True, item_table=True,
+                                     std=std))
+            else:
+                out.append(ParamSpec(name, tuple(prm.shape), shared=True, std=std))
+        return out
+
+    @property
+    def item_table_names(self) -> list[str]:
+        return [n for n, k in self.kinds.items() if k == "item"]
+
+    def item_repr(self, p, items, ctx):
+        """The model's item embedding tables side by side (our item order, no padding row): the ID
+        representation the FedVLR layer fuses with the content views."""
+        names = self.item_table_names
+        if not names:
+            raise RefusedModel(f"{self.name} has no item embedding table (no parameter with one row per item); "
+                               f"the FedVLR layer has no item representation to wrap")
+        parts = [take_rows(p[n], items) for n in names]
+        return torch.cat(parts, -1)
+
+    def split_item_repr(self, rep: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Inverse of :meth:`item_repr` for a full table ``[n_items, dim]``: one tensor per item table."""
+        out, c = {}, 0
+        for n in self.item_table_names:
+            w = int(self.template.get_parameter(n).shape[1])
+            out[n] = rep[:, c:c + w]
+            c += w
+        return out
+
+    def head(self, p, vecs, ctx):
+        raise NotImplementedError(f"{self.name} scores through the RecBole model (module-based simulator)")
+
+    def initial_values(self, seed: int) -> dict[str, torch.Tensor]:
+        """Shared parameters as the model initialises them under ``seed`` (item tables in our order)."""
+        m = self.build_module(seed)
+        out = {}
+        for name, prm in m.named_parameters():
+            kind = self.kinds[name]
+            if kind == "item":
+                out[name] = prm.detach()[self.item_map].clone()
+            elif kind == "dense":
+                out[name] = prm.detach().clone()
+        return out
+
+    def initial_private(self, cid: int, seed: int) -> dict[str, torch.Tensor]:
+        """Client ``cid``'s private parameters as the model initialises them under ``seed``."""
+        m = self.build_module(seed)
+        out = {}
+        for name, prm in m.named_parameters():
+            kind = self.kinds[name]
+            if kind == "user":
+                out[name] = prm.detach()[int(self.user_map[cid])].clone()
+            elif kind == "private":
+                out[name] = prm.detach().clone()
+        return out
+
+    def describe(self) -> dict:
+        out = super().describe()
+        out.update(recbole_model=self.model_class.__name__, graph_local=self.graph,
+                   input_type=str(self.input_type), kinds=dict(self.kinds))
+        return out
+
+    # ------------------------------------------------------------------ running the module
+    def module_params(self, p: dict, users: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Full module parameters from spec-shaped ones: user rows placed at the RecBole ids of ``users``
+        (``p[name]`` is ``[len(users), ...]``), item tables placed through ``item_map`` (row 0 = padding
+        keeps the model's initial value). Differentiable in ``p``."""
+        out = {}
+        rb_users = self.user_map[users]
+        for name, prm in self.template.named_parameters():
+            kind, base = self.kinds[name], prm.detach()
+            if kind == "user":
+                out[name] = base.index_copy(0, rb_users, p[name].reshape(len(users), *base.shape[1:]))
+            elif kind == "item":
+                out[name] = base.index_copy(0, self.item_map, p[name])
+            else:
+                out[name] = p[name]
+        return out
+
+    def _local_graph(self, cid: int, positives: np.ndarray) -> None:
+        """Give a graph model the adjacency of this client only: its user node and its own positives."""
+        import scipy.sparse as sp
+
+        m = self.template
+        cached = self._graph_cache.get(int(cid))
+        if cached is None:
+            rows = np.full(len(positives), int(self.user_map[cid]))
+            cols = self.item_map[torch.as_tensor(positives, dtype=torch.long)].numpy()
+            m.interaction_matrix = sp.coo_matrix((np.ones(len(rows), np.float32), (rows, cols)),
+                                                 shape=(self.nu, self.ni))
+            cached = (m.interaction_matrix, m.get_norm_adj_mat())
+            self._graph_cache[int(cid)] = cached
+        m.interaction_matrix, m.norm_adj_matrix = cached
+
+    def call(self, params: dict, method: str, interaction, *, cid: int | None = None, positives=None):
+        from torch.func import functional_call
+
+        m = self.template
+        for attr in CACHE_ATTRIBUTES:  # LightGCN/NGCF cache propagated embeddings between calls
+            if hasattr(m, attr):
+                setattr(m, attr, None)
+        if self.graph:
+            if cid is None:
+                raise RuntimeError(f"{self.name}: a graph model runs one client at a time (its own graph)")
+            self._local_graph(cid, positives)
+        return functional_call(self._calls[method], {f"m.{k}": v for k, v in params.items()}, (interaction,))
+
+    def batch(self, cid: int, items: np.ndarray, labels: np.ndarray, negatives: int):
+        """A RecBole training ``Interaction`` from one local step of the schedule (positive at slot
+        ``q * (1 + k)``, its ``k`` negatives after it)."""
+        from recbole.data.interaction import Interaction
+        from recbole.utils import InputType
+
+        m, uid = self.template, int(self.user_map[cid])
+        rb_items = self.item_map[torch.as_tensor(items, dtype=torch.long)]
+        if self.input_type == InputType.POINTWISE:
+            return Interaction({m.USER_ID: torch.full((len(items),), uid, dtype=torch.long), m.ITEM_ID: rb_items,
+                                m.LABEL: torch.as_tensor(labels, dtype=torch.float32)})
+        k = int(negatives)
+        if k < 1:
+            raise ValueError(f"{self.name} is pairwise: it needs at least one negative per positive")
+        grid = rb_items.view(-1, 1 + k)
+        lab = np.asarray(labels).reshape(-1, 1 + k)
+        if not ((lab[:, 0] == 1).all() and (lab[:, 1:] == 0).all()):
+            raise RuntimeError("schedule layout changed: expected each positive followed by its negatives")
+        pos = grid[:, :1].expand(-1, k).reshape(-1)
+        return Interaction({m.USER_ID: torch.full((len(pos),), uid, dtype=torch.long), m.ITEM_ID: pos,
+                            m.NEG_ITEM_ID: grid[:, 1:].reshape(-1)})
+
+    def loss(self, params: dict, interaction, *, cid: int, positives=None) -> torch.Tensor:
+        out = self.call(params, "calculate_loss", interaction, cid=cid, positives=positives)
+        if isinstance(out, (tuple, list)):  # some RecBole models return loss parts (the trainer sums them)
+            out = sum(out)
+        return out
+
+    def scores(self, params: dict, users: torch.Tensor, *, cid: int | None = None, positives=None,
+               max_pairs: int = 1 << 18) -> torch.Tensor:
+        """Scores ``[B, n_items]`` in our item order for ``users`` (our ids), from full module ``params``."""
+        from recbole.data.interaction import Interaction
+
+        m = self.template
+        rb = self.user_map[users]
+        try:
+            s = self.call(params, "full_sort_predict", Interaction({m.USER_ID: rb}), cid=cid, positives=positives)
+            return s.view(len(rb), -1)[:, self.item_map]
+        except NotImplementedError:
+            pass
+        rows = []  # RecBole's trainer does the same: predict over every (user, item) pair
+        step = max(1, max_pairs // max(1, self.n_items))
+        for b0 in range(0, len(rb), step):
+            ub = rb[b0:b0 + step]
+            inter = Interaction({m.USER_ID: ub.repeat_interleave(self.n_items),
+                                 m.ITEM_ID: self.item_map.repeat(len(ub))})
+            rows.append(self.call(params, "predict", inter, cid=cid, positives=positives).view(len(ub), -1))
+        return torch.cat(rows)
+
+
+# ---------------------------------------------------------------------------------------------- entry points
+def federate(model, config=None, dataset=None, *, data=None, workdir=None, config_file=None, config_dict=None,
+             private=None, shared=None, seed: int = 0):
+    """One call from a RecBole model to a federated backbone plus the data it runs on.
+
+    - From our data (``data``, a split InteractionData): the RecBole dataset is written from it (into
+      ``workdir``, a temporary folder by default) and ``config_file``/``config_dict`` configure the model.
+    - From a user's RecBole ``config`` (and optionally its ``dataset``): the dataset is created by RecBole,
+      converted to our data and split leave-one-out by time (RecBole id ``i + 1`` is our id ``i``).
+
+    Returns ``(backbone, data)``; pass both to :func:`fedvlr_plus.federation.run_federated`.
+    """
+    from fedvlr_plus._compat import patch_recbole
+
+    patch_recbole()
+    if data is not None:
+        if workdir is None:
+            tmp = tempfile.TemporaryDirectory(prefix="fedvlr-recbole-data-")
+            workdir = tmp.name
+        else:
+            tmp = None
+        cfg, train_ds, item_map, user_map = build_from_data(model, data, workdir, config_file=config_file,
+                                                            config_dict=config_dict, seed=seed)
+        bb = RecBoleBackbone(model, cfg, train_ds, item_map=item_map, user_map=user_map, private=private,
+                             shared=shared, seed=seed)
+        bb._workdir = tmp  # keep the atomic files alive as long as the backbone
+        return bb, data
+    if config is None:
+        raise ValueError("federate: pass our split data (data=...) or a RecBole Config")
+    if dataset is None:
+        from recbole.data import create_dataset
+
+        with recbole_workdir():
+            dataset = create_dataset(config)
+    ours = data_from_recbole(dataset)
+    bb = RecBoleBackbone(model, config, dataset, private=private, shared=shared, seed=seed)
+    return bb, ours
+
+
+def align_views(views: dict[str, np.ndarray], view_item_ids, data) -> dict[str, np.ndarray]:
+    """Reorder content views (rows keyed by ``view_item_ids``, e.g. a ViewStore's) into ``data``'s item order,
+    which for data read from RecBole is RecBole's id order minus the padding row. Items without a view row
+    are an error (the fusion needs every item)."""
+    pos = {str(t): r for r, t in enumerate(view_item_ids)}
+    missing = [str(t) for t in data.item_ids if str(t) not in pos]
+    if missing:
+        raise ValueError(f"{len(missing)} items of {data.name} have no view row (first: {missing[:3]})")
+    rows = np.array([pos[str(t)] for t in data.item_ids], dtype=np.int64)
+    return {k: np.asarray(v, np.float32)[rows] for k, v in views.items()}
+
+
+def fedvlr(backbone: RecBoleBackbone, views: dict[str, np.ndarray], data=None, *, mode: str = "fedvlr",
+           cold_neighbours: int = 10, **options):
+    """The FedVLR layer around a RecBole backbone: the model's item embedding tables become the ID modality
+    ``D`` of the server's fusion, and each client replaces them by its router-weighted fused views."""
+    from fedvlr_plus.fusion import FusionLayer, content_neighbours
+
+    if not backbone.item_table_names:
+        raise RefusedModel(f"{backbone.name} has no item embedding table (no parameter with one row per item); "
+                           f"the FedVLR layer has nothing to wrap")
+    bad = [n for n in backbone.item_table_names if backbone.template.get_parameter(n).dim() != 2]
+    if bad:
+        raise RefusedModel(f"{backbone.name}: item tables {bad} are not [n_items, d] matrices; the FedVLR layer "
+                           f"fuses 2-d embedding tables only")
+    nbrs = None
+    if data is not None and cold_neighbours > 0 and views:
+        cold = data.cold_items()
+        if cold.any():
+            nbrs = (np.flatnonzero(cold), content_neighbours(views, cold, cold_neighbours))
+    return FusionLayer(backbone, views, mode=mode, cold_neighbours=nbrs, **options)
+
+
+# ---------------------------------------------------------------------------------------------- evaluation
+def recbole_evaluate(data, scorer, *, split: str = "test", ks=(10,), metrics=("hr", "ndcg"),
+                     mask_history: str = "train", batch_size: int = 512) -> dict:
+    """RecBole's own evaluator (``Collector`` + metric classes) on full-sort scores from ``scorer``.
+
+    The history is masked with -inf before RecBole's top-k exactly as our evaluator masks it
+    (``mask_history``: ``train``, or ``all`` = train + valid at test, RecBole's native behaviour).
+    Returns ``{"hr@10": ..., "ndcg@10": ...}`` with our metric names.
+    """
+    from fedvlr_plus._compat import patch_recbole
+
+    patch_recbole()
+    from recbole.evaluator import Collector, Evaluator
+
+    unknown = set(metrics) - set(RB_METRIC)
+    if unknown:
+        raise ValueError(f"RecBole evaluator: unsupported metrics {sorted(unknown)}")
+    conf = {"metrics": [RB_METRIC[m] for m in metrics], "topk": [int(k) for k in ks],
+            "eval_args": {"mode": "full"}, "device": torch.device("cpu"), "metric_decimal_place": 12}
+    mask_splits = {"train": ["train"], "none": [],
+                   "all": ["train", "valid"] if split == "test" else ["train"]}[mask_history]
+    tgt = data.part(split)[["user", "item"]].drop_duplicates()
+    target = data.matrix([split]).tocsr()
+    users = np.unique(tgt["user"].to_numpy(np.int64))
+    mask = data.matrix(mask_splits).tocsr() if mask_splits else None
+    collector = Collector(conf)
+    for b0 in range(0, len(users), batch_size):
+        bu = users[b0:b0 + batch_size]
+        out = scorer(bu)
+        S = (out.detach() if torch.is_tensor(out) else torch.as_tensor(np.asarray(out))).to(torch.float64).clone()
+        if mask is not None:
+            sub = mask[bu]
+            r = np.repeat(np.arange(len(bu)), np.diff(sub.indptr))
+            S[torch.as_tensor(r), torch.as_tensor(sub.indices.astype(np.int64))] = -torch.inf
+        t = target[bu]
+        pu = torch.as_tensor(np.repeat(np.arange(len(bu)), np.diff(t.indptr)))
+        pi = torch.as_tensor(t.indices.astype(np.int64))
+        collector.eval_batch_collect(S, None, pu, pi)
+    res = Evaluator(conf).evaluate(collector.get_data_struct())
+    back = {v: k for k, v in RB_METRIC.items()}
+    out = {}
+    for key, value in res.items():
+        name, k = key.split("@")
+        out[f"{back[name]}@{k}"] = float(value)
+    return out
+
+
+def central_scorer(backbone: RecBoleBackbone, model):
+    """Scorer (our user ids -> [B, n_items], our item order) of a centrally trained RecBole ``model``."""
+    from recbole.data.interaction import Interaction
+
+    def score(users):
+        users = torch.as_tensor(np.asarray(users, dtype=np.int64))
+        rb = backbone.user_map[users]
+        with torch.no_grad():
+            model.eval()
+            for attr in CACHE_ATTRIBUTES:
+                if hasattr(model, attr):
+                    setattr(model, attr, None)
+            try:
+                s = model.full_sort_predict(Interaction({model.USER_ID: rb})).view(len(rb), -1)
+                return s[:, backbone.item_map]
+            except NotImplementedError:
+                inter = Interaction({model.USER_ID: rb.repeat_interleave(backbone.n_items),
+                                     model.ITEM_ID: backbone.item_map.repeat(len(rb))})
+                return model.predict(inter).view(len(rb), -1)
+    return score
+
+
+def train_central(backbone: RecBoleBackbone, *, epochs: int = 10, seed: int | None = None, workdir=None):
+    """Train the same model centrally with RecBole's own ``Trainer`` on the training split the backbone was
+    built from (RecBole's negative sampling, optimizer and learning rate from its config), no early stopping.
+    Returns the trained module; score it with :func:`central_scorer`."""
+    from recbole.data import data_preparation
+    from recbole.trainer import Trainer
+
+    seed = backbone.seed if seed is None else int(seed)
+    config = backbone.config
+    config["epochs"] = int(epochs)
+    with recbole_workdir(workdir):
+        from recbole.data import create_dataset
+
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            np_state = np.random.get_state()
+            np.random.seed(seed)
+            dataset = create_dataset(config)
+            train_data, _, _ = data_preparation(config, dataset)
+            model = backbone.model_class(config, train_data.dataset).to("cpu")
+            trainer = Trainer(config, model)
+            trainer.fit(train_data, valid_data=None, saved=False, show_progress=False, verbose=False)
+            np.random.set_state(np_state)
+    return model.eval()
+
+
+# ---------------------------------------------------------------------------------------------- CLI glue
+def cli_backbone(args, data):
+    """``fedvlr-plus run SOURCE --backbone recbole:<Model> [--fusion ...] [--recbole-config FILE]``."""
+    name = args.backbone.split(":", 1)[1].strip()
+    if not name:
+        raise SystemExit("recbole:<Model> needs a model name, e.g. recbole:BPR or recbole:NeuMF")
+    try:
+        bb, _ = federate(name, data=data, config_file=getattr(args, "recbole_config", None),
+                         seed=int(getattr(args, "seed", 0)))
+    except (RefusedModel, ValueError) as exc:
+        raise SystemExit(str(exc)) from None
+    if getattr(args, "fusion", "none") == "none":
+        return bb
+    from fedvlr_plus.fusion_cli import load_views
+
+    names = args.fusion_views.split(",") if args.fusion_views else None
+    views = load_views(data, args.views, names, progress=not getattr(args, "no_progress", False))
+    drop = set(args.drop_modality)
+    unknown = drop - {"id"} - set(views)
+    if unknown:
+        raise SystemExit(f"--drop-modality {sorted(unknown)}: no such modality (id, {', '.join(views)})")
+    views = {k: v for k, v in views.items() if k not in drop}
+    try:
+        return fedvlr(bb, views, data, mode=args.fusion,
+                      cold_neighbours=args.cold_neighbours if "id" not in drop else 0,
+                      temperature=args.router_temperature, balance=args.router_balance, use_id="id" not in drop)
+    except RefusedModel as exc:
+        raise SystemExit(str(exc)) from None

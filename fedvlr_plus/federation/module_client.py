@@ -1,0 +1,235 @@
+"""A sequential client and simulator for *module-based* backbones (a wrapped ``torch.nn.Module``, e.g. a RecBole
+model through :class:`fedvlr_plus.adapters.recbole.RecBoleBackbone`), optionally under the FedVLR layer.
+
+Same contract and same schedule as :class:`~fedvlr_plus.federation.client.RecClient` (the functional reference):
+the client restores its private state from the store (a real load every round), runs its local steps, stores the
+private state back and uploads only shared arrays (item tables row-wise: the rows it touched). The differences:
+
+- the loss is the wrapped model's own ``calculate_loss`` on a batch built from the schedule, and scores come from
+  its ``full_sort_predict``/``predict`` (the backbone's ``loss``/``scores``/``module_params``/``batch``);
+- under :class:`~fedvlr_plus.fusion.FusionLayer` the model's item embedding tables are *replaced* for the
+  forward pass by the client's router-weighted mixture of the server's fused views (split back into the model's
+  tables by columns), so the model's own scoring code runs on fused item vectors and the uploaded gradient is the
+  one with respect to the fused views (FedVLR Algorithm 1).
+
+Local optimisation is plain SGD, as in the reference client (item rows at ``lr * item_lr_scale``). Dropout and
+other randomness inside the model draw from a torch generator seeded by (seed, round, client).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..adapters.base import Backbone
+from .client import _tensor, rank_metrics
+from .messages import ClientUpdate
+from .schedule import build_schedule
+from .state import init_private_states
+
+
+def module_base(bb: Backbone):
+    """The module-based backbone inside ``bb`` (itself, or the base of a fusion layer), or None."""
+    if getattr(bb, "module_based", False):
+        return bb
+    base = getattr(bb, "base", None)
+    return base if getattr(base, "module_based", False) else None
+
+
+def _seed_of(*parts: int) -> int:
+    return int(np.random.SeedSequence([int(p) & 0xFFFFFFFF for p in parts]).generate_state(1)[0])
+
+
+class ModuleClient:
+    """One user's device running a module-based backbone (see the module docstring)."""
+
+    def __init__(self, cid: int, backbone: Backbone, positives, store, *, seed: int = 0,
+                 targets: dict[str, np.ndarray] | None = None, dtype=torch.float32):
+        self.cid = int(cid)
+        self.bb = backbone
+        self.base = module_base(backbone)
+        if self.base is None:
+            raise TypeError(f"{backbone.name}: not a module-based backbone")
+        self.fused = backbone if backbone is not self.base else None
+        self.positives = np.unique(np.asarray(positives, dtype=np.int64))
+        self.store = store
+        self.seed = int(seed)
+        self.targets = {k: np.asarray(v, dtype=np.int64) for k, v in (targets or {}).items()}
+        self.dtype = dtype
+        self._indptr = np.array([0, len(self.positives)], dtype=np.int64)
+
+    # ------------------------------------------------------------------ private state
+    def private_state(self) -> dict[str, torch.Tensor]:
+        state = self.store.load(self.cid)
+        if state is None:
+            # the router (fusion) from the keyed draws; the model's own private rows as the model initialises them
+            state = init_private_states(self.bb, [self.cid], self.seed, self.dtype)[0]
+            state.update(self.base.initial_private(self.cid, self.seed))
+        return state
+
+    def _ctx(self) -> dict:
+        ctx = {"items_global": torch.arange(self.bb.n_items)}
+        if self.bb.uses_history:
+            h = torch.as_tensor(self.positives)
+            ctx.update(hist_global=h, hist_mask=torch.ones(len(h), dtype=torch.bool))
+        return ctx
+
+    def _module_params(self, p: dict, ctx: dict) -> dict:
+        q = dict(p)
+        if self.fused is not None:
+            q.update(self.base.split_item_repr(self.fused.item_repr(p, None, ctx)))
+        return self.base.module_params(q, torch.tensor([self.cid]))
+
+    # ------------------------------------------------------------------ fit
+    def fit(self, shared: dict, config: dict) -> ClientUpdate:
+        bb, base, dtype = self.bb, self.base, self.dtype
+        upload = config.get("upload", "params")
+        if upload not in ("params", "grads"):
+            raise ValueError(f"config['upload'] must be 'params' or 'grads', got {upload!r}")
+        lr = float(config["lr"])
+        item_lr = lr * float(config.get("item_lr_scale", 1.0))
+        wd = float(config.get("weight_decay", 0.0))
+        specs = {s.name: s for s in bb.all_specs()}
+        shared = {k: _tensor(v, dtype) for k, v in shared.items()}
+        missing = [s for s in bb.shared_names if s not in shared]
+        if missing:
+            raise ValueError(f"client {self.cid}: the server did not send {missing}")
+        state = self.private_state()
+        p = {name: shared[name].detach().clone().requires_grad_(True) for name in bb.shared_names}
+        for s in bb.private_specs():
+            p[s.name] = state[s.name].detach().clone().to(dtype).requires_grad_(True)
+        names = list(p)
+        acc = {name: torch.zeros_like(p[name]) for name in bb.shared_names} if upload == "grads" else {}
+        k = int(config["negatives"])
+        sched = build_schedule(self._indptr, self.positives, np.array([0]), bb.n_items,
+                               ids=np.array([self.cid]), seed=int(config.get("seed", self.seed)),
+                               round=int(config["round"]), epochs=int(config["epochs"]),
+                               negatives=k, batch_size=int(config["batch_size"]))
+        ctx = self._ctx()
+        losses = []
+        base.template.train()
+        try:
+            with torch.random.fork_rng(devices=[]):
+                # the CPU generator only (torch.manual_seed also seeds CUDA, which costs ms per client)
+                torch.default_generator.manual_seed(_seed_of(config.get("seed", self.seed), config["round"],
+                                                             self.cid, 17))
+                for items_np, labels_np in sched.steps_of(0):
+                    inter = base.batch(self.cid, items_np, labels_np, k)
+                    loss = base.loss(self._module_params(p, ctx), inter, cid=self.cid, positives=self.positives)
+                    items = torch.from_numpy(items_np)
+                    reg = bb.regulariser(p, items, torch.ones(len(items), dtype=dtype), config)
+                    loss = loss + reg
+                    grads = torch.autograd.grad(loss, [p[n] for n in names], allow_unused=True)
+                    with torch.no_grad():
+                        used = torch.unique(items)
+                        for name, g in zip(names, grads):
+                            if g is None:
+                                continue
+                            if name in acc:
+                                acc[name] += g
+                                continue
+                            spec = specs[name]
+                            if wd:
+                                if spec.item_table:
+                                    g = g.clone()
+                                    g[used] += wd * p[name][used]
+                                else:
+                                    g = g + wd * p[name]
+                            p[name] -= (item_lr if spec.scaled else lr) * g
+                    losses.append(float(loss.detach()))
+        finally:
+            base.template.eval()
+        touched = torch.from_numpy(sched.touched_of(0))
+        arrays, rows = {}, {}
+        for name in bb.shared_names:
+            src = acc[name] if upload == "grads" else p[name].detach()
+            if specs[name].item_table:
+                arrays[name] = src[touched].clone()
+                rows[name] = touched.clone()
+            else:
+                arrays[name] = src.clone()
+        self.store.save(self.cid, {s.name: p[s.name].detach() for s in bb.private_specs()}, copy=False)
+        return ClientUpdate(cid=self.cid, kind=upload, arrays=arrays, rows=rows,
+                            num_examples=int(len(self.positives)),
+                            metrics={"loss": float(np.mean(losses)) if losses else 0.0, "steps": len(losses)})
+
+    # ------------------------------------------------------------------ scoring and evaluation
+    def scores(self, shared: dict) -> torch.Tensor:
+        shared = {k: _tensor(v, self.dtype) for k, v in shared.items()}
+        p = {**shared, **self.private_state()}
+        with torch.no_grad():
+            full = self._module_params(p, self._ctx())
+            return self.base.scores(full, torch.tensor([self.cid]), cid=self.cid, positives=self.positives)[0]
+
+    def evaluate(self, shared: dict, config: dict) -> dict:
+        split = config.get("split", "valid")
+        if split not in self.targets:
+            raise ValueError(f"client {self.cid} holds no {split!r} items")
+        ks = [int(k) for k in config.get("ks", (10, 50))]
+        exclude = self.positives
+        if config.get("mask_history", "train") == "train+valid" and split == "test":
+            exclude = np.union1d(exclude, self.targets.get("valid", np.zeros(0, np.int64)))
+        out = rank_metrics(self.scores(shared), self.targets[split], exclude, ks)
+        out.update(cid=self.cid, split=split)
+        return out
+
+
+class ModuleSimulator:
+    """Sequential simulator over :class:`ModuleClient` (the engine picks it for module-based backbones).
+
+    Scoring batches users through one model call when that is private-safe (no graph, no fusion, no whole
+    private tensors), and otherwise scores one user at a time (each with its own graph or fused item table).
+    """
+
+    name = "module"
+
+    def __init__(self, bb: Backbone, indptr: np.ndarray, indices: np.ndarray, store, *,
+                 seed: int = 0, dtype=torch.float32, **_):
+        self.bb = bb
+        self.base = module_base(bb)
+        self.indptr, self.indices = indptr, indices
+        self.store = store
+        self.seed = int(seed)
+        self.dtype = dtype
+
+    def client(self, cid: int) -> ModuleClient:
+        pos = self.indices[self.indptr[cid]:self.indptr[cid + 1]]
+        return ModuleClient(int(cid), self.bb, pos, self.store, seed=self.seed, dtype=self.dtype)
+
+    def fit(self, cids, shared, config) -> list[ClientUpdate]:
+        return [self.client(int(c)).fit(shared, config) for c in cids]
+
+    def _batchable(self) -> bool:
+        return (self.bb is self.base and not self.base.graph
+                and all(k != "private" for k in self.base.kinds.values()))
+
+    def scores(self, users, shared, batch: int = 256) -> torch.Tensor:
+        users = np.asarray(users, dtype=np.int64)
+        if not len(users):
+            return torch.zeros(0, self.bb.n_items, dtype=self.dtype)
+        if not self._batchable():
+            return torch.stack([self.client(int(u)).scores(shared) for u in users])
+        shared = {k: _tensor(v, self.dtype) for k, v in shared.items()}
+        out = []
+        for b0 in range(0, len(users), batch):
+            bu = users[b0:b0 + batch]
+            states = [self.client(int(u)).private_state() for u in bu]
+            p = dict(shared)
+            for s in self.bb.private_specs():
+                p[s.name] = torch.stack([st[s.name] for st in states]).to(self.dtype)
+            with torch.no_grad():
+                ut = torch.as_tensor(bu)
+                out.append(self.base.scores(self.base.module_params(p, ut), ut))
+        return torch.cat(out)
+
+    def _history_ctx(self, cids) -> dict:
+        """The users' training positives as global ids, padded, with a mask (the router report's input)."""
+        cids = np.asarray(cids, dtype=np.int64)
+        n = self.indptr[cids + 1] - self.indptr[cids]
+        h_max = max(int(n.max()) if len(n) else 1, 1)
+        hist = np.zeros((len(cids), h_max), dtype=np.int64)
+        hmask = np.zeros((len(cids), h_max), dtype=bool)
+        for r, c in enumerate(cids):
+            pos = self.indices[self.indptr[c]:self.indptr[c + 1]]
+            hist[r, :len(pos)] = pos
+            hmask[r, :len(pos)] = True
+        return {"hist_global": torch.from_numpy(hist), "hist_mask": torch.from_numpy(hmask)}
