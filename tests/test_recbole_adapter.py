@@ -278,6 +278,7 @@ def test_user_defined_model_from_the_example_runs_federated_unchanged(workdir):
                         "item_bias.weight": "item"}
     res = run_federated(data, bb, small_cfg(rounds=2), progress=False)
     assert res["backbone"] == "recbole:BiasedMF" and np.isfinite(res["test"]["ndcg@10"])
+    assert res["simulator"] == "module"       # the result names the simulator that really ran
     assert res["history"][1]["loss"] < res["history"][0]["loss"] + 1e-6
 
 

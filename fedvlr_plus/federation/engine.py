@@ -255,7 +255,7 @@ class FederatedRun:
             "backbone": self.backbone_name, "dataset": self.data.name, "seed": int(self.cfg.seed),
             "selected_round": int(self.best["round"]), "rounds_run": int(self.round),
             "stopped_early": bool(self.stopped_early), "strategy": self.strategy_name,
-            "simulator": self.cfg.simulator, "valid": self.best["valid"],
+            "simulator": getattr(self.sim, "name", self.cfg.simulator), "valid": self.best["valid"],
         }
         out.update(_plain(self.best["test_full"].to_json(prefix="test")))
         sampled = _plain(self.best["test_sampled"].to_json(prefix="test_sampled"))
