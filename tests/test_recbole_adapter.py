@@ -144,6 +144,18 @@ def test_local_step_is_the_models_own_sgd_step(workdir):
     assert torch.allclose(stored, U.detach()[uid] - 0.3 * gu[uid], atol=1e-6)
 
 
+def test_module_clients_clip_their_uploads_like_the_other_clients(workdir):
+    """--upload-clip / --upload-noise apply to RecBole clients too (the shared LocalTraining.finish)."""
+    data = tiny_data()
+    bb, _ = federate("BPR", data=data, workdir=workdir)
+    seen = []
+    run = FederatedRun(data, bb, small_cfg(rounds=1, strategy="fedgrad", server_lr=0.1, upload_clip=0.01),
+                       progress=False, on_upload=lambda r, u: seen.append(u))
+    run.run_round()
+    norms = [float(torch.sqrt(sum((a.double() ** 2).sum() for a in u.arrays.values()))) for u in seen]
+    assert seen and max(norms) <= 0.01 + 1e-6
+    assert max(norms) > 0.005          # the unclipped gradient sums are larger than the clip
+
 def test_uploads_hold_only_shared_arrays_and_private_state_is_reloaded(workdir):
     data = tiny_data()
     bb, _ = federate("NeuMF", data=data, workdir=workdir)

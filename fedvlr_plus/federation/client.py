@@ -18,6 +18,7 @@ on full tables, one step at a time, and the batched trainer must reproduce its n
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -42,6 +43,81 @@ class Client(Protocol):
 def _tensor(x, dtype) -> torch.Tensor:
     t = torch.as_tensor(x)
     return t.to(dtype) if t.is_floating_point() else t
+
+
+@dataclass
+class LocalTraining:
+    """A client's local SGD for one round: learning rates, the parameters it trains (shared parts copied from the
+    broadcast, private parts from its restored state) and the gradient accumulators of a ``grads`` upload.
+    Shared by the reference client and the module client (``module_client.ModuleClient``)."""
+
+    upload: str
+    lr: float
+    item_lr: float
+    wd: float
+    # grads upload: Algorithm 1 keeps the shared parts fixed during the round; with local_shared the client also
+    # steps its copy, so the upload is the gradient sum along its own trajectory (a pseudo-gradient)
+    local_shared: bool
+    specs: dict
+    shared: dict
+    p: dict
+    names: list
+    acc: dict
+
+    @classmethod
+    def start(cls, bb: Backbone, cid: int, shared: dict, state: dict, config: dict, dtype) -> "LocalTraining":
+        upload = config.get("upload", "params")
+        if upload not in ("params", "grads"):
+            raise ValueError(f"config['upload'] must be 'params' or 'grads', got {upload!r}")
+        lr = float(config["lr"])
+        shared = {k: _tensor(v, dtype) for k, v in shared.items()}
+        missing = [s for s in bb.shared_names if s not in shared]
+        if missing:
+            raise ValueError(f"client {cid}: the server did not send {missing}")
+        p = {name: shared[name].detach().clone().requires_grad_(True) for name in bb.shared_names}
+        for s in bb.private_specs():
+            p[s.name] = state[s.name].detach().clone().to(dtype).requires_grad_(True)
+        acc = {name: torch.zeros_like(p[name]) for name in bb.shared_names} if upload == "grads" else {}
+        return cls(upload=upload, lr=lr, item_lr=lr * float(config.get("item_lr_scale", 1.0)),
+                   wd=float(config.get("weight_decay", 0.0)), local_shared=bool(config.get("local_shared", False)),
+                   specs={s.name: s for s in bb.all_specs()}, shared=shared, p=p, names=list(p), acc=acc)
+
+    @torch.no_grad()
+    def step(self, grads, items: torch.Tensor) -> None:
+        """One SGD step (or gradient accumulation) from ``grads`` aligned with ``names``; None grads are skipped."""
+        used = torch.unique(items)
+        p = self.p
+        for name, g in zip(self.names, grads):
+            if g is None:
+                continue
+            if name in self.acc:
+                self.acc[name] += g
+                if not self.local_shared:
+                    continue
+            spec = self.specs[name]
+            if self.wd:
+                if spec.item_table:  # decay only the rows this step uses (lazy, sparse decay)
+                    g = g.clone()
+                    g[used] += self.wd * p[name][used]
+                else:
+                    g = g + self.wd * p[name]
+            p[name] -= (self.item_lr if spec.scaled else self.lr) * g
+
+    def finish(self, bb: Backbone, cid: int, touched: torch.Tensor, num_examples: int, losses: list,
+               config: dict) -> ClientUpdate:
+        """The upload: shared arrays only (item tables by the rows touched), clipped and noised on the client
+        when the run asks for it (``privacy.privatise``), before it leaves."""
+        arrays, rows = {}, {}
+        for name in bb.shared_names:
+            src = self.acc[name] if self.upload == "grads" else self.p[name].detach()
+            if self.specs[name].item_table:
+                arrays[name] = src[touched].clone()
+                rows[name] = touched.clone()
+            else:
+                arrays[name] = src.clone()
+        update = ClientUpdate(cid=cid, kind=self.upload, arrays=arrays, rows=rows, num_examples=int(num_examples),
+                              metrics={"loss": float(np.mean(losses)) if losses else 0.0, "steps": len(losses)})
+        return privatise(update, self.shared, config)
 
 
 def scoring_params(bb: Backbone, shared: dict[str, torch.Tensor], private: dict[str, torch.Tensor]) -> dict:
@@ -103,28 +179,8 @@ class RecClient:
     # ------------------------------------------------------------------ fit
     def fit(self, shared: dict, config: dict) -> ClientUpdate:
         bb, dtype = self.bb, self.dtype
-        upload = config.get("upload", "params")
-        if upload not in ("params", "grads"):
-            raise ValueError(f"config['upload'] must be 'params' or 'grads', got {upload!r}")
-        lr = float(config["lr"])
-        item_lr = lr * float(config.get("item_lr_scale", 1.0))
-        wd = float(config.get("weight_decay", 0.0))
-        specs = {s.name: s for s in bb.all_specs()}
-        shared = {k: _tensor(v, dtype) for k, v in shared.items()}
-        missing = [s for s in bb.shared_names if s not in shared]
-        if missing:
-            raise ValueError(f"client {self.cid}: the server did not send {missing}")
-        state = self.private_state()
-
-        p = {name: shared[name].detach().clone().requires_grad_(True) for name in bb.shared_names}
-        for s in bb.private_specs():
-            p[s.name] = state[s.name].detach().clone().to(dtype).requires_grad_(True)
-        names = list(p)
-        acc = {name: torch.zeros_like(p[name]) for name in bb.shared_names} if upload == "grads" else {}
-        # grads upload: Algorithm 1 keeps the shared parts fixed during the round; with local_shared the client
-        # also steps its copy, so the upload is the gradient sum along its own trajectory (a pseudo-gradient)
-        local_shared = bool(config.get("local_shared", False))
-
+        t = LocalTraining.start(bb, self.cid, shared, self.private_state(), config, dtype)
+        p = t.p
         sched = build_schedule(self._indptr, self.positives, np.array([0]), bb.n_items,
                                ids=np.array([self.cid]), seed=int(config.get("seed", self.seed)),
                                round=int(config["round"]), epochs=int(config["epochs"]),
@@ -136,43 +192,17 @@ class RecClient:
             logits = bb.logits(p, items, self._ctx(items))
             loss = F.binary_cross_entropy_with_logits(logits, labels)
             loss = loss + bb.regulariser(p, items, torch.ones(len(items), dtype=dtype), config)
-            grads = torch.autograd.grad(loss, [p[n] for n in names])
-            with torch.no_grad():
-                used = torch.unique(items)
-                for name, g in zip(names, grads):
-                    if name in acc:
-                        acc[name] += g
-                        if not local_shared:
-                            continue
-                    spec = specs[name]
-                    if wd:
-                        if spec.item_table:  # decay only the rows this step uses (lazy, sparse decay)
-                            g = g.clone()
-                            g[used] += wd * p[name][used]
-                        else:
-                            g = g + wd * p[name]
-                    p[name] -= (item_lr if spec.scaled else lr) * g
+            t.step(torch.autograd.grad(loss, [p[n] for n in t.names]), items)
             losses.append(float(loss.detach()))
 
         touched = torch.from_numpy(sched.touched_of(0))
-        arrays, rows = {}, {}
-        for name in bb.shared_names:
-            src = acc[name] if upload == "grads" else p[name].detach()
-            if specs[name].item_table:
-                arrays[name] = src[touched].clone()
-                rows[name] = touched.clone()
-            else:
-                arrays[name] = src.clone()
         new_state = {s.name: p[s.name].detach() for s in bb.private_specs()}
         for shared_name, personal in bb.personal_copies.items():
-            copy = shared[shared_name].detach().clone()
+            copy = t.shared[shared_name].detach().clone()
             copy[touched] = p[shared_name].detach()[touched]
             new_state[personal] = copy
         self.store.save(self.cid, new_state, copy=False)
-        update = ClientUpdate(cid=self.cid, kind=upload, arrays=arrays, rows=rows,
-                              num_examples=int(len(self.positives)),
-                              metrics={"loss": float(np.mean(losses)) if losses else 0.0, "steps": len(losses)})
-        return privatise(update, shared, config)  # clip + noise when the run asks for it (before it leaves)
+        return t.finish(bb, self.cid, touched, len(self.positives), losses, config)
 
     # ------------------------------------------------------------------ scoring and evaluation
     def scores(self, shared: dict) -> torch.Tensor:

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from ..adapters.base import Backbone
-from .client import _tensor, rank_metrics
+from .client import LocalTraining, _tensor, rank_metrics
 from .messages import ClientUpdate
 from .schedule import build_schedule
 from .state import init_private_states
@@ -82,23 +82,8 @@ class ModuleClient:
     # ------------------------------------------------------------------ fit
     def fit(self, shared: dict, config: dict) -> ClientUpdate:
         bb, base, dtype = self.bb, self.base, self.dtype
-        upload = config.get("upload", "params")
-        if upload not in ("params", "grads"):
-            raise ValueError(f"config['upload'] must be 'params' or 'grads', got {upload!r}")
-        lr = float(config["lr"])
-        item_lr = lr * float(config.get("item_lr_scale", 1.0))
-        wd = float(config.get("weight_decay", 0.0))
-        specs = {s.name: s for s in bb.all_specs()}
-        shared = {k: _tensor(v, dtype) for k, v in shared.items()}
-        missing = [s for s in bb.shared_names if s not in shared]
-        if missing:
-            raise ValueError(f"client {self.cid}: the server did not send {missing}")
-        state = self.private_state()
-        p = {name: shared[name].detach().clone().requires_grad_(True) for name in bb.shared_names}
-        for s in bb.private_specs():
-            p[s.name] = state[s.name].detach().clone().to(dtype).requires_grad_(True)
-        names = list(p)
-        acc = {name: torch.zeros_like(p[name]) for name in bb.shared_names} if upload == "grads" else {}
+        t = LocalTraining.start(bb, self.cid, shared, self.private_state(), config, dtype)
+        p = t.p
         k = int(config["negatives"])
         sched = build_schedule(self._indptr, self.positives, np.array([0]), bb.n_items,
                                ids=np.array([self.cid]), seed=int(config.get("seed", self.seed)),
@@ -116,41 +101,14 @@ class ModuleClient:
                     inter = base.batch(self.cid, items_np, labels_np, k)
                     loss = base.loss(self._module_params(p, ctx), inter, cid=self.cid, positives=self.positives)
                     items = torch.from_numpy(items_np)
-                    reg = bb.regulariser(p, items, torch.ones(len(items), dtype=dtype), config)
-                    loss = loss + reg
-                    grads = torch.autograd.grad(loss, [p[n] for n in names], allow_unused=True)
-                    with torch.no_grad():
-                        used = torch.unique(items)
-                        for name, g in zip(names, grads):
-                            if g is None:
-                                continue
-                            if name in acc:
-                                acc[name] += g
-                                continue
-                            spec = specs[name]
-                            if wd:
-                                if spec.item_table:
-                                    g = g.clone()
-                                    g[used] += wd * p[name][used]
-                                else:
-                                    g = g + wd * p[name]
-                            p[name] -= (item_lr if spec.scaled else lr) * g
+                    loss = loss + bb.regulariser(p, items, torch.ones(len(items), dtype=dtype), config)
+                    t.step(torch.autograd.grad(loss, [p[n] for n in t.names], allow_unused=True), items)
                     losses.append(float(loss.detach()))
         finally:
             base.template.eval()
         touched = torch.from_numpy(sched.touched_of(0))
-        arrays, rows = {}, {}
-        for name in bb.shared_names:
-            src = acc[name] if upload == "grads" else p[name].detach()
-            if specs[name].item_table:
-                arrays[name] = src[touched].clone()
-                rows[name] = touched.clone()
-            else:
-                arrays[name] = src.clone()
         self.store.save(self.cid, {s.name: p[s.name].detach() for s in bb.private_specs()}, copy=False)
-        return ClientUpdate(cid=self.cid, kind=upload, arrays=arrays, rows=rows,
-                            num_examples=int(len(self.positives)),
-                            metrics={"loss": float(np.mean(losses)) if losses else 0.0, "steps": len(losses)})
+        return t.finish(bb, self.cid, touched, len(self.positives), losses, config)
 
     # ------------------------------------------------------------------ scoring and evaluation
     def scores(self, shared: dict) -> torch.Tensor:
