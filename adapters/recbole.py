@@ -690,15 +690,9 @@ def cli_backbone(args, data):
         raise SystemExit(str(exc)) from None
     if getattr(args, "fusion", "none") == "none":
         return bb
-    from fedvlr_plus.fusion_cli import load_views
+    from fedvlr_plus.fusion_cli import selected_views
 
-    names = args.fusion_views.split(",") if args.fusion_views else None
-    views = load_views(data, args.views, names, progress=not getattr(args, "no_progress", False))
-    drop = set(args.drop_modality)
-    unknown = drop - {"id"} - set(views)
-    if unknown:
-        raise SystemExit(f"--drop-modality {sorted(unknown)}: no such modality (id, {', '.join(views)})")
-    views = {k: v for k, v in views.items() if k not in drop}
+    views, drop = selected_views(args, data)
     try:
         return fedvlr(bb, views, data, mode=args.fusion,
                       cold_neighbours=args.cold_neighbours if "id" not in drop else 0,

@@ -63,16 +63,21 @@ def load_views(data, store: str | None = None, names: list[str] | None = None,
     return {n: vs.get(rows, n) for n in names}
 
 
-def fusion_backbone(args, data, backbone: str, dim: int) -> FusionLayer:
-    from .adapters import make_backbone
-
+def selected_views(args, data) -> tuple[dict[str, np.ndarray], set[str]]:
+    """The views ``--views/--fusion-views`` name, without those ``--drop-modality`` removes; and the drop set."""
     names = args.fusion_views.split(",") if args.fusion_views else None
     views = load_views(data, args.views, names, progress=not getattr(args, "no_progress", False))
     drop = set(args.drop_modality)
     unknown = drop - {"id"} - set(views)
     if unknown:
         raise SystemExit(f"--drop-modality {sorted(unknown)}: no such modality (id, {', '.join(views)})")
-    views = {k: v for k, v in views.items() if k not in drop}
+    return {k: v for k, v in views.items() if k not in drop}, drop
+
+
+def fusion_backbone(args, data, backbone: str, dim: int) -> FusionLayer:
+    from .adapters import make_backbone
+
+    views, drop = selected_views(args, data)
     cold = data.cold_items()
     nbrs = None
     if args.cold_neighbours > 0 and cold.any():
