@@ -105,10 +105,12 @@ def router_report(run, users: np.ndarray | None = None) -> dict:
 
         for i, st in zip(fresh, init_private_states(bb, users[fresh], run.cfg.seed)):
             states[i] = st
+    from .federation.batched import history_ctx
+
     names = [s.name for s in bb.private_specs() if s.name.startswith("router.")]
     p = {k: torch.stack([s[k] for s in states]) for k in names}
     with torch.no_grad():
-        w = bb.weights(p, run.sim._history_ctx(users)).double()
+        w = bb.weights(p, history_ctx(run.indptr, run.indices, users)).double()
     ent = -(w * torch.log(w.clamp_min(1e-12))).sum(-1)
     return {"experts": list(bb.experts), "mean_weights": w.mean(0).tolist(), "std_across_users": w.std(0).tolist(),
             "mean_entropy": float(ent.mean()), "max_entropy": float(np.log(w.shape[1])),

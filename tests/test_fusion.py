@@ -5,6 +5,7 @@ import torch
 
 from fedvlr_plus.adapters import make_backbone
 from fedvlr_plus.federation.config import FedConfig
+from fedvlr_plus.federation.batched import history_ctx
 from fedvlr_plus.federation.engine import FederatedRun
 from fedvlr_plus.federation.synthetic import synthetic_data
 from fedvlr_plus.fusion import FUSED, FusionLayer, content_neighbours, mix
@@ -150,7 +151,7 @@ def test_router_is_personal_and_restored():
     users = np.arange(6)
     states = [run.store.load(int(u)) for u in users]
     p = {k: torch.stack([s[k] for s in states]) for k in ("router.w1", "router.b1", "router.w2", "router.b2")}
-    ctx = run.sim._history_ctx(users)
+    ctx = history_ctx(run.indptr, run.indices, users)
     w = bb.weights(p, ctx)
     assert w.shape == (6, 3) and torch.allclose(w.sum(-1), torch.ones(6))
     assert (w.max(0).values - w.min(0).values).max() > 1e-3       # different users, different weights
@@ -181,3 +182,18 @@ def test_backbones_with_personal_item_tables_are_refused_clearly(name, why):
     data, views = toy()
     with pytest.raises(ValueError, match=why):
         layer(data, views, backbone=name)
+
+
+def test_router_report_works_whichever_simulator_ran():
+    """The report reads the users' histories from the run, not from a simulator method (the sequential reference
+    used to lack it)."""
+    from fedvlr_plus.fusion_cli import router_report
+
+    data, views = toy()
+    reports = {}
+    for sim in ("batched", "sequential"):
+        run = FederatedRun(data, layer(data, views), cfg(rounds=1, simulator=sim), progress=False)
+        run.run_round()
+        reports[sim] = router_report(run)
+    assert reports["batched"]["n_users"] == reports["sequential"]["n_users"] == len(run.eligible)
+    assert reports["batched"]["mean_entropy"] == pytest.approx(reports["sequential"]["mean_entropy"], abs=1e-4)

@@ -41,6 +41,21 @@ def _chunks(order: np.ndarray, cost: np.ndarray, budget: float, overhead: float)
     return out
 
 
+def history_ctx(indptr: np.ndarray, indices: np.ndarray, cids) -> dict:
+    """The users' training positives (CSR ``indptr``/``indices``) as global ids, padded, with a mask: the input
+    of backbones that read a user's history (the FedVLR router)."""
+    cids = np.asarray(cids, dtype=np.int64)
+    n = indptr[cids + 1] - indptr[cids]
+    h_max = max(int(n.max()) if len(n) else 1, 1)
+    owner = np.repeat(np.arange(len(cids)), n)
+    pos = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+    hist = np.zeros((len(cids), h_max), dtype=np.int64)
+    hmask = np.zeros((len(cids), h_max), dtype=bool)
+    hist[owner, pos] = indices[np.repeat(indptr[cids], n) + pos]
+    hmask[owner, pos] = True
+    return {"hist_global": torch.from_numpy(hist), "hist_mask": torch.from_numpy(hmask)}
+
+
 class BatchedSimulator:
     """Trains and scores many clients at once from the training CSR (``indptr``, ``indices``)."""
 
@@ -144,7 +159,7 @@ class BatchedSimulator:
 
         ctx = {}
         if bb.uses_history:
-            ctx.update(self._history_ctx(cids))
+            ctx.update(history_ctx(self.indptr, self.indices, cids))
         # per-step quantities for all steps at once (fewer small tensor ops inside the loop)
         counts = mask.sum(2)                                     # [C, S]
         active_all = (counts > 0).to(dtype)
@@ -276,18 +291,6 @@ class BatchedSimulator:
                     g = g + wd * leaves[name] * active.view(-1, *([1] * (g.dim() - 1)))
                 leaves[name].add_(g, alpha=-step_lr)
 
-    def _history_ctx(self, cids) -> dict:
-        """The users' training positives as global ids, padded, with a mask."""
-        n = self.indptr[cids + 1] - self.indptr[cids]
-        h_max = max(int(n.max()), 1)
-        owner = np.repeat(np.arange(len(cids)), n)
-        pos = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
-        hist = np.zeros((len(cids), h_max), dtype=np.int64)
-        hmask = np.zeros((len(cids), h_max), dtype=bool)
-        hist[owner, pos] = self.indices[np.repeat(self.indptr[cids], n) + pos]
-        hmask[owner, pos] = True
-        return {"hist_global": torch.from_numpy(hist), "hist_mask": torch.from_numpy(hmask)}
-
     # ------------------------------------------------------------------ scoring
     def scores(self, users, shared: dict[str, torch.Tensor]) -> torch.Tensor:
         """Logits ``[B, n_items]`` of every item for each user, from their restored private states."""
@@ -310,7 +313,7 @@ class BatchedSimulator:
             p = scoring_params(self.bb, shared, private)
             ctx = {"items_global": torch.arange(n_items)}
             if self.bb.uses_history:
-                ctx.update(self._history_ctx(chunk))
+                ctx.update(history_ctx(self.indptr, self.indices, chunk))
             with torch.no_grad():
                 out.append(self.bb.logits(p, None, ctx))
         return torch.cat(out) if out else torch.zeros(0, n_items, dtype=self.dtype)

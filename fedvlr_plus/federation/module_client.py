@@ -178,16 +178,3 @@ class ModuleSimulator:
                 ut = torch.as_tensor(bu)
                 out.append(self.base.scores(self.base.module_params(p, ut), ut))
         return torch.cat(out)
-
-    def _history_ctx(self, cids) -> dict:
-        """The users' training positives as global ids, padded, with a mask (the router report's input)."""
-        cids = np.asarray(cids, dtype=np.int64)
-        n = self.indptr[cids + 1] - self.indptr[cids]
-        h_max = max(int(n.max()) if len(n) else 1, 1)
-        hist = np.zeros((len(cids), h_max), dtype=np.int64)
-        hmask = np.zeros((len(cids), h_max), dtype=bool)
-        for r, c in enumerate(cids):
-            pos = self.indices[self.indptr[c]:self.indptr[c + 1]]
-            hist[r, :len(pos)] = pos
-            hmask[r, :len(pos)] = True
-        return {"hist_global": torch.from_numpy(hist), "hist_mask": torch.from_numpy(hmask)}
