@@ -8,7 +8,8 @@ import pytest
 from fedvlr_plus.cli import build_parser
 from fedvlr_plus.datasets import InteractionData
 from fedvlr_plus.evaluation import evaluate
-from fedvlr_plus.experiments.paper_table import among_cold, content_scorer, run_paper_table
+from fedvlr_plus.coldstart.content import RestrictedScorer
+from fedvlr_plus.experiments.paper_table import content_scorer, run_paper_table
 from fedvlr_plus.federation.synthetic import synthetic_data
 
 
@@ -41,7 +42,7 @@ def test_among_cold_ranks_cold_targets_among_cold_items_only():
     assert cold.sum() == 1 and cold[int(np.flatnonzero(data.item_ids.astype(str) == "3")[0])]
     worst_for_cold = lambda users: np.tile(-np.asarray(cold, float), (len(users), 1))  # cold item scored lowest
     plain = evaluate(data, worst_for_cold, split="test", ks=(1,), metrics=("hr",))
-    only = evaluate(data, among_cold(worst_for_cold, cold), split="test", ks=(1,), metrics=("hr",))
+    only = evaluate(data, RestrictedScorer(worst_for_cold, cold), split="test", ks=(1,), metrics=("hr",))
     assert plain.summary("cold")["hr@1"] == 0.0
     assert only.summary("cold")["hr@1"] == 1.0        # the only cold item is first among cold items
 

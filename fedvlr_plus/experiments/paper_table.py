@@ -24,14 +24,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..coldstart.content import RestrictedScorer
 from ..evaluation import EvalResult, evaluate, paired_test, reference_scorer
 from ..evaluation.stats import bootstrap_ci
 from ..jsonio import write_json_atomic
 
 VARIANTS = ("none", "mlp", "fedvlr")
 PARTS = ("all", "warm", "cold", "cold_among_cold")
-#: score given to warm items when cold targets are ranked among cold items only (far below any real score)
-_EXCLUDED = -1e30
 
 
 def content_scorer(data, views: dict[str, np.ndarray]):
@@ -54,20 +53,6 @@ def content_scorer(data, views: dict[str, np.ndarray]):
             pn = np.linalg.norm(prof, axis=1, keepdims=True)
             total += (prof / np.where(pn > 0, pn, 1.0)) @ v.T
         return total / max(len(normed), 1)
-
-    return score
-
-
-def among_cold(scorer, cold: np.ndarray):
-    """Wrap a scorer so that warm items fall to the bottom: a cold target is then ranked among cold items only."""
-    warm = ~np.asarray(cold, bool)
-
-    def score(users):
-        s = scorer(users)
-        s = s.detach().cpu().numpy() if hasattr(s, "detach") else np.array(s, dtype=np.float64, copy=True)
-        s = s.astype(np.float64, copy=False)
-        s[:, warm] = _EXCLUDED
-        return s
 
     return score
 
@@ -183,11 +168,11 @@ def run_paper_table(args, data, keys: list[str], ks, names) -> dict:
     for name in ("pop", "random", "antipop"):
         sc = reference_scorer(name, data, seed=base_cfg.seed)
         refs[name] = [_frames(evaluate(data, sc, split="test", seed=base_cfg.seed, **common),
-                              evaluate(data, among_cold(sc, cold), split="test", seed=base_cfg.seed, **common)
+                              evaluate(data, RestrictedScorer(sc, cold), split="test", seed=base_cfg.seed, **common)
                               if cold.any() else None)]
     csc = content_scorer(data, views)
     refs["content"] = [_frames(evaluate(data, csc, split="test", **common),
-                               evaluate(data, among_cold(csc, cold), split="test", **common) if cold.any() else None)]
+                               evaluate(data, RestrictedScorer(csc, cold), split="test", **common) if cold.any() else None)]
 
     from ..adapters import make_backbone
     from ..fusion import wrap_refusal
@@ -225,7 +210,7 @@ def run_paper_table(args, data, keys: list[str], ks, names) -> dict:
 
                 def on_round(run, record, extra=extra, variant=variant):
                     if run.best is not None and run.best["round"] == record["round"]:
-                        extra["cold"] = (evaluate(data, among_cold(run.scorer(), cold), split="test", **common)
+                        extra["cold"] = (evaluate(data, RestrictedScorer(run.scorer(), cold), split="test", **common)
                                          if cold.any() else None)
                         if variant == "fedvlr":
                             extra["router"] = router_report(run)
