@@ -23,7 +23,7 @@ def register(sub) -> argparse.ArgumentParser:
     from .paper_table import add_arguments
 
     add_arguments(t)
-    t.add_argument("--metrics", default="hr@10,ndcg@10,hr@50,ndcg@50",
+    t.add_argument("--metrics", default=DEFAULT_METRICS,
                    help=f"comma-separated metric@K list (default {DEFAULT_METRICS})")
     t.add_argument("--out", metavar="DIR", default=None, help="report folder (CSV, Markdown, plot, JSON, runs)")
     t.add_argument("--json", action="store_true", help="print one JSON object as the last line")
