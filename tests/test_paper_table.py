@@ -8,8 +8,8 @@ import pytest
 from fedvlr_plus.cli import build_parser
 from fedvlr_plus.datasets import InteractionData
 from fedvlr_plus.evaluation import evaluate
-from fedvlr_plus.coldstart.content import RestrictedScorer
-from fedvlr_plus.experiments.paper_table import content_scorer, run_paper_table
+from fedvlr_plus.coldstart.content import ContentRanker, RestrictedScorer
+from fedvlr_plus.experiments.paper_table import run_paper_table
 from fedvlr_plus.federation.synthetic import synthetic_data
 
 
@@ -29,7 +29,7 @@ def test_content_scorer_is_the_cosine_to_the_mean_training_item():
     iid = {str(x): i for i, x in enumerate(data.item_ids)}
     v = np.zeros((data.n_items, 2))
     v[iid["0"]], v[iid["1"]], v[iid["2"]], v[iid["3"]] = [1, 0], [0, 2], [1, 1], [3, 3]
-    s = content_scorer(data, {"text": v})(np.array([uid["0"]]))[0]
+    s = ContentRanker(data, {"text": v})(np.array([uid["0"]]))[0]
     # user 0's profile: mean of (1, 0) and (0, 1) -> direction (1, 1): cosine 1 with items 2 and 3
     assert s[iid["3"]] == pytest.approx(1.0)
     assert s[iid["2"]] == pytest.approx(1.0)

@@ -24,37 +24,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..coldstart.content import RestrictedScorer
+from ..coldstart.content import ContentRanker, RestrictedScorer
 from ..evaluation import EvalResult, evaluate, paired_test, reference_scorer
 from ..evaluation.stats import bootstrap_ci
 from ..jsonio import write_json_atomic
 
 VARIANTS = ("none", "mlp", "fedvlr")
 PARTS = ("all", "warm", "cold", "cold_among_cold")
-
-
-def content_scorer(data, views: dict[str, np.ndarray]):
-    """Content-only ranker: for each view, cosine between the user's mean (normalised) training-item vector and
-    every item's vector; the views' cosines are averaged. Needs no training and no other user's data."""
-    m = data.matrix(["train"]).tocsr().astype(np.float64)
-    normed = []
-    for v in views.values():
-        v = np.asarray(v, np.float64)
-        n = np.linalg.norm(v, axis=1, keepdims=True)
-        normed.append(v / np.where(n > 0, n, 1.0))
-
-    def score(users):
-        users = np.asarray(users, dtype=np.int64)
-        rows = m[users]
-        cnt = np.asarray(rows.sum(1)).reshape(-1, 1)
-        total = np.zeros((len(users), data.n_items))
-        for v in normed:
-            prof = np.asarray(rows @ v) / np.where(cnt > 0, cnt, 1.0)
-            pn = np.linalg.norm(prof, axis=1, keepdims=True)
-            total += (prof / np.where(pn > 0, pn, 1.0)) @ v.T
-        return total / max(len(normed), 1)
-
-    return score
 
 
 def _save_extra(run_dir: Path, extra: dict) -> None:
@@ -170,7 +146,7 @@ def run_paper_table(args, data, keys: list[str], ks, names) -> dict:
         refs[name] = [_frames(evaluate(data, sc, split="test", seed=base_cfg.seed, **common),
                               evaluate(data, RestrictedScorer(sc, cold), split="test", seed=base_cfg.seed, **common)
                               if cold.any() else None)]
-    csc = content_scorer(data, views)
+    csc = ContentRanker(data, views)   # the same content-only ranker as the cold-start experiments
     refs["content"] = [_frames(evaluate(data, csc, split="test", **common),
                                evaluate(data, RestrictedScorer(csc, cold), split="test", **common) if cold.any() else None)]
 
