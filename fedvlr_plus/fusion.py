@@ -98,7 +98,8 @@ class FusionLayer(Backbone):
 
     def __init__(self, base: Backbone, views: dict[str, np.ndarray], *, mode: str = "fedvlr",
                  temperature: float = 1.0, router_hidden: int = 64, use_id: bool = True,
-                 balance: float = 0.0, cold_neighbours: tuple[np.ndarray, np.ndarray] | None = None):
+                 balance: float = 0.0, cold_neighbours: tuple[np.ndarray, np.ndarray] | None = None,
+                 residual: bool = False):
         if mode not in MODES:
             raise ValueError(f"fusion mode must be one of {', '.join(MODES)}, got {mode!r}")
         if not views and not use_id:
@@ -113,6 +114,9 @@ class FusionLayer(Backbone):
         self.router_hidden = int(router_hidden)
         self.use_id = bool(use_id)
         self.balance = float(balance)
+        if residual and not use_id:
+            raise ValueError("a residual ID path needs the ID modality (do not drop 'id')")
+        self.residual = bool(residual)
         self.name = f"{base.name}+{mode}"
         self.default_strategy = "fedgrad"
         # the server averages view gradients with weights summing to 1; 1.0 was stable on KU and ml-100k
@@ -198,7 +202,7 @@ class FusionLayer(Backbone):
 
     def server_forward(self, sp: dict[str, torch.Tensor]) -> torch.Tensor:
         """Fused views of every item, ``[N, J * d]`` (differentiable in the server parameters ``sp``)."""
-        zs = []
+        zs, x = [], None
         if self.use_id:
             ctx = {"items_global": torch.arange(self.n_items)}
             x = self.base.item_repr(sp, None, ctx)
@@ -225,7 +229,13 @@ class FusionLayer(Backbone):
                                        sp["gate.ln_g"], sp["gate.ln_b"]))
         # LayerNorm outputs have norm ~sqrt(d); scale the views to unit size, the scale of the ID embeddings the
         # backbones' heads and learning rates are made for (without it FedNCF's MLP tower diverges)
-        return torch.cat(outs, -1) * self.out_scale
+        fused = torch.cat(outs, -1) * self.out_scale
+        if self.residual:
+            # the raw ID row added to every expert's output: since the router's weights sum to one, the item the
+            # client scores is ``D_i + Σ_j w_uj F_ij`` — the backbone's own item vector (norm and all, which is
+            # where a dot-product head keeps popularity) plus a personalised content correction
+            fused = fused + x.repeat(1, len(self.experts))
+        return fused
 
     def broadcast(self, sp: dict[str, torch.Tensor]) -> torch.Tensor:
         with torch.no_grad():
@@ -288,7 +298,7 @@ class FusionLayer(Backbone):
     def describe(self) -> dict:
         out = self.base.describe()
         out.update(backbone=self.name, fusion=self.mode, views=self.view_names, experts=self.experts,
-                   use_id=self.use_id, temperature=self.temperature,
+                   use_id=self.use_id, residual=self.residual, temperature=self.temperature,
                    server={s.name: list(s.shape) for s in self.server_specs()},
                    cold_items_with_neighbours=0 if self.cold_idx is None else int(len(self.cold_idx)))
         out["shared"] = {s.name: list(s.shape) for s in self.shared_specs()}

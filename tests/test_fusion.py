@@ -67,6 +67,23 @@ def test_gate_expert_multiplies_its_inputs():
     assert torch.allclose(shut, shut[0].expand_as(shut), atol=1e-5)   # output = LN(bias): the same for every item
 
 
+def test_residual_adds_the_raw_id_row_to_every_expert_and_keeps_it_through_the_mix():
+    data, views = toy()
+    plain, res = layer(data, views), layer(data, views, residual=True)
+    sp = plain.init_server(0)
+    with torch.no_grad():
+        f0, f1 = plain.server_forward(sp), res.server_forward(sp)
+        d = plain.d
+        for j in range(len(plain.experts)):
+            assert torch.allclose(f1[:, j * d:(j + 1) * d] - f0[:, j * d:(j + 1) * d], sp["item_emb"], atol=1e-6)
+        # any router weights (summing to one) leave exactly D_i + sum_j w_j F_ij
+        w = torch.tensor([[0.7, 0.2, 0.1]])
+        mixed = mix(w, f1.view(data.n_items, 3, d))[0]
+        assert torch.allclose(mixed - mix(w, f0.view(data.n_items, 3, d))[0], sp["item_emb"], atol=1e-6)
+    with pytest.raises(ValueError, match="residual"):
+        layer(data, views, residual=True, use_id=False)
+
+
 def test_cold_items_take_the_mean_id_row_of_their_content_neighbours():
     data, views = toy()
     cold = np.zeros(data.n_items, bool)
