@@ -51,6 +51,8 @@ def content_neighbours(views: dict[str, np.ndarray], cold: np.ndarray, k: int = 
     """
     import faiss
 
+    if not views:
+        raise ValueError("content_neighbours needs at least one content view")
     cold = np.asarray(cold, dtype=bool)
     warm_ids, cold_ids = np.flatnonzero(~cold), np.flatnonzero(cold)
     if len(cold_ids) == 0 or len(warm_ids) == 0:
@@ -140,10 +142,17 @@ class FusionLayer(Backbone):
         self.keys = (["proj.id"] if use_id else []) + [f"proj.v{i}" for i in range(len(self.view_names))]
         self.in_dims = ([self.d] if use_id else []) + [v.shape[1] for v in self.views.values()]
         self.experts = list(EXPERTS) if mode == "fedvlr" else [mode]
-        self.cold_idx = self.cold_nbrs = None
-        if cold_neighbours is not None and len(cold_neighbours[0]) and np.asarray(cold_neighbours[1]).shape[1]:
-            self.cold_idx = torch.as_tensor(cold_neighbours[0], dtype=torch.long)
-            self.cold_nbrs = torch.as_tensor(cold_neighbours[1], dtype=torch.long)
+        self.cold_idx = self.cold_nbrs = self.warm_idx = None
+        if cold_neighbours is not None and len(cold_neighbours[0]):
+            if cold_neighbours[1] is None:
+                # no content to find neighbours with (e.g. every view dropped): the mean row of all warm items
+                self.cold_idx = torch.as_tensor(cold_neighbours[0], dtype=torch.long)
+                warm = np.ones(base.n_items, dtype=bool)
+                warm[np.asarray(cold_neighbours[0])] = False
+                self.warm_idx = torch.as_tensor(np.flatnonzero(warm), dtype=torch.long)
+            elif np.asarray(cold_neighbours[1]).shape[1]:
+                self.cold_idx = torch.as_tensor(cold_neighbours[0], dtype=torch.long)
+                self.cold_nbrs = torch.as_tensor(cold_neighbours[1], dtype=torch.long)
         self.out_scale = 1.0 / float(np.sqrt(self.d))
         # optional server-side rule for the ID rows of cold items, ``x [N, d] -> x`` with the cold rows replaced
         # (e.g. a content-to-ID mapping fitted on the warm rows; fedvlr_plus.coldstart); takes precedence over
@@ -210,7 +219,8 @@ class FusionLayer(Backbone):
                 x = self.cold_fill(x)
             elif self.cold_idx is not None:
                 x = x.clone()
-                x[self.cold_idx] = x[self.cold_nbrs].mean(1)
+                x[self.cold_idx] = (x[self.cold_nbrs].mean(1) if self.cold_nbrs is not None
+                                    else x[self.warm_idx].mean(0).expand(len(self.cold_idx), -1))
             zs.append(x)
         zs += [self.views[name] for name in self.view_names]
         zs = [layer_norm(linear(x, sp[f"{k}.w"], sp[f"{k}.b"]), sp[f"{k}.ln_g"], sp[f"{k}.ln_b"])
@@ -300,7 +310,8 @@ class FusionLayer(Backbone):
         out.update(backbone=self.name, fusion=self.mode, views=self.view_names, experts=self.experts,
                    use_id=self.use_id, residual=self.residual, temperature=self.temperature,
                    server={s.name: list(s.shape) for s in self.server_specs()},
-                   cold_items_with_neighbours=0 if self.cold_idx is None else int(len(self.cold_idx)))
+                   cold_items_with_neighbours=0 if self.cold_nbrs is None else int(len(self.cold_idx)),
+                   cold_items_with_warm_mean=0 if self.warm_idx is None else int(len(self.cold_idx)))
         out["shared"] = {s.name: list(s.shape) for s in self.shared_specs()}
         out["private"] = {s.name: list(s.shape) for s in self.private_specs()}
         return out

@@ -84,7 +84,8 @@ def fusion_backbone(args, data, backbone: str, dim: int) -> FusionLayer:
     cold = data.cold_items()
     nbrs = None
     if args.cold_neighbours > 0 and cold.any():
-        nbrs = (np.flatnonzero(cold), content_neighbours(views or {}, cold, args.cold_neighbours))
+        # without any content view there are no content neighbours: cold items take the mean warm ID row
+        nbrs = (np.flatnonzero(cold), content_neighbours(views, cold, args.cold_neighbours) if views else None)
     opts = {"fedrap_lambda": args.fedrap_lambda, "fedrap_mu": args.fedrap_mu} if backbone == "fedrap" else {}
     base = make_backbone(backbone, data.n_items, dim, **opts)
     try:

@@ -101,6 +101,25 @@ def test_cold_items_take_the_mean_id_row_of_their_content_neighbours():
         assert not torch.allclose(f[3], bb.server_forward(moved)[3])
 
 
+def test_without_content_views_cold_items_take_the_mean_warm_id_row():
+    data, views = toy()
+    cold = np.zeros(data.n_items, bool)
+    cold[[3, 10]] = True
+    with pytest.raises(ValueError, match="content view"):
+        content_neighbours({}, cold)
+    bb = FusionLayer(make_backbone("fedavg", data.n_items, 8), {}, mode="sum",
+                     cold_neighbours=(np.flatnonzero(cold), None))
+    sp = bb.init_server(0)
+    with torch.no_grad():
+        f = bb.server_forward(sp)
+        moved = dict(sp, item_emb=sp["item_emb"].clone())
+        moved["item_emb"][3] += 100.0                 # the cold item's own row has no influence
+        assert torch.allclose(f, bb.server_forward(moved))
+        ref = dict(sp, item_emb=sp["item_emb"].clone())
+        ref["item_emb"][3] = sp["item_emb"][~torch.as_tensor(cold)].mean(0)
+        assert torch.allclose(f[3], bb.server_forward(ref)[3], atol=1e-6)
+
+
 def test_server_step_is_the_weighted_sum_of_client_gradients():
     """Algorithm 1: the server's update equals -lr * sum_u (n_u / sum n) * grad_theta J_u (VJP exactness)."""
     data, views = toy()
