@@ -98,6 +98,11 @@ def wrap_refusal(base: Backbone) -> str | None:
 class FusionLayer(Backbone):
     """Wrap ``base``: its item representation becomes a (router-weighted) mixture of server-fused views."""
 
+    default_strategy = "fedgrad"
+    # the server averages view gradients with weights summing to 1; 1.0 was stable on KU and ml-100k
+    # (the FCF "sum" rule, lr x clients, diverges once hundreds of clients touch the dense fusion weights)
+    default_server_lr = 1.0
+
     def __init__(self, base: Backbone, views: dict[str, np.ndarray], *, mode: str = "fedvlr",
                  temperature: float = 1.0, router_hidden: int = 64, use_id: bool = True,
                  balance: float = 0.0, cold_neighbours: tuple[np.ndarray, np.ndarray] | None = None,
@@ -120,10 +125,6 @@ class FusionLayer(Backbone):
             raise ValueError("a residual ID path needs the ID modality (do not drop 'id')")
         self.residual = bool(residual)
         self.name = f"{base.name}+{mode}"
-        self.default_strategy = "fedgrad"
-        # the server averages view gradients with weights summing to 1; 1.0 was stable on KU and ml-100k
-        # (the FCF "sum" rule, lr x clients, diverges once hundreds of clients touch the dense fusion weights)
-        self.default_server_lr = 1.0
         self.default_lr = base.default_lr
         self.default_item_lr_scale = base.default_item_lr_scale
         self.uses_history = base.uses_history or mode == "fedvlr"

@@ -54,7 +54,7 @@ def table(tmp_path_factory):
     grp = np.arange(data.n_items) % 4
     data.features = {"text": np.hstack([np.eye(4)[grp], 0.3 * g.standard_normal((data.n_items, 6))]).astype(np.float32)}
     out = tmp_path_factory.mktemp("table")
-    argv = ["experiment", "paper-table", "unused", "--backbones", "fedavg", "--variants", "none,fedvlr",
+    argv = ["experiment", "paper-table", "unused", "--backbones", "fedavg", "--variants", "none,fedgrad,fedvlr",
             "--seeds", "2", "--rounds", "2", "--local-epochs", "1", "--dim", "8", "--no-progress",
             "--out", str(out), "--override", "fedvlr:server_lr=0.5"]
     args = build_parser().parse_args(argv)
@@ -65,7 +65,7 @@ def table(tmp_path_factory):
 def test_table_has_every_model_and_reference_with_cis_and_paired_tests(table):
     data, _, res, _ = table
     models = {r["model"] for r in res["rows"] if r["part"] == "all"}
-    assert models == {"pop", "random", "antipop", "content", "fedavg", "fedavg+fedvlr"}
+    assert models == {"pop", "random", "antipop", "content", "fedavg", "fedavg (fedgrad)", "fedavg+fedvlr"}
     for r in res["rows"]:
         lo, hi = r["ndcg@10_ci"]
         assert lo <= r["ndcg@10"] + 1e-12 and r["ndcg@10"] <= hi + 1e-12
@@ -78,6 +78,13 @@ def test_table_has_every_model_and_reference_with_cis_and_paired_tests(table):
     assert t["mean_b"] == pytest.approx(row[("fedavg", "all")]["ndcg@10"])
     assert len(res["selected_round"]["fedavg"]) == 2
     assert res["router"]["fedavg+fedvlr"] and res["overrides"] == [["fedvlr", "server_lr", "0.5"]]
+    # the like-for-like baseline: the backbone alone, aggregated as FedVLR is (the layer's default server lr)
+    cfgs = res["row_configs"]
+    assert cfgs["fedavg (fedgrad)"]["strategy"] == "fedgrad" and cfgs["fedavg (fedgrad)"]["server_lr"] == 1.0
+    assert cfgs["fedavg"]["strategy"] is None and cfgs["fedavg+fedvlr"]["server_lr"] == 0.5
+    vs = res["paired_tests"]["fedavg+fedvlr vs fedavg (fedgrad)"]["all"]["ndcg@10"]
+    assert vs["mean_b"] == pytest.approx(row[("fedavg (fedgrad)", "all")]["ndcg@10"])
+    assert row[("fedavg (fedgrad)", "all")]["ndcg@10"] != row[("fedavg", "all")]["ndcg@10"]
 
 
 def test_report_files_are_written(table):
@@ -95,7 +102,7 @@ def test_resume_reads_finished_runs_back_and_refuses_to_overwrite(table):
     args.out = None
     with pytest.raises(SystemExit, match="--resume"):
         run_paper_table(build_parser().parse_args(
-            ["experiment", "paper-table", "unused", "--backbones", "fedavg", "--variants", "none,fedvlr",
+            ["experiment", "paper-table", "unused", "--backbones", "fedavg", "--variants", "none,fedgrad,fedvlr",
              "--seeds", "2", "--rounds", "2", "--local-epochs", "1", "--dim", "8", "--no-progress",
              "--out", str(out), "--override", "fedvlr:server_lr=0.5"]), data, ["hr@10", "ndcg@10"], (10,), ("hr", "ndcg"))
     args.resume = str(out)

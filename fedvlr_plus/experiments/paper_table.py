@@ -1,7 +1,9 @@
 """The FedVLR paper's Table 2, reproduced honestly (``fedvlr-plus experiment paper-table``).
 
-Every backbone is trained alone (``none``), with one server fusion expert (``mlp``, the paper's single-MLP
-baseline) and with the full FedVLR layer (``fedvlr``), each selected on validation only (the engine's early
+Every backbone is trained alone with its own aggregation (``none``), alone with the aggregation FedVLR trains
+with (``fedgrad``: Algorithm 1's averaged gradients and server step — the like-for-like baseline, since a gain
+of FedVLR over ``none`` may come from the aggregation rather than from the content), with one server fusion
+expert (``mlp``, the paper's single-MLP baseline) and with the full FedVLR layer (``fedvlr``), each selected on validation only (the engine's early
 stopping), over several seeds. Test figures at the selected round are reported overall and split by warm and
 cold targets, plus cold targets ranked among cold items only, beside the reference rankers (pop, random,
 antipop) and a content-only ranker (cosine between a user's mean training-item view and every item). FedVLR is
@@ -29,7 +31,13 @@ from ..evaluation import EvalResult, evaluate, paired_test, reference_scorer
 from ..evaluation.stats import bootstrap_ci
 from ..jsonio import write_json_atomic
 
-VARIANTS = ("none", "mlp", "fedvlr")
+VARIANTS = ("none", "fedgrad", "mlp", "fedvlr")
+FUSION_VARIANTS = ("mlp", "fedvlr")
+
+
+def row_label(backbone: str, variant: str) -> str:
+    """Row name: ``fedavg``, ``fedavg (fedgrad)``, ``fedavg+mlp``, ``fedavg+fedvlr``."""
+    return {"none": backbone, "fedgrad": f"{backbone} (fedgrad)"}.get(variant, f"{backbone}+{variant}")
 PARTS = ("all", "warm", "cold", "cold_among_cold")
 
 
@@ -151,33 +159,39 @@ def run_paper_table(args, data, keys: list[str], ks, names) -> dict:
                                evaluate(data, RestrictedScorer(csc, cold), split="test", **common) if cold.any() else None)]
 
     from ..adapters import make_backbone
-    from ..fusion import wrap_refusal
+    from ..fusion import FusionLayer, wrap_refusal
 
     skipped = {}
     for bb_name in backbones:
         why = wrap_refusal(make_backbone(bb_name, data.n_items, base_cfg.dim))
         for variant in variants:
-            if variant != "none" and why:
+            if variant in FUSION_VARIANTS and why:
                 skipped[f"{bb_name}+{variant}"] = why
 
     models: dict[str, list[dict]] = {}
     selected: dict[str, list[int]] = {}
+    row_configs: dict[str, dict] = {}
     routers: dict[str, list[dict]] = {}
     if args.resume and args.out and args.resume != args.out:
         raise SystemExit("--resume DIR continues the table in DIR; do not pass a different --out")
     out_dir = Path(args.resume or args.out) if (args.resume or args.out) else None
     for bb_name in backbones:
         for variant in variants:
-            label = bb_name if variant == "none" else f"{bb_name}+{variant}"
+            label = row_label(bb_name, variant)
             if label in skipped:
                 print(f"paper-table: skipping {label}: {skipped[label]}", file=sys.stderr)
                 continue
-            cfg0 = _config_for(base_cfg, overrides, bb_name, variant)
+            start = base_cfg
+            if variant == "fedgrad":   # the layer's aggregation and default server lr, unless overridden
+                start = replace(base_cfg, strategy="fedgrad",
+                                server_lr=base_cfg.server_lr or FusionLayer.default_server_lr)
+            cfg0 = _config_for(start, overrides, bb_name, variant)
+            row_configs[label] = cfg0.to_dict()
             seeds_out, sel, rtr = [], [], []
             for i in range(args.seeds):
                 cfg = replace(cfg0, seed=cfg0.seed + i, seeds=1)
                 extra = {}
-                if variant == "none":
+                if variant not in FUSION_VARIANTS:
                     bb = bb_name
                 else:
                     ns = copy(args)
@@ -220,15 +234,15 @@ def run_paper_table(args, data, keys: list[str], ks, names) -> dict:
             rows.append(r)
     tests = {}
     for bb_name in backbones:
-        if bb_name in models:
-            for variant in ("mlp", "fedvlr"):
-                label = f"{bb_name}+{variant}"
-                if label not in models:
-                    continue
-                a, b = _combine(models[label], keys), _combine(models[bb_name], keys)
-                tests[f"{label} vs {bb_name}"] = {
-                    part: {k: paired_test(_as_result(a, keys), _as_result(b, keys), k, part) for k in keys}
-                    for part in ("all", "warm", "cold") if part in a and part in b}
+        pairs = [(row_label(bb_name, v), bb_name) for v in FUSION_VARIANTS]
+        pairs.append((row_label(bb_name, "fedvlr"), row_label(bb_name, "fedgrad")))
+        for label, other in pairs:
+            if label not in models or other not in models:
+                continue
+            a, b = _combine(models[label], keys), _combine(models[other], keys)
+            tests[f"{label} vs {other}"] = {
+                part: {k: paired_test(_as_result(a, keys), _as_result(b, keys), k, part) for k in keys}
+                for part in ("all", "warm", "cold") if part in a and part in b}
         if f"{bb_name}+fedvlr" in models and "cold_among_cold" in refs["content"][0]:
             a = _combine(models[f"{bb_name}+fedvlr"], keys).get("cold_among_cold")
             c = _combine(refs["content"], keys).get("cold_among_cold")
@@ -240,7 +254,7 @@ def run_paper_table(args, data, keys: list[str], ks, names) -> dict:
               "metrics": keys, "seeds": [base_cfg.seed + i for i in range(args.seeds)],
               "backbones": backbones, "variants": variants, "rows": rows, "paired_tests": tests,
               "selected_round": selected, "router": {k: v[0] if len(v) == 1 else v for k, v in routers.items()},
-              "config": base_cfg.to_dict(), "overrides": [list(o) for o in overrides],
+              "config": base_cfg.to_dict(), "row_configs": row_configs, "overrides": [list(o) for o in overrides],
               "n_cold_items": int(cold.sum()), "skipped": skipped}
     if out_dir is not None:
         write_report(result, out_dir)
@@ -376,7 +390,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backbones", default="fedavg,fedncf,fcf,pfedrec,fedrap",
                    help="comma-separated federated backbones (default: the five of the paper's Table 2)")
     p.add_argument("--variants", default=",".join(VARIANTS),
-                   help="none (backbone alone), mlp (one server fusion MLP), fedvlr (private router over experts)")
+                   help="none (backbone alone, its own aggregation), fedgrad (backbone alone, aggregated as FedVLR "
+                        "is: averaged gradients + server step), mlp (one server fusion MLP), fedvlr (private router "
+                        "over experts)")
     p.add_argument("--override", action="append", default=[], metavar="SELECTOR:FIELD=VALUE",
                    help="training setting for some runs only, e.g. fedvlr:server_lr=3 or fedncf+fedvlr:lr=0.05 "
                         "(SELECTOR: a backbone, a variant or backbone+variant); repeatable")
