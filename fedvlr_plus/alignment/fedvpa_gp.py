@@ -8,8 +8,12 @@ as in alignment-methods.md §4.1, at CPU scale (§4.4):
 - encoder: a pair encoder MLP over [e_chosen ; e_rejected], mean-pooled over a client's context pairs, linear heads
   to (mu, log sigma^2) of q(z | C), d-dimensional; log sigma^2 <- min(log sigma^2, logvar_max) (variance cap);
   z = mu + sigma * eps;
-- decoder: a z-conditioned Bradley-Terry reward r(s, z) = MLP([e_s ; z]); p(chosen > rejected) =
-  sigma(r(chosen, z) - r(rejected, z)) (VPL's form; the paper adds f(z) to an LLM's choice logits instead);
+- decoder: a z-conditioned Bradley-Terry reward; p(chosen > rejected) = sigma(r(chosen, z) - r(rejected, z)).
+  Default ``decoder="bilinear"``: r(s, z) = e_s^T (w_0 + U z), a reward *direction* that depends on z, so two
+  client types with opposite preferences are both representable (w_0 + U z_A and w_0 + U z_B may point in opposite
+  directions). ``decoder="concat"`` is VPL's r(s, z) = MLP([e_s ; z]): there z only shifts hidden pre-activations,
+  its additive part cancels in r(chosen) - r(rejected), and on HH-RLHF it learned to ignore z (measured, see
+  docs/alignment-preference.md). (The paper adds f(z) to an LLM's choice logits instead.)
 - federated mixture prior p_mix^(i)(z) = sum_j w_j N(z; mubar_j, sigmabar_j^2) over the peers' posterior summaries
   (the server's prior table: this round's uploads overwrite their rows, absent clients keep theirs), with
   w = softmax((log pi + g) / tau), Gumbel noise g and per-client logits pi learned locally and never uploaded
@@ -39,6 +43,7 @@ from ..federation.store import MemoryStore
 from .pairs import PreferencePairs, kmeans, pairwise_accuracy, purity, silhouette
 
 METHODS = ("monolithic", "fedvpl", "fedvpa_gp")
+DECODERS = ("bilinear", "concat")
 POSTERIOR_MU, POSTERIOR_LOGVAR = "posterior.mu", "posterior.logvar"
 
 
@@ -52,7 +57,9 @@ class VPAConfig:
     context_size: int = 8         # context pairs per posterior sample during training
     latent: int = 8               # d
     hidden: int = 64
+    decoder: str = "bilinear"     # bilinear: r = e_s^T (w_0 + U z) | concat: VPL's MLP([e_s ; z])
     lr: float = 3e-2              # local Adam step size
+    weight_decay: float = 0.0     # L2 on the network (Adam's weight_decay)
     beta: float = 0.05            # KL weight (the paper: 0.5; here 0.5 pins every z to the peers, measured)
     ortho: float = 1.0            # lambda
     gamma: float = 0.1            # weight of ||P P^T - I||
@@ -62,12 +69,18 @@ class VPAConfig:
     prototype_scale: float = 5.0
     prior_weights: str = "gumbel"   # gumbel (paper) | samples (released code)
     prior_min_logvar: float | None = 0.0  # floor on the prior components' log-variance (None: none) [inferred]
+    summary_mean: str = "all_pairs"  # the uploaded mubar: posterior from all pairs | mean of the steps' posterior
+                                     # means | of the sampled z (paper); see posterior_summary [inferred]
     ortho_warmup: int | None = None  # rounds before prototype labels are broadcast (None: rounds // 3) [inferred]
     seed: int = 0
 
     def __post_init__(self):
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+        if self.decoder not in DECODERS:
+            raise ValueError(f"decoder must be one of {DECODERS}, got {self.decoder!r}")
+        if self.summary_mean not in SUMMARY_MEANS:
+            raise ValueError(f"summary_mean must be one of {SUMMARY_MEANS}, got {self.summary_mean!r}")
         if self.prior_weights not in ("gumbel", "samples"):
             raise ValueError(f"prior_weights must be 'gumbel' or 'samples', got {self.prior_weights!r}")
         if self.prototypes > self.latent:
@@ -78,15 +91,32 @@ class VPAConfig:
 class VPAModel(torch.nn.Module):
     """Pair encoder -> q(z | C); z-conditioned reward decoder. All of it is shared (FedAvg)."""
 
-    def __init__(self, d_in: int, latent: int, hidden: int = 64):
+    def __init__(self, d_in: int, latent: int, hidden: int = 64, decoder: str = "bilinear"):
         super().__init__()
+        if decoder not in DECODERS:
+            raise ValueError(f"decoder must be one of {DECODERS}, got {decoder!r}")
         self.pair = torch.nn.Sequential(torch.nn.Linear(2 * d_in, hidden), torch.nn.ReLU(),
                                         torch.nn.Linear(hidden, hidden), torch.nn.ReLU())
         self.mu = torch.nn.Linear(hidden, latent)
         self.logvar = torch.nn.Linear(hidden, latent)
-        self.reward = torch.nn.Sequential(torch.nn.Linear(d_in + latent, hidden), torch.nn.ReLU(),
-                                          torch.nn.Linear(hidden, 1))
-        self.latent = latent
+        if decoder == "bilinear":
+            # w(z) = w_0 + U z; a bias would cancel in r(chosen) - r(rejected)
+            self.w0 = torch.nn.Linear(d_in, 1, bias=False)
+            self.U = torch.nn.Linear(latent, d_in, bias=False)
+            # start at r = 0 for every z: PyTorch's default init of U (entries up to 1/sqrt(d)) made U z a large
+            # random direction that swamped w_0 at the start (|U| 11 vs |w_0| 0.6, measured)
+            torch.nn.init.zeros_(self.w0.weight)
+            torch.nn.init.zeros_(self.U.weight)
+        else:
+            self.reward = torch.nn.Sequential(torch.nn.Linear(d_in + latent, hidden), torch.nn.ReLU(),
+                                              torch.nn.Linear(hidden, 1))
+        self.latent, self.decoder = latent, decoder
+
+    def direction(self, z):
+        """w(z) = w_0 + U z of the bilinear decoder: z [..., d] -> [..., d_in]."""
+        if self.decoder != "bilinear":
+            raise ValueError("only the bilinear decoder has a z-dependent reward direction")
+        return self.w0.weight[0] + self.U(z)
 
     def posterior(self, chosen, rejected, logvar_max: float = 0.0):
         """(mu, logvar) of q(z | C) from a context set of pairs [N, d_in] each."""
@@ -95,6 +125,8 @@ class VPAModel(torch.nn.Module):
 
     def score(self, s, z):
         """r(s, z): s [..., d_in], z [d] or broadcastable."""
+        if self.decoder == "bilinear":
+            return (s * self.direction(z)).sum(-1)
         z = z.expand(*s.shape[:-1], self.latent)
         return self.reward(torch.cat([s, z], -1)).squeeze(-1)
 
@@ -147,12 +179,30 @@ def ortho_loss(z, proto, label: int, gamma: float):
     return ((z - proto[label]) ** 2).sum() + gamma * ((pn @ pn.T - torch.eye(len(proto))) ** 2).sum()
 
 
-def posterior_summary(zs, mus, logvars):
-    """(mubar, log sigmabar^2) of a client's local posteriors over its steps: mubar = mean of the sampled z;
-    sigmabar^2 = mean posterior variance + variance of the posterior means (the moment-matched aggregate
-    posterior; a plain variance of a few z samples is too noisy with few local steps)."""
+SUMMARY_MEANS = ("all_pairs", "posterior", "samples")
+
+
+def posterior_summary(zs, mus, logvars, mean_of: str = "posterior", mu_all=None):
+    """(mubar, log sigmabar^2) of a client's local posteriors over its steps.
+
+    mubar: ``"samples"`` the mean of the sampled z (the paper's; over a long local epoch); ``"posterior"`` the
+    mean of the steps' posterior means; ``"all_pairs"`` ``mu_all``, the posterior mean from all the client's pairs
+    under the round's broadcast network (before the local steps). All three estimate the client's mean z. Early in
+    training the clients' z differ by type by about 0.01, less than both the sampling noise of a few z (standard
+    deviation up to 1) and the change two local Adam steps make to each client's own copy of the encoder; the
+    first two summaries buried the type signal and the server's prototype labels came out random (purity
+    0.5-0.7 on HH-RLHF, measured), while z from the broadcast encoder separates the types (silhouette 0.8). sigmabar^2 = mean posterior
+    variance + variance of the posterior means (the moment-matched aggregate posterior of the steps)."""
+    if mean_of not in SUMMARY_MEANS:
+        raise ValueError(f"mean_of must be one of {SUMMARY_MEANS}, got {mean_of!r}")
     var = logvars.exp().mean(0) + mus.var(0, unbiased=False)
-    return zs.mean(0), torch.log(var.clamp_min(1e-4))
+    if mean_of == "all_pairs":
+        if mu_all is None:
+            raise ValueError("mean_of='all_pairs' needs mu_all")
+        mean = mu_all
+    else:
+        mean = (mus if mean_of == "posterior" else zs).mean(0)
+    return mean, torch.log(var.clamp_min(1e-4))
 
 
 # ------------------------------------------------------------------------------------------------ prior table
@@ -190,6 +240,13 @@ def prototype_labels(mu: np.ndarray, proto: np.ndarray, seed: int = 0) -> np.nda
     return np.asarray(best)[labels]
 
 
+def context_target_sizes(n: int, cfg: VPAConfig) -> tuple[int, int]:
+    """(context pairs, target pairs) of one local step for a client with n pairs: disjoint, the context at most
+    half of the client's pairs, at least one of each."""
+    c = max(1, min(cfg.context_size, n // 2))
+    return c, max(1, min(cfg.batch_size, n - c))
+
+
 # ------------------------------------------------------------------------------------------------ the client
 class VPAClient:
     """A FedVPA-GP / FedVPL / monolithic client on the federation's ``fit`` / ``evaluate`` protocol.
@@ -214,12 +271,13 @@ class VPAClient:
         r = int(config.get("round", 1))
         g = torch.Generator().manual_seed(cfg.seed * 1_000_003 + r * 1009 + self.cid)
         torch.manual_seed(cfg.seed * 1_000_003 + r * 1009 + self.cid)
-        model = VPAModel(self.d_in, cfg.latent, cfg.hidden)
+        model = VPAModel(self.d_in, cfg.latent, cfg.hidden, cfg.decoder)
         load_arrays(model, shared)
         state = self.store.load(self.cid) or {"pi": torch.zeros(self.n_table)}
         pi = state["pi"].clone().requires_grad_(True)
-        params = list(model.parameters()) + ([pi] if cfg.method == "fedvpa_gp" else [])
-        opt = torch.optim.Adam(params, lr=cfg.lr)
+        opt = torch.optim.Adam([{"params": list(model.parameters()), "weight_decay": cfg.weight_decay}]
+                               + ([{"params": [pi], "weight_decay": 0.0}] if cfg.method == "fedvpa_gp" else []),
+                               lr=cfg.lr)
         present = torch.as_tensor(np.asarray(shared.get("prior.present", np.zeros(self.n_table, bool)))).bool().clone()
         present[self.cid] = False                 # the prior mixes the *peers'* summaries
         use_mix = cfg.method == "fedvpa_gp" and bool(present.any())
@@ -235,13 +293,18 @@ class VPAClient:
         c, rj = self._t(self.train.chosen), self._t(self.train.rejected)
         n = len(c)
         zs, losses, kls, posts = [], [], [], []
+        c_size, b_size = context_target_sizes(n, cfg)
+        with torch.no_grad():             # z from all the client's pairs under the broadcast network
+            mu_all = model.posterior(c, rj, cfg.logvar_max)[0]
         for _ in range(cfg.local_steps):
-            tgt = torch.randint(n, (min(cfg.batch_size, n),), generator=g)
+            # context and target pairs disjoint, as at evaluation (z never sees the pair it scores)
+            perm = torch.randperm(n, generator=g)
+            ctx, tgt = perm[:c_size], perm[c_size:c_size + b_size]
             if cfg.method == "monolithic":
+                tgt = perm[:min(cfg.batch_size, n)]
                 z = torch.zeros(cfg.latent)
                 kl = torch.zeros(())
             else:
-                ctx = torch.randperm(n, generator=g)[:cfg.context_size]
                 mu, logvar = model.posterior(c[ctx], rj[ctx], cfg.logvar_max)
                 z = mu + torch.exp(0.5 * logvar) * torch.randn(cfg.latent, generator=g)
                 posts.append((mu.detach(), logvar.detach()))
@@ -266,7 +329,8 @@ class VPAClient:
         arrays = named_arrays(model)
         if cfg.method != "monolithic":
             arrays[POSTERIOR_MU], arrays[POSTERIOR_LOGVAR] = posterior_summary(
-                torch.stack(zs), torch.stack([m for m, _ in posts]), torch.stack([v for _, v in posts]))
+                torch.stack(zs), torch.stack([m for m, _ in posts]), torch.stack([v for _, v in posts]),
+                cfg.summary_mean, mu_all)
         return ClientUpdate(cid=self.cid, kind="params", arrays=arrays, num_examples=n,
                             metrics={"loss": float(np.mean(losses)), "kl": float(np.mean(kls))})
 
@@ -280,7 +344,7 @@ class VPAClient:
             return model.posterior(self._t(pairs.chosen), self._t(pairs.rejected), self.cfg.logvar_max)
 
     def evaluate(self, shared: dict, config: dict) -> dict:
-        model = VPAModel(self.d_in, self.cfg.latent, self.cfg.hidden)
+        model = VPAModel(self.d_in, self.cfg.latent, self.cfg.hidden, self.cfg.decoder)
         load_arrays(model, shared)
         mu, logvar = self.infer_z(model)
         out = {"cid": self.cid, "n_test": 0 if self.test is None else len(self.test),
@@ -303,15 +367,16 @@ class _Spec:
 
 
 def train_federated(train: PreferencePairs, test: PreferencePairs, cfg: VPAConfig, *, log: list | None = None,
-                    simulator: str = "batched"):
+                    simulator: str = "batched", on_round=None):
     """Train one method over the clients of ``train`` (all clients every round); return the shared state, the
     clients, the prior table, the prototype labels and the per-round history. ``simulator``: ``batched`` (all
-    clients at once, :class:`BatchedVPAClients`) or ``sequential`` (one :class:`VPAClient` at a time)."""
+    clients at once, :class:`BatchedVPAClients`) or ``sequential`` (one :class:`VPAClient` at a time).
+    ``on_round(r, shared, table, labels)``: called after every round (diagnostics)."""
     from ..federation.fedavg import FedAvg
 
     torch.manual_seed(cfg.seed)
     K = train.n_clients
-    model = VPAModel(train.chosen.shape[1], cfg.latent, cfg.hidden)
+    model = VPAModel(train.chosen.shape[1], cfg.latent, cfg.hidden, cfg.decoder)
     shared = named_arrays(model)
     specs = {k: _Spec() for k in shared}
     store = MemoryStore()
@@ -344,6 +409,8 @@ def train_federated(train: PreferencePairs, test: PreferencePairs, cfg: VPAConfi
                 labels[have] = prototype_labels(table.mu[have].numpy(), proto, seed=cfg.seed + r)
         history.append({"round": r, "loss": float(np.mean([u.metrics["loss"] for u in updates])),
                         "kl_term": float(np.mean([u.metrics["kl"] for u in updates]))})
+        if on_round is not None:
+            on_round(r, shared, table, labels)
     return shared, clients, table, labels, history
 
 
@@ -352,7 +419,7 @@ def evaluate_method(train: PreferencePairs, test: PreferencePairs, unseen: Prefe
     """Train one method and measure: held-out accuracy per client type, KL to N(0, I) of the clients' posteriors,
     silhouette / purity of client mean-z by true type, unseen-client accuracy from ``context_pairs`` pairs."""
     shared, clients, table, labels, history = train_federated(train, test, cfg, log=log, simulator=simulator)
-    model = VPAModel(train.chosen.shape[1], cfg.latent, cfg.hidden)
+    model = VPAModel(train.chosen.shape[1], cfg.latent, cfg.hidden, cfg.decoder)
     load_arrays(model, shared)
     types = train.client_groups()
     names = train.group_names
@@ -409,6 +476,60 @@ def evaluate_method(train: PreferencePairs, test: PreferencePairs, unseen: Prefe
                                            cfg.logvar_max)
             accs.append((accuracy(model, rest, z), len(rest)))
         out["unseen_accuracy"] = float(np.average([a for a, _ in accs], weights=[n for _, n in accs]))
+    return out
+
+
+def fit_linear_bt(chosen: np.ndarray, rejected: np.ndarray, *, weight_decay: float = 0.0, steps: int = 100,
+                  lr: float = 1e-2, seed: int = 0) -> np.ndarray:
+    """A linear Bradley-Terry reward r(s) = w^T s fitted centrally (full-batch Adam, L2 ``weight_decay``)."""
+    torch.manual_seed(seed)
+    w = torch.zeros(chosen.shape[1], requires_grad=True)
+    d = torch.as_tensor(chosen - rejected, dtype=torch.float32)
+    opt = torch.optim.Adam([w], lr=lr, weight_decay=weight_decay)
+    for _ in range(steps):
+        loss = -F.logsigmoid(d @ w).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return w.detach().numpy()
+
+
+def central_ceiling(train: PreferencePairs, test: PreferencePairs, *, seed: int = 0,
+                    weight_decays=(0.0, 1e-3, 1e-2, 1e-1), val_fraction: float = 0.2) -> dict:
+    """How much a type-conditioned reward can gain on these features: linear Bradley-Terry rewards trained
+    *centrally* (all pairs in one place, no federation) on the pooled pairs vs one per client type (the true type
+    known: an oracle z). ``weight_decay`` is chosen per model on a validation split of ``train``; the test pairs are
+    only scored. ``cross``: each type's pairs scored by the *other* type's model (below 50% = the types disagree)."""
+    from .pairs import holdout_split
+
+    tr, va = holdout_split(train, val_fraction, seed=seed + 100)
+    names = train.group_names
+    groups = np.unique(train.group)
+
+    def pick(rows_tr, rows_va):
+        accs = [pairwise_accuracy(va.chosen[rows_va] @ w, va.rejected[rows_va] @ w)
+                for w in (fit_linear_bt(tr.chosen[rows_tr], tr.rejected[rows_tr], weight_decay=wd, seed=seed)
+                          for wd in weight_decays)]
+        return weight_decays[int(np.argmax(accs))]
+
+    def acc(w, t):
+        rows = test.group == t
+        return pairwise_accuracy(test.chosen[rows] @ w, test.rejected[rows] @ w)
+
+    wd = pick(np.ones(len(tr), bool), np.ones(len(va), bool))
+    w_pool = fit_linear_bt(train.chosen, train.rejected, weight_decay=wd, seed=seed)
+    out = {"pooled": {names[t]: acc(w_pool, t) for t in groups}, "per_type": {}, "cross": {},
+           "weight_decay": {"pooled": wd}}
+    ws = {}
+    for t in groups:
+        wd_t = pick(tr.group == t, va.group == t)
+        ws[t] = fit_linear_bt(train.chosen[train.group == t], train.rejected[train.group == t], weight_decay=wd_t,
+                              seed=seed)
+        out["weight_decay"][names[t]] = wd_t
+        out["per_type"][names[t]] = acc(ws[t], t)
+    if len(groups) == 2:
+        for t in groups:
+            out["cross"][names[t]] = acc(ws[groups[groups != t][0]], t)
     return out
 
 
@@ -518,8 +639,10 @@ class BatchedVPAClients:
             K, *([1] * np.asarray(v).ndim)).requires_grad_(True) for k, v in shared.items() if k.startswith("net.")}
         pi = torch.stack([(self.store.load(c) or {"pi": torch.zeros(self.n_table)})["pi"] for c in self.cids])
         pi.requires_grad_(True)
-        leaves = list(params.values()) + ([pi] if cfg.method == "fedvpa_gp" else [])
-        opt = torch.optim.Adam(leaves, lr=cfg.lr)
+        groups = [{"params": list(params.values()), "weight_decay": cfg.weight_decay}]
+        if cfg.method == "fedvpa_gp":
+            groups.append({"params": [pi], "weight_decay": 0.0})
+        opt = torch.optim.Adam(groups, lr=cfg.lr)
         present = torch.as_tensor(np.asarray(shared.get("prior.present", np.zeros(self.n_table, bool)))).bool()
         allowed = present.unsqueeze(0).repeat(K, 1)
         allowed[torch.arange(K), cids] = False                    # peers only
@@ -536,24 +659,41 @@ class BatchedVPAClients:
         pn = proto / proto.norm(dim=1, keepdim=True)
         ortho_const = cfg.gamma * ((pn @ pn.T - torch.eye(len(proto))) ** 2).sum()
         has_label = (labels >= 0) & (cfg.method == "fedvpa_gp") & (cfg.ortho > 0)
+        c_size, B = context_target_sizes(int(self.n.min()), cfg)
         B = cfg.batch_size
-        c_size = int(min(cfg.context_size, int(self.n.min())))
         ar = torch.arange(K).unsqueeze(1)
         zs, losses, kls, posts = [], [], [], []
 
         def reward(s, z):
+            if cfg.decoder == "bilinear":
+                w = params["w0.weight"][:, 0] + torch.bmm(params["U.weight"], z.unsqueeze(-1)).squeeze(-1)
+                return (s * w.unsqueeze(1)).sum(-1)
             h = torch.relu(_lin(torch.cat([s, z.unsqueeze(1).expand(-1, s.shape[1], -1)], -1), params, "reward.0"))
             return _lin(h, params, "reward.2").squeeze(-1)
 
+        if cfg.method != "monolithic":
+            # each client's z from all its pairs under the round's broadcast network (padding masked); see
+            # posterior_summary
+            with torch.no_grad():
+                h = torch.relu(_lin(torch.cat([self.C, self.R], -1), params, "pair.0"))
+                h = torch.relu(_lin(h, params, "pair.2"))
+                valid = (torch.arange(self.C.shape[1]).unsqueeze(0) < self.n.unsqueeze(1)).float().unsqueeze(-1)
+                h = (h * valid).sum(1, keepdim=True) / self.n.view(K, 1, 1)
+                mu_all = _lin(h, params, "mu").squeeze(1)
         for _ in range(cfg.local_steps):
-            tgt = (torch.rand(K, B, generator=g) * self.n.unsqueeze(1)).long()
+            # one permutation per client (padding last): the context is its head, the targets the next B pairs
+            # (wrapping when fewer are left): disjoint, as in VPAClient
+            keys = torch.rand(K, self.C.shape[1], generator=g)
+            keys[torch.arange(self.C.shape[1]).unsqueeze(0) >= self.n.unsqueeze(1)] = 2.0
+            perm = keys.argsort(1)
+            start = 0 if cfg.method == "monolithic" else c_size
+            pos = start + torch.arange(B).unsqueeze(0) % (self.n.unsqueeze(1) - start)
+            tgt = perm.gather(1, pos)
             if cfg.method == "monolithic":
                 z = torch.zeros(K, L)
                 kl = torch.zeros(K)
             else:
-                keys = torch.rand(K, self.C.shape[1], generator=g)
-                keys[torch.arange(self.C.shape[1]).unsqueeze(0) >= self.n.unsqueeze(1)] = 2.0   # padding last
-                ctx = keys.argsort(1)[:, :c_size]
+                ctx = perm[:, :c_size]
                 h = torch.relu(_lin(torch.cat([self.C[ar, ctx], self.R[ar, ctx]], -1), params, "pair.0"))
                 h = torch.relu(_lin(h, params, "pair.2")).mean(1, keepdim=True)
                 mu = _lin(h, params, "mu").squeeze(1)
@@ -593,7 +733,7 @@ class BatchedVPAClients:
             if cfg.method != "monolithic":
                 arrays[POSTERIOR_MU], arrays[POSTERIOR_LOGVAR] = posterior_summary(
                     torch.stack([z[i] for z in zs]), torch.stack([m[i] for m, _ in posts]),
-                    torch.stack([v[i] for _, v in posts]))
+                    torch.stack([v[i] for _, v in posts]), cfg.summary_mean, mu_all[i])
             out.append(ClientUpdate(cid=c, kind="params", arrays=arrays, num_examples=int(self.n[i]),
                                     metrics={"loss": float(loss_m[i]), "kl": float(kl_m[i])}))
         return out
