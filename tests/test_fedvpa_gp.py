@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from fedvlr_plus.alignment.fedvpa_gp import (POSTERIOR_LOGVAR, POSTERIOR_MU, BatchedVPAClients, PriorTable,
-                                             VPAClient, VPAConfig, VPAModel, central_ceiling, context_target_sizes,
+                                             ServerAdam, VPAClient, VPAConfig, VPAModel, central_ceiling,
+                                             context_target_sizes, local_optimizer, train_federated,
                                              gumbel_weights, kl_standard_normal, load_arrays, mixture_kl_mc,
                                              named_arrays, ortho_loss, posterior_summary, prototype_labels,
                                              prototype_matrix, round_lr, run_fedvpa_gp)
@@ -93,6 +94,35 @@ def test_posterior_summary_modes():
         posterior_summary(zs, mus, logvars, "all_pairs")
     with pytest.raises(ValueError, match="mean_of"):
         posterior_summary(zs, mus, logvars, "median")
+
+
+def test_server_adam_first_step_and_local_sgd():
+    old = {"net.w": torch.tensor([1.0, -2.0, 0.0]), "prior.mu": torch.zeros(2)}
+    avg = {"net.w": torch.tensor([0.5, -1.0, 0.0]), "prior.mu": torch.ones(2)}
+    out = ServerAdam().step(old, avg, lr=0.1)
+    # first Adam step on g = old - avg: bias-corrected m / sqrt(v) = g / |g| = sign(g); g = 0 stays put
+    assert torch.allclose(out["net.w"], torch.tensor([0.9, -1.9, 0.0]), atol=1e-6)
+    assert out["prior.mu"].tolist() == [1.0, 1.0]            # non-network arrays pass through
+    # the clients' optimiser keeps gradient sizes (plain SGD) when the server adapts the step
+    w = torch.tensor([1.0, 1.0], requires_grad=True)
+    opt = local_optimizer(VPAConfig(server_optimizer="adam", local_lr=0.5), [w], None, 1)
+    opt.zero_grad()
+    (w * torch.tensor([2.0, 0.2])).sum().backward()
+    opt.step()
+    assert torch.allclose(w.detach(), torch.tensor([0.0, 0.9]))
+    with pytest.raises(ValueError, match="server_optimizer"):
+        VPAConfig(server_optimizer="yogi")
+
+
+def test_sequential_and_batched_simulators_both_train():
+    p = _conflict(2, 20)
+    train, test = holdout_split(p, 0.25, seed=0)
+    cfg = VPAConfig(rounds=3, latent=2, ortho_warmup=2)
+    for sim in ("sequential", "batched"):
+        shared, clients, table, labels, history = train_federated(train, test, cfg, simulator=sim)
+        assert len(history) == 3 and table.present.all()
+        assert sorted(np.bincount(labels).tolist()) == [2, 2]     # balanced prototype labels from round 2
+        assert float(torch.as_tensor(shared["net.U.weight"]).abs().sum()) > 0     # U moved off its zero start
 
 
 def _update(cid, mu, n=5):

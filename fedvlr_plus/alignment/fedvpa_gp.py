@@ -24,7 +24,11 @@ as in alignment-methods.md §4.1, at CPU scale (§4.4):
   prototype label the server assigns by balanced k-means (k = M) over the clients' mean z;
 - local loss L = L_BT + beta KL + lambda L_ortho; upload = the shared network parameters (sample-weighted FedAvg with
   the federation's :class:`~fedvlr_plus.federation.fedavg.FedAvg`) + the posterior summary (mubar_i, log sigmabar^2_i)
-  + n_i.
+  + n_i. mubar_i is by default the posterior mean from all the client's pairs under the broadcast encoder (see
+  :func:`posterior_summary`); context and target pairs of a local step are disjoint;
+- optimisation (``server_optimizer="adam"``, default): local SGD, then a server Adam on FedAvg's averaged update
+  (FedAdam, Reddi et al., "Adaptive Federated Optimization", ICLR 2021); ``"none"``: local Adam + FedAvg. Why:
+  :func:`local_optimizer`. The departures from the paper are measured in docs/alignment-preference.md.
 
 Baselines in the same code: ``method="fedvpl"`` (N(0, I) prior, no prototypes: VPL federated) and
 ``method="monolithic"`` (z fixed at 0: one federated Bradley-Terry reward for everybody).
