@@ -54,7 +54,8 @@ def test_bilinear_reward_direction_depends_on_z():
         m.w0.weight[:] = torch.tensor([[1.0, 0.0, 0.0]])
         m.U.weight[:] = torch.tensor([[0.0, 0.0], [2.0, -2.0], [0.0, 0.0]])    # [d_in, latent]
     za, zb = torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0])
-    assert m.direction(za).detach().tolist() == [1.0, 2.0, 0.0] and m.direction(zb).detach().tolist() == [1.0, -2.0, 0.0]
+    assert m.direction(za).detach().tolist() == [1.0, 2.0, 0.0]
+    assert m.direction(zb).detach().tolist() == [1.0, -2.0, 0.0]
     assert sc(s, za) == pytest.approx(3.0) and sc(s, zb) == pytest.approx(-1.0)
     # the same pair is preferred one way under z_a and the other way under z_b: opposite types are representable
     chosen, rejected = torch.tensor([[0.0, 1.0, 0.0]]), torch.zeros(1, 3)

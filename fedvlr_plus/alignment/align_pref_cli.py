@@ -172,7 +172,8 @@ def cmd_fedvpa_gp(args) -> int:
 
     cfg = VPAConfig(rounds=args.rounds, local_steps=args.local_steps, latent=args.latent, beta=args.beta,
                     ortho=args.ortho, tau=args.tau, prior_weights=args.prior_weights, decoder=args.decoder,
-                    lr=args.lr, lr_schedule=args.lr_schedule, server_optimizer=args.server_optimizer, local_lr=args.local_lr,
+                    lr=args.lr, lr_schedule=args.lr_schedule, server_optimizer=args.server_optimizer,
+                    local_lr=args.local_lr,
                     context_size=args.context_size, ortho_warmup=args.ortho_warmup,
                     summary_mean=args.summary_mean, seed=args.seed)
     rep = run_fedvpa_gp(args.source, cfg=cfg, hh=is_hh_folder(args.source), limit=args.limit,

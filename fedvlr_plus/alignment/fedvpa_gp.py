@@ -205,8 +205,9 @@ def posterior_summary(zs, mus, logvars, mean_of: str = "posterior", mu_all=None)
     training the clients' z differ by type by about 0.01, less than both the sampling noise of a few z (standard
     deviation up to 1) and the change two local Adam steps make to each client's own copy of the encoder; the
     first two summaries buried the type signal and the server's prototype labels came out random (purity
-    0.5-0.7 on HH-RLHF, measured), while z from the broadcast encoder separates the types (silhouette 0.8). sigmabar^2 = mean posterior
-    variance + variance of the posterior means (the moment-matched aggregate posterior of the steps)."""
+    0.5-0.7 on HH-RLHF, measured), while z from the broadcast encoder separates the types (silhouette 0.8).
+    sigmabar^2 = mean posterior variance + variance of the posterior means (the moment-matched aggregate posterior
+    of the steps)."""
     if mean_of not in SUMMARY_MEANS:
         raise ValueError(f"mean_of must be one of {SUMMARY_MEANS}, got {mean_of!r}")
     var = logvars.exp().mean(0) + mus.var(0, unbiased=False)
@@ -255,9 +256,9 @@ def prototype_labels(mu: np.ndarray, proto: np.ndarray, seed: int = 0) -> np.nda
 
 
 def round_lr(cfg: VPAConfig, r: int) -> float:
-    """The local step size of round r (1-based). A fresh Adam's first steps move every parameter by about lr
-    whatever the gradient's size, so with a constant lr the federated model keeps jittering by lr per round;
-    the cosine schedule lets it settle."""
+    """The Adam step size of round r (1-based): the server's (``server_optimizer="adam"``) or the clients'. Adam's
+    steps are about lr whatever the gradient's size, so with a constant lr the federated model keeps moving by
+    about lr per round; the cosine schedule lets it settle."""
     if cfg.lr_schedule == "constant":
         return cfg.lr
     return cfg.lr * 0.5 * (1.0 + math.cos(math.pi * (r - 1) / max(cfg.rounds, 1)))
@@ -735,8 +736,8 @@ class BatchedVPAClients:
         pn = proto / proto.norm(dim=1, keepdim=True)
         ortho_const = cfg.gamma * ((pn @ pn.T - torch.eye(len(proto))) ** 2).sum()
         has_label = (labels >= 0) & (cfg.method == "fedvpa_gp") & (cfg.ortho > 0)
-        c_size, B = context_target_sizes(int(self.n.min()), cfg)
-        B = cfg.batch_size
+        c_size = context_target_sizes(int(self.n.min()), cfg)[0]
+        B = cfg.batch_size                    # targets wrap around for clients with fewer pairs
         ar = torch.arange(K).unsqueeze(1)
         zs, losses, kls, posts = [], [], [], []
 
