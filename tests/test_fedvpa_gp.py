@@ -6,7 +6,8 @@ import torch
 
 from fedvlr_plus.alignment.fedvpa_gp import (POSTERIOR_LOGVAR, POSTERIOR_MU, BatchedVPAClients, PriorTable,
                                              ServerAdam, VPAClient, VPAConfig, VPAModel, central_ceiling,
-                                             context_target_sizes, local_optimizer, train_federated,
+                                             context_target_sizes, local_optimizer, orthonormal_rows,
+                                             train_federated,
                                              gumbel_weights, kl_standard_normal, load_arrays, mixture_kl_mc,
                                              named_arrays, ortho_loss, posterior_summary, prototype_labels,
                                              prototype_matrix, round_lr, run_fedvpa_gp)
@@ -115,15 +116,35 @@ def test_server_adam_first_step_and_local_sgd():
         VPAConfig(server_optimizer="yogi")
 
 
-def test_sequential_and_batched_simulators_both_train():
+def test_orthonormal_rows():
+    p = torch.tensor([[3.0, 0.0, 0.0], [0.0, 0.0, -3.0]])
+    assert torch.allclose(orthonormal_rows(p, 3.0), p)          # already orthogonal at that scale: unchanged
+    q = orthonormal_rows(torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]]), 5.0)
+    assert torch.allclose(q @ q.T, 25 * torch.eye(2), atol=1e-5)
+    # Gram-Schmidt by hand: the first row keeps its direction, the second is its part orthogonal to the first
+    assert torch.allclose(q[0], 5 * torch.tensor([1.0, 1.0, 0.0]) / math.sqrt(2), atol=1e-5)
+    assert torch.allclose(q[1], 5 * torch.tensor([1.0, -1.0, 0.0]) / math.sqrt(2), atol=1e-5)
+    assert orthonormal_rows(torch.randn(4, 2, 3), 1.0).shape == (4, 2, 3)      # batched over clients
+
+
+@pytest.mark.parametrize("mode", ["fixed", "learnable"])
+def test_sequential_and_batched_simulators_both_train(mode):
     p = _conflict(2, 20)
     train, test = holdout_split(p, 0.25, seed=0)
-    cfg = VPAConfig(rounds=3, latent=2, ortho_warmup=2)
+    cfg = VPAConfig(rounds=3, latent=3, ortho_warmup=2, prototype_mode=mode)
     for sim in ("sequential", "batched"):
         shared, clients, table, labels, history = train_federated(train, test, cfg, simulator=sim)
         assert len(history) == 3 and table.present.all()
         assert sorted(np.bincount(labels).tolist()) == [2, 2]     # balanced prototype labels from round 2
         assert float(torch.as_tensor(shared["net.U.weight"]).abs().sum()) > 0     # U moved off its zero start
+        assert ("net.proto" in shared) == (mode == "learnable")
+        if mode == "learnable":
+            # shared, moved by the prototype loss, and orthonormal again once a client loads it
+            P = orthonormal_rows(torch.as_tensor(shared["net.proto"]), cfg.prototype_scale)
+            assert torch.allclose(P @ P.T, 25 * torch.eye(2), atol=1e-4)
+            torch.manual_seed(cfg.seed)
+            init = VPAModel.from_config(4, cfg).proto.detach()
+            assert not torch.allclose(P, init, atol=1e-3)
 
 
 def _update(cid, mu, n=5):
@@ -255,5 +276,6 @@ def test_fedvpa_gp_cli_defaults_mirror_the_config():
     args = build_parser().parse_args(["align", "fedvpa-gp", "x"])
     d = VPAConfig()
     for name in ("rounds", "local_steps", "latent", "beta", "ortho", "tau", "prior_weights", "decoder", "lr",
-                 "server_optimizer", "local_lr", "context_size", "ortho_warmup", "summary_mean", "lr_schedule"):
+                 "server_optimizer", "local_lr", "context_size", "ortho_warmup", "summary_mean", "lr_schedule",
+                 "prototype_mode"):
         assert getattr(args, name) == getattr(d, name), name

@@ -80,7 +80,8 @@ def register(subparsers) -> None:
                    help="mixture weights: learned Gumbel-Softmax (paper) or sample sizes (released code)")
     # defaults mirror VPAConfig's (a test checks it); no import of fedvpa_gp here, it imports torch
     d = argparse.Namespace(decoder="bilinear", lr=3e-2, server_optimizer="adam", local_lr=0.1, context_size=8,
-                           ortho_warmup=10, summary_mean="all_pairs", lr_schedule="constant")
+                           ortho_warmup=10, summary_mean="all_pairs", lr_schedule="constant",
+                           prototype_mode="fixed")
     v.add_argument("--decoder", choices=("bilinear", "concat"), default=d.decoder,
                    help=f"reward decoder: bilinear r = e^T (w0 + U z) or VPL's MLP([e; z]) (default {d.decoder})")
     v.add_argument("--lr", type=float, default=d.lr,
@@ -97,6 +98,9 @@ def register(subparsers) -> None:
                    help=f"context pairs per posterior sample in training (default {d.context_size})")
     v.add_argument("--ortho-warmup", type=int, default=d.ortho_warmup,
                    help=f"rounds before prototype labels are broadcast (default {d.ortho_warmup})")
+    v.add_argument("--prototype-mode", choices=("fixed", "learnable"), default=d.prototype_mode,
+                   help=f"prototypes: fixed scaled identity rows or learnable (QR init, shared, re-orthonormalised "
+                        f"after every step) (default {d.prototype_mode})")
     v.add_argument("--summary-mean", choices=("all_pairs", "posterior", "samples"), default=d.summary_mean,
                    help=f"the uploaded mean z: posterior from all pairs under the broadcast encoder, mean of the "
                         f"steps' posterior means, or of the sampled z (paper) (default {d.summary_mean})")
@@ -175,7 +179,7 @@ def cmd_fedvpa_gp(args) -> int:
                     lr=args.lr, lr_schedule=args.lr_schedule, server_optimizer=args.server_optimizer,
                     local_lr=args.local_lr,
                     context_size=args.context_size, ortho_warmup=args.ortho_warmup,
-                    summary_mean=args.summary_mean, seed=args.seed)
+                    summary_mean=args.summary_mean, prototype_mode=args.prototype_mode, seed=args.seed)
     rep = run_fedvpa_gp(args.source, cfg=cfg, hh=is_hh_folder(args.source), limit=args.limit,
                         clients_per_type=args.clients_per_type, pairs_per_client=args.pairs_per_client,
                         unseen_per_type=args.unseen_per_type, context_pairs=args.context_pairs, text=args.text,

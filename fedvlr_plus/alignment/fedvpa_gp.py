@@ -77,6 +77,8 @@ class VPAConfig:
     logvar_max: float = 0.0       # variance cap
     prototypes: int = 2           # M
     prototype_scale: float = 5.0
+    prototype_mode: str = "fixed"  # fixed: scaled identity rows | learnable: QR init, shared (FedAvg), QR
+                                   # re-orthonormalised after every step (the paper's option)
     prior_weights: str = "gumbel"   # gumbel (paper) | samples (released code)
     prior_min_logvar: float | None = 0.0  # floor on the prior components' log-variance (None: none) [inferred]
     summary_mean: str = "all_pairs"  # the uploaded mubar: posterior from all pairs | mean of the steps' posterior
@@ -91,6 +93,8 @@ class VPAConfig:
             raise ValueError(f"decoder must be one of {DECODERS}, got {self.decoder!r}")
         if self.server_optimizer not in ("none", "adam"):
             raise ValueError(f"server_optimizer must be 'none' or 'adam', got {self.server_optimizer!r}")
+        if self.prototype_mode not in ("fixed", "learnable"):
+            raise ValueError(f"prototype_mode must be 'fixed' or 'learnable', got {self.prototype_mode!r}")
         if self.lr_schedule not in ("constant", "cosine"):
             raise ValueError(f"lr_schedule must be 'constant' or 'cosine', got {self.lr_schedule!r}")
         if self.summary_mean not in SUMMARY_MEANS:
@@ -105,7 +109,8 @@ class VPAConfig:
 class VPAModel(torch.nn.Module):
     """Pair encoder -> q(z | C); z-conditioned reward decoder. All of it is shared (FedAvg)."""
 
-    def __init__(self, d_in: int, latent: int, hidden: int = 64, decoder: str = "bilinear"):
+    def __init__(self, d_in: int, latent: int, hidden: int = 64, decoder: str = "bilinear", *,
+                 prototypes: int = 0, prototype_scale: float = 5.0):
         super().__init__()
         if decoder not in DECODERS:
             raise ValueError(f"decoder must be one of {DECODERS}, got {decoder!r}")
@@ -125,6 +130,15 @@ class VPAModel(torch.nn.Module):
             self.reward = torch.nn.Sequential(torch.nn.Linear(d_in + latent, hidden), torch.nn.ReLU(),
                                               torch.nn.Linear(hidden, 1))
         self.latent, self.decoder = latent, decoder
+        if prototypes:
+            # learnable prototypes: QR-orthonormalised Gaussian rows, scaled (the paper's "QR init, learnable")
+            self.proto = torch.nn.Parameter(orthonormal_rows(torch.randn(prototypes, latent), prototype_scale))
+
+    @classmethod
+    def from_config(cls, d_in: int, cfg: "VPAConfig") -> "VPAModel":
+        learn = cfg.prototype_mode == "learnable" and cfg.method == "fedvpa_gp"
+        return cls(d_in, cfg.latent, cfg.hidden, cfg.decoder, prototypes=cfg.prototypes if learn else 0,
+                   prototype_scale=cfg.prototype_scale)
 
     def direction(self, z):
         """w(z) = w_0 + U z of the bilinear decoder: z [..., d] -> [..., d_in]."""
@@ -181,6 +195,15 @@ def mixture_kl_mc(z, mu, logvar, prior_mu, prior_logvar, log_w):
     log_q = log_normal(z, mu, logvar)
     log_p = torch.logsumexp(log_w + log_normal(z.unsqueeze(-2), prior_mu, prior_logvar), -1)
     return log_q - log_p
+
+
+def orthonormal_rows(p: torch.Tensor, scale: float) -> torch.Tensor:
+    """scale x the QR-orthonormalised rows of p [..., M, d] (M <= d), signs kept so that each row stays on the side
+    of its input row (re-orthonormalising an almost orthogonal P moves it little)."""
+    q, r = torch.linalg.qr(p.transpose(-1, -2))
+    sign = torch.sign(torch.diagonal(r, dim1=-2, dim2=-1))
+    sign = torch.where(sign == 0, torch.ones_like(sign), sign)
+    return scale * (q * sign.unsqueeze(-2)).transpose(-1, -2)
 
 
 def prototype_matrix(m: int, d: int, scale: float) -> torch.Tensor:
@@ -349,7 +372,7 @@ class VPAClient:
         r = int(config.get("round", 1))
         g = torch.Generator().manual_seed(cfg.seed * 1_000_003 + r * 1009 + self.cid)
         torch.manual_seed(cfg.seed * 1_000_003 + r * 1009 + self.cid)
-        model = VPAModel(self.d_in, cfg.latent, cfg.hidden, cfg.decoder)
+        model = VPAModel.from_config(self.d_in, cfg)
         load_arrays(model, shared)
         state = self.store.load(self.cid) or {"pi": torch.zeros(self.n_table)}
         pi = state["pi"].clone().requires_grad_(True)
@@ -365,7 +388,13 @@ class VPAClient:
             pcount = self._t(shared["prior.count"])[present]
         labels = np.asarray(shared.get("labels", np.full(self.n_table, -1)))
         label = int(labels[self.cid]) if cfg.method == "fedvpa_gp" else -1
-        proto = prototype_matrix(cfg.prototypes, cfg.latent, cfg.prototype_scale)
+        learn_proto = hasattr(model, "proto")
+        if learn_proto:
+            with torch.no_grad():             # FedAvg of orthonormal rows is not orthonormal
+                model.proto.copy_(orthonormal_rows(model.proto, cfg.prototype_scale))
+            proto = model.proto
+        else:
+            proto = prototype_matrix(cfg.prototypes, cfg.latent, cfg.prototype_scale)
         c, rj = self._t(self.train.chosen), self._t(self.train.rejected)
         n = len(c)
         zs, losses, kls, posts = [], [], [], []
@@ -399,6 +428,9 @@ class VPAClient:
             opt.zero_grad()
             loss.backward()
             opt.step()
+            if learn_proto:
+                with torch.no_grad():
+                    model.proto.copy_(orthonormal_rows(model.proto, cfg.prototype_scale))
             losses.append(float(loss.detach()))
             kls.append(float(kl.detach()))
         self.store.save(self.cid, {"pi": pi.detach().clone()})
@@ -420,7 +452,7 @@ class VPAClient:
             return model.posterior(self._t(pairs.chosen), self._t(pairs.rejected), self.cfg.logvar_max)
 
     def evaluate(self, shared: dict, config: dict) -> dict:
-        model = VPAModel(self.d_in, self.cfg.latent, self.cfg.hidden, self.cfg.decoder)
+        model = VPAModel.from_config(self.d_in, self.cfg)
         load_arrays(model, shared)
         mu, logvar = self.infer_z(model)
         out = {"cid": self.cid, "n_test": 0 if self.test is None else len(self.test),
@@ -452,7 +484,7 @@ def train_federated(train: PreferencePairs, test: PreferencePairs, cfg: VPAConfi
 
     torch.manual_seed(cfg.seed)
     K = train.n_clients
-    model = VPAModel(train.chosen.shape[1], cfg.latent, cfg.hidden, cfg.decoder)
+    model = VPAModel.from_config(train.chosen.shape[1], cfg)
     shared = named_arrays(model)
     specs = {k: _Spec() for k in shared}
     store = MemoryStore()
@@ -460,7 +492,7 @@ def train_federated(train: PreferencePairs, test: PreferencePairs, cfg: VPAConfi
                for k in range(K) if (train.client == k).sum() >= 2]
     table = PriorTable(K, cfg.latent)
     labels = np.full(K, -1, np.int64)
-    proto = prototype_matrix(cfg.prototypes, cfg.latent, cfg.prototype_scale).numpy()
+    fixed_proto = prototype_matrix(cfg.prototypes, cfg.latent, cfg.prototype_scale).numpy()
     strategy = FedAvg()
     server_adam = ServerAdam() if cfg.server_optimizer == "adam" else None
     history = []
@@ -484,6 +516,8 @@ def train_federated(train: PreferencePairs, test: PreferencePairs, cfg: VPAConfi
                 # labels from the clients' mean z only once z carries the preference signal: assigned on the
                 # first rounds' near-random z, the prototype pull would lock random labels in
                 have = table.present.numpy()
+                proto = fixed_proto if "net.proto" not in shared else orthonormal_rows(
+                    torch.as_tensor(np.asarray(shared["net.proto"]), dtype=torch.float32), cfg.prototype_scale).numpy()
                 labels[have] = prototype_labels(table.mu[have].numpy(), proto, seed=cfg.seed + r)
         history.append({"round": r, "loss": float(np.mean([u.metrics["loss"] for u in updates])),
                         "kl_term": float(np.mean([u.metrics["kl"] for u in updates]))})
@@ -497,7 +531,7 @@ def evaluate_method(train: PreferencePairs, test: PreferencePairs, unseen: Prefe
     """Train one method and measure: held-out accuracy per client type, KL to N(0, I) of the clients' posteriors,
     silhouette / purity of client mean-z by true type, unseen-client accuracy from ``context_pairs`` pairs."""
     shared, clients, table, labels, history = train_federated(train, test, cfg, log=log, simulator=simulator)
-    model = VPAModel(train.chosen.shape[1], cfg.latent, cfg.hidden, cfg.decoder)
+    model = VPAModel.from_config(train.chosen.shape[1], cfg)
     load_arrays(model, shared)
     types = train.client_groups()
     names = train.group_names
@@ -732,9 +766,14 @@ class BatchedVPAClients:
                 plv = plv.clamp_min(cfg.prior_min_logvar)
             pcount = torch.as_tensor(np.asarray(shared["prior.count"]), dtype=torch.float32)
         labels = torch.as_tensor(np.asarray(shared.get("labels", np.full(self.n_table, -1))))[cids]
-        proto = prototype_matrix(cfg.prototypes, L, cfg.prototype_scale)
-        pn = proto / proto.norm(dim=1, keepdim=True)
-        ortho_const = cfg.gamma * ((pn @ pn.T - torch.eye(len(proto))) ** 2).sum()
+        learn_proto = "proto" in params
+        if learn_proto:
+            with torch.no_grad():
+                params["proto"].copy_(orthonormal_rows(params["proto"], cfg.prototype_scale))
+        else:
+            proto = prototype_matrix(cfg.prototypes, L, cfg.prototype_scale)
+            pn = proto / proto.norm(dim=1, keepdim=True)
+            ortho_const = cfg.gamma * ((pn @ pn.T - torch.eye(len(proto))) ** 2).sum()
         has_label = (labels >= 0) & (cfg.method == "fedvpa_gp") & (cfg.ortho > 0)
         c_size = context_target_sizes(int(self.n.min()), cfg)[0]
         B = cfg.batch_size                    # targets wrap around for clients with fewer pairs
@@ -794,11 +833,21 @@ class BatchedVPAClients:
             margin = reward(self.C[ar, tgt], z) - reward(self.R[ar, tgt], z)
             per_client = -F.logsigmoid(margin).mean(1) + cfg.beta * kl
             if bool(has_label.any()):
-                dist = ((z - proto[labels.clamp_min(0)]) ** 2).sum(-1) + ortho_const
+                if learn_proto:
+                    P = params["proto"]                                       # [K, M, d], each client's copy
+                    pn = P / P.norm(dim=-1, keepdim=True)
+                    ortho_const = cfg.gamma * ((pn @ pn.transpose(1, 2) - torch.eye(P.shape[1])) ** 2).sum((1, 2))
+                    target = P[torch.arange(K), labels.clamp_min(0)]
+                else:
+                    target = proto[labels.clamp_min(0)]
+                dist = ((z - target) ** 2).sum(-1) + ortho_const
                 per_client = per_client + cfg.ortho * torch.where(has_label, dist, torch.zeros_like(dist))
             opt.zero_grad()
             per_client.sum().backward()
             opt.step()
+            if learn_proto:
+                with torch.no_grad():
+                    params["proto"].copy_(orthonormal_rows(params["proto"], cfg.prototype_scale))
             losses.append(per_client.detach())
             kls.append(kl.detach())
         loss_m = torch.stack(losses).mean(0)
