@@ -20,7 +20,8 @@ as in alignment-methods.md §4.1, at CPU scale (§4.4):
   (``prior_weights="samples"``: the released code's sample-size weights). One-sample Monte-Carlo KL:
   log q(z | C) - logsumexp_j [log w_j + log N(z; mubar_j, sigmabar_j^2)]. Round 1 (empty table): N(0, I);
 - orthogonal prototypes: L_ortho = ||z - p_{y*}||^2 + gamma ||Phat Phat^T - I||_F^2, P = scale x orthonormal rows
-  (fixed here: the scaled-identity option; the learnable-QR option of the paper is not implemented), y* the
+  (``prototype_mode="fixed"``: scaled identity rows; ``"learnable"``: QR init, shared through FedAvg, QR
+  re-orthonormalised after every step), y* the
   prototype label the server assigns by balanced k-means (k = M) over the clients' mean z;
 - local loss L = L_BT + beta KL + lambda L_ortho; upload = the shared network parameters (sample-weighted FedAvg with
   the federation's :class:`~fedvlr_plus.federation.fedavg.FedAvg`) + the posterior summary (mubar_i, log sigmabar^2_i)
