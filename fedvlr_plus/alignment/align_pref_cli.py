@@ -78,6 +78,32 @@ def register(subparsers) -> None:
     v.add_argument("--tau", type=float, default=1.0, help="Gumbel-Softmax temperature (default 1)")
     v.add_argument("--prior-weights", choices=("gumbel", "samples"), default="gumbel",
                    help="mixture weights: learned Gumbel-Softmax (paper) or sample sizes (released code)")
+    # defaults mirror VPAConfig's (a test checks it); no import of fedvpa_gp here, it imports torch
+    d = argparse.Namespace(decoder="bilinear", lr=3e-2, server_optimizer="adam", local_lr=0.1, context_size=8,
+                           ortho_warmup=10, summary_mean="all_pairs", lr_schedule="constant",
+                           prototype_mode="fixed")
+    v.add_argument("--decoder", choices=("bilinear", "concat"), default=d.decoder,
+                   help=f"reward decoder: bilinear r = e^T (w0 + U z) or VPL's MLP([e; z]) (default {d.decoder})")
+    v.add_argument("--lr", type=float, default=d.lr,
+                   help=f"Adam step size: the clients' (server optimizer none) or the server's (adam) "
+                        f"(default {d.lr})")
+    v.add_argument("--server-optimizer", choices=("none", "adam"), default=d.server_optimizer,
+                   help=f"none: local Adam + FedAvg; adam: local SGD + server Adam on the averaged update "
+                        f"(default {d.server_optimizer})")
+    v.add_argument("--lr-schedule", choices=("constant", "cosine"), default=d.lr_schedule,
+                   help=f"step size over the rounds (default {d.lr_schedule})")
+    v.add_argument("--local-lr", type=float, default=d.local_lr,
+                   help=f"local SGD step size with --server-optimizer adam (default {d.local_lr})")
+    v.add_argument("--context-size", type=int, default=d.context_size,
+                   help=f"context pairs per posterior sample in training (default {d.context_size})")
+    v.add_argument("--ortho-warmup", type=int, default=d.ortho_warmup,
+                   help=f"rounds before prototype labels are broadcast (default {d.ortho_warmup})")
+    v.add_argument("--prototype-mode", choices=("fixed", "learnable"), default=d.prototype_mode,
+                   help=f"prototypes: fixed scaled identity rows or learnable (QR init, shared, re-orthonormalised "
+                        f"after every step) (default {d.prototype_mode})")
+    v.add_argument("--summary-mean", choices=("all_pairs", "posterior", "samples"), default=d.summary_mean,
+                   help=f"the uploaded mean z: posterior from all pairs under the broadcast encoder, mean of the "
+                        f"steps' posterior means, or of the sampled z (paper) (default {d.summary_mean})")
     v.set_defaults(func=cmd_fedvpa_gp)
 
 
@@ -149,7 +175,11 @@ def cmd_fedvpa_gp(args) -> int:
     from .fedvpa_gp import VPAConfig, run_fedvpa_gp
 
     cfg = VPAConfig(rounds=args.rounds, local_steps=args.local_steps, latent=args.latent, beta=args.beta,
-                    ortho=args.ortho, tau=args.tau, prior_weights=args.prior_weights, seed=args.seed)
+                    ortho=args.ortho, tau=args.tau, prior_weights=args.prior_weights, decoder=args.decoder,
+                    lr=args.lr, lr_schedule=args.lr_schedule, server_optimizer=args.server_optimizer,
+                    local_lr=args.local_lr,
+                    context_size=args.context_size, ortho_warmup=args.ortho_warmup,
+                    summary_mean=args.summary_mean, prototype_mode=args.prototype_mode, seed=args.seed)
     rep = run_fedvpa_gp(args.source, cfg=cfg, hh=is_hh_folder(args.source), limit=args.limit,
                         clients_per_type=args.clients_per_type, pairs_per_client=args.pairs_per_client,
                         unseen_per_type=args.unseen_per_type, context_pairs=args.context_pairs, text=args.text,
@@ -164,6 +194,11 @@ def cmd_fedvpa_gp(args) -> int:
         lines.append(f"{mth:<12}  " + "  ".join(f"{_pct(acc[t]):>14}" for t in types)
                      + f"   {'  n/a ' if kl is None else f'{kl:6.3f}'}  {_pct(rep['unseen_accuracy'][mth])}")
     lines.append(f"prototype purity {rep['prototype_purity']}  silhouette {rep['silhouette']}")
+    ce = rep["ceiling"]
+    lines.append("central linear Bradley-Terry (no federation): pooled "
+                 + ", ".join(f"{t} {_pct(ce['pooled'][t])}" for t in types) + "; one per type "
+                 + ", ".join(f"{t} {_pct(ce['per_type'][t])}" for t in types) + "; other type's "
+                 + ", ".join(f"{t} {_pct(ce['cross'].get(t))}" for t in types))
     if "swap" in rep:
         lines.append(f"swapping z between types flips {_pct(rep['swap']['flip_rate'])}% of predictions")
     return _emit(rep, args, lines)
