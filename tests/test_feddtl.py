@@ -153,3 +153,39 @@ def test_every_method_trains_end_to_end(method):
         assert all(h["server_loss_last"] <= h["server_loss_first"] + 1e-6 for h in res.history)
     with pytest.raises(ValueError):
         T.train(task, "nope", cfg)
+
+
+def test_pooled_weights_each_group_by_its_targets():
+    a = {"warm": {"n": 3, "hr@10": 1.0}, "cold": {"n": 0, "hr@10": 0.0}}
+    b = {"warm": {"n": 1, "hr@10": 0.0}, "cold": {"n": 2, "hr@10": 0.5}}
+    out = T._pooled([a, b])
+    assert out["warm"] == {"n": 4, "hr@10": 0.75} and out["cold"] == {"n": 2, "hr@10": 0.5}
+
+
+@pytest.mark.parametrize("method", ["fedavg_both", "decoupled_sft"])
+def test_fedavg_both_averages_the_client_tower_and_decoupling_keeps_it_local(method):
+    task = _task()
+    res = T.train(task, method, T.DTLConfig(per_user=4), n_clients=3, alpha=0.5, rounds=2, sft_rounds=2, seed=0)
+    w = torch.tensor(res.client_examples, dtype=torch.float64)
+    both = method == "fedavg_both"
+    averaged = T.USER_PARAMS + (T.ITEM_PARAMS if both else ())
+    for k in averaged:          # the global tower is the example-weighted mean of the clients' last local towers
+        mean = sum(wi * c[k].double() for wi, c in zip(w, res.client_params)) / w.sum()
+        assert torch.allclose(res.params[k].double(), mean, atol=1e-5), k
+    assert set(res.client_params[0]) == set(averaged)
+    # the client towers differ from one another (local training under skew) and from their average
+    assert not torch.allclose(res.client_params[0]["user_up"], res.client_params[1]["user_up"])
+    # headline: one global model for FedAvg of both towers; each client's own user tower when decoupled
+    assert res.test["warm"] == (res.test["global_model"] if both else res.test["client_models"])["warm"]
+    # the client models are evaluated on every user exactly once
+    assert res.test["client_models"]["warm"]["n"] == res.test["global_model"]["warm"]["n"] == 24
+
+
+def test_epochs_repeat_the_local_passes():
+    task = _task()
+    p = T.init_params(task.dim, 4, 0)
+    one = T.DTLClient(0, task, np.arange(24), T.DTLConfig(per_user=4, batch_size=16), seed=0)
+    three = T.DTLClient(0, task, np.arange(24), T.DTLConfig(per_user=4, batch_size=16, epochs=3), seed=0)
+    s1 = one.fit(p, {"round": 0, "stage": "sft"}).metrics["steps"]
+    s3 = three.fit(p, {"round": 0, "stage": "sft"}).metrics["steps"]
+    assert s1 == 6 and s3 == 18             # 24 users x 4 examples / batch 16 = 6 steps per pass

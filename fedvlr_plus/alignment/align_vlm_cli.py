@@ -15,6 +15,13 @@ MPT_ABLATION = {"prompts_only": "prompts", "prompts+ot": "prompts_ot", "prompts+
 MPT_FIGURES = ("mAP", "CF1", "OF1", "spurious_rate")
 
 
+def _default_cache() -> str:
+    import os
+
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "fedvlr_plus", "encodings")
+
+
 def register(methods) -> None:
     m = methods.add_parser("fedmpt", help="FedMPT: multi-label item tagging with condition prompts and OT",
                            description="Train FedMPT, its ablations and a single-prompt mean-pooled FedAvg "
@@ -33,6 +40,9 @@ def register(methods) -> None:
                         "fedvlr_plus/alignment/data/fedmpt_conditions.json)")
     m.add_argument("--no-ablation", action="store_true", help="train only the baseline and full FedMPT")
     m.add_argument("--device", default="cpu", help="device of the offline text encoder (default cpu)")
+    m.add_argument("--cache-dir", default=_default_cache(),
+                   help="keep text encodings here and reuse them (default $XDG_CACHE_HOME/fedvlr_plus/encodings; "
+                        "'' disables)")
     m.add_argument("--out", default=None, help="also write the JSON report to this file (atomic)")
     m.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     m.set_defaults(func=cli_fedmpt)
@@ -53,7 +63,12 @@ def register(methods) -> None:
     d.add_argument("--group", type=int, default=4, help="GRPO group size G (default 4)")
     d.add_argument("--beta", type=float, default=0.5, help="GRPO KL weight (default 0.5)")
     d.add_argument("--rank", type=int, default=4, help="adapter rank (default 4)")
+    d.add_argument("--epochs", type=int, default=1,
+                   help="local passes over each round's examples, the same for every method and stage (default 1)")
     d.add_argument("--device", default="cpu", help="device of the offline text encoder (default cpu)")
+    d.add_argument("--cache-dir", default=_default_cache(),
+                   help="keep text encodings here and reuse them (default $XDG_CACHE_HOME/fedvlr_plus/encodings; "
+                        "'' disables)")
     d.add_argument("--out", default=None, help="also write the JSON report to this file (atomic)")
     d.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     d.set_defaults(func=cli_feddtl)
@@ -84,6 +99,8 @@ def cli_fedmpt(args) -> int:
     t0 = time.time()
     data = datasets.load(args.source)
     embed_tokens, embed_sentences = M.minilm_encoders(args.device)
+    if args.cache_dir:
+        embed_tokens, embed_sentences = M.cached_encoders(embed_tokens, embed_sentences, args.cache_dir)
     conditions = M.load_conditions(args.conditions)
     task, ids = M.build_task(data, embed_tokens, embed_sentences, conditions, proj_dim=args.proj_dim or None)
     train, test = M.split_items(ids, args.test_share, args.seed)

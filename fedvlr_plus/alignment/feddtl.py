@@ -161,6 +161,7 @@ class DTLConfig:
     beta: float = 0.5            #: KL weight to the hybrid reference
     ref_mix: float = 0.5         #: weight of the SFT model in the hybrid reference
     rl_candidates: int = 100     #: GRPO acts over the target plus rl_candidates - 1 random warm items
+    epochs: int = 1              #: local passes over the round's examples (the same in every stage and method)
 
 
 def param_specs(d: int, r: int) -> dict[str, ParamSpec]:
@@ -271,9 +272,9 @@ class DTLClient:
                     math.log(1 - cfg.ref_mix) + torch.log_softmax(ref_glob, -1)]), 0)
         gcfg = GRPOConfig(group_size=cfg.group, clip_eps=cfg.clip_eps, beta=cfg.beta, kl="k3")
         losses, rewards, nonzero = [], [], []
-        perm = torch.randperm(len(tgt), generator=gen)
-        for s in range(0, len(tgt), cfg.batch_size):
-            b = perm[s:s + cfg.batch_size]
+        batches = [perm[s:s + cfg.batch_size] for _ in range(cfg.epochs)
+                   for perm in [torch.randperm(len(tgt), generator=gen)] for s in range(0, len(tgt), cfg.batch_size)]
+        for b in batches:
             v = item_vectors(p, warm_content)
             u = user_vectors(p, ctx[b])
             logits = u @ v.T / cfg.tau
@@ -319,6 +320,8 @@ class DTLClient:
 def evaluate_users(p: dict, task: RecTask, users: np.ndarray, cfg: DTLConfig, ks=(10,)) -> dict:
     """Full ranking over every item (warm and cold), the user's train items masked; warm and cold targets apart."""
     users = np.asarray([u for u in users if len(task.histories[u])], dtype=np.int64)
+    if not len(users):
+        return {kind: {"n": 0, **{f"{m}@{k}": 0.0 for k in ks for m in ("hr", "ndcg")}} for kind in ("warm", "cold")}
     ctx = torch.from_numpy(np.stack([task.content[task.histories[u]].mean(0) for u in users]))
     with torch.no_grad():
         scores = (user_vectors(p, ctx) @ item_vectors(p, torch.from_numpy(task.content)).T).double()
@@ -367,8 +370,11 @@ def server_align(p: dict, protos: list[tuple[torch.Tensor, torch.Tensor]], task:
 @dataclass
 class DTLResult:
     method: str
-    test: dict
+    test: dict                   #: headline figures, plus "global_model" and "client_models" evaluations
     history: list[dict] = field(default_factory=list)
+    params: dict = field(default_factory=dict)               #: the final global model
+    client_params: list[dict] = field(default_factory=list)  #: each client's own tower(s) after its last round
+    client_examples: list[int] = field(default_factory=list)
 
 
 def train(task: RecTask, method: str, cfg: DTLConfig, *, n_clients: int = 5, alpha: float = 0.1, rounds: int = 20,
@@ -404,13 +410,43 @@ def train(task: RecTask, method: str, cfg: DTLConfig, *, n_clients: int = 5, alp
         if log:
             log(f"[{method}] round {r + 1}/{rounds} {stage} loss {row['loss']:.4f}")
     users = np.arange(len(task.histories))
-    return DTLResult(method, evaluate_users(shared, task, users, cfg), history)
+    glob = evaluate_users(shared, task, users, cfg)
+    # each client's own tower(s) as left by its last local training (the user adapter, plus the item adapter for
+    # FedAvg of both towers), with the server's latest global parts for the rest
+    own = [USER_PARAMS + (ITEM_PARAMS if both else ()) for _ in clients]
+    personal = _pooled([evaluate_users({**shared, **{k: u.arrays[k] for k in names}}, task, c.users, cfg)
+                        for c, u, names in zip(clients, ups, own)])
+    # headline: FedAvg of both towers is one global model (both towers averaged); the decoupled methods keep the
+    # client-side tower local, so each client's users are ranked with that client's own adapted user tower
+    test = glob if both else personal
+    return DTLResult(method, {**test, "global_model": glob, "client_models": personal}, history,
+                     params={k: v.detach().clone() for k, v in shared.items()},
+                     client_params=[{k: u.arrays[k] for k in names} for u, names in zip(ups, own)],
+                     client_examples=[u.num_examples for u in ups])
 
 
-def minilm_content(data, device: str = "cpu") -> np.ndarray:
+def _pooled(parts: list[dict]) -> dict:
+    """Per-kind figures of several disjoint user groups pooled into one (weighted by each group's ``n``)."""
+    out = {}
+    for kind in ("warm", "cold"):
+        n = np.array([p[kind]["n"] for p in parts], dtype=np.float64)
+        out[kind] = {"n": int(n.sum())}
+        for k in parts[0][kind]:
+            if k != "n":
+                out[kind][k] = float((n * [p[kind][k] for p in parts]).sum() / max(n.sum(), 1.0))
+    return out
+
+
+def minilm_content(data, device: str = "cpu", cache_dir=None) -> np.ndarray:
+    """MiniLM embeddings of :func:`item_texts`; kept in ``cache_dir`` (keyed by the texts) when one is given."""
     from ..views.sentence_encoder import SentenceEncoder
 
-    return SentenceEncoder(device=device, progress=False).embed(item_texts(data))
+    embed = SentenceEncoder(device=device, progress=False).embed
+    if cache_dir:
+        from .fedmpt import cached_encoders
+
+        embed = cached_encoders(None, embed, cache_dir)[1]
+    return embed(item_texts(data))
 
 
 def run_cli(args) -> dict:
@@ -423,8 +459,8 @@ def run_cli(args) -> dict:
     log = (lambda s: print(s, file=sys.stderr)) if args.json else print
     t0 = time.time()
     data = datasets.load(args.source)
-    content = minilm_content(data, args.device)
-    cfg = DTLConfig(rank=args.rank, sigma=args.sigma, group=args.group, beta=args.beta)
+    content = minilm_content(data, args.device, args.cache_dir or None)
+    cfg = DTLConfig(rank=args.rank, sigma=args.sigma, group=args.group, beta=args.beta, epochs=args.epochs)
     per_seed = []
     for seed in args.seeds:
         task = build_task(data, content, cold_share=args.cold_share, seed=seed)
@@ -438,16 +474,22 @@ def run_cli(args) -> dict:
             if rl:
                 row[m]["rl_reward_last"] = rl[-1]["reward"]
                 row[m]["rl_groups_with_signal"] = rl[-1]["groups_with_signal"]
+            g, c = res.test["global_model"], res.test["client_models"]
             log(f"seed {seed} {m:>13}: warm HR@10 {res.test['warm']['hr@10']:.4f} NDCG@10 "
                 f"{res.test['warm']['ndcg@10']:.4f} | cold HR@10 {res.test['cold']['hr@10']:.4f} NDCG@10 "
-                f"{res.test['cold']['ndcg@10']:.4f} ({time.time() - t:.1f}s)")
+                f"{res.test['cold']['ndcg@10']:.4f} | global model warm/cold {g['warm']['hr@10']:.4f}/"
+                f"{g['cold']['hr@10']:.4f}, client models {c['warm']['hr@10']:.4f}/{c['cold']['hr@10']:.4f} "
+                f"({time.time() - t:.1f}s)")
         per_seed.append(row)
     report = {"source": args.source, "seeds": list(args.seeds), "clients": args.clients, "alpha": args.alpha,
               "rounds": args.rounds, "sft_rounds": args.sft_rounds, "cold_share": args.cold_share,
               "n_warm_items": int(len(task.warm_items)), "n_cold_items": int(len(task.cold_items))}
+    mean = lambda rows: {kind: {k: float(np.mean([r[kind][k] for r in rows])) for k in ("hr@10", "ndcg@10")}  # noqa: E731
+                         for kind in ("warm", "cold")}
     for m in METHODS:
-        report[m] = {kind: {k: float(np.mean([s[m][kind][k] for s in per_seed])) for k in ("hr@10", "ndcg@10")}
-                     for kind in ("warm", "cold")}
+        report[m] = mean([s[m] for s in per_seed])
+        report[m]["global_model"] = mean([s[m]["global_model"] for s in per_seed])
+        report[m]["client_models"] = mean([s[m]["client_models"] for s in per_seed])
     report["per_seed"] = per_seed
     report["seconds"] = round(time.time() - t0, 1)
     return report
