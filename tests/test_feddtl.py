@@ -56,7 +56,7 @@ def test_uplink_carries_adapters_and_normalised_prototypes_only():
     users = np.arange(0, 24, 2)
     client = T.DTLClient(1, task, users, cfg, seed=0)
     up = client.fit(p, {"round": 0, "stage": "sft"})
-    assert set(up.arrays) == {"user_down", "user_up", "proto"} and set(up.rows) == {"proto"}
+    assert set(up.arrays) == {"user_down", "user_up", "proto", "proto_n"} and set(up.rows) == {"proto", "proto_n"}
     assert up.arrays["user_down"].shape == p["user_down"].shape
     proto, rows = up.arrays["proto"], up.rows["proto"].numpy()
     assert torch.allclose(proto.norm(dim=-1), torch.ones(len(proto)), atol=1e-5)
@@ -64,8 +64,10 @@ def test_uplink_carries_adapters_and_normalised_prototypes_only():
     assert set(rows) <= set(trained) and len(rows) == len(np.unique(rows))   # one row per item, never per user
     assert not set(rows) & set(task.cold_items)
     msg = up.to_message()
-    assert set(msg["arrays"]) == {"user_down", "user_up", "proto"}
+    assert set(msg["arrays"]) == {"user_down", "user_up", "proto", "proto_n"}
     assert up.num_examples == sum(min(3, len(task.histories[u])) for u in users)
+    # one count per prototype (how many of the round's examples it averages), nothing per user
+    assert up.arrays["proto_n"].shape == (len(rows),) and float(up.arrays["proto_n"].sum()) == up.num_examples
     both = client.fit(p, {"round": 0, "stage": "sft", "train_item_tower": True})
     assert set(both.arrays) == {"user_down", "user_up", "item_down", "item_up"} and both.rows == {}
 
@@ -189,3 +191,20 @@ def test_epochs_repeat_the_local_passes():
     s1 = one.fit(p, {"round": 0, "stage": "sft"}).metrics["steps"]
     s3 = three.fit(p, {"round": 0, "stage": "sft"}).metrics["steps"]
     assert s1 == 6 and s3 == 18             # 24 users x 4 examples / batch 16 = 6 steps per pass
+
+
+def test_server_alignment_draws_prototypes_by_example_count():
+    task = _task()
+    cfg = T.DTLConfig(server_steps=3, server_lr=1e-3)
+    p = T.init_params(task.dim, cfg.rank, 0)
+    proto = F.normalize(torch.randn(2, task.dim, generator=torch.Generator().manual_seed(1)), dim=-1)
+    rows = torch.tensor([0, 5])
+    warm = torch.from_numpy(task.content[task.warm_items])
+    ce0 = float(F.cross_entropy(proto[:1] @ T.item_vectors(p, warm).T / cfg.tau, torch.tensor([0])))
+    # counts 4 and 0: every draw is the first prototype, so the first step's loss is its CE alone
+    _, counted = T.server_align(p, [(proto, rows, torch.tensor([4.0, 0.0]))], task, cfg)
+    assert counted[0] == pytest.approx(ce0, rel=1e-5)
+    _, uniform = T.server_align(p, [(proto, rows, torch.tensor([4.0, 0.0]))], task,
+                                T.DTLConfig(server_steps=3, server_lr=1e-3, proto_weighting="uniform"))
+    ce_both = float(F.cross_entropy(proto @ T.item_vectors(p, warm).T / cfg.tau, rows))
+    assert uniform[0] == pytest.approx(ce_both, rel=1e-5) and abs(ce_both - ce0) > 1e-3

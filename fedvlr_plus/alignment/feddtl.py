@@ -162,6 +162,7 @@ class DTLConfig:
     ref_mix: float = 0.5         #: weight of the SFT model in the hybrid reference
     rl_candidates: int = 100     #: GRPO acts over the target plus rl_candidates - 1 random warm items
     epochs: int = 1              #: local passes over the round's examples (the same in every stage and method)
+    proto_weighting: str = "count"   #: server CE: "count" (prototypes drawn by example count) or "uniform"
 
 
 def param_specs(d: int, r: int) -> dict[str, ParamSpec]:
@@ -305,6 +306,11 @@ class DTLClient:
             proto = torch.zeros(len(cols), emb.shape[1]).index_add_(0, inv, emb)
             arrays["proto"] = F.normalize(proto, dim=-1)
             rows["proto"] = self._warm[cols]
+            # how many of this round's examples each prototype averages: the server samples prototypes in that
+            # proportion, so its CE sees the items as often as the clients' examples do (the paper uploads
+            # per-sample embeddings; a count keeps that sample weighting without any per-user vector)
+            arrays["proto_n"] = torch.bincount(inv, minlength=len(cols)).float()
+            rows["proto_n"] = rows["proto"]
         metrics = {"loss": float(np.mean(losses)) if losses else 0.0, "steps": len(losses)}
         if rewards:
             metrics.update(reward=float(np.mean(rewards)), groups_with_signal=float(np.mean(nonzero)))
@@ -343,22 +349,30 @@ def evaluate_users(p: dict, task: RecTask, users: np.ndarray, cfg: DTLConfig, ks
 
 
 # ----------------------------------------------------------------------------------------------- server
-def server_align(p: dict, protos: list[tuple[torch.Tensor, torch.Tensor]], task: RecTask, cfg: DTLConfig,
+def server_align(p: dict, protos: list[tuple], task: RecTask, cfg: DTLConfig,
                  seed: int = 0) -> tuple[dict, list[float]]:
-    """Train the item adapter so each uploaded prototype classifies to its item (CE over warm items)."""
+    """Train the item adapter so each uploaded prototype classifies to its item (CE over warm items).
+
+    ``protos``: ``(embeddings [n, d], item ids [n])`` or ``(embeddings, item ids, example counts [n])`` per client.
+    With counts and ``cfg.proto_weighting == "count"`` a batch draws prototypes in proportion to their counts
+    (the sample-weighted CE of the paper's per-sample uploads); otherwise uniformly.
+    """
     col = torch.full((task.n_items,), -1, dtype=torch.long)
     col[torch.from_numpy(task.warm_items)] = torch.arange(len(task.warm_items))
-    x = torch.cat([e for e, _ in protos])
-    y = col[torch.cat([r for _, r in protos]).long()]
+    x = torch.cat([t[0] for t in protos])
+    y = col[torch.cat([t[1] for t in protos]).long()]
+    counted = cfg.proto_weighting == "count" and all(len(t) > 2 for t in protos)
+    n = torch.cat([t[2].float() for t in protos]) if counted else torch.ones(len(y))
     keep = y >= 0
-    x, y = x[keep], y[keep]
+    x, y, n = x[keep], y[keep], n[keep]
     q = {k: v.clone().requires_grad_(k in ITEM_PARAMS) for k, v in p.items()}
     opt = torch.optim.Adam([q[k] for k in ITEM_PARAMS], lr=cfg.server_lr)
     warm_content = torch.from_numpy(task.content[task.warm_items])
     losses = []
     gen = torch.Generator().manual_seed(int(seed))
     for _ in range(cfg.server_steps):
-        b = torch.randperm(len(y), generator=gen)[:cfg.server_batch]
+        b = torch.multinomial(n, cfg.server_batch, replacement=True, generator=gen) if counted \
+            else torch.randperm(len(y), generator=gen)[:cfg.server_batch]
         loss = F.cross_entropy(x[b] @ item_vectors(q, warm_content).T / cfg.tau, y[b])
         opt.zero_grad()
         loss.backward()
@@ -400,7 +414,8 @@ def train(task: RecTask, method: str, cfg: DTLConfig, *, n_clients: int = 5, alp
         shared = {**shared, **{k: v.float() for k, v in new.items()}}
         row = {"round": r, "stage": stage, "loss": float(np.mean([u.metrics["loss"] for u in ups]))}
         if not both:
-            shared, sl = server_align(shared, [(u.arrays["proto"], u.rows["proto"]) for u in ups if "proto" in u.arrays],
+            shared, sl = server_align(shared, [(u.arrays["proto"], u.rows["proto"], u.arrays["proto_n"])
+                                               for u in ups if "proto" in u.arrays],
                                       task, cfg, seed)
             row["server_loss_first"], row["server_loss_last"] = sl[0], sl[-1]
         if stage == "rl":
