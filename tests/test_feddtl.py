@@ -109,12 +109,25 @@ def test_evaluate_users_hand_computed():
                      cold_target=np.array([2]), warm_items=np.array([0, 1, 3]), cold_items=np.array([2]),
                      user_genre=np.zeros(1, np.int64))
     p = T.init_params(4, 2, 0)          # zero up-projections: both towers are the identity
-    res = T.evaluate_users(p, task, np.array([0]), T.DTLConfig(), ks=(1, 2))
+    res = T.evaluate_users(p, task, np.array([0]), T.DTLConfig(), ks=(1, 2), among="all")
     # scores: item 0 masked, item 3 = .8, items 1 and 2 = 0 -> warm target 3 ranks first; cold target 2 has
     # one strictly better item (3) and a tie (1) -> rank 1 (ties counted optimistically by ">")
     assert res["warm"]["hr@1"] == 1.0 and res["warm"]["ndcg@1"] == 1.0
     assert res["cold"]["hr@1"] == 0.0 and res["cold"]["hr@2"] == 1.0
     assert res["cold"]["ndcg@2"] == pytest.approx(1 / np.log2(3))
+    # base-to-novel protocol: the cold target competes with cold items only (here just itself) -> rank 0;
+    # the warm target with warm items only (item 1 at 0 < .8) -> still rank 0
+    own = T.evaluate_users(p, task, np.array([0]), T.DTLConfig(), ks=(1,))
+    assert own["cold"]["hr@1"] == 1.0 and own["warm"]["hr@1"] == 1.0
+    content2 = content.copy()
+    content2[2] = [0.9, 0.1, 0, 0]          # a cold item closer to the user than the warm target
+    task2 = T.RecTask(content=content2, histories=task.histories, warm_target=task.warm_target,
+                      cold_target=np.array([-1]), warm_items=task.warm_items, cold_items=task.cold_items,
+                      user_genre=task.user_genre)
+    assert T.evaluate_users(p, task2, np.array([0]), T.DTLConfig(), ks=(1,), among="all")["warm"]["hr@1"] == 0.0
+    assert T.evaluate_users(p, task2, np.array([0]), T.DTLConfig(), ks=(1,))["warm"]["hr@1"] == 1.0
+    with pytest.raises(ValueError):
+        T.evaluate_users(p, task, np.array([0]), T.DTLConfig(), among="some")
 
 
 def test_build_task_keeps_cold_items_out_of_training():

@@ -163,6 +163,7 @@ class DTLConfig:
     rl_candidates: int = 100     #: GRPO acts over the target plus rl_candidates - 1 random warm items
     epochs: int = 1              #: local passes over the round's examples (the same in every stage and method)
     proto_weighting: str = "count"   #: server CE: "count" (prototypes drawn by example count) or "uniform"
+    rank_among: str = "own"      #: evaluation: warm among warm, cold among cold ("own") or both among all items
 
 
 def param_specs(d: int, r: int) -> dict[str, ParamSpec]:
@@ -323,8 +324,16 @@ class DTLClient:
 
 
 # ----------------------------------------------------------------------------------------------- evaluation
-def evaluate_users(p: dict, task: RecTask, users: np.ndarray, cfg: DTLConfig, ks=(10,)) -> dict:
-    """Full ranking over every item (warm and cold), the user's train items masked; warm and cold targets apart."""
+def evaluate_users(p: dict, task: RecTask, users: np.ndarray, cfg: DTLConfig, ks=(10,), among: str | None = None) -> dict:
+    """Warm and cold targets apart, the user's train items masked.
+
+    ``among`` (default ``cfg.rank_among``): ``"own"`` ranks a warm target among the warm items and a cold target
+    among the cold items (the base-to-novel protocol of prompt learning: base classes are scored among base
+    classes, novel among novel); ``"all"`` ranks both among every item.
+    """
+    among = among or cfg.rank_among
+    if among not in ("own", "all"):
+        raise ValueError(f"among must be 'own' or 'all', got {among!r}")
     users = np.asarray([u for u in users if len(task.histories[u])], dtype=np.int64)
     if not len(users):
         return {kind: {"n": 0, **{f"{m}@{k}": 0.0 for k in ks for m in ("hr", "ndcg")}} for kind in ("warm", "cold")}
@@ -339,6 +348,10 @@ def evaluate_users(p: dict, task: RecTask, users: np.ndarray, cfg: DTLConfig, ks
         ok = t >= 0
         tt = torch.from_numpy(t[ok])
         s = scores[torch.from_numpy(ok)]
+        if among == "own":
+            other = task.cold_items if kind == "warm" else np.setdiff1d(np.arange(task.n_items), task.cold_items)
+            s = s.clone()
+            s[:, torch.from_numpy(other)] = -torch.inf
         ranks = (s > s.gather(1, tt[:, None])).sum(1).numpy()
         res = {"n": int(ok.sum())}
         for k in ks:
@@ -475,7 +488,8 @@ def run_cli(args) -> dict:
     t0 = time.time()
     data = datasets.load(args.source)
     content = minilm_content(data, args.device, args.cache_dir or None)
-    cfg = DTLConfig(rank=args.rank, sigma=args.sigma, group=args.group, beta=args.beta, epochs=args.epochs)
+    cfg = DTLConfig(rank=args.rank, sigma=args.sigma, group=args.group, beta=args.beta, epochs=args.epochs,
+                    per_user=args.per_user, server_steps=args.server_steps, rank_among=args.rank_among)
     per_seed = []
     for seed in args.seeds:
         task = build_task(data, content, cold_share=args.cold_share, seed=seed)
@@ -498,6 +512,8 @@ def run_cli(args) -> dict:
         per_seed.append(row)
     report = {"source": args.source, "seeds": list(args.seeds), "clients": args.clients, "alpha": args.alpha,
               "rounds": args.rounds, "sft_rounds": args.sft_rounds, "cold_share": args.cold_share,
+              "rank_among": args.rank_among, "epochs": args.epochs, "per_user": args.per_user,
+              "server_steps": args.server_steps,
               "n_warm_items": int(len(task.warm_items)), "n_cold_items": int(len(task.cold_items))}
     mean = lambda rows: {kind: {k: float(np.mean([r[kind][k] for r in rows])) for k in ("hr@10", "ndcg@10")}  # noqa: E731
                          for kind in ("warm", "cold")}
