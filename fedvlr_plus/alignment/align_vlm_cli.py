@@ -116,7 +116,8 @@ def cli_fedmpt(args) -> int:
     train, test = M.split_items(ids, args.test_share, args.seed)
     if args.valid:       # tune on a split of the training items; the test items stay unseen
         train, test = M.split_items(train, args.test_share, args.seed + 1000)
-    log(f"{data.name}: {len(ids)} labelled items ({len(train)} train / {len(test)} test), "
+    log(f"{data.name}: {len(ids)} labelled items ({len(train)} train / {len(test)} "
+        f"{'validation (tuning mode)' if args.valid else 'test'}), "
         f"{len(task.label_names)} labels, {len(task.condition_names)} conditions; built in {time.time() - t0:.1f}s")
     variants = ["baseline", *(MPT_ABLATION.values() if not args.no_ablation else ["fedmpt"])]
     results = {}

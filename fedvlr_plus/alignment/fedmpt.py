@@ -15,6 +15,9 @@ labels are its genres or categories. Per item:
 - similarity ``S_{n,m,c} = cos(x_{n,m}, p_{n,c})``; entropic OT between tokens and labels with importance-weighted
   token marginals ``a_m = softmax_m(max_c S_{n,m,c} / tau_a)`` and uniform label marginals ``b = 1/C``;
   ``psi_{n,c} = C * sum_m T*_{m,c} S_{m,c}`` (the plan is computed without gradient, as in PLOT);
+- global + local score (``MPTConfig.global_local``, default on): ``psi_{n,c}`` above is added, times
+  ``local_weight``, to the cosine between the mean-pooled adapted tokens and ``p_{n,c}`` (a global token next to
+  the local OT matching, as global/local prompt learners do); with it off the OT score stands alone;
 - a learned gate ``g = softmax(W_g mean_m(x) + b_g)`` over conditions; logit ``= s * sum_n g_n psi_{n,c} + bias_c``;
 - asymmetric loss (Ridnik et al., arXiv 2009.14119; gamma- = 2, gamma+ = 1, margin 0.05);
 - FedAvg (example-weighted, :func:`fedvlr_plus.federation.strategy.make_strategy`) of every trained array: prompts,
