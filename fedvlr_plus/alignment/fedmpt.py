@@ -180,7 +180,7 @@ def multilabel_metrics(scores: np.ndarray, labels: np.ndarray, co_label: dict[in
 class MPTConfig:
     variant: str = "fedmpt"
     rank: int = 32               #: adapter rank (the paper's D_s)
-    scale: float = 20.0          #: initial logit scale (learned in log space)
+    scale: float = 10.0          #: initial logit scale (learned in log space; 10 beat 20 and 40 on validation)
     bias_init: float = -2.0      #: initial label bias (sigmoid(-2) = 0.12, near the mean label frequency)
     ot_eps: float = 0.1          #: Sinkhorn entropic regularisation (FedOTP: 0.1)
     ot_iter: int = 50
