@@ -56,7 +56,7 @@ def test_uplink_carries_adapters_and_normalised_prototypes_only():
     users = np.arange(0, 24, 2)
     client = T.DTLClient(1, task, users, cfg, seed=0)
     up = client.fit(p, {"round": 0, "stage": "sft"})
-    assert set(up.arrays) == {"user_down", "user_up", "proto"} and set(up.rows) == {"proto"}
+    assert set(up.arrays) == {"user_down", "user_up", "proto", "proto_n"} and set(up.rows) == {"proto", "proto_n"}
     assert up.arrays["user_down"].shape == p["user_down"].shape
     proto, rows = up.arrays["proto"], up.rows["proto"].numpy()
     assert torch.allclose(proto.norm(dim=-1), torch.ones(len(proto)), atol=1e-5)
@@ -64,8 +64,10 @@ def test_uplink_carries_adapters_and_normalised_prototypes_only():
     assert set(rows) <= set(trained) and len(rows) == len(np.unique(rows))   # one row per item, never per user
     assert not set(rows) & set(task.cold_items)
     msg = up.to_message()
-    assert set(msg["arrays"]) == {"user_down", "user_up", "proto"}
+    assert set(msg["arrays"]) == {"user_down", "user_up", "proto", "proto_n"}
     assert up.num_examples == sum(min(3, len(task.histories[u])) for u in users)
+    # one count per prototype (how many of the round's examples it averages), nothing per user
+    assert up.arrays["proto_n"].shape == (len(rows),) and float(up.arrays["proto_n"].sum()) == up.num_examples
     both = client.fit(p, {"round": 0, "stage": "sft", "train_item_tower": True})
     assert set(both.arrays) == {"user_down", "user_up", "item_down", "item_up"} and both.rows == {}
 
@@ -107,12 +109,25 @@ def test_evaluate_users_hand_computed():
                      cold_target=np.array([2]), warm_items=np.array([0, 1, 3]), cold_items=np.array([2]),
                      user_genre=np.zeros(1, np.int64))
     p = T.init_params(4, 2, 0)          # zero up-projections: both towers are the identity
-    res = T.evaluate_users(p, task, np.array([0]), T.DTLConfig(), ks=(1, 2))
+    res = T.evaluate_users(p, task, np.array([0]), T.DTLConfig(), ks=(1, 2), among="all")
     # scores: item 0 masked, item 3 = .8, items 1 and 2 = 0 -> warm target 3 ranks first; cold target 2 has
     # one strictly better item (3) and a tie (1) -> rank 1 (ties counted optimistically by ">")
     assert res["warm"]["hr@1"] == 1.0 and res["warm"]["ndcg@1"] == 1.0
     assert res["cold"]["hr@1"] == 0.0 and res["cold"]["hr@2"] == 1.0
     assert res["cold"]["ndcg@2"] == pytest.approx(1 / np.log2(3))
+    # base-to-novel protocol: the cold target competes with cold items only (here just itself) -> rank 0;
+    # the warm target with warm items only (item 1 at 0 < .8) -> still rank 0
+    own = T.evaluate_users(p, task, np.array([0]), T.DTLConfig(), ks=(1,))
+    assert own["cold"]["hr@1"] == 1.0 and own["warm"]["hr@1"] == 1.0
+    content2 = content.copy()
+    content2[2] = [0.9, 0.1, 0, 0]          # a cold item closer to the user than the warm target
+    task2 = T.RecTask(content=content2, histories=task.histories, warm_target=task.warm_target,
+                      cold_target=np.array([-1]), warm_items=task.warm_items, cold_items=task.cold_items,
+                      user_genre=task.user_genre)
+    assert T.evaluate_users(p, task2, np.array([0]), T.DTLConfig(), ks=(1,), among="all")["warm"]["hr@1"] == 0.0
+    assert T.evaluate_users(p, task2, np.array([0]), T.DTLConfig(), ks=(1,))["warm"]["hr@1"] == 1.0
+    with pytest.raises(ValueError):
+        T.evaluate_users(p, task, np.array([0]), T.DTLConfig(), among="some")
 
 
 def test_build_task_keeps_cold_items_out_of_training():
@@ -153,3 +168,56 @@ def test_every_method_trains_end_to_end(method):
         assert all(h["server_loss_last"] <= h["server_loss_first"] + 1e-6 for h in res.history)
     with pytest.raises(ValueError):
         T.train(task, "nope", cfg)
+
+
+def test_pooled_weights_each_group_by_its_targets():
+    a = {"warm": {"n": 3, "hr@10": 1.0}, "cold": {"n": 0, "hr@10": 0.0}}
+    b = {"warm": {"n": 1, "hr@10": 0.0}, "cold": {"n": 2, "hr@10": 0.5}}
+    out = T._pooled([a, b])
+    assert out["warm"] == {"n": 4, "hr@10": 0.75} and out["cold"] == {"n": 2, "hr@10": 0.5}
+
+
+@pytest.mark.parametrize("method", ["fedavg_both", "decoupled_sft"])
+def test_fedavg_both_averages_the_client_tower_and_decoupling_keeps_it_local(method):
+    task = _task()
+    res = T.train(task, method, T.DTLConfig(per_user=4), n_clients=3, alpha=0.5, rounds=2, sft_rounds=2, seed=0)
+    w = torch.tensor(res.client_examples, dtype=torch.float64)
+    both = method == "fedavg_both"
+    averaged = T.USER_PARAMS + (T.ITEM_PARAMS if both else ())
+    for k in averaged:          # the global tower is the example-weighted mean of the clients' last local towers
+        mean = sum(wi * c[k].double() for wi, c in zip(w, res.client_params)) / w.sum()
+        assert torch.allclose(res.params[k].double(), mean, atol=1e-5), k
+    assert set(res.client_params[0]) == set(averaged)
+    # the client towers differ from one another (local training under skew) and from their average
+    assert not torch.allclose(res.client_params[0]["user_up"], res.client_params[1]["user_up"])
+    # headline: one global model for FedAvg of both towers; each client's own user tower when decoupled
+    assert res.test["warm"] == (res.test["global_model"] if both else res.test["client_models"])["warm"]
+    # the client models are evaluated on every user exactly once
+    assert res.test["client_models"]["warm"]["n"] == res.test["global_model"]["warm"]["n"] == 24
+
+
+def test_epochs_repeat_the_local_passes():
+    task = _task()
+    p = T.init_params(task.dim, 4, 0)
+    one = T.DTLClient(0, task, np.arange(24), T.DTLConfig(per_user=4, batch_size=16), seed=0)
+    three = T.DTLClient(0, task, np.arange(24), T.DTLConfig(per_user=4, batch_size=16, epochs=3), seed=0)
+    s1 = one.fit(p, {"round": 0, "stage": "sft"}).metrics["steps"]
+    s3 = three.fit(p, {"round": 0, "stage": "sft"}).metrics["steps"]
+    assert s1 == 6 and s3 == 18             # 24 users x 4 examples / batch 16 = 6 steps per pass
+
+
+def test_server_alignment_draws_prototypes_by_example_count():
+    task = _task()
+    cfg = T.DTLConfig(server_steps=3, server_lr=1e-3)
+    p = T.init_params(task.dim, cfg.rank, 0)
+    proto = F.normalize(torch.randn(2, task.dim, generator=torch.Generator().manual_seed(1)), dim=-1)
+    rows = torch.tensor([0, 5])
+    warm = torch.from_numpy(task.content[task.warm_items])
+    ce0 = float(F.cross_entropy(proto[:1] @ T.item_vectors(p, warm).T / cfg.tau, torch.tensor([0])))
+    # counts 4 and 0: every draw is the first prototype, so the first step's loss is its CE alone
+    _, counted = T.server_align(p, [(proto, rows, torch.tensor([4.0, 0.0]))], task, cfg)
+    assert counted[0] == pytest.approx(ce0, rel=1e-5)
+    _, uniform = T.server_align(p, [(proto, rows, torch.tensor([4.0, 0.0]))], task,
+                                T.DTLConfig(server_steps=3, server_lr=1e-3, proto_weighting="uniform"))
+    ce_both = float(F.cross_entropy(proto @ T.item_vectors(p, warm).T / cfg.tau, rows))
+    assert uniform[0] == pytest.approx(ce_both, rel=1e-5) and abs(ce_both - ce0) > 1e-3

@@ -189,3 +189,45 @@ def test_condition_file_is_checked(tmp_path):
     (tmp_path / "n.json").write_text("{nope")
     with pytest.raises(ValueError, match="not valid JSON"):
         M.load_conditions(tmp_path / "n.json")
+
+
+def test_global_local_score_reduces_to_the_pooled_score_without_the_ot_term():
+    task = _task()
+    idx = np.arange(12)
+    full = M.MPTConfig(variant="fedmpt", rank=4, local_weight=0.0)
+    gate_only = M.MPTConfig(variant="prompts_gate", rank=4)
+    p = M.init_params(task, full, 0)
+    # same parameter set (both gated); with local_weight 0 the OT term vanishes and only the pooled score is left
+    assert set(p) == set(M.init_params(task, gate_only, 0))
+    assert torch.allclose(M.forward(p, task, idx, full)[0], M.forward(p, task, idx, gate_only)[0], atol=1e-6)
+    # local_weight 1 adds the OT score on top; without the global token the score is the OT score alone
+    both = M.forward(p, task, idx, M.MPTConfig(variant="fedmpt", rank=4, local_weight=1.0))[0]
+    local = M.forward(p, task, idx, M.MPTConfig(variant="fedmpt", rank=4, global_local=False))[0]
+    pooled = M.forward(p, task, idx, gate_only)[0]
+    b, s = p["bias"], p["log_scale"].exp()
+    assert torch.allclose(both - b, (pooled - b) + (local - b), atol=1e-5)
+    assert not torch.allclose(both, pooled, atol=1e-3)
+
+
+def test_cached_encoders_reuse_and_key_on_the_texts(tmp_path):
+    calls = []
+
+    def tok(texts):
+        calls.append(("t", list(texts)))
+        return [np.full((len(t), 3), float(len(t)), np.float32) for t in texts]
+
+    def sen(texts):
+        calls.append(("s", list(texts)))
+        return np.arange(len(texts) * 3, dtype=np.float32).reshape(-1, 3)
+
+    t1, s1 = M.cached_encoders(tok, sen, tmp_path)
+    a = t1(["ab", "xyz"])
+    b = s1(["ab", "xyz"])
+    t2, s2 = M.cached_encoders(tok, sen, tmp_path)           # a fresh wrapper reads what the first one wrote
+    a2, b2 = t2(["ab", "xyz"]), s2(["ab", "xyz"])
+    assert len(calls) == 2                                    # the second round came from the cache
+    assert [x.shape for x in a2] == [(2, 3), (3, 3)] and all(np.array_equal(x, y) for x, y in zip(a, a2))
+    assert np.array_equal(b, b2)
+    t2(["ab", "xyw"])                                         # other texts: encoded afresh
+    assert len(calls) == 3 and calls[-1] == ("t", ["ab", "xyw"])
+    assert not list(tmp_path.glob(".*tmp*"))                  # no temp files left behind

@@ -11,8 +11,15 @@ import time
 
 #: FedMPT ablation rows (report name -> variant)
 MPT_ABLATION = {"prompts_only": "prompts", "prompts+ot": "prompts_ot", "prompts+gate": "prompts_gate",
-                "prompts+ot+gate": "fedmpt"}
+                "prompts+ot+gate": "fedmpt", "prompts+ot+gate, OT score only": "fedmpt_ot_only"}
 MPT_FIGURES = ("mAP", "CF1", "OF1", "spurious_rate")
+
+
+def _default_cache() -> str:
+    import os
+
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "fedvlr_plus", "encodings")
 
 
 def register(methods) -> None:
@@ -32,7 +39,13 @@ def register(methods) -> None:
                    help="JSON condition list (same layout as the shipped, film-worded "
                         "fedvlr_plus/alignment/data/fedmpt_conditions.json)")
     m.add_argument("--no-ablation", action="store_true", help="train only the baseline and full FedMPT")
+    m.add_argument("--valid", action="store_true",
+                   help="tuning mode: hold out --test-share of the TRAIN items as a validation set and report on "
+                        "it; the test items are not used at all")
     m.add_argument("--device", default="cpu", help="device of the offline text encoder (default cpu)")
+    m.add_argument("--cache-dir", default=_default_cache(),
+                   help="keep text encodings here and reuse them (default $XDG_CACHE_HOME/fedvlr_plus/encodings; "
+                        "'' disables)")
     m.add_argument("--out", default=None, help="also write the JSON report to this file (atomic)")
     m.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     m.set_defaults(func=cli_fedmpt)
@@ -53,7 +66,19 @@ def register(methods) -> None:
     d.add_argument("--group", type=int, default=4, help="GRPO group size G (default 4)")
     d.add_argument("--beta", type=float, default=0.5, help="GRPO KL weight (default 0.5)")
     d.add_argument("--rank", type=int, default=4, help="adapter rank (default 4)")
+    d.add_argument("--epochs", type=int, default=1,
+                   help="local passes over each round's examples, the same for every method and stage (default 1)")
+    d.add_argument("--per-user", type=int, default=8,
+                   help="training examples drawn per user and round (default 8)")
+    d.add_argument("--server-steps", type=int, default=10,
+                   help="server Adam steps per round on the uploaded prototypes (default 10)")
+    d.add_argument("--rank-among", choices=("own", "all"), default="own",
+                   help="rank warm targets among warm items and cold among cold (own, the base-to-novel "
+                        "protocol; default) or both among all items (all)")
     d.add_argument("--device", default="cpu", help="device of the offline text encoder (default cpu)")
+    d.add_argument("--cache-dir", default=_default_cache(),
+                   help="keep text encodings here and reuse them (default $XDG_CACHE_HOME/fedvlr_plus/encodings; "
+                        "'' disables)")
     d.add_argument("--out", default=None, help="also write the JSON report to this file (atomic)")
     d.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     d.set_defaults(func=cli_feddtl)
@@ -84,16 +109,23 @@ def cli_fedmpt(args) -> int:
     t0 = time.time()
     data = datasets.load(args.source)
     embed_tokens, embed_sentences = M.minilm_encoders(args.device)
+    if args.cache_dir:
+        embed_tokens, embed_sentences = M.cached_encoders(embed_tokens, embed_sentences, args.cache_dir)
     conditions = M.load_conditions(args.conditions)
     task, ids = M.build_task(data, embed_tokens, embed_sentences, conditions, proj_dim=args.proj_dim or None)
     train, test = M.split_items(ids, args.test_share, args.seed)
-    log(f"{data.name}: {len(ids)} labelled items ({len(train)} train / {len(test)} test), "
+    if args.valid:       # tune on a split of the training items; the test items stay unseen
+        train, test = M.split_items(train, args.test_share, args.seed + 1000)
+    log(f"{data.name}: {len(ids)} labelled items ({len(train)} train / {len(test)} "
+        f"{'validation (tuning mode)' if args.valid else 'test'}), "
         f"{len(task.label_names)} labels, {len(task.condition_names)} conditions; built in {time.time() - t0:.1f}s")
     variants = ["baseline", *(MPT_ABLATION.values() if not args.no_ablation else ["fedmpt"])]
     results = {}
     for v in variants:
         t = time.time()
-        cfg = M.MPTConfig(variant=v, lr=args.lr)
+        # "fedmpt_ot_only": full FedMPT without the pooled (global) score, the OT score alone
+        cfg = M.MPTConfig(variant="fedmpt", lr=args.lr, global_local=False) if v == "fedmpt_ot_only" \
+            else M.MPTConfig(variant=v, lr=args.lr)
         res = M.train_federated(task, train, test, cfg, n_clients=args.clients, rounds=args.rounds,
                                 seed=args.seed)
         results[v] = res
@@ -101,7 +133,7 @@ def cli_fedmpt(args) -> int:
             f"spurious {res.test['spurious_rate']:.4f}  ({res.n_params} params, {time.time() - t:.1f}s)")
     report = {"source": args.source, "n_items": len(ids), "n_train": len(train), "n_test": len(test),
               "labels": task.label_names, "conditions": task.condition_names, "clients": args.clients,
-              "rounds": args.rounds, "seed": args.seed,
+              "rounds": args.rounds, "seed": args.seed, "evaluated_on": "valid" if args.valid else "test",
               "baseline": _figures(results["baseline"].test), "fedmpt": _figures(results["fedmpt"].test),
               "ablation": {row: _figures(results[v].test) for row, v in MPT_ABLATION.items() if v in results},
               "n_params": {v: r.n_params for v, r in results.items()},

@@ -21,6 +21,11 @@ semantic anchor and the image encoder (clients) is LoRA-tuned; classes split int
   adapter so the uploaded prototypes pick their item (modality alignment);
 - **baseline "FedAvg of both towers"**: clients train both adapters with the SFT loss and FedAvg averages both.
 
+Prototypes travel with their example counts and the server draws them in that proportion (the paper uploads
+per-sample embeddings). Evaluation follows the base-to-novel protocol (warm targets among warm items, cold among
+cold) and is reported twice: with the global model and with each client's own tower(s) after its last local
+training; the headline is the client towers for the decoupled methods and the global model for FedAvg of both.
+
 Clients are groups of users: a Dirichlet(alpha) split over each user's dominant genre (label skew).
 """
 from __future__ import annotations
@@ -161,6 +166,9 @@ class DTLConfig:
     beta: float = 0.5            #: KL weight to the hybrid reference
     ref_mix: float = 0.5         #: weight of the SFT model in the hybrid reference
     rl_candidates: int = 100     #: GRPO acts over the target plus rl_candidates - 1 random warm items
+    epochs: int = 1              #: local passes over the round's examples (the same in every stage and method)
+    proto_weighting: str = "count"   #: server CE: "count" (prototypes drawn by example count) or "uniform"
+    rank_among: str = "own"      #: evaluation: warm among warm, cold among cold ("own") or both among all items
 
 
 def param_specs(d: int, r: int) -> dict[str, ParamSpec]:
@@ -271,9 +279,9 @@ class DTLClient:
                     math.log(1 - cfg.ref_mix) + torch.log_softmax(ref_glob, -1)]), 0)
         gcfg = GRPOConfig(group_size=cfg.group, clip_eps=cfg.clip_eps, beta=cfg.beta, kl="k3")
         losses, rewards, nonzero = [], [], []
-        perm = torch.randperm(len(tgt), generator=gen)
-        for s in range(0, len(tgt), cfg.batch_size):
-            b = perm[s:s + cfg.batch_size]
+        batches = [perm[s:s + cfg.batch_size] for _ in range(cfg.epochs)
+                   for perm in [torch.randperm(len(tgt), generator=gen)] for s in range(0, len(tgt), cfg.batch_size)]
+        for b in batches:
             v = item_vectors(p, warm_content)
             u = user_vectors(p, ctx[b])
             logits = u @ v.T / cfg.tau
@@ -304,6 +312,11 @@ class DTLClient:
             proto = torch.zeros(len(cols), emb.shape[1]).index_add_(0, inv, emb)
             arrays["proto"] = F.normalize(proto, dim=-1)
             rows["proto"] = self._warm[cols]
+            # how many of this round's examples each prototype averages: the server samples prototypes in that
+            # proportion, so its CE sees the items as often as the clients' examples do (the paper uploads
+            # per-sample embeddings; a count keeps that sample weighting without any per-user vector)
+            arrays["proto_n"] = torch.bincount(inv, minlength=len(cols)).float()
+            rows["proto_n"] = rows["proto"]
         metrics = {"loss": float(np.mean(losses)) if losses else 0.0, "steps": len(losses)}
         if rewards:
             metrics.update(reward=float(np.mean(rewards)), groups_with_signal=float(np.mean(nonzero)))
@@ -316,9 +329,19 @@ class DTLClient:
 
 
 # ----------------------------------------------------------------------------------------------- evaluation
-def evaluate_users(p: dict, task: RecTask, users: np.ndarray, cfg: DTLConfig, ks=(10,)) -> dict:
-    """Full ranking over every item (warm and cold), the user's train items masked; warm and cold targets apart."""
+def evaluate_users(p: dict, task: RecTask, users: np.ndarray, cfg: DTLConfig, ks=(10,), among: str | None = None) -> dict:
+    """Warm and cold targets apart, the user's train items masked.
+
+    ``among`` (default ``cfg.rank_among``): ``"own"`` ranks a warm target among the warm items and a cold target
+    among the cold items (the base-to-novel protocol of prompt learning: base classes are scored among base
+    classes, novel among novel); ``"all"`` ranks both among every item.
+    """
+    among = among or cfg.rank_among
+    if among not in ("own", "all"):
+        raise ValueError(f"among must be 'own' or 'all', got {among!r}")
     users = np.asarray([u for u in users if len(task.histories[u])], dtype=np.int64)
+    if not len(users):
+        return {kind: {"n": 0, **{f"{m}@{k}": 0.0 for k in ks for m in ("hr", "ndcg")}} for kind in ("warm", "cold")}
     ctx = torch.from_numpy(np.stack([task.content[task.histories[u]].mean(0) for u in users]))
     with torch.no_grad():
         scores = (user_vectors(p, ctx) @ item_vectors(p, torch.from_numpy(task.content)).T).double()
@@ -330,6 +353,10 @@ def evaluate_users(p: dict, task: RecTask, users: np.ndarray, cfg: DTLConfig, ks
         ok = t >= 0
         tt = torch.from_numpy(t[ok])
         s = scores[torch.from_numpy(ok)]
+        if among == "own":
+            other = task.cold_items if kind == "warm" else np.setdiff1d(np.arange(task.n_items), task.cold_items)
+            s = s.clone()
+            s[:, torch.from_numpy(other)] = -torch.inf
         ranks = (s > s.gather(1, tt[:, None])).sum(1).numpy()
         res = {"n": int(ok.sum())}
         for k in ks:
@@ -340,22 +367,30 @@ def evaluate_users(p: dict, task: RecTask, users: np.ndarray, cfg: DTLConfig, ks
 
 
 # ----------------------------------------------------------------------------------------------- server
-def server_align(p: dict, protos: list[tuple[torch.Tensor, torch.Tensor]], task: RecTask, cfg: DTLConfig,
+def server_align(p: dict, protos: list[tuple], task: RecTask, cfg: DTLConfig,
                  seed: int = 0) -> tuple[dict, list[float]]:
-    """Train the item adapter so each uploaded prototype classifies to its item (CE over warm items)."""
+    """Train the item adapter so each uploaded prototype classifies to its item (CE over warm items).
+
+    ``protos``: ``(embeddings [n, d], item ids [n])`` or ``(embeddings, item ids, example counts [n])`` per client.
+    With counts and ``cfg.proto_weighting == "count"`` a batch draws prototypes in proportion to their counts
+    (the sample-weighted CE of the paper's per-sample uploads); otherwise uniformly.
+    """
     col = torch.full((task.n_items,), -1, dtype=torch.long)
     col[torch.from_numpy(task.warm_items)] = torch.arange(len(task.warm_items))
-    x = torch.cat([e for e, _ in protos])
-    y = col[torch.cat([r for _, r in protos]).long()]
+    x = torch.cat([t[0] for t in protos])
+    y = col[torch.cat([t[1] for t in protos]).long()]
+    counted = cfg.proto_weighting == "count" and all(len(t) > 2 for t in protos)
+    n = torch.cat([t[2].float() for t in protos]) if counted else torch.ones(len(y))
     keep = y >= 0
-    x, y = x[keep], y[keep]
+    x, y, n = x[keep], y[keep], n[keep]
     q = {k: v.clone().requires_grad_(k in ITEM_PARAMS) for k, v in p.items()}
     opt = torch.optim.Adam([q[k] for k in ITEM_PARAMS], lr=cfg.server_lr)
     warm_content = torch.from_numpy(task.content[task.warm_items])
     losses = []
     gen = torch.Generator().manual_seed(int(seed))
     for _ in range(cfg.server_steps):
-        b = torch.randperm(len(y), generator=gen)[:cfg.server_batch]
+        b = torch.multinomial(n, cfg.server_batch, replacement=True, generator=gen) if counted \
+            else torch.randperm(len(y), generator=gen)[:cfg.server_batch]
         loss = F.cross_entropy(x[b] @ item_vectors(q, warm_content).T / cfg.tau, y[b])
         opt.zero_grad()
         loss.backward()
@@ -367,8 +402,11 @@ def server_align(p: dict, protos: list[tuple[torch.Tensor, torch.Tensor]], task:
 @dataclass
 class DTLResult:
     method: str
-    test: dict
+    test: dict                   #: headline figures, plus "global_model" and "client_models" evaluations
     history: list[dict] = field(default_factory=list)
+    params: dict = field(default_factory=dict)               #: the final global model
+    client_params: list[dict] = field(default_factory=list)  #: each client's own tower(s) after its last round
+    client_examples: list[int] = field(default_factory=list)
 
 
 def train(task: RecTask, method: str, cfg: DTLConfig, *, n_clients: int = 5, alpha: float = 0.1, rounds: int = 20,
@@ -394,7 +432,8 @@ def train(task: RecTask, method: str, cfg: DTLConfig, *, n_clients: int = 5, alp
         shared = {**shared, **{k: v.float() for k, v in new.items()}}
         row = {"round": r, "stage": stage, "loss": float(np.mean([u.metrics["loss"] for u in ups]))}
         if not both:
-            shared, sl = server_align(shared, [(u.arrays["proto"], u.rows["proto"]) for u in ups if "proto" in u.arrays],
+            shared, sl = server_align(shared, [(u.arrays["proto"], u.rows["proto"], u.arrays["proto_n"])
+                                               for u in ups if "proto" in u.arrays],
                                       task, cfg, seed)
             row["server_loss_first"], row["server_loss_last"] = sl[0], sl[-1]
         if stage == "rl":
@@ -404,13 +443,43 @@ def train(task: RecTask, method: str, cfg: DTLConfig, *, n_clients: int = 5, alp
         if log:
             log(f"[{method}] round {r + 1}/{rounds} {stage} loss {row['loss']:.4f}")
     users = np.arange(len(task.histories))
-    return DTLResult(method, evaluate_users(shared, task, users, cfg), history)
+    glob = evaluate_users(shared, task, users, cfg)
+    # each client's own tower(s) as left by its last local training (the user adapter, plus the item adapter for
+    # FedAvg of both towers), with the server's latest global parts for the rest
+    own = [USER_PARAMS + (ITEM_PARAMS if both else ()) for _ in clients]
+    personal = _pooled([evaluate_users({**shared, **{k: u.arrays[k] for k in names}}, task, c.users, cfg)
+                        for c, u, names in zip(clients, ups, own)])
+    # headline: FedAvg of both towers is one global model (both towers averaged); the decoupled methods keep the
+    # client-side tower local, so each client's users are ranked with that client's own adapted user tower
+    test = glob if both else personal
+    return DTLResult(method, {**test, "global_model": glob, "client_models": personal}, history,
+                     params={k: v.detach().clone() for k, v in shared.items()},
+                     client_params=[{k: u.arrays[k] for k in names} for u, names in zip(ups, own)],
+                     client_examples=[u.num_examples for u in ups])
 
 
-def minilm_content(data, device: str = "cpu") -> np.ndarray:
+def _pooled(parts: list[dict]) -> dict:
+    """Per-kind figures of several disjoint user groups pooled into one (weighted by each group's ``n``)."""
+    out = {}
+    for kind in ("warm", "cold"):
+        n = np.array([p[kind]["n"] for p in parts], dtype=np.float64)
+        out[kind] = {"n": int(n.sum())}
+        for k in parts[0][kind]:
+            if k != "n":
+                out[kind][k] = float((n * [p[kind][k] for p in parts]).sum() / max(n.sum(), 1.0))
+    return out
+
+
+def minilm_content(data, device: str = "cpu", cache_dir=None) -> np.ndarray:
+    """MiniLM embeddings of :func:`item_texts`; kept in ``cache_dir`` (keyed by the texts) when one is given."""
     from ..views.sentence_encoder import SentenceEncoder
 
-    return SentenceEncoder(device=device, progress=False).embed(item_texts(data))
+    embed = SentenceEncoder(device=device, progress=False).embed
+    if cache_dir:
+        from .fedmpt import cached_encoders
+
+        embed = cached_encoders(None, embed, cache_dir)[1]
+    return embed(item_texts(data))
 
 
 def run_cli(args) -> dict:
@@ -423,8 +492,9 @@ def run_cli(args) -> dict:
     log = (lambda s: print(s, file=sys.stderr)) if args.json else print
     t0 = time.time()
     data = datasets.load(args.source)
-    content = minilm_content(data, args.device)
-    cfg = DTLConfig(rank=args.rank, sigma=args.sigma, group=args.group, beta=args.beta)
+    content = minilm_content(data, args.device, args.cache_dir or None)
+    cfg = DTLConfig(rank=args.rank, sigma=args.sigma, group=args.group, beta=args.beta, epochs=args.epochs,
+                    per_user=args.per_user, server_steps=args.server_steps, rank_among=args.rank_among)
     per_seed = []
     for seed in args.seeds:
         task = build_task(data, content, cold_share=args.cold_share, seed=seed)
@@ -438,16 +508,24 @@ def run_cli(args) -> dict:
             if rl:
                 row[m]["rl_reward_last"] = rl[-1]["reward"]
                 row[m]["rl_groups_with_signal"] = rl[-1]["groups_with_signal"]
+            g, c = res.test["global_model"], res.test["client_models"]
             log(f"seed {seed} {m:>13}: warm HR@10 {res.test['warm']['hr@10']:.4f} NDCG@10 "
                 f"{res.test['warm']['ndcg@10']:.4f} | cold HR@10 {res.test['cold']['hr@10']:.4f} NDCG@10 "
-                f"{res.test['cold']['ndcg@10']:.4f} ({time.time() - t:.1f}s)")
+                f"{res.test['cold']['ndcg@10']:.4f} | global model warm/cold {g['warm']['hr@10']:.4f}/"
+                f"{g['cold']['hr@10']:.4f}, client models {c['warm']['hr@10']:.4f}/{c['cold']['hr@10']:.4f} "
+                f"({time.time() - t:.1f}s)")
         per_seed.append(row)
     report = {"source": args.source, "seeds": list(args.seeds), "clients": args.clients, "alpha": args.alpha,
               "rounds": args.rounds, "sft_rounds": args.sft_rounds, "cold_share": args.cold_share,
+              "rank_among": args.rank_among, "epochs": args.epochs, "per_user": args.per_user,
+              "server_steps": args.server_steps,
               "n_warm_items": int(len(task.warm_items)), "n_cold_items": int(len(task.cold_items))}
+    mean = lambda rows: {kind: {k: float(np.mean([r[kind][k] for r in rows])) for k in ("hr@10", "ndcg@10")}  # noqa: E731
+                         for kind in ("warm", "cold")}
     for m in METHODS:
-        report[m] = {kind: {k: float(np.mean([s[m][kind][k] for s in per_seed])) for k in ("hr@10", "ndcg@10")}
-                     for kind in ("warm", "cold")}
+        report[m] = mean([s[m] for s in per_seed])
+        report[m]["global_model"] = mean([s[m]["global_model"] for s in per_seed])
+        report[m]["client_models"] = mean([s[m]["client_models"] for s in per_seed])
     report["per_seed"] = per_seed
     report["seconds"] = round(time.time() - t0, 1)
     return report
