@@ -144,6 +144,52 @@ def test_local_step_is_the_models_own_sgd_step(workdir):
     assert torch.allclose(stored, U.detach()[uid] - 0.3 * gu[uid], atol=1e-6)
 
 
+def test_param_swap_matches_functional_call_and_restores_the_module():
+    """_ParamSwap (the adapter's replacement for torch.func.functional_call) gives the same values and gradients,
+    replaces a tied parameter under both names, and leaves the module's own parameters in place, also on error."""
+    from torch.func import functional_call
+
+    from fedvlr_plus.adapters.recbole import _ParamSwap
+
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(5, 3)
+            self.out = torch.nn.Linear(3, 5, bias=False)
+            self.out.weight = self.emb.weight          # tied: one Parameter, two names
+            self.scale = torch.nn.Parameter(torch.tensor(2.0))
+
+        def forward(self, ids):
+            return self.scale * self.out(self.emb(ids))
+
+        def fail(self, ids):
+            raise RuntimeError("boom")
+
+    torch.manual_seed(0)
+    m = Tied()
+    own = m.emb.weight
+    w = torch.randn(5, 3, requires_grad=True)
+    s = torch.tensor(0.5, requires_grad=True)
+    ids = torch.tensor([0, 3])
+    swap = _ParamSwap(m)
+    assert swap.slots["emb.weight"] == [(m.emb, "weight"), (m.out, "weight")]
+    got = swap({"emb.weight": w, "scale": s}, "forward", ids)
+    # by hand: the tied table is w under both names
+    assert torch.allclose(got, 0.5 * (w[ids] @ w.T))
+    ref = functional_call(m, {"emb.weight": w, "scale": s}, (ids,))
+    assert torch.equal(got, ref)
+    g1 = torch.autograd.grad(got.square().sum(), [w, s])
+    g2 = torch.autograd.grad(ref.square().sum(), [w, s])
+    assert torch.equal(g1[0], g2[0]) and torch.equal(g1[1], g2[1]) and float(g1[0].abs().sum()) > 0
+    assert m.emb.weight is own and m.out.weight is own and isinstance(m.scale, torch.nn.Parameter)
+    with pytest.raises(RuntimeError, match="boom"):
+        swap({"emb.weight": w}, "fail", ids)
+    assert m.emb.weight is own and m.out.weight is own
+    with pytest.raises(KeyError, match="nope"):
+        swap({"nope": w}, "forward", ids)
+    assert m.emb.weight is own
+
+
 def test_module_clients_clip_their_uploads_like_the_other_clients(workdir):
     """--upload-clip / --upload-noise apply to RecBole clients too (the shared LocalTraining.finish)."""
     data = tiny_data()
