@@ -266,6 +266,7 @@ class RecBoleBackbone(Backbone):
     # rounds, while server-side Adam on the averaged gradients (fedgrad) learned within 3-6 rounds; an item
     # scale of 30 (batch 1) made the loss spike. With fedgrad item rows step at server_lr * item_lr_scale.
     default_strategy = "fedgrad"
+    default_server_optimizer = "adam"
     default_lr = 1.0
     default_item_lr_scale = 1.0
     default_server_lr = 0.05
@@ -598,7 +599,12 @@ def fedvlr(backbone: RecBoleBackbone, views: dict[str, np.ndarray], data=None, *
         cold = data.cold_items()
         if cold.any():
             nbrs = (np.flatnonzero(cold), content_neighbours(views, cold, cold_neighbours))
-    return FusionLayer(backbone, views, mode=mode, cold_neighbours=nbrs, **options)
+    layer = FusionLayer(backbone, views, mode=mode, cold_neighbours=nbrs, **options)
+    # the server side of a RecBole model steps its item tables with Adam (see RecBoleBackbone); the fusion layer's
+    # own defaults (SGD at 1.0) were chosen for our functional backbones, so the model's recipe carries over
+    layer.default_server_optimizer = backbone.default_server_optimizer
+    layer.default_server_lr = backbone.default_server_lr
+    return layer
 
 
 # ---------------------------------------------------------------------------------------------- evaluation

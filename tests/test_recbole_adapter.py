@@ -372,6 +372,25 @@ def test_fedvlr_layer_replaces_the_item_tables(workdir):
     assert torch.allclose(got, want) and torch.isfinite(got).all()
 
 
+def test_recbole_backbones_default_to_fedgrad_with_server_adam(workdir):
+    """A RecBole model (and FedVLR around it) trains with fedgrad + server Adam unless the run says otherwise;
+    our functional backbones keep SGD (FedVLR Algorithm 1)."""
+    data = tiny_data()
+    bb, _ = federate("BPR", data=data, workdir=workdir)
+    assert bb.default_server_optimizer == "adam"
+    run = FederatedRun(data, bb, small_cfg(rounds=1, strategy=None, lr=None), progress=False)
+    assert (run.strategy_name, run.server_optimizer, run.strategy.optimizer_name) == ("fedgrad", "adam", "adam")
+    assert (run.lr, run.server_lr) == (bb.default_lr, bb.default_server_lr)
+    assert run.run()["resolved"]["server_optimizer"] == "adam"
+    run = FederatedRun(data, bb, small_cfg(strategy=None, server_optimizer="sgd"), progress=False)
+    assert run.strategy.optimizer_name == "sgd"
+    layer = fedvlr(bb, {"text": np.ones((N_ITEMS, 4), np.float32)}, data)
+    run = FederatedRun(data, layer, small_cfg(strategy=None), progress=False)
+    assert (run.strategy_name, run.server_optimizer, run.server_lr) == ("fedgrad", "adam", bb.default_server_lr)
+    run = FederatedRun(data, "fcf", small_cfg(strategy="fedgrad", server_lr=1.0), progress=False)
+    assert (run.server_optimizer, run.strategy.optimizer_name) == ("sgd", "sgd")
+
+
 def test_align_views_reorders_by_token():
     data = tiny_data()
     ids = list(data.item_ids)[::-1]
