@@ -202,6 +202,31 @@ def test_module_clients_clip_their_uploads_like_the_other_clients(workdir):
     assert seen and max(norms) <= 0.01 + 1e-6
     assert max(norms) > 0.005          # the unclipped gradient sums are larger than the clip
 
+def test_module_clients_train_and_score_on_one_thread(workdir, monkeypatch):
+    """The module simulator runs its clients (and its scoring) on one torch thread and restores the caller's
+    setting; the uploads are those of a plain one-thread run."""
+    data = tiny_data()
+    bb, _ = federate("BPR", data=data, workdir=workdir)
+    seen, orig = [], bb.loss
+    monkeypatch.setattr(bb, "loss", lambda *a, **k: (seen.append(torch.get_num_threads()), orig(*a, **k))[1])
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        ref = FederatedRun(data, bb, small_cfg(rounds=1), progress=False)
+        ref_up = ref.sim.fit(ref.eligible[:4], ref.shared, ref.round_config(1))
+        torch.set_num_threads(2)
+        run = FederatedRun(data, bb, small_cfg(rounds=1), progress=False)
+        up = run.sim.fit(run.eligible[:4], run.shared, run.round_config(1))
+        assert set(seen) == {1} and len(seen) == sum(u.metrics["steps"] for u in ref_up + up) > 0
+        assert torch.get_num_threads() == 2
+        for a, b in zip(ref_up, up):
+            assert all(torch.equal(a.arrays[k], b.arrays[k]) for k in a.arrays)
+        s = run.sim.scores(run.eligible[:3], run.shared)
+        assert s.shape == (3, bb.n_items) and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(old)
+
+
 def test_uploads_hold_only_shared_arrays_and_private_state_is_reloaded(workdir):
     data = tiny_data()
     bb, _ = federate("NeuMF", data=data, workdir=workdir)
