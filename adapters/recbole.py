@@ -15,9 +15,9 @@ What the adapter does with the wrapped ``torch.nn.Module``:
 - **The model's own code trains and scores.** A local step builds a RecBole ``Interaction`` from the client's
   schedule (pairwise models: ``user_id``/``item_id``/``neg_item_id``; pointwise: ``user_id``/``item_id``/
   ``label``) and calls the model's ``calculate_loss``; scoring calls ``full_sort_predict`` (falling back to
-  ``predict`` over all items, as RecBole's trainer does). The module is run with
-  :func:`torch.func.functional_call`, so a client's parameters are plain tensors (shared + its private rows)
-  and the module itself is never mutated by training.
+  ``predict`` over all items, as RecBole's trainer does). The module runs with a client's parameters put in
+  place of its own for the call (as :func:`torch.func.functional_call` does, see :class:`_ParamSwap`), so they
+  are plain tensors (shared + its private rows) and the module itself is never mutated by training.
 - **Ids.** RecBole's internal id 0 is ``[PAD]``; real ids are 1..n. ``item_map[i]`` / ``user_map[u]`` give the
   RecBole id of our item ``i`` / user ``u`` (through ``dataset.token2id`` when the RecBole dataset was written
   from our data, ``i + 1`` when our data was read from a RecBole dataset). Item tables are exposed in *our* item
@@ -215,16 +215,37 @@ def data_from_recbole(dataset, name: str | None = None, split: str = "loo"):
 
 
 # ---------------------------------------------------------------------------------------------- the adapter
-class _Method(torch.nn.Module):
-    """``forward`` = one method of the wrapped model, so :func:`torch.func.functional_call` can run it."""
+class _ParamSwap:
+    """Run a method of ``module`` with some of its parameters replaced by given tensors (differentiable), as
+    :func:`torch.func.functional_call` does, without its per-call walk over the module tree.
 
-    def __init__(self, model, method: str):
-        super().__init__()
-        self.m = model
-        self.method = method
+    The (submodule, attribute) slot of every parameter name is found once; a call puts the tensors into the
+    submodules' ``_parameters`` and restores the originals afterwards, also on error. Tied parameters (one
+    ``Parameter`` under several names) are replaced under every name, as ``functional_call`` does by default.
+    """
 
-    def forward(self, interaction):
-        return getattr(self.m, self.method)(interaction)
+    def __init__(self, module: torch.nn.Module):
+        self.module = module
+        canonical = {id(p): n for n, p in module.named_parameters()}
+        self.slots: dict[str, list[tuple[torch.nn.Module, str]]] = {n: [] for n in canonical.values()}
+        for name, prm in module.named_parameters(remove_duplicate=False):
+            owner, _, leaf = name.rpartition(".")
+            self.slots[canonical[id(prm)]].append((module.get_submodule(owner), leaf))
+
+    def __call__(self, params: dict, method: str, *args):
+        saved = []
+        try:
+            for name, value in params.items():
+                slots = self.slots.get(name)
+                if slots is None:
+                    raise KeyError(f"{type(self.module).__name__} has no parameter {name!r}")
+                for owner, leaf in slots:
+                    saved.append((owner, leaf, owner._parameters[leaf]))
+                    owner._parameters[leaf] = value
+            return getattr(self.module, method)(*args)
+        finally:
+            for owner, leaf, old in reversed(saved):
+                owner._parameters[leaf] = old
 
 
 def _matches(patterns, name: str) -> bool:
@@ -240,12 +261,15 @@ class RecBoleBackbone(Backbone):
     """
 
     module_based = True
-    # The configuration of batch 2 in docs/recbole.md (pass --server-optimizer adam), NOT tuned beyond that:
-    # 5-round ML-100K probes showed plain FedAvg + SGD barely moving BPR's small initial embeddings in a few
-    # rounds, while server-side Adam on the averaged gradients (fedgrad) learned within 3-6 rounds; an item
-    # scale of 30 (batch 1) made the loss spike. With fedgrad item rows step at server_lr * item_lr_scale.
+    # Chosen on ML-100K *validation* NDCG@10 of recbole:BPR, seed 0 (docs/recbole.md, "Tuning"): fedgrad (the
+    # item tables and towers fixed during the round, their averaged gradients uploaded) with Adam on the server
+    # at 0.05; clients step their own user rows by SGD at 2.0, one local epoch (one full-batch step) per round.
+    # Plain FedAvg + SGD barely moved BPR's small initial embeddings in 5-round probes; server lr 0.1 plateaued
+    # lower (0.0666 vs 0.0682 at 30 rounds); 2 epochs at lr 1.0 cost twice as much per round for less.
+    # With fedgrad item rows step at server_lr * item_lr_scale. --local-epochs is the run's (pass 1).
     default_strategy = "fedgrad"
-    default_lr = 1.0
+    default_server_optimizer = "adam"
+    default_lr = 2.0
     default_item_lr_scale = 1.0
     default_server_lr = 0.05
 
@@ -275,7 +299,7 @@ class RecBoleBackbone(Backbone):
         widths = [int(np.prod(p.shape[1:])) for n, p in m.named_parameters() if self.kinds[n] == "item"]
         super().__init__(len(self.item_map), max(1, sum(widths)))
         self._graph_cache: dict[int, tuple] = {}
-        self._calls = {meth: _Method(m, meth) for meth in ("calculate_loss", "full_sort_predict", "predict")}
+        self._swap = _ParamSwap(m)
 
     # ------------------------------------------------------------------ building and checking
     def build_module(self, seed: int):
@@ -448,8 +472,6 @@ class RecBoleBackbone(Backbone):
         m.interaction_matrix, m.norm_adj_matrix = cached
 
     def call(self, params: dict, method: str, interaction, *, cid: int | None = None, positives=None):
-        from torch.func import functional_call
-
         m = self.template
         for attr in CACHE_ATTRIBUTES:  # LightGCN/NGCF cache propagated embeddings between calls
             if hasattr(m, attr):
@@ -458,7 +480,7 @@ class RecBoleBackbone(Backbone):
             if cid is None:
                 raise RuntimeError(f"{self.name}: a graph model runs one client at a time (its own graph)")
             self._local_graph(cid, positives)
-        return functional_call(self._calls[method], {f"m.{k}": v for k, v in params.items()}, (interaction,))
+        return self._swap(params, method, interaction)
 
     def batch(self, cid: int, items: np.ndarray, labels: np.ndarray, negatives: int):
         """A RecBole training ``Interaction`` from one local step of the schedule (positive at slot
@@ -579,7 +601,12 @@ def fedvlr(backbone: RecBoleBackbone, views: dict[str, np.ndarray], data=None, *
         cold = data.cold_items()
         if cold.any():
             nbrs = (np.flatnonzero(cold), content_neighbours(views, cold, cold_neighbours))
-    return FusionLayer(backbone, views, mode=mode, cold_neighbours=nbrs, **options)
+    layer = FusionLayer(backbone, views, mode=mode, cold_neighbours=nbrs, **options)
+    # the server side of a RecBole model steps its item tables with Adam (see RecBoleBackbone); the fusion layer's
+    # own defaults (SGD at 1.0) were chosen for our functional backbones, so the model's recipe carries over
+    layer.default_server_optimizer = backbone.default_server_optimizer
+    layer.default_server_lr = backbone.default_server_lr
+    return layer
 
 
 # ---------------------------------------------------------------------------------------------- evaluation

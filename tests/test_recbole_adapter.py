@@ -144,6 +144,52 @@ def test_local_step_is_the_models_own_sgd_step(workdir):
     assert torch.allclose(stored, U.detach()[uid] - 0.3 * gu[uid], atol=1e-6)
 
 
+def test_param_swap_matches_functional_call_and_restores_the_module():
+    """_ParamSwap (the adapter's replacement for torch.func.functional_call) gives the same values and gradients,
+    replaces a tied parameter under both names, and leaves the module's own parameters in place, also on error."""
+    from torch.func import functional_call
+
+    from fedvlr_plus.adapters.recbole import _ParamSwap
+
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(5, 3)
+            self.out = torch.nn.Linear(3, 5, bias=False)
+            self.out.weight = self.emb.weight          # tied: one Parameter, two names
+            self.scale = torch.nn.Parameter(torch.tensor(2.0))
+
+        def forward(self, ids):
+            return self.scale * self.out(self.emb(ids))
+
+        def fail(self, ids):
+            raise RuntimeError("boom")
+
+    torch.manual_seed(0)
+    m = Tied()
+    own = m.emb.weight
+    w = torch.randn(5, 3, requires_grad=True)
+    s = torch.tensor(0.5, requires_grad=True)
+    ids = torch.tensor([0, 3])
+    swap = _ParamSwap(m)
+    assert swap.slots["emb.weight"] == [(m.emb, "weight"), (m.out, "weight")]
+    got = swap({"emb.weight": w, "scale": s}, "forward", ids)
+    # by hand: the tied table is w under both names
+    assert torch.allclose(got, 0.5 * (w[ids] @ w.T))
+    ref = functional_call(m, {"emb.weight": w, "scale": s}, (ids,))
+    assert torch.equal(got, ref)
+    g1 = torch.autograd.grad(got.square().sum(), [w, s])
+    g2 = torch.autograd.grad(ref.square().sum(), [w, s])
+    assert torch.equal(g1[0], g2[0]) and torch.equal(g1[1], g2[1]) and float(g1[0].abs().sum()) > 0
+    assert m.emb.weight is own and m.out.weight is own and isinstance(m.scale, torch.nn.Parameter)
+    with pytest.raises(RuntimeError, match="boom"):
+        swap({"emb.weight": w}, "fail", ids)
+    assert m.emb.weight is own and m.out.weight is own
+    with pytest.raises(KeyError, match="nope"):
+        swap({"nope": w}, "forward", ids)
+    assert m.emb.weight is own
+
+
 def test_module_clients_clip_their_uploads_like_the_other_clients(workdir):
     """--upload-clip / --upload-noise apply to RecBole clients too (the shared LocalTraining.finish)."""
     data = tiny_data()
@@ -155,6 +201,31 @@ def test_module_clients_clip_their_uploads_like_the_other_clients(workdir):
     norms = [float(torch.sqrt(sum((a.double() ** 2).sum() for a in u.arrays.values()))) for u in seen]
     assert seen and max(norms) <= 0.01 + 1e-6
     assert max(norms) > 0.005          # the unclipped gradient sums are larger than the clip
+
+def test_module_clients_train_and_score_on_one_thread(workdir, monkeypatch):
+    """The module simulator runs its clients (and its scoring) on one torch thread and restores the caller's
+    setting; the uploads are those of a plain one-thread run."""
+    data = tiny_data()
+    bb, _ = federate("BPR", data=data, workdir=workdir)
+    seen, orig = [], bb.loss
+    monkeypatch.setattr(bb, "loss", lambda *a, **k: (seen.append(torch.get_num_threads()), orig(*a, **k))[1])
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        ref = FederatedRun(data, bb, small_cfg(rounds=1), progress=False)
+        ref_up = ref.sim.fit(ref.eligible[:4], ref.shared, ref.round_config(1))
+        torch.set_num_threads(2)
+        run = FederatedRun(data, bb, small_cfg(rounds=1), progress=False)
+        up = run.sim.fit(run.eligible[:4], run.shared, run.round_config(1))
+        assert set(seen) == {1} and len(seen) == sum(u.metrics["steps"] for u in ref_up + up) > 0
+        assert torch.get_num_threads() == 2
+        for a, b in zip(ref_up, up):
+            assert all(torch.equal(a.arrays[k], b.arrays[k]) for k in a.arrays)
+        s = run.sim.scores(run.eligible[:3], run.shared)
+        assert s.shape == (3, bb.n_items) and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(old)
+
 
 def test_uploads_hold_only_shared_arrays_and_private_state_is_reloaded(workdir):
     data = tiny_data()
@@ -324,6 +395,25 @@ def test_fedvlr_layer_replaces_the_item_tables(workdir):
     with torch.no_grad():
         want = bb.scores(full, torch.tensor([c]))[0]
     assert torch.allclose(got, want) and torch.isfinite(got).all()
+
+
+def test_recbole_backbones_default_to_fedgrad_with_server_adam(workdir):
+    """A RecBole model (and FedVLR around it) trains with fedgrad + server Adam unless the run says otherwise;
+    our functional backbones keep SGD (FedVLR Algorithm 1)."""
+    data = tiny_data()
+    bb, _ = federate("BPR", data=data, workdir=workdir)
+    assert bb.default_server_optimizer == "adam"
+    run = FederatedRun(data, bb, small_cfg(rounds=1, strategy=None, lr=None), progress=False)
+    assert (run.strategy_name, run.server_optimizer, run.strategy.optimizer_name) == ("fedgrad", "adam", "adam")
+    assert (run.lr, run.server_lr) == (bb.default_lr, bb.default_server_lr)
+    assert run.run()["resolved"]["server_optimizer"] == "adam"
+    run = FederatedRun(data, bb, small_cfg(strategy=None, server_optimizer="sgd"), progress=False)
+    assert run.strategy.optimizer_name == "sgd"
+    layer = fedvlr(bb, {"text": np.ones((N_ITEMS, 4), np.float32)}, data)
+    run = FederatedRun(data, layer, small_cfg(strategy=None), progress=False)
+    assert (run.strategy_name, run.server_optimizer, run.server_lr) == ("fedgrad", "adam", bb.default_server_lr)
+    run = FederatedRun(data, "fcf", small_cfg(strategy="fedgrad", server_lr=1.0), progress=False)
+    assert (run.server_optimizer, run.strategy.optimizer_name) == ("sgd", "sgd")
 
 
 def test_align_views_reorders_by_token():

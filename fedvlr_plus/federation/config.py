@@ -29,7 +29,7 @@ class FedConfig:
     lr_decay: float = 1.0             # client lr multiplied by this every round (FedRAP's release used 0.9)
     strategy: str | None = None       # fedavg | sparse-avg | fedgrad | median | trimmed-mean
     server_lr: float | None = None    # fedgrad only; None: client lr x clients in the round (FCF's sum rule)
-    server_optimizer: str = "sgd"     # fedgrad only: sgd (Algorithm 1) | adam
+    server_optimizer: str | None = None  # fedgrad only: sgd (Algorithm 1) | adam; None: the backbone's (sgd)
     trim_fraction: float = 0.1        # trimmed-mean only
     clients_per_round: float | None = None  # None: all; 0 < x < 1: fraction; integer >= 1: count
     patience: int = 20                # evaluated rounds without a validation improvement before stopping
@@ -66,7 +66,7 @@ class FedConfig:
             (self.strategy is None or self.strategy in STRATEGIES,
              f"strategy must be one of {', '.join(STRATEGIES)}"),
             (self.server_lr is None or self.server_lr > 0, "server_lr must be positive"),
-            (self.server_optimizer in ("sgd", "adam"), "server_optimizer must be sgd or adam"),
+            (self.server_optimizer in (None, "sgd", "adam"), "server_optimizer must be sgd or adam"),
             (0 <= self.trim_fraction < 0.5, "trim_fraction must be in [0, 0.5)"),
             (self.clients_per_round is None or self.clients_per_round > 0, "clients_per_round must be positive"),
             (self.patience >= 1, "patience must be >= 1"),
@@ -166,8 +166,9 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, include_io: bool = Fal
     g.add_argument("--strategy", choices=STRATEGIES, default=None, help="aggregation (default: the backbone's)")
     g.add_argument("--server-lr", type=float, default=None,
                    help="fedgrad server learning rate (default: client lr x clients per round)")
-    g.add_argument("--server-optimizer", choices=("sgd", "adam"), default=d.server_optimizer,
-                   help="fedgrad server optimizer: sgd (FedVLR Algorithm 1, default) or adam")
+    g.add_argument("--server-optimizer", choices=("sgd", "adam"), default=None,
+                   help="fedgrad server optimizer: sgd (FedVLR Algorithm 1) or adam (default: the backbone's; "
+                        "sgd except recbole:<Model>, adam)")
     g.add_argument("--trim-fraction", type=float, default=d.trim_fraction, help="trimmed-mean: cut per side")
     g.add_argument("--clients-per-round", type=_clients_arg, default=None, metavar="C",
                    help="fraction (0.1) or count (50) of clients sampled per round (default: all)")

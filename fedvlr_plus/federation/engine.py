@@ -95,8 +95,9 @@ class FederatedRun:
         self.per_round = self._clients_per_round()
         default_slr = getattr(self.bb, "default_server_lr", None) or self.lr * self.per_round
         self.server_lr = float(cfg.server_lr if cfg.server_lr is not None else default_slr)
+        self.server_optimizer = cfg.server_optimizer or getattr(self.bb, "default_server_optimizer", "sgd")
         self.strategy = make_strategy(self.strategy_name, server_lr=self.server_lr,
-                                      server_optimizer=cfg.server_optimizer, trim_fraction=cfg.trim_fraction,
+                                      server_optimizer=self.server_optimizer, trim_fraction=cfg.trim_fraction,
                                       chunk_floats=cfg.chunk_floats, item_lr_scale=self.item_lr_scale)
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self._tmp = None
@@ -264,6 +265,7 @@ class FederatedRun:
         out["config"] = self.cfg.to_dict()
         out["resolved"] = {"lr": self.lr, "item_lr_scale": self.item_lr_scale, "strategy": self.strategy_name,
                            "server_lr": self.server_lr if self.strategy.upload == "grads" else None,
+                           "server_optimizer": self.server_optimizer if self.strategy.upload == "grads" else None,
                            "clients_per_round": int(self.per_round)}
         out["model"] = self.bb.describe()
         return out
