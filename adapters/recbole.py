@@ -723,6 +723,7 @@ def cli_backbone(args, data):
     try:
         return fedvlr(bb, views, data, mode=args.fusion,
                       cold_neighbours=args.cold_neighbours if "id" not in drop else 0,
-                      temperature=args.router_temperature, balance=args.router_balance, use_id="id" not in drop)
+                      temperature=args.router_temperature, balance=args.router_balance, use_id="id" not in drop,
+                      residual=getattr(args, "fusion_residual", False))
     except RefusedModel as exc:
         raise SystemExit(str(exc)) from None

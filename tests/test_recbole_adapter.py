@@ -507,3 +507,26 @@ def test_federate_from_a_users_recbole_config(workdir):
     run.run_round()  # (no evaluation: too few items here for the sampled-99 protocol the engine also runs)
     S = run.sim.scores(np.arange(4), run.shared)
     assert S.shape == (4, ours.n_items) and torch.isfinite(S).all()
+
+
+def test_cli_fusion_options_reach_the_recbole_layer(workdir):
+    """--fusion-residual (and the router options) are passed to the layer around a RecBole model."""
+    from fedvlr_plus.adapters.recbole import cli_backbone
+    from fedvlr_plus.cli import build_parser
+
+    data = tiny_data()
+    data.features = {"text": np.random.default_rng(0).normal(size=(N_ITEMS, 5)).astype(np.float32)}
+    args = build_parser().parse_args(["run", "unused", "--backbone", "recbole:BPR", "--fusion", "fedvlr",
+                                      "--fusion-residual", "--router-temperature", "2.0"])
+    layer = cli_backbone(args, data)
+    assert layer.residual and layer.temperature == 2.0
+    sp = layer.init_server(0)
+    plain = dict(vars(args), fusion_residual=False)
+    import argparse
+    base = cli_backbone(argparse.Namespace(**plain), data)
+    with torch.no_grad():   # the residual layer adds the raw ID rows (the model's item table) to every expert
+        diff = layer.server_forward(sp) - base.server_forward(sp)
+        d = layer.d
+        ids = layer.base.item_repr(sp, None, {"items_global": torch.arange(N_ITEMS)})
+        warm = torch.as_tensor(~data.cold_items())     # cold rows hold their content neighbours' mean ID row
+        assert warm.any() and torch.allclose(diff[warm, :d], ids[warm], atol=1e-6)
