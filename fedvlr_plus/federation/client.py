@@ -143,6 +143,22 @@ def rank_metrics(scores: torch.Tensor, targets: np.ndarray, exclude: np.ndarray,
     return out
 
 
+def evaluate_client(client, shared: dict, config: dict) -> dict:
+    """``Client.evaluate`` of a client with ``cid``, ``positives``, ``targets`` and ``scores(shared)``: rank
+    metrics of its ``config["split"]`` targets, its training items masked (and, at test with ``mask_history
+    train+valid``, its validation items)."""
+    split = config.get("split", "valid")
+    if split not in client.targets:
+        raise ValueError(f"client {client.cid} holds no {split!r} items")
+    ks = [int(k) for k in config.get("ks", (10, 50))]
+    exclude = client.positives
+    if config.get("mask_history", "train") == "train+valid" and split == "test":
+        exclude = np.union1d(exclude, client.targets.get("valid", np.zeros(0, np.int64)))
+    out = rank_metrics(client.scores(shared), client.targets[split], exclude, ks)
+    out.update(cid=client.cid, split=split)
+    return out
+
+
 class RecClient:
     """One user's device: its positives, its private state (in ``store``) and the backbone's functions."""
 
@@ -213,13 +229,4 @@ class RecClient:
             return self.bb.logits(p, None, self._ctx(None))
 
     def evaluate(self, shared: dict, config: dict) -> dict:
-        split = config.get("split", "valid")
-        if split not in self.targets:
-            raise ValueError(f"client {self.cid} holds no {split!r} items")
-        ks = [int(k) for k in config.get("ks", (10, 50))]
-        exclude = self.positives
-        if config.get("mask_history", "train") == "train+valid" and split == "test":
-            exclude = np.union1d(exclude, self.targets.get("valid", np.zeros(0, np.int64)))
-        out = rank_metrics(self.scores(shared), self.targets[split], exclude, ks)
-        out.update(cid=self.cid, split=split)
-        return out
+        return evaluate_client(self, shared, config)

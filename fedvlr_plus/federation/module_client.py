@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from ..adapters.base import Backbone
-from .client import LocalTraining, _tensor, rank_metrics
+from .client import LocalTraining, _tensor, evaluate_client
 from .messages import ClientUpdate
 from .schedule import build_schedule
 from .state import init_private_states
@@ -137,16 +137,7 @@ class ModuleClient:
             return self.base.scores(full, torch.tensor([self.cid]), cid=self.cid, positives=self.positives)[0]
 
     def evaluate(self, shared: dict, config: dict) -> dict:
-        split = config.get("split", "valid")
-        if split not in self.targets:
-            raise ValueError(f"client {self.cid} holds no {split!r} items")
-        ks = [int(k) for k in config.get("ks", (10, 50))]
-        exclude = self.positives
-        if config.get("mask_history", "train") == "train+valid" and split == "test":
-            exclude = np.union1d(exclude, self.targets.get("valid", np.zeros(0, np.int64)))
-        out = rank_metrics(self.scores(shared), self.targets[split], exclude, ks)
-        out.update(cid=self.cid, split=split)
-        return out
+        return evaluate_client(self, shared, config)
 
 
 class ModuleSimulator:
