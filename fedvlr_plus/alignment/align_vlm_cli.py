@@ -22,6 +22,16 @@ def _default_cache() -> str:
     return os.path.join(base, "fedvlr_plus", "encodings")
 
 
+def _output_arguments(p) -> None:
+    """Encoder device, encoding cache and report output: the same for every method of this module."""
+    p.add_argument("--device", default="cpu", help="device of the offline text encoder (default cpu)")
+    p.add_argument("--cache-dir", default=_default_cache(),
+                   help="keep text encodings here and reuse them (default $XDG_CACHE_HOME/fedvlr_plus/encodings; "
+                        "'' disables)")
+    p.add_argument("--out", default=None, help="also write the JSON report to this file (atomic)")
+    p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+
+
 def register(methods) -> None:
     m = methods.add_parser("fedmpt", help="FedMPT: multi-label item tagging with condition prompts and OT",
                            description="Train FedMPT, its ablations and a single-prompt mean-pooled FedAvg "
@@ -42,12 +52,7 @@ def register(methods) -> None:
     m.add_argument("--valid", action="store_true",
                    help="tuning mode: hold out --test-share of the TRAIN items as a validation set and report on "
                         "it; the test items are not used at all")
-    m.add_argument("--device", default="cpu", help="device of the offline text encoder (default cpu)")
-    m.add_argument("--cache-dir", default=_default_cache(),
-                   help="keep text encodings here and reuse them (default $XDG_CACHE_HOME/fedvlr_plus/encodings; "
-                        "'' disables)")
-    m.add_argument("--out", default=None, help="also write the JSON report to this file (atomic)")
-    m.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    _output_arguments(m)
     m.set_defaults(func=cli_fedmpt)
 
     d = methods.add_parser("feddtl", help="FedDTL: decoupled towers, SFT then GRPO, warm and cold items",
@@ -75,12 +80,7 @@ def register(methods) -> None:
     d.add_argument("--rank-among", choices=("own", "all"), default="own",
                    help="rank warm targets among warm items and cold among cold (own, the base-to-novel "
                         "protocol; default) or both among all items (all)")
-    d.add_argument("--device", default="cpu", help="device of the offline text encoder (default cpu)")
-    d.add_argument("--cache-dir", default=_default_cache(),
-                   help="keep text encodings here and reuse them (default $XDG_CACHE_HOME/fedvlr_plus/encodings; "
-                        "'' disables)")
-    d.add_argument("--out", default=None, help="also write the JSON report to this file (atomic)")
-    d.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    _output_arguments(d)
     d.set_defaults(func=cli_feddtl)
 
 
