@@ -3,11 +3,12 @@
 Every backbone is trained alone with its own aggregation (``none``), alone with the aggregation FedVLR trains
 with (``fedgrad``: Algorithm 1's averaged gradients and server step — the like-for-like baseline, since a gain
 of FedVLR over ``none`` may come from the aggregation rather than from the content), with one server fusion
-expert (``mlp``, the paper's single-MLP baseline) and with the full FedVLR layer (``fedvlr``), each selected on validation only (the engine's early
-stopping), over several seeds. Test figures at the selected round are reported overall and split by warm and
-cold targets, plus cold targets ranked among cold items only, beside the reference rankers (pop, random,
-antipop) and a content-only ranker (cosine between a user's mean training-item view and every item). FedVLR is
-compared with its backbone alone by a paired test over users (per-user values averaged over seeds).
+expert (``mlp``, the paper's single-MLP baseline) and with the full FedVLR layer (``fedvlr``), each selected on
+validation only (the engine's early stopping), over several seeds. Test figures at the selected round are
+reported overall and split by warm and cold targets, plus cold targets ranked among cold items only, beside the
+reference rankers (pop, random, antipop) and a content-only ranker (cosine between a user's mean training-item
+view and every item). FedVLR is compared with its backbone alone (both rows) by a paired test over users
+(per-user values averaged over seeds).
 
 Protocol as the paper's: leave-one-out by time, full ranking over all items with training items masked.
 """
@@ -33,12 +34,12 @@ from ..jsonio import write_json_atomic
 
 VARIANTS = ("none", "fedgrad", "mlp", "fedvlr")
 FUSION_VARIANTS = ("mlp", "fedvlr")
+PARTS = ("all", "warm", "cold", "cold_among_cold")
 
 
 def row_label(backbone: str, variant: str) -> str:
     """Row name: ``fedavg``, ``fedavg (fedgrad)``, ``fedavg+mlp``, ``fedavg+fedvlr``."""
     return {"none": backbone, "fedgrad": f"{backbone} (fedgrad)"}.get(variant, f"{backbone}+{variant}")
-PARTS = ("all", "warm", "cold", "cold_among_cold")
 
 
 def _save_extra(run_dir: Path, extra: dict) -> None:
@@ -166,7 +167,7 @@ def run_paper_table(args, data, keys: list[str], ks, names) -> dict:
         why = wrap_refusal(make_backbone(bb_name, data.n_items, base_cfg.dim))
         for variant in variants:
             if variant in FUSION_VARIANTS and why:
-                skipped[f"{bb_name}+{variant}"] = why
+                skipped[row_label(bb_name, variant)] = why
 
     models: dict[str, list[dict]] = {}
     selected: dict[str, list[int]] = {}
@@ -243,11 +244,12 @@ def run_paper_table(args, data, keys: list[str], ks, names) -> dict:
             tests[f"{label} vs {other}"] = {
                 part: {k: paired_test(_as_result(a, keys), _as_result(b, keys), k, part) for k in keys}
                 for part in ("all", "warm", "cold") if part in a and part in b}
-        if f"{bb_name}+fedvlr" in models and "cold_among_cold" in refs["content"][0]:
-            a = _combine(models[f"{bb_name}+fedvlr"], keys).get("cold_among_cold")
+        fedvlr = row_label(bb_name, "fedvlr")
+        if fedvlr in models and "cold_among_cold" in refs["content"][0]:
+            a = _combine(models[fedvlr], keys).get("cold_among_cold")
             c = _combine(refs["content"], keys).get("cold_among_cold")
             if a is not None and c is not None:
-                tests[f"{bb_name}+fedvlr vs content (cold among cold)"] = {"cold": {
+                tests[f"{fedvlr} vs content (cold among cold)"] = {"cold": {
                     k: paired_test(_as_result({"cold": a}, keys), _as_result({"cold": c}, keys), k, "cold")
                     for k in keys}}
     result = {"dataset": data.name, "protocol": "full", "mask_history": base_cfg.mask_history,
