@@ -88,6 +88,9 @@ class Backbone:
     #: shared item table -> private table that keeps the client's locally trained copy and replaces the global
     #: table when this client scores (PFedRec's personalised item embedding)
     personal_copies: dict[str, str] = {}
+    #: private item tables whose rows are *added* to the shared item representation (FedRAP's ``A_u``); the
+    #: FedVLR layer keeps them on the client and adds them to the fused vector (see ``split_regulariser``)
+    additive_item_tables: tuple[str, ...] = ()
     #: (item table, weight, bias or None) when ``logits = <table[item], weight> + bias`` and there is no
     #: regulariser: the batched simulator then computes the gradients in closed form instead of by autograd
     dot_head: tuple[str, str, str | None] | None = None
@@ -133,6 +136,11 @@ class Backbone:
     def item_repr(self, p: dict, items, ctx: dict) -> torch.Tensor:
         raise NotImplementedError
 
+    def shared_item_repr(self, p: dict, items, ctx: dict) -> torch.Tensor:
+        """The part of the item representation built from shared tables only: what the FedVLR layer's server
+        fuses as the ID modality. Backbones with ``additive_item_tables`` leave those out."""
+        return self.item_repr(p, items, ctx)
+
     def head(self, p: dict, vecs: torch.Tensor, ctx: dict) -> torch.Tensor:
         raise NotImplementedError
 
@@ -142,6 +150,12 @@ class Backbone:
 
     def regulariser(self, p: dict, items, mask: torch.Tensor, config: dict):
         """Per-client penalty (shape = the batch dims of ``mask`` without the last one), or 0."""
+        return 0.0
+
+    def split_regulariser(self, shared_vecs: torch.Tensor, personal: dict, mask: torch.Tensor, config: dict):
+        """The penalty of a backbone with ``additive_item_tables``, from the shared item vectors of the batch
+        (``[..., L, k]``) and the rows of each additive table (name -> ``[..., L, k]``). The FedVLR layer calls it
+        with its fused vectors as the shared part."""
         return 0.0
 
     def describe(self) -> dict:

@@ -37,6 +37,7 @@ class FedRAP(Backbone):
     default_strategy = "fedavg"
     default_lr = 0.5
     default_item_lr_scale = 300.0
+    additive_item_tables = ("item_personal",)
 
     def __init__(self, n_items, dim=64, *, fedrap_lambda: float = 1e-4, fedrap_mu: float = 1e-2,
                  personal_row_lr: bool = False, **options):
@@ -58,6 +59,9 @@ class FedRAP(Backbone):
     def item_repr(self, p, items, ctx):
         return take_rows(p["item_personal"], items) + take_rows(p["item_common"], items)
 
+    def shared_item_repr(self, p, items, ctx):
+        return take_rows(p["item_common"], items)
+
     def head(self, p, vecs, ctx):
         return rowdot(vecs, p["head_w"]) + p["head_b"][..., None]
 
@@ -66,11 +70,14 @@ class FedRAP(Backbone):
         return w * self.lam0, w * self.mu0
 
     def regulariser(self, p, items, mask, config):
+        return self.split_regulariser(take_rows(p["item_common"], items),
+                                      {"item_personal": take_rows(p["item_personal"], items)}, mask, config)
+
+    def split_regulariser(self, shared_vecs, personal, mask, config):
         lam, mu = self.curriculum(int(config.get("round", 1)))
         if lam == 0.0 and mu == 0.0:
             return 0.0
-        a = take_rows(p["item_personal"], items)
-        c = take_rows(p["item_common"], items)
+        a, c = personal["item_personal"], shared_vecs
         m = mask.to(a.dtype)
         n = m.sum(-1).clamp(min=1.0)
         diff = ((a - c) ** 2).mean(-1)          # [..., L]

@@ -587,7 +587,7 @@ def fedvlr(backbone: RecBoleBackbone, views: dict[str, np.ndarray], data=None, *
            cold_neighbours: int = 10, **options):
     """The FedVLR layer around a RecBole backbone: the model's item embedding tables become the ID modality
     ``D`` of the server's fusion, and each client replaces them by its router-weighted fused views."""
-    from fedvlr_plus.fusion import FusionLayer, content_neighbours
+    from fedvlr_plus.fusion import FusionLayer, cold_rule
 
     if not backbone.item_table_names:
         raise RefusedModel(f"{backbone.name} has no item embedding table (no parameter with one row per item); "
@@ -596,11 +596,8 @@ def fedvlr(backbone: RecBoleBackbone, views: dict[str, np.ndarray], data=None, *
     if bad:
         raise RefusedModel(f"{backbone.name}: item tables {bad} are not [n_items, d] matrices; the FedVLR layer "
                            f"fuses 2-d embedding tables only")
-    nbrs = None
-    if data is not None and cold_neighbours > 0 and views:
-        cold = data.cold_items()
-        if cold.any():
-            nbrs = (np.flatnonzero(cold), content_neighbours(views, cold, cold_neighbours))
+    # the same rule as every other backbone: content neighbours, or the mean warm ID row without content views
+    nbrs = cold_rule(views, data.cold_items(), cold_neighbours) if data is not None else None
     layer = FusionLayer(backbone, views, mode=mode, cold_neighbours=nbrs, **options)
     # the server side of a RecBole model steps its item tables with Adam (see RecBoleBackbone); the fusion layer's
     # own defaults (SGD at 1.0) were chosen for our functional backbones, so the model's recipe carries over

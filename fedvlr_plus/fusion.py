@@ -24,6 +24,12 @@ Li, Long, Jiang, Zhang, Yang, "Federated Vision-Language-Recommendation with Per
   Because ``F`` is computed once per round instead of once per client and step, a round costs a small multiple
   of the backbone alone.
 
+Backbones with personal item parts keep them on the client, added to the fused vector: FedRAP's private table
+``A_u`` (declared in ``Backbone.additive_item_tables``; its penalties read the fused vector as the shared part
+``C``) and PFedRec's personalised item embedding, which becomes a private offset ``Δ_u`` (zero at first, trained
+locally, kept across rounds) because Algorithm 1 keeps the shared ``F`` fixed during a round, so there is no
+locally fine-tuned copy of it to keep. The client then scores ``Σ_j w_uj F_ij + A_u[i]`` (or ``+ Δ_u[i]``).
+
 Cold items (flagged new: no training interaction) would otherwise enter the fusion with an untrained ID row.
 The server replaces their ID row by the mean ID row of their nearest warm content neighbours
 (:func:`content_neighbours`, found from the views, no user data), so a cold item is ranked on its content plus
@@ -41,6 +47,7 @@ from .router import entropy, router_logits
 MODES = ("sum", "mlp", "gate", "fedvlr")
 EXPERTS = ("sum", "mlp", "gate")
 FUSED = "fusion.F"
+OFFSET = "personal.offset"
 
 
 def content_neighbours(views: dict[str, np.ndarray], cold: np.ndarray, k: int = 10) -> np.ndarray:
@@ -68,6 +75,16 @@ def content_neighbours(views: dict[str, np.ndarray], cold: np.ndarray, k: int = 
     return warm_ids[nn]
 
 
+def cold_rule(views: dict[str, np.ndarray], cold: np.ndarray, k: int = 10):
+    """The ``cold_neighbours`` argument of :class:`FusionLayer` for the cold items flagged in ``cold``: their ids
+    with their ``k`` nearest warm content neighbours, or with ``None`` (the mean warm ID row) when there is no
+    content view to find neighbours with. ``None`` when there is no cold item or ``k`` is 0 (rule off)."""
+    cold = np.asarray(cold, dtype=bool)
+    if k <= 0 or not cold.any():
+        return None
+    return np.flatnonzero(cold), (content_neighbours(views, cold, k) if views else None)
+
+
 def mix(w: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
     """``Σ_j w[..., j] · experts[..., l, j, :]``.
 
@@ -84,14 +101,12 @@ def mix(w: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
 
 def wrap_refusal(base: Backbone) -> str | None:
     """Why the layer cannot wrap ``base`` (None when it can)."""
-    if base.personal_copies:
-        return (f"backbone {base.name!r} keeps personal copies of its item table; the FedVLR layer fuses the "
-                f"server's table and cannot wrap it yet")
-    private_tables = [s.name for s in base.all_specs() if s.item_table and not s.shared]
+    private_tables = [s.name for s in base.all_specs() if s.item_table and not s.shared
+                      and s.name not in base.additive_item_tables]
     if private_tables:
         return (f"backbone {base.name!r} adds private item tables ({', '.join(private_tables)}) to its item "
-                f"representation; the FedVLR layer replaces that representation by the server's fused views and "
-                f"cannot wrap it yet")
+                f"representation in a way it does not declare (Backbone.additive_item_tables); the FedVLR layer "
+                f"replaces the shared representation by the server's fused views and cannot wrap it")
     return None
 
 
@@ -154,6 +169,11 @@ class FusionLayer(Backbone):
             elif np.asarray(cold_neighbours[1]).shape[1]:
                 self.cold_idx = torch.as_tensor(cold_neighbours[0], dtype=torch.long)
                 self.cold_nbrs = torch.as_tensor(cold_neighbours[1], dtype=torch.long)
+        # PFedRec's personalised item embedding (a locally fine-tuned copy of the global table) cannot be a copy
+        # of ``F``: Algorithm 1 keeps the shared parts fixed during the round. It becomes a private offset added
+        # to the client's fused vector, zero at first, trained locally and kept across rounds
+        self.offset = bool(base.personal_copies)
+        self.additive = tuple(base.additive_item_tables)
         self.out_scale = 1.0 / float(np.sqrt(self.d))
         # optional server-side rule for the ID rows of cold items, ``x [N, d] -> x`` with the cold rows replaced
         # (e.g. a content-to-ID mapping fitted on the warm rows; fedvlr_plus.coldstart); takes precedence over
@@ -161,19 +181,23 @@ class FusionLayer(Backbone):
         self.cold_fill = None
         self.current_F: torch.Tensor | None = None   # the round's broadcast views (router input; constant)
         self._last_weights = None
+        self._last_shared = None   # the fused part of the last item_repr (FedRAP's penalty reads it)
 
     def _probe_dim(self) -> int:
         g = torch.Generator().manual_seed(0)
         p = {s.name: init_shared(s, g) for s in self.base.all_specs()}
         items = torch.zeros(1, dtype=torch.long)
         ctx = {"items_global": items, "hist": items, "hist_global": items, "hist_mask": torch.ones(1, dtype=torch.bool)}
-        return int(self.base.item_repr(p, items, ctx).shape[-1])
+        return int(self.base.shared_item_repr(p, items, ctx).shape[-1])
 
     # ------------------------------------------------------------------ what the client sees
     def specs(self) -> list[ParamSpec]:
         out = [s for s in self.base.all_specs() if s not in self.id_specs]
         out.append(ParamSpec(FUSED, (self.n_items, len(self.experts) * self.d), shared=True, item_table=True,
                              init="zeros"))
+        if self.offset:
+            out.append(ParamSpec(OFFSET, (self.n_items, self.d), shared=False, item_table=True, init="zeros",
+                                 row_lr=False))
         if self.mode == "fedvlr":
             n_in = len(self.experts) * self.d
             out += [ParamSpec("router.w1", (n_in, self.router_hidden), shared=False, init="xavier"),
@@ -215,7 +239,7 @@ class FusionLayer(Backbone):
         zs, x = [], None
         if self.use_id:
             ctx = {"items_global": torch.arange(self.n_items)}
-            x = self.base.item_repr(sp, None, ctx)
+            x = self.base.shared_item_repr(sp, None, ctx)
             if self.cold_fill is not None:
                 x = self.cold_fill(x)
             elif self.cold_idx is not None:
@@ -290,16 +314,31 @@ class FusionLayer(Backbone):
         f = f.reshape(*f.shape[:-1], len(self.experts), self.d)
         if len(self.experts) == 1:
             self._last_weights = None
-            return f.squeeze(-2)
-        w = self.weights(p, ctx)
-        self._last_weights = w
-        return mix(w, f)
+            v = f.squeeze(-2)
+        else:
+            w = self.weights(p, ctx)
+            self._last_weights = w
+            v = mix(w, f)
+        self._last_shared = v
+        # the backbone's private item parts stay on the client, added to the (personal) fused vector
+        for name in self.additive:
+            v = v + take_rows(p[name], items)
+        if self.offset:
+            v = v + take_rows(p[OFFSET], items)
+        return v
 
     def head(self, p, vecs, ctx):
         return self.base.head(p, vecs, ctx)
 
     def regulariser(self, p, items, mask, config):
-        reg = self.base.regulariser(p, items, mask, config)
+        from .adapters.base import take_rows
+
+        if self.additive:
+            # e.g. FedRAP's penalties between A_u and the shared part, which is now the client's fused vector
+            reg = self.base.split_regulariser(self._last_shared, {n: take_rows(p[n], items) for n in self.additive},
+                                              mask, config)
+        else:
+            reg = self.base.regulariser(p, items, mask, config)
         if self.balance and self._last_weights is not None:
             # keep each user's routing from collapsing onto one expert: λ (log J − H(w_u))
             w = self._last_weights
@@ -310,6 +349,7 @@ class FusionLayer(Backbone):
         out = self.base.describe()
         out.update(backbone=self.name, fusion=self.mode, views=self.view_names, experts=self.experts,
                    use_id=self.use_id, residual=self.residual, temperature=self.temperature,
+                   client_item_parts=list(self.additive) + ([OFFSET] if self.offset else []),
                    server={s.name: list(s.shape) for s in self.server_specs()},
                    cold_items_with_neighbours=0 if self.cold_nbrs is None else int(len(self.cold_idx)),
                    cold_items_with_warm_mean=0 if self.warm_idx is None else int(len(self.cold_idx)))

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .fusion import MODES, FusionLayer, content_neighbours
+from .fusion import MODES, FusionLayer, cold_rule
 
 RAW_OPS = ("identity",)
 
@@ -81,11 +81,7 @@ def fusion_backbone(args, data, backbone: str, dim: int) -> FusionLayer:
     from .adapters import make_backbone
 
     views, drop = selected_views(args, data)
-    cold = data.cold_items()
-    nbrs = None
-    if args.cold_neighbours > 0 and cold.any():
-        # without any content view there are no content neighbours: cold items take the mean warm ID row
-        nbrs = (np.flatnonzero(cold), content_neighbours(views, cold, args.cold_neighbours) if views else None)
+    nbrs = cold_rule(views, data.cold_items(), args.cold_neighbours)
     opts = {"fedrap_lambda": args.fedrap_lambda, "fedrap_mu": args.fedrap_mu} if backbone == "fedrap" else {}
     base = make_backbone(backbone, data.n_items, dim, **opts)
     try:

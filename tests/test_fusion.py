@@ -120,6 +120,19 @@ def test_without_content_views_cold_items_take_the_mean_warm_id_row():
         assert torch.allclose(f[3], bb.server_forward(ref)[3], atol=1e-6)
 
 
+def test_cold_rule_picks_neighbours_or_the_warm_mean_or_nothing():
+    from fedvlr_plus.fusion import cold_rule
+
+    _, views = toy()
+    cold = np.zeros(150, bool)
+    cold[[4, 9]] = True
+    ids, nbrs = cold_rule(views, cold, 5)
+    assert ids.tolist() == [4, 9] and nbrs.shape == (2, 5) and not np.isin(nbrs, [4, 9]).any()
+    ids, nbrs = cold_rule({}, cold, 5)
+    assert ids.tolist() == [4, 9] and nbrs is None
+    assert cold_rule(views, cold, 0) is None and cold_rule(views, np.zeros(150, bool), 5) is None
+
+
 def test_server_step_is_the_weighted_sum_of_client_gradients():
     """Algorithm 1: the server's update equals -lr * sum_u (n_u / sum n) * grad_theta J_u (VJP exactness)."""
     data, views = toy()
@@ -163,7 +176,7 @@ def test_uploads_carry_only_shared_arrays_never_router_or_head():
         assert set(u.arrays[FUSED].shape[1:]) == {3 * bb.d}
 
 
-@pytest.mark.parametrize("backbone", ["fedavg", "fedncf"])
+@pytest.mark.parametrize("backbone", ["fedavg", "fedncf", "pfedrec", "fedrap"])
 def test_batched_equals_sequential_with_fusion(backbone):
     data, views = toy()
     out = {}
@@ -213,11 +226,73 @@ def test_fusion_refuses_param_averaging():
         FederatedRun(data, layer(data, views), cfg(strategy="fedavg"), progress=False)
 
 
-@pytest.mark.parametrize("name,why", [("pfedrec", "personal copies"), ("fedrap", "private item tables")])
-def test_backbones_with_personal_item_tables_are_refused_clearly(name, why):
+@pytest.mark.parametrize("backbone", ["pfedrec", "fedrap"])
+def test_personal_item_parts_stay_on_the_client(backbone):
+    """PFedRec's personal item embedding (a private offset) and FedRAP's A_u are added to the fused vector, are
+    trained and restored, and never appear in an upload or on the server."""
     data, views = toy()
-    with pytest.raises(ValueError, match=why):
-        layer(data, views, backbone=name)
+    bb = layer(data, views, backbone=backbone)
+    part = {"pfedrec": "personal.offset", "fedrap": "item_personal"}[backbone]
+    assert part in bb.private_names and part not in bb.shared_names
+    assert part not in {s.name for s in bb.server_specs()}
+    assert bb.describe()["client_item_parts"] == [part]
+    seen = []
+    run = FederatedRun(data, bb, cfg(rounds=2), progress=False, on_upload=lambda r, u: seen.append(u))
+    run.run_round()
+    run.run_round()
+    assert seen and all(set(u.arrays) <= set(bb.shared_names) for u in seen)
+    state = run.store.load(0)
+    assert state[part].abs().sum() > 0                              # trained locally, kept
+    # the client scores D-free fused vector + its own part: changing the part changes only this user's scores
+    users = np.arange(2)
+    s0 = run.sim.scores(users, run.shared)
+    bumped = dict(state)
+    bumped[part] = state[part] + 1.0
+    run.store.save(0, bumped)
+    s1 = run.sim.scores(users, run.shared)
+    assert not torch.allclose(s0[0], s1[0]) and torch.allclose(s0[1], s1[1])
+    assert np.isfinite(run.evaluate("valid").summary()["hr@10"])
+
+
+def test_fedrap_penalty_reads_the_fused_vector_as_its_shared_part():
+    data, views = toy()
+    bb = layer(data, views, backbone="fedrap")
+    rap = bb.base
+    g = torch.Generator().manual_seed(1)
+    p = {FUSED: torch.randn(data.n_items, 3 * bb.d, generator=g), "item_personal": torch.randn(data.n_items, 8,
+                                                                                                generator=g)}
+    p.update({k: torch.zeros(s.shape) for k, s in ((s.name, s) for s in bb.private_specs()) if k.startswith("router")})
+    p["head_w"], p["head_b"] = torch.ones(8), torch.zeros(())
+    bb.current_F = p[FUSED]
+    items = torch.tensor([3, 5, 7])
+    ctx = {"items_global": items, "hist_global": torch.tensor([1, 2]), "hist_mask": torch.ones(2, dtype=torch.bool)}
+    v = bb.item_repr(p, items, ctx)
+    shared = mix(torch.full((3,), 1 / 3), p[FUSED][items].view(3, 3, bb.d))    # zero router -> uniform weights
+    assert torch.allclose(v, shared + p["item_personal"][items], atol=1e-6)
+    reg = bb.regulariser(p, items, torch.ones(3), {"round": 5})
+    lam, mu = rap.curriculum(5)
+    a = p["item_personal"][items]
+    want = (-lam * ((a - shared) ** 2).mean(-1).sum() + mu * shared.abs().mean(-1).sum()) / 3
+    assert float(reg) == pytest.approx(float(want), rel=1e-5)
+
+
+def test_an_undeclared_private_item_table_is_refused_clearly():
+    from fedvlr_plus.adapters.base import Backbone, ParamSpec, take_rows
+
+    class Odd(Backbone):
+        name = "odd"
+
+        def specs(self):
+            return [ParamSpec("item_emb", (self.n_items, self.dim), shared=True, item_table=True),
+                    ParamSpec("mine", (self.n_items, self.dim), shared=False, item_table=True),
+                    ParamSpec("head_w", (self.dim,), shared=False)]
+
+        def item_repr(self, p, items, ctx):
+            return take_rows(p["item_emb"], items) * take_rows(p["mine"], items)
+
+    data, views = toy()
+    with pytest.raises(ValueError, match="mine"):
+        FusionLayer(Odd(data.n_items, 8), views)
 
 
 def test_router_report_works_whichever_simulator_ran():

@@ -121,13 +121,20 @@ def test_unknown_variant_and_bad_override_are_errors(table):
         run_paper_table(bad, data, ["hr@10"], (10,), ("hr",))
 
 
-def test_backbones_the_layer_cannot_wrap_are_skipped_with_the_reason(tmp_path):
+def test_backbones_the_layer_cannot_wrap_are_skipped_with_the_reason(tmp_path, monkeypatch):
+    import fedvlr_plus.fusion as fusion
+
     data = synthetic_data(20, 200, 8.0, groups=4, seed=5)
     data.features = {"text": np.random.default_rng(0).standard_normal((data.n_items, 6)).astype(np.float32)}
-    args = build_parser().parse_args(["experiment", "paper-table", "x", "--backbones", "pfedrec",
-                                      "--variants", "none,fedvlr", "--seeds", "1", "--rounds", "1",
-                                      "--local-epochs", "1", "--dim", "8", "--no-progress", "--out", str(tmp_path)])
-    res = run_paper_table(args, data, ["hr@10"], (10,), ("hr",))
-    assert "personal copies" in res["skipped"]["pfedrec+fedvlr"]
+    argv = ["experiment", "paper-table", "x", "--backbones", "pfedrec", "--variants", "none,fedvlr", "--seeds", "1",
+            "--rounds", "1", "--local-epochs", "1", "--dim", "8", "--no-progress", "--out", str(tmp_path)]
+    # PFedRec is wrapped (its personal item embedding becomes a private offset on the fused vector)
+    res = run_paper_table(build_parser().parse_args(argv), data, ["hr@10"], (10,), ("hr",))
+    assert not res["skipped"] and "pfedrec+fedvlr" in {r["model"] for r in res["rows"]}
+    # a backbone the layer refuses is skipped with the layer's reason, in the result and in the table
+    monkeypatch.setattr(fusion, "wrap_refusal", lambda base: "no way to wrap it")
+    res = run_paper_table(build_parser().parse_args(argv[:-1] + [str(tmp_path / "b")]), data, ["hr@10"], (10,),
+                          ("hr",))
+    assert res["skipped"]["pfedrec+fedvlr"] == "no way to wrap it"
     assert {r["model"] for r in res["rows"]} == {"pop", "random", "antipop", "content", "pfedrec"}
-    assert "Not run: pfedrec+fedvlr" in (tmp_path / "table.md").read_text()
+    assert "Not run: pfedrec+fedvlr" in (tmp_path / "b" / "table.md").read_text()

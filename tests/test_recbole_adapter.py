@@ -397,6 +397,20 @@ def test_fedvlr_layer_replaces_the_item_tables(workdir):
     assert torch.allclose(got, want) and torch.isfinite(got).all()
 
 
+def test_cold_items_follow_the_same_rule_as_every_backbone(workdir):
+    """Without content views the cold items of a RecBole model take the mean warm ID row, as in fusion_cli (they
+    used to keep their untrained rows); with views, their content neighbours."""
+    data = tiny_data()
+    cold = np.flatnonzero(data.cold_items())
+    assert len(cold)
+    bb, _ = federate("BPR", data=data, workdir=workdir)
+    layer = fedvlr(bb, {}, data)
+    assert torch.equal(layer.cold_idx, torch.as_tensor(cold)) and layer.cold_nbrs is None
+    assert layer.describe()["cold_items_with_warm_mean"] == len(cold)
+    layer = fedvlr(bb, {"text": np.random.default_rng(0).normal(size=(N_ITEMS, 4)).astype(np.float32)}, data)
+    assert layer.cold_nbrs.shape == (len(cold), 10) and not np.isin(layer.cold_nbrs.numpy(), cold).any()
+
+
 def test_recbole_backbones_default_to_fedgrad_with_server_adam(workdir):
     """A RecBole model (and FedVLR around it) trains with fedgrad + server Adam unless the run says otherwise;
     our functional backbones keep SGD (FedVLR Algorithm 1)."""
