@@ -85,6 +85,8 @@ class Backbone:
     default_item_lr_scale: float = 1.0
     #: fedgrad's server optimizer when the run does not name one (sgd = FedVLR Algorithm 1)
     default_server_optimizer: str = "sgd"
+    #: local epochs per round when the run does not name them
+    default_local_epochs: int = 5
     #: shared item table -> private table that keeps the client's locally trained copy and replaces the global
     #: table when this client scores (PFedRec's personalised item embedding)
     personal_copies: dict[str, str] = {}

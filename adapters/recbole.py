@@ -266,8 +266,9 @@ class RecBoleBackbone(Backbone):
     # at 0.05; clients step their own user rows by SGD at 2.0, one local epoch (one full-batch step) per round.
     # Plain FedAvg + SGD barely moved BPR's small initial embeddings in 5-round probes; server lr 0.1 plateaued
     # lower (0.0666 vs 0.0682 at 30 rounds); 2 epochs at lr 1.0 cost twice as much per round for less.
-    # With fedgrad item rows step at server_lr * item_lr_scale. --local-epochs is the run's (pass 1).
+    # With fedgrad item rows step at server_lr * item_lr_scale.
     default_strategy = "fedgrad"
+    default_local_epochs = 1
     default_server_optimizer = "adam"
     default_lr = 2.0
     default_item_lr_scale = 1.0
@@ -603,6 +604,7 @@ def fedvlr(backbone: RecBoleBackbone, views: dict[str, np.ndarray], data=None, *
     # own defaults (SGD at 1.0) were chosen for our functional backbones, so the model's recipe carries over
     layer.default_server_optimizer = backbone.default_server_optimizer
     layer.default_server_lr = backbone.default_server_lr
+    layer.default_local_epochs = backbone.default_local_epochs
     return layer
 
 

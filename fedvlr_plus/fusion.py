@@ -141,6 +141,7 @@ class FusionLayer(Backbone):
         self.residual = bool(residual)
         self.name = f"{base.name}+{mode}"
         self.default_lr = base.default_lr
+        self.default_local_epochs = base.default_local_epochs
         self.default_item_lr_scale = base.default_item_lr_scale
         self.uses_history = base.uses_history or mode == "fedvlr"
         self.view_names = list(views)

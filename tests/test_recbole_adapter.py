@@ -417,17 +417,21 @@ def test_recbole_backbones_default_to_fedgrad_with_server_adam(workdir):
     data = tiny_data()
     bb, _ = federate("BPR", data=data, workdir=workdir)
     assert bb.default_server_optimizer == "adam"
-    run = FederatedRun(data, bb, small_cfg(rounds=1, strategy=None, lr=None), progress=False)
+    run = FederatedRun(data, bb, small_cfg(rounds=1, strategy=None, lr=None, local_epochs=None), progress=False)
     assert (run.strategy_name, run.server_optimizer, run.strategy.optimizer_name) == ("fedgrad", "adam", "adam")
-    assert (run.lr, run.server_lr) == (bb.default_lr, bb.default_server_lr)
-    assert run.run()["resolved"]["server_optimizer"] == "adam"
+    assert (run.lr, run.server_lr, run.local_epochs) == (bb.default_lr, bb.default_server_lr, 1)
+    assert run.round_config(1)["epochs"] == 1
+    resolved = run.run()["resolved"]
+    assert (resolved["server_optimizer"], resolved["local_epochs"]) == ("adam", 1)
     run = FederatedRun(data, bb, small_cfg(strategy=None, server_optimizer="sgd"), progress=False)
     assert run.strategy.optimizer_name == "sgd"
     layer = fedvlr(bb, {"text": np.ones((N_ITEMS, 4), np.float32)}, data)
-    run = FederatedRun(data, layer, small_cfg(strategy=None), progress=False)
+    run = FederatedRun(data, layer, small_cfg(strategy=None, local_epochs=None), progress=False)
     assert (run.strategy_name, run.server_optimizer, run.server_lr) == ("fedgrad", "adam", bb.default_server_lr)
-    run = FederatedRun(data, "fcf", small_cfg(strategy="fedgrad", server_lr=1.0), progress=False)
-    assert (run.server_optimizer, run.strategy.optimizer_name) == ("sgd", "sgd")
+    assert run.local_epochs == 1
+    run = FederatedRun(data, "fcf", small_cfg(strategy="fedgrad", server_lr=1.0, local_epochs=None), progress=False)
+    assert (run.server_optimizer, run.strategy.optimizer_name, run.local_epochs) == ("sgd", "sgd", 5)
+    assert FederatedRun(data, "fcf", small_cfg(local_epochs=3), progress=False).round_config(2)["epochs"] == 3
 
 
 def test_align_views_reorders_by_token():

@@ -19,7 +19,7 @@ class FedConfig:
     """A federated run. ``None`` means "the backbone's default" (see ``resolved``)."""
 
     rounds: int = 100
-    local_epochs: int = 5
+    local_epochs: int | None = None   # None: the backbone's (5; RecBole models 1)
     batch_size: int = 2048            # positives per mini-batch (each brings its negatives)
     negatives: int = 1                # negatives per positive, re-drawn every local epoch
     dim: int = 64                     # latent size
@@ -55,7 +55,7 @@ class FedConfig:
         self.metrics = tuple(str(m) for m in self.metrics)
         checks = [
             (self.rounds >= 1, "rounds must be >= 1"),
-            (self.local_epochs >= 1, "local_epochs must be >= 1"),
+            (self.local_epochs is None or self.local_epochs >= 1, "local_epochs must be >= 1"),
             (self.batch_size >= 1, "batch_size must be >= 1"),
             (self.negatives >= 0, "negatives must be >= 0"),
             (self.dim >= 1, "dim must be >= 1"),
@@ -155,7 +155,8 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, include_io: bool = Fal
         g.add_argument("--out", metavar="RUN_DIR", default=None, help="checkpoint every round into RUN_DIR")
         g.add_argument("--json", action="store_true", help="print the result as JSON")
     g.add_argument("--rounds", type=int, default=d.rounds, help="maximum number of rounds (default %(default)s)")
-    g.add_argument("--local-epochs", type=int, default=d.local_epochs, help="local epochs per round (default 5)")
+    g.add_argument("--local-epochs", type=int, default=d.local_epochs,
+                   help="local epochs per round (default: the backbone's, 5; RecBole models 1)")
     g.add_argument("--batch-size", type=int, default=d.batch_size, help="positives per local mini-batch")
     g.add_argument("--negatives", type=int, default=d.negatives, help="sampled negatives per positive")
     g.add_argument("--dim", type=int, default=d.dim, help="latent size (default 64)")

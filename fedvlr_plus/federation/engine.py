@@ -86,6 +86,8 @@ class FederatedRun:
             self.bb = make_backbone(backbone, self.n_items, cfg.dim, **opts)
         self.specs = {s.name: s for s in self.bb.all_specs()}
         self.lr = float(cfg.lr if cfg.lr is not None else self.bb.default_lr)
+        self.local_epochs = int(cfg.local_epochs if cfg.local_epochs is not None
+                                else getattr(self.bb, "default_local_epochs", 5))
         self.item_lr_scale = float(cfg.item_lr_scale if cfg.item_lr_scale is not None
                                    else self.bb.default_item_lr_scale)
         self.strategy_name = cfg.strategy or self.bb.default_strategy
@@ -152,7 +154,7 @@ class FederatedRun:
     def round_config(self, round_index: int) -> dict:
         cfg = self.cfg
         return {
-            "seed": int(cfg.seed), "round": int(round_index), "epochs": int(cfg.local_epochs),
+            "seed": int(cfg.seed), "round": int(round_index), "epochs": self.local_epochs,
             "negatives": int(cfg.negatives), "batch_size": int(cfg.batch_size),
             "lr": self.lr * cfg.lr_decay ** (round_index - 1), "item_lr_scale": self.item_lr_scale,
             "weight_decay": float(cfg.weight_decay), "upload": self.strategy.upload,
@@ -264,6 +266,7 @@ class FederatedRun:
         out["history"] = self.history
         out["config"] = self.cfg.to_dict()
         out["resolved"] = {"lr": self.lr, "item_lr_scale": self.item_lr_scale, "strategy": self.strategy_name,
+                           "local_epochs": self.local_epochs,
                            "server_lr": self.server_lr if self.strategy.upload == "grads" else None,
                            "server_optimizer": self.server_optimizer if self.strategy.upload == "grads" else None,
                            "clients_per_round": int(self.per_round)}
@@ -418,6 +421,7 @@ def bench_round(data, backbone: str, cfg: FedConfig | None = None, *, sequential
 
     runb = FederatedRun(data, backbone, replace(cfg, simulator="batched"), progress=False)
     out["clients"] = int(len(runb.eligible))
+    out["local_epochs"] = runb.local_epochs
     # warm-up on a few clients (allocator, lazy initialisation) with a throwaway store
     warm = BatchedSimulator(runb.bb, runb.indptr, runb.indices, MemoryStore(), seed=cfg.seed,
                             chunk_floats=cfg.chunk_floats)

@@ -114,7 +114,8 @@ class Settings:
             if name in names:
                 if name in ("ks", "metrics") and isinstance(value, str):
                     value = tuple(int(x) if name == "ks" else x for x in value.split(",") if x.strip())
-                if name in ("lr", "item_lr_scale", "server_lr", "strategy", "clients_per_round") and value in ("", 0):
+                if name in ("lr", "item_lr_scale", "server_lr", "strategy", "clients_per_round",
+                            "local_epochs") and value in ("", 0):
                     continue  # "" / 0 in a TOML file means "the backbone's default" (TOML has no null)
                 fed[name] = value
             elif key in DEPLOY_KEYS:
