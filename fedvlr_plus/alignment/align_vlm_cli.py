@@ -65,6 +65,13 @@ def register(methods) -> None:
     d.add_argument("--clients", type=int, default=5, help="clients (default 5)")
     d.add_argument("--alpha", type=float, default=0.1,
                    help="Dirichlet concentration of the label-skewed split over dominant genres (default 0.1)")
+    d.add_argument("--dominant", choices=("count", "lift"), default="count",
+                   help="a user's genre for the split: the most frequent in the history (count; default) or the "
+                        "most over-represented against the global genre shares among those >= 10%% of the "
+                        "history (lift: a stronger skew on ml-100k, where count gives Drama to 623 of 943 users)")
+    d.add_argument("--user-tower", choices=("fedavg", "private"), default="fedavg",
+                   help="decoupled methods: start each round from the FedAvg of the user adapters (fedavg; "
+                        "default, as in the paper) or from the client's own, kept in its private store (private)")
     d.add_argument("--cold-share", type=float, default=0.2, help="share of items held out as cold (default 0.2)")
     d.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds to run (default 0)")
     d.add_argument("--sigma", type=float, default=0.1, help="GRPO embedding noise std (default 0.1)")

@@ -141,7 +141,8 @@ def multilabel_metrics(scores: np.ndarray, labels: np.ndarray, co_label: dict[in
                        threshold: float = 0.5) -> dict:
     """mAP (over labels with a positive), CP/CR/CF1 (per-label means), OP/OR/OF1 (pooled), spurious rate.
 
-    ``scores`` are probabilities; a label is predicted when its probability exceeds ``threshold``. The spurious
+    ``scores`` are probabilities; a label is predicted when its probability exceeds ``threshold`` (a scalar or one
+    value per label). The spurious
     activation rate pools, over labels j with a usual co-label i, the items where i is present and j absent, and
     counts how often j is predicted there. ``co_label_auc`` is threshold-free: per such label, the AUC of j's score
     between the items that carry j and the items that carry only its co-label (higher = fewer spurious
@@ -197,10 +198,24 @@ class MPTConfig:
     #: ``local_weight`` (global + local logits, as in global/local prompt learners); False = OT score alone
     global_local: bool = True
     local_weight: float = 1.0
+    #: global + local OT variants: learn the weight of the local (OT) score per label (initialised at
+    #: ``local_weight``) instead of one fixed lambda for every label
+    label_local_weight: bool = False
+    #: side-feature tokens: "group" (one token per feature group, a linear map of the group's columns) or
+    #: "column" (one token per column, ``x_k e_k + f_k``: one per occupation share, age band, rating level, ...),
+    #: so that OT can match a label to one specific piece of evidence
+    side_tokens: str = "group"
+    #: decision rule for CP/CR/CF1/OP/OR/OF1 and the spurious rate: "fixed" (probability > 0.5) or "f1" (per-label
+    #: thresholds that maximise F1 on the clients' own training items, from summed per-client counts)
+    threshold: str = "fixed"
 
     def __post_init__(self):
         if self.variant not in VARIANTS:
             raise ValueError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
+        if self.side_tokens not in ("group", "column"):
+            raise ValueError(f"side_tokens must be 'group' or 'column', got {self.side_tokens!r}")
+        if self.threshold not in ("fixed", "f1"):
+            raise ValueError(f"threshold must be 'fixed' or 'f1', got {self.threshold!r}")
 
 
 def param_specs(task: TaggingTask, cfg: MPTConfig) -> dict[str, ParamSpec]:
@@ -215,9 +230,17 @@ def param_specs(task: TaggingTask, cfg: MPTConfig) -> dict[str, ParamSpec]:
              ParamSpec("bias", (L,), True, init="zeros")]
     if _USES[cfg.variant][1]:
         specs += [ParamSpec("gate_w", (n, d), True, init="zeros"), ParamSpec("gate_b", (n,), True, init="zeros")]
+    if _USES[cfg.variant][0] and cfg.global_local and cfg.label_local_weight:
+        specs.append(ParamSpec("local_w", (L,), True, init="zeros"))
     for g, x in task.side.items():
-        specs += [ParamSpec(f"side_w.{g}", (d, x.shape[1]), True, init="normal", std=1.0 / math.sqrt(x.shape[1])),
-                  ParamSpec(f"side_b.{g}", (d,), True, init="zeros")]
+        if cfg.side_tokens == "column":
+            # token k = x_k e_k + f_k: the column's value scales its own direction, f_k its offset
+            specs += [ParamSpec(f"side_e.{g}", (x.shape[1], d), True, init="normal", std=1.0),
+                      ParamSpec(f"side_f.{g}", (x.shape[1], d), True, init="normal", std=0.1)]
+        else:
+            specs += [ParamSpec(f"side_w.{g}", (d, x.shape[1]), True, init="normal",
+                                std=1.0 / math.sqrt(x.shape[1])),
+                      ParamSpec(f"side_b.{g}", (d,), True, init="zeros")]
     return {s.name: s for s in specs}
 
 
@@ -231,6 +254,8 @@ def init_params(task: TaggingTask, cfg: MPTConfig, seed: int) -> dict[str, torch
             out[name] = torch.randn(s.shape, generator=g) * s.std
     out["log_scale"] = torch.full((1,), math.log(cfg.scale))
     out["bias"] = torch.full(out["bias"].shape, cfg.bias_init)
+    if "local_w" in out:
+        out["local_w"] = torch.full(out["local_w"].shape, cfg.local_weight)
     return out
 
 
@@ -243,15 +268,23 @@ def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def item_tokens(p: dict, task: TaggingTask, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-    """Content tokens [B, T + G, d] and mask: frozen text tokens, then one projected token per feature group."""
+    """Content tokens [B, T + G, d] and mask: frozen text tokens, then one projected token per feature group
+    (``side_w.*`` parameters) or one token per feature column (``side_e.*`` / ``side_f.*``)."""
     # trim the padding shared by the whole batch: most titles are far shorter than the padded length
     width = max(int(task.token_mask[idx].sum(1).max()), 1) if len(idx) else 1
     tok = torch.from_numpy(task.tokens[idx, :width])
     mask = torch.from_numpy(task.token_mask[idx, :width])
-    extra = [torch.from_numpy(x[idx]) @ p[f"side_w.{g}"].T + p[f"side_b.{g}"] for g, x in task.side.items()]
+    extra = []
+    for g, x in task.side.items():
+        v = torch.from_numpy(x[idx])
+        if f"side_e.{g}" in p:
+            extra.append(v.unsqueeze(-1) * p[f"side_e.{g}"] + p[f"side_f.{g}"])          # [B, k, d]
+        else:
+            extra.append((v @ p[f"side_w.{g}"].T + p[f"side_b.{g}"]).unsqueeze(1))       # [B, 1, d]
     if extra:
-        tok = torch.cat([tok, torch.stack(extra, 1)], 1)
-        mask = torch.cat([mask, torch.ones(len(idx), len(extra), dtype=torch.bool)], 1)
+        extra = torch.cat(extra, 1)
+        tok = torch.cat([tok, extra], 1)
+        mask = torch.cat([mask, torch.ones(len(idx), extra.shape[1], dtype=torch.bool)], 1)
     return tok, mask
 
 
@@ -284,7 +317,8 @@ def forward(p: dict, task: TaggingTask, idx: np.ndarray, cfg: MPTConfig) -> tupl
         glob_psi = torch.einsum("bnd,nld->bnl", pooled, prompts)
         # the OT score is a re-weighted mean of per-token cosines: it adds local evidence to the pooled
         # (global) cosine rather than replacing it, which on short titles is the stronger signal
-        psi = glob_psi + cfg.local_weight * psi if use_ot else glob_psi
+        lam = p["local_w"] if "local_w" in p else cfg.local_weight      # per label, or one lambda
+        psi = glob_psi + lam * psi if use_ot else glob_psi
     n = psi.shape[1]
     if use_gate:
         glob = _masked_mean(x, mask)                                     # [B, d]
@@ -349,12 +383,40 @@ class TaggingClient:
         return ClientUpdate(cid=self.cid, kind="params", arrays={k: v.detach().clone() for k, v in p.items()},
                             num_examples=len(self.train_idx), metrics=metrics)
 
+    def threshold_counts(self, shared: dict, grid: np.ndarray) -> dict[str, np.ndarray]:
+        """Per-label counts on this client's training items for every candidate threshold: predicted [G, L],
+        true positives [G, L], positives [L]. Only these sums leave the client (no item, score or label)."""
+        p = {k: torch.as_tensor(v, dtype=torch.float32) for k, v in shared.items()}
+        probs = predict(p, self.task, self.train_idx, self.cfg)
+        y = self.task.labels[self.train_idx] > 0
+        pred = probs[None] > grid[:, None, None]                          # [G, n, L]
+        return {"pred": pred.sum(1).astype(np.float64), "tp": (pred & y[None]).sum(1).astype(np.float64),
+                "pos": y.sum(0).astype(np.float64)}
+
     def evaluate(self, shared: dict, config: dict) -> dict:
         idx = self.eval_idx if len(self.eval_idx) else self.train_idx
         p = {k: torch.as_tensor(v, dtype=torch.float32) for k, v in shared.items()}
         probs = predict(p, self.task, idx, self.cfg)
         co = config.get("co_label") or usual_co_labels(self.task.labels[self.train_idx])
         return {"n": int(len(idx)), **multilabel_metrics(probs, self.task.labels[idx], co)}
+
+
+THRESHOLD_GRID = np.round(np.arange(0.05, 0.951, 0.025), 3)
+
+
+def f1_thresholds(counts: list[dict], grid: np.ndarray = THRESHOLD_GRID) -> np.ndarray:
+    """Per-label threshold maximising F1 over the clients' summed training counts (ties: the one nearest 0.5;
+    a label with no positive keeps 0.5). ``counts`` are :meth:`TaggingClient.threshold_counts` outputs."""
+    pred = sum(c["pred"] for c in counts)
+    tp = sum(c["tp"] for c in counts)
+    pos = sum(c["pos"] for c in counts)
+    f1 = 2 * tp / np.maximum(pred + pos[None], 1e-12)                    # [G, L]
+    out = np.full(f1.shape[1], 0.5)
+    for j in range(f1.shape[1]):
+        if pos[j] > 0:
+            best = np.flatnonzero(f1[:, j] >= f1[:, j].max() - 1e-12)
+            out[j] = grid[best[np.argmin(np.abs(grid[best] - 0.5))]]
+    return out
 
 
 def kmeans_label_clients(labels: np.ndarray, k: int, seed: int = 0, iters: int = 50) -> np.ndarray:
@@ -415,7 +477,16 @@ def train_federated(task: TaggingTask, train_idx: np.ndarray, test_idx: np.ndarr
             log(f"[{cfg.variant}] round {r + 1}/{rounds} loss {row['loss']:.4f}")
     co = usual_co_labels(task.labels[train_idx])
     probs = predict(shared, task, test_idx, cfg)
-    test = multilabel_metrics(probs, task.labels[test_idx], co)
+    # the decision rule is part of the model: per-label F1 thresholds from the clients' own training items (only
+    # summed counts reach the server), or a fixed 0.5; both are reported, cfg.threshold picks the headline
+    thr = f1_thresholds([c.threshold_counts(shared, THRESHOLD_GRID) for c in clients])
+    rules = {"fixed": multilabel_metrics(probs, task.labels[test_idx], co),
+             "f1": multilabel_metrics(probs, task.labels[test_idx], co, threshold=thr)}
+    test = dict(rules[cfg.threshold])
+    test["decision_rule"] = cfg.threshold
+    keep = ("CP", "CR", "CF1", "OP", "OR", "OF1", "spurious_rate")
+    test["rules"] = {k: {m: v[m] for m in keep} for k, v in rules.items()}
+    test["thresholds"] = [float(t) for t in thr]
     if _USES[cfg.variant][1]:
         with torch.no_grad():
             _, diag = forward(shared, task, test_idx, cfg)
