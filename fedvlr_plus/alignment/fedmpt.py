@@ -186,6 +186,9 @@ class MPTConfig:
     ot_eps: float = 0.1          #: Sinkhorn entropic regularisation (FedOTP: 0.1)
     ot_iter: int = 50
     ot_tol: float = 1e-3
+    #: unbalanced OT: KL weight on the label marginal (None: every label receives exactly 1/C of the token mass);
+    #: a finite rho lets labels compete for the tokens, so a token claimed by a label is not also a co-label's
+    ot_rho: float | None = None
     tau_a: float = 0.1           #: temperature of the importance-weighted token marginal
     gamma_neg: float = 2.0
     gamma_pos: float = 1.0
@@ -308,7 +311,7 @@ def forward(p: dict, task: TaggingTask, idx: np.ndarray, cfg: MPTConfig) -> tupl
             a = torch.softmax(imp, -1)                                   # importance-weighted token marginal
             L = S.shape[-1]
             b = torch.full(S.shape[:-2] + (L,), 1.0 / L, dtype=S.dtype)
-            res = sinkhorn_log(1.0 - S, a, b, eps=cfg.ot_eps, max_iter=cfg.ot_iter, tol=cfg.ot_tol)
+            res = sinkhorn_log(1.0 - S, a, b, eps=cfg.ot_eps, max_iter=cfg.ot_iter, tol=cfg.ot_tol, rho=cfg.ot_rho)
         psi = L * (res.plan * S).sum(-2)                                 # [B, N, L]
         diag["ot_marginal_error"] = res.marginal_error
         diag["ot_iter"] = res.n_iter
