@@ -48,6 +48,12 @@ def register(methods) -> None:
     m.add_argument("--conditions", default=None,
                    help="JSON condition list (same layout as the shipped, film-worded "
                         "fedvlr_plus/alignment/data/fedmpt_conditions.json)")
+    m.add_argument("--threshold", choices=("f1", "fixed"), default="f1",
+                   help="decision rule of every row for CP/CR/CF1/OP/OR/OF1 and the spurious rate: per-label "
+                        "thresholds maximising F1 on the clients' own training items (f1; default, chosen on "
+                        "validation) or probability > 0.5 (fixed); both are in the report under 'rules'")
+    m.add_argument("--ot-rho", type=float, default=None,
+                   help="unbalanced OT: KL weight on the label marginal (default: balanced, every label gets 1/C)")
     m.add_argument("--no-ablation", action="store_true", help="train only the baseline and full FedMPT")
     m.add_argument("--valid", action="store_true",
                    help="tuning mode: hold out --test-share of the TRAIN items as a validation set and report on "
@@ -131,8 +137,9 @@ def cli_fedmpt(args) -> int:
     for v in variants:
         t = time.time()
         # "fedmpt_ot_only": full FedMPT without the pooled (global) score, the OT score alone
-        cfg = M.MPTConfig(variant="fedmpt", lr=args.lr, global_local=False) if v == "fedmpt_ot_only" \
-            else M.MPTConfig(variant=v, lr=args.lr)
+        common = dict(lr=args.lr, threshold=args.threshold, ot_rho=args.ot_rho)
+        cfg = M.MPTConfig(variant="fedmpt", global_local=False, **common) if v == "fedmpt_ot_only" \
+            else M.MPTConfig(variant=v, **common)
         res = M.train_federated(task, train, test, cfg, n_clients=args.clients, rounds=args.rounds,
                                 seed=args.seed)
         results[v] = res
@@ -141,6 +148,7 @@ def cli_fedmpt(args) -> int:
     report = {"source": args.source, "n_items": len(ids), "n_train": len(train), "n_test": len(test),
               "labels": task.label_names, "conditions": task.condition_names, "clients": args.clients,
               "rounds": args.rounds, "seed": args.seed, "evaluated_on": "valid" if args.valid else "test",
+              "decision_rule": args.threshold, "ot_rho": args.ot_rho,
               "baseline": _figures(results["baseline"].test), "fedmpt": _figures(results["fedmpt"].test),
               "ablation": {row: _figures(results[v].test) for row, v in MPT_ABLATION.items() if v in results},
               "n_params": {v: r.n_params for v, r in results.items()},

@@ -150,7 +150,8 @@ def multilabel_metrics(scores: np.ndarray, labels: np.ndarray, co_label: dict[in
     """
     y = labels > 0
     pred = scores > threshold
-    aps = [average_precision(scores[:, j], y[:, j]) for j in range(y.shape[1]) if y[:, j].any()]
+    ap_all = [average_precision(scores[:, j], y[:, j]) if y[:, j].any() else None for j in range(y.shape[1])]
+    aps = [a for a in ap_all if a is not None]
     tp = (pred & y).sum(0).astype(float)
     n_pred, n_true = pred.sum(0).astype(float), y.sum(0).astype(float)
     has = n_true > 0
@@ -173,7 +174,7 @@ def multilabel_metrics(scores: np.ndarray, labels: np.ndarray, co_label: dict[in
     return {"mAP": float(np.mean(aps)) if aps else float("nan"), "CP": cp, "CR": cr, "CF1": f1(cp, cr),
             "OP": op, "OR": orr, "OF1": f1(op, orr),
             "spurious_rate": fired / eligible if eligible else float("nan"), "spurious_eligible": eligible,
-            "co_label_auc": float(np.mean(aucs)) if aucs else float("nan")}
+            "co_label_auc": float(np.mean(aucs)) if aucs else float("nan"), "ap_per_label": ap_all}
 
 
 # ----------------------------------------------------------------------------------------------- model
@@ -210,7 +211,7 @@ class MPTConfig:
     side_tokens: str = "group"
     #: decision rule for CP/CR/CF1/OP/OR/OF1 and the spurious rate: "fixed" (probability > 0.5) or "f1" (per-label
     #: thresholds that maximise F1 on the clients' own training items, from summed per-client counts)
-    threshold: str = "fixed"
+    threshold: str = "f1"
 
     def __post_init__(self):
         if self.variant not in VARIANTS:
