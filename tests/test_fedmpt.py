@@ -295,3 +295,34 @@ def test_label_local_weight_starts_at_lambda_and_is_learned_per_label():
     up = M.TaggingClient(0, task, np.arange(40), per).fit(p, {"round": 0})
     assert not torch.allclose(up.arrays["local_w"], p["local_w"])      # trained, one value per label
     assert "local_w" not in M.param_specs(task, M.MPTConfig(variant="baseline", label_local_weight=True))
+
+
+def test_both_side_tokens_feed_columns_to_ot_and_groups_to_the_pool():
+    task = _task(n=20)
+    task.side["age"] = np.random.default_rng(1).standard_normal((20, 3)).astype(np.float32)
+    both = M.MPTConfig(variant="fedmpt", rank=4, side_tokens="both", ot_tol=1e-4, ot_iter=200)
+    p = M.init_params(task, both, 0)
+    assert {"side_w.age", "side_e.age"} <= set(p)
+    assert "side_e.age" not in M.param_specs(task, M.MPTConfig(variant="baseline", side_tokens="both"))
+    idx = np.arange(6)
+    # the pooled-only score (lambda 0) ignores the column tokens: it equals the group-token model's
+    zero = M.MPTConfig(variant="fedmpt", rank=4, side_tokens="both", local_weight=0.0)
+    group = M.MPTConfig(variant="fedmpt", rank=4, side_tokens="group", local_weight=0.0)
+    q = {k: v for k, v in p.items() if not k.startswith(("side_e.", "side_f."))}
+    assert torch.allclose(M.forward(p, task, idx, zero)[0], M.forward(q, task, idx, group)[0], atol=1e-6)
+    # the OT term reads the column tokens: changing a column direction moves the full score
+    p2 = dict(p, **{"side_e.age": p["side_e.age"] + 1.0})
+    assert not torch.allclose(M.forward(p, task, idx, both)[0], M.forward(p2, task, idx, both)[0])
+    assert M.forward(p, task, idx, both)[1]["ot_marginal_error"] < 1e-4
+
+
+def test_unbalanced_ot_keeps_the_token_marginal_and_changes_the_score():
+    task = _task(n=20)
+    bal = M.MPTConfig(variant="fedmpt", rank=4, ot_tol=1e-5, ot_iter=500)
+    unb = M.MPTConfig(variant="fedmpt", rank=4, ot_tol=1e-5, ot_iter=500, ot_rho=0.1)
+    p = M.init_params(task, bal, 0)
+    idx = np.arange(8)
+    lb, db = M.forward(p, task, idx, bal)
+    lu, du = M.forward(p, task, idx, unb)
+    assert du["ot_marginal_error"] < 1e-5 and db["ot_marginal_error"] < 1e-5
+    assert not torch.allclose(lb, lu)

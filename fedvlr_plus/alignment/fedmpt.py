@@ -207,7 +207,9 @@ class MPTConfig:
     label_local_weight: bool = False
     #: side-feature tokens: "group" (one token per feature group, a linear map of the group's columns) or
     #: "column" (one token per column, ``x_k e_k + f_k``: one per occupation share, age band, rating level, ...),
-    #: so that OT can match a label to one specific piece of evidence
+    #: so that OT can match a label to one specific piece of evidence; "both": the pooled (global) score and the
+    #: gate read the group tokens, the OT (local) score the column tokens (a global summary next to fine-grained
+    #: local evidence; variants without OT then use the group tokens only)
     side_tokens: str = "group"
     #: decision rule for CP/CR/CF1/OP/OR/OF1 and the spurious rate: "fixed" (probability > 0.5) or "f1" (per-label
     #: thresholds that maximise F1 on the clients' own training items, from summed per-client counts)
@@ -216,8 +218,8 @@ class MPTConfig:
     def __post_init__(self):
         if self.variant not in VARIANTS:
             raise ValueError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
-        if self.side_tokens not in ("group", "column"):
-            raise ValueError(f"side_tokens must be 'group' or 'column', got {self.side_tokens!r}")
+        if self.side_tokens not in ("group", "column", "both"):
+            raise ValueError(f"side_tokens must be 'group', 'column' or 'both', got {self.side_tokens!r}")
         if self.threshold not in ("fixed", "f1"):
             raise ValueError(f"threshold must be 'fixed' or 'f1', got {self.threshold!r}")
 
@@ -236,15 +238,16 @@ def param_specs(task: TaggingTask, cfg: MPTConfig) -> dict[str, ParamSpec]:
         specs += [ParamSpec("gate_w", (n, d), True, init="zeros"), ParamSpec("gate_b", (n,), True, init="zeros")]
     if _USES[cfg.variant][0] and cfg.global_local and cfg.label_local_weight:
         specs.append(ParamSpec("local_w", (L,), True, init="zeros"))
+    column = cfg.side_tokens == "column" or (cfg.side_tokens == "both" and _USES[cfg.variant][0])
     for g, x in task.side.items():
-        if cfg.side_tokens == "column":
-            # token k = x_k e_k + f_k: the column's value scales its own direction, f_k its offset
-            specs += [ParamSpec(f"side_e.{g}", (x.shape[1], d), True, init="normal", std=1.0),
-                      ParamSpec(f"side_f.{g}", (x.shape[1], d), True, init="normal", std=0.1)]
-        else:
+        if cfg.side_tokens in ("group", "both"):
             specs += [ParamSpec(f"side_w.{g}", (d, x.shape[1]), True, init="normal",
                                 std=1.0 / math.sqrt(x.shape[1])),
                       ParamSpec(f"side_b.{g}", (d,), True, init="zeros")]
+        if column:
+            # token k = x_k e_k + f_k: the column's value scales its own direction, f_k its offset
+            specs += [ParamSpec(f"side_e.{g}", (x.shape[1], d), True, init="normal", std=1.0),
+                      ParamSpec(f"side_f.{g}", (x.shape[1], d), True, init="normal", std=0.1)]
     return {s.name: s for s in specs}
 
 
@@ -271,9 +274,11 @@ def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * m.unsqueeze(-1)).sum(-2) / m.sum(-1, keepdim=True).clamp_min(1.0)
 
 
-def item_tokens(p: dict, task: TaggingTask, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+def item_tokens(p: dict, task: TaggingTask, idx: np.ndarray, kind: str | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
     """Content tokens [B, T + G, d] and mask: frozen text tokens, then one projected token per feature group
-    (``side_w.*`` parameters) or one token per feature column (``side_e.*`` / ``side_f.*``)."""
+    (``kind="group"``, ``side_w.*`` parameters) or one token per feature column (``"column"``, ``side_e.*`` /
+    ``side_f.*``); by default the group tokens when the parameters have them."""
     # trim the padding shared by the whole batch: most titles are far shorter than the padded length
     width = max(int(task.token_mask[idx].sum(1).max()), 1) if len(idx) else 1
     tok = torch.from_numpy(task.tokens[idx, :width])
@@ -281,7 +286,7 @@ def item_tokens(p: dict, task: TaggingTask, idx: np.ndarray) -> tuple[torch.Tens
     extra = []
     for g, x in task.side.items():
         v = torch.from_numpy(x[idx])
-        if f"side_e.{g}" in p:
+        if (kind or ("group" if f"side_w.{g}" in p else "column")) == "column":
             extra.append(v.unsqueeze(-1) * p[f"side_e.{g}"] + p[f"side_f.{g}"])          # [B, k, d]
         else:
             extra.append((v @ p[f"side_w.{g}"].T + p[f"side_b.{g}"]).unsqueeze(1))       # [B, 1, d]
@@ -296,19 +301,26 @@ def forward(p: dict, task: TaggingTask, idx: np.ndarray, cfg: MPTConfig) -> tupl
     """Label logits [B, L] for items ``idx`` and diagnostics (gate weights, OT marginal error)."""
     use_ot, use_gate = _USES[cfg.variant]
     x, mask = item_tokens(p, task, idx)                                  # [B, T, d]
-    # per-condition low-rank adapters: x_n = x + B_n A_n x            -> [B, N, T, d]
-    h = torch.einsum("btd,nrd->bntr", x, p["adapter_down"])
-    xa = x.unsqueeze(1) + torch.einsum("bntr,ner->bnte", h, p["adapter_up"])
+
+    def adapt(t):   # per-condition low-rank adapters: x_n = x + B_n A_n x            -> [B, N, T, d]
+        return t.unsqueeze(1) + torch.einsum("bntr,ner->bnte", torch.einsum("btd,nrd->bntr", t, p["adapter_down"]),
+                                             p["adapter_up"])
+
+    xa = adapt(x)
+    # "both": the OT score reads the per-column tokens, the pooled score and the gate the per-group ones
+    split = cfg.side_tokens == "both" and use_ot
+    xl, mask_l = (item_tokens(p, task, idx, "column") if split else (x, mask))
+    xla = adapt(xl) if split else xa
     base = torch.from_numpy(task.base_prompt_emb)[None] if cfg.variant == "baseline" \
         else torch.from_numpy(task.prompt_emb)                          # [N, L, d]
     prompts = F.normalize(base + p["cond_ctx"][:, None] + p["shared_ctx"] + p["label_ctx"][None], dim=-1)
     diag = {}
     if use_ot:
-        xn = F.normalize(xa, dim=-1)
+        xn = F.normalize(xla, dim=-1)
         S = torch.einsum("bntd,nld->bntl", xn, prompts)                 # [B, N, T, L]
         with torch.no_grad():
             imp = S.max(-1).values / cfg.tau_a
-            imp = imp.masked_fill(~mask[:, None, :], -torch.inf)
+            imp = imp.masked_fill(~mask_l[:, None, :], -torch.inf)
             a = torch.softmax(imp, -1)                                   # importance-weighted token marginal
             L = S.shape[-1]
             b = torch.full(S.shape[:-2] + (L,), 1.0 / L, dtype=S.dtype)
