@@ -56,6 +56,9 @@ def test_average_precision_and_metrics_hand_computed():
     m3 = M.multilabel_metrics(np.where(np.arange(3) == 2, [[.5], [.5], [.1], [.5]], scores), labels, {2: 0})
     # now label 2 scores .5, .5 on the co-label-only items and .1, .5 on its positives: (0 + .5 + 0 + .5) / 4
     assert m3["co_label_auc"] == pytest.approx(0.25)
+    # rank-matched: label 1 (one positive) is predicted on its top-1 item, item 0, a true positive -> 0 of 2;
+    # label 2 (two positives) in m3 on its top-2, items 0 and 1 (tie at .5 broken by order), both co-label-only
+    assert m["spurious_rate_at_r"] == 0.0 and m3["spurious_rate_at_r"] == pytest.approx(1.0)
     ap0 = 1.0
     ap1 = 1.0                                   # the only positive of label 1 ranks first
     ap2 = (1 / 1 + 2 / 2) / 2                   # scores .9 (pos), .4 (pos) rank 1 and 2

@@ -52,8 +52,9 @@ def register(methods) -> None:
                    help="decision rule of every row for CP/CR/CF1/OP/OR/OF1 and the spurious rate: per-label "
                         "thresholds maximising F1 on the clients' own training items (f1; default, chosen on "
                         "validation) or probability > 0.5 (fixed); both are in the report under 'rules'")
-    m.add_argument("--ot-rho", type=float, default=None,
-                   help="unbalanced OT: KL weight on the label marginal (default: balanced, every label gets 1/C)")
+    m.add_argument("--ot-rho", type=float, default=0.1,
+                   help="unbalanced OT: KL weight on the label marginal, so labels compete for tokens (default 0.1, "
+                        "chosen on validation; 0 = balanced OT, every label receives 1/C of the token mass)")
     m.add_argument("--no-ablation", action="store_true", help="train only the baseline and full FedMPT")
     m.add_argument("--valid", action="store_true",
                    help="tuning mode: hold out --test-share of the TRAIN items as a validation set and report on "
@@ -137,7 +138,7 @@ def cli_fedmpt(args) -> int:
     for v in variants:
         t = time.time()
         # "fedmpt_ot_only": full FedMPT without the pooled (global) score, the OT score alone
-        common = dict(lr=args.lr, threshold=args.threshold, ot_rho=args.ot_rho)
+        common = dict(lr=args.lr, threshold=args.threshold, ot_rho=args.ot_rho or None)
         cfg = M.MPTConfig(variant="fedmpt", global_local=False, **common) if v == "fedmpt_ot_only" \
             else M.MPTConfig(variant=v, **common)
         res = M.train_federated(task, train, test, cfg, n_clients=args.clients, rounds=args.rounds,

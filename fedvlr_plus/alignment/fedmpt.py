@@ -144,7 +144,8 @@ def multilabel_metrics(scores: np.ndarray, labels: np.ndarray, co_label: dict[in
     ``scores`` are probabilities; a label is predicted when its probability exceeds ``threshold`` (a scalar or one
     value per label). The spurious
     activation rate pools, over labels j with a usual co-label i, the items where i is present and j absent, and
-    counts how often j is predicted there. ``co_label_auc`` is threshold-free: per such label, the AUC of j's score
+    counts how often j is predicted there; ``spurious_rate_at_r`` does the same when each label j is predicted on
+    exactly its top-R_j items (R_j its positives), the same count for every model. ``co_label_auc`` is threshold-free: per such label, the AUC of j's score
     between the items that carry j and the items that carry only its co-label (higher = fewer spurious
     activations at any threshold), averaged over labels.
     """
@@ -160,12 +161,20 @@ def multilabel_metrics(scores: np.ndarray, labels: np.ndarray, co_label: dict[in
     op = float(tp.sum() / max(n_pred.sum(), 1.0))
     orr = float(tp.sum() / max(n_true.sum(), 1.0))
     f1 = lambda p, r: 2 * p * r / (p + r) if p + r > 0 else 0.0  # noqa: E731
-    eligible = fired = 0
+    # rank-matched companion: label j predicted on its top-R_j items (R_j = its number of positives here), so two
+    # models predict exactly as many items per label and the spurious rate compares rankings, not thresholds
+    pred_r = np.zeros_like(y)
+    for j in range(y.shape[1]):
+        r = int(y[:, j].sum())
+        if r:
+            pred_r[np.argsort(-scores[:, j], kind="stable")[:r], j] = True
+    eligible = fired = fired_r = 0
     aucs = []
     for j, i in co_label.items():
         rows = y[:, i] & ~y[:, j]
         eligible += int(rows.sum())
         fired += int(pred[rows, j].sum())
+        fired_r += int(pred_r[rows, j].sum())
         # threshold-free companion: how well j's score separates true j items from co-label-only items
         pos, neg = scores[y[:, j], j], scores[rows, j]
         if len(pos) and len(neg):
@@ -174,6 +183,7 @@ def multilabel_metrics(scores: np.ndarray, labels: np.ndarray, co_label: dict[in
     return {"mAP": float(np.mean(aps)) if aps else float("nan"), "CP": cp, "CR": cr, "CF1": f1(cp, cr),
             "OP": op, "OR": orr, "OF1": f1(op, orr),
             "spurious_rate": fired / eligible if eligible else float("nan"), "spurious_eligible": eligible,
+            "spurious_rate_at_r": fired_r / eligible if eligible else float("nan"),
             "co_label_auc": float(np.mean(aucs)) if aucs else float("nan"), "ap_per_label": ap_all}
 
 
@@ -188,8 +198,10 @@ class MPTConfig:
     ot_iter: int = 50
     ot_tol: float = 1e-3
     #: unbalanced OT: KL weight on the label marginal (None: every label receives exactly 1/C of the token mass);
-    #: a finite rho lets labels compete for the tokens, so a token claimed by a label is not also a co-label's
-    ot_rho: float | None = None
+    #: a finite rho lets labels compete for the tokens, so a token claimed by a label is not also a co-label's.
+    #: 0.1 was chosen on validation (mean mAP 0.281 against 0.270 / 0.276 / 0.278 / 0.276 for rho 0.03 / 0.3 / 1 /
+    #: balanced; co-label AUC and spurious rate better than the baseline on all three validation seeds)
+    ot_rho: float | None = 0.1
     tau_a: float = 0.1           #: temperature of the importance-weighted token marginal
     gamma_neg: float = 2.0
     gamma_pos: float = 1.0
