@@ -321,7 +321,7 @@ def test_both_side_tokens_feed_columns_to_ot_and_groups_to_the_pool():
 
 def test_unbalanced_ot_keeps_the_token_marginal_and_changes_the_score():
     task = _task(n=20)
-    bal = M.MPTConfig(variant="fedmpt", rank=4, ot_tol=1e-5, ot_iter=500)
+    bal = M.MPTConfig(variant="fedmpt", rank=4, ot_tol=1e-5, ot_iter=500, ot_rho=None)
     unb = M.MPTConfig(variant="fedmpt", rank=4, ot_tol=1e-5, ot_iter=500, ot_rho=0.1)
     p = M.init_params(task, bal, 0)
     idx = np.arange(8)
