@@ -26,7 +26,10 @@ per-sample embeddings). Evaluation follows the base-to-novel protocol (warm targ
 cold) and is reported twice: with the global model and with each client's own tower(s) after its last local
 training; the headline is the client towers for the decoupled methods and the global model for FedAvg of both.
 
-Clients are groups of users: a Dirichlet(alpha) split over each user's dominant genre (label skew).
+Clients are groups of users: a Dirichlet(alpha) split over each user's dominant genre (label skew), the genre
+with the largest share of the history (``dominant="count"``) or the one most over-represented against the global
+genre shares (``"lift"``). ``DTLConfig.user_tower="private"`` keeps each client's user adapter in its store and
+restores it every round (the paper's scheme, the default, starts every round from the FedAvg of the adapters).
 """
 from __future__ import annotations
 

@@ -14,7 +14,9 @@ labels are its genres or categories. Per item:
 - per-condition low-rank adapters on the tokens, ``x_n = x + B_n A_n x``;
 - similarity ``S_{n,m,c} = cos(x_{n,m}, p_{n,c})``; entropic OT between tokens and labels with importance-weighted
   token marginals ``a_m = softmax_m(max_c S_{n,m,c} / tau_a)`` and uniform label marginals ``b = 1/C``;
-  ``psi_{n,c} = C * sum_m T*_{m,c} S_{m,c}`` (the plan is computed without gradient, as in PLOT);
+  ``psi_{n,c} = C * sum_m T*_{m,c} S_{m,c}`` (the plan is computed without gradient, as in PLOT); by default the
+  label marginal is relaxed (unbalanced OT, ``MPTConfig.ot_rho``, as FedOTP relaxes its marginals) so labels
+  compete for the tokens instead of each receiving exactly 1/C of them;
 - global + local score (``MPTConfig.global_local``, default on): ``psi_{n,c}`` above is added, times
   ``local_weight``, to the cosine between the mean-pooled adapted tokens and ``p_{n,c}`` (a global token next to
   the local OT matching, as global/local prompt learners do); with it off the OT score stands alone;
@@ -22,7 +24,9 @@ labels are its genres or categories. Per item:
 - asymmetric loss (Ridnik et al., arXiv 2009.14119; gamma- = 2, gamma+ = 1, margin 0.05);
 - FedAvg (example-weighted, :func:`fedvlr_plus.federation.strategy.make_strategy`) of every trained array: prompts,
   adapters, gate, feature-token projections, scale and biases. Clients are k-means clusters of the label vectors
-  of the training items (label co-occurrence skew), the test set is global.
+  of the training items (label co-occurrence skew), the test set is global;
+- decision rule (``MPTConfig.threshold``): per-label thresholds that maximise F1 on the clients' own training items,
+  from per-client counts summed by the server (:func:`f1_thresholds`), or a fixed 0.5; both are reported.
 
 Variants (``MPTConfig.variant``): ``baseline`` (one prompt per label, one adapter, mean-pooled tokens: a PromptFL-
 style FedAvg baseline), ``prompts`` (condition prompts and per-condition adapters, mean pooling, uniform condition
