@@ -221,3 +221,70 @@ def test_server_alignment_draws_prototypes_by_example_count():
                                 T.DTLConfig(server_steps=3, server_lr=1e-3, proto_weighting="uniform"))
     ce_both = float(F.cross_entropy(proto @ T.item_vectors(p, warm).T / cfg.tau, rows))
     assert uniform[0] == pytest.approx(ce_both, rel=1e-5) and abs(ce_both - ce0) > 1e-3
+
+
+def _genre_data():
+    """Four users; genre A is on most items, so counting gives everyone A while lift finds each user's niche."""
+    from fedvlr_plus.datasets import InteractionData
+
+    cats = [["A"], ["A"], ["A"], ["A", "B"], ["B"], ["C"], ["A"], ["A"]]
+    users = [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 3]
+    items = [0, 1, 2, 4, 0, 1, 2, 5, 6, 7, 3, 0]
+    d = InteractionData.from_raw("g", users, items, rating=[4] * 12, timestamp=np.arange(12))
+    d.items = pd.DataFrame({"title": [f"t{i}" for i in range(8)], "categories": cats})
+    return d
+
+
+def test_dominant_genre_by_count_and_by_lift_hand_computed():
+    d = _genre_data()
+    hist = [np.array([0, 1, 2, 4]), np.array([0, 1, 2, 5]), np.array([3, 6, 7]), np.array([0])]
+    # weights per user (A, B, C): u0 (3, 1, 0), u1 (3, 0, 1), u2 (2.5, 0.5, 0), u3 (1, 0, 0); global (9.5, 1.5, 1)
+    count = T.dominant_labels(d, hist, "count")
+    names = sorted({c for cs in d.items["categories"] for c in cs})
+    first = {}
+    for cs in d.items["categories"]:          # dominant_labels numbers genres by first appearance
+        for c in cs:
+            first.setdefault(c, len(first))
+    a, b, c = first["A"], first["B"], first["C"]
+    assert list(count) == [a, a, a, a] and names == ["A", "B", "C"]
+    lift = T.dominant_labels(d, hist, "lift", min_share=0.1)
+    # u0: share B 0.25 / global 1.5/12 -> lift 2.0 beats A's 0.75/0.79; u1: C 0.25 / (1/12) = 3.0;
+    # u2: B 0.5/3 / 0.125 = 1.33 > A (2.5/3)/(9.5/12) = 1.05; u3 has only A
+    assert list(lift) == [b, c, b, a]
+    # a genre under min_share of the history cannot win: u2's B is 1/6 of its history
+    assert T.dominant_labels(d, hist, "lift", min_share=0.2)[2] == a
+    with pytest.raises(ValueError):
+        T.dominant_labels(d, hist, "share")
+
+
+def test_label_skew_is_total_variation_to_the_global_mix():
+    task = T.RecTask(content=np.eye(4, dtype=np.float32), histories=[np.array([0, 1]), np.array([2, 3])],
+                     warm_target=np.full(2, -1), cold_target=np.full(2, -1), warm_items=np.arange(4),
+                     cold_items=np.zeros(0, np.int64), user_genre=np.zeros(2, np.int64))
+    genres = np.array([[1, 0], [1, 0], [0, 1], [0.5, 0.5]])
+    # global mix (2.5, 1.5) / 4; client 0 (1, 0): TV 0.375; client 1 (0.25, 0.75): TV 0.375
+    tv = T.label_skew(genres, task, np.array([0, 1]))
+    assert tv == pytest.approx([0.375, 0.375])
+    assert T.label_skew(genres, task, np.array([0, 0])) == pytest.approx([0.0])
+
+
+@pytest.mark.parametrize("tower", ["fedavg", "private"])
+def test_private_user_tower_is_restored_each_round(tower):
+    task = _task()
+    # lr 0: local training leaves the starting point unchanged, so the upload shows where the round started
+    cfg = T.DTLConfig(per_user=2, lr=0.0, user_tower=tower)
+    client = T.DTLClient(0, task, np.arange(8), cfg)
+    s0, s1 = T.init_params(task.dim, cfg.rank, 0), T.init_params(task.dim, cfg.rank, 1)
+    client.fit(s0, {"round": 0, "stage": "sft"})
+    up = client.fit(s1, {"round": 1, "stage": "sft"})
+    start = s0 if tower == "private" else s1
+    for k in T.USER_PARAMS:
+        assert torch.equal(up.arrays[k], start[k])
+    assert ("own.user_down" in client.store.load(0)) == (tower == "private")
+    # FedAvg of both towers trains both towers from the global model every round whatever user_tower says
+    both = T.DTLClient(1, task, np.arange(8), cfg)
+    both.fit(s0, {"round": 0, "stage": "sft", "train_item_tower": True})
+    up = both.fit(s1, {"round": 1, "stage": "sft", "train_item_tower": True})
+    assert torch.equal(up.arrays["user_down"], s1["user_down"])
+    with pytest.raises(ValueError):
+        T.DTLConfig(user_tower="mine")

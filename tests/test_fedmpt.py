@@ -56,6 +56,9 @@ def test_average_precision_and_metrics_hand_computed():
     m3 = M.multilabel_metrics(np.where(np.arange(3) == 2, [[.5], [.5], [.1], [.5]], scores), labels, {2: 0})
     # now label 2 scores .5, .5 on the co-label-only items and .1, .5 on its positives: (0 + .5 + 0 + .5) / 4
     assert m3["co_label_auc"] == pytest.approx(0.25)
+    # rank-matched: label 1 (one positive) is predicted on its top-1 item, item 0, a true positive -> 0 of 2;
+    # label 2 (two positives) in m3 on its top-2, items 0 and 1 (tie at .5 broken by order), both co-label-only
+    assert m["spurious_rate_at_r"] == 0.0 and m3["spurious_rate_at_r"] == pytest.approx(1.0)
     ap0 = 1.0
     ap1 = 1.0                                   # the only positive of label 1 ranks first
     ap2 = (1 / 1 + 2 / 2) / 2                   # scores .9 (pos), .4 (pos) rank 1 and 2
@@ -231,3 +234,98 @@ def test_cached_encoders_reuse_and_key_on_the_texts(tmp_path):
     t2(["ab", "xyw"])                                         # other texts: encoded afresh
     assert len(calls) == 3 and calls[-1] == ("t", ["ab", "xyw"])
     assert not list(tmp_path.glob(".*tmp*"))                  # no temp files left behind
+
+
+def test_f1_thresholds_from_summed_client_counts_hand_computed():
+    grid = np.array([0.3, 0.5, 0.7])
+    # label 0: two clients' counts sum to pred (6, 4, 1), tp (3, 3, 1), 4 positives -> F1 0.6, 0.75, 0.4 -> 0.5
+    # label 1: pred (2, 1, 0), tp (2, 1, 0), 2 positives -> F1 1.0, 0.667, 0 -> 0.3; label 2: no positive -> 0.5
+    c1 = {"pred": np.array([[4, 1, 0], [3, 1, 0], [1, 0, 0.]]), "tp": np.array([[2, 1, 0], [2, 1, 0], [1, 0, 0.]]),
+          "pos": np.array([3, 1, 0.])}
+    c2 = {"pred": np.array([[2, 1, 0], [1, 0, 0], [0, 0, 0.]]), "tp": np.array([[1, 1, 0], [1, 0, 0], [0, 0, 0.]]),
+          "pos": np.array([1, 1, 0.])}
+    thr = M.f1_thresholds([c1, c2], grid)
+    np.testing.assert_allclose(thr, [0.5, 0.3, 0.5])
+    # per-label thresholds in the metrics: item 0 scores (0.4, 0.4) with thresholds (0.5, 0.3) predicts label 1 only
+    out = M.multilabel_metrics(np.array([[0.4, 0.4], [0.6, 0.2]]), np.array([[0, 1], [1, 0.]]), {},
+                               threshold=np.array([0.5, 0.3]))
+    assert out["OP"] == 1.0 and out["OR"] == 1.0
+
+
+def test_threshold_counts_and_both_decision_rules_are_reported():
+    task = _task(n=90)
+    cfg = M.MPTConfig(variant="baseline", rank=4, threshold="f1")
+    p = M.init_params(task, cfg, 0)
+    train = np.arange(60)
+    cl = [M.TaggingClient(c, task, train[c::2], cfg) for c in range(2)]
+    counts = [c.threshold_counts(p, M.THRESHOLD_GRID) for c in cl]
+    np.testing.assert_allclose(sum(c["pos"] for c in counts), task.labels[train].sum(0))
+    assert all((c["tp"] <= c["pred"]).all() and c["pred"].shape == (len(M.THRESHOLD_GRID), 4) for c in counts)
+    # predicted counts cannot grow with the threshold
+    assert all((np.diff(c["pred"], axis=0) <= 0).all() for c in counts)
+    res = M.train_federated(task, train, np.arange(60, 90), cfg, n_clients=2, rounds=1, seed=0)
+    assert res.test["decision_rule"] == "f1" and set(res.test["rules"]) == {"fixed", "f1"}
+    assert res.test["CF1"] == res.test["rules"]["f1"]["CF1"] and len(res.test["thresholds"]) == 4
+    with pytest.raises(ValueError):
+        M.MPTConfig(threshold="best")
+
+
+def test_column_side_tokens_one_token_per_feature_column():
+    task = _task(n=20)
+    task.side["age"] = np.random.default_rng(1).standard_normal((20, 3)).astype(np.float32)
+    cfg = M.MPTConfig(variant="fedmpt", rank=4, side_tokens="column")
+    p = M.init_params(task, cfg, 0)
+    idx = np.array([2, 5, 7])
+    tok, mask = M.item_tokens(p, task, idx)
+    assert tok.shape == (3, 5 + 2 + 3, 16) and mask[:, 5:].all()
+    # the 4th side token is column 1 of "age": x_k e_k + f_k
+    want = torch.from_numpy(task.side["age"][idx, 1])[:, None] * p["side_e.age"][1] + p["side_f.age"][1]
+    assert torch.allclose(tok[:, 5 + 2 + 1], want)
+    assert M.forward(p, task, idx, cfg)[0].shape == (3, 4)
+    grouped = M.item_tokens(M.init_params(task, M.MPTConfig(rank=4), 0), task, idx)[0]
+    assert grouped.shape == (3, 5 + 2, 16)
+
+
+def test_label_local_weight_starts_at_lambda_and_is_learned_per_label():
+    task = _task(n=40)
+    fixed = M.MPTConfig(variant="fedmpt", rank=4, local_weight=0.7)
+    per = M.MPTConfig(variant="fedmpt", rank=4, local_weight=0.7, label_local_weight=True)
+    p = M.init_params(task, per, 0)
+    assert torch.allclose(p["local_w"], torch.full((4,), 0.7))
+    q = {k: v for k, v in p.items() if k != "local_w"}
+    idx = np.arange(12)
+    assert torch.allclose(M.forward(p, task, idx, per)[0], M.forward(q, task, idx, fixed)[0], atol=1e-6)
+    up = M.TaggingClient(0, task, np.arange(40), per).fit(p, {"round": 0})
+    assert not torch.allclose(up.arrays["local_w"], p["local_w"])      # trained, one value per label
+    assert "local_w" not in M.param_specs(task, M.MPTConfig(variant="baseline", label_local_weight=True))
+
+
+def test_both_side_tokens_feed_columns_to_ot_and_groups_to_the_pool():
+    task = _task(n=20)
+    task.side["age"] = np.random.default_rng(1).standard_normal((20, 3)).astype(np.float32)
+    both = M.MPTConfig(variant="fedmpt", rank=4, side_tokens="both", ot_tol=1e-4, ot_iter=200)
+    p = M.init_params(task, both, 0)
+    assert {"side_w.age", "side_e.age"} <= set(p)
+    assert "side_e.age" not in M.param_specs(task, M.MPTConfig(variant="baseline", side_tokens="both"))
+    idx = np.arange(6)
+    # the pooled-only score (lambda 0) ignores the column tokens: it equals the group-token model's
+    zero = M.MPTConfig(variant="fedmpt", rank=4, side_tokens="both", local_weight=0.0)
+    group = M.MPTConfig(variant="fedmpt", rank=4, side_tokens="group", local_weight=0.0)
+    q = {k: v for k, v in p.items() if not k.startswith(("side_e.", "side_f."))}
+    assert torch.allclose(M.forward(p, task, idx, zero)[0], M.forward(q, task, idx, group)[0], atol=1e-6)
+    # the OT term reads the column tokens: changing a column direction moves the full score
+    p2 = dict(p, **{"side_e.age": p["side_e.age"] + 1.0})
+    assert not torch.allclose(M.forward(p, task, idx, both)[0], M.forward(p2, task, idx, both)[0])
+    assert M.forward(p, task, idx, both)[1]["ot_marginal_error"] < 1e-4
+
+
+def test_unbalanced_ot_keeps_the_token_marginal_and_changes_the_score():
+    task = _task(n=20)
+    bal = M.MPTConfig(variant="fedmpt", rank=4, ot_tol=1e-5, ot_iter=500, ot_rho=None)
+    unb = M.MPTConfig(variant="fedmpt", rank=4, ot_tol=1e-5, ot_iter=500, ot_rho=0.1)
+    p = M.init_params(task, bal, 0)
+    idx = np.arange(8)
+    lb, db = M.forward(p, task, idx, bal)
+    lu, du = M.forward(p, task, idx, unb)
+    assert du["ot_marginal_error"] < 1e-5 and db["ot_marginal_error"] < 1e-5
+    assert not torch.allclose(lb, lu)

@@ -72,3 +72,24 @@ def test_rejects_bad_input():
         sinkhorn_log(torch.zeros(2, 2), torch.tensor([0.5, 0.5]), torch.tensor([0.5, 0.5]), eps=0)
     with pytest.raises(ValueError, match="does not match"):
         sinkhorn_log(torch.zeros(2, 3), torch.tensor([0.5, 0.5]), torch.tensor([0.5, 0.5]))
+
+
+def test_unbalanced_limits_and_row_marginal():
+    g = torch.Generator().manual_seed(1)
+    cost = torch.rand(2, 6, 4, generator=g, dtype=torch.float64)
+    a = torch.softmax(torch.randn(2, 6, generator=g, dtype=torch.float64), -1)
+    b = torch.full((2, 4), 0.25, dtype=torch.float64)
+    bal = sinkhorn_log(cost, a, b, eps=0.1, max_iter=2000, tol=1e-10)
+    big = sinkhorn_log(cost, a, b, eps=0.1, max_iter=2000, tol=1e-10, rho=1e6)
+    assert torch.allclose(big.plan, bal.plan, atol=1e-5)              # rho -> inf: the balanced plan
+    tiny = sinkhorn_log(cost, a, b, eps=0.1, max_iter=2000, tol=1e-10, rho=1e-9)
+    # rho -> 0: each row spreads its mass by softmax over columns of -C / eps, whatever b says
+    want = a.unsqueeze(-1) * torch.softmax(-cost / 0.1, -1)
+    assert torch.allclose(tiny.plan, want, atol=1e-6)
+    mid = sinkhorn_log(cost, a, b, eps=0.1, max_iter=2000, tol=1e-10, rho=0.5)
+    assert (mid.plan.sum(-1) - a).abs().max() < 1e-8                   # the row marginal is still enforced
+    # the column marginals lie between the free (rho -> 0) and the enforced (b) ones
+    col_err = lambda r: float((r.plan.sum(-2) - b).abs().sum())  # noqa: E731
+    assert col_err(bal) < col_err(mid) < col_err(tiny)
+    with pytest.raises(ValueError):
+        sinkhorn_log(cost, a, b, rho=0.0)
