@@ -64,7 +64,7 @@ def sinkhorn_log(cost: torch.Tensor, a: torch.Tensor, b: torch.Tensor, eps: floa
     for it in range(1, max_iter + 1):
         f = eps * (log_a - torch.logsumexp((g.unsqueeze(-2) - cost) / eps, dim=-1))
         g = damp * eps * (log_b - torch.logsumexp((f.unsqueeze(-1) - cost) / eps, dim=-2))
-        # after the g update the column marginals are exact; the row marginals measure convergence
+        # after the g update the column marginals are exact (balanced OT); the row marginals measure convergence
         row = torch.exp((f.unsqueeze(-1) + g.unsqueeze(-2) - cost) / eps).sum(-1)
         err = float((row - a).abs().max()) if a.numel() else 0.0
         if err < tol:
