@@ -47,7 +47,9 @@ class ParamSpec:
     uploaded row-wise (values plus row ids); every other parameter is trained and uploaded whole.
     ``init``: ``normal`` (N(0, std²)), ``xavier`` (normal with std sqrt(2 / (fan_in + fan_out)) for ``[out, in]``
     matrices), ``zeros`` or ``ones``. ``row_lr``: an item table learns at ``lr * item_lr_scale`` (default) or,
-    when False, at the plain ``lr``.
+    when False, at the plain ``lr``. ``per_round`` (private ``zeros``/``ones`` parameters only): restarts from its
+    initial value at the start of every round's local training and keeps what that round trained for scoring, as
+    PFedRec's personal item table does (a fresh fine-tune of each round's global table).
     """
 
     name: str
@@ -57,6 +59,7 @@ class ParamSpec:
     init: str = "normal"
     std: float = 0.1
     row_lr: bool = True
+    per_round: bool = False
 
     @property
     def scaled(self) -> bool:

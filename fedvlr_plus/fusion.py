@@ -26,9 +26,9 @@ Li, Long, Jiang, Zhang, Yang, "Federated Vision-Language-Recommendation with Per
 
 Backbones with personal item parts keep them on the client, added to the fused vector: FedRAP's private table
 ``A_u`` (declared in ``Backbone.additive_item_tables``; its penalties read the fused vector as the shared part
-``C``) and PFedRec's personalised item embedding, which becomes a private offset ``Δ_u`` (zero at first, trained
-locally, kept across rounds) because Algorithm 1 keeps the shared ``F`` fixed during a round, so there is no
-locally fine-tuned copy of it to keep. The client then scores ``Σ_j w_uj F_ij + A_u[i]`` (or ``+ Δ_u[i]``).
+``C``) and PFedRec's personalised item embedding, which becomes a private offset ``Δ_u`` (zero at the start of
+every round, trained locally at the item-row rate, kept for scoring until the next round) because Algorithm 1
+keeps the shared ``F`` fixed during a round, so there is no locally fine-tuned copy of it to keep. The client then scores ``Σ_j w_uj F_ij + A_u[i]`` (or ``+ Δ_u[i]``).
 
 Cold items (flagged new: no training interaction) would otherwise enter the fusion with an untrained ID row.
 The server replaces their ID row by the mean ID row of their nearest warm content neighbours
@@ -172,7 +172,8 @@ class FusionLayer(Backbone):
                 self.cold_nbrs = torch.as_tensor(cold_neighbours[1], dtype=torch.long)
         # PFedRec's personalised item embedding (a locally fine-tuned copy of the global table) cannot be a copy
         # of ``F``: Algorithm 1 keeps the shared parts fixed during the round. It becomes a private offset added
-        # to the client's fused vector, zero at first, trained locally and kept across rounds
+        # to the client's fused vector: zero at the start of every round, trained locally at the item-row rate,
+        # kept for scoring until the next round (the fine-tune of that round's global table, as in PFedRec)
         self.offset = bool(base.personal_copies)
         self.additive = tuple(base.additive_item_tables)
         self.out_scale = 1.0 / float(np.sqrt(self.d))
@@ -197,8 +198,9 @@ class FusionLayer(Backbone):
         out.append(ParamSpec(FUSED, (self.n_items, len(self.experts) * self.d), shared=True, item_table=True,
                              init="zeros"))
         if self.offset:
+            # PFedRec's rule: each round a fresh fine-tune (zero offset) at the item-row learning rate
             out.append(ParamSpec(OFFSET, (self.n_items, self.d), shared=False, item_table=True, init="zeros",
-                                 row_lr=False))
+                                 per_round=True))
         if self.mode == "fedvlr":
             n_in = len(self.experts) * self.d
             out += [ParamSpec("router.w1", (n_in, self.router_hidden), shared=False, init="xavier"),

@@ -254,6 +254,22 @@ def test_personal_item_parts_stay_on_the_client(backbone):
     assert np.isfinite(run.evaluate("valid").summary()["hr@10"])
 
 
+@pytest.mark.parametrize("sim", ["batched", "sequential"])
+def test_pfedrec_offset_is_a_fresh_fine_tune_every_round(sim):
+    """PFedRec's rule: the personal part restarts at zero each round (what an earlier round trained is gone) and
+    what this round trained is kept for scoring."""
+    data, views = toy()
+    bb = layer(data, views, backbone="pfedrec")
+    run = FederatedRun(data, bb, cfg(rounds=2, simulator=sim), progress=False)
+    run.run_round()
+    state = run.store.load(0)
+    run.store.save(0, {**state, "personal.offset": torch.full_like(state["personal.offset"], 50.0)})
+    run.run_round()
+    off = run.store.load(0)["personal.offset"]
+    assert off.abs().max() < 5.0 and off.abs().sum() > 0        # restarted from zero, then trained
+    assert (off.abs().sum(1) == 0).any()                          # rows this round never touched stay zero
+
+
 def test_fedrap_penalty_reads_the_fused_vector_as_its_shared_part():
     data, views = toy()
     bb = layer(data, views, backbone="fedrap")

@@ -22,7 +22,7 @@ from .client import RecClient, scoring_params
 from .messages import ClientUpdate
 from .privacy import privatise
 from .schedule import build_schedule
-from .state import init_private_states
+from .state import init_private_states, round_start
 
 
 def _chunks(order: np.ndarray, cost: np.ndarray, budget: float, overhead: float) -> list[np.ndarray]:
@@ -129,7 +129,7 @@ class BatchedSimulator:
         mask[flat] = 1.0
         items, labels, mask = (x.view(c_n, s_max, l_max) for x in (items, labels, mask))
 
-        states = self._load_states(cids)
+        states = [round_start(bb, st) for st in self._load_states(cids)]
         leaves: dict[str, torch.Tensor] = {}
         for name in bb.shared_names:
             g = shared[name].to(dtype)

@@ -29,7 +29,7 @@ from ..adapters.base import Backbone
 from .messages import ClientUpdate
 from .privacy import privatise
 from .schedule import build_schedule
-from .state import init_private_states
+from .state import init_private_states, round_start
 
 
 class Client(Protocol):
@@ -75,6 +75,7 @@ class LocalTraining:
         if missing:
             raise ValueError(f"client {cid}: the server did not send {missing}")
         p = {name: shared[name].detach().clone().requires_grad_(True) for name in bb.shared_names}
+        state = round_start(bb, state)
         for s in bb.private_specs():
             p[s.name] = state[s.name].detach().clone().to(dtype).requires_grad_(True)
         acc = {name: torch.zeros_like(p[name]) for name in bb.shared_names} if upload == "grads" else {}

@@ -18,6 +18,20 @@ def init_shared_state(bb: Backbone, seed: int, dtype=torch.float32) -> dict[str,
     return {s.name: init_shared(s, g, dtype) for s in bb.shared_specs()}
 
 
+def round_start(bb: Backbone, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A client's private state as its local training starts a round: ``per_round`` parameters back at their
+    initial value (zeros or ones), everything else as stored."""
+    fresh = [s for s in bb.private_specs() if s.per_round]
+    if not fresh:
+        return state
+    out = dict(state)
+    for s in fresh:
+        if s.init not in ("zeros", "ones"):
+            raise ValueError(f"parameter {s.name}: per_round needs a zeros or ones init, got {s.init!r}")
+        out[s.name] = torch.full_like(state[s.name], 0.0 if s.init == "zeros" else 1.0)
+    return out
+
+
 def init_private_states(bb: Backbone, cids, seed: int, dtype=torch.float32) -> list[dict[str, torch.Tensor]]:
     """Initial private state of each client in ``cids`` (vectorised over clients)."""
     cids = np.asarray(cids, dtype=np.int64)
