@@ -61,6 +61,11 @@ class ParamSpec:
     row_lr: bool = True
     per_round: bool = False
 
+    def __post_init__(self):
+        if self.per_round and (self.shared or self.init not in ("zeros", "ones")):
+            raise ValueError(f"parameter {self.name}: per_round needs a private parameter with a zeros or ones "
+                             f"init (shared={self.shared}, init={self.init!r})")
+
     @property
     def scaled(self) -> bool:
         """Whether this parameter learns at ``lr * item_lr_scale``."""

@@ -28,7 +28,8 @@ Backbones with personal item parts keep them on the client, added to the fused v
 ``A_u`` (declared in ``Backbone.additive_item_tables``; its penalties read the fused vector as the shared part
 ``C``) and PFedRec's personalised item embedding, which becomes a private offset ``Δ_u`` (zero at the start of
 every round, trained locally at the item-row rate, kept for scoring until the next round) because Algorithm 1
-keeps the shared ``F`` fixed during a round, so there is no locally fine-tuned copy of it to keep. The client then scores ``Σ_j w_uj F_ij + A_u[i]`` (or ``+ Δ_u[i]``).
+keeps the shared ``F`` fixed during a round, so there is no locally fine-tuned copy of it to keep. The client then
+scores ``Σ_j w_uj F_ij + A_u[i]`` (or ``+ Δ_u[i]``).
 
 Cold items (flagged new: no training interaction) would otherwise enter the fusion with an untrained ID row.
 The server replaces their ID row by the mean ID row of their nearest warm content neighbours
@@ -40,7 +41,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .adapters.base import Backbone, ParamSpec, init_shared
+from .adapters.base import Backbone, ParamSpec, init_shared, take_rows
 from .nn import layer_norm, linear
 from .router import entropy, router_logits
 
@@ -311,8 +312,6 @@ class FusionLayer(Backbone):
         return torch.softmax(router_logits(self._history_input(ctx), p) / self.temperature, dim=-1)
 
     def item_repr(self, p, items, ctx):
-        from .adapters.base import take_rows
-
         f = take_rows(p[FUSED], items)
         f = f.reshape(*f.shape[:-1], len(self.experts), self.d)
         if len(self.experts) == 1:
@@ -334,8 +333,6 @@ class FusionLayer(Backbone):
         return self.base.head(p, vecs, ctx)
 
     def regulariser(self, p, items, mask, config):
-        from .adapters.base import take_rows
-
         if self.additive:
             # e.g. FedRAP's penalties between A_u and the shared part, which is now the client's fused vector
             reg = self.base.split_regulariser(self._last_shared, {n: take_rows(p[n], items) for n in self.additive},

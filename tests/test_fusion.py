@@ -324,3 +324,13 @@ def test_router_report_works_whichever_simulator_ran():
         reports[sim] = router_report(run)
     assert reports["batched"]["n_users"] == reports["sequential"]["n_users"] == len(run.eligible)
     assert reports["batched"]["mean_entropy"] == pytest.approx(reports["sequential"]["mean_entropy"], abs=1e-4)
+
+
+def test_per_round_is_refused_where_it_has_no_meaning():
+    from fedvlr_plus.adapters.base import ParamSpec
+
+    assert ParamSpec("ok", (3,), shared=False, init="zeros", per_round=True).per_round
+    with pytest.raises(ValueError, match="per_round"):
+        ParamSpec("noisy", (3,), shared=False, init="normal", per_round=True)
+    with pytest.raises(ValueError, match="per_round"):
+        ParamSpec("global", (3,), shared=True, init="zeros", per_round=True)
