@@ -81,6 +81,20 @@ def test_resume_refuses_changed_settings(small, tmp_path):
     assert more["rounds_run"] == 4
 
 
+def test_resume_treats_a_default_and_the_same_explicit_value_alike(small, tmp_path):
+    fast = {k: v for k, v in FAST.items() if k not in ("local_epochs", "rounds")}
+    default_epochs = make_backbone("fedavg", 10, 4).default_local_epochs
+    run_federated(small, "fedavg", FedConfig(**fast, rounds=2), out_dir=tmp_path, progress=False)  # None: default
+    (tmp_path / "seed-0" / "result.json").unlink()
+    more = run_federated(small, "fedavg", FedConfig(**fast, rounds=3, local_epochs=default_epochs),
+                         out_dir=tmp_path, resume=True, progress=False)
+    assert more["rounds_run"] == 3 and more["resolved"]["local_epochs"] == default_epochs
+    (tmp_path / "seed-0" / "result.json").unlink()
+    with pytest.raises(ValueError, match=f"local_epochs {default_epochs} -> {default_epochs + 1}"):
+        run_federated(small, "fedavg", FedConfig(**fast, rounds=4, local_epochs=default_epochs + 1),
+                      out_dir=tmp_path, resume=True, progress=False)
+
+
 @pytest.mark.slow
 def test_killed_process_resumes(small, tmp_path):
     """A run killed from outside (SIGKILL right after round 2 is checkpointed) resumes to the uninterrupted

@@ -265,13 +265,17 @@ class FederatedRun:
         out.update({k: v for k, v in sampled.items() if k.startswith("test_sampled")})
         out["history"] = self.history
         out["config"] = self.cfg.to_dict()
-        out["resolved"] = {"lr": self.lr, "item_lr_scale": self.item_lr_scale, "strategy": self.strategy_name,
-                           "local_epochs": self.local_epochs,
-                           "server_lr": self.server_lr if self.strategy.upload == "grads" else None,
-                           "server_optimizer": self.server_optimizer if self.strategy.upload == "grads" else None,
-                           "clients_per_round": int(self.per_round)}
+        out["resolved"] = self._resolved()
         out["model"] = self.bb.describe()
         return out
+
+    def _resolved(self) -> dict:
+        """The values this run uses for the settings that default to the backbone's (None in the config)."""
+        grads = self.strategy.upload == "grads"
+        return {"lr": self.lr, "item_lr_scale": self.item_lr_scale, "strategy": self.strategy_name,
+                "local_epochs": self.local_epochs, "server_lr": self.server_lr if grads else None,
+                "server_optimizer": self.server_optimizer if grads else None,
+                "clients_per_round": int(self.per_round)}
 
     # ------------------------------------------------------------------ checkpoints
     @property
@@ -285,7 +289,7 @@ class FederatedRun:
             "dataset": dataset_identity(self.data), "round": self.round, "shared": self.shared,
             "strategy": self.strategy.state_dict(), "private_store": self.store.kind,
             "private": self.store.snapshot(), "history": self.history, "best": self.best,
-            "bad_evals": self.bad_evals, "stopped_early": self.stopped_early,
+            "bad_evals": self.bad_evals, "stopped_early": self.stopped_early, "resolved": self._resolved(),
             "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state()},
         }
         atomic_torch_save(state, self.checkpoint_path)
@@ -303,7 +307,10 @@ class FederatedRun:
         ident = dataset_identity(self.data)
         if ck["dataset"] != ident:
             raise ValueError(f"{path}: the run was trained on other data ({ck['dataset']} vs {ident})")
-        old, new = ck["config"], self.cfg.to_dict()
+        # a setting left to the backbone (None) and the same value given explicitly are the same run; a
+        # checkpoint written before "resolved" was stored takes this run's defaults for the settings it left open
+        mine = self._resolved()
+        old, new = _effective(ck["config"], ck.get("resolved", mine)), _effective(self.cfg.to_dict(), mine)
         diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in RESUMABLE_CHANGES)
         if diff:
             raise ValueError(f"{path}: cannot resume with different settings: "
@@ -324,6 +331,11 @@ class FederatedRun:
         self.stopped_early = bool(ck["stopped_early"]) and self.bad_evals >= self.cfg.patience
         torch.set_rng_state(ck["rng"]["torch"])
         np.random.set_state(ck["rng"]["numpy"])
+
+
+def _effective(config: dict, resolved: dict) -> dict:
+    """``config`` with every setting that was left to the backbone (None) replaced by the value it resolved to."""
+    return {k: (resolved[k] if v is None and k in resolved else v) for k, v in config.items()}
 
 
 def _mean_std(dicts: list[dict]) -> tuple[dict, dict]:
