@@ -65,7 +65,8 @@ def table(tmp_path_factory):
 def test_table_has_every_model_and_reference_with_cis_and_paired_tests(table):
     data, _, res, _ = table
     models = {r["model"] for r in res["rows"] if r["part"] == "all"}
-    assert models == {"pop", "random", "antipop", "content", "fedavg", "fedavg (fedgrad)", "fedavg+fedvlr"}
+    assert models == {"pop", "random", "antipop", "content", "fedavg", "fedavg (fedgrad)", "fedavg+fedvlr",
+                      "fedavg + cold rule", "fedavg (fedgrad) + cold rule"}
     for r in res["rows"]:
         lo, hi = r["ndcg@10_ci"]
         assert lo <= r["ndcg@10"] + 1e-12 and r["ndcg@10"] <= hi + 1e-12
@@ -85,6 +86,35 @@ def test_table_has_every_model_and_reference_with_cis_and_paired_tests(table):
     vs = res["paired_tests"]["fedavg+fedvlr vs fedavg (fedgrad)"]["all"]["ndcg@10"]
     assert vs["mean_b"] == pytest.approx(row[("fedavg (fedgrad)", "all")]["ndcg@10"])
     assert row[("fedavg (fedgrad)", "all")]["ndcg@10"] != row[("fedavg", "all")]["ndcg@10"]
+
+
+def test_cold_rule_rows_score_cold_items_as_their_content_neighbours(table):
+    from fedvlr_plus.coldstart.rules import make_rule
+    from fedvlr_plus.experiments.paper_table import _with_rule
+    from fedvlr_plus.federation import FedConfig, FederatedRun
+
+    data, _, res, _ = table
+    cold = data.cold_items()
+    assert cold.any()
+    run = FederatedRun(data, "fedavg", FedConfig(rounds=2, local_epochs=1, dim=8, ks=(10,), metrics=("hr", "ndcg")),
+                       progress=False)
+    run.run()
+    rule = make_rule("neighbours", data.features, cold, k=3)
+    common = dict(protocol="full", ks=(10,), metrics=("hr", "ndcg"), mask_history="train")
+    got, among_cold = _with_rule(run, rule, data, cold, common)
+    raw = run.scorer()
+
+    def by_hand(users):   # FedAvg scores are linear in the item row: a cold item gets its neighbours' mean score
+        s = np.array(raw(users), dtype=np.float64)
+        s[:, np.flatnonzero(cold)] = s[:, rule.neighbours].mean(-1)
+        return s
+    want = evaluate(data, by_hand, split="test", **common)
+    for part in ("all", "warm", "cold"):
+        assert got.summary(part) == pytest.approx(want.summary(part), abs=1e-9)
+    assert got.summary("all") != pytest.approx(run.evaluate("test").summary("all"), abs=1e-9)  # the rule matters
+    row = {(r["model"], r["part"]): r for r in res["rows"]}
+    assert ("fedavg + cold rule", "cold_among_cold") in row
+    assert "fedavg+fedvlr vs fedavg + cold rule" in res["paired_tests"]
 
 
 def test_report_files_are_written(table):
@@ -136,5 +166,6 @@ def test_backbones_the_layer_cannot_wrap_are_skipped_with_the_reason(tmp_path, m
     res = run_paper_table(build_parser().parse_args(argv[:-1] + [str(tmp_path / "b")]), data, ["hr@10"], (10,),
                           ("hr",))
     assert res["skipped"]["pfedrec+fedvlr"] == "no way to wrap it"
-    assert {r["model"] for r in res["rows"]} == {"pop", "random", "antipop", "content", "pfedrec"}
+    assert {r["model"] for r in res["rows"]} == {"pop", "random", "antipop", "content", "pfedrec",
+                                                 "pfedrec + cold rule"}
     assert "Not run: pfedrec+fedvlr" in (tmp_path / "b" / "table.md").read_text()

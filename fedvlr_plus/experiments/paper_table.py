@@ -8,7 +8,10 @@ validation only (the engine's early stopping), over several seeds. Test figures 
 reported overall and split by warm and cold targets, plus cold targets ranked among cold items only, beside the
 reference rankers (pop, random, antipop) and a content-only ranker (cosine between a user's mean training-item
 view and every item). FedVLR is compared with its backbone alone (both rows) by a paired test over users
-(per-user values averaged over seeds).
+(per-user values averaged over seeds). Where there are cold items and content views, each backbone-alone row
+also appears as ``<row> + cold rule``: the same model at the same selected round, with its untrained cold item
+rows replaced by the mean ID row of their content neighbours (the layer's rule), so that FedVLR is also compared
+with backbones that do not profit from ranking untrained rows (KU's split artifact).
 
 Protocol as the paper's: leave-one-out by time, full ranking over all items with training items masked.
 """
@@ -40,6 +43,25 @@ PARTS = ("all", "warm", "cold", "cold_among_cold")
 def row_label(backbone: str, variant: str) -> str:
     """Row name: ``fedavg``, ``fedavg (fedgrad)``, ``fedavg+mlp``, ``fedavg+fedvlr``."""
     return {"none": backbone, "fedgrad": f"{backbone} (fedgrad)"}.get(variant, f"{backbone}+{variant}")
+
+
+def rule_label(label: str) -> str:
+    """Row name of a backbone-alone row scored with the layer's cold-item rule."""
+    return f"{label} + cold rule"
+
+
+def _with_rule(run, rule, data, cold, common) -> tuple[EvalResult, EvalResult | None]:
+    """Test results of ``run`` with its shared item tables' cold rows filled by ``rule`` (all targets, and cold
+    targets among cold items). Backbones that score with private item tables (PFedRec's fine-tuned copy) are
+    changed only where they read the shared table."""
+    from ..coldstart.rules import apply_to_tables
+
+    shared = apply_to_tables(run.bb, run.shared, rule)
+
+    def score(users):
+        return run.sim.scores(np.asarray(users, dtype=np.int64), shared)
+    return (evaluate(data, score, split="test", **common),
+            evaluate(data, RestrictedScorer(score, cold), split="test", **common))
 
 
 def _save_extra(run_dir: Path, extra: dict) -> None:
@@ -160,7 +182,13 @@ def run_paper_table(args, data, keys: list[str], ks, names) -> dict:
                                evaluate(data, RestrictedScorer(csc, cold), split="test", **common) if cold.any() else None)]
 
     from ..adapters import make_backbone
+    from ..coldstart.rules import make_rule
     from ..fusion import FusionLayer, wrap_refusal
+
+    # the layer's cold-item rule applied to the backbones alone (reference rows): their untrained cold rows
+    # replaced by the mean ID row of each cold item's content neighbours, at the round selected on validation
+    rule = (make_rule("neighbours", views, cold, k=args.cold_neighbours, seed=base_cfg.seed)
+            if cold.any() and views and args.cold_neighbours > 0 else None)
 
     skipped = {}
     for bb_name in backbones:
@@ -188,7 +216,7 @@ def run_paper_table(args, data, keys: list[str], ks, names) -> dict:
                                 server_lr=base_cfg.server_lr or FusionLayer.default_server_lr)
             cfg0 = _config_for(start, overrides, bb_name, variant)
             row_configs[label] = cfg0.to_dict()
-            seeds_out, sel, rtr = [], [], []
+            seeds_out, sel, rtr, ruled = [], [], [], []
             for i in range(args.seeds):
                 cfg = replace(cfg0, seed=cfg0.seed + i, seeds=1)
                 extra = {}
@@ -205,6 +233,8 @@ def run_paper_table(args, data, keys: list[str], ks, names) -> dict:
                                          if cold.any() else None)
                         if variant == "fedvlr":
                             extra["router"] = router_report(run)
+                        if rule is not None and variant not in FUSION_VARIANTS:
+                            extra["with_rule"] = _with_rule(run, rule, data, cold, common)
 
                 run_dir = out_dir / "runs" / label / f"seed-{cfg.seed}" if out_dir else None
 
@@ -224,7 +254,11 @@ def run_paper_table(args, data, keys: list[str], ks, names) -> dict:
                 sel.append(int(run.best["round"]))
                 if "router" in extra:
                     rtr.append(extra["router"])
+                if "with_rule" in extra:
+                    ruled.append(_frames(*extra["with_rule"]))
             models[label], selected[label] = seeds_out, sel
+            if ruled and len(ruled) == len(seeds_out):
+                models[rule_label(label)], selected[rule_label(label)] = ruled, sel
             if rtr:
                 routers[label] = rtr
 
@@ -237,6 +271,7 @@ def run_paper_table(args, data, keys: list[str], ks, names) -> dict:
     for bb_name in backbones:
         pairs = [(row_label(bb_name, v), bb_name) for v in FUSION_VARIANTS]
         pairs.append((row_label(bb_name, "fedvlr"), row_label(bb_name, "fedgrad")))
+        pairs += [(row_label(bb_name, "fedvlr"), rule_label(row_label(bb_name, v))) for v in ("none", "fedgrad")]
         for label, other in pairs:
             if label not in models or other not in models:
                 continue
@@ -377,9 +412,10 @@ def print_table(result: dict, file=None) -> None:
         if not part_rows:
             continue
         print(f"[{part}] {part_rows[0]['n_users']} users", file=file)
-        print(f"  {'model':<22}" + "".join(f"{k:>12}" for k in keys), file=file)
+        w = max(22, *(len(r["model"]) for r in part_rows))
+        print(f"  {'model':<{w}}" + "".join(f"{k:>12}" for k in keys), file=file)
         for r in part_rows:
-            print(f"  {r['model']:<22}" + "".join(f"{r[k]:>12.4f}" for k in keys), file=file)
+            print(f"  {r['model']:<{w}}" + "".join(f"{r[k]:>12.4f}" for k in keys), file=file)
     for name, parts in result["paired_tests"].items():
         for part, per in parts.items():
             k = keys[-1]
