@@ -9,7 +9,8 @@ reported overall and split by warm and cold targets, plus cold targets ranked am
 reference rankers (pop, random, antipop) and a content-only ranker (cosine between a user's mean training-item
 view and every item). FedVLR is compared with its backbone alone (both rows) by a paired test over users
 (per-user values averaged over seeds). Where there are cold items and content views, each backbone-alone row
-also appears as ``<row> + cold rule``: the same model at the same selected round, with its untrained cold item
+also appears as ``<row> + cold rule`` (except backbones that score with a private copy of the item table, such
+as PFedRec): the same model at the same selected round, with its untrained cold item
 rows replaced by the mean ID row of their content neighbours (the layer's rule), so that FedVLR is also compared
 with backbones that do not profit from ranking untrained rows (KU's split artifact).
 
@@ -52,8 +53,7 @@ def rule_label(label: str) -> str:
 
 def _with_rule(run, rule, data, cold, common) -> tuple[EvalResult, EvalResult | None]:
     """Test results of ``run`` with its shared item tables' cold rows filled by ``rule`` (all targets, and cold
-    targets among cold items). Backbones that score with private item tables (PFedRec's fine-tuned copy) are
-    changed only where they read the shared table."""
+    targets among cold items). Only the shared tables change: FedRAP's private ``A_u`` is added as trained."""
     from ..coldstart.rules import apply_to_tables
 
     shared = apply_to_tables(run.bb, run.shared, rule)
@@ -189,6 +189,9 @@ def run_paper_table(args, data, keys: list[str], ks, names) -> dict:
     # replaced by the mean ID row of each cold item's content neighbours, at the round selected on validation
     rule = (make_rule("neighbours", views, cold, k=args.cold_neighbours, seed=base_cfg.seed)
             if cold.any() and views and args.cold_neighbours > 0 else None)
+    # backbones that score with a private copy of the item table (PFedRec) get no such row: the rule acts on the
+    # shared table, which their scores do not read
+    scores_private = {b for b in backbones if make_backbone(b, data.n_items, base_cfg.dim).personal_copies}
 
     skipped = {}
     for bb_name in backbones:
@@ -233,7 +236,7 @@ def run_paper_table(args, data, keys: list[str], ks, names) -> dict:
                                          if cold.any() else None)
                         if variant == "fedvlr":
                             extra["router"] = router_report(run)
-                        if rule is not None and variant not in FUSION_VARIANTS:
+                        if rule is not None and variant not in FUSION_VARIANTS and bb_name not in scores_private:
                             extra["with_rule"] = _with_rule(run, rule, data, cold, common)
 
                 run_dir = out_dir / "runs" / label / f"seed-{cfg.seed}" if out_dir else None
@@ -257,7 +260,7 @@ def run_paper_table(args, data, keys: list[str], ks, names) -> dict:
                 if "with_rule" in extra:
                     ruled.append(_frames(*extra["with_rule"]))
             models[label], selected[label] = seeds_out, sel
-            if ruled and len(ruled) == len(seeds_out):
+            if ruled and len(ruled) == len(seeds_out) and bb_name not in scores_private:
                 models[rule_label(label)], selected[rule_label(label)] = ruled, sel
             if rtr:
                 routers[label] = rtr
