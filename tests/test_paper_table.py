@@ -88,7 +88,8 @@ def test_table_has_every_model_and_reference_with_cis_and_paired_tests(table):
     assert row[("fedavg (fedgrad)", "all")]["ndcg@10"] != row[("fedavg", "all")]["ndcg@10"]
 
 
-def test_cold_rule_rows_score_cold_items_as_their_content_neighbours(table):
+@pytest.mark.parametrize("backbone", ["fedavg", "pfedrec", "fedrap"])
+def test_cold_rule_rows_score_cold_items_as_their_content_neighbours(table, backbone):
     from fedvlr_plus.coldstart.rules import make_rule
     from fedvlr_plus.experiments.paper_table import _with_rule
     from fedvlr_plus.federation import FedConfig, FederatedRun
@@ -96,7 +97,7 @@ def test_cold_rule_rows_score_cold_items_as_their_content_neighbours(table):
     data, _, res, _ = table
     cold = data.cold_items()
     assert cold.any()
-    run = FederatedRun(data, "fedavg", FedConfig(rounds=2, local_epochs=1, dim=8, ks=(10,), metrics=("hr", "ndcg")),
+    run = FederatedRun(data, backbone, FedConfig(rounds=2, local_epochs=1, dim=8, ks=(10,), metrics=("hr", "ndcg")),
                        progress=False)
     run.run()
     rule = make_rule("neighbours", data.features, cold, k=3)
@@ -104,7 +105,9 @@ def test_cold_rule_rows_score_cold_items_as_their_content_neighbours(table):
     got, among_cold = _with_rule(run, rule, data, cold, common)
     raw = run.scorer()
 
-    def by_hand(users):   # FedAvg scores are linear in the item row: a cold item gets its neighbours' mean score
+    # scores are linear in the item rows (shared, PFedRec's private copy, FedRAP's C + A_u): a cold item gets the
+    # mean score of its neighbours for the same user
+    def by_hand(users):
         s = np.array(raw(users), dtype=np.float64)
         s[:, np.flatnonzero(cold)] = s[:, rule.neighbours].mean(-1)
         return s
@@ -166,6 +169,6 @@ def test_backbones_the_layer_cannot_wrap_are_skipped_with_the_reason(tmp_path, m
     res = run_paper_table(build_parser().parse_args(argv[:-1] + [str(tmp_path / "b")]), data, ["hr@10"], (10,),
                           ("hr",))
     assert res["skipped"]["pfedrec+fedvlr"] == "no way to wrap it"
-    # no "pfedrec + cold rule": PFedRec scores with its private copy of the item table, which the rule leaves alone
-    assert {r["model"] for r in res["rows"]} == {"pop", "random", "antipop", "content", "pfedrec"}
+    assert {r["model"] for r in res["rows"]} == {"pop", "random", "antipop", "content", "pfedrec",
+                                                 "pfedrec + cold rule"}
     assert "Not run: pfedrec+fedvlr" in (tmp_path / "b" / "table.md").read_text()

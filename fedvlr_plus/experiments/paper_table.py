@@ -9,10 +9,10 @@ reported overall and split by warm and cold targets, plus cold targets ranked am
 reference rankers (pop, random, antipop) and a content-only ranker (cosine between a user's mean training-item
 view and every item). FedVLR is compared with its backbone alone (both rows) by a paired test over users
 (per-user values averaged over seeds). Where there are cold items and content views, each backbone-alone row
-also appears as ``<row> + cold rule`` (except backbones that score with a private copy of the item table, such
-as PFedRec): the same model at the same selected round, with its untrained cold item
-rows replaced by the mean ID row of their content neighbours (the layer's rule), so that FedVLR is also compared
-with backbones that do not profit from ranking untrained rows (KU's split artifact).
+also appears as ``<row> + cold rule``: the same model at the same selected round, with its untrained cold item
+rows (shared, and each user's private item tables) replaced by the mean row of their content neighbours (the
+layer's rule), so that FedVLR is also compared with backbones that do not profit from ranking untrained rows
+(KU's split artifact).
 
 Protocol as the paper's: leave-one-out by time, full ranking over all items with training items masked.
 """
@@ -51,15 +51,38 @@ def rule_label(label: str) -> str:
     return f"{label} + cold rule"
 
 
-def _with_rule(run, rule, data, cold, common) -> tuple[EvalResult, EvalResult | None]:
-    """Test results of ``run`` with its shared item tables' cold rows filled by ``rule`` (all targets, and cold
-    targets among cold items). Only the shared tables change: FedRAP's private ``A_u`` is added as trained."""
+def _with_rule(run, rule, data, cold, common) -> tuple[EvalResult, EvalResult] | None:
+    """Test results of ``run`` with the cold rows of every item table it scores with filled by ``rule`` (all
+    targets, and cold targets among cold items): the shared tables, and per user the private ones (PFedRec's
+    fine-tuned copy, FedRAP's ``A_u``), each from the same table's neighbour rows. None when the simulator cannot
+    rewrite private tables and the backbone has some."""
+    import torch
+
     from ..coldstart.rules import apply_to_tables
 
-    shared = apply_to_tables(run.bb, run.shared, rule)
+    bb = run.bb
+    private_tables = ({s.name for s in bb.all_specs() if s.item_table and not s.shared}
+                      | set(bb.personal_copies.values()))
+    shared = apply_to_tables(bb, run.shared, rule)
+    idx = torch.as_tensor(np.flatnonzero(rule.cold), dtype=torch.long)
+    nbrs = torch.as_tensor(rule.neighbours, dtype=torch.long)
 
-    def score(users):
-        return run.sim.scores(np.asarray(users, dtype=np.int64), shared)
+    def per_user(name, stacked):          # [B, n_items, ...]: each user's cold rows from the same user's table
+        if name not in private_tables:
+            return stacked
+        out = stacked.clone()
+        out[:, idx] = stacked[:, nbrs].mean(2)
+        return out
+
+    if private_tables:
+        if not getattr(run.sim, "maps_private", False):
+            return None
+
+        def score(users):
+            return run.sim.scores(np.asarray(users, dtype=np.int64), shared, private_map=per_user)
+    else:
+        def score(users):
+            return run.sim.scores(np.asarray(users, dtype=np.int64), shared)
     return (evaluate(data, score, split="test", **common),
             evaluate(data, RestrictedScorer(score, cold), split="test", **common))
 
@@ -189,9 +212,6 @@ def run_paper_table(args, data, keys: list[str], ks, names) -> dict:
     # replaced by the mean ID row of each cold item's content neighbours, at the round selected on validation
     rule = (make_rule("neighbours", views, cold, k=args.cold_neighbours, seed=base_cfg.seed)
             if cold.any() and views and args.cold_neighbours > 0 else None)
-    # backbones that score with a private copy of the item table (PFedRec) get no such row: the rule acts on the
-    # shared table, which their scores do not read
-    scores_private = {b for b in backbones if make_backbone(b, data.n_items, base_cfg.dim).personal_copies}
 
     skipped = {}
     for bb_name in backbones:
@@ -236,7 +256,7 @@ def run_paper_table(args, data, keys: list[str], ks, names) -> dict:
                                          if cold.any() else None)
                         if variant == "fedvlr":
                             extra["router"] = router_report(run)
-                        if rule is not None and variant not in FUSION_VARIANTS and bb_name not in scores_private:
+                        if rule is not None and variant not in FUSION_VARIANTS:
                             extra["with_rule"] = _with_rule(run, rule, data, cold, common)
 
                 run_dir = out_dir / "runs" / label / f"seed-{cfg.seed}" if out_dir else None
@@ -257,10 +277,10 @@ def run_paper_table(args, data, keys: list[str], ks, names) -> dict:
                 sel.append(int(run.best["round"]))
                 if "router" in extra:
                     rtr.append(extra["router"])
-                if "with_rule" in extra:
+                if extra.get("with_rule") is not None:
                     ruled.append(_frames(*extra["with_rule"]))
             models[label], selected[label] = seeds_out, sel
-            if ruled and len(ruled) == len(seeds_out) and bb_name not in scores_private:
+            if ruled and len(ruled) == len(seeds_out):
                 models[rule_label(label)], selected[rule_label(label)] = ruled, sel
             if rtr:
                 routers[label] = rtr

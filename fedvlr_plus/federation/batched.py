@@ -292,8 +292,13 @@ class BatchedSimulator:
                 leaves[name].add_(g, alpha=-step_lr)
 
     # ------------------------------------------------------------------ scoring
-    def scores(self, users, shared: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Logits ``[B, n_items]`` of every item for each user, from their restored private states."""
+    maps_private = True   # scores() takes ``private_map``
+
+    def scores(self, users, shared: dict[str, torch.Tensor], private_map=None) -> torch.Tensor:
+        """Logits ``[B, n_items]`` of every item for each user, from their restored private states.
+
+        ``private_map(name, stacked)``, when given, may replace each stacked private array (``[B, ...]``) before
+        scoring (used to apply a cold-item rule to private item tables); it must not change the stored states."""
         users = np.asarray(users, dtype=np.int64)
         n_items = self.bb.n_items
         width = max(self.table_width, 1) + 4 * self.bb.dim
@@ -310,6 +315,8 @@ class BatchedSimulator:
                 if any(personal in st for st in states):
                     private[personal] = torch.stack([st.get(personal, shared[shared_name]).to(self.dtype)
                                                      for st in states])
+            if private_map is not None:
+                private = {k: private_map(k, v) for k, v in private.items()}
             p = scoring_params(self.bb, shared, private)
             ctx = {"items_global": torch.arange(n_items)}
             if self.bb.uses_history:
