@@ -122,7 +122,7 @@ class FusionLayer(Backbone):
     def __init__(self, base: Backbone, views: dict[str, np.ndarray], *, mode: str = "fedvlr",
                  temperature: float = 1.0, router_hidden: int = 64, use_id: bool = True,
                  balance: float = 0.0, cold_neighbours: tuple[np.ndarray, np.ndarray] | None = None,
-                 residual: bool = False):
+                 residual: bool = False, personal_offset: bool = True):
         if mode not in MODES:
             raise ValueError(f"fusion mode must be one of {', '.join(MODES)}, got {mode!r}")
         if not views and not use_id:
@@ -174,8 +174,10 @@ class FusionLayer(Backbone):
         # PFedRec's personalised item embedding (a locally fine-tuned copy of the global table) cannot be a copy
         # of ``F``: Algorithm 1 keeps the shared parts fixed during the round. It becomes a private offset added
         # to the client's fused vector: zero at the start of every round, trained locally at the item-row rate,
-        # kept for scoring until the next round (the fine-tune of that round's global table, as in PFedRec)
-        self.offset = bool(base.personal_copies)
+        # kept for scoring until the next round (the fine-tune of that round's global table, as in PFedRec).
+        # ``personal_offset=False`` leaves it out (the score function and router stay personal): chosen on
+        # validation, it is better on ml-100k and worse on KU
+        self.offset = bool(base.personal_copies) and bool(personal_offset)
         self.additive = tuple(base.additive_item_tables)
         self.out_scale = 1.0 / float(np.sqrt(self.d))
         # optional server-side rule for the ID rows of cold items, ``x [N, d] -> x`` with the cold rows replaced
@@ -349,6 +351,7 @@ class FusionLayer(Backbone):
         out = self.base.describe()
         out.update(backbone=self.name, fusion=self.mode, views=self.view_names, experts=self.experts,
                    use_id=self.use_id, residual=self.residual, temperature=self.temperature,
+                   personal_offset=self.offset,
                    client_item_parts=list(self.additive) + ([OFFSET] if self.offset else []),
                    server={s.name: list(s.shape) for s in self.server_specs()},
                    cold_items_with_neighbours=0 if self.cold_nbrs is None else int(len(self.cold_idx)),

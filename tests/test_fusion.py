@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 import torch
 
+from fedvlr_plus.cli import build_parser
 from fedvlr_plus.adapters import make_backbone
 from fedvlr_plus.federation.config import FedConfig
 from fedvlr_plus.federation.batched import history_ctx
@@ -268,6 +269,20 @@ def test_pfedrec_offset_is_a_fresh_fine_tune_every_round(sim):
     off = run.store.load(0)["personal.offset"]
     assert off.abs().max() < 5.0 and off.abs().sum() > 0        # restarted from zero, then trained
     assert (off.abs().sum(1) == 0).any()                          # rows this round never touched stay zero
+
+
+def test_pfedrec_without_personal_offset_keeps_only_score_function_and_router_private():
+    data, views = toy()
+    bb = layer(data, views, backbone="pfedrec", personal_offset=False)
+    assert "personal.offset" not in bb.private_names + bb.shared_names
+    assert bb.describe()["client_item_parts"] == [] and bb.describe()["personal_offset"] is False
+    assert {"head_w", "head_b"} <= set(bb.private_names) and any(n.startswith("router") for n in bb.private_names)
+    run = FederatedRun(data, bb, cfg(rounds=2), progress=False)
+    run.run()
+    assert "personal.offset" not in run.store.load(0)
+    args = build_parser().parse_args(["run", "x", "--backbone", "pfedrec", "--fusion", "fedvlr",
+                                      "--no-personal-offset"])
+    assert args.personal_offset is False
 
 
 def test_fedrap_penalty_reads_the_fused_vector_as_its_shared_part():
