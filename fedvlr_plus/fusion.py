@@ -122,7 +122,7 @@ class FusionLayer(Backbone):
     def __init__(self, base: Backbone, views: dict[str, np.ndarray], *, mode: str = "fedvlr",
                  temperature: float = 1.0, router_hidden: int = 64, use_id: bool = True,
                  balance: float = 0.0, cold_neighbours: tuple[np.ndarray, np.ndarray] | None = None,
-                 residual: bool = False, personal_offset: bool = True):
+                 residual: bool = False, personal_offset: bool = False):
         if mode not in MODES:
             raise ValueError(f"fusion mode must be one of {', '.join(MODES)}, got {mode!r}")
         if not views and not use_id:
@@ -175,8 +175,8 @@ class FusionLayer(Backbone):
         # of ``F``: Algorithm 1 keeps the shared parts fixed during the round. It becomes a private offset added
         # to the client's fused vector: zero at the start of every round, trained locally at the item-row rate,
         # kept for scoring until the next round (the fine-tune of that round's global table, as in PFedRec).
-        # ``personal_offset=False`` leaves it out (the score function and router stay personal): chosen on
-        # validation, it is better on ml-100k and worse on KU
+        # Off by default (the score function and router stay personal): on validation HR@50, seed 0, the layer
+        # without it scored 0.868 vs 0.765 on KU and 0.423 vs 0.365 on ml-100k (round 35)
         self.offset = bool(base.personal_copies) and bool(personal_offset)
         self.additive = tuple(base.additive_item_tables)
         self.out_scale = 1.0 / float(np.sqrt(self.d))

@@ -232,7 +232,7 @@ def test_personal_item_parts_stay_on_the_client(backbone):
     """PFedRec's personal item embedding (a private offset) and FedRAP's A_u are added to the fused vector, are
     trained and restored, and never appear in an upload or on the server."""
     data, views = toy()
-    bb = layer(data, views, backbone=backbone)
+    bb = layer(data, views, backbone=backbone, personal_offset=True)
     part = {"pfedrec": "personal.offset", "fedrap": "item_personal"}[backbone]
     assert part in bb.private_names and part not in bb.shared_names
     assert part not in {s.name for s in bb.server_specs()}
@@ -260,7 +260,7 @@ def test_pfedrec_offset_is_a_fresh_fine_tune_every_round(sim):
     """PFedRec's rule: the personal part restarts at zero each round (what an earlier round trained is gone) and
     what this round trained is kept for scoring."""
     data, views = toy()
-    bb = layer(data, views, backbone="pfedrec")
+    bb = layer(data, views, backbone="pfedrec", personal_offset=True)
     run = FederatedRun(data, bb, cfg(rounds=2, simulator=sim), progress=False)
     run.run_round()
     state = run.store.load(0)
@@ -273,16 +273,16 @@ def test_pfedrec_offset_is_a_fresh_fine_tune_every_round(sim):
 
 def test_pfedrec_without_personal_offset_keeps_only_score_function_and_router_private():
     data, views = toy()
-    bb = layer(data, views, backbone="pfedrec", personal_offset=False)
+    bb = layer(data, views, backbone="pfedrec")   # the default
     assert "personal.offset" not in bb.private_names + bb.shared_names
     assert bb.describe()["client_item_parts"] == [] and bb.describe()["personal_offset"] is False
     assert {"head_w", "head_b"} <= set(bb.private_names) and any(n.startswith("router") for n in bb.private_names)
     run = FederatedRun(data, bb, cfg(rounds=2), progress=False)
     run.run()
     assert "personal.offset" not in run.store.load(0)
-    args = build_parser().parse_args(["run", "x", "--backbone", "pfedrec", "--fusion", "fedvlr",
-                                      "--no-personal-offset"])
-    assert args.personal_offset is False
+    parse = build_parser().parse_args
+    assert parse(["run", "x", "--backbone", "pfedrec", "--fusion", "fedvlr"]).personal_offset is False
+    assert parse(["run", "x", "--backbone", "pfedrec", "--fusion", "fedvlr", "--personal-offset"]).personal_offset
 
 
 def test_fedrap_penalty_reads_the_fused_vector_as_its_shared_part():
