@@ -285,6 +285,21 @@ def test_pfedrec_without_personal_offset_keeps_only_score_function_and_router_pr
     assert parse(["run", "x", "--backbone", "pfedrec", "--fusion", "fedvlr", "--personal-offset"]).personal_offset
 
 
+def test_pfedrec_layer_without_offset_is_the_fedavg_layer():
+    """PFedRec differs from FedAvg only by its personal item copy (both have a private affine head), so without the
+    offset the wrapped PFedRec trains exactly as the wrapped FedAvg (the README says so beside its rows)."""
+    data, views = toy()
+    runs = [FederatedRun(data, layer(data, views, backbone=b), cfg(rounds=2), progress=False) for b in
+            ("fedavg", "pfedrec")]
+    res = [r.run() for r in runs]
+    assert [h["loss"] for h in res[0]["history"]] == pytest.approx([h["loss"] for h in res[1]["history"]], abs=1e-6)
+    assert torch.allclose(runs[0].sim.scores(np.arange(4), runs[0].shared),
+                          runs[1].sim.scores(np.arange(4), runs[1].shared), atol=1e-5)
+    with_offset = FederatedRun(data, layer(data, views, backbone="pfedrec", personal_offset=True), cfg(rounds=2),
+                               progress=False).run()
+    assert with_offset["history"][-1]["loss"] != pytest.approx(res[0]["history"][-1]["loss"], abs=1e-6)
+
+
 def test_fedrap_penalty_reads_the_fused_vector_as_its_shared_part():
     data, views = toy()
     bb = layer(data, views, backbone="fedrap")
