@@ -70,6 +70,25 @@ def test_resume_after_interrupt_ends_with_the_same_numbers(small, tmp_path, name
     assert saved["test"] == full["test"]
 
 
+def test_sparse_checkpoints_resume_from_the_last_one_with_the_same_numbers(small, tmp_path):
+    cfg = FedConfig(**{**FAST, "rounds": 7, "eval_every": 7, "checkpoint_every": 3})
+    full = run_federated(small, "fedavg", FedConfig(**{**cfg.to_dict(), "checkpoint_every": 1}),
+                         out_dir=tmp_path / "full", progress=False)
+    written = []
+
+    def interrupt(run, record):
+        path = run.checkpoint_path
+        written.append(torch.load(path, weights_only=False)["round"] if path.exists() else None)
+        if record["round"] == 5:
+            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        run_federated(small, "fedavg", cfg, out_dir=tmp_path / "cut", progress=False, on_round=interrupt)
+    assert written == [None, None, 3, 3, 3]      # every 3 rounds: round 5 is lost, round 3 is kept
+    resumed = run_federated(small, "fedavg", cfg, out_dir=tmp_path / "cut", resume=True, progress=False)
+    assert _figures(resumed) == _figures(full) and resumed["rounds_run"] == 7
+    assert torch.load(tmp_path / "cut" / "seed-0" / "checkpoint.pt", weights_only=False)["round"] == 7  # the end
+
+
 def test_resume_refuses_changed_settings(small, tmp_path):
     cfg = FedConfig(**FAST)
     run_federated(small, "fedavg", cfg, out_dir=tmp_path, progress=False)

@@ -11,7 +11,8 @@ FEDERATED_BACKBONES = ("fcf", "fedavg", "fedncf", "fedrap", "pfedrec")
 
 #: config fields that may differ between a checkpoint and the run that resumes it (they do not change numbers
 #: already computed: more rounds or patience extend a run; the simulator and chunking only change speed)
-RESUMABLE_CHANGES = {"rounds", "patience", "simulator", "chunk_floats", "seeds", "ks", "metrics", "mask_history"}
+RESUMABLE_CHANGES = {"rounds", "patience", "simulator", "chunk_floats", "seeds", "ks", "metrics", "mask_history",
+                     "checkpoint_every"}
 
 
 @dataclass
@@ -43,6 +44,7 @@ class FedConfig:
     seeds: int = 1                    # run seeds seed, seed+1, ..., seed+seeds-1
     simulator: str = "batched"        # batched | sequential (the plain reference)
     private_store: str = "memory"     # memory | disk (under RUN_DIR/seed-<s>/private)
+    checkpoint_every: int = 1         # rounds between checkpoints (also at every evaluation and at the end)
     chunk_floats: int = 1 << 24       # memory bound of one batched chunk, in floats
     fedrap_lambda: float = 1e-4
     local_shared: bool = False        # fedgrad: clients also step their copy of the shared parts (pseudo-grads)
@@ -74,6 +76,7 @@ class FedConfig:
             (self.seeds >= 1, "seeds must be >= 1"),
             (self.simulator in ("batched", "sequential"), "simulator must be batched or sequential"),
             (self.private_store in ("memory", "disk"), "private_store must be memory or disk"),
+            (self.checkpoint_every >= 1, "checkpoint_every must be >= 1"),
             (self.chunk_floats >= 1024, "chunk_floats must be >= 1024"),
             (self.upload_noise >= 0 and self.upload_clip >= 0, "upload_noise and upload_clip must be >= 0"),
             (len(self.ks) > 0 and min(self.ks) >= 1, "ks must be positive integers"),
@@ -187,6 +190,11 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, include_io: bool = Fal
     g.add_argument("--private-store", choices=("memory", "disk"), default=d.private_store,
                    help="where clients keep their private state between rounds: memory (default) or disk "
                         "(one file per client under RUN_DIR/seed-<s>/private)")
+    g.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every, metavar="N",
+                   help="write the run's checkpoint every N rounds, at every evaluation and at the end (default 1); "
+                        "with a memory store each checkpoint holds every client's private state, so a larger N "
+                        "saves time when that is big, and a resumed run repeats at most N-1 rounds (the same "
+                        "numbers: all randomness is keyed by round). --private-store disk checkpoints every round")
     g.add_argument("--chunk-floats", type=int, default=d.chunk_floats, help="memory bound of a batched chunk")
     g.add_argument("--local-shared", action="store_true", default=None,
                    help="fedgrad: clients also update their copy of the shared parts during local training, so "

@@ -125,7 +125,7 @@ class FederatedRun:
             self.shared = self.strategy.prepare_shared(self.shared)
         self.progress = progress
         self.on_round, self.on_upload = on_round, on_upload
-        self.round = 0
+        self.round = self._checkpointed_round = 0
         self.history: list[dict] = []
         self.best: dict | None = None
         self.bad_evals = 0
@@ -214,12 +214,19 @@ class FederatedRun:
             self.stopped_early = self.bad_evals >= cfg.patience
         self.round = r
         self.history.append(record)
-        if self.run_dir is not None:
+        if self.run_dir is not None and self._checkpoint_due(record):
             self.save_checkpoint()
         self.store.commit()
         if self.on_round is not None:
             self.on_round(self, record)
         return record
+
+    def _checkpoint_due(self, record: dict) -> bool:
+        """Every ``checkpoint_every`` rounds, at evaluations and at the end; every round with a disk store (it
+        commits each round's private states, which only the latest checkpoint can recover)."""
+        r = record["round"]
+        return (self.store.kind != "memory" or r % self.cfg.checkpoint_every == 0 or "valid" in record
+                or r >= self.cfg.rounds or self.stopped_early)
 
     def done(self) -> bool:
         return self.round >= self.cfg.rounds or self.stopped_early
@@ -241,8 +248,9 @@ class FederatedRun:
                 bar.update(1)
         except KeyboardInterrupt:
             bar.close()
-            if self.run_dir is not None and self.round > 0:
-                print(f"\ninterrupted: round {self.round} is checkpointed in {self.run_dir}; "
+            if self.run_dir is not None and self.checkpoint_path.exists():
+                saved = self._checkpointed_round
+                print(f"\ninterrupted after round {self.round}; round {saved} is checkpointed in {self.run_dir}; "
                       f"continue with --resume", file=sys.stderr)
             raise
         bar.close()
@@ -293,6 +301,7 @@ class FederatedRun:
             "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state()},
         }
         atomic_torch_save(state, self.checkpoint_path)
+        self._checkpointed_round = self.round
 
     def load_checkpoint(self) -> None:
         path = self.checkpoint_path
@@ -315,7 +324,7 @@ class FederatedRun:
         if diff:
             raise ValueError(f"{path}: cannot resume with different settings: "
                              + ", ".join(f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in diff))
-        self.round = int(ck["round"])
+        self.round = self._checkpointed_round = int(ck["round"])
         self.shared = ck["shared"]
         self.strategy.load_state_dict(ck["strategy"])
         if ck["private_store"] != self.store.kind:
