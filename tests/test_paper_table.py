@@ -108,7 +108,7 @@ def test_cold_rule_rows_score_cold_items_as_their_content_neighbours(table, back
     # scores are linear in the item rows (shared, PFedRec's private copy, FedRAP's C + A_u): a cold item gets the
     # mean score of its neighbours for the same user
     def by_hand(users):
-        s = np.array(raw(users), dtype=np.float64)
+        s = raw(users).double().numpy().copy()
         s[:, np.flatnonzero(cold)] = s[:, rule.neighbours].mean(-1)
         return s
     want = evaluate(data, by_hand, split="test", **common)
