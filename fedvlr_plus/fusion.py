@@ -26,10 +26,11 @@ Li, Long, Jiang, Zhang, Yang, "Federated Vision-Language-Recommendation with Per
 
 Backbones with personal item parts keep them on the client, added to the fused vector: FedRAP's private table
 ``A_u`` (declared in ``Backbone.additive_item_tables``; its penalties read the fused vector as the shared part
-``C``) and PFedRec's personalised item embedding, which becomes a private offset ``Δ_u`` (zero at the start of
-every round, trained locally at the item-row rate, kept for scoring until the next round) because Algorithm 1
-keeps the shared ``F`` fixed during a round, so there is no locally fine-tuned copy of it to keep. The client then
-scores ``Σ_j w_uj F_ij + A_u[i]`` (or ``+ Δ_u[i]``).
+``C``) and, with ``personal_offset=True``, PFedRec's personalised item embedding as a private offset ``Δ_u`` (zero
+at the start of every round, trained locally at the item-row rate, kept for scoring until the next round) because
+Algorithm 1 keeps the shared ``F`` fixed during a round, so there is no locally fine-tuned copy of it to keep.
+The client then scores ``Σ_j w_uj F_ij + A_u[i]`` (or ``+ Δ_u[i]``). Without the offset, PFedRec inside the layer
+is the FedAvg layer (the same private affine head).
 
 Cold items (flagged new: no training interaction) would otherwise enter the fusion with an untrained ID row.
 The server replaces their ID row by the mean ID row of their nearest warm content neighbours

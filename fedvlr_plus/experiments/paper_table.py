@@ -64,25 +64,16 @@ def _with_rule(run, rule, data, cold, common) -> tuple[EvalResult, EvalResult] |
     private_tables = ({s.name for s in bb.all_specs() if s.item_table and not s.shared}
                       | set(bb.personal_copies.values()))
     shared = apply_to_tables(bb, run.shared, rule)
-    idx = torch.as_tensor(np.flatnonzero(rule.cold), dtype=torch.long)
-    nbrs = torch.as_tensor(rule.neighbours, dtype=torch.long)
 
     def per_user(name, stacked):          # [B, n_items, ...]: each user's cold rows from the same user's table
-        if name not in private_tables:
-            return stacked
-        out = stacked.clone()
-        out[:, idx] = stacked[:, nbrs].mean(2)
-        return out
+        return torch.stack([rule.apply(t) for t in stacked]) if name in private_tables else stacked
 
-    if private_tables:
-        if not getattr(run.sim, "maps_private", False):
-            return None
+    if private_tables and not getattr(run.sim, "maps_private", False):
+        return None
+    kw = {"private_map": per_user} if private_tables else {}
 
-        def score(users):
-            return run.sim.scores(np.asarray(users, dtype=np.int64), shared, private_map=per_user)
-    else:
-        def score(users):
-            return run.sim.scores(np.asarray(users, dtype=np.int64), shared)
+    def score(users):
+        return run.sim.scores(np.asarray(users, dtype=np.int64), shared, **kw)
     return (evaluate(data, score, split="test", **common),
             evaluate(data, RestrictedScorer(score, cold), split="test", **common))
 

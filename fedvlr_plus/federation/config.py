@@ -155,7 +155,8 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, include_io: bool = Fal
                    help="continue the (interrupted) federated run in RUN_DIR; finished seeds are read back")
     if include_io:
         g.add_argument("--backbone", required=True, choices=FEDERATED_BACKBONES, help="federated backbone")
-        g.add_argument("--out", metavar="RUN_DIR", default=None, help="checkpoint every round into RUN_DIR")
+        g.add_argument("--out", metavar="RUN_DIR", default=None,
+                       help="checkpoint into RUN_DIR (every round, or as --checkpoint-every says)")
         g.add_argument("--json", action="store_true", help="print the result as JSON")
     g.add_argument("--rounds", type=int, default=d.rounds, help="maximum number of rounds (default %(default)s)")
     g.add_argument("--local-epochs", type=int, default=d.local_epochs,

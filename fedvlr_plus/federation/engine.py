@@ -86,8 +86,7 @@ class FederatedRun:
             self.bb = make_backbone(backbone, self.n_items, cfg.dim, **opts)
         self.specs = {s.name: s for s in self.bb.all_specs()}
         self.lr = float(cfg.lr if cfg.lr is not None else self.bb.default_lr)
-        self.local_epochs = int(cfg.local_epochs if cfg.local_epochs is not None
-                                else getattr(self.bb, "default_local_epochs", 5))
+        self.local_epochs = int(cfg.local_epochs if cfg.local_epochs is not None else self.bb.default_local_epochs)
         self.item_lr_scale = float(cfg.item_lr_scale if cfg.item_lr_scale is not None
                                    else self.bb.default_item_lr_scale)
         self.strategy_name = cfg.strategy or self.bb.default_strategy
@@ -422,7 +421,7 @@ def bench_round(data, backbone: str, cfg: FedConfig | None = None, *, sequential
     cfg = replace(cfg or FedConfig(), clients_per_round=None, private_store="memory", seeds=1)
     repeats = max(1, int(repeats))
     out = {"backbone": backbone, "dataset": data.name, "clients": None, "items": int(data.n_items),
-           "train_interactions": int(len(data.train())), "local_epochs": cfg.local_epochs,
+           "train_interactions": int(len(data.train())),
            "negatives": cfg.negatives, "threads": torch.get_num_threads(), "repeats": repeats,
            "peak_rss_mb_before": _peak_rss_mb()}
 
