@@ -329,3 +329,47 @@ def test_unbalanced_ot_keeps_the_token_marginal_and_changes_the_score():
     lu, du = M.forward(p, task, idx, unb)
     assert du["ot_marginal_error"] < 1e-5 and db["ot_marginal_error"] < 1e-5
     assert not torch.allclose(lb, lu)
+
+
+def test_rater_tokens_one_token_per_rater_label_free():
+    data = _tiny_data()
+    tok, mask = M.rater_tokens(data, max_raters=4, dim=32)
+    assert tok.shape == (4, 4, 3) and mask.sum(1).tolist() == [2, 2, 2, 1]   # rank capped at min(users, items) - 1
+    # last column: the rating centred on its rater's mean, standardised over all interactions
+    dev = np.array([5 - 4, 3 - 4, 4 - 2.5, 1 - 2.5, 2 - 11 / 3, 5 - 11 / 3, 4 - 11 / 3])
+    z = (dev - dev.mean()) / dev.std()
+    np.testing.assert_allclose(tok[0, :2, -1], [z[0], z[4]], rtol=1e-5)      # item 0: users 0 and 2, in row order
+    np.testing.assert_allclose(tok[3, 0, -1], z[6], rtol=1e-5)
+    assert not tok[3, 1:].any()                                             # padding stays zero
+    # the user part is the rater's own embedding, the same in every item it rated
+    np.testing.assert_array_equal(tok[0, 0, :-1], tok[1, 0, :-1])           # user 0 in items 0 and 1
+    assert np.abs(tok[0, 0, :-1] - tok[0, 1, :-1]).max() > 1e-3             # users 0 and 2 differ
+    # capped: a seeded sample of the raters
+    tok1, mask1 = M.rater_tokens(data, max_raters=1)
+    assert mask1.sum(1).tolist() == [1, 1, 1, 1]
+    assert any(np.allclose(tok1[0, 0], t) for t in tok[0, :2])
+    # labels never enter: permuting the categories leaves the tokens unchanged
+    data2 = _tiny_data()
+    data2.items["categories"] = [["C"], ["B", "C"], ["A"], ["A", "B"]]
+    np.testing.assert_array_equal(M.rater_tokens(data2, max_raters=4)[0], tok)
+
+
+def test_rater_tokens_feed_every_variant_and_can_be_switched_off():
+    task = _task(n=30)
+    rng = np.random.default_rng(1)
+    task.raters = rng.standard_normal((30, 6, 5)).astype(np.float32)
+    task.rater_mask = np.ones((30, 6), bool)
+    task.rater_mask[:, 4:] = False                                          # every item has 4 raters
+    idx = np.arange(8)
+    for variant in ("baseline", "fedmpt"):
+        on = M.MPTConfig(variant=variant)
+        p = M.init_params(task, on, seed=0)
+        assert p["rater_w"].shape == (task.dim, 5)
+        tok, mask = M.item_tokens(p, task, idx)
+        plain = M.item_tokens(M.init_params(task, M.MPTConfig(variant=variant, rater_tokens=False), 0), task, idx)
+        assert tok.shape[1] == plain[0].shape[1] + 4 and mask[:, -4:].all()     # batch-wide padding trimmed
+        # the rater tokens are a shared linear map of the rater rows
+        want = torch.from_numpy(task.raters[idx, :4]) @ p["rater_w"].T + p["rater_b"]
+        torch.testing.assert_close(tok[:, -4:], want)
+        logits, _ = M.forward(p, task, idx, on)
+        assert logits.shape == (8, task.labels.shape[1]) and torch.isfinite(logits).all()

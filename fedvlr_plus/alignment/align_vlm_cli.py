@@ -44,6 +44,10 @@ def register(methods) -> None:
     m.add_argument("--test-share", type=float, default=0.2, help="share of labelled items held out (default 0.2)")
     m.add_argument("--proj-dim", type=int, default=96,
                    help="fixed projection width of tokens and prompts (0 keeps the encoder's 384)")
+    m.add_argument("--raters", type=int, default=64,
+                   help="rater tokens per item: up to this many of the item's raters, each one token (a label-free "
+                        "SVD embedding of the rater and the rating it gave), for every row alike (default 64; "
+                        "0 = title and usage-feature tokens only, the previous revision)")
     m.add_argument("--lr", type=float, default=2e-3, help="client Adam learning rate (default 2e-3)")
     m.add_argument("--conditions", default=None,
                    help="JSON condition list (same layout as the shipped, film-worded "
@@ -52,9 +56,10 @@ def register(methods) -> None:
                    help="decision rule of every row for CP/CR/CF1/OP/OR/OF1 and the spurious rate: per-label "
                         "thresholds maximising F1 on the clients' own training items (f1; default, chosen on "
                         "validation) or probability > 0.5 (fixed); both are in the report under 'rules'")
-    m.add_argument("--ot-rho", type=float, default=0.1,
-                   help="unbalanced OT: KL weight on the label marginal, so labels compete for tokens (default 0.1, "
-                        "chosen on validation; 0 = balanced OT, every label receives 1/C of the token mass)")
+    m.add_argument("--ot-rho", type=float, default=1.0,
+                   help="unbalanced OT: KL weight on the label marginal, so labels compete for tokens (default 1.0, "
+                        "chosen on validation with rater tokens; 0.1 without them, --raters 0; 0 = balanced OT, every "
+                        "label receives 1/C of the token mass)")
     m.add_argument("--no-ablation", action="store_true", help="train only the baseline and full FedMPT")
     m.add_argument("--valid", action="store_true",
                    help="tuning mode: hold out --test-share of the TRAIN items as a validation set and report on "
@@ -127,7 +132,8 @@ def cli_fedmpt(args) -> int:
     if args.cache_dir:
         embed_tokens, embed_sentences = M.cached_encoders(embed_tokens, embed_sentences, args.cache_dir)
     conditions = M.load_conditions(args.conditions)
-    task, ids = M.build_task(data, embed_tokens, embed_sentences, conditions, proj_dim=args.proj_dim or None)
+    task, ids = M.build_task(data, embed_tokens, embed_sentences, conditions, proj_dim=args.proj_dim or None,
+                             raters=args.raters)
     train, test = M.split_items(ids, args.test_share, args.seed)
     if args.valid:       # tune on a split of the training items; the test items stay unseen
         train, test = M.split_items(train, args.test_share, args.seed + 1000)
@@ -150,7 +156,7 @@ def cli_fedmpt(args) -> int:
     report = {"source": args.source, "n_items": len(ids), "n_train": len(train), "n_test": len(test),
               "labels": task.label_names, "conditions": task.condition_names, "clients": args.clients,
               "rounds": args.rounds, "seed": args.seed, "evaluated_on": "valid" if args.valid else "test",
-              "decision_rule": args.threshold, "ot_rho": args.ot_rho,
+              "decision_rule": args.threshold, "ot_rho": args.ot_rho, "raters": args.raters,
               "baseline": _figures(results["baseline"].test), "fedmpt": _figures(results["fedmpt"].test),
               "ablation": {row: _figures(results[v].test) for row, v in MPT_ABLATION.items() if v in results},
               "n_params": {v: r.n_params for v, r in results.items()},
