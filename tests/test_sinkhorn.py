@@ -93,3 +93,21 @@ def test_unbalanced_limits_and_row_marginal():
     assert col_err(bal) < col_err(mid) < col_err(tiny)
     with pytest.raises(ValueError):
         sinkhorn_log(cost, a, b, rho=0.0)
+
+
+@pytest.mark.parametrize("rho", [None, 0.1, 1.0])
+def test_reported_error_is_the_plans_row_error_at_every_stop(rho):
+    # the row error is read off the next f update instead of a pass over the plan; it must equal the plan's own
+    g = torch.Generator().manual_seed(3)
+    cost = torch.rand(3, 6, 4, generator=g, dtype=torch.float64)
+    a = torch.softmax(torch.randn(3, 6, generator=g, dtype=torch.float64), -1)
+    a[:, -1] = 0.0                        # one padding row
+    a = a / a.sum(-1, keepdim=True)
+    b = torch.full((3, 4), 0.25, dtype=torch.float64)
+    for max_iter in (1, 2, 5, 50):
+        res = sinkhorn_log(cost, a, b, eps=0.1, max_iter=max_iter, tol=0.0, rho=rho)   # never early
+        assert res.n_iter == max_iter
+        assert res.marginal_error == pytest.approx(float((res.plan.sum(-1) - a).abs().max()), rel=1e-6, abs=1e-12)
+    loose = sinkhorn_log(cost, a, b, eps=0.1, max_iter=500, tol=1e-3, rho=rho)
+    assert loose.marginal_error < 1e-3 and loose.n_iter < 500
+    assert float((loose.plan.sum(-1) - a).abs().max()) < 1e-3

@@ -3,8 +3,9 @@
 Wang, Wang, Zhao, Yu, Wang, Wang, "FedMPT: Federated Multi-Label Prompt Tuning of Vision-Language Models",
 CVPR 2026, arXiv 2605.28347 (paper version, see ``../shared/docs/alignment-methods.md`` §6). Mapped onto items:
 an item is a set of content tokens (frozen MiniLM token embeddings of its title, plus one learned token per group
-of usage features: release year, rating histogram, rater age / gender / occupation shares, popularity) and its
-labels are its genres or categories. Per item:
+of usage features: release year, rating histogram, rater age / gender / occupation shares, popularity, and,
+optionally, one token per sampled rater, :func:`rater_tokens`: the set-valued evidence closest to image patches
+here) and its labels are its genres or categories. Per item:
 
 - condition prompts: for condition n and label c, ``p_{n,c} = normalise(E0[n,c] + u_n + w + v_c)`` where ``E0`` is
   the frozen MiniLM embedding of the condition sentence for c (the fixed condition list in
