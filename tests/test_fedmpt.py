@@ -90,13 +90,18 @@ def test_forward_shapes_and_ot_marginals(variant):
     assert n_cond == (1 if variant == "baseline" else 3)
 
 
-def test_upload_carries_parameters_only():
+@pytest.mark.parametrize("raters", [False, True])
+def test_upload_carries_parameters_only(raters):
     task = _task(n=37)
+    if raters:                                   # rater tokens are inputs too: only their shared map travels
+        task.raters = np.random.default_rng(2).standard_normal((37, 6, 5)).astype(np.float32)
+        task.rater_mask = np.ones((37, 6), bool)
     cfg = M.MPTConfig(variant="fedmpt", rank=4)
     p = M.init_params(task, cfg, 0)
     client = M.TaggingClient(3, task, np.arange(37), cfg)
     up = client.fit(p, {"round": 0})
     assert set(up.arrays) == set(p) == set(M.param_specs(task, cfg))
+    assert ("rater_w" in up.arrays) == raters
     for k, v in up.arrays.items():
         assert tuple(v.shape) == tuple(p[k].shape)        # nothing per item, no tokens, no labels
     assert up.rows == {} and up.num_examples == 37
