@@ -378,3 +378,30 @@ def test_rater_tokens_feed_every_variant_and_can_be_switched_off():
         torch.testing.assert_close(tok[:, -4:], want)
         logits, _ = M.forward(p, task, idx, on)
         assert logits.shape == (8, task.labels.shape[1]) and torch.isfinite(logits).all()
+
+
+def test_align_fedmpt_command_end_to_end_with_rater_tokens(tmp_path, capsys, monkeypatch):
+    """The command on the real ml-100k (inside the recbole wheel) with stub text encoders: the JSON contract."""
+    import json
+
+    from fedvlr_plus.cli import main
+
+    def tokens(texts):
+        return [np.random.default_rng(len(t)).standard_normal((min(len(t.split()), 6) + 2, 12)).astype(np.float32)
+                for t in texts]
+
+    def sentences(texts):
+        return np.stack([np.random.default_rng(abs(hash(t)) % 2 ** 32).standard_normal(12) for t in texts]
+                        ).astype(np.float32)
+
+    monkeypatch.setattr(M, "minilm_encoders", lambda device="cpu": (tokens, sentences))
+    out = tmp_path / "mpt.json"
+    assert main(["align", "fedmpt", "ml-100k", "--rounds", "1", "--no-ablation", "--raters", "4", "--proj-dim", "0",
+                 "--cache-dir", "", "--json", "--out", str(out)]) == 0
+    rep = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rep["raters"] == 4 and rep["ot_rho"] == 1.0 and rep["evaluated_on"] == "test"
+    for row in ("baseline", "fedmpt"):
+        for k in ("mAP", "CF1", "OF1", "spurious_rate"):
+            assert 0.0 <= rep[row][k] <= 1.0
+    assert rep["ablation"] == {"prompts+ot+gate": rep["fedmpt"]}
+    assert json.loads(out.read_text())["fedmpt"] == rep["fedmpt"]          # --out holds the same report
