@@ -383,6 +383,7 @@ def test_rater_tokens_feed_every_variant_and_can_be_switched_off():
 def test_align_fedmpt_command_end_to_end_with_rater_tokens(tmp_path, capsys, monkeypatch):
     """The command on the real ml-100k (inside the recbole wheel) with stub text encoders: the JSON contract."""
     import json
+    import zlib
 
     from fedvlr_plus.cli import main
 
@@ -391,7 +392,8 @@ def test_align_fedmpt_command_end_to_end_with_rater_tokens(tmp_path, capsys, mon
                 for t in texts]
 
     def sentences(texts):
-        return np.stack([np.random.default_rng(abs(hash(t)) % 2 ** 32).standard_normal(12) for t in texts]
+        # crc32, not hash(): str hashes change with every process, and the stub must give the same vectors
+        return np.stack([np.random.default_rng(zlib.crc32(t.encode())).standard_normal(12) for t in texts]
                         ).astype(np.float32)
 
     monkeypatch.setattr(M, "minilm_encoders", lambda device="cpu": (tokens, sentences))

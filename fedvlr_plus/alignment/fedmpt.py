@@ -302,15 +302,19 @@ def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * m.unsqueeze(-1)).sum(-2) / m.sum(-1, keepdim=True).clamp_min(1.0)
 
 
+def _batch_trimmed(values: np.ndarray, mask: np.ndarray, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows ``idx`` of a left-aligned padded array [n, T, ...] and its mask [n, T], cut to the batch's longest row
+    (most items are far shorter than the padded length)."""
+    width = max(int(mask[idx].sum(1).max()), 1) if len(idx) else 1
+    return torch.from_numpy(values[idx, :width]), torch.from_numpy(mask[idx, :width])
+
+
 def item_tokens(p: dict, task: TaggingTask, idx: np.ndarray, kind: str | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Content tokens [B, T + G, d] and mask: frozen text tokens, then one projected token per feature group
     (``kind="group"``, ``side_w.*`` parameters) or one token per feature column (``"column"``, ``side_e.*`` /
     ``side_f.*``); by default the group tokens when the parameters have them."""
-    # trim the padding shared by the whole batch: most titles are far shorter than the padded length
-    width = max(int(task.token_mask[idx].sum(1).max()), 1) if len(idx) else 1
-    tok = torch.from_numpy(task.tokens[idx, :width])
-    mask = torch.from_numpy(task.token_mask[idx, :width])
+    tok, mask = _batch_trimmed(task.tokens, task.token_mask, idx)
     extra = []
     for g, x in task.side.items():
         v = torch.from_numpy(x[idx])
@@ -323,11 +327,9 @@ def item_tokens(p: dict, task: TaggingTask, idx: np.ndarray, kind: str | None = 
         tok = torch.cat([tok, extra], 1)
         mask = torch.cat([mask, torch.ones(len(idx), extra.shape[1], dtype=torch.bool)], 1)
     if "rater_w" in p:                       # one token per sampled rater: a shared linear map of its embedding
-        rm = torch.from_numpy(task.rater_mask[idx])
-        width = max(int(rm.sum(1).max()), 1) if len(idx) else 1
-        rt = torch.from_numpy(task.raters[idx, :width]) @ p["rater_w"].T + p["rater_b"]
-        tok = torch.cat([tok, rt], 1)
-        mask = torch.cat([mask, rm[:, :width]], 1)
+        rt, rm = _batch_trimmed(task.raters, task.rater_mask, idx)
+        tok = torch.cat([tok, rt @ p["rater_w"].T + p["rater_b"]], 1)
+        mask = torch.cat([mask, rm], 1)
     return tok, mask
 
 
