@@ -45,6 +45,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..errors import UserError
 from .base import Backbone, ParamSpec, take_rows
 
 __all__ = ["RecBoleBackbone", "RefusedModel", "resolve_model", "recbole_workdir", "build_from_data",
@@ -56,7 +57,7 @@ CACHE_ATTRIBUTES = ("restore_user_e", "restore_item_e")
 RB_METRIC = {"hr": "hit", "ndcg": "ndcg", "recall": "recall", "mrr": "mrr"}
 
 
-class RefusedModel(ValueError):
+class RefusedModel(UserError, ValueError):
     """This RecBole model cannot be federated by the adapter; the message says why."""
 
 

@@ -15,6 +15,8 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from ..errors import UserError
+
 TRAIN, VALID, TEST, UNSPLIT = 0, 1, 2, -1
 SPLIT_NAMES = {TRAIN: "train", VALID: "valid", TEST: "test", UNSPLIT: "unsplit"}
 SPLIT_CODES = {v: k for k, v in SPLIT_NAMES.items()}
@@ -23,7 +25,7 @@ INTER_COLUMNS = ("user", "item", "rating", "timestamp", "split")
 CONTENT_COLUMNS = ("title", "description", "categories", "image")
 
 
-class DataError(ValueError):
+class DataError(UserError, ValueError):
     """Bad input data. The message names the file and the line, row or field at fault."""
 
 

@@ -274,14 +274,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]
     parser = build_parser()
     args = parser.parse_args(argv)
-    from fedvlr_plus.datasets import DataError
+    from fedvlr_plus.errors import UserError
 
     try:
         return int(args.func(args) or 0)
-    except DataError as exc:
-        print(f"fedvlr-plus: error: {exc}", file=sys.stderr)
+    except UserError as exc:
+        # a user's mistake gets one line; --debug shows where it was raised
+        if debug:
+            raise
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("fedvlr-plus: interrupted", file=sys.stderr)

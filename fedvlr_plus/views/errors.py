@@ -4,8 +4,10 @@ Each message names what is wrong and, where there is one, the file at fault and 
 """
 from __future__ import annotations
 
+from ..errors import UserError
 
-class ViewStoreError(ValueError):
+
+class ViewStoreError(UserError, ValueError):
     """A ViewStore request that cannot be answered: unknown view or item, wrong dimension, bad rows."""
 
 
@@ -13,5 +15,5 @@ class CorruptStoreError(ViewStoreError):
     """A ViewStore folder whose files do not match its manifest (checksum, shape, dims, NaN). Names the file."""
 
 
-class EncoderUnavailable(RuntimeError):
+class EncoderUnavailable(UserError, RuntimeError):
     """The requested encoder cannot run here (weights missing offline, package missing). Says what to pass."""
