@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import UserError
+from fedvlr_plus.errors import UserError
 from .base import Backbone, ParamSpec, take_rows
 
 __all__ = ["RecBoleBackbone", "RefusedModel", "resolve_model", "recbole_workdir", "build_from_data",

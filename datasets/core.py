@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from ..errors import UserError
+from fedvlr_plus.errors import UserError
 
 TRAIN, VALID, TEST, UNSPLIT = 0, 1, 2, -1
 SPLIT_NAMES = {TRAIN: "train", VALID: "valid", TEST: "test", UNSPLIT: "unsplit"}
