@@ -47,6 +47,21 @@ def test_current_install_maps_folders_into_the_package(tmp_path):
     assert _not_ours(out["top_datasets"]), out
 
 
+def _see_dependencies_of_this_interpreter(py: str) -> None:
+    """Let the wheel's venv import torch & co. from the interpreter running the tests, whatever it is.
+
+    ``system_site_packages`` would expose the *base* interpreter's packages, which in a user's venv lack torch.
+    A ``.pth`` line only appends the folder to ``sys.path``: the wheel's own copy in the new venv comes first,
+    and ``.pth`` files inside the appended folder (such as an editable install's finder) are not run.
+    """
+    import sysconfig
+
+    theirs = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    ours = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    Path(theirs, "_tested_interpreter.pth").write_text("\n".join(sorted(ours)) + "\n")
+
+
 @pytest.mark.slow
 def test_built_wheel_maps_folders_into_the_package(tmp_path):
     pytest.importorskip("build")
@@ -63,8 +78,9 @@ def test_built_wheel_maps_folders_into_the_package(tmp_path):
     assert "fedvlr_plus/alignment/data/fedmpt_conditions.json" in names   # package data (FedMPT conditions)
     assert not any(n.startswith(("datasets/", "adapters/", "tests/")) for n in names), names[:20]
     env_dir = tmp_path / "venv"
-    venv.EnvBuilder(system_site_packages=True, with_pip=True).create(env_dir)
+    venv.EnvBuilder(with_pip=True).create(env_dir)
     py = str(env_dir / "bin" / "python")
+    _see_dependencies_of_this_interpreter(py)
     res = subprocess.run([py, "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)],
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
