@@ -75,20 +75,24 @@ def main(argv=None) -> dict:
         config = Config(model=BiasedMF, dataset="ml-100k",
                         config_dict={"embedding_size": 32, "use_gpu": False, "show_progress": False})
 
+    print(f"federating BiasedMF on ml-100k: {args.rounds} rounds, {args.local_epochs} local epoch(s) per round",
+          flush=True)
     backbone, data = federate(BiasedMF, config)                           # <-- RecBole model -> federated backbone
     # the adapter's defaults (fedgrad, server Adam at 0.05, client lr 2.0) are the recipe of docs/recbole.md
     fed = FedConfig(rounds=args.rounds, local_epochs=args.local_epochs, valid_metric="ndcg@10")
-    plain = run_federated(data, backbone, fed, progress=False)           # <-- train and evaluate
+    plain = run_federated(data, backbone, fed)                           # <-- train and evaluate (progress bar)
     print("federated BiasedMF       test", {k: round(v, 4) for k, v in plain["test"].items() if "@" in k})
     out = {"federated": plain["test"]}
     if not args.no_fedvlr:
         from fedvlr_plus.datasets import load
         from fedvlr_plus.fusion_cli import load_views
 
+        print("adding the FedVLR layer: text views of the titles and genres "
+              f"({'from ' + args.views if args.views else 'built once, then cached'})", flush=True)
         ml = load("ml-100k")                                             # our loader: titles and genres
         views = align_views(load_views(ml, args.views), ml.item_ids, data)   # <-- views in RecBole's id order
         layer = fedvlr(backbone, views, data)                            # <-- add the FedVLR layer
-        fused = run_federated(data, layer, fed, progress=False)          # <-- train and evaluate
+        fused = run_federated(data, layer, fed)                          # <-- train and evaluate
         print("federated BiasedMF+FedVLR test", {k: round(v, 4) for k, v in fused["test"].items() if "@" in k})
         out["fedvlr"] = fused["test"]
     return out
