@@ -18,6 +18,10 @@ amazon-2014/2018/2023  a reviews file (``.json``, ``.jsonl``, ``.csv``, optional
 =====================  =========================================================================
 
 A folder holding several Amazon review files is ambiguous; pass one of the files instead.
+
+``data.sanity()`` lists what a careful researcher wants to know before trusting the numbers (duplicate rows,
+valid/test rows that repeat a training pair, users without training rows) as ``{code, count, message}``
+dicts; see :mod:`fedvlr_plus.datasets.sanity` for the codes and what is dropped or kept.
 """
 from __future__ import annotations
 

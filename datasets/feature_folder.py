@@ -12,7 +12,10 @@ tab-separated ``<name>.inter`` whose split column is ``x_label`` and features ``
 Ids in the file are already 0-based internal ids and are kept unchanged, so row i of every feature matrix
 stays item i. The catalogue size is ``max(max itemID + 1, feature rows, mapped items)``; every feature
 file must have exactly that many rows (a mismatch names the file, an itemID beyond a feature file names
-the interactions line). Features are returned as float32 under ``features['image']`` / ``['text']``;
+the interactions line). Ids should be nearly contiguous: without a mapping file, an id space larger than
+10 x the distinct ids + 1000 is refused, naming the line of the first id beyond that (it would size every
+array). With a mapping file, every id in the interactions must be listed there and the mapping must cover
+0..n-1. Features are returned as float32 under ``features['image']`` / ``['text']``;
 NaN or inf rows are errors. Without mapping files the raw ids are the internal ids. Rating defaults to
 1 and timestamp to 0 when the columns are absent; without a split column the data is unsplit. With
 one, train and test must be non-empty.
@@ -104,7 +107,8 @@ def _id_space(ids: np.ndarray, col: str, t: Table, mapping: tuple[Table, str] | 
         unknown = ~np.isin(ids, listed)
         if unknown.any():
             r = int(np.flatnonzero(unknown)[0])
-            raise DataError(f"{t.where(r)}: {col} {ids[r]} is not in {mt.path.name} ({len(listed):,} ids listed)")
+            raise DataError(f"{t.where(r)}: no row for {col} {ids[r]} in {mt.path.name} ({len(listed):,} ids "
+                            f"listed there)")
         ordered = np.sort(listed)  # unique and >= 0 (checked in _mapping), so position k should hold id k
         gap = np.flatnonzero(ordered != np.arange(len(ordered)))
         n = max(int(ordered[-1]) + 1, catalogue_rows)
@@ -114,10 +118,11 @@ def _id_space(ids: np.ndarray, col: str, t: Table, mapping: tuple[Table, str] | 
                             f"of {n:,} ids)")
         return n
     n = max(int(ids.max()) + 1, catalogue_rows)
-    bound = _SPARSE_FACTOR * len(np.unique(ids)) + _SPARSE_SLACK
+    distinct = len(np.unique(ids))
+    bound = _SPARSE_FACTOR * distinct + _SPARSE_SLACK
     if catalogue_rows == 0 and n > bound:
         r = int(np.flatnonzero(ids >= bound)[0])
-        raise DataError(f"{t.where(r)}: {col} {ids[r]} is far beyond the {len(np.unique(ids)):,} distinct "
+        raise DataError(f"{t.where(r)}: {col} {ids[r]} is far beyond the {distinct:,} distinct "
                         f"{col}s in the file (ids are 0-based row numbers here; without a mapping file listing "
                         f"them, {col}s from {bound:,} on are refused)")
     return n
