@@ -41,7 +41,7 @@ def _per_split(labels: np.ndarray) -> dict[str, int]:
 
 
 def _in_words(splits: dict[str, int]) -> str:
-    return ", ".join(f"{name} {n:,}" for name, n in splits.items())
+    return ", ".join(f"{name} {n:,}" for name, n in splits.items() if n)
 
 
 def _pair_keys(data, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
@@ -87,13 +87,13 @@ def _duplicates(data) -> dict | None:
         return None
     splits = _per_split(labels[repeated])
     n = int(repeated.sum())
-    if data.is_split:
-        why = ("kept as the data's own split has them; the training matrix counts each pair once, row counts "
-               "such as popularity count every row")
-    else:
-        why = "splitting (leave-one-out, ratio, cold) drops them, keeping the earliest row of each pair"
+    if set(splits) == {"unsplit"}:
+        return finding("duplicate_rows", n, f"duplicate (user, item) rows: {n:,}; splitting (leave-one-out, "
+                                            "ratio, cold) drops them, keeping the earliest row of each pair", splits)
     return finding("duplicate_rows", n, f"duplicate (user, item) rows within one split: {n:,} "
-                                        f"({_in_words(splits)}); {why}", splits)
+                                        f"({_in_words(splits)}); kept as the data's own split has them; the "
+                                        "training matrix counts each pair once, row counts such as popularity "
+                                        "count every row", splits)
 
 
 def _overlap(data, held_out: int, against: int) -> np.ndarray:
