@@ -18,6 +18,10 @@ amazon-2014/2018/2023  a reviews file (``.json``, ``.jsonl``, ``.csv``, optional
 =====================  =========================================================================
 
 A folder holding several Amazon review files is ambiguous; pass one of the files instead.
+
+``data.sanity()`` lists what a careful researcher wants to know before trusting the numbers (duplicate rows,
+valid/test rows that repeat a training pair, users without training rows) as ``{code, count, message}``
+dicts; see :mod:`fedvlr_plus.datasets.sanity` for the codes and what is dropped or kept.
 """
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ from .amazon import AMAZON_FORMATS, detect_amazon_version, find_meta, load_amazo
 from .feature_folder import interactions_file, load_feature_folder
 from .movielens import MOVIELENS_FORMATS, load_ml1m, load_ml100k_raw, load_movielens, load_movielens_csv
 from .recbole_atomic import load_ml100k, ml100k_folder, read_atomic, write_atomic
+from .sanity import print_warnings
 
 __all__ = [
     "CONTENT_COLUMNS", "INTER_COLUMNS", "SPLIT_CODES", "SPLIT_NAMES", "TEST", "TRAIN", "UNSPLIT", "VALID",
@@ -39,6 +44,7 @@ __all__ = [
     "load_feature_folder",
     "load_movielens", "load_movielens_csv", "load_ml1m", "load_ml100k_raw",
     "read_atomic", "write_atomic", "load_ml100k", "ml100k_folder",
+    "print_warnings",
 ]
 
 FORMATS = ("feature-folder", "recbole-atomic", "movielens-csv", "movielens-1m", "movielens-100k-raw",

@@ -46,16 +46,25 @@ def open_text(path: str | os.PathLike, encoding: str = "utf-8", newline: str = "
 
 
 def first_line(path: str | os.PathLike, encoding: str = "utf-8") -> str | None:
-    """The first non-blank line (without its line break), or None for an empty file."""
+    """The first non-blank line (without its line break), or None for an empty file.
+
+    Lines are decoded one at a time: a text reader decodes a whole buffer at once, so a bad byte on
+    line 51 would fail here and be blamed on line 1. Such a byte is reported, with its line, by the
+    reader that reads that far.
+    """
+    path = Path(path)
+    opener = gzip.open if path.name.endswith(".gz") else open
     try:
-        with open_text(path, encoding) as f:
-            for line in f:
+        with opener(path, "rb") as f:
+            for lineno, raw in enumerate(f, 1):
+                try:
+                    line = raw.decode(encoding)
+                except UnicodeDecodeError:
+                    raise DataError(f"{path}: line {lineno}: not valid {encoding} text") from None
                 if line.strip():
                     return line.rstrip("\r\n").lstrip("\ufeff")
     except (gzip.BadGzipFile, EOFError, zlib.error) as e:
         raise DataError(f"{path}: not a readable gzip file ({e})") from None
-    except UnicodeDecodeError:
-        raise DataError(f"{path}: line 1: not valid {encoding} text") from None
     return None
 
 

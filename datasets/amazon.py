@@ -28,7 +28,8 @@ in order, falling back to the main category when empty. ``brand`` (2023: ``store
 column because multimodal recommenders (e.g. MMRec) put it into the item text.
 
 Repeated (user, item) reviews (the 2018 files repeat them across product variants) are removed by
-default, keeping the earliest (ties: the first in the file); timestamps are kept as given (seconds for
+default, keeping the earliest (ties: the first in the file; the count is kept in ``notes`` as
+``duplicates_dropped`` and reported by ``sanity()``); timestamps are kept as given (seconds for
 2014/2018, milliseconds for 2023).
 """
 from __future__ import annotations

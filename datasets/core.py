@@ -50,6 +50,7 @@ class InteractionData:
     ``inter`` has the columns ``user, item, rating, timestamp, split`` (split: 0 train, 1 valid, 2 test,
     -1 not yet split). ``items`` is indexed by internal item id and may hold ``title``, ``description``,
     ``categories`` (list of str), ``image`` (path or URL, or None). ``users`` holds user attributes.
+    :meth:`sanity` lists duplicate rows, train/test leaks and users without training rows.
     """
 
     name: str
@@ -61,6 +62,8 @@ class InteractionData:
     features: dict[str, np.ndarray] = field(default_factory=dict)
     source: str = ""
     format: str = ""
+    # findings recorded by steps that removed rows (e.g. duplicates dropped); see sanity()
+    notes: list[dict] = field(default_factory=list)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -175,8 +178,30 @@ class InteractionData:
             if len(self.part(name)) == 0:
                 raise DataError(f"{where}: the '{name}' split is empty")
 
+    def sanity(self) -> list[dict]:
+        """Findings ``{code, count, message[, splits]}`` about this data (module ``sanity`` lists the codes)."""
+        from .sanity import findings
+
+        return findings(self)
+
+    def _distinct_pairs(self) -> int:
+        keys = self.inter["user"].to_numpy() * np.int64(max(self.n_items, 1)) + self.inter["item"].to_numpy()
+        return int(len(np.unique(keys)))
+
+    def content_coverage(self) -> dict[str, int]:
+        """Items holding a value, per content column; columns empty for every item are left out."""
+        out = {}
+        for col in self.items.columns:
+            n = int(sum(_has_value(v) for v in self.items[col].to_numpy()))
+            if n:
+                out[str(col)] = n
+        return out
+
     def stats(self) -> dict:
+        """Sizes, per-split counts, sparsity, content fields that hold values (``content_coverage``:
+        items with a value, out of ``items``), features, cold items, and the sanity ``warnings``."""
         n_u, n_i, n = self.n_users, self.n_items, self.n_inter
+        coverage = self.content_coverage()
         per_split = {}
         for code, name in SPLIT_NAMES.items():
             df = self.part(code)
@@ -192,9 +217,11 @@ class InteractionData:
             "users": int(n_u),
             "items": int(n_i),
             "interactions": int(n),
-            "sparsity": float(1.0 - n / (n_u * n_i)) if n_u and n_i else 1.0,
+            # distinct (user, item) pairs: a repeated row fills no extra cell of the matrix
+            "sparsity": float(1.0 - self._distinct_pairs() / (n_u * n_i)) if n_u and n_i else 1.0,
             "splits": per_split,
-            "content": sorted(c for c in self.items.columns) if len(self.items) else [],
+            "content": sorted(coverage),
+            "content_coverage": coverage,
             "features": {k: list(v.shape) for k, v in self.features.items()},
         }
         if self.is_split:
@@ -203,7 +230,21 @@ class InteractionData:
             for name in ("valid", "test"):
                 df = self.part(name)
                 out[f"{name}_cold_targets"] = int(cold[df["item"].to_numpy()].sum())
+        out["warnings"] = self.sanity()
         return out
+
+
+def _has_value(v) -> bool:
+    """A content value that says something: not None/NaN, not blank text, not an empty list."""
+    if v is None:
+        return False
+    if isinstance(v, str):
+        return bool(v.strip())
+    if isinstance(v, (list, tuple, np.ndarray)):
+        return len(v) > 0
+    if isinstance(v, (float, np.floating)):
+        return bool(np.isfinite(v))
+    return True
 
 
 def check_features(arr: np.ndarray, n_items: int, what: str) -> np.ndarray:

@@ -12,7 +12,10 @@ tab-separated ``<name>.inter`` whose split column is ``x_label`` and features ``
 Ids in the file are already 0-based internal ids and are kept unchanged, so row i of every feature matrix
 stays item i. The catalogue size is ``max(max itemID + 1, feature rows, mapped items)``; every feature
 file must have exactly that many rows (a mismatch names the file, an itemID beyond a feature file names
-the interactions line). Features are returned as float32 under ``features['image']`` / ``['text']``;
+the interactions line). Ids should be nearly contiguous: without a mapping file, an id space larger than
+10 x the distinct ids + 1000 is refused, naming the line of the first id beyond that (it would size every
+array). With a mapping file, every id in the interactions must be listed there and the mapping must cover
+0..n-1. Features are returned as float32 under ``features['image']`` / ``['text']``;
 NaN or inf rows are errors. Without mapping files the raw ids are the internal ids. Rating defaults to
 1 and timestamp to 0 when the columns are absent; without a split column the data is unsplit. With
 one, train and test must be non-empty.
@@ -84,19 +87,54 @@ def _mapping(path: Path, id_col: str) -> tuple[Table, str]:
     return t, others[0]
 
 
+# Ids here are row numbers into the catalogues (feature matrices, mapping files), so they should be nearly
+# contiguous. Some gaps are normal (rows filtered out after numbering), but every per-user and per-item
+# array is sized by the largest id, so one stray 999999999 would ask for gigabytes. Without a mapping file
+# that lists every id up to it, an id space larger than 10 x the distinct ids + 1000 is refused: data that
+# uses at least ~10 % of its ids passes, and so does any small hand-made folder.
+_SPARSE_FACTOR, _SPARSE_SLACK = 10, 1000
+
+
+def _id_space(ids: np.ndarray, col: str, t: Table, mapping: tuple[Table, str] | None, catalogue_rows: int = 0) -> int:
+    """The number of ids (largest id + 1), after checking that the mapping or the data explains it.
+
+    ``catalogue_rows``: rows of the feature files, which size the item catalogue themselves (an itemID beyond
+    them is reported against them).
+    """
+    if mapping is not None:
+        mt, _ = mapping
+        listed = mt.frame[col].to_numpy()
+        unknown = ~np.isin(ids, listed)
+        if unknown.any():
+            r = int(np.flatnonzero(unknown)[0])
+            raise DataError(f"{t.where(r)}: no row for {col} {ids[r]} in {mt.path.name} ({len(listed):,} ids "
+                            f"listed there)")
+        ordered = np.sort(listed)  # unique and >= 0 (checked in _mapping), so position k should hold id k
+        gap = np.flatnonzero(ordered != np.arange(len(ordered)))
+        n = max(int(ordered[-1]) + 1, catalogue_rows)
+        if len(gap) or catalogue_rows > len(ordered):
+            missing = int(gap[0]) if len(gap) else len(ordered)
+            raise DataError(f"{mt.path}: no row for {col} {missing} (the mapping covers {len(ordered):,} "
+                            f"of {n:,} ids)")
+        return n
+    n = max(int(ids.max()) + 1, catalogue_rows)
+    distinct = len(np.unique(ids))
+    bound = _SPARSE_FACTOR * distinct + _SPARSE_SLACK
+    if catalogue_rows == 0 and n > bound:
+        r = int(np.flatnonzero(ids >= bound)[0])
+        raise DataError(f"{t.where(r)}: {col} {ids[r]} is far beyond the {distinct:,} distinct "
+                        f"{col}s in the file (ids are 0-based row numbers here; without a mapping file listing "
+                        f"them, {col}s from {bound:,} on are refused)")
+    return n
+
+
 def _raw_ids(n: int, mapping: tuple[Table, str] | None, id_col: str) -> np.ndarray:
+    """Raw id of every internal id: the mapping's (which covers 0..n-1, see _id_space) or the id itself."""
     if mapping is None:
         return np.arange(n, dtype=np.int64)
     t, raw_col = mapping
-    ids = t.frame[id_col].to_numpy()
     out = np.empty(n, dtype=object)
-    covered = np.zeros(n, bool)
-    out[ids] = t.frame[raw_col].to_numpy(dtype=object)
-    covered[ids] = True
-    if not covered.all():
-        missing = int(np.flatnonzero(~covered)[0])
-        raise DataError(f"{t.path}: no row for {id_col} {missing} (the mapping covers {int(covered.sum())} "
-                        f"of {n} ids)")
+    out[t.frame[id_col].to_numpy()] = t.frame[raw_col].to_numpy(dtype=object)
     return out
 
 
@@ -135,8 +173,8 @@ def load_feature_folder(folder: str | Path) -> InteractionData:
     u_map = _mapping(folder / "u_id_mapping.csv", "userID") if (folder / "u_id_mapping.csv").is_file() else None
 
     max_item = int(items.max())
-    n_items = max([max_item + 1] + [a.shape[0] for _, a in feats.values()]
-                  + ([int(i_map[0].frame["itemID"].max()) + 1] if i_map and len(i_map[0].frame) else []))
+    feature_rows = max([a.shape[0] for _, a in feats.values()], default=0)
+    n_items = _id_space(items, "itemID", t, i_map, feature_rows)
     features = {}
     for name, (path, arr) in feats.items():
         if arr.shape[0] != n_items:
@@ -148,8 +186,7 @@ def load_feature_folder(folder: str | Path) -> InteractionData:
                             f"(max itemID {max_item} in {inter_path.name}; "
                             + ", ".join(f"{p.name}: {a.shape[0]} rows" for p, a in feats.values()) + ")")
         features[name] = check_features(arr, n_items, str(path))
-    n_users = max(int(users.max()) + 1,
-                  int(u_map[0].frame["userID"].max()) + 1 if u_map and len(u_map[0].frame) else 0)
+    n_users = _id_space(users, "userID", t, u_map)
     inter = _inter_frame(users, items,
                          f["rating"].to_numpy() if "rating" in f else None,
                          f["timestamp"].to_numpy() if "timestamp" in f else None,

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from .core import TEST, TRAIN, UNSPLIT, VALID, DataError, InteractionData, compact
+from .sanity import dropped_duplicates, merge_notes
 
 
 def implicit(data: InteractionData, threshold: float | None = None) -> InteractionData:
@@ -28,13 +29,22 @@ def implicit(data: InteractionData, threshold: float | None = None) -> Interacti
 
 
 def dedup(data: InteractionData, keep: str = "first") -> InteractionData:
-    """Remove repeated (user, item) pairs, keeping the earliest (``first``) or latest (``last``) by time."""
+    """Remove repeated (user, item) pairs, keeping the earliest (``first``) or latest (``last``) by time.
+
+    The count removed (and the split labels those rows carried) is recorded in ``notes`` as
+    ``duplicates_dropped``, so :meth:`InteractionData.sanity` reports it.
+    """
     if keep not in ("first", "last"):
         raise ValueError("keep must be 'first' or 'last'")
     order = np.lexsort((np.arange(len(data.inter)), data.inter["timestamp"].to_numpy()))
     inter = data.inter.iloc[order]
-    inter = inter[~inter.duplicated(["user", "item"], keep=keep)]
-    return data.replace(inter=inter.sort_index().reset_index(drop=True))
+    repeated = inter.duplicated(["user", "item"], keep=keep).to_numpy()
+    notes = data.notes
+    if repeated.any():
+        notes = merge_notes(notes, dropped_duplicates(inter["split"].to_numpy()[repeated],
+                                                      "earliest" if keep == "first" else "latest"))
+    inter = inter[~repeated]
+    return data.replace(inter=inter.sort_index().reset_index(drop=True), notes=notes)
 
 
 def k_core(data: InteractionData, k: int = 5, *, users: bool = True, items: bool = True) -> InteractionData:

@@ -66,7 +66,7 @@ def add_data_arguments(p: argparse.ArgumentParser) -> None:
 
 def load_for_run(args):
     """Load SOURCE and apply the requested preprocessing and split."""
-    from fedvlr_plus.datasets import load
+    from fedvlr_plus.datasets import load, print_warnings
     from fedvlr_plus.datasets import splits
 
     data = load(args.source)
@@ -79,17 +79,19 @@ def load_for_run(args):
         data = splits.standard(data, threshold=args.implicit_threshold, k=args.k_core, split=split,
                                seed=getattr(args, "seed", 0))
     data.require_split(need=("train", "valid", "test"))
+    print_warnings(data, sys.stderr)  # duplicates, leaks, users without training rows: one line each
     return data, split
 
 
 # ---------------------------------------------------------------------------------------------- data stats
 def cmd_data_stats(args) -> int:
-    from fedvlr_plus.datasets import detect_format, load
+    from fedvlr_plus.datasets import detect_format, load, print_warnings
 
     fmt = detect_format(args.source)
     data = load(args.source)
     stats = data.stats()
     stats["detected_format"] = fmt
+    print_warnings(data, sys.stderr, stats["warnings"])
     if args.json:
         _emit_json(stats)
         return 0
@@ -103,10 +105,13 @@ def cmd_data_stats(args) -> int:
     if "cold_items" in stats:
         print(f"  items never in train: {stats['cold_items']:,}; cold targets: valid {stats['valid_cold_targets']:,}, "
               f"test {stats['test_cold_targets']:,}")
-    if stats["content"]:
-        print(f"  item content: {', '.join(stats['content'])}")
+    if stats["content_coverage"]:  # only fields some item holds a value in, with how many items do
+        print("  item content: " + ", ".join(f"{k} {n:,}/{stats['items']:,}"
+                                             for k, n in stats["content_coverage"].items()))
     for k, shape in stats["features"].items():
         print(f"  features '{k}': {shape[0]:,} x {shape[1]}")
+    if stats["warnings"]:
+        print(f"  warnings: {len(stats['warnings'])} (on stderr; codes {', '.join(w['code'] for w in stats['warnings'])})")
     return 0
 
 
@@ -146,6 +151,7 @@ def cmd_run(args) -> int:
     result.update({k: _select(v, keys) for k, v in tj.items() if k not in result})
     result["n_users"] = int(len(test.per_user))
     result["baselines"] = reference_table(data, keys, **common)
+    result["data_warnings"] = data.sanity()
     _report_run(args, result, keys, test)
     return 0
 

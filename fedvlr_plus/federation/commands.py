@@ -83,6 +83,7 @@ def cli_run(args, data, *, split_used: str, metrics, ks, keys, protocol: str) ->
     result[f"other_protocol_{'sampled' if protocol == 'full' else 'full'}"] = pick(res.get(other))
     result["baselines"] = reference_table(data, keys, protocol=protocol, ks=tuple(ks), metrics=tuple(metrics),
                                           mask_history=cfg.mask_history, seed=cfg.seed)
+    result["data_warnings"] = data.sanity()
     for key in ("strategy", "simulator", "rounds_run", "stopped_early", "resolved", "model", "config", "history",
                 "per_seed", "seeds"):
         if key in res:
