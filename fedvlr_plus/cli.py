@@ -123,8 +123,11 @@ def cmd_run(args) -> int:
     names, ks, keys = parse_metrics(args.metrics)
     protocol = "sampled" if args.protocol == "sampled99" else "full"
     data, split_used = load_for_run(args)
+    _say(_run_plan(args, data.name))
     if args.backbone not in REFERENCE_BACKBONES:
-        return _run_federated(args, data, split_used, names, ks, keys, protocol)
+        code = _run_federated(args, data, split_used, names, ks, keys, protocol)
+        _say(_next_step(args))
+        return code
     scorer = reference_scorer(args.backbone, data, seed=args.seed)
     common = dict(protocol=protocol, ks=ks, metrics=names, mask_history=args.mask_history, seed=args.seed)
     valid = evaluate(data, scorer, split="valid", **common)
@@ -144,7 +147,38 @@ def cmd_run(args) -> int:
     result["n_users"] = int(len(test.per_user))
     result["baselines"] = reference_table(data, keys, **common)
     _report_run(args, result, keys, test)
+    _say(_next_step(args))
     return 0
+
+
+def _say(message: str) -> None:
+    """What a long step is doing, on stderr: stdout stays the table, or with --json one JSON line."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def _run_plan(args, dataset: str) -> str:
+    """One line that says what ``run`` is about to do and where it writes."""
+    where = (f"writing to {args.resume or args.out}" if (args.resume or args.out)
+             else "nothing written (add --out RUN_DIR to keep the result)")
+    if args.backbone in REFERENCE_BACKBONES:
+        return f"ranking {dataset} with the reference ranker {args.backbone} (no training); {where}"
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    model = args.backbone + ("" if args.fusion == "none" else f" + {args.fusion} fusion")
+    return (f"training {model} on {dataset}: {len(seeds)} seed{'s' * (len(seeds) > 1)} "
+            f"({', '.join(map(str, seeds))}), up to {args.rounds} rounds, patience {args.patience}; {where}")
+
+
+def _next_step(args) -> str:
+    """Where to go from a finished ``run``."""
+    src = args.source
+    if args.backbone in REFERENCE_BACKBONES:
+        return f"next: train a federated backbone, e.g. fedvlr-plus run {src} --backbone fedavg"
+    base = args.backbone if not args.backbone.startswith("recbole:") else "fedavg"
+    if args.fusion == "none":
+        return (f"next: add the FedVLR layer with --fusion fedvlr, or a cold-start study with "
+                f"fedvlr-plus coldstart {src} --backbone {base}")
+    return (f"next: every backbone alone and with the fusion layer, with paired tests: "
+            f"fedvlr-plus experiment paper-table {src}")
 
 
 def reference_table(data, keys: list[str], **common) -> dict:
@@ -245,6 +279,7 @@ def _add_run_command(sub) -> None:
     from fedvlr_plus.fusion_args import add_fusion_arguments
 
     p_run = sub.add_parser("run", help="train (if needed) and evaluate one backbone",
+                           usage="%(prog)s SOURCE [--backbone NAME] [options]",
                            description="Train a backbone on SOURCE (federated backbones) or use a reference "
                                        "ranker, select on validation, and report test metrics with bootstrap "
                                        "confidence intervals, split into warm and cold targets.")

@@ -10,6 +10,7 @@ import argparse
 import sys
 
 _NO_DEFAULT = (None, False, argparse.SUPPRESS)
+_HELP_OF = "_cli_help_of"   # namespace attribute: the command whose help lists the flags it takes
 
 
 class DefaultsHelpFormatter(argparse.HelpFormatter):
@@ -34,10 +35,26 @@ class CliParser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
         super().__init__(*args, **kwargs)
 
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras and not hasattr(namespace, _HELP_OF):
+            # the innermost command returns first: its help is the one that lists what it takes
+            setattr(namespace, _HELP_OF, self.prog)
+        return namespace, extras
+
+    def parse_args(self, args=None, namespace=None):
+        namespace, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self._fail(f"unrecognized arguments: {' '.join(extras)}", getattr(namespace, _HELP_OF, self.prog))
+        return namespace
+
     def error(self, message: str):
+        self._fail(message, self.prog)
+
+    def _fail(self, message: str, prog: str):
         if message.startswith("argument "):  # "argument --rounds: ..." -> "--rounds: ..."
             message = message[len("argument "):]
-        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"error: {message} (see {prog} --help)\n")
 
     def exit(self, status: int = 0, message: str | None = None):
         if message:

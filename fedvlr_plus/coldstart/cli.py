@@ -46,6 +46,7 @@ def register(subparsers) -> argparse.ArgumentParser:
 
     p = subparsers.add_parser(
         "coldstart", help="cold-start experiments: new items, new users, sparse users",
+        usage="%(prog)s SOURCE --backbone NAME [--cold-items F] [--cold-users F] [options]",
         description="Train a federated backbone (optionally with the FedVLR layer) and measure it where interactions "
                     "are scarce: cold items ranked among all items and among cold items only (with server-side "
                     "content rules for their ID rows), held-out users joining with N support interactions, and "

@@ -49,6 +49,7 @@ def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("experiment", help="experiments that produce the tables of a report")
     ex = p.add_subparsers(dest="experiment", metavar="EXPERIMENT", required=True)
     t = ex.add_parser("paper-table", help="the FedVLR paper's Table 2: every backbone alone, +mlp, +fedvlr",
+                      usage="%(prog)s SOURCE [--backbones B,...] [--variants V,...] [options]",
                       description="Train every backbone alone, with the single-MLP fusion and with FedVLR (each "
                                   "selected on validation), over several seeds, and print test figures overall, "
                                   "for warm and cold targets and for cold targets ranked among cold items, beside "

@@ -100,6 +100,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="bench_command", metavar="{round}", required=True)
     r = sub.add_parser("round", help="time one full round (all clients, local epochs, no evaluation), batched "
                                      "and sequential",
+                       usage="%(prog)s SOURCE --backbone NAME [options]",
                        description="Time one full federated round for the batched simulator and the sequential "
                                    "reference in one process and print both and their ratio. SOURCE may also "
                                    "be synthetic:USERSxITEMS (e.g. synthetic:35000x18000).")
