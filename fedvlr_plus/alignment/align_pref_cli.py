@@ -41,16 +41,21 @@ def register(subparsers) -> None:
     _common(m)
     m.add_argument("--group-by", choices=("taste", "age", "gender", "occupation"), default="taste",
                    help="ratings: how users form the clients (one client per group; default taste)")
-    m.add_argument("--groups", type=positive_int, default=4, help="ratings: number of taste / occupation groups (default 4)")
-    m.add_argument("--min-gap", type=non_negative_float, default=2.0, help="ratings: minimum rating gap of a pair (default 2)")
+    m.add_argument("--groups", type=positive_int, default=4,
+                   help="ratings: number of taste / occupation groups (default 4)")
+    m.add_argument("--min-gap", type=non_negative_float, default=2.0,
+                   help="ratings: minimum rating gap of a pair (default 2)")
     m.add_argument("--architectures", default="bilinear,mlp",
                    help="reward architectures dealt round-robin over clients (bilinear, mlp, linear)")
-    m.add_argument("--reward-epochs", type=positive_int, default=30, help="Bradley-Terry epochs per client (default 30)")
+    m.add_argument("--reward-epochs", type=positive_int, default=30,
+                   help="Bradley-Terry epochs per client (default 30)")
     m.add_argument("--backbone", default="fedavg", help="federated backbone of the reference policy (default fedavg)")
-    m.add_argument("--backbone-rounds", type=positive_int, default=30, help="federated rounds of the backbone (default 30)")
+    m.add_argument("--backbone-rounds", type=positive_int, default=30,
+                   help="federated rounds of the backbone (default 30)")
     m.add_argument("--candidates", type=positive_int, default=100, help="candidate items per user (default 100)")
     m.add_argument("--grpo-rounds", type=positive_int, default=30, help="GRPO rounds (default 30)")
-    m.add_argument("--users-per-round", type=positive_int, default=256, help="users (contexts) per GRPO round (default 256)")
+    m.add_argument("--users-per-round", type=positive_int, default=256,
+                   help="users (contexts) per GRPO round (default 256)")
     m.add_argument("--group-size", type=positive_int, default=8, help="GRPO group size G (default 8)")
     m.add_argument("--beta", type=non_negative_float, default=0.1, help="KL weight to the reference (default 0.1)")
     m.add_argument("--kl", choices=("k3", "exact"), default="k3", help="KL estimator (default k3)")
@@ -76,7 +81,8 @@ def register(subparsers) -> None:
     v.add_argument("--local-steps", type=positive_int, default=2, help="local steps per round (default 2)")
     v.add_argument("--latent", type=positive_int, default=8, help="latent size d of z (default 8)")
     v.add_argument("--beta", type=non_negative_float, default=0.05, help="KL weight (default 0.05)")
-    v.add_argument("--ortho", type=non_negative_float, default=1.0, help="orthogonal prototype loss weight lambda (default 1)")
+    v.add_argument("--ortho", type=non_negative_float, default=1.0,
+                   help="orthogonal prototype loss weight lambda (default 1)")
     v.add_argument("--tau", type=positive_float, default=1.0, help="Gumbel-Softmax temperature (default 1)")
     v.add_argument("--prior-weights", choices=("gumbel", "samples"), default="gumbel",
                    help="mixture weights: learned Gumbel-Softmax (paper) or sample sizes (released code)")

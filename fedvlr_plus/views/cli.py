@@ -53,7 +53,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     k.add_argument("--json", action="store_true", help="print neighbour ids and scores as JSON")
 
     c = sub.add_parser("bench", help="time encode + index of N items and kNN latency")
-    c.add_argument("--n", type=positive_int, default=10_000, help="items to encode (ml-100k titles tiled; default 10000)")
+    c.add_argument("--n", type=positive_int, default=10_000,
+                   help="items to encode (ml-100k titles tiled; default 10000)")
     c.add_argument("--encoder", default="sentence", choices=[e for e in ENCODERS if e not in ("auto", "precomputed")],
                    help="encoder to time (default sentence)")
     c.add_argument("--queries", type=positive_int, default=1000, help="kNN queries to time (default 1000)")
