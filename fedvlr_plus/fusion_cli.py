@@ -2,7 +2,6 @@
 modalities take part, and the router report (entropy and across-user spread of the expert weights)."""
 from __future__ import annotations
 
-import argparse
 import os
 from pathlib import Path
 

@@ -195,7 +195,7 @@ def cmd_coldstart(args) -> int:
                f"cold users {args.cold_users} (support {','.join(map(str, args.support))})" if args.cold_users else ""]
     studies = "; ".join(s for s in studies if s) or "natural cold targets of the data's own split"
     model = args.backbone + (f"+{args.fusion}" if args.fusion != "none" else "")
-    log(f"cold-start study of {model} on {args.source}: {studies}; {len(seeds)} seeds ({', '.join(map(str, seeds))}; "
+    log(f"cold-start study of {model} on {args.source}: {studies}; {len(seeds)} seed{'s' * (len(seeds) > 1)} ({', '.join(map(str, seeds))}; "
         f"change with --seeds), up to {args.rounds} rounds" + (f"; writing to {args.out}" if args.out else ""))
     result = run_coldstart(args, log=log)
     if args.out:
