@@ -36,6 +36,7 @@ RecBole writes ``./log`` and ``./log_tensorboard`` into the current directory; e
 from __future__ import annotations
 
 import contextlib
+import difflib
 import os
 import re
 import sys
@@ -45,7 +46,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedvlr_plus.errors import UserError
+from fedvlr_plus.errors import ConfigError, UserError
 from .base import Backbone, ParamSpec, take_rows
 
 __all__ = ["RecBoleBackbone", "RefusedModel", "resolve_model", "recbole_workdir", "build_from_data",
@@ -106,20 +107,48 @@ def _refusal_for_type(cls) -> str | None:
     return None
 
 
+#: RecBole's model families, searched in this order; a model found outside the first is refused with the
+#: reason its type gives (sequential, context-aware, knowledge-graph)
+MODEL_FAMILIES = ("general_recommender", "sequential_recommender", "context_aware_recommender",
+                  "knowledge_aware_recommender")
+
+
+def _family_models(family: str) -> tuple[dict[str, type], str | None]:
+    """The model classes of one RecBole family by lower-cased name, and why the family could not be imported."""
+    import importlib
+
+    try:
+        module = importlib.import_module(f"recbole.model.{family}")
+    except ImportError as exc:   # a family whose optional dependency is missing here
+        return {}, f"{family}: {exc}"
+    return {name.lower(): obj for name, obj in vars(module).items()
+            if isinstance(obj, type) and issubclass(obj, torch.nn.Module)}, None
+
+
+def _model_by_name(name: str):
+    """A RecBole model class by name, matched without regard to case (``bpr`` is ``BPR``)."""
+    general, broken = {}, []
+    for family in MODEL_FAMILIES:
+        models, why = _family_models(family)
+        if why:
+            broken.append(why)
+        if name.lower() in models:
+            return models[name.lower()]
+        if family == MODEL_FAMILIES[0]:
+            general = models
+    close = difflib.get_close_matches(name.lower(), list(general), n=3, cutoff=0.6)
+    hint = ("did you mean " + " or ".join(f"recbole:{general[k].__name__}" for k in close) + "?") if close \
+        else "general recommenders: " + ", ".join(sorted(c.__name__ for c in general.values()))
+    why = "not a RecBole general recommender" + (f" (could not import {'; '.join(broken)})" if broken else "")
+    raise RefusedModel(f"recbole:{name}", why, hint)
+
+
 def resolve_model(model):
-    """A RecBole model class from a name (``"BPR"``) or a class; refuse what cannot be federated."""
+    """A RecBole model class from a name (``"BPR"``, any case) or a class; refuse what cannot be federated."""
     from fedvlr_plus._compat import patch_recbole
 
     patch_recbole()
-    if isinstance(model, str):
-        from recbole.utils import get_model
-
-        try:
-            cls = get_model(model)
-        except Exception as exc:  # ValueError for unknown names, ImportError for optional extras
-            raise ValueError(f"recbole:{model}: RecBole 1.2.1 has no usable model of that name ({exc})") from None
-    else:
-        cls = model
+    cls = _model_by_name(model.strip()) if isinstance(model, str) else model
     if not isinstance(cls, type) or not issubclass(cls, torch.nn.Module):
         raise TypeError(f"expected a RecBole model class or name, got {model!r}")
     from recbole.model.abstract_recommender import GeneralRecommender
@@ -709,12 +738,14 @@ def cli_backbone(args, data):
     """``fedvlr-plus run SOURCE --backbone recbole:<Model> [--fusion ...] [--recbole-config FILE]``."""
     name = args.backbone.split(":", 1)[1].strip()
     if not name:
-        raise SystemExit("recbole:<Model> needs a model name, e.g. recbole:BPR or recbole:NeuMF")
+        raise ConfigError("--backbone recbole:", "needs a model name", "e.g. recbole:BPR or recbole:NeuMF")
     try:
         bb, _ = federate(name, data=data, config_file=getattr(args, "recbole_config", None),
                          seed=int(getattr(args, "seed", 0)))
-    except (RefusedModel, ValueError) as exc:
-        raise SystemExit(str(exc)) from None
+    except RefusedModel as exc:
+        raise RefusedModel("--backbone", str(exc)) from None
+    except ValueError as exc:   # RecBole's own checks of the model's configuration
+        raise ConfigError(f"--backbone {args.backbone}", str(exc)) from None
     if getattr(args, "fusion", "none") == "none":
         return bb
     from fedvlr_plus.fusion_cli import selected_views
@@ -726,4 +757,4 @@ def cli_backbone(args, data):
                       temperature=args.router_temperature, balance=args.router_balance, use_id="id" not in drop,
                       residual=getattr(args, "fusion_residual", False))
     except RefusedModel as exc:
-        raise SystemExit(str(exc)) from None
+        raise RefusedModel(f"--fusion {args.fusion}", str(exc)) from None

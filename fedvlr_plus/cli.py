@@ -11,6 +11,7 @@ import os
 import sys
 from pathlib import Path
 
+from fedvlr_plus.argtypes import metric_list, non_negative_int, parse_metrics
 from fedvlr_plus.jsonio import json_default, write_json_atomic
 
 REFERENCE_BACKBONES = ("pop", "random", "antipop")
@@ -22,30 +23,26 @@ def _emit_json(obj) -> None:
     print(json.dumps(obj, default=json_default))
 
 
-def parse_metrics(text: str) -> tuple[tuple[str, ...], tuple[int, ...], list[str]]:
-    """``"hr@10,ndcg@50"`` -> (metric names, cut-offs, the requested keys in order)."""
-    names, ks, keys = [], [], []
-    for part in text.split(","):
-        part = part.strip().lower()
-        if not part:
-            continue
-        if "@" not in part:
-            raise argparse.ArgumentTypeError(f"metric {part!r} needs a cut-off, e.g. {part}@10")
-        name, k = part.split("@", 1)
-        if name not in ("hr", "ndcg", "recall", "mrr"):
-            raise argparse.ArgumentTypeError(f"unknown metric {name!r} (hr, ndcg, recall, mrr)")
-        try:
-            k_int = int(k)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"cut-off of {part!r} is not an integer") from None
-        if k_int < 1:
-            raise argparse.ArgumentTypeError(f"cut-off of {part!r} must be >= 1")
-        names.append(name)
-        ks.append(k_int)
-        keys.append(f"{name}@{k_int}")
-    if not keys:
-        raise argparse.ArgumentTypeError("no metric given")
-    return tuple(dict.fromkeys(names)), tuple(sorted(set(ks))), keys
+def backbone_names() -> str:
+    """Every name ``--backbone`` takes, for its help and for the unknown-backbone error."""
+    from fedvlr_plus.federation.config import FEDERATED_BACKBONES
+
+    return (f"federated: {', '.join(FEDERATED_BACKBONES)}, recbole:<Model> (any RecBole general recommender, "
+            f"e.g. recbole:BPR); reference rankers: {', '.join(REFERENCE_BACKBONES)}")
+
+
+def backbone_arg(text: str) -> str:
+    """``--backbone`` of ``run``: a federated backbone, ``recbole:<Model>`` or a reference ranker."""
+    from fedvlr_plus.federation.config import FEDERATED_BACKBONES
+
+    name = text.strip()
+    if name.lower() in FEDERATED_BACKBONES + REFERENCE_BACKBONES:
+        return name.lower()
+    if name.lower().startswith("recbole:"):
+        if not name.split(":", 1)[1].strip():
+            raise argparse.ArgumentTypeError("recbole:<Model> needs a model name, e.g. recbole:BPR")
+        return "recbole:" + name.split(":", 1)[1].strip()
+    raise argparse.ArgumentTypeError(f"unknown backbone {text!r}; choose from {backbone_names()}")
 
 
 def add_data_arguments(p: argparse.ArgumentParser) -> None:
@@ -60,7 +57,7 @@ def add_data_arguments(p: argparse.ArgumentParser) -> None:
                         "(last = test, second-to-last = valid)")
     g.add_argument("--implicit-threshold", type=float, default=None, metavar="R",
                    help="keep only interactions with rating >= R as positives (default: all interactions)")
-    g.add_argument("--k-core", type=int, default=0, metavar="K",
+    g.add_argument("--k-core", type=non_negative_int, default=0, metavar="K",
                    help="iterative K-core filter on users and items before splitting (default: none)")
 
 
@@ -131,8 +128,11 @@ def cmd_run(args) -> int:
     names, ks, keys = parse_metrics(args.metrics)
     protocol = "sampled" if args.protocol == "sampled99" else "full"
     data, split_used = load_for_run(args)
+    _say(_run_plan(args, data.name))
     if args.backbone not in REFERENCE_BACKBONES:
-        return _run_federated(args, data, split_used, names, ks, keys, protocol)
+        code = _run_federated(args, data, split_used, names, ks, keys, protocol)
+        _say(_next_step(args))
+        return code
     scorer = reference_scorer(args.backbone, data, seed=args.seed)
     common = dict(protocol=protocol, ks=ks, metrics=names, mask_history=args.mask_history, seed=args.seed)
     valid = evaluate(data, scorer, split="valid", **common)
@@ -153,7 +153,38 @@ def cmd_run(args) -> int:
     result["baselines"] = reference_table(data, keys, **common)
     result["data_warnings"] = data.sanity()
     _report_run(args, result, keys, test)
+    _say(_next_step(args))
     return 0
+
+
+def _say(message: str) -> None:
+    """What a long step is doing, on stderr: stdout stays the table, or with --json one JSON line."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def _run_plan(args, dataset: str) -> str:
+    """One line that says what ``run`` is about to do and where it writes."""
+    where = (f"writing to {args.resume or args.out}" if (args.resume or args.out)
+             else "nothing written (add --out RUN_DIR to keep the result)")
+    if args.backbone in REFERENCE_BACKBONES:
+        return f"ranking {dataset} with the reference ranker {args.backbone} (no training); {where}"
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    model = args.backbone + ("" if args.fusion == "none" else f" + {args.fusion} fusion")
+    return (f"training {model} on {dataset}: {len(seeds)} seed{'s' * (len(seeds) > 1)} "
+            f"({', '.join(map(str, seeds))}), up to {args.rounds} rounds, patience {args.patience}; {where}")
+
+
+def _next_step(args) -> str:
+    """Where to go from a finished ``run``."""
+    src = args.source
+    if args.backbone in REFERENCE_BACKBONES:
+        return f"next: train a federated backbone, e.g. fedvlr-plus run {src} --backbone fedavg"
+    base = args.backbone if not args.backbone.startswith("recbole:") else "fedavg"
+    if args.fusion == "none":
+        return (f"next: add the FedVLR layer with --fusion fedvlr, or a cold-start study with "
+                f"fedvlr-plus coldstart {src} --backbone {base}")
+    return (f"next: every backbone alone and with the fusion layer, with paired tests: "
+            f"fedvlr-plus experiment paper-table {src}")
 
 
 def reference_table(data, keys: list[str], **common) -> dict:
@@ -210,12 +241,34 @@ def _run_federated(args, data, split_used, names, ks, keys, protocol) -> int:
 
 # ---------------------------------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="fedvlr-plus",
-        description="Personalised multimodal fusion for federated recommenders.",
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    """Every command's parser. Building it imports no torch, pandas or RecBole (``--help`` stays fast);
+    each command imports what it needs when it runs."""
+    from fedvlr_plus import __version__
+    from fedvlr_plus.cli_parser import CliParser
 
+    parser = CliParser(prog="fedvlr-plus",
+                       description="Personalised multimodal fusion for federated recommenders.")
+    parser.add_argument("--version", action="version", version=f"fedvlr-plus {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_data_command(sub)
+    _add_run_command(sub)
+    from fedvlr_plus.alignment import cli as alignment_cli
+    from fedvlr_plus.coldstart import cli as coldstart_cli
+    from fedvlr_plus.experiments import cli as experiments_cli
+    from fedvlr_plus.federation import commands as federation_commands
+    from fedvlr_plus.views import cli as views_cli
+    from fedvlr_plus import flower_cli
+
+    views_cli.register(sub).set_defaults(func=views_cli.run)
+    federation_commands.register(sub)  # bench round
+    alignment_cli.register(sub)
+    experiments_cli.register(sub)
+    flower_cli.register(sub)  # flower superlink|supernode|run
+    coldstart_cli.register(sub)
+    return parser
+
+
+def _add_data_command(sub) -> None:
     p_data = sub.add_parser("data", help="inspect data sources")
     data_sub = p_data.add_subparsers(dest="data_command", metavar="SUBCOMMAND", required=True)
     p_stats = data_sub.add_parser("stats", help="users, items, interactions, per split, sparsity",
@@ -226,57 +279,39 @@ def build_parser() -> argparse.ArgumentParser:
     p_stats.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p_stats.set_defaults(func=cmd_data_stats)
 
+
+def _add_run_command(sub) -> None:
+    from fedvlr_plus.federation.config import add_run_arguments
+    from fedvlr_plus.fusion_args import add_fusion_arguments
+
     p_run = sub.add_parser("run", help="train (if needed) and evaluate one backbone",
+                           usage="%(prog)s SOURCE [--backbone NAME] [options]",
                            description="Train a backbone on SOURCE (federated backbones) or use a reference "
                                        "ranker, select on validation, and report test metrics with bootstrap "
                                        "confidence intervals, split into warm and cold targets.")
     add_data_arguments(p_run)
-    p_run.add_argument("--backbone", default="pop", metavar="NAME",
-                       help="reference rankers: pop (training popularity), random, antipop (fewest training "
-                            "interactions first); federated backbones where installed")
-    p_run.add_argument("--protocol", default="full", choices=["full", "sampled99"],
-                       help="full: rank all items with the user's training items masked; sampled99: the target "
-                            "among 99 sampled negatives (seeded)")
-    p_run.add_argument("--mask-history", default="train", choices=["train", "all"],
-                       help="at test time mask only training items (FedVLR protocol; the validation item stays a "
-                            "candidate) or training and validation items (RecBole's behaviour)")
-    p_run.add_argument("--metrics", default=DEFAULT_METRICS, help=f"comma-separated metric@K list "
-                                                                  f"(hr, ndcg, recall, mrr; default {DEFAULT_METRICS})")
-    p_run.add_argument("--seed", type=int, default=0, help="seed for sampling, splits and the random ranker")
-    p_run.add_argument("--out", metavar="RUN_DIR", default=None,
-                       help="write result.json and per-user test metrics (CSV) into RUN_DIR")
-    p_run.add_argument("--json", action="store_true", help="print one JSON object as the last line")
-    from fedvlr_plus.federation import add_run_arguments
-    from fedvlr_plus.fusion_cli import add_fusion_arguments
-
+    g = p_run.add_argument_group("model and evaluation")
+    g.add_argument("--backbone", type=backbone_arg, default="pop", metavar="NAME",
+                   help=f"what to train or rank with; {backbone_names()}. pop: training popularity, "
+                        f"antipop: fewest training interactions first")
+    g.add_argument("--protocol", default="full", choices=["full", "sampled99"],
+                   help="full: rank all items with the user's training items masked; sampled99: the target "
+                        "among 99 sampled negatives (seeded)")
+    g.add_argument("--mask-history", default="train", choices=["train", "all"],
+                   help="at test time mask only training items (FedVLR protocol; the validation item stays a "
+                        "candidate) or training and validation items (RecBole's behaviour)")
+    g.add_argument("--metrics", type=metric_list, default=DEFAULT_METRICS,
+                   help="comma-separated metric@K list (hr, ndcg, recall, mrr)")
+    g.add_argument("--seed", type=non_negative_int, default=0,
+                   help="seed for sampling, splits, the random ranker and the first training seed")
+    o = p_run.add_argument_group("output")
+    o.add_argument("--out", metavar="RUN_DIR", default=None,
+                   help="write result.json and per-user test metrics (CSV) into RUN_DIR (federated backbones "
+                        "also checkpoint there)")
+    o.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     add_run_arguments(p_run)
     add_fusion_arguments(p_run)
     p_run.set_defaults(func=cmd_run)
-
-    from fedvlr_plus.views import cli as views_cli
-
-    views_cli.register(sub).set_defaults(func=views_cli.run)
-
-    from fedvlr_plus.federation import commands as federation_commands
-
-    federation_commands.register(sub)  # bench round
-
-    from fedvlr_plus.alignment import cli as alignment_cli
-
-    alignment_cli.register(sub)
-
-    from fedvlr_plus.experiments import cli as experiments_cli
-
-    experiments_cli.register(sub)
-
-    from fedvlr_plus import flower_cli
-
-    flower_cli.register(sub)  # flower superlink|supernode|run
-
-    from fedvlr_plus.coldstart import cli as coldstart_cli
-
-    coldstart_cli.register(sub)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

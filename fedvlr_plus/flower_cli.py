@@ -23,6 +23,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from .argtypes import port as port_number
+from .argtypes import positive_float
+from .errors import ConfigError, UserError
+
 DEFAULT_SUPERLINK_PORT = 9093
 DEFAULT_RUNTIME_PORT = 9094
 
@@ -34,7 +38,8 @@ def _exe(name: str) -> str:
         return str(here)
     found = shutil.which(name)
     if found is None:
-        raise SystemExit(f"{name} not found: install the flower extra (pip install 'fedvlr-plus[flower]')")
+        raise UserError(f"{name} not found", "Flower is not installed",
+                        "pip install 'fedvlr-plus[flower]'")
     return found
 
 
@@ -42,19 +47,21 @@ def tls_args(*, insecure: bool, certificates: str | None = None, root_certificat
              server: bool) -> list[str]:
     if insecure:
         if certificates or root_certificates:
-            raise SystemExit("choose either --insecure or TLS certificates, not both")
+            raise ConfigError("--insecure", "choose either --insecure or TLS certificates, not both")
         return ["--insecure"]
     if server:
         if not certificates:
-            raise SystemExit("the SuperLink needs --certificates DIR (ca.crt, server.pem, server.key) or --insecure")
+            raise ConfigError("--certificates", "the SuperLink needs TLS files or --insecure",
+                              "give --certificates DIR with ca.crt, server.pem and server.key, or --insecure")
         d = Path(certificates)
         files = {"--ssl-ca-certfile": d / "ca.crt", "--ssl-certfile": d / "server.pem", "--ssl-keyfile": d / "server.key"}
         missing = [str(p) for p in files.values() if not p.exists()]
         if missing:
-            raise SystemExit(f"TLS files missing: {', '.join(missing)}")
+            raise ConfigError(f"--certificates {certificates}", f"TLS files missing: {', '.join(missing)}")
         return [x for flag, p in files.items() for x in (flag, str(p))]
     if not root_certificates:
-        raise SystemExit("a SuperNode needs --root-certificates CA.crt (the SuperLink's CA) or --insecure")
+        raise ConfigError("--root-certificates", "a SuperNode needs the SuperLink's CA certificate or --insecure",
+                          "give --root-certificates CA.crt, or --insecure")
     return ["--root-certificates", str(root_certificates)]
 
 
@@ -181,7 +188,7 @@ def register(subparsers) -> argparse.ArgumentParser:
 
     s = sub.add_parser("superlink", help="start the SuperLink (foreground)")
     s.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0: every interface)")
-    s.add_argument("--port", type=int, default=DEFAULT_SUPERLINK_PORT,
+    s.add_argument("--port", type=port_number, default=DEFAULT_SUPERLINK_PORT,
                    help=f"port of the Fleet, Control and Runtime APIs (default {DEFAULT_SUPERLINK_PORT})")
     s.add_argument("--database", default=None, help="SQLite file for the SuperLink's state (default: in memory)")
     s.add_argument("--enable-supernode-auth", action="store_true",
@@ -193,7 +200,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     n.add_argument("--superlink", required=True, metavar="HOST:PORT", help="the SuperLink's address")
     n.add_argument("--partition", required=True, type=parse_partition, metavar="I/N",
                    help="this node holds partition I of N (contiguous blocks of user ids; 0/1 = every user)")
-    n.add_argument("--port", type=int, default=DEFAULT_RUNTIME_PORT,
+    n.add_argument("--port", type=port_number, default=DEFAULT_RUNTIME_PORT,
                    help=f"local port of the node's runtime API (default {DEFAULT_RUNTIME_PORT}; one per node "
                         f"on a machine)")
     n.add_argument("--state-dir", default=None,
@@ -210,7 +217,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     r.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                    help="override a run-config value of the app's pyproject.toml (repeatable)")
     r.add_argument("--wait", action="store_true", help="wait for the result (needs result=PATH in the config)")
-    r.add_argument("--timeout", type=float, default=24 * 3600.0, help="with --wait: give up after this many s")
+    r.add_argument("--timeout", type=positive_float, default=24 * 3600.0,
+                   help="with --wait: give up after this many seconds")
     r.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     _add_tls(r, server=False)
     r.set_defaults(func=cmd_run)
@@ -238,18 +246,19 @@ def cmd_run(args) -> int:
     config = {}
     for item in args.config:
         if "=" not in item:
-            raise SystemExit(f"--config expects KEY=VALUE, got {item!r}")
+            raise ConfigError(f"--config {item}", "expected KEY=VALUE", "e.g. --config rounds=3")
         k, v = item.split("=", 1)
         config[k.strip()] = v.strip()
     config = absolute_paths(config)
     if args.wait and not config.get("result"):
-        raise SystemExit("--wait needs --config result=PATH (the file the ServerApp writes)")
+        raise ConfigError("--wait", "needs --config result=PATH (the file the ServerApp writes)")
     with tempfile.TemporaryDirectory(prefix="fedvlr-flwr-home-") as home:
         write_connection(home, args.superlink, insecure=args.insecure, root_certificates=args.root_certificates)
         env = {**os.environ, "FLWR_HOME": home}
         proc = subprocess.run(run_command(args.app, config=config), env=env, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise SystemExit(f"flwr run failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+        last = (proc.stderr.strip() or proc.stdout.strip() or "no output").splitlines()[-1]
+        raise UserError(f"flwr run {args.app}", f"failed with exit code {proc.returncode}: {last}")
     submitted = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "{}"
     if not args.wait:
         print(submitted)

@@ -2,43 +2,17 @@
 modalities take part, and the router report (entropy and across-user spread of the expert weights)."""
 from __future__ import annotations
 
-import argparse
 import os
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from .fusion import MODES, FusionLayer, cold_rule
+from .errors import ConfigError
+from .fusion import FusionLayer, cold_rule
+from .fusion_args import add_fusion_arguments  # noqa: F401  (kept importable from here)
 
 RAW_OPS = ("identity",)
-
-
-def add_fusion_arguments(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("FedVLR fusion (federated backbones only)")
-    g.add_argument("--fusion", default="none", choices=("none",) + MODES,
-                   help="none: the backbone alone; sum|mlp|gate: one server fusion expert of ID and content views; "
-                        "fedvlr: the three experts mixed by a private per-user router (the paper's method)")
-    g.add_argument("--views", metavar="DIR", default=None,
-                   help="a ViewStore (fedvlr-plus views build); built there when missing. Default: the data's "
-                        "precomputed features, else a store cached under $FEDVLR_CACHE (~/.cache/fedvlr_plus)")
-    g.add_argument("--fusion-views", metavar="NAMES", default=None,
-                   help="comma-separated view names of the store to fuse (default: its raw modalities, e.g. "
-                        "text,image or title,metadata)")
-    g.add_argument("--drop-modality", action="append", default=[], metavar="M",
-                   help="ablation: leave out a modality (id, text, image, or a view name); repeatable")
-    g.add_argument("--router-temperature", type=float, default=1.0, help="softmax temperature of the router")
-    g.add_argument("--router-balance", type=float, default=0.0,
-                   help="weight of the entropy term that keeps a user's routing from collapsing (default 0)")
-    g.add_argument("--fusion-residual", action="store_true",
-                   help="add the raw ID row to the fused item vector (D_i + Σ_j w_uj F_ij) instead of passing ID "
-                        "only through the projected, LayerNorm-ed fusion")
-    g.add_argument("--personal-offset", action="store_true",
-                   help="PFedRec + FedVLR: add PFedRec's personalised item embedding as a private offset on the "
-                        "fused vector, restarted every round (off by default: worse on validation on KU and "
-                        "ml-100k; the score function and router are personal either way)")
-    g.add_argument("--cold-neighbours", type=int, default=10, metavar="K",
-                   help="cold items take the mean ID row of their K nearest warm content neighbours (0: off)")
 
 
 def _cache_root() -> Path:
@@ -77,7 +51,8 @@ def selected_views(args, data) -> tuple[dict[str, np.ndarray], set[str]]:
     drop = set(args.drop_modality)
     unknown = drop - {"id"} - set(views)
     if unknown:
-        raise SystemExit(f"--drop-modality {sorted(unknown)}: no such modality (id, {', '.join(views)})")
+        raise ConfigError(f"--drop-modality {','.join(sorted(unknown))}", "no such modality",
+                          f"choose from id, {', '.join(views)}")
     return {k: v for k, v in views.items() if k not in drop}, drop
 
 
@@ -95,7 +70,7 @@ def fusion_backbone(args, data, backbone: str, dim: int) -> FusionLayer:
                            residual=getattr(args, "fusion_residual", False),
                            personal_offset=getattr(args, "personal_offset", False))
     except ValueError as exc:   # a backbone the layer cannot wrap, bad views: a message, not a traceback
-        raise SystemExit(f"--fusion {args.fusion} with --backbone {backbone}: {exc}") from None
+        raise ConfigError(f"--fusion {args.fusion} with --backbone {backbone}", str(exc)) from None
 
 
 def router_report(run, users: np.ndarray | None = None) -> dict:

@@ -11,6 +11,8 @@ import json
 import sys
 from pathlib import Path
 
+from ..argtypes import non_negative_float, non_negative_int, positive_float, positive_int
+
 
 def is_hh_folder(source: str) -> bool:
     p = Path(source)
@@ -20,11 +22,11 @@ def is_hh_folder(source: str) -> bool:
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("source", metavar="SOURCE",
                    help="ml-100k (embedded), a rating dataset path, or an HH-RLHF folder")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="random seed (default 0)")
     p.add_argument("--cache-dir", default=None,
                    help="where text embeddings and backbone scores are cached (default ~/.cache/fedvlr_plus or "
                         "$FEDVLR_CACHE)")
-    p.add_argument("--limit", type=int, default=None,
+    p.add_argument("--limit", type=positive_int, default=None,
                    help="HH-RLHF: at most this many pairs per split (default all)")
     p.add_argument("--text", choices=("none", "title"), default="none",
                    help="ratings: add MiniLM title embeddings to the genre/year item features (default none)")
@@ -39,23 +41,28 @@ def register(subparsers) -> None:
     _common(m)
     m.add_argument("--group-by", choices=("taste", "age", "gender", "occupation"), default="taste",
                    help="ratings: how users form the clients (one client per group; default taste)")
-    m.add_argument("--groups", type=int, default=4, help="ratings: number of taste / occupation groups (default 4)")
-    m.add_argument("--min-gap", type=float, default=2.0, help="ratings: minimum rating gap of a pair (default 2)")
+    m.add_argument("--groups", type=positive_int, default=4,
+                   help="ratings: number of taste / occupation groups (default 4)")
+    m.add_argument("--min-gap", type=non_negative_float, default=2.0,
+                   help="ratings: minimum rating gap of a pair (default 2)")
     m.add_argument("--architectures", default="bilinear,mlp",
                    help="reward architectures dealt round-robin over clients (bilinear, mlp, linear)")
-    m.add_argument("--reward-epochs", type=int, default=30, help="Bradley-Terry epochs per client (default 30)")
+    m.add_argument("--reward-epochs", type=positive_int, default=30,
+                   help="Bradley-Terry epochs per client (default 30)")
     m.add_argument("--backbone", default="fedavg", help="federated backbone of the reference policy (default fedavg)")
-    m.add_argument("--backbone-rounds", type=int, default=30, help="federated rounds of the backbone (default 30)")
-    m.add_argument("--candidates", type=int, default=100, help="candidate items per user (default 100)")
-    m.add_argument("--grpo-rounds", type=int, default=30, help="GRPO rounds (default 30)")
-    m.add_argument("--users-per-round", type=int, default=256, help="users (contexts) per GRPO round (default 256)")
-    m.add_argument("--group-size", type=int, default=8, help="GRPO group size G (default 8)")
-    m.add_argument("--beta", type=float, default=0.1, help="KL weight to the reference (default 0.1)")
+    m.add_argument("--backbone-rounds", type=positive_int, default=30,
+                   help="federated rounds of the backbone (default 30)")
+    m.add_argument("--candidates", type=positive_int, default=100, help="candidate items per user (default 100)")
+    m.add_argument("--grpo-rounds", type=positive_int, default=30, help="GRPO rounds (default 30)")
+    m.add_argument("--users-per-round", type=positive_int, default=256,
+                   help="users (contexts) per GRPO round (default 256)")
+    m.add_argument("--group-size", type=positive_int, default=8, help="GRPO group size G (default 8)")
+    m.add_argument("--beta", type=non_negative_float, default=0.1, help="KL weight to the reference (default 0.1)")
     m.add_argument("--kl", choices=("k3", "exact"), default="k3", help="KL estimator (default k3)")
-    m.add_argument("--policy-lr", type=float, default=0.02, help="Adam step size of the policy (default 0.02)")
+    m.add_argument("--policy-lr", type=positive_float, default=0.02, help="Adam step size of the policy (default 0.02)")
     m.add_argument("--pooled-baseline", action="store_true",
                    help="ratings: also run GRPO with one reward model trained on the pooled pairs")
-    m.add_argument("--clients-per-type", type=int, default=2,
+    m.add_argument("--clients-per-type", type=positive_int, default=2,
                    help="HH-RLHF: clients per split (default 2)")
     m.set_defaults(func=cmd_mor)
 
@@ -63,19 +70,20 @@ def register(subparsers) -> None:
                               description="Federated variational preference alignment with a Gumbel-Softmax "
                                           "mixture prior (alignment-methods.md §4).")
     _common(v)
-    v.add_argument("--clients-per-type", type=int, default=10, help="clients per client type (default 10)")
-    v.add_argument("--pairs-per-client", type=int, default=40,
+    v.add_argument("--clients-per-type", type=positive_int, default=10, help="clients per client type (default 10)")
+    v.add_argument("--pairs-per-client", type=positive_int, default=40,
                    help="ml-100k annotator types: pairs per client (default 40)")
-    v.add_argument("--unseen-per-type", type=int, default=2,
+    v.add_argument("--unseen-per-type", type=non_negative_int, default=2,
                    help="clients per type held out of training; their z is inferred from context pairs (default 2)")
-    v.add_argument("--context-pairs", type=int, default=10,
+    v.add_argument("--context-pairs", type=non_negative_int, default=10,
                    help="pairs an unseen client gives to infer its z (default 10)")
-    v.add_argument("--rounds", type=int, default=100, help="federated rounds (default 100)")
-    v.add_argument("--local-steps", type=int, default=2, help="local steps per round (default 2)")
-    v.add_argument("--latent", type=int, default=8, help="latent size d of z (default 8)")
-    v.add_argument("--beta", type=float, default=0.05, help="KL weight (default 0.05)")
-    v.add_argument("--ortho", type=float, default=1.0, help="orthogonal prototype loss weight lambda (default 1)")
-    v.add_argument("--tau", type=float, default=1.0, help="Gumbel-Softmax temperature (default 1)")
+    v.add_argument("--rounds", type=positive_int, default=100, help="federated rounds (default 100)")
+    v.add_argument("--local-steps", type=positive_int, default=2, help="local steps per round (default 2)")
+    v.add_argument("--latent", type=positive_int, default=8, help="latent size d of z (default 8)")
+    v.add_argument("--beta", type=non_negative_float, default=0.05, help="KL weight (default 0.05)")
+    v.add_argument("--ortho", type=non_negative_float, default=1.0,
+                   help="orthogonal prototype loss weight lambda (default 1)")
+    v.add_argument("--tau", type=positive_float, default=1.0, help="Gumbel-Softmax temperature (default 1)")
     v.add_argument("--prior-weights", choices=("gumbel", "samples"), default="gumbel",
                    help="mixture weights: learned Gumbel-Softmax (paper) or sample sizes (released code)")
     # defaults mirror VPAConfig's (a test checks it); no import of fedvpa_gp here, it imports torch
@@ -84,7 +92,7 @@ def register(subparsers) -> None:
                            prototype_mode="fixed")
     v.add_argument("--decoder", choices=("bilinear", "concat"), default=d.decoder,
                    help=f"reward decoder: bilinear r = e^T (w0 + U z) or VPL's MLP([e; z]) (default {d.decoder})")
-    v.add_argument("--lr", type=float, default=d.lr,
+    v.add_argument("--lr", type=positive_float, default=d.lr,
                    help=f"Adam step size: the clients' (server optimizer none) or the server's (adam) "
                         f"(default {d.lr})")
     v.add_argument("--server-optimizer", choices=("none", "adam"), default=d.server_optimizer,
@@ -92,11 +100,11 @@ def register(subparsers) -> None:
                         f"(default {d.server_optimizer})")
     v.add_argument("--lr-schedule", choices=("constant", "cosine"), default=d.lr_schedule,
                    help=f"step size over the rounds (default {d.lr_schedule})")
-    v.add_argument("--local-lr", type=float, default=d.local_lr,
+    v.add_argument("--local-lr", type=positive_float, default=d.local_lr,
                    help=f"local SGD step size with --server-optimizer adam (default {d.local_lr})")
-    v.add_argument("--context-size", type=int, default=d.context_size,
+    v.add_argument("--context-size", type=positive_int, default=d.context_size,
                    help=f"context pairs per posterior sample in training (default {d.context_size})")
-    v.add_argument("--ortho-warmup", type=int, default=d.ortho_warmup,
+    v.add_argument("--ortho-warmup", type=non_negative_int, default=d.ortho_warmup,
                    help=f"rounds before prototype labels are broadcast (default {d.ortho_warmup})")
     v.add_argument("--prototype-mode", choices=("fixed", "learnable"), default=d.prototype_mode,
                    help=f"prototypes: fixed scaled identity rows or learnable (QR init, shared, re-orthonormalised "

@@ -9,6 +9,8 @@ import json
 import sys
 import time
 
+from ..argtypes import non_negative_float, non_negative_int, open_fraction, positive_float, positive_int
+
 #: FedMPT ablation rows (report name -> variant)
 MPT_ABLATION = {"prompts_only": "prompts", "prompts+ot": "prompts_ot", "prompts+gate": "prompts_gate",
                 "prompts+ot+gate": "fedmpt", "prompts+ot+gate, OT score only": "fedmpt_ot_only"}
@@ -38,17 +40,20 @@ def register(methods) -> None:
                                        "baseline on multi-label item tags (genres / categories) and report "
                                        "mAP, CF1, OF1 and the spurious-activation rate on held-out items.")
     m.add_argument("source", help="a dataset source fedvlr_plus.datasets.load understands (e.g. ml-100k)")
-    m.add_argument("--rounds", type=int, default=10, help="federated rounds (default 10)")
-    m.add_argument("--clients", type=int, default=5, help="clients, k-means clusters of label vectors (default 5)")
-    m.add_argument("--seed", type=int, default=0, help="seed for the item split, clustering and initialisation")
-    m.add_argument("--test-share", type=float, default=0.2, help="share of labelled items held out (default 0.2)")
-    m.add_argument("--proj-dim", type=int, default=96,
+    m.add_argument("--rounds", type=positive_int, default=10, help="federated rounds (default 10)")
+    m.add_argument("--clients", type=positive_int, default=5,
+                   help="clients, k-means clusters of label vectors (default 5)")
+    m.add_argument("--seed", type=non_negative_int, default=0,
+                   help="seed for the item split, clustering and initialisation")
+    m.add_argument("--test-share", type=open_fraction, default=0.2,
+                   help="share of labelled items held out (default 0.2)")
+    m.add_argument("--proj-dim", type=non_negative_int, default=96,
                    help="fixed projection width of tokens and prompts (0 keeps the encoder's 384)")
-    m.add_argument("--raters", type=int, default=64,
+    m.add_argument("--raters", type=non_negative_int, default=64,
                    help="rater tokens per item: up to this many of the item's raters, each one token (a label-free "
                         "SVD embedding of the rater and the rating it gave), for every row alike (default 64; "
                         "0 = title and usage-feature tokens only, the previous revision)")
-    m.add_argument("--lr", type=float, default=2e-3, help="client Adam learning rate (default 2e-3)")
+    m.add_argument("--lr", type=positive_float, default=2e-3, help="client Adam learning rate (default 2e-3)")
     m.add_argument("--conditions", default=None,
                    help="JSON condition list (same layout as the shipped, film-worded "
                         "fedvlr_plus/alignment/data/fedmpt_conditions.json)")
@@ -56,7 +61,7 @@ def register(methods) -> None:
                    help="decision rule of every row for CP/CR/CF1/OP/OR/OF1 and the spurious rate: per-label "
                         "thresholds maximising F1 on the clients' own training items (f1; default, chosen on "
                         "validation) or probability > 0.5 (fixed); both are in the report under 'rules'")
-    m.add_argument("--ot-rho", type=float, default=1.0,
+    m.add_argument("--ot-rho", type=non_negative_float, default=1.0,
                    help="unbalanced OT: KL weight on the label marginal, so labels compete for tokens (default 1.0, "
                         "chosen on validation with rater tokens; 0.1 without them, --raters 0; 0 = balanced OT, every "
                         "label receives 1/C of the token mass)")
@@ -72,10 +77,11 @@ def register(methods) -> None:
                                        "(SFT then GRPO) under a label-skewed client split and report warm- and "
                                        "cold-item HR@10 / NDCG@10 on held-out interactions.")
     d.add_argument("source", help="a dataset source fedvlr_plus.datasets.load understands (e.g. ml-100k)")
-    d.add_argument("--rounds", type=int, default=8, help="federated rounds in all (default 8)")
-    d.add_argument("--sft-rounds", type=int, default=4, help="rounds of SFT before the GRPO stage (default 4)")
-    d.add_argument("--clients", type=int, default=5, help="clients (default 5)")
-    d.add_argument("--alpha", type=float, default=0.1,
+    d.add_argument("--rounds", type=positive_int, default=8, help="federated rounds in all (default 8)")
+    d.add_argument("--sft-rounds", type=non_negative_int, default=4,
+                   help="rounds of SFT before the GRPO stage (default 4)")
+    d.add_argument("--clients", type=positive_int, default=5, help="clients (default 5)")
+    d.add_argument("--alpha", type=positive_float, default=0.1,
                    help="Dirichlet concentration of the label-skewed split over dominant genres (default 0.1)")
     d.add_argument("--dominant", choices=("count", "lift"), default="count",
                    help="a user's genre for the split: the most frequent in the history (count; default) or the "
@@ -85,17 +91,18 @@ def register(methods) -> None:
     d.add_argument("--user-tower", choices=("fedavg", "private"), default="fedavg",
                    help="decoupled methods: start each round from the FedAvg of the user adapters (fedavg; "
                         "default, as in the paper) or from the client's own, kept in its private store (private)")
-    d.add_argument("--cold-share", type=float, default=0.2, help="share of items held out as cold (default 0.2)")
-    d.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds to run (default 0)")
-    d.add_argument("--sigma", type=float, default=0.1, help="GRPO embedding noise std (default 0.1)")
-    d.add_argument("--group", type=int, default=4, help="GRPO group size G (default 4)")
-    d.add_argument("--beta", type=float, default=0.5, help="GRPO KL weight (default 0.5)")
-    d.add_argument("--rank", type=int, default=4, help="adapter rank (default 4)")
-    d.add_argument("--epochs", type=int, default=1,
+    d.add_argument("--cold-share", type=open_fraction, default=0.2,
+                   help="share of items held out as cold (default 0.2)")
+    d.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0], help="seeds to run (default 0)")
+    d.add_argument("--sigma", type=non_negative_float, default=0.1, help="GRPO embedding noise std (default 0.1)")
+    d.add_argument("--group", type=positive_int, default=4, help="GRPO group size G (default 4)")
+    d.add_argument("--beta", type=non_negative_float, default=0.5, help="GRPO KL weight (default 0.5)")
+    d.add_argument("--rank", type=positive_int, default=4, help="adapter rank (default 4)")
+    d.add_argument("--epochs", type=positive_int, default=1,
                    help="local passes over each round's examples, the same for every method and stage (default 1)")
-    d.add_argument("--per-user", type=int, default=8,
+    d.add_argument("--per-user", type=positive_int, default=8,
                    help="training examples drawn per user and round (default 8)")
-    d.add_argument("--server-steps", type=int, default=10,
+    d.add_argument("--server-steps", type=non_negative_int, default=10,
                    help="server Adam steps per round on the uploaded prototypes (default 10)")
     d.add_argument("--rank-among", choices=("own", "all"), default="own",
                    help="rank warm targets among warm items and cold among cold (own, the base-to-novel "

@@ -35,45 +35,55 @@ def _fraction(text: str) -> float:
     return v
 
 
+#: the cold-item rules of :mod:`fedvlr_plus.coldstart.rules` (named here: that module imports torch)
+COLD_RULES = ("none", "neighbours", "mapping", "both")
+
+
 def register(subparsers) -> argparse.ArgumentParser:
+    from ..argtypes import metric_list, non_negative_int, one_metric, positive_int
     from ..federation.config import FEDERATED_BACKBONES, add_run_arguments
-    from ..fusion_cli import add_fusion_arguments
-    from .rules import RULES
+    from ..fusion_args import add_fusion_arguments
 
     p = subparsers.add_parser(
         "coldstart", help="cold-start experiments: new items, new users, sparse users",
+        usage="%(prog)s SOURCE --backbone NAME [--cold-items F] [--cold-users F] [options]",
         description="Train a federated backbone (optionally with the FedVLR layer) and measure it where interactions "
                     "are scarce: cold items ranked among all items and among cold items only (with server-side "
                     "content rules for their ID rows), held-out users joining with N support interactions, and "
                     "results by the user's number of training interactions. Same protocol and evaluator as "
                     "'fedvlr-plus run'; pop, random, antipop and a content-only ranker are reported beside.")
-    p.add_argument("source", metavar="SOURCE", help="'ml-100k' (embedded) or a path to a data folder/file")
-    p.add_argument("--backbone", required=True, choices=FEDERATED_BACKBONES, help="federated backbone")
-    p.add_argument("--cold-items", type=_fraction, default=None, metavar="FRACTION",
+    d = p.add_argument_group("data")
+    d.add_argument("source", metavar="SOURCE", help="'ml-100k' (embedded) or a path to a data folder/file")
+    d.add_argument("--implicit-threshold", type=float, default=None, metavar="R",
+                   help="keep only interactions with rating >= R (default: all)")
+    d.add_argument("--k-core", type=non_negative_int, default=0, metavar="K",
+                   help="iterative K-core filter before splitting (0: none)")
+    c = p.add_argument_group("cold-start study")
+    c.add_argument("--backbone", required=True, choices=FEDERATED_BACKBONES, help="federated backbone")
+    c.add_argument("--cold-items", type=_fraction, default=None, metavar="FRACTION",
                    help="hold this fraction of items out of training (half of them are validation targets, half "
                         "test); the warm interactions are split leave-one-out")
-    p.add_argument("--cold-users", type=_fraction, default=None, metavar="FRACTION",
+    c.add_argument("--cold-users", type=_fraction, default=None, metavar="FRACTION",
                    help="hold this fraction of users out of training; they join afterwards with --support items")
-    p.add_argument("--support", type=_supports, default=(1, 3, 5), metavar="N[,N...]",
-                   help="support sizes of the joining users (default 1,3,5)")
-    p.add_argument("--support-epochs", type=int, default=20,
-                   help="local epochs a joining user trains its private parts for (default 20)")
-    p.add_argument("--cold-rule", choices=("auto",) + RULES, default="auto",
+    c.add_argument("--support", type=_supports, default=(1, 3, 5), metavar="N[,N...]",
+                   help="support sizes of the joining users")
+    c.add_argument("--support-epochs", type=positive_int, default=20,
+                   help="local epochs a joining user trains its private parts for")
+    c.add_argument("--cold-rule", choices=("auto",) + COLD_RULES, default="auto",
                    help="ID rows of cold items for the headline figure: auto = the rule with the best validation "
                         "--cold-select among cold items (FedVLR), 'none' for the backbone alone; every rule is "
                         "reported either way")
-    p.add_argument("--cold-select", default="ndcg@10", help="validation metric that picks the cold rule (ndcg@10)")
-    p.add_argument("--with-backbone", action="store_true",
+    c.add_argument("--cold-select", type=one_metric, default="ndcg@10",
+                   help="validation metric that picks the cold rule")
+    c.add_argument("--with-backbone", action="store_true",
                    help="with --fusion: also train the backbone alone on the same split and report it beside")
-    p.add_argument("--implicit-threshold", type=float, default=None, metavar="R",
-                   help="keep only interactions with rating >= R (default: all)")
-    p.add_argument("--k-core", type=int, default=0, metavar="K", help="iterative K-core filter before splitting")
-    p.add_argument("--split-seed", type=int, default=0, help="seed of the cold-item / cold-user draw (default 0)")
-    p.add_argument("--metrics", default=DEFAULT_METRICS, help=f"metric@K list (default {DEFAULT_METRICS})")
-    p.add_argument("--out", metavar="DIR", default=None,
+    c.add_argument("--split-seed", type=non_negative_int, default=0, help="seed of the cold-item / cold-user draw")
+    o = p.add_argument_group("evaluation and output")
+    o.add_argument("--metrics", type=metric_list, default=DEFAULT_METRICS, help="metric@K list")
+    o.add_argument("--out", metavar="DIR", default=None,
                    help="report folder: result.json, CSV tables, report.md and PNG plots")
-    p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
-    add_run_arguments(p)
+    o.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    add_run_arguments(p, command="coldstart")
     add_fusion_arguments(p)
     p.set_defaults(func=cmd_coldstart, seeds=3)
     return p
@@ -180,6 +190,13 @@ def cmd_coldstart(args) -> int:
     def log(msg):
         print(msg, file=sys.stderr)
 
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    studies = [f"cold items {args.cold_items}" if args.cold_items else "",
+               f"cold users {args.cold_users} (support {','.join(map(str, args.support))})" if args.cold_users else ""]
+    studies = "; ".join(s for s in studies if s) or "natural cold targets of the data's own split"
+    model = args.backbone + (f"+{args.fusion}" if args.fusion != "none" else "")
+    log(f"cold-start study of {model} on {args.source}: {studies}; {len(seeds)} seed{'s' * (len(seeds) > 1)} ({', '.join(map(str, seeds))}; "
+        f"change with --seeds), up to {args.rounds} rounds" + (f"; writing to {args.out}" if args.out else ""))
     result = run_coldstart(args, log=log)
     if args.out:
         write_report(result, Path(args.out))

@@ -5,31 +5,65 @@ import argparse
 import json
 import sys
 
+from .variants import VARIANTS
+
+
+def _variant_list(text: str) -> str:
+    bad = [v.strip() for v in text.split(",") if v.strip() and v.strip() not in VARIANTS]
+    if bad or not text.strip():
+        raise argparse.ArgumentTypeError(f"unknown variant {', '.join(bad) or text!r}; choose from "
+                                         f"{', '.join(VARIANTS)}")
+    return text
+
+
+def _backbone_list(text: str) -> str:
+    from ..federation.config import FEDERATED_BACKBONES
+
+    bad = [b.strip() for b in text.split(",") if b.strip() and b.strip() not in FEDERATED_BACKBONES]
+    if bad or not text.strip():
+        raise argparse.ArgumentTypeError(f"unknown backbone {', '.join(bad) or text!r}; choose from "
+                                         f"{', '.join(FEDERATED_BACKBONES)}")
+    return text
+
+
+def add_table_arguments(p: argparse.ArgumentParser) -> None:
+    """What the table holds: which backbones, which variants of each, per-run overrides."""
+    g = p.add_argument_group("table")
+    g.add_argument("--backbones", type=_backbone_list, default="fedavg,fedncf,fcf,pfedrec,fedrap",
+                   help="comma-separated federated backbones (default: the five of the paper's Table 2)")
+    g.add_argument("--variants", type=_variant_list, default=",".join(VARIANTS),
+                   help="none (backbone alone, its own aggregation), fedgrad (backbone alone, aggregated as FedVLR "
+                        "is: averaged gradients + server step), mlp (one server fusion MLP), fedvlr (private router "
+                        "over experts)")
+    g.add_argument("--override", action="append", default=[], metavar="SELECTOR:FIELD=VALUE",
+                   help="training setting for some runs only, e.g. fedvlr:server_lr=3 or fedncf+fedvlr:lr=0.05 "
+                        "(SELECTOR: a backbone, a variant or backbone+variant); repeatable")
+
 
 def register(sub) -> argparse.ArgumentParser:
+    from ..argtypes import metric_list
     from ..cli import DEFAULT_METRICS, add_data_arguments
     from ..federation.config import add_run_arguments
-    from ..fusion_cli import add_fusion_arguments
+    from ..fusion_args import add_fusion_arguments
 
     p = sub.add_parser("experiment", help="experiments that produce the tables of a report")
     ex = p.add_subparsers(dest="experiment", metavar="EXPERIMENT", required=True)
     t = ex.add_parser("paper-table", help="the FedVLR paper's Table 2: every backbone alone, +mlp, +fedvlr",
+                      usage="%(prog)s SOURCE [--backbones B,...] [--variants V,...] [options]",
                       description="Train every backbone alone, with the single-MLP fusion and with FedVLR (each "
                                   "selected on validation), over several seeds, and print test figures overall, "
                                   "for warm and cold targets and for cold targets ranked among cold items, beside "
                                   "pop/random/antipop and a content-only ranker, with bootstrap CIs and paired "
                                   "tests. --out writes table.csv, table.md, table.png and result.json.")
     add_data_arguments(t)
-    from .paper_table import add_arguments
-
-    add_arguments(t)
-    t.add_argument("--metrics", default=DEFAULT_METRICS,
-                   help=f"comma-separated metric@K list (default {DEFAULT_METRICS})")
-    t.add_argument("--out", metavar="DIR", default=None, help="report folder (CSV, Markdown, plot, JSON, runs)")
-    t.add_argument("--json", action="store_true", help="print one JSON object as the last line")
-    t.add_argument("--mask-history", default="train", choices=["train", "all"],
+    add_table_arguments(t)
+    o = t.add_argument_group("evaluation and output")
+    o.add_argument("--metrics", type=metric_list, default=DEFAULT_METRICS, help="comma-separated metric@K list")
+    o.add_argument("--out", metavar="DIR", default=None, help="report folder (CSV, Markdown, plot, JSON, runs)")
+    o.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    o.add_argument("--mask-history", default="train", choices=["train", "all"],
                    help="mask only training items at test (paper protocol) or training and validation items")
-    add_run_arguments(t)
+    add_run_arguments(t, command="experiment")
     add_fusion_arguments(t)
     t.set_defaults(func=cmd_paper_table, seeds=3)
     return p
@@ -42,6 +76,9 @@ def cmd_paper_table(args) -> int:
 
     names, ks, keys = parse_metrics(args.metrics)
     data, _ = load_for_run(args)
+    print(f"paper table on {args.source}: backbones {args.backbones}, variants {args.variants}, {args.seeds} seeds "
+          f"each" + (f"; writing to {args.resume or args.out}" if (args.resume or args.out) else ""),
+          file=sys.stderr)
     result = run_paper_table(args, data, keys, ks, names)
     print_table(result, file=sys.stderr if args.json else sys.stdout)
     if args.json:

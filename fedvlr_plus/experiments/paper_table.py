@@ -18,7 +18,6 @@ Protocol as the paper's: leave-one-out by time, full ranking over all items with
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import math
@@ -34,10 +33,10 @@ import pandas as pd
 from ..coldstart.content import ContentRanker, RestrictedScorer
 from ..evaluation import EvalResult, evaluate, paired_test, reference_scorer
 from ..evaluation.stats import bootstrap_ci
+from ..errors import ConfigError
 from ..jsonio import write_json_atomic
 
-VARIANTS = ("none", "fedgrad", "mlp", "fedvlr")
-FUSION_VARIANTS = ("mlp", "fedvlr")
+from .variants import FUSION_VARIANTS, VARIANTS  # noqa: F401  (FUSION_VARIANTS: part of this module's API)
 PARTS = ("all", "warm", "cold", "cold_among_cold")
 
 
@@ -145,7 +144,8 @@ def _parse_overrides(items: list[str]) -> list[tuple[str, str, str]]:
             sel, rest = it.split(":", 1)
             field, value = rest.split("=", 1)
         except ValueError:
-            raise SystemExit(f"--override {it!r}: expected SELECTOR:field=value, e.g. fedvlr:server_lr=3") from None
+            raise ConfigError(f"--override {it}", "expected SELECTOR:field=value",
+                              "e.g. fedvlr:server_lr=3") from None
         out.append((sel.strip(), field.strip().replace("-", "_"), value.strip()))
     return out
 
@@ -159,9 +159,13 @@ def _config_for(base_cfg, overrides, backbone: str, variant: str):
         if sel not in (backbone, variant, f"{backbone}+{variant}"):
             continue
         if field not in types:
-            raise SystemExit(f"--override: unknown training field {field!r}")
+            raise ConfigError(f"--override {sel}:{field}", f"unknown training field {field!r}",
+                              "fields are FedConfig's, e.g. lr, server_lr, rounds, dim")
         kind = float if field in ("lr", "server_lr", "item_lr_scale") else types[field]
-        cfg = replace(cfg, **{field: None if value.lower() == "none" else kind(value)})
+        try:
+            cfg = replace(cfg, **{field: None if value.lower() == "none" else kind(value)})
+        except ValueError as exc:   # not a number, or out of FedConfig's range
+            raise ConfigError(f"--override {sel}:{field}={value}", str(exc)) from None
     return cfg
 
 
@@ -175,7 +179,7 @@ def run_paper_table(args, data, keys: list[str], ks, names) -> dict:
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     bad = [v for v in variants if v not in VARIANTS]
     if bad:
-        raise SystemExit(f"--variants: unknown {bad}; choose from {', '.join(VARIANTS)}")
+        raise ConfigError("--variants", f"unknown {', '.join(bad)}", f"choose from {', '.join(VARIANTS)}")
     metric_names = tuple(dict.fromkeys(list(names) + ["hr"]))
     base_cfg = config_from_args(args, ks=tuple(ks), metrics=metric_names, valid_protocol="full", seeds=1)
     overrides = _parse_overrides(args.override)
@@ -436,15 +440,3 @@ def print_table(result: dict, file=None) -> None:
             t = per[k]
             print(f"  {name} [{part}] {k}: {t['mean_diff']:+.4f} (t-test p {t['t_pvalue']:.3g}, "
                   f"Wilcoxon p {t['wilcoxon_pvalue']:.3g})", file=file)
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backbones", default="fedavg,fedncf,fcf,pfedrec,fedrap",
-                   help="comma-separated federated backbones (default: the five of the paper's Table 2)")
-    p.add_argument("--variants", default=",".join(VARIANTS),
-                   help="none (backbone alone, its own aggregation), fedgrad (backbone alone, aggregated as FedVLR "
-                        "is: averaged gradients + server step), mlp (one server fusion MLP), fedvlr (private router "
-                        "over experts)")
-    p.add_argument("--override", action="append", default=[], metavar="SELECTOR:FIELD=VALUE",
-                   help="training setting for some runs only, e.g. fedvlr:server_lr=3 or fedncf+fedvlr:lr=0.05 "
-                        "(SELECTOR: a backbone, a variant or backbone+variant); repeatable")

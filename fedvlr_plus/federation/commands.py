@@ -6,21 +6,21 @@ import argparse
 import json
 import sys
 
+from ..errors import ConfigError
+
 
 def cli_run(args, data, *, split_used: str, metrics, ks, keys, protocol: str) -> dict:
     """Train ``args.backbone`` federatedly on ``data`` and return the CLI's result dict (valid/test/test_ci/
     test_warm/test_cold/baselines as for the reference rankers, plus selected_round, per_seed and history)."""
-    from ..cli import reference_table
+    from ..cli import backbone_names, reference_table
     from .config import FEDERATED_BACKBONES, config_from_args
     from .engine import run_federated
 
     is_recbole = args.backbone.startswith("recbole:")
     if args.backbone not in FEDERATED_BACKBONES and not is_recbole:
-        raise SystemExit(f"unknown backbone {args.backbone!r}; federated backbones: "
-                         f"{', '.join(FEDERATED_BACKBONES)}, recbole:<Model>; reference rankers: pop, random, "
-                         f"antipop")
+        raise ConfigError(f"--backbone {args.backbone}", "unknown backbone", f"choose from {backbone_names()}")
     if getattr(args, "recbole_config", None) and not is_recbole:
-        raise SystemExit("--recbole-config configures a recbole:<Model> backbone only")
+        raise ConfigError("--recbole-config", f"configures a recbole:<Model> backbone only, not {args.backbone}")
     names = tuple(dict.fromkeys(list(metrics) + ["hr"]))
     cfg = config_from_args(args, ks=tuple(ks), metrics=names, valid_protocol=protocol,
                            mask_history=getattr(args, "mask_history", "train"))
@@ -93,6 +93,7 @@ def cli_run(args, data, *, split_used: str, metrics, ks, keys, protocol: str) ->
 
 def register(subparsers) -> argparse.ArgumentParser:
     """Add ``bench round``: time one federated round, batched against sequential."""
+    from ..argtypes import positive_int
     from ..cli import add_data_arguments
     from .config import FEDERATED_BACKBONES, add_run_arguments
 
@@ -100,15 +101,16 @@ def register(subparsers) -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="bench_command", metavar="{round}", required=True)
     r = sub.add_parser("round", help="time one full round (all clients, local epochs, no evaluation), batched "
                                      "and sequential",
+                       usage="%(prog)s SOURCE --backbone NAME [options]",
                        description="Time one full federated round for the batched simulator and the sequential "
                                    "reference in one process and print both and their ratio. SOURCE may also "
                                    "be synthetic:USERSxITEMS (e.g. synthetic:35000x18000).")
     add_data_arguments(r)
     r.add_argument("--backbone", required=True, choices=FEDERATED_BACKBONES, help="federated backbone to time")
-    r.add_argument("--repeats", type=int, default=3, help="time each simulator this many times, keep the best")
+    r.add_argument("--repeats", type=positive_int, default=3, help="time each simulator this many times, keep the best")
     r.add_argument("--no-sequential", action="store_true", help="time the batched simulator only")
     r.add_argument("--json", action="store_true", help="print one JSON object as the last line")
-    add_run_arguments(r)
+    add_run_arguments(r, command="bench")
     r.set_defaults(func=cmd_bench_round)
     return p
 
@@ -120,7 +122,8 @@ def _bench_data(args):
         try:
             users, items = (int(x) for x in args.source.split(":", 1)[1].lower().split("x"))
         except ValueError:
-            raise SystemExit(f"synthetic source must look like synthetic:35000x18000, got {args.source!r}")
+            raise ConfigError(f"SOURCE {args.source}", "a synthetic source looks like synthetic:USERSxITEMS",
+                              "e.g. synthetic:35000x18000") from None
         return synthetic_data(users, items, 30.0, groups=50, seed=getattr(args, "seed", 0),
                               name=f"synthetic-{users}x{items}")
     from ..cli import load_for_run

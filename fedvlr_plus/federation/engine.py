@@ -237,8 +237,9 @@ class FederatedRun:
                    desc=f"{self.backbone_name} seed {self.cfg.seed}", leave=True, dynamic_ncols=True)
         try:
             while not self.done():
+                started = time.perf_counter()
                 rec = self.run_round()
-                post = {"loss": f"{rec['loss']:.4f}"}
+                post = {"loss": f"{rec['loss']:.4f}", "s/round": f"{time.perf_counter() - started:.2f}"}
                 if "valid" in rec:
                     post[self.cfg.valid_metric] = f"{rec['valid'][self.cfg.valid_metric]:.4f}"
                 if self.best is not None:

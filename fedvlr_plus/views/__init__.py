@@ -7,13 +7,24 @@
 
 The OpenCLIP and sentence-transformers encoders import torch lazily, on first use.
 """
-from .build import BuildReport, build_store, item_titles
-from .embeddings import Embeddings, complete, l2_normalise
-from .encoders import ENCODERS, HashingTextEncoder, ItemEncoder, PrecomputedEncoder, make_encoder, modality_name
-from .errors import CorruptStoreError, EncoderUnavailable, ViewStoreError
-from .operators import OPERATORS, ViewOperator, ViewSpec, apply_views, default_views, fit_views, named_views, parse_views
-from .store import INDEX_TYPES, Neighbours, ViewStore, index_config, load_store
-from .text import COMBINED_TEMPLATE, combined_texts, field_texts
+from importlib import import_module
+
+# Everything is imported on first use (PEP 562): the command-line parser imports fedvlr_plus.views.cli,
+# which must not pull in numpy, pandas, scipy or FAISS just to print --help.
+_WHERE = {
+    "build": ("BuildReport", "build_store", "item_titles"),
+    "embeddings": ("Embeddings", "complete", "l2_normalise"),
+    "encoders": ("ENCODERS", "HashingTextEncoder", "ItemEncoder", "PrecomputedEncoder", "make_encoder",
+                 "modality_name"),
+    "open_clip_encoder": ("OpenClipEncoder",),
+    "sentence_encoder": ("SentenceEncoder", "resolve_sentence_model"),
+    "errors": ("CorruptStoreError", "EncoderUnavailable", "ViewStoreError"),
+    "operators": ("OPERATORS", "ViewOperator", "ViewSpec", "apply_views", "default_views", "fit_views",
+                  "named_views", "parse_views"),
+    "store": ("INDEX_TYPES", "Neighbours", "ViewStore", "index_config", "load_store"),
+    "text": ("COMBINED_TEMPLATE", "combined_texts", "field_texts"),
+}
+_MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
 
 __all__ = [
     "BuildReport", "build_store", "item_titles",
@@ -27,13 +38,8 @@ __all__ = [
 ]
 
 
-def __getattr__(name):  # heavy encoders on demand (torch, open_clip, transformers)
-    if name == "OpenClipEncoder":
-        from .open_clip_encoder import OpenClipEncoder
-
-        return OpenClipEncoder
-    if name in ("SentenceEncoder", "resolve_sentence_model"):
-        from . import sentence_encoder
-
-        return getattr(sentence_encoder, name)
-    raise AttributeError(f"module 'fedvlr_plus.views' has no attribute {name!r}")
+def __getattr__(name):
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fedvlr_plus.views' has no attribute {name!r}")
+    return getattr(import_module(f".{module}", __name__), name)

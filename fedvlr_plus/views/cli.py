@@ -8,9 +8,9 @@ import argparse
 import json
 import sys
 
-from .encoders import ENCODERS
+from ..argtypes import positive_int
+from .choices import DTYPES, ENCODERS, INDEX_TYPES
 from .errors import EncoderUnavailable, ViewStoreError
-from .store import DTYPES, INDEX_TYPES
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -33,7 +33,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     b.add_argument("--index", default="flat", choices=INDEX_TYPES, help="flat (exact, default), hnsw or ivf")
     b.add_argument("--dtype", default="float32", choices=DTYPES, help="stored vector precision")
     b.add_argument("--device", help="cpu or cuda (default: cuda when available)")
-    b.add_argument("--batch-size", type=int, default=64, help="items per encoder batch (default 64)")
+    b.add_argument("--batch-size", type=positive_int, default=64, help="items per encoder batch (default 64)")
     b.add_argument("--fetch-images", action="store_true", help="download image URLs (off by default)")
     b.add_argument("--image-root", help="folder that relative image paths are relative to")
     b.add_argument("--overwrite", action="store_true", help="replace an existing store at --out")
@@ -48,19 +48,20 @@ def register(subparsers) -> argparse.ArgumentParser:
     k = sub.add_parser("knn", help="nearest items of an item in one view")
     k.add_argument("store", help="the ViewStore folder")
     k.add_argument("--item", required=True, help="raw item id, or an exact/prefix title")
-    k.add_argument("--k", type=int, default=10, help="number of neighbours (default 10)")
+    k.add_argument("--k", type=positive_int, default=10, help="number of neighbours (default 10)")
     k.add_argument("--view", help="view name (default: the store's default view)")
     k.add_argument("--json", action="store_true", help="print neighbour ids and scores as JSON")
 
     c = sub.add_parser("bench", help="time encode + index of N items and kNN latency")
-    c.add_argument("--n", type=int, default=10_000, help="items to encode (ml-100k titles tiled; default 10000)")
+    c.add_argument("--n", type=positive_int, default=10_000,
+                   help="items to encode (ml-100k titles tiled; default 10000)")
     c.add_argument("--encoder", default="sentence", choices=[e for e in ENCODERS if e not in ("auto", "precomputed")],
                    help="encoder to time (default sentence)")
-    c.add_argument("--queries", type=int, default=1000, help="kNN queries to time (default 1000)")
-    c.add_argument("--k", type=int, default=10, help="neighbours per query (default 10)")
+    c.add_argument("--queries", type=positive_int, default=1000, help="kNN queries to time (default 1000)")
+    c.add_argument("--k", type=positive_int, default=10, help="neighbours per query (default 10)")
     c.add_argument("--index", default="flat", choices=INDEX_TYPES, help="index type (default flat)")
     c.add_argument("--device", help="cpu or cuda (default: cuda when available)")
-    c.add_argument("--batch-size", type=int, default=64, help="items per encoder batch (default 64)")
+    c.add_argument("--batch-size", type=positive_int, default=64, help="items per encoder batch (default 64)")
     c.add_argument("--out", help="keep the store here (default: a temporary folder)")
     c.add_argument("--json", action="store_true", help="print the timings as one JSON object")
     return p

@@ -30,11 +30,10 @@ from typing import Callable, Protocol, Sequence
 import numpy as np
 import pandas as pd
 
+from .choices import ENCODERS  # noqa: F401  (re-exported)
 from .embeddings import Embeddings, complete
 from .errors import EncoderUnavailable, ViewStoreError
 from .text import DEFAULT_MAX_CHARS, field_texts
-
-ENCODERS = ("auto", "precomputed", "open_clip", "sentence", "hashing")
 
 
 class ItemEncoder(Protocol):

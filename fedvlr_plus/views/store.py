@@ -36,6 +36,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .choices import DTYPES, INDEX_TYPES  # noqa: F401  (re-exported)
 from .embeddings import Embeddings
 from .encoders import sha256_file
 from .errors import CorruptStoreError, ViewStoreError
@@ -43,8 +44,6 @@ from .operators import OPERATORS, ViewSpec, apply_views, fit_views, view_imputed
 
 FORMAT = "fedvlr-plus-viewstore"
 FORMAT_VERSION = 1
-INDEX_TYPES = ("flat", "hnsw", "ivf")
-DTYPES = ("float32", "float16")
 
 
 # ---------------------------------------------------------------------------------------------- helpers

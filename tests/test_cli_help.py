@@ -1,0 +1,96 @@
+"""The command line explains itself: --version, each command's help shows its own options with their
+defaults and the backbone list, and building the parser imports no torch (so --help is fast)."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests._bad_input import run_cli
+
+
+def help_of(*command: str) -> str:
+    res = run_cli(*command, "--help")
+    assert res.code == 0, res.err
+    return res.out
+
+
+def option_names(text: str) -> set[str]:
+    return set(re.findall(r"^\s+(--[a-z][a-z0-9-]*)", text, flags=re.M))
+
+
+def test_version():
+    import fedvlr_plus
+
+    res = run_cli("--version")
+    assert res.code == 0 and res.out.strip() == f"fedvlr-plus {fedvlr_plus.__version__}"
+
+
+def test_run_help_lists_every_backbone_and_shows_defaults():
+    from fedvlr_plus.federation.config import FEDERATED_BACKBONES
+
+    text = " ".join(help_of("run").split())   # argparse wraps lines; compare word by word
+    for name in FEDERATED_BACKBONES + ("recbole:<Model>", "pop", "random", "antipop"):
+        assert name in text, name
+    for shown in ("--rounds ROUNDS maximum number of rounds (default: 100)", "(default: 20)",
+                  "number of seeds (seed, seed+1, ...) (default: 1)", "(default: hr@10,ndcg@10,hr@50,ndcg@50)"):
+        assert shown in text, shown
+
+
+@pytest.mark.parametrize("command,absent", [
+    (("bench", "round"), {"--resume", "--recbole-config", "--evaluator", "--rounds", "--patience", "--seeds"}),
+    (("coldstart",), {"--resume", "--recbole-config", "--evaluator"}),
+    (("experiment", "paper-table"), {"--recbole-config", "--evaluator"}),
+    (("data", "stats"), {"--backbone", "--rounds", "--fusion"}),
+    (("views", "build"), {"--rounds", "--backbone", "--fusion"}),
+])
+def test_each_command_shows_only_its_own_options(command, absent):
+    names = option_names(help_of(*command))
+    assert names, "no options found in the help"
+    assert not names & absent, names & absent
+
+
+def test_run_keeps_the_options_that_apply_to_it():
+    names = option_names(help_of("run"))
+    assert {"--resume", "--recbole-config", "--evaluator", "--rounds", "--fusion", "--seeds"} <= names
+
+
+def test_coldstart_and_paper_table_show_their_three_seeds():
+    for command in (("coldstart",), ("experiment", "paper-table")):
+        text = " ".join(help_of(*command).split())
+        assert "number of seeds (seed, seed+1, ...) (default: 3)" in text, command
+
+
+def test_building_the_parser_imports_no_heavy_library():
+    code = ("import sys; from fedvlr_plus.cli import build_parser; build_parser(); "
+            "print(','.join(m for m in ('torch', 'pandas', 'recbole', 'open_clip', 'faiss') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "", f"imported while building the parser: {out.stdout.strip()}"
+
+
+def test_torch_free_names_match_the_modules_that_define_them():
+    from fedvlr_plus.coldstart.cli import COLD_RULES
+    from fedvlr_plus.coldstart.rules import RULES
+    from fedvlr_plus.fusion import MODES
+    from fedvlr_plus.fusion_args import FUSION_MODES
+
+    assert FUSION_MODES == MODES and COLD_RULES == RULES
+
+
+def test_run_says_what_it_does_and_what_to_try_next(tmp_path):
+    res = run_cli("run", "ml-100k", "--backbone", "pop", "--out", str(tmp_path / "r"), "--json")
+    assert res.code == 0, res.err
+    assert f"ranking ml-100k with the reference ranker pop (no training); writing to {tmp_path / 'r'}" in res.err
+    assert "next: train a federated backbone" in res.err
+    assert res.out.strip().splitlines()[-1].startswith("{")
+
+
+def test_federated_run_plan_names_seeds_rounds_patience_and_folder():
+    from fedvlr_plus.cli import _next_step, _run_plan, build_parser
+
+    args = build_parser().parse_args(["run", "ml-100k", "--backbone", "fedavg", "--seeds", "3", "--out", "D"])
+    assert _run_plan(args, "ml-100k") == ("training fedavg on ml-100k: 3 seeds (0, 1, 2), up to 100 rounds, "
+                                          "patience 20; writing to D")
+    assert "--fusion fedvlr" in _next_step(args) and "fedvlr-plus coldstart ml-100k" in _next_step(args)
