@@ -84,7 +84,7 @@ def cli_run(args, data, *, split_used: str, metrics, ks, keys, protocol: str) ->
     result["baselines"] = reference_table(data, keys, protocol=protocol, ks=tuple(ks), metrics=tuple(metrics),
                                           mask_history=cfg.mask_history, seed=cfg.seed)
     for key in ("strategy", "simulator", "rounds_run", "stopped_early", "resolved", "model", "config", "history",
-                "per_seed", "seeds"):
+                "per_seed", "seeds", "notes"):
         if key in res:
             result[key] = res[key]
     return result
