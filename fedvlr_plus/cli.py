@@ -68,7 +68,10 @@ def load_for_run(args):
     """Load SOURCE and apply the requested preprocessing and split."""
     from fedvlr_plus.datasets import load
     from fedvlr_plus.datasets import splits
+    from fedvlr_plus.federation.synthetic import SYNTHETIC_PREFIX
 
+    if args.source.startswith(SYNTHETIC_PREFIX):
+        return _synthetic_for_run(args), "loo"
     data = load(args.source)
     split = args.split
     if split == "auto":
@@ -80,6 +83,19 @@ def load_for_run(args):
                                seed=getattr(args, "seed", 0))
     data.require_split(need=("train", "valid", "test"))
     return data, split
+
+
+def _synthetic_for_run(args):
+    """``synthetic:USERSxITEMS``: generated and split leave-one-out, so the split flags cannot change it."""
+    from fedvlr_plus.errors import ConfigError
+    from fedvlr_plus.federation.synthetic import synthetic_source
+
+    for flag, value, default in (("--split", args.split, "auto"), ("--k-core", args.k_core, 0),
+                                 ("--implicit-threshold", args.implicit_threshold, None)):
+        if value != default and not (flag == "--split" and value == "loo"):
+            raise ConfigError(f"{flag} {value}", f"{args.source} is generated already split leave-one-out",
+                              f"drop {flag}")
+    return synthetic_source(args.source, seed=getattr(args, "seed", 0))
 
 
 # ---------------------------------------------------------------------------------------------- data stats

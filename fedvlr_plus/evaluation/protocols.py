@@ -167,7 +167,7 @@ def sample_negatives(data: InteractionData, pair_user: np.ndarray, n_negatives: 
         n_free = n_items - len(own)
         if n_free < n_negatives:
             raise DataError(f"{data.name}: user {data.user_ids[u]}",
-                            f"has only {n_free} items it never interacted with, too few to sample {n_negatives} "
+                            f"has only {n_free} items it never interacted with; cannot sample {n_negatives} "
                             f"negatives", "the sampled protocol needs a larger catalogue; use the full protocol")
         j = rng.choice(n_free, size=n_negatives, replace=False).astype(np.int64)
         shift = own - np.arange(len(own))

@@ -113,15 +113,6 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 
 def _bench_data(args):
-    if args.source.startswith("synthetic:"):
-        from .synthetic import synthetic_data
-
-        try:
-            users, items = (int(x) for x in args.source.split(":", 1)[1].lower().split("x"))
-        except ValueError:
-            raise SystemExit(f"synthetic source must look like synthetic:35000x18000, got {args.source!r}")
-        return synthetic_data(users, items, 30.0, groups=50, seed=getattr(args, "seed", 0),
-                              name=f"synthetic-{users}x{items}")
     from ..cli import load_for_run
 
     return load_for_run(args)[0]
