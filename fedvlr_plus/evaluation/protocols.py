@@ -168,7 +168,8 @@ def sample_negatives(data: InteractionData, pair_user: np.ndarray, n_negatives: 
         if n_free < n_negatives:
             raise DataError(f"{data.name}: user {data.user_ids[u]}",
                             f"has only {n_free} items it never interacted with; cannot sample {n_negatives} "
-                            f"negatives", "the sampled protocol needs a larger catalogue; use the full protocol")
+                            f"negatives", "the sampled protocol needs a larger catalogue; use the full protocol, "
+                                          "--protocol full")
         j = rng.choice(n_free, size=n_negatives, replace=False).astype(np.int64)
         shift = own - np.arange(len(own))
         out[p] = j + np.searchsorted(shift, j, side="right")
