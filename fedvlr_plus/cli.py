@@ -65,7 +65,10 @@ def load_for_run(args):
     """Load SOURCE and apply the requested preprocessing and split."""
     from fedvlr_plus.datasets import load, print_warnings
     from fedvlr_plus.datasets import splits
+    from fedvlr_plus.federation.synthetic import SYNTHETIC_PREFIX
 
+    if args.source.startswith(SYNTHETIC_PREFIX):
+        return _synthetic_for_run(args), "loo"
     data = load(args.source)
     split = args.split
     if split == "auto":
@@ -78,6 +81,19 @@ def load_for_run(args):
     data.require_split(need=("train", "valid", "test"))
     print_warnings(data, sys.stderr)  # duplicates, leaks, users without training rows: one line each
     return data, split
+
+
+def _synthetic_for_run(args):
+    """``synthetic:USERSxITEMS``: generated and split leave-one-out, so the split flags cannot change it."""
+    from fedvlr_plus.errors import ConfigError
+    from fedvlr_plus.federation.synthetic import synthetic_source
+
+    for flag, value, default in (("--split", args.split, "auto"), ("--k-core", args.k_core, 0),
+                                 ("--implicit-threshold", args.implicit_threshold, None)):
+        if value != default and not (flag == "--split" and value == "loo"):
+            raise ConfigError(f"{flag} {value}", f"{args.source} is generated already split leave-one-out",
+                              f"drop {flag}")
+    return synthetic_source(args.source, seed=getattr(args, "seed", 0))
 
 
 # ---------------------------------------------------------------------------------------------- data stats
@@ -113,12 +129,21 @@ def cmd_data_stats(args) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- run
-def _format_table(rows: list[tuple[str, dict, dict]], keys: list[str]) -> str:
+def _has_figures(means) -> bool:
+    return isinstance(means, dict) and any(isinstance(v, (int, float)) and v == v for v in means.values())
+
+
+def _format_table(rows: list[tuple], keys: list[str]) -> str:
+    """Rows ``(label, means, n_users[, note])``; a row without figures prints its note (or why) instead."""
     head = f"{'':<14}" + "".join(f"{k:>12}" for k in keys)
     lines = [head]
-    for label, means, n in rows:
-        lines.append(f"{label:<14}" + "".join(f"{means.get(k, float('nan')):>12.4f}" for k in keys)
-                     + (f"   ({n} users)" if n is not None else ""))
+    for label, means, n, *note in rows:
+        if not _has_figures(means):
+            lines.append(f"{label:<14}   ({note[0] if note and note[0] else 'no users'})")
+            continue
+        cells = "".join(f"{v:>12.4f}" if isinstance(v, (int, float)) and v == v else f"{'–':>12}"
+                        for v in (means.get(k) for k in keys))
+        lines.append(f"{label:<14}" + cells + (f"   ({n} users)" if n is not None else ""))
     return "\n".join(lines)
 
 
@@ -188,7 +213,8 @@ def _next_step(args) -> str:
 
 
 def reference_table(data, keys: list[str], **common) -> dict:
-    """Test figures of the reference rankers (pop, random, antipop), overall and by warm/cold target."""
+    """Test figures of the reference rankers (pop, random, antipop), overall and by warm/cold target. A part the
+    test does not have (no cold targets, say) is left out here; the result's ``notes`` say so."""
     from fedvlr_plus.evaluation import evaluate, reference_scorer
 
     out = {}
@@ -205,6 +231,21 @@ def _select(value, keys):
     return value
 
 
+def _part_rows(result: dict) -> list[tuple]:
+    """The console rows of a run: valid, test, then test warm / cold, each with its note when it is empty."""
+    from fedvlr_plus.evaluation.results import empty_part_reason
+
+    rows = [("valid", result.get("valid"), None, "no validation figures"),
+            ("test", result.get("test"), result.get("n_users"), "no test figures")]
+    for part in ("warm", "cold"):
+        n = result.get(f"test_{part}_n_users")
+        if f"test_{part}" not in result and n is None:
+            continue
+        why = empty_part_reason(part) if n == 0 else "not combined over seeds: absent in some (see notes)"
+        rows.append((f"test {part}", result.get(f"test_{part}"), n, why))
+    return rows
+
+
 def _report_run(args, result: dict, keys: list[str], test_result=None) -> None:
     if args.out:
         out = Path(args.out)
@@ -213,20 +254,20 @@ def _report_run(args, result: dict, keys: list[str], test_result=None) -> None:
             tmp = out / "per_user_test.csv.tmp"
             test_result.per_user.to_csv(tmp, index=False)
             os.replace(tmp, out / "per_user_test.csv")
-    rows = [("valid", result["valid"], None), ("test", result["test"], result.get("n_users"))]
-    for part in ("warm", "cold"):
-        if f"test_{part}" in result:
-            rows.append((f"test {part}", result[f"test_{part}"], result.get(f"test_{part}_n_users")))
     print(f"{result['dataset']} | {result['backbone']} | {result['protocol']} | split {result['split']}")
-    print(_format_table(rows, keys))
+    print(_format_table(_part_rows(result), keys))
     if result.get("baselines"):
-        print("reference rankers on the same test (overall / warm / cold):")
+        present = [p for p in ("all", "warm", "cold") if any(p in v for v in result["baselines"].values())]
+        names = {"all": "overall", "warm": "warm", "cold": "cold"}
+        print(f"reference rankers on the same test ({' / '.join(names[p] for p in present)}):")
         for name, parts in result["baselines"].items():
             print(_format_table([(f"  {name} {p}", v, None) for p, v in parts.items()], keys).split("\n", 1)[1])
-    if "test_ci" in result:
-        ci = result["test_ci"]
-        print("95% CI (bootstrap over users): " + ", ".join(
-            f"{k} [{ci[k][0]:.4f}, {ci[k][1]:.4f}]" for k in keys if k in ci))
+    ci = result.get("test_ci") or {}
+    shown = [k for k in keys if isinstance(ci.get(k), list) and None not in ci[k]]
+    if shown:
+        print("95% CI (bootstrap over users): " + ", ".join(f"{k} [{ci[k][0]:.4f}, {ci[k][1]:.4f}]" for k in shown))
+    for note in result.get("notes", []):
+        print(f"note: {note}")
     if args.json:
         _emit_json(result)
 

@@ -152,7 +152,7 @@ def item_coldstart(data, make_model, cfg, views: dict, *, spec: EvalSpec, rules=
     """
     cold = data.cold_items()
     if not cold.any():
-        raise ValueError(f"{data.name}: no item is cold (every item has a training interaction)")
+        rules = ()   # no cold rows to fill: the trained model is the only variant, and the notes say why
     state = ItemColdStart(tuple(rules))
     fitted = {r: make_rule(r, views, cold, k=neighbours_k, seed=spec.seed) for r in rules}
     has_valid_cold = bool(cold[data.valid()["item"].to_numpy()].any())
@@ -192,7 +192,7 @@ def item_result(state: ItemColdStart, data, spec: EvalSpec, select_metric: str, 
     if default_rule is None:
         chosen = max(sel, key=sel.get) if sel else "trained"
     else:
-        chosen = default_rule
+        chosen = default_rule if default_rule in state.rules else "trained"
     parts = ("cold_among_cold", "cold_among_all", "warm", "all")
 
     def block(name):
@@ -207,19 +207,42 @@ def item_result(state: ItemColdStart, data, spec: EvalSpec, select_metric: str, 
         "n_items": int(data.n_items), "n_cold_items": int(cold.sum()),
         "test_targets": int(len(test)), "test_cold_targets": int(cold[test["item"].to_numpy()].sum()),
         "valid_cold_targets": int(cold[data.valid()["item"].to_numpy()].sum()),
-        "cold_rule": chosen, "cold_rule_selected_on": f"valid {select_metric} among cold items" if
-        default_rule is None else "fixed by --cold-rule",
+        "cold_rule": chosen, "cold_rule_selected_on": _rule_choice(state, sel, default_rule, select_metric),
         "cold_among_cold": head["cold_among_cold"], "cold_among_all": head["cold_among_all"],
         "warm": head["warm"], "all": head["all"], "variants": variants,
         "selected_round": state.selected_round,
         "baselines": {n: block(f"ref:{n}") for n in ("pop", "random", "antipop", "content")},
     }
+    out["notes"] = item_notes(out)
     trains = np.bincount(data.train()["user"].to_numpy(), minlength=data.n_users)
     # warm targets when the test has any (the cold ones are reported above), else all targets
     part = "warm" if any(len(f) for f in state.frames.get(("trained", "warm"), [])) else "all"
     out["sparsity_targets"] = part
     out["sparsity"] = sparsity_table(state.sparsity, trains, keys, reference=state.frames.get(("ref:pop", part)))
     return out
+
+
+def _rule_choice(state: ItemColdStart, sel: dict, default_rule, select_metric: str) -> str:
+    if not state.rules:
+        return "no cold items: the model as trained"
+    if default_rule is not None:
+        return "fixed by --cold-rule"
+    return f"valid {select_metric} among cold items" if sel else "no cold validation targets: the model as trained"
+
+
+def item_notes(out: dict) -> list[str]:
+    """One sentence per headline part without users (see docs/reports.md)."""
+    from ..evaluation.results import empty_part_reason
+
+    notes = []
+    for part in ("cold_among_cold", "cold_among_all", "warm", "all"):
+        if next(iter(out[part].values()), {}).get("n_users"):
+            continue
+        why = empty_part_reason("cold" if part.startswith("cold") else part)
+        if part == "cold_among_cold" and not out["n_cold_items"]:
+            why = "no cold items to rank among; every item has a training interaction"
+        notes.append(f"{part.replace('_', ' ')}: {why}")
+    return notes
 
 
 # ---------------------------------------------------------------------- sparsity buckets

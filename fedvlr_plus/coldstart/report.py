@@ -39,6 +39,14 @@ def _num(v) -> str:
     return "–" if v is None else f"{v:.4f}"
 
 
+def _empty(result: dict, part: str) -> str | None:
+    """Why the headline ``part`` has no users (from the result's notes), or None when it has some."""
+    if next(iter((result.get(part) or {}).values()), {}).get("n_users"):
+        return None
+    label = part.replace("_", " ") + ": "
+    return next((n[len(label):] for n in result.get("notes", []) if n.startswith(label)), "no users")
+
+
 # ---------------------------------------------------------------------- rows of the item table
 def item_rows(result: dict) -> list[tuple[str, dict]]:
     """(label, {part: summary}) for the reference rankers, then each model's variants."""
@@ -50,10 +58,11 @@ def item_rows(result: dict) -> list[tuple[str, dict]]:
         if "variants" not in res:
             return
         for rule, block in res["variants"].items():
-            if rule == "trained":
-                continue
+            if rule == "trained" and len(res["variants"]) > 1:
+                continue   # the same model as rule "none"; shown alone only where there is no rule to apply
             mark = " *" if rule == res.get("cold_rule") else ""
-            rows.append((f"{label}, cold rule {rule}{mark}", block))
+            how = "as trained" if rule == "trained" else f"cold rule {rule}"
+            rows.append((f"{label}, {how}{mark}", block))
 
     if "backbone_alone" in result:
         model_rows(result["backbone_alone"], result["backbone_alone"]["model"])
@@ -117,6 +126,9 @@ def format_summary(result: dict, metric: str | None = None) -> str:
                      f"{result['test_cold_targets']} of {result['test_targets']} test targets cold; headline cold "
                      f"rule: {result['cold_rule']} ({result['cold_rule_selected_on']})")
         for part, title in PARTS:
+            if _empty(result, part):
+                lines.append(f"  {title}: ({_empty(result, part)})")
+                continue
             lines.append(f"  {title}:")
             for label, block in item_rows(result):
                 cell = block.get(part, {})
@@ -135,6 +147,7 @@ def format_summary(result: dict, metric: str | None = None) -> str:
             for row in res["sparsity"]:
                 lines.append(f"    {row['bucket']:>8} ({row['n_users']:>4} users)  {_fmt(row['model'].get(keys[1]))}"
                              + f"   pop {_num((row.get('pop') or {}).get(keys[1]))}")
+    lines += [f"note: {n}" for n in result.get("notes", [])]
     return "\n".join(lines)
 
 
@@ -151,6 +164,9 @@ def markdown(result: dict) -> str:
                 f"{result['test_targets']} test targets are cold. Headline rule (*): **{result['cold_rule']}** "
                 f"({result['cold_rule_selected_on']}).", "", "![cold items](cold_items.png)", ""]
         for part, title in PARTS:
+            if _empty(result, part):
+                out += [f"### {title}", "", f"Not reported: {_empty(result, part)}.", ""]
+                continue
             out += [f"### {title}", "", "| model | " + " | ".join(keys) + " | users |",
                     "|---|" + "---|" * (len(keys) + 1)]
             for label, block in item_rows(result):
@@ -181,6 +197,8 @@ def markdown(result: dict) -> str:
                            + " | ".join(_fmt(row["model"].get(k)) for k in keys)
                            + f" | {_num((row.get('pop') or {}).get(keys[1]))} |")
         out.append("")
+    if result.get("notes"):
+        out += ["## Not reported", ""] + [f"- {n}" for n in result["notes"]] + [""]
     return "\n".join(out)
 
 
@@ -205,6 +223,9 @@ def _plot_items(result: dict, path: Path, metric: str) -> None:
             err[1].append(max((cell["ci"][1] or cell["mean"]) - cell["mean"], 0))
         colors = ["#999999" if not (result["model"] in l or result.get("backbone_alone", {}).get("model", "\0") in l)
                   else ("#d62728" if l.endswith("*") else "#1f77b4") for l in labels]
+        if not labels:   # an empty part says why instead of drawing an empty axis
+            ax.text(0.5, 0.5, _empty(result, part) or "no users", ha="center", va="center", wrap=True,
+                    fontsize=9, transform=ax.transAxes)
         ax.barh(range(len(labels)), means, xerr=err, color=colors, capsize=3)
         ax.set_yticks(range(len(labels)), labels, fontsize=8)
         ax.invert_yaxis()

@@ -25,6 +25,7 @@ import pandas as pd
 import torch
 
 from ..datasets import InteractionData
+from ..datasets.core import DataError
 from .metrics import (TIE_POLICY, check_ks_metrics, expected_metrics, masked_rank_counts, metric_columns,
                       rank_counts)
 from .results import EvalResult
@@ -165,12 +166,29 @@ def sample_negatives(data: InteractionData, pair_user: np.ndarray, n_negatives: 
         own = np.sort(pos.indices[pos.indptr[u]:pos.indptr[u + 1]]).astype(np.int64)
         n_free = n_items - len(own)
         if n_free < n_negatives:
-            raise ValueError(f"user {u} has only {n_free} items it never interacted with; "
-                             f"cannot sample {n_negatives} negatives")
+            raise DataError(f"{data.name}: user {data.user_ids[u]}",
+                            f"has only {n_free} items it never interacted with; cannot sample {n_negatives} "
+                            f"negatives", "the sampled protocol needs a larger catalogue; use the full protocol, "
+                                          "--protocol full")
         j = rng.choice(n_free, size=n_negatives, replace=False).astype(np.int64)
         shift = own - np.arange(len(own))
         out[p] = j + np.searchsorted(shift, j, side="right")
     return out
+
+
+def sampled_unavailable(data: InteractionData, n_negatives: int = 99, split: str = "test") -> str | None:
+    """Why the sampled protocol cannot run on ``split`` (some user has fewer than ``n_negatives`` items it never
+    interacted with: a small catalogue), or None when it can. Reports that add sampled figures beside the full
+    ones print this instead of failing."""
+    pos = data.matrix(["train", "valid", "test", "unsplit"]).tocsr()
+    users = np.unique(data.part(split)["user"].to_numpy(np.int64))
+    if not len(users):
+        return None
+    free = data.n_items - np.diff(pos.indptr)[users]
+    if int(free.min()) >= int(n_negatives):
+        return None
+    return (f"{int((free < n_negatives).sum())} {split} users have fewer than "
+            f"{int(n_negatives)} items they never interacted with ({data.n_items} items in all)")
 
 
 def _sampled_rank_stats(scorer, users, pair_row, cand, n_items, batch_size):

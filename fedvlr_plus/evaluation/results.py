@@ -1,4 +1,10 @@
-"""Per-user evaluation results, their summaries, bootstrap intervals and a JSON form for reports."""
+"""Per-user evaluation results, their summaries, bootstrap intervals and a JSON form for reports.
+
+Empty parts (see docs/reports.md): a part no user has (no cold targets, no warm targets) keeps its keys in the
+JSON form with ``<prefix>_<part>_n_users: 0`` and null figures and intervals, and ``notes`` says so in words
+(``"test cold: no cold targets in test; every target item was seen in training"``). Nothing is dropped
+silently and nothing is computed from no users.
+"""
 from __future__ import annotations
 
 import math
@@ -71,8 +77,9 @@ class EvalResult:
         """A JSON-ready dict: summaries for all/warm/cold targets, user counts, optional CIs and the tie policy.
 
         Keys: ``prefix`` (summary), ``prefix_warm``, ``prefix_cold``, ``n_users`` and ``prefix_n_users``,
-        ``prefix_warm_n_users``, ``prefix_cold_n_users``, ``tie_policy``, ``protocol``; with ``ci=True`` also
-        ``prefix_ci``, ``prefix_warm_ci``, ``prefix_cold_ci``. Undefined means (an empty group) become None.
+        ``prefix_warm_n_users``, ``prefix_cold_n_users``, ``tie_policy``, ``protocol``, ``notes`` (one sentence
+        per empty part, see :meth:`notes`); with ``ci=True`` also ``prefix_ci``, ``prefix_warm_ci``,
+        ``prefix_cold_ci``. Undefined means and intervals (an empty group) become None.
         """
         out = {
             prefix: _clean(self.summary("all")),
@@ -83,6 +90,7 @@ class EvalResult:
             f"{prefix}_warm_n_users": self.n_users("warm"),
             f"{prefix}_cold_n_users": self.n_users("cold"),
             "tie_policy": TIE_POLICY,
+            "notes": self.notes(prefix),
         }
         for key in ("protocol", "split", "mask_history", "n_negatives", "seed"):
             if key in self.meta:
@@ -92,6 +100,25 @@ class EvalResult:
             out[f"{prefix}_warm_ci"] = _clean(self.ci("warm"))
             out[f"{prefix}_cold_ci"] = _clean(self.ci("cold"))
         return out
+
+
+    def notes(self, prefix: str = "test") -> list[str]:
+        """One sentence per part without users, e.g. ``"test cold: no cold targets in test"``."""
+        split = self.meta.get("split", prefix.split("_")[0])
+        return [empty_part_note(prefix, which, split) for which in WHICH if not self.n_users(which)]
+
+
+def empty_part_reason(which: str, split: str = "test") -> str:
+    """What a report prints in place of the figures of a part without users: ``no cold targets in test; ...``."""
+    return {"all": f"no users with targets in {split}",
+            "warm": f"no warm targets in {split}; every target item is new to training",
+            "cold": f"no cold targets in {split}; every target item was seen in training"}[which]
+
+
+def empty_part_note(prefix: str, which: str, split: str = "test") -> str:
+    """The ``notes`` sentence for a part without users: ``"test cold: no cold targets in test; ..."``."""
+    label = prefix.replace("_", " ") + ("" if which == "all" else f" {which}")
+    return f"{label}: {empty_part_reason(which, split)}"
 
 
 def _clean(d: dict) -> dict:

@@ -1,7 +1,8 @@
 """Uncertainty for per-user ranking metrics: bootstrap confidence intervals and paired significance tests.
 
 - Confidence intervals: the non-parametric bootstrap over users (Efron & Tibshirani, "An Introduction to the
-  Bootstrap", 1993), computed with :func:`scipy.stats.bootstrap` (BCa by default).
+  Bootstrap", 1993): resamples drawn by :func:`scipy.stats.bootstrap` in bounded batches, BCa by default with
+  the jackknife of the mean in closed form, so memory stays O(users) at any scale.
 - Paired comparison of two systems on the same users: the paired t-test (:func:`scipy.stats.ttest_rel`) and the
   Wilcoxon signed-rank test (:func:`scipy.stats.wilcoxon`), as recommended for IR evaluation by Smucker, Allan &
   Carterette, "A comparison of statistical significance tests for information retrieval evaluation", CIKM 2007.
@@ -9,11 +10,10 @@
 from __future__ import annotations
 
 import math
-import warnings
 from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy import stats
+from scipy import special, stats
 
 if TYPE_CHECKING:  # pragma: no cover
     from .results import EvalResult
@@ -27,28 +27,73 @@ def _rng_kwarg(seed: int) -> dict:
     return {name: np.random.default_rng(seed)}
 
 
+# Resamples drawn per batch: the index and gathered arrays are RESAMPLE_FLOATS floats each whatever the number
+# of users, so an interval costs O(n) memory (SciPy's default batch is all resamples at once).
+RESAMPLE_FLOATS = 1 << 21
+
+
+def _bootstrap_means(x: np.ndarray, n_resamples: int, seed: int) -> np.ndarray:
+    """The bootstrap distribution of the mean: SciPy's resampling, drawn in bounded batches (the batch size does
+    not change the draws: the same generator fills the same indices in the same order)."""
+    batch = max(1, min(n_resamples, RESAMPLE_FLOATS // len(x)))
+    res = stats.bootstrap((x,), np.mean, n_resamples=n_resamples, batch=batch, method="percentile",
+                          vectorized=True, **_rng_kwarg(seed))
+    return np.asarray(res.bootstrap_distribution, dtype=np.float64)
+
+
+def _bca_levels(x: np.ndarray, means: np.ndarray, alpha: float) -> tuple[float, float]:
+    """Quantile levels of the BCa interval (Efron & Tibshirani 1993, 14.3; SciPy's formula).
+
+    The acceleration comes from the jackknife of the mean in closed form: leaving out x_i moves the mean by
+    (x_i - mean) / (n - 1), so a = sum(d^3) / (6 sum(d^2)^1.5) with d = x - mean. SciPy forms the n leave-one-out
+    samples instead (an n x n array); the two agree to rounding."""
+    theta = float(np.mean(x))
+    z0 = special.ndtri((np.count_nonzero(means < theta) + np.count_nonzero(means <= theta)) / (2 * len(means)))
+    d = x - theta
+    accel = float(np.sum(d ** 3) / (6.0 * np.sum(d ** 2) ** 1.5))
+    z = special.ndtri(alpha)
+    lo = special.ndtr(z0 + (z0 + z) / (1 - accel * (z0 + z)))
+    hi = special.ndtr(z0 + (z0 - z) / (1 - accel * (z0 - z)))
+    return float(lo), float(hi)
+
+
+def _quantile(a: np.ndarray, levels: np.ndarray) -> np.ndarray:
+    # what scipy.stats.bootstrap reads its interval with: stats.quantile (SciPy >= 1.15), linear interpolation
+    quantile = getattr(stats, "quantile", None)
+    return quantile(a, levels) if quantile is not None else np.quantile(a, levels)
+
+
 def bootstrap_ci(values, *, level: float = 0.95, n_resamples: int = 2000, seed: int = 0,
                  method: str = "BCa") -> list[float]:
     """``[low, high]`` bootstrap interval for the mean of ``values`` (one value per user).
 
+    ``method``: ``"BCa"`` (default), ``"percentile"`` or ``"basic"``, as in :func:`scipy.stats.bootstrap`, whose
+    resamples these are (same seed, same draws). Memory is O(len(values)): resamples are drawn in batches and
+    the BCa acceleration uses the jackknife of the mean in closed form. A BCa interval that is undefined (the
+    sample mean outside every resample's) falls back to the percentile interval.
+
     Degenerate samples are handled explicitly instead of returning NaN: no values -> ``[nan, nan]``; one value or
     all values equal -> ``[v, v]`` (every resample has the same mean).
     """
-    x = np.asarray(values, dtype=np.float64)
+    x = np.asarray(values, dtype=np.float64).ravel()
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must be in (0, 1), got {level}")
+    kind = method.lower()
+    if kind not in ("bca", "percentile", "basic"):
+        raise ValueError(f"method must be 'BCa', 'percentile' or 'basic', got {method!r}")
     if len(x) == 0:
         return [math.nan, math.nan]
     if np.all(x == x[0]):
         return [float(x[0]), float(x[0])]
-    with warnings.catch_warnings():
-        # BCa warns when the acceleration is undefined for nearly constant data; we fall back below.
-        warnings.simplefilter("ignore", category=stats.DegenerateDataWarning)
-        res = stats.bootstrap((x,), np.mean, confidence_level=level, n_resamples=n_resamples,
-                              method=method, vectorized=True, **_rng_kwarg(seed))
-    low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
-    if not (math.isfinite(low) and math.isfinite(high)) and method.lower() != "percentile":
-        return bootstrap_ci(x, level=level, n_resamples=n_resamples, seed=seed, method="percentile")
+    means = _bootstrap_means(x, int(n_resamples), seed)
+    alpha = (1.0 - level) / 2
+    levels = _bca_levels(x, means, alpha) if kind == "bca" else (math.nan, math.nan)
+    if not all(math.isfinite(p) for p in levels):
+        levels = (alpha, 1.0 - alpha)
+    low, high = (float(q) for q in _quantile(means, np.asarray(levels)))
+    if kind == "basic":
+        theta = float(np.mean(x))
+        low, high = 2 * theta - high, 2 * theta - low
     return [low, high]
 
 

@@ -311,12 +311,28 @@ def run_paper_table(args, data, keys: list[str], ks, names) -> dict:
               "selected_round": selected, "router": {k: v[0] if len(v) == 1 else v for k, v in routers.items()},
               "config": base_cfg.to_dict(), "row_configs": row_configs, "overrides": [list(o) for o in overrides],
               "n_cold_items": int(cold.sum()), "skipped": skipped}
+    result["notes"] = table_notes(result)
     if out_dir is not None:
         write_report(result, out_dir)
     return result
 
 
 # ---------------------------------------------------------------------------------------------- reports
+def table_notes(result: dict) -> list[str]:
+    """One sentence per part of the table that no row has (no cold targets in test, say), so that every report
+    says why a section is missing instead of leaving it out silently."""
+    from ..evaluation.results import empty_part_reason
+
+    present = {r["part"] for r in result["rows"]}
+    notes = []
+    for part in (p for p in PARTS if p not in present):
+        why = empty_part_reason("cold" if part == "cold_among_cold" else part)
+        if part == "cold_among_cold" and not result.get("n_cold_items"):
+            why = "no cold items to rank among; every item has a training interaction"
+        notes.append(f"{part.replace('_', ' ')}: {why}")
+    return notes
+
+
 def _fmt(row: dict, k: str) -> str:
     v = row.get(k)
     if v is None or (isinstance(v, float) and math.isnan(v)):
@@ -349,6 +365,8 @@ def markdown_table(result: dict) -> str:
         lines.append("")
     for label, why in result.get("skipped", {}).items():
         lines.append(f"Not run: {label} ({why}).")
+    for note in result.get("notes", []):
+        lines.append(f"Not reported: {note}.")
     lines.append("Mean over seeds ± standard deviation across seeds [95% bootstrap CI over users of the per-user "
                  "values averaged over seeds]. References: pop/random/antipop and the content-only ranker.")
     if result["paired_tests"]:
@@ -434,6 +452,8 @@ def print_table(result: dict, file=None) -> None:
         print(f"  {'model':<{w}}" + "".join(f"{k:>12}" for k in keys), file=file)
         for r in part_rows:
             print(f"  {r['model']:<{w}}" + "".join(f"{r[k]:>12.4f}" for k in keys), file=file)
+    for note in result.get("notes", []):
+        print(f"note: {note}", file=file)
     for name, parts in result["paired_tests"].items():
         for part, per in parts.items():
             k = keys[-1]

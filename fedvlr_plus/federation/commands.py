@@ -85,7 +85,7 @@ def cli_run(args, data, *, split_used: str, metrics, ks, keys, protocol: str) ->
                                           mask_history=cfg.mask_history, seed=cfg.seed)
     result["data_warnings"] = data.sanity()
     for key in ("strategy", "simulator", "rounds_run", "stopped_early", "resolved", "model", "config", "history",
-                "per_seed", "seeds"):
+                "per_seed", "seeds", "notes"):
         if key in res:
             result[key] = res[key]
     return result
@@ -116,16 +116,6 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 
 def _bench_data(args):
-    if args.source.startswith("synthetic:"):
-        from .synthetic import synthetic_data
-
-        try:
-            users, items = (int(x) for x in args.source.split(":", 1)[1].lower().split("x"))
-        except ValueError:
-            raise ConfigError(f"SOURCE {args.source}", "a synthetic source looks like synthetic:USERSxITEMS",
-                              "e.g. synthetic:35000x18000") from None
-        return synthetic_data(users, items, 30.0, groups=50, seed=getattr(args, "seed", 0),
-                              name=f"synthetic-{users}x{items}")
     from ..cli import load_for_run
 
     return load_for_run(args)[0]

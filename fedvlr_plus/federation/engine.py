@@ -175,6 +175,14 @@ class FederatedRun:
                         metrics=tuple(self.cfg.metrics), mask_history=self.cfg.mask_history,
                         seed=int(self.cfg.seed))
 
+    def _test_sampled(self):
+        """The sampled-protocol test beside the full one, or None where the catalogue is too small for it."""
+        from ..evaluation import sampled_unavailable
+
+        if sampled_unavailable(self.data) is not None:
+            return None
+        return self.evaluate("test", "sampled")
+
     # ------------------------------------------------------------------ one round
     def run_round(self) -> dict:
         r = self.round + 1
@@ -205,7 +213,7 @@ class FederatedRun:
                 # test is computed here but never read by any decision; only the selected round's is reported
                 self.best = {"round": r, "metric": metric, "valid": valid,
                              "test_full": self.evaluate("test", "full"),
-                             "test_sampled": self.evaluate("test", "sampled")}
+                             "test_sampled": self._test_sampled()}
                 self.bad_evals = 0
             else:
                 self.bad_evals += 1
@@ -260,6 +268,10 @@ class FederatedRun:
         return result
 
     def result(self) -> dict:
+        """The JSON-ready result at the selected round; ``notes`` says which parts had no users (their
+        ``*_n_users`` are 0 and their figures null) and whether the sampled protocol was skipped."""
+        from ..evaluation import sampled_unavailable
+
         if self.best is None:
             raise RuntimeError("no validation evaluation was run")
         out = {
@@ -269,8 +281,14 @@ class FederatedRun:
             "simulator": getattr(self.sim, "name", self.cfg.simulator), "valid": self.best["valid"],
         }
         out.update(_plain(self.best["test_full"].to_json(prefix="test")))
-        sampled = _plain(self.best["test_sampled"].to_json(prefix="test_sampled"))
-        out.update({k: v for k, v in sampled.items() if k.startswith("test_sampled")})
+        notes = list(out.get("notes", []))
+        if self.best.get("test_sampled") is not None:
+            sampled = _plain(self.best["test_sampled"].to_json(prefix="test_sampled"))
+            out.update({k: v for k, v in sampled.items() if k.startswith("test_sampled")})
+            notes += sampled.get("notes", [])
+        else:
+            notes.append(f"test sampled: not evaluated, {sampled_unavailable(self.data) or 'not computed'}")
+        out["notes"] = notes
         out["history"] = self.history
         out["config"] = self.cfg.to_dict()
         out["resolved"] = self._resolved()
@@ -348,14 +366,30 @@ def _effective(config: dict, resolved: dict) -> dict:
 
 
 def _mean_std(dicts: list[dict]) -> tuple[dict, dict]:
+    """Mean and standard deviation over seeds of every figure that every seed has (a null figure is missing)."""
     keys = sorted(set.intersection(*(set(d) for d in dicts))) if dicts else []
+    keys = [k for k in keys if all(isinstance(d[k], (int, float)) and d[k] == d[k] for d in dicts)]
     mean = {k: float(np.mean([d[k] for d in dicts])) for k in keys}
     std = {k: float(np.std([d[k] for d in dicts], ddof=1)) if len(dicts) > 1 else 0.0 for k in keys}
     return mean, std
 
 
+SEED_PARTS = ("valid", "test", "test_warm", "test_cold", "test_sampled", "test_sampled_warm", "test_sampled_cold")
+
+
+def _part_present(result: dict, key: str) -> bool:
+    """A seed has a part when it has figures for it and (where counted) users in it."""
+    part = result.get(key)
+    return (isinstance(part, dict) and any(v is not None for v in part.values())
+            and result.get(f"{key}_n_users", 1) != 0)
+
+
 def combine_seeds(results: list[dict]) -> dict:
-    """One seed: its result plus ``per_seed``. Several: means (and ``*_std``) of the figures, per-seed results."""
+    """One seed: its result plus ``per_seed``. Several: means (and ``*_std``) of the figures, per-seed results.
+
+    Only parts present in every seed are combined; a part absent from some seed keeps its key with null mean and
+    std, and ``notes`` says in which seeds it was absent (with every seed's own notes, without repeats).
+    """
     if len(results) == 1:
         out = dict(results[0])
         out["per_seed"] = [results[0]]
@@ -363,11 +397,24 @@ def combine_seeds(results: list[dict]) -> dict:
     out = {"backbone": results[0]["backbone"], "dataset": results[0]["dataset"],
            "seeds": [r["seed"] for r in results], "selected_round": [r["selected_round"] for r in results],
            "strategy": results[0]["strategy"], "simulator": results[0]["simulator"]}
-    for key in ("valid", "test", "test_warm", "test_cold", "test_sampled", "test_sampled_warm",
-                "test_sampled_cold"):
-        parts = [r[key] for r in results if isinstance(r.get(key), dict)]
-        if len(parts) == len(results):
-            out[key], out[f"{key}_std"] = _mean_std(parts)
+    notes = list(dict.fromkeys(n for r in results for n in r.get("notes", [])))
+    for key in SEED_PARTS:
+        counts = [r[f"{key}_n_users"] for r in results if f"{key}_n_users" in r]
+        if counts:
+            out[f"{key}_n_users"] = counts[0] if len(set(counts)) == 1 else counts
+        absent = [r["seed"] for r in results if not _part_present(r, key)]
+        if not absent:
+            out[key], out[f"{key}_std"] = _mean_std([r[key] for r in results])
+        elif any(key in r for r in results):
+            out[key] = out[f"{key}_std"] = None
+            label = key.replace("_", " ")
+            if len(absent) < len(results):
+                notes.append(f"{label}: absent in seeds {', '.join(map(str, absent))}; not combined over seeds")
+            elif not any(n.startswith(f"{label}:") for n in notes):   # else every seed's own note says why
+                notes.append(f"{label}: absent in every seed")
+    if "test_n_users" in out:
+        out["n_users"] = out["test_n_users"]
+    out["notes"] = notes
     out["config"] = results[0]["config"]
     out["per_seed"] = results
     return out

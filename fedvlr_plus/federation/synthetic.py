@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+SYNTHETIC_PREFIX = "synthetic:"
+
 
 def synthetic_data(n_users: int = 200, n_items: int = 300, mean_items: float = 20.0, *, groups: int = 10,
                    share: float = 0.8, min_items: int = 5, seed: int = 0, name: str | None = None):
@@ -46,3 +48,18 @@ def synthetic_data(n_users: int = 200, n_items: int = 300, mean_items: float = 2
                                     item_order=np.arange(n_items))
     # users whose draws collapsed below 3 distinct items stay in train only (leave_one_out convention)
     return leave_one_out(data)
+
+
+def synthetic_source(source: str, seed: int = 0):
+    """The data a ``synthetic:USERSxITEMS`` source names (e.g. ``synthetic:35000x18000``): 30 interactions per
+    user on average in 50 groups, split leave-one-out; the same data for ``run`` and ``bench round``."""
+    from ..errors import ConfigError
+
+    try:
+        users, items = (int(x) for x in source[len(SYNTHETIC_PREFIX):].lower().split("x"))
+    except ValueError:
+        raise ConfigError(f"SOURCE {source!r}", "a synthetic source is synthetic:USERSxITEMS",
+                          "e.g. synthetic:35000x18000") from None
+    if users < 1 or items < 10:
+        raise ConfigError(f"SOURCE {source!r}", "a synthetic source needs at least 1 user and 10 items")
+    return synthetic_data(users, items, 30.0, groups=50, seed=seed, name=f"synthetic-{users}x{items}")
