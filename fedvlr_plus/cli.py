@@ -173,9 +173,9 @@ def _report_run(args, result: dict, keys: list[str], test_result=None) -> None:
         out = Path(args.out)
         write_json_atomic(out / "result.json", result)
         if test_result is not None:
-            tmp = out / "per_user_test.csv.tmp"
-            test_result.per_user.to_csv(tmp, index=False)
-            os.replace(tmp, out / "per_user_test.csv")
+            from fedvlr_plus.atomic_write import atomic_write
+
+            atomic_write(out / "per_user_test.csv", lambda tmp: test_result.per_user.to_csv(tmp, index=False))
     rows = [("valid", result["valid"], None), ("test", result["test"], result.get("n_users"))]
     for part in ("warm", "cold"):
         if f"test_{part}" in result:

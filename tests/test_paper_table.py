@@ -7,6 +7,7 @@ import pytest
 
 from fedvlr_plus.cli import build_parser
 from fedvlr_plus.datasets import InteractionData
+from fedvlr_plus.errors import RunFolderError
 from fedvlr_plus.evaluation import evaluate
 from fedvlr_plus.coldstart.content import ContentRanker, RestrictedScorer
 from fedvlr_plus.experiments.paper_table import run_paper_table
@@ -133,7 +134,7 @@ def test_report_files_are_written(table):
 def test_resume_reads_finished_runs_back_and_refuses_to_overwrite(table):
     data, args, res, out = table
     args.out = None
-    with pytest.raises(SystemExit, match="--resume"):
+    with pytest.raises(RunFolderError, match="--resume"):
         run_paper_table(build_parser().parse_args(
             ["experiment", "paper-table", "unused", "--backbones", "fedavg", "--variants", "none,fedgrad,fedvlr",
              "--seeds", "2", "--rounds", "2", "--local-epochs", "1", "--dim", "8", "--no-progress",
