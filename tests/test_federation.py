@@ -108,7 +108,7 @@ def test_resume_treats_a_default_and_the_same_explicit_value_alike(small, tmp_pa
     more = run_federated(small, "fedavg", FedConfig(**fast, rounds=3, local_epochs=default_epochs),
                          out_dir=tmp_path, resume=True, progress=False)
     assert more["rounds_run"] == 3 and more["resolved"]["local_epochs"] == default_epochs
-    with pytest.raises(ResumeMismatch, match=f"local_epochs {default_epochs} -> {default_epochs + 1}"):
+    with pytest.raises(ResumeMismatch, match=f"--local-epochs: the run used {default_epochs}, this call {default_epochs + 1}"):
         run_federated(small, "fedavg", FedConfig(**fast, rounds=4, local_epochs=default_epochs + 1),
                       out_dir=tmp_path, resume=True, progress=False)
 

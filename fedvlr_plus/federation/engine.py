@@ -339,11 +339,11 @@ class FederatedRun:
         old, new = _effective(ck["config"], ck["resolved"]), _effective(self.cfg.to_dict(), mine)
         diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in RESUMABLE_CHANGES)
         if diff:
-            raise ResumeMismatch(where, "cannot resume with different settings: " + ", ".join(
-                f"{k} {old.get(k)!r} -> {new.get(k)!r} ({_flag(k)})" for k in diff), hint)
+            raise ResumeMismatch(where, "cannot resume with different settings: " + "; ".join(
+                f"{_flag(k)}: the run used {old.get(k)!r}, this call {new.get(k)!r}" for k in diff), hint)
         if self.cfg.rounds < int(ck["round"]):
-            raise ResumeMismatch(where, f"rounds: the run has already trained {ck['round']} rounds, this call "
-                                 f"asks for {self.cfg.rounds} (--rounds)", f"pass --rounds {ck['round']} or more")
+            raise ResumeMismatch(where, f"--rounds: the run has already trained {ck['round']} rounds, this call "
+                                 f"asks for {self.cfg.rounds}", f"pass --rounds {ck['round']} or more")
 
 
 def _flag(setting: str) -> str:
