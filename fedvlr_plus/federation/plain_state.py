@@ -28,8 +28,7 @@ class _Writer:
 
     def tensor(self, t: torch.Tensor) -> str:
         name = f"t{len(self.tensors)}"
-        # a private copy: safetensors refuses tensors that share storage (views into one batched tensor)
-        self.tensors[name] = t.detach().to("cpu", copy=True).contiguous()
+        self.tensors[name] = t.detach().cpu().contiguous()   # no copy for a CPU tensor (the common case)
         return name
 
     def encode(self, obj):

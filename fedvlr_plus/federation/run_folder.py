@@ -165,7 +165,11 @@ class SeedFolder:
         from safetensors.torch import save as save_tensors
 
         skeleton, tensors = split_tensors(state)
-        files = {f"{stem}.safetensors": save_tensors(tensors),
+        try:
+            data = save_tensors(tensors)
+        except RuntimeError:  # safetensors refuses tensors whose memory overlaps (one referenced twice): copy them
+            data = save_tensors({k: v.clone() for k, v in tensors.items()})
+        files = {f"{stem}.safetensors": data,
                  f"{stem}.json": json.dumps({"state": skeleton}, indent=1).encode()}
         old = self.manifest()
         if f"{stem}.json" in old["files"]:  # rewriting a listed name: unlist it first

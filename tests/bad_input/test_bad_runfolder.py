@@ -267,3 +267,15 @@ def test_resume_with_more_seeds_adds_them(source, run_dir):
     out = json.loads(res.out.strip().splitlines()[-1])
     assert [r["seed"] for r in out["per_seed"]] == [0, 1]
     assert (run_dir / "seed-1" / "manifest.json").exists()
+
+
+def test_what_a_killed_writer_left_behind_is_removed_on_resume(source, run_dir):
+    """A temporary file and a checkpoint written but never listed (killed before the manifest) are leftovers."""
+    seed = run_dir / "seed-0"
+    leftovers = [seed / ".checkpoint-000003.safetensors.tmp4242", seed / "checkpoint-000003.json"]
+    for path in leftovers:
+        path.write_bytes(b"partial")
+    res = run_cli("run", source, *FAST, "--rounds", "2", "--resume", run_dir)
+    assert res.code == 0, res.err
+    assert not any(path.exists() for path in leftovers)
+    assert manifest(run_dir)["checkpoint"] == "checkpoint-000002"
