@@ -424,6 +424,8 @@ def _check_folder(out: Path, seeds: list[int], resume: bool) -> None:
         if held:
             raise RunFolderError(str(out), "already holds a run", f"continue it with --resume {out}, or choose "
                                  "another folder with --out")
+        for folder in out.glob("seed-*"):   # a run killed before its first checkpoint left only leftovers
+            SeedFolder(folder).tidy()
         return
     if not held:
         raise RunFolderError(str(out), "holds no checkpointed run to resume", f"start the run with --out {out}")
