@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -251,9 +250,9 @@ def _report_run(args, result: dict, keys: list[str], test_result=None) -> None:
         out = Path(args.out)
         write_json_atomic(out / "result.json", result)
         if test_result is not None:
-            tmp = out / "per_user_test.csv.tmp"
-            test_result.per_user.to_csv(tmp, index=False)
-            os.replace(tmp, out / "per_user_test.csv")
+            from fedvlr_plus.atomic_write import atomic_write
+
+            atomic_write(out / "per_user_test.csv", lambda tmp: test_result.per_user.to_csv(tmp, index=False))
     print(f"{result['dataset']} | {result['backbone']} | {result['protocol']} | split {result['split']}")
     print(_format_table(_part_rows(result), keys))
     if result.get("baselines"):

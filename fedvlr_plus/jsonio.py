@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
+
+from .atomic_write import atomic_write_text
 
 
 def json_default(o):
@@ -23,9 +24,7 @@ def json_default(o):
 
 
 def write_json_atomic(path, obj, indent: int | None = 2) -> None:
-    """Write ``obj`` as JSON to ``path`` through a temporary file and a rename (never half-written)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=indent, default=json_default))
-    os.replace(tmp, path)
+    """Write ``obj`` as JSON to ``path`` through a temporary file and a rename (never half-written; a full or
+    read-only disk is one :class:`~fedvlr_plus.errors.UserError` naming the path)."""
+    text = json.dumps(obj, indent=indent, default=json_default)  # before any file exists: a bad value writes nothing
+    atomic_write_text(path, text)

@@ -13,6 +13,8 @@ import torch
 from _fed_helpers import load_ml100k
 from fedvlr_plus.adapters import BACKBONES, make_backbone
 from fedvlr_plus.federation import (DiskStore, FedConfig, FederatedRun, MemoryStore, RecClient, run_federated)
+from fedvlr_plus.errors import ResumeMismatch, RunFolderError
+from fedvlr_plus.federation.run_folder import SeedFolder
 from fedvlr_plus.federation.state import init_shared_state
 from fedvlr_plus.federation.synthetic import synthetic_data
 
@@ -59,9 +61,9 @@ def test_resume_after_interrupt_ends_with_the_same_numbers(small, tmp_path, name
             raise KeyboardInterrupt  # what Ctrl-C raises
     with pytest.raises(KeyboardInterrupt):
         run_federated(small, name, cfg, out_dir=tmp_path / "cut", progress=False, on_round=interrupt)
-    ck = torch.load(tmp_path / "cut" / "seed-0" / "checkpoint.pt", weights_only=False)
+    ck = SeedFolder(tmp_path / "cut" / "seed-0").read_checkpoint()
     assert ck["round"] == 2
-    with pytest.raises(FileExistsError):
+    with pytest.raises(RunFolderError, match="already holds a run"):
         run_federated(small, name, cfg, out_dir=tmp_path / "cut", progress=False)  # never overwrite silently
     resumed = run_federated(small, name, cfg, out_dir=tmp_path / "cut", resume=True, progress=False)
     assert _figures(resumed) == _figures(full)
@@ -77,8 +79,8 @@ def test_sparse_checkpoints_resume_from_the_last_one_with_the_same_numbers(small
     written = []
 
     def interrupt(run, record):
-        path = run.checkpoint_path
-        written.append(torch.load(path, weights_only=False)["round"] if path.exists() else None)
+        ck = run.folder.read_checkpoint()
+        written.append(ck["round"] if ck is not None else None)
         if record["round"] == 5:
             raise KeyboardInterrupt
     with pytest.raises(KeyboardInterrupt):
@@ -86,17 +88,16 @@ def test_sparse_checkpoints_resume_from_the_last_one_with_the_same_numbers(small
     assert written == [None, None, 3, 3, 3]      # every 3 rounds: round 5 is lost, round 3 is kept
     resumed = run_federated(small, "fedavg", cfg, out_dir=tmp_path / "cut", resume=True, progress=False)
     assert _figures(resumed) == _figures(full) and resumed["rounds_run"] == 7
-    assert torch.load(tmp_path / "cut" / "seed-0" / "checkpoint.pt", weights_only=False)["round"] == 7  # the end
+    assert SeedFolder(tmp_path / "cut" / "seed-0").read_checkpoint()["round"] == 7  # the end
 
 
 def test_resume_refuses_changed_settings(small, tmp_path):
     cfg = FedConfig(**FAST)
     run_federated(small, "fedavg", cfg, out_dir=tmp_path, progress=False)
-    (tmp_path / "seed-0" / "result.json").unlink()   # pretend the run is unfinished
-    with pytest.raises(ValueError, match="lr"):
+    with pytest.raises(ResumeMismatch, match="lr"):
         run_federated(small, "fedavg", FedConfig(**FAST, lr=0.01), out_dir=tmp_path, resume=True, progress=False)
     more = run_federated(small, "fedavg", FedConfig(**{**FAST, "rounds": 4}), out_dir=tmp_path, resume=True,
-                         progress=False)  # extending the number of rounds is allowed
+                         progress=False)  # extending a finished run by more rounds is allowed
     assert more["rounds_run"] == 4
 
 
@@ -104,12 +105,10 @@ def test_resume_treats_a_default_and_the_same_explicit_value_alike(small, tmp_pa
     fast = {k: v for k, v in FAST.items() if k not in ("local_epochs", "rounds")}
     default_epochs = make_backbone("fedavg", 10, 4).default_local_epochs
     run_federated(small, "fedavg", FedConfig(**fast, rounds=2), out_dir=tmp_path, progress=False)  # None: default
-    (tmp_path / "seed-0" / "result.json").unlink()
     more = run_federated(small, "fedavg", FedConfig(**fast, rounds=3, local_epochs=default_epochs),
                          out_dir=tmp_path, resume=True, progress=False)
     assert more["rounds_run"] == 3 and more["resolved"]["local_epochs"] == default_epochs
-    (tmp_path / "seed-0" / "result.json").unlink()
-    with pytest.raises(ValueError, match=f"local_epochs {default_epochs} -> {default_epochs + 1}"):
+    with pytest.raises(ResumeMismatch, match=f"--local-epochs: the run used {default_epochs}, this call {default_epochs + 1}"):
         run_federated(small, "fedavg", FedConfig(**fast, rounds=4, local_epochs=default_epochs + 1),
                       out_dir=tmp_path, resume=True, progress=False)
 
@@ -134,7 +133,7 @@ def test_killed_process_resumes(small, tmp_path):
     killed = subprocess.run([sys.executable, str(f), str(tmp_path / "a")], capture_output=True, text=True,
                             env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
     assert killed.returncode == -9, killed.stderr
-    ck = torch.load(tmp_path / "a" / "seed-0" / "checkpoint.pt", weights_only=False)
+    ck = SeedFolder(tmp_path / "a" / "seed-0").read_checkpoint()
     assert ck["round"] == 2
     resumed = run_federated(small, "fedncf", cfg, out_dir=tmp_path / "a", resume=True, progress=False)
     full = run_federated(small, "fedncf", cfg, progress=False)

@@ -27,7 +27,7 @@ def test_run_federated_backbone_on_ku(capsys, tmp_path):
     assert res["test_cold_n_users"] == 88 and res["test_warm_n_users"] == 116
     assert res["selected_round"] in (1, 2) and len(res["history"]) == 2
     assert set(res["baselines"]) == {"pop", "random", "antipop"}
-    assert (run_dir / "seed-0" / "checkpoint.pt").exists() and (run_dir / "result.json").exists()
+    assert (run_dir / "seed-0" / "manifest.json").exists() and (run_dir / "result.json").exists()
     # resuming a finished run reads it back instead of training again
     code = main(["run", ku, "--backbone", "fedavg", "--rounds", "2", "--local-epochs", "1", "--dim", "16",
                  "--no-progress", "--resume", str(run_dir), "--json"])

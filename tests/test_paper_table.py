@@ -1,12 +1,14 @@
 """``fedvlr-plus experiment paper-table``: references, cold-among-cold ranking, paired tests, report, resume."""
 import csv
 import json
+import re
 
 import numpy as np
 import pytest
 
 from fedvlr_plus.cli import build_parser
 from fedvlr_plus.datasets import InteractionData
+from fedvlr_plus.errors import RunFolderError
 from fedvlr_plus.evaluation import evaluate
 from fedvlr_plus.coldstart.content import ContentRanker, RestrictedScorer
 from fedvlr_plus.errors import ConfigError
@@ -134,7 +136,7 @@ def test_report_files_are_written(table):
 def test_resume_reads_finished_runs_back_and_refuses_to_overwrite(table):
     data, args, res, out = table
     args.out = None
-    with pytest.raises(SystemExit, match="--resume"):
+    with pytest.raises(RunFolderError, match="--resume"):
         run_paper_table(build_parser().parse_args(
             ["experiment", "paper-table", "unused", "--backbones", "fedavg", "--variants", "none,fedgrad,fedvlr",
              "--seeds", "2", "--rounds", "2", "--local-epochs", "1", "--dim", "8", "--no-progress",
@@ -143,6 +145,42 @@ def test_resume_reads_finished_runs_back_and_refuses_to_overwrite(table):
     again = run_paper_table(args, data, ["hr@10", "ndcg@10"], (10,), ("hr", "ndcg"))
     assert [(r["model"], r["part"], r["ndcg@10"]) for r in again["rows"]] == \
            [(r["model"], r["part"], r["ndcg@10"]) for r in res["rows"]]
+
+
+def _resume_copy(table, tmp_path):
+    import shutil
+    from copy import copy
+
+    data, args, res, out = table
+    dst = tmp_path / "copy"
+    shutil.copytree(out, dst)
+    again = copy(args)
+    again.out, again.resume = None, str(dst)
+    return data, again, res, dst
+
+
+def test_resume_recomputes_an_extra_that_a_kill_left_unsaved(table, tmp_path):
+    """Killed after the selected round's checkpoint but before its extra results were saved: the resumed table
+    recomputes them from that checkpoint and gets the same rows."""
+    data, args, res, dst = _resume_copy(table, tmp_path)
+    seed = dst / "runs" / "fedavg" / "seed-0"
+    m = json.loads((seed / "manifest.json").read_text())
+    for name in ("selected_extra.json", "selected_extra.safetensors"):
+        m["files"].pop(name, None)
+        (seed / name).unlink(missing_ok=True)
+    (seed / "manifest.json").write_text(json.dumps(m))
+    again = run_paper_table(args, data, ["hr@10", "ndcg@10"], (10,), ("hr", "ndcg"))
+    assert [(r["model"], r["part"], r["ndcg@10"]) for r in again["rows"]] == \
+           [(r["model"], r["part"], r["ndcg@10"]) for r in res["rows"]]
+    assert "selected_extra.json" in json.loads((seed / "manifest.json").read_text())["files"]
+
+
+def test_resume_refuses_a_changed_extra_naming_it(table, tmp_path):
+    data, args, _, dst = _resume_copy(table, tmp_path)
+    path = dst / "runs" / "fedavg+fedvlr" / "seed-1" / "selected_extra.json"
+    path.write_text(path.read_text().replace("0.", "1.", 1))
+    with pytest.raises(RunFolderError, match=re.escape(f"{path}: does not match its sha256")):
+        run_paper_table(args, data, ["hr@10", "ndcg@10"], (10,), ("hr", "ndcg"))
 
 
 def test_unknown_variant_and_bad_override_are_errors(table):

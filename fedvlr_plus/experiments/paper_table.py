@@ -32,6 +32,7 @@ import pandas as pd
 
 from ..coldstart.content import ContentRanker, RestrictedScorer
 from ..evaluation import EvalResult, evaluate, paired_test, reference_scorer
+from ..errors import RunFolderError
 from ..evaluation.stats import bootstrap_ci
 from ..errors import ConfigError
 from ..jsonio import write_json_atomic
@@ -77,18 +78,27 @@ def _with_rule(run, rule, data, cold, common) -> tuple[EvalResult, EvalResult] |
             evaluate(data, RestrictedScorer(score, cold), split="test", **common))
 
 
-def _save_extra(run_dir: Path, extra: dict) -> None:
-    from ..federation.store import atomic_torch_save
-
-    run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_torch_save(dict(extra), run_dir / "selected_extra.pt")
+EXTRA = "selected_extra"
 
 
-def _load_extra(run_dir: Path) -> dict:
-    import torch
+def _save_extra(run, extra: dict) -> None:
+    """What the selected round adds (evaluation results, router report), beside the run's checkpoint: plain JSON
+    and safetensors, listed in its manifest, tagged with the round it belongs to."""
+    run.folder.write_state(EXTRA, {"round": int(run.best["round"]), "extra": dict(extra)})
 
-    path = run_dir / "selected_extra.pt"
-    return torch.load(path, weights_only=False) if path.exists() else {}
+
+def _load_extra(run) -> dict:
+    """The saved extra of ``run``'s selected round (checksums checked). A process killed after the selected
+    round's checkpoint but before its extra was saved left an older one: it is recomputed (the checkpoint is that
+    round's model), which the engine's checkpoint rule guarantees is the only way the two can differ."""
+    saved = run.folder.read_state(EXTRA)
+    if saved is not None and saved["round"] == run.best["round"]:
+        return saved["extra"]
+    if run.round != run.best["round"] or not run.history:
+        raise RunFolderError(str(run.folder.path / f"{EXTRA}.json"), "missing or from another round than the "
+                             "selected one", "start a new run in another folder")
+    run.on_round(run, run.history[-1])   # recomputes and saves it
+    return None
 
 
 def _frames(res: EvalResult, cold_res: EvalResult | None) -> dict[str, pd.DataFrame]:
@@ -220,7 +230,8 @@ def run_paper_table(args, data, keys: list[str], ks, names) -> dict:
     row_configs: dict[str, dict] = {}
     routers: dict[str, list[dict]] = {}
     if args.resume and args.out and args.resume != args.out:
-        raise SystemExit("--resume DIR continues the table in DIR; do not pass a different --out")
+        raise RunFolderError("--out", f"--resume {args.resume} continues the table in that folder; do not pass a "
+                             f"different --out ({args.out})")
     out_dir = Path(args.resume or args.out) if (args.resume or args.out) else None
     for bb_name in backbones:
         for variant in variants:
@@ -259,14 +270,15 @@ def run_paper_table(args, data, keys: list[str], ks, names) -> dict:
                 def on_round_saved(run, record, extra=extra, run_dir=run_dir):
                     on_round(run, record)
                     if run_dir is not None and run.best is not None and run.best["round"] == record["round"]:
-                        _save_extra(run_dir, extra)   # what the selected round adds, kept for --resume
+                        _save_extra(run, extra)   # what the selected round adds, kept for --resume
 
                 run = FederatedRun(data, bb, cfg, run_dir, progress=not args.no_progress, on_round=on_round_saved)
-                if run_dir is not None and (run_dir / "checkpoint.pt").exists():
+                if run_dir is not None and run.folder.has_checkpoint():
                     if not args.resume:
-                        raise SystemExit(f"{out_dir} already holds runs; continue them with --resume {out_dir}")
+                        raise RunFolderError(str(out_dir), "already holds runs",
+                                             f"continue them with --resume {out_dir}, or choose another folder")
                     run.load_checkpoint()
-                    extra.update(_load_extra(run_dir))
+                    extra.update(_load_extra(run) or {})
                 run.run()
                 seeds_out.append(_frames(run.best["test_full"], extra.get("cold")))
                 sel.append(int(run.best["round"]))

@@ -13,6 +13,7 @@ def cli_run(args, data, *, split_used: str, metrics, ks, keys, protocol: str) ->
     """Train ``args.backbone`` federatedly on ``data`` and return the CLI's result dict (valid/test/test_ci/
     test_warm/test_cold/baselines as for the reference rankers, plus selected_round, per_seed and history)."""
     from ..cli import backbone_names, reference_table
+    from ..errors import RunFolderError
     from .config import FEDERATED_BACKBONES, config_from_args
     from .engine import run_federated
 
@@ -26,7 +27,8 @@ def cli_run(args, data, *, split_used: str, metrics, ks, keys, protocol: str) ->
                            mask_history=getattr(args, "mask_history", "train"))
     run_dir = args.resume or args.out
     if args.resume and args.out and args.resume != args.out:
-        raise SystemExit("--resume RUN_DIR continues the run in RUN_DIR; do not pass a different --out")
+        raise RunFolderError("--out", f"--resume {args.resume} continues the run in that folder; do not pass a "
+                             f"different --out ({args.out})")
     backbone, router = args.backbone, {}
     on_round = None
     fusion = getattr(args, "fusion", "none") != "none"

@@ -13,9 +13,10 @@ STRATEGIES = ("fedavg", "sparse-avg", "fedgrad", "median", "trimmed-mean")
 FEDERATED_BACKBONES = ("fcf", "fedavg", "fedncf", "fedrap", "pfedrec")
 
 #: config fields that may differ between a checkpoint and the run that resumes it (they do not change numbers
-#: already computed: more rounds or patience extend a run; the simulator and chunking only change speed)
-RESUMABLE_CHANGES = {"rounds", "patience", "simulator", "chunk_floats", "seeds", "ks", "metrics", "mask_history",
-                     "checkpoint_every"}
+#: already computed: more rounds or patience extend a run; the simulator and chunking only change speed). The
+#: metrics, cut-offs and test masking are not among them: the saved history and test figures were computed with
+#: the old ones, and a resumed run would mix the two.
+RESUMABLE_CHANGES = {"rounds", "patience", "simulator", "chunk_floats", "seeds", "checkpoint_every"}
 
 
 @dataclass

@@ -8,14 +8,15 @@ Model selection uses validation only: the selected round is the one with the bes
 after ``patience`` evaluations without improvement. The test figures reported are those computed at the selected
 round (test is evaluated whenever validation improves, and nothing ever reads it to make a decision).
 
-Checkpoints (``RUN_DIR/seed-<s>/checkpoint.pt``, written atomically after every round) hold the shared state, the
-strategy's optimizer state, every client's private state (or, with the disk store, a committed folder), the
-history, the selection state and RNG states. All randomness is keyed by (seed, round, client), so a resumed run
-ends with exactly the numbers of an uninterrupted one.
+Checkpoints (``RUN_DIR/seed-<s>/checkpoint-<round>.{safetensors,json}``, written atomically after every round and
+listed with their sha256 in ``manifest.json``, see :mod:`.run_folder`) hold the shared state, the strategy's
+optimizer state, every client's private state (or, with the disk store, a committed folder), the history, the
+selection state and RNG states. All randomness is keyed by (seed, round, client), so a resumed run ends with
+exactly the numbers of an uninterrupted one, and a finished run resumed with more rounds continues as if it had
+been asked for them from the start.
 """
 from __future__ import annotations
 
-import json
 import os
 import resource
 import sys
@@ -29,14 +30,16 @@ import torch
 
 from ..adapters import Backbone, make_backbone
 from .batched import BatchedSimulator, SequentialSimulator
+from ..errors import ResumeMismatch, RunFolderError
 from .config import RESUMABLE_CHANGES, FedConfig
 from .rng import TAG_SAMPLE
 from ..jsonio import write_json_atomic
+from .run_folder import SeedFolder, locked, seed_folders
 from .state import init_shared_state
-from .store import MemoryStore, atomic_torch_save, make_store
+from .store import MemoryStore, make_store
 from .strategy import make_strategy
 
-CHECKPOINT_FORMAT = 1
+CHECKPOINT_FORMAT = 2
 
 
 def _evaluator():
@@ -101,6 +104,7 @@ class FederatedRun:
                                       server_optimizer=self.server_optimizer, trim_fraction=cfg.trim_fraction,
                                       chunk_floats=cfg.chunk_floats, item_lr_scale=self.item_lr_scale)
         self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.folder = SeedFolder(self.run_dir) if self.run_dir is not None else None
         self._tmp = None
         if cfg.private_store == "disk":
             root = self.run_dir / "private" if self.run_dir else Path(self._tmpdir()) / "private"
@@ -256,15 +260,15 @@ class FederatedRun:
                 bar.update(1)
         except KeyboardInterrupt:
             bar.close()
-            if self.run_dir is not None and self.checkpoint_path.exists():
+            if self.folder is not None and self.folder.has_checkpoint():
                 saved = self._checkpointed_round
                 print(f"\ninterrupted after round {self.round}; round {saved} is checkpointed in {self.run_dir}; "
                       f"continue with --resume", file=sys.stderr)
             raise
         bar.close()
         result = self.result()
-        if self.run_dir is not None:
-            write_json_atomic(self.run_dir / "result.json", result)
+        if self.folder is not None:
+            self.folder.write_json("result.json", result)
         return result
 
     def result(self) -> dict:
@@ -304,12 +308,7 @@ class FederatedRun:
                 "clients_per_round": int(self.per_round)}
 
     # ------------------------------------------------------------------ checkpoints
-    @property
-    def checkpoint_path(self) -> Path:
-        return self.run_dir / "checkpoint.pt"
-
     def save_checkpoint(self) -> None:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         state = {
             "format": CHECKPOINT_FORMAT, "backbone": self.backbone_name, "config": self.cfg.to_dict(),
             "dataset": dataset_identity(self.data), "round": self.round, "shared": self.shared,
@@ -318,36 +317,20 @@ class FederatedRun:
             "bad_evals": self.bad_evals, "stopped_early": self.stopped_early, "resolved": self._resolved(),
             "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state()},
         }
-        atomic_torch_save(state, self.checkpoint_path)
+        self.folder.write_state(f"checkpoint-{self.round:06d}", state, checkpoint=True)
         self._checkpointed_round = self.round
 
     def load_checkpoint(self) -> None:
-        path = self.checkpoint_path
-        try:
-            ck = torch.load(path, map_location="cpu", weights_only=False)
-        except Exception as exc:
-            raise RuntimeError(f"cannot read checkpoint {path}: {exc}") from exc
-        if ck.get("format") != CHECKPOINT_FORMAT:
-            raise RuntimeError(f"{path}: checkpoint format {ck.get('format')} is not {CHECKPOINT_FORMAT}")
-        if ck["backbone"] != self.backbone_name:
-            raise ValueError(f"{path}: the run used backbone {ck['backbone']!r}, not {self.backbone_name!r}")
-        ident = dataset_identity(self.data)
-        if ck["dataset"] != ident:
-            raise ValueError(f"{path}: the run was trained on other data ({ck['dataset']} vs {ident})")
-        # a setting left to the backbone (None) and the same value given explicitly are the same run; a
-        # checkpoint written before "resolved" was stored takes this run's defaults for the settings it left open
-        mine = self._resolved()
-        old, new = _effective(ck["config"], ck.get("resolved", mine)), _effective(self.cfg.to_dict(), mine)
-        diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in RESUMABLE_CHANGES)
-        if diff:
-            raise ValueError(f"{path}: cannot resume with different settings: "
-                             + ", ".join(f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in diff))
+        """Continue from the folder's latest checkpoint (checksums checked; a changed setting is refused)."""
+        ck = self.folder.read_checkpoint()
+        where = str(self.run_dir)
+        if not isinstance(ck, dict) or ck.get("format") != CHECKPOINT_FORMAT:
+            raise RunFolderError(where, f"no checkpoint of format {CHECKPOINT_FORMAT} to resume",
+                                 "start a new run in another folder")
+        self._check_same_run(ck)
         self.round = self._checkpointed_round = int(ck["round"])
         self.shared = ck["shared"]
         self.strategy.load_state_dict(ck["strategy"])
-        if ck["private_store"] != self.store.kind:
-            raise ValueError(f"{path}: private state was kept in a {ck['private_store']} store, "
-                             f"not {self.store.kind}")
         if self.store.kind == "memory":
             self.store.restore(ck["private"])
         else:
@@ -358,6 +341,33 @@ class FederatedRun:
         self.stopped_early = bool(ck["stopped_early"]) and self.bad_evals >= self.cfg.patience
         torch.set_rng_state(ck["rng"]["torch"])
         np.random.set_state(ck["rng"]["numpy"])
+
+    def _check_same_run(self, ck: dict) -> None:
+        """ResumeMismatch unless ``ck`` is this run's: same backbone, data and settings (bar those that only
+        extend it or change its speed), and no fewer rounds than it has already trained."""
+        where = str(self.run_dir)
+        hint = "resume with the run's settings, or start a new run in another folder"
+        if ck["backbone"] != self.backbone_name:
+            raise ResumeMismatch(where, f"the run used backbone {ck['backbone']!r}, not {self.backbone_name!r}",
+                                 hint)
+        ident = dataset_identity(self.data)
+        if ck["dataset"] != ident:
+            raise ResumeMismatch(where, f"the run was trained on other data ({ck['dataset']} vs {ident})", hint)
+        # a setting left to the backbone (None) and the same value given explicitly are the same run
+        mine = self._resolved()
+        old, new = _effective(ck["config"], ck["resolved"]), _effective(self.cfg.to_dict(), mine)
+        diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in RESUMABLE_CHANGES)
+        if diff:
+            raise ResumeMismatch(where, "cannot resume with different settings: " + "; ".join(
+                f"{_flag(k)}: the run used {old.get(k)!r}, this call {new.get(k)!r}" for k in diff), hint)
+        if self.cfg.rounds < int(ck["round"]):
+            raise ResumeMismatch(where, f"--rounds: the run has already trained {ck['round']} rounds, this call "
+                                 f"asks for {self.cfg.rounds}", f"pass --rounds {ck['round']} or more")
+
+
+def _flag(setting: str) -> str:
+    """The command-line flag of a config setting (``ks`` and ``metrics`` both come from ``--metrics``)."""
+    return {"ks": "--metrics", "metrics": "--metrics"}.get(setting, "--" + setting.replace("_", "-"))
 
 
 def _effective(config: dict, resolved: dict) -> dict:
@@ -424,32 +434,68 @@ def run_federated(data, backbone: str, cfg: FedConfig | None = None, out_dir=Non
                   progress: bool = True, *, on_round=None, on_upload=None) -> dict:
     """Train ``backbone`` federatedly on split ``data`` for ``cfg.seeds`` seeds; return the JSON-ready result.
 
-    ``out_dir``: checkpoint every round into ``out_dir/seed-<s>/`` and write ``result.json`` files.
-    ``resume``: continue the runs found in ``out_dir`` (finished seeds are read back, not re-run).
+    ``out_dir``: checkpoint every round into ``out_dir/seed-<s>/`` and write ``result.json`` files; the folder is
+    locked meanwhile, and one that already holds a run is refused unless ``resume``.
+    ``resume``: continue the run in ``out_dir``: unfinished seeds from their checkpoint, finished ones read back,
+    or trained on if ``cfg.rounds`` (or ``patience``) now asks for more; seeds beyond those of the run are added.
+    Refused (:class:`~fedvlr_plus.errors.RunFolderError`): a folder without a run, a file that fails its checksum,
+    a changed setting or seed (:class:`~fedvlr_plus.errors.ResumeMismatch`).
     ``on_round(run, record)`` is called after every round, ``on_upload(round, update)`` for every upload.
     """
     cfg = cfg or FedConfig()
     if resume and out_dir is None:
-        raise ValueError("resume needs the run folder (out_dir)")
-    out = Path(out_dir) if out_dir is not None else None
-    if out is not None and not resume and any(out.glob("seed-*/checkpoint.pt")):
-        raise FileExistsError(f"{out} already holds a run; resume it or choose another folder")
-    results = []
-    for i in range(cfg.seeds):
-        scfg = replace(cfg, seed=cfg.seed + i, seeds=1)
-        sdir = out / f"seed-{scfg.seed}" if out is not None else None
-        if sdir is not None and resume and (sdir / "result.json").exists():
-            results.append(json.loads((sdir / "result.json").read_text()))
-            continue
-        run = FederatedRun(data, backbone, scfg, sdir, progress=progress, on_round=on_round, on_upload=on_upload)
-        if sdir is not None and resume and run.checkpoint_path.exists():
-            run.load_checkpoint()
-        results.append(run.run())
-    summary = combine_seeds(results)
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
+        raise RunFolderError("--resume", "needs the run folder to continue")
+    seeds = [cfg.seed + i for i in range(cfg.seeds)]
+    if out_dir is None:
+        return combine_seeds([FederatedRun(data, backbone, replace(cfg, seed=s, seeds=1), progress=progress,
+                                           on_round=on_round, on_upload=on_upload).run() for s in seeds])
+    out = Path(out_dir)
+    if resume and not out.is_dir():
+        raise RunFolderError(str(out), "no such run folder to resume", f"start the run with --out {out}")
+    with locked(out):
+        _check_folder(out, seeds, resume)
+        results = []
+        for seed in seeds:
+            run = FederatedRun(data, backbone, replace(cfg, seed=seed, seeds=1), out / f"seed-{seed}",
+                               progress=progress, on_round=on_round, on_upload=on_upload)
+            results.append(_resume_or_run(run) if resume else run.run())
+        summary = combine_seeds(results)
         write_json_atomic(out / "result.json", summary)
     return summary
+
+
+def _check_folder(out: Path, seeds: list[int], resume: bool) -> None:
+    """Refuse a folder that holds a run unless resuming, and on resume one without a run, a seed the call does
+    not ask for, or any seed folder whose files fail their checksums (before anything is trained)."""
+    held = seed_folders(out)
+    if not resume:
+        if held:
+            raise RunFolderError(str(out), "already holds a run", f"continue it with --resume {out}, or choose "
+                                 "another folder with --out")
+        for folder in out.glob("seed-*"):   # a run killed before its first checkpoint left only leftovers
+            SeedFolder(folder).tidy()
+        return
+    if not held:
+        raise RunFolderError(str(out), "holds no checkpointed run to resume", f"start the run with --out {out}")
+    extra = sorted(set(held) - set(seeds))
+    if extra:
+        raise ResumeMismatch(str(out), f"--seed/--seeds: the run has seed(s) {', '.join(map(str, sorted(held)))}, "
+                             f"this call asks for {', '.join(map(str, seeds))}",
+                             "pass the run's --seed; --seeds may grow to add seeds, not shrink")
+    for folder in held.values():
+        SeedFolder(folder).verify()
+        SeedFolder(folder).tidy()
+
+
+def _resume_or_run(run: FederatedRun) -> dict:
+    """A seed's result on resume: its saved result when the checkpoint is finished under ``run.cfg``, else the
+    training continued from the checkpoint (or started, for a seed the run did not have)."""
+    if run.folder.has_checkpoint():
+        run.load_checkpoint()
+        saved = run.folder.read_json("result.json") if run.done() else None
+        if saved is not None:
+            return saved
+    return run.run()
 
 
 # ---------------------------------------------------------------------- speed benchmark

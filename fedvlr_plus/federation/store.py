@@ -22,18 +22,16 @@ from pathlib import Path
 
 import torch
 
+from ..atomic_write import atomic_write, atomic_write_text, make_dirs
+from ..errors import RunFolderError
+
 State = dict[str, torch.Tensor]
 
 
 def atomic_torch_save(obj, path: Path) -> None:
-    """Write ``obj`` with torch.save to a temporary file, flush it to disk, then rename it into place."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as fh:
-        torch.save(obj, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    """Write tensors (a dict of them) with torch.save to a temporary file, flush it to disk, then rename it into
+    place; a failure leaves no temporary file. Read such files back with ``weights_only=True`` only."""
+    atomic_write(path, lambda tmp: torch.save(obj, tmp))
 
 
 class MemoryStore:
@@ -87,8 +85,8 @@ class DiskStore:
         self.root = Path(root)
         self.clients_dir = self.root / "clients"
         self.pending_dir = self.root / "pending"
-        self.clients_dir.mkdir(parents=True, exist_ok=True)
-        self.pending_dir.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.clients_dir)
+        make_dirs(self.pending_dir)
 
     def _file(self, folder: Path, cid: int) -> Path:
         return folder / f"{int(cid)}.pt"
@@ -97,10 +95,11 @@ class DiskStore:
         for folder in (self.pending_dir, self.clients_dir):
             f = self._file(folder, cid)
             if f.exists():
-                try:
+                try:  # weights_only: tensors only, a file planted here cannot run code
                     return torch.load(f, map_location="cpu", weights_only=True)
                 except Exception as exc:  # a truncated or foreign file: say which one
-                    raise RuntimeError(f"private state file {f} is unreadable: {exc}") from exc
+                    raise RunFolderError(str(f), f"private state file is unreadable ({exc})",
+                                         "start a new run in another folder") from None
         return None
 
     def save(self, cid: int, state: State, *, copy: bool = True) -> None:
@@ -117,14 +116,11 @@ class DiskStore:
 
     def begin_round(self, round: int) -> None:
         shutil.rmtree(self.pending_dir, ignore_errors=True)
-        self.pending_dir.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.pending_dir)
 
     def prepare(self, round: int) -> None:
         """Mark the pending layer complete for ``round`` (written before the round's checkpoint)."""
-        marker = self.pending_dir / "READY"
-        tmp = self.pending_dir / ".READY.tmp"
-        tmp.write_text(str(int(round)))
-        os.replace(tmp, marker)
+        atomic_write_text(self.pending_dir / "READY", str(int(round)))
 
     def commit(self) -> None:
         for f in sorted(self.pending_dir.glob("*.pt")):

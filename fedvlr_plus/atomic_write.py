@@ -1,0 +1,83 @@
+"""Files that are either written completely or not at all, and a file-system failure as one clear line.
+
+A write goes to a hidden temporary file beside the target (same folder, so the rename cannot cross file systems),
+is flushed to disk, and is renamed over the target. Whatever fails on the way, the temporary file is removed, so
+a full or read-only disk leaves the folder as it was. An ``OSError`` (no space, read-only, no permission) becomes
+a :class:`~fedvlr_plus.errors.UserError` that names the path: the user can act on it, a traceback would not help.
+"""
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+from typing import Callable
+
+from .errors import UserError
+
+_HINTS = {
+    errno.ENOSPC: "free some disk space or write to another folder",
+    errno.EDQUOT: "free some space in your quota or write to another folder",
+    errno.EROFS: "the file system is read-only; write to another folder",
+    errno.EACCES: "no permission; write to another folder",
+    errno.EPERM: "no permission; write to another folder",
+}
+
+
+def output_error(path, exc: OSError) -> UserError:
+    """``exc`` raised while writing ``path``, as one line naming the path and what to do."""
+    why = f"cannot write ({exc.strerror or exc})"
+    return UserError(str(path), why, _HINTS.get(exc.errno))
+
+
+def temp_path(path: Path) -> Path:
+    """The temporary file that a write of ``path`` goes through (hidden, unique to this process)."""
+    return path.with_name(f".{path.name}.tmp{os.getpid()}")
+
+
+def is_temp_file(path: Path) -> bool:
+    """Whether ``path`` is a temporary file left by a write that was killed (``.NAME.tmpPID``)."""
+    name = Path(path).name
+    stem, sep, pid = name.rpartition(".tmp")
+    return name.startswith(".") and bool(sep) and pid.isdigit()
+
+
+def make_dirs(folder) -> Path:
+    """``mkdir -p folder``, with a failure as one line naming the folder."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise output_error(folder, exc) from exc
+    return folder
+
+
+def atomic_write(path, write: Callable[[Path], None]) -> None:
+    """Write ``path`` by calling ``write(temporary_path)``, then flush it to disk and rename it into place."""
+    path = Path(path)
+    make_dirs(path.parent)
+    tmp = temp_path(path)
+    try:
+        write(tmp)
+        _fsync(tmp)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise output_error(path, exc) from exc
+    finally:
+        # after a successful rename there is nothing left to remove; after any failure the partial file goes
+        tmp.unlink(missing_ok=True)
+
+
+def atomic_write_bytes(path, data: bytes) -> None:
+    atomic_write(path, lambda tmp: tmp.write_bytes(data))
+
+
+def atomic_write_text(path, text: str) -> None:
+    atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,207 @@
+"""A run folder that can be trusted: checksummed files, one writer at a time, nothing that runs code when read.
+
+Layout of one seed's folder (``RUN_DIR/seed-<s>/``)::
+
+    checkpoint-000007.safetensors   tensors of the state after round 7 (shared, optimizer, private, RNG)
+    checkpoint-000007.json          everything else, plain JSON, referring to those tensors by name
+    result.json                     the seed's result, once it has finished
+    manifest.json                   every file above with its sha256: the commit point
+
+``manifest.json`` is always written last (atomically), so it names only files that are complete. A checkpoint gets
+a new name each round and the old one is deleted only after the manifest points at the new one; a file with a
+fixed name (``result.json``) is first dropped from the manifest, then rewritten, then listed again. A process
+killed at any moment therefore leaves a folder whose manifest matches its files, and a file that does not match
+its checksum was changed by someone else: it is refused, naming the file.
+
+The run folder as a whole is locked (``RUN_DIR/.fedvlr.lock``) while a run writes it.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import re
+from pathlib import Path
+
+from ..atomic_write import atomic_write_bytes, is_temp_file, make_dirs, output_error
+from ..errors import RunFolderError
+from ..jsonio import json_default
+from .plain_state import join_tensors, split_tensors
+
+MANIFEST = "manifest.json"
+MANIFEST_FORMAT = 1
+LOCK_FILE = ".fedvlr.lock"
+#: the pickled checkpoint of older versions: never read, since unpickling a file can run any code
+LEGACY_CHECKPOINT = "checkpoint.pt"
+_CHECKPOINT_FILE = re.compile(r"checkpoint-\d+\.(json|safetensors)")
+_UNTRUSTED = "the folder was changed after the run wrote it; start a new run in another folder"
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@contextlib.contextmanager
+def locked(folder):
+    """Hold ``folder``'s lock for the block; another holder (any process) makes this a RunFolderError at once."""
+    from filelock import FileLock, Timeout
+
+    folder = make_dirs(folder)
+    lock = FileLock(str(folder / LOCK_FILE), timeout=0, is_singleton=False)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise RunFolderError(str(folder), "another run is writing this folder",
+                             "wait for it to finish, or choose another folder") from None
+    except OSError as exc:
+        raise output_error(folder / LOCK_FILE, exc) from exc
+    try:
+        yield folder
+    finally:
+        lock.release()
+
+
+def seed_folders(run_dir) -> dict[int, Path]:
+    """The seeds that ``run_dir`` holds a checkpoint for (new or legacy format), by seed."""
+    out = {}
+    for sub in Path(run_dir).glob("seed-*"):
+        seed = sub.name[len("seed-"):]
+        if seed.lstrip("-").isdigit() and SeedFolder(sub).has_checkpoint():
+            out[int(seed)] = sub
+    return out
+
+
+class SeedFolder:
+    """The files of one seed's run, read only after their checksums are checked."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self.manifest_path = self.path / MANIFEST
+
+    # ------------------------------------------------------------------ reading
+    def has_checkpoint(self) -> bool:
+        return self.manifest_path.exists() or (self.path / LEGACY_CHECKPOINT).exists()
+
+    def manifest(self) -> dict:
+        """The manifest, checked for shape (a legacy pickled checkpoint is refused here, unread)."""
+        if not self.manifest_path.exists():
+            legacy = self.path / LEGACY_CHECKPOINT
+            if legacy.exists():
+                raise RunFolderError(str(legacy), "a pickled checkpoint of an older fedvlr-plus; it is not read, "
+                                     "since unpickling a file can run any code", "start a new run in another folder")
+            return {"format": MANIFEST_FORMAT, "checkpoint": None, "files": {}}
+        try:
+            m = json.loads(self.manifest_path.read_bytes())
+            ok = (m.get("format") == MANIFEST_FORMAT and isinstance(m.get("files"), dict)
+                  and all(isinstance(v, str) for v in m["files"].values())
+                  and (m.get("checkpoint") is None or f"{m['checkpoint']}.json" in m["files"]))
+        except (ValueError, AttributeError, TypeError) as exc:
+            raise RunFolderError(str(self.manifest_path), f"not a valid manifest ({exc})", _UNTRUSTED) from None
+        if not ok:
+            raise RunFolderError(str(self.manifest_path), "not a valid manifest (wrong format, or it names a "
+                                 "checkpoint it does not list)", _UNTRUSTED)
+        return m
+
+    def verify(self) -> dict:
+        """Check every file the manifest lists against its sha256; return the manifest."""
+        m = self.manifest()
+        for name in m["files"]:
+            self._verified_bytes(name, m)
+        return m
+
+    def _verified_bytes(self, name: str, manifest: dict) -> bytes:
+        path = self.path / name
+        if "/" in name or name.startswith("."):
+            raise RunFolderError(str(self.manifest_path), f"lists a file outside the folder ({name!r})", _UNTRUSTED)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise RunFolderError(str(path), f"listed in {MANIFEST} but missing", _UNTRUSTED) from None
+        if sha256_bytes(data) != manifest["files"][name]:
+            raise RunFolderError(str(path), f"does not match its sha256 in {MANIFEST} (changed or truncated after "
+                                 "it was written)", _UNTRUSTED)
+        return data
+
+    def read_json(self, name: str):
+        """The JSON file ``name`` if the manifest lists it (checked), else None."""
+        m = self.manifest()
+        if name not in m["files"]:
+            return None
+        try:
+            return json.loads(self._verified_bytes(name, m))
+        except ValueError as exc:
+            raise RunFolderError(str(self.path / name), f"not valid JSON ({exc})", _UNTRUSTED) from None
+
+    def read_state(self, stem: str):
+        """The state written by :meth:`write_state` under ``stem`` (checked), or None if the manifest lacks it."""
+        from safetensors.torch import load as load_tensors
+
+        m = self.manifest()
+        if f"{stem}.json" not in m["files"]:
+            return None
+        doc = self.read_json(f"{stem}.json")
+        tensor_file = self.path / f"{stem}.safetensors"
+        try:
+            tensors = load_tensors(self._verified_bytes(tensor_file.name, m)) if tensor_file.name in m["files"] else {}
+        except RunFolderError:
+            raise
+        except Exception as exc:  # safetensors' own parse error: not a tensor file at all
+            raise RunFolderError(str(tensor_file), f"not a safetensors file ({exc})", _UNTRUSTED) from None
+        try:
+            return join_tensors(doc["state"], tensors)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RunFolderError(str(self.path / f"{stem}.json"), f"does not fit its tensors ({exc!r})",
+                                 _UNTRUSTED) from None
+
+    def read_checkpoint(self) -> dict | None:
+        """The latest checkpoint's state (checked), or None when the folder has none."""
+        m = self.manifest()
+        return self.read_state(m["checkpoint"]) if m["checkpoint"] else None
+
+    # ------------------------------------------------------------------ writing
+    def write_state(self, stem: str, state, *, checkpoint: bool = False) -> None:
+        """Write ``state`` as ``stem.json`` + ``stem.safetensors`` and list them (``checkpoint``: as the latest
+        checkpoint, whose predecessor is deleted once the manifest no longer names it)."""
+        from safetensors.torch import save as save_tensors
+
+        skeleton, tensors = split_tensors(state)
+        try:
+            data = save_tensors(tensors)
+        except RuntimeError:  # safetensors refuses tensors whose memory overlaps (one referenced twice): copy them
+            data = save_tensors({k: v.clone() for k, v in tensors.items()})
+        files = {f"{stem}.safetensors": data,
+                 f"{stem}.json": json.dumps({"state": skeleton}, indent=1).encode()}
+        old = self.manifest()
+        if f"{stem}.json" in old["files"]:  # rewriting a listed name: unlist it first
+            old = self._write_manifest(old, drop=files,
+                                       checkpoint=None if old["checkpoint"] == stem else old["checkpoint"])
+        for name, data in files.items():
+            atomic_write_bytes(self.path / name, data)
+        stale = [n for n in old["files"] if checkpoint and _CHECKPOINT_FILE.fullmatch(n) and n not in files]
+        self._write_manifest(old, add=files, drop=stale, checkpoint=stem if checkpoint else old["checkpoint"])
+        for name in stale:
+            (self.path / name).unlink(missing_ok=True)
+
+    def write_json(self, name: str, obj) -> None:
+        """Write the JSON file ``name`` (a result a person reads) and list it."""
+        data = json.dumps(obj, indent=2, default=json_default).encode()
+        m = self.manifest()
+        if name in m["files"]:
+            m = self._write_manifest(m, drop=[name])
+        atomic_write_bytes(self.path / name, data)
+        self._write_manifest(m, add={name: data})
+
+    def _write_manifest(self, old: dict, *, add: dict | None = None, drop=(), checkpoint=...) -> dict:
+        files = {n: h for n, h in old["files"].items() if n not in drop}
+        files.update({n: sha256_bytes(data) for n, data in (add or {}).items()})
+        m = {"format": MANIFEST_FORMAT, "checkpoint": old["checkpoint"] if checkpoint is ... else checkpoint,
+             "files": dict(sorted(files.items()))}
+        atomic_write_bytes(self.manifest_path, json.dumps(m, indent=2).encode())
+        return m
+
+    def tidy(self) -> None:
+        """Remove what a killed writer left behind: temporary files and checkpoints the manifest does not list."""
+        listed = self.manifest()["files"]
+        for p in self.path.iterdir() if self.path.is_dir() else ():
+            if p.is_file() and (is_temp_file(p) or (_CHECKPOINT_FILE.fullmatch(p.name) and p.name not in listed)):
+                p.unlink(missing_ok=True)
