@@ -43,7 +43,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     i = sub.add_parser("info", help="describe a ViewStore")
     i.add_argument("store", help="the ViewStore folder")
     i.add_argument("--json", action="store_true", help="print one JSON object")
-    i.add_argument("--no-verify", action="store_true", help="skip checksum verification")
+    i.add_argument("--no-verify", action="store_true",
+                   help="read only the manifest, not the files (to inspect a store that fails verification)")
 
     k = sub.add_parser("knn", help="nearest items of an item in one view")
     k.add_argument("store", help="the ViewStore folder")
@@ -98,9 +99,9 @@ def _build(args) -> int:
 
 
 def _info(args) -> int:
-    from .store import ViewStore
+    from .store import load_store
 
-    info = ViewStore(args.store, verify=not args.no_verify).info()
+    info = load_store(args.store, verify=not args.no_verify).info()
     if args.json:
         _print_json(info)
         return 0
@@ -120,9 +121,9 @@ def _info(args) -> int:
 
 
 def _knn(args) -> int:
-    from .store import ViewStore
+    from .store import load_store
 
-    store = ViewStore(args.store, verify=False)
+    store = load_store(args.store)
     row = store.find(args.item)
     view = args.view or store.default_view
     nb = store.knn(item=store.item_ids[row], k=args.k, view=view)
