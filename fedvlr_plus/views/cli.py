@@ -71,6 +71,10 @@ def _print_json(obj) -> None:
     print(json.dumps(obj, ensure_ascii=False, default=str))  # one line: the last line is the JSON object
 
 
+def _say(line: str) -> None:
+    print(f"views: {line}", file=sys.stderr, flush=True)
+
+
 def _build(args) -> int:
     try:
         from fedvlr_plus.datasets import load
@@ -83,12 +87,11 @@ def _build(args) -> int:
         data, args.out, encoder=args.encoder, model=args.model, pretrained=args.pretrained, views=args.views,
         dtype=args.dtype, index=args.index, device=args.device, batch_size=args.batch_size,
         progress=not args.no_progress, fetch_images=args.fetch_images, image_root=args.image_root,
-        overwrite=args.overwrite,
+        overwrite=args.overwrite, announce=_say,
     )
     if args.json:
         _print_json({"store": str(store.path), **report.to_json(), "dims": store.dims})
     else:
-        print(f"encoder: {report.encoder} - {report.reason}", file=sys.stderr)
         print(f"wrote {store.path}: {report.n_items} items, views "
               + ", ".join(f"{v}[{d}]" for v, d in store.dims.items()))
         imputed = {m: c for m, c in report.imputed.items() if c}
