@@ -106,22 +106,46 @@ def _build_index(vectors: np.ndarray, cfg: dict):
     return index
 
 
-def _npy_from_bytes(raw: bytes, where: Path) -> np.ndarray:
-    """A read-only array over the bytes of a ``.npy`` file (no copy, no second read of the file)."""
-    buf = io.BytesIO(raw)
-    try:
-        version = np.lib.format.read_magic(buf)
-        if version not in ((1, 0), (2, 0)):  # rare header versions: let numpy parse a copy
-            return np.load(io.BytesIO(raw), allow_pickle=False)
-        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        shape, fortran, dtype = read_header(buf)
-        if dtype.hasobject:
-            raise ValueError("object arrays are not allowed")
-        count = int(np.prod(shape, dtype=np.int64))
-        arr = np.frombuffer(raw, dtype=dtype, count=count, offset=buf.tell())
-    except Exception as e:
-        raise CorruptStoreError(f"{where}: cannot be read as a .npy array ({e})") from e
-    return arr.reshape(shape, order="F" if fortran else "C")
+class _HashingReader:
+    """Reads of one open file that also feed a sha256, so the one read of a store file both parses and
+    checks it. Chunks are hashed right after they are read, while they are still in the CPU cache."""
+
+    CHUNK = 1 << 22
+
+    def __init__(self, fh):
+        self.fh, self.sha = fh, hashlib.sha256()
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.fh.read(n)
+        self.sha.update(data)
+        return data
+
+    def fill(self, array: np.ndarray) -> None:
+        """Read exactly ``array.nbytes`` bytes into a C-contiguous ``array``."""
+        view = memoryview(array.reshape(-1).view(np.uint8))
+        pos = 0
+        while pos < len(view):
+            n = self.fh.readinto(view[pos:pos + self.CHUNK])
+            if not n:
+                raise ValueError(f"file ends after {pos} of {len(view)} data bytes")
+            self.sha.update(view[pos:pos + n])
+            pos += n
+
+
+def _parse_npy(reader: _HashingReader) -> np.ndarray:
+    """A ``.npy`` array read through ``reader`` (header by numpy's own parser, data straight into place)."""
+    fmt = np.lib.format
+    version = fmt.read_magic(reader)
+    if version not in ((1, 0), (2, 0)):
+        raise ValueError(f".npy format version {version} is not one this store writes")
+    read_header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+    shape, fortran, dtype = read_header(reader)
+    if dtype.hasobject:
+        raise ValueError("object arrays are not allowed")
+    # A Fortran-ordered file holds the bytes of the transpose in C order.
+    array = np.empty(shape[::-1] if fortran else shape, dtype)
+    reader.fill(array)
+    return array.T if fortran else array
 
 
 def _set_search_params(index, cfg: dict) -> None:
@@ -217,24 +241,47 @@ class ViewStore:
         check_digest(self.path, self.manifest)
         return self
 
-    def _read(self, rel: str) -> bytes:
-        """The bytes of one store file, read once; checked against the manifest's sha256 when verifying."""
+    def _open(self, rel: str):
         f = check_inside(self.path, rel)
         try:
-            data = f.read_bytes()
+            return open(f, "rb")
         except FileNotFoundError:
             raise CorruptStoreError(f"{self.path / rel}: listed in the manifest but missing; "
                                     "the store is incomplete - rebuild it") from None
         except OSError as e:
             raise CorruptStoreError(f"{self.path / rel}: cannot be read ({e})") from e
+
+    def _compare(self, rel: str, got: str) -> None:
+        self._seen.add(rel)
+        want = self.manifest["files"].get(rel)
+        if got != want:
+            raise CorruptStoreError(f"{self.path / rel}: checksum mismatch (sha256 {got[:12]}... != manifest "
+                                    f"{str(want)[:12]}...); the file was changed or damaged - rebuild the store")
+
+    def _read(self, rel: str, parse=lambda reader: reader.read(), what: str = "file"):
+        """``parse`` applied to one store file as it is read once; when verifying, the bytes that went
+        by are checked against the manifest's sha256 before any parse error is reported."""
+        with self._open(rel) as fh:
+            reader = _HashingReader(fh)
+            try:
+                value, error = parse(reader), None
+            except Exception as e:  # judged after the checksum: a damaged file should say "checksum"
+                value, error = None, e
+            try:
+                reader.read()  # whatever the parser did not consume is part of the file too
+            except OSError as e:
+                raise CorruptStoreError(f"{self.path / rel}: cannot be read ({e})") from e
         if self._check_sums:
-            self._seen.add(rel)
-            want = self.manifest["files"].get(rel)
-            got = hashlib.sha256(data).hexdigest()
-            if got != want:
-                raise CorruptStoreError(f"{self.path / rel}: checksum mismatch (sha256 {got[:12]}... != manifest "
-                                        f"{str(want)[:12]}...); the file was changed or damaged - rebuild the store")
-        return data
+            self._compare(rel, reader.sha.hexdigest())
+        if error is not None:
+            raise CorruptStoreError(f"{self.path / rel}: cannot be read as {what} ({error})") from error
+        return value
+
+    def _read_index(self, rel: str):
+        """A FAISS index parsed while its file streams through sha256 (no whole-file copy)."""
+        faiss = _faiss()
+        return self._read(rel, lambda r: faiss.read_index(faiss.PyCallbackIOReader(r.read, 1 << 22)),
+                          "a FAISS index")
 
     def _view_entry(self, view: str) -> dict:
         for v in self.manifest["views"]:
@@ -248,7 +295,7 @@ class ViewStore:
         if view not in self._vectors:
             entry = self._view_entry(view)
             f = self.path / entry["files"]["vectors"]
-            arr = _npy_from_bytes(self._read(entry["files"]["vectors"]), f)
+            arr = self._read(entry["files"]["vectors"], _parse_npy, "a .npy array")
             want = (self.manifest["n_items"], entry["dim"])
             if arr.shape != want:
                 raise CorruptStoreError(f"{f}: shape {arr.shape} but the manifest says {want} (wrong dims or rows)")
@@ -264,14 +311,9 @@ class ViewStore:
     def index(self, view: str | None = None):
         view = self._view(view)
         if view not in self._indexes:
-            faiss = _faiss()
             entry = self._view_entry(view)
             f = self.path / entry["files"]["index"]
-            raw = np.frombuffer(self._read(entry["files"]["index"]), dtype=np.uint8)
-            try:
-                idx = faiss.deserialize_index(raw)
-            except Exception as e:
-                raise CorruptStoreError(f"{f}: cannot be read as a FAISS index ({e})") from e
+            idx = self._read_index(entry["files"]["index"])
             if idx.d != entry["dim"]:
                 raise CorruptStoreError(f"{f}: index dimension {idx.d} but the manifest says {entry['dim']}")
             if idx.ntotal != self.manifest["n_items"]:
