@@ -137,7 +137,7 @@ def _similar_stores(path: Path) -> str | None:
 
 def _build_views(data, path: Path, store: str | None, progress: bool, purpose: str):
     """Build a store at ``path`` (written to a temporary folder, renamed into place when complete)."""
-    from .views import EncoderUnavailable, ViewStoreError, build_store
+    from .views import EncoderUnavailable, ViewStoreError, build_store, load_store
 
     if not _has_content(data):
         flag = f"--views {store}" if store else purpose
@@ -145,8 +145,8 @@ def _build_views(data, path: Path, store: str | None, progress: bool, purpose: s
             f"{flag}: {data.name} has no item content to make views from (no precomputed features, no item text); "
             f"add image_features.npy / text_features.npy ([{data.n_items}, d], row = item id) beside its "
             "interactions, pass --views DIR with a view store of the same items, or use --fusion none")
-    where = "" if store else " (the cache; $FEDVLR_CACHE moves it; later runs reuse it)"
-    _say(f"building view store in {path}{where} from {data.name}")
+    where = "" if store else " (the cache: later runs reuse it; $FEDVLR_CACHE moves it)"
+    _say(f"building view store in {path} from {data.name}{where}")
     try:
         vs, _ = build_store(data, path, progress=progress, announce=_say,
                             overwrite=path.is_dir())  # an existing folder here is empty (checked above)
@@ -154,6 +154,12 @@ def _build_views(data, path: Path, store: str | None, progress: bool, purpose: s
         raise EncoderUnavailable(f"{purpose}: cannot encode the items of {data.name} here ({e}); build a store "
                                  f"with 'fedvlr-plus views build SOURCE --out DIR' (its --encoder/--model/"
                                  "--pretrained choose the model) and pass --views DIR") from e
+    except ViewStoreError:
+        if not (path / "manifest.json").is_file():
+            raise
+        # Another run (same cache) finished the same store first; ours was discarded unpublished.
+        _say(f"another run built {path} meanwhile; using it")
+        return load_store(path)
     _say(f"wrote {path}: " + ", ".join(f"{v}[{d}]" for v, d in vs.dims.items()))
     return vs
 
