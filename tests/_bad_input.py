@@ -33,7 +33,10 @@ def run_cli(*args: str) -> CliResult:
 
 def run_cli_process(*args: str, timeout: float = 300, env: dict | None = None, cwd=None) -> CliResult:
     """Run ``fedvlr-plus ARGS`` as a separate process (for kills, signals and file-system faults)."""
-    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **(env or {})}
+    # PYTHONSAFEPATH: with ``-m`` the working directory (the checkout) would come first on sys.path, and its
+    # top-level ``datasets/`` folder would shadow Hugging Face's package for transformers
+    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONSAFEPATH": "1",
+                **(env or {})}
     proc = subprocess.run([sys.executable, "-m", "fedvlr_plus.cli", *map(str, args)], capture_output=True,
                           text=True, timeout=timeout, env=full_env, cwd=cwd)
     return CliResult(proc.returncode, proc.stdout, proc.stderr)

@@ -9,12 +9,13 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
-from .encoders import ItemEncoder, make_encoder
+from .encoders import ItemEncoder, PrecomputedEncoder, make_encoder
 from .errors import ViewStoreError
 from .operators import ViewSpec, parse_views
 from .store import ViewStore
-from .text import clean
+from .text import clean, field_texts
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +57,12 @@ def build_store(
     fetch_images: bool = False,
     image_root: str | None = None,
     overwrite: bool = False,
+    announce: Callable[[str], None] | None = None,
 ) -> tuple[ViewStore, BuildReport]:
-    """Encode every item of ``data`` (an InteractionData), derive the views, write the store to ``out``."""
+    """Encode every item of ``data`` (an InteractionData), derive the views, write the store to ``out``.
+
+    ``announce`` (e.g. a print to stderr) is told, before any progress bar, what will be encoded with what.
+    """
     t0 = time.perf_counter()
     if isinstance(encoder, str):
         enc, reason = make_encoder(encoder, data=data, model=model, pretrained=pretrained, device=device,
@@ -65,6 +70,8 @@ def build_store(
                                    image_root=image_root or _default_image_root(data))
     else:
         enc, reason = encoder, "encoder object given"
+    if announce is not None:
+        announce(f"{describe_encoding(enc, data)} ({reason})")
     if hasattr(enc, "load"):  # weights that load lazily are loaded here, so the timings separate load and encode
         enc.load()
     log.info("views: encoder %s (%s)", enc.name, reason)
@@ -96,6 +103,23 @@ def build_store(
         encoder_report=dict(getattr(enc, "report", {}) or {}),
     )
     return store, report
+
+
+def describe_encoding(enc, data) -> str:
+    """What the build is about to encode and with which model, e.g. "encoding the text of 1,682 items
+    (title, metadata) with sentence all-MiniLM-L6-v2"."""
+    items = getattr(data, "items", None)
+    name = getattr(data, "name", "the catalogue")
+    n = getattr(data, "n_items", None) or (len(items) if items is not None else 0)
+    if isinstance(enc, PrecomputedEncoder):
+        shapes = ", ".join(f"{k}[{a.shape[0]:,}x{a.shape[1]}]" for k, a in enc.features.items())
+        return f"using the precomputed features of {name}: {shapes}"
+    model = getattr(enc, "model_name", None)
+    what = f"{enc.name} {model}" if model else f"the {enc.name} encoder"
+    fields = list(field_texts(items)) if items is not None and len(items) else []
+    images = enc.name == "open_clip" and items is not None and "image" in getattr(items, "columns", [])
+    content = ("images and text" if images else "text") + (f" ({', '.join(fields)})" if fields else "")
+    return f"encoding the {content} of {n:,} items of {name} with {what}"
 
 
 def _default_image_root(data) -> str | None:

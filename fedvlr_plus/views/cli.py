@@ -43,7 +43,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     i = sub.add_parser("info", help="describe a ViewStore")
     i.add_argument("store", help="the ViewStore folder")
     i.add_argument("--json", action="store_true", help="print one JSON object")
-    i.add_argument("--no-verify", action="store_true", help="skip checksum verification")
+    i.add_argument("--no-verify", action="store_true",
+                   help="read only the manifest, not the files (to inspect a store that fails verification)")
 
     k = sub.add_parser("knn", help="nearest items of an item in one view")
     k.add_argument("store", help="the ViewStore folder")
@@ -71,6 +72,10 @@ def _print_json(obj) -> None:
     print(json.dumps(obj, ensure_ascii=False, default=str))  # one line: the last line is the JSON object
 
 
+def _say(line: str) -> None:
+    print(f"views: {line}", file=sys.stderr, flush=True)
+
+
 def _build(args) -> int:
     try:
         from fedvlr_plus.datasets import load
@@ -83,12 +88,11 @@ def _build(args) -> int:
         data, args.out, encoder=args.encoder, model=args.model, pretrained=args.pretrained, views=args.views,
         dtype=args.dtype, index=args.index, device=args.device, batch_size=args.batch_size,
         progress=not args.no_progress, fetch_images=args.fetch_images, image_root=args.image_root,
-        overwrite=args.overwrite,
+        overwrite=args.overwrite, announce=_say,
     )
     if args.json:
         _print_json({"store": str(store.path), **report.to_json(), "dims": store.dims})
     else:
-        print(f"encoder: {report.encoder} - {report.reason}", file=sys.stderr)
         print(f"wrote {store.path}: {report.n_items} items, views "
               + ", ".join(f"{v}[{d}]" for v, d in store.dims.items()))
         imputed = {m: c for m, c in report.imputed.items() if c}
@@ -99,9 +103,9 @@ def _build(args) -> int:
 
 
 def _info(args) -> int:
-    from .store import ViewStore
+    from .store import load_store
 
-    info = ViewStore(args.store, verify=not args.no_verify).info()
+    info = load_store(args.store, verify=not args.no_verify).info()
     if args.json:
         _print_json(info)
         return 0
@@ -121,9 +125,9 @@ def _info(args) -> int:
 
 
 def _knn(args) -> int:
-    from .store import ViewStore
+    from .store import load_store
 
-    store = ViewStore(args.store, verify=False)
+    store = load_store(args.store)
     row = store.find(args.item)
     view = args.view or store.default_view
     nb = store.knn(item=store.item_ids[row], k=args.k, view=view)

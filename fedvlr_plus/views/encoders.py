@@ -112,7 +112,7 @@ def encode_text_fields(
     for name, texts in fields.items():
         have = np.array([t is not None for t in texts])
         unique = sorted({t for t in texts if t is not None})
-        vecs = np.asarray(embed(unique), dtype=np.float32)
+        vecs = np.asarray(embed(unique, label=f"{name} ({len(unique):,} texts)"), dtype=np.float32)
         index = {t: i for i, t in enumerate(unique)}
         arr = np.zeros((len(texts), vecs.shape[1]), np.float32)
         rows = np.flatnonzero(have)
@@ -242,7 +242,7 @@ class HashingTextEncoder:
         self.dim = dim
         self.max_chars = max_chars
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
+    def embed(self, texts: Sequence[str], label: str | None = None) -> np.ndarray:
         out = np.zeros((len(texts), self.dim), np.float32)
         for i, text in enumerate(texts):
             words = _WORD.findall(text.lower())

@@ -182,15 +182,16 @@ class OpenClipEncoder:
         from tqdm.auto import tqdm
 
         starts = range(0, n, self.batch_size)
-        return tqdm(starts, desc=desc, unit="batch", disable=not self.progress or n == 0)
+        return tqdm(starts, desc=f"{desc}, batches of {self.batch_size}", unit="batch",
+                    disable=not self.progress or n == 0)
 
-    def embed_texts(self, texts: list[str]) -> np.ndarray:
+    def embed_texts(self, texts: list[str], label: str | None = None) -> np.ndarray:
         """Unit-norm float32 ``[len(texts), d]`` from the text tower (77-token truncation is open_clip's)."""
         import torch
 
         out = []
         with torch.inference_mode():
-            for s in self._batches(len(texts), f"open_clip text ({self.model_name})"):
+            for s in self._batches(len(texts), label or f"text ({len(texts):,} texts)"):
                 tokens = self.tokenizer(texts[s:s + self.batch_size]).to(self.device)
                 out.append(self.model.encode_text(tokens, normalize=True).float().cpu().numpy())
         return np.concatenate(out) if out else np.zeros((0, self.dim), np.float32)
@@ -233,7 +234,7 @@ class OpenClipEncoder:
             return out, have
         vecs: list[np.ndarray] = []
         with torch.inference_mode():
-            for s in self._batches(len(rows), f"open_clip image ({self.model_name})"):
+            for s in self._batches(len(rows), f"image ({len(rows):,} images)"):
                 tensors, ok = [], []
                 for r in rows[s:s + self.batch_size]:
                     try:

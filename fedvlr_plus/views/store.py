@@ -19,12 +19,17 @@ GPUs", IEEE TBD 2019, for FAISS); ``hnsw`` (Malkov & Yashunin, TPAMI 2018) and `
 options for large catalogues. The index is built from the stored vectors (after any float16 rounding),
 so a flat index returns exactly the brute-force cosine neighbours of what ``get`` returns.
 
-Every write goes to a temporary sibling folder that is renamed into place; loading verifies the
-checksums, shapes, dims and finiteness and refuses a corrupt or mismatched store naming the file.
+Every write goes to a temporary sibling folder that is renamed into place. Every open (``load_store``,
+``ViewStore(path)``) checks the manifest's consistency (item ids, view entries, every path inside the
+folder; :mod:`.manifest`), reads each file once while hashing it against its checksum, checks shapes,
+dims, dtype and finiteness, and last the manifest's own digest; a corrupt or mismatched store is
+refused with :class:`CorruptStoreError` naming the file.
 """
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
+import io
 import json
 import os
 import shutil
@@ -40,10 +45,9 @@ from .choices import DTYPES, INDEX_TYPES  # noqa: F401  (re-exported)
 from .embeddings import Embeddings
 from .encoders import sha256_file
 from .errors import CorruptStoreError, ViewStoreError
+from .manifest import DIGEST_KEY, FORMAT, FORMAT_VERSION, check_digest, check_inside, manifest_digest, read_manifest
 from .operators import OPERATORS, ViewSpec, apply_views, fit_views, view_imputed
 
-FORMAT = "fedvlr-plus-viewstore"
-FORMAT_VERSION = 1
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -99,6 +103,48 @@ def _build_index(vectors: np.ndarray, cfg: dict):
     index = faiss.IndexIDMap2(inner)
     index.add_with_ids(vectors, np.arange(n, dtype=np.int64))
     return index
+
+
+class _HashingReader:
+    """Reads of one open file that also feed a sha256, so the one read of a store file both parses and
+    checks it. Chunks are hashed right after they are read, while they are still in the CPU cache."""
+
+    CHUNK = 1 << 22
+
+    def __init__(self, fh):
+        self.fh, self.sha = fh, hashlib.sha256()
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.fh.read(n)
+        self.sha.update(data)
+        return data
+
+    def fill(self, array: np.ndarray) -> None:
+        """Read exactly ``array.nbytes`` bytes into a C-contiguous ``array``."""
+        view = memoryview(array.reshape(-1).view(np.uint8))
+        pos = 0
+        while pos < len(view):
+            n = self.fh.readinto(view[pos:pos + self.CHUNK])
+            if not n:
+                raise ValueError(f"file ends after {pos} of {len(view)} data bytes")
+            self.sha.update(view[pos:pos + n])
+            pos += n
+
+
+def _parse_npy(reader: _HashingReader) -> np.ndarray:
+    """A ``.npy`` array read through ``reader`` (header by numpy's own parser, data straight into place)."""
+    fmt = np.lib.format
+    version = fmt.read_magic(reader)
+    if version not in ((1, 0), (2, 0)):
+        raise ValueError(f".npy format version {version} is not one this store writes")
+    read_header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+    shape, fortran, dtype = read_header(reader)
+    if dtype.hasobject:
+        raise ValueError("object arrays are not allowed")
+    # A Fortran-ordered file holds the bytes of the transpose in C order.
+    array = np.empty(shape[::-1] if fortran else shape, dtype)
+    reader.fill(array)
+    return array.T if fortran else array
 
 
 def _set_search_params(index, cfg: dict) -> None:
@@ -159,56 +205,82 @@ class ViewStore:
 
     def __init__(self, path: str | os.PathLike, *, verify: bool = True):
         self.path = Path(path)
-        self.manifest = self._read_manifest()
-        self._specs = [ViewSpec.from_json(v) for v in self.manifest["views"]]
+        self.manifest = read_manifest(self.path)
+        try:
+            self._specs = [ViewSpec.from_json(v) for v in self.manifest["views"]]
+        except (KeyError, TypeError, ValueError) as e:
+            raise CorruptStoreError(f"{self.path / 'manifest.json'}: a view entry is incomplete ({e!r}); "
+                                    "the manifest was edited or damaged - rebuild the store") from e
         self._vectors: dict[str, np.ndarray] = {}
         self._indexes: dict = {}
         self._params: dict[str, dict] | None = None
-        ids = self.manifest["item_ids"]
-        self._row_of = {str(i): r for r, i in enumerate(ids)}
-        if len(self._row_of) != len(ids):
-            raise CorruptStoreError(f"{self.path / 'manifest.json'}: item_ids contain duplicates")
+        self._check_sums, self._seen = False, set()
+        self._row_of = {str(i): r for r, i in enumerate(self.manifest["item_ids"])}
         if verify:
             self.verify()
 
     # ------------------------------------------------------------------ reading and checking
-    def _read_manifest(self) -> dict:
-        f = self.path / "manifest.json"
-        if not self.path.is_dir():
-            raise ViewStoreError(f"{self.path}: no such ViewStore folder")
-        if not f.is_file():
-            raise CorruptStoreError(f"{f}: missing - {self.path} is not a ViewStore (or was not written completely)")
-        try:
-            m = json.loads(f.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise CorruptStoreError(f"{f}: not valid JSON ({e}); the store is corrupt, rebuild it") from e
-        if not isinstance(m, dict) or m.get("format") != FORMAT:
-            raise CorruptStoreError(f"{f}: not a {FORMAT} manifest")
-        if m.get("format_version") != FORMAT_VERSION:
-            raise CorruptStoreError(f"{f}: format_version {m.get('format_version')} is not supported "
-                                    f"(this version reads {FORMAT_VERSION})")
-        for key in ("views", "item_ids", "n_items", "files", "index", "dtype", "modalities"):
-            if key not in m:
-                raise CorruptStoreError(f"{f}: required field '{key}' is missing")
-        if len(m["item_ids"]) != m["n_items"]:
-            raise CorruptStoreError(f"{f}: {len(m['item_ids'])} item ids for n_items={m['n_items']}")
-        return m
-
     def verify(self) -> "ViewStore":
-        """Checksums of every file, then shapes, dims, dtype, finiteness, index sizes. Raises naming the file."""
-        for rel, digest in self.manifest["files"].items():
-            f = self.path / rel
-            if not f.is_file():
-                raise CorruptStoreError(f"{f}: listed in the manifest but missing; the store is incomplete")
-            got = sha256_file(f)
-            if got != digest:
-                raise CorruptStoreError(f"{f}: checksum mismatch (sha256 {got[:12]}... != manifest {digest[:12]}...); "
-                                        "the file was changed or damaged - rebuild the store")
+        """Read every file once, hashing it as it is read, then check shapes, dims, dtype, finiteness and
+        index sizes, and last the manifest's own digest. Raises :class:`CorruptStoreError` naming the file."""
+        files = self.manifest["files"]
+        for rel in files:  # a missing file is reported before any large file is read
+            if not (self.path / rel).is_file():
+                raise CorruptStoreError(f"{self.path / rel}: listed in the manifest but missing; "
+                                        "the store is incomplete - rebuild it")
+        self._check_sums, self._seen = True, set()
+        self._vectors, self._indexes, self._params = {}, {}, None
         for spec in self._specs:
-            self.vectors(spec.name)  # shape / dtype / NaN checks
-            self.index(spec.name)    # ntotal / dim checks
+            self.vectors(spec.name)  # checksum, shape, dtype, NaN
+            self.index(spec.name)    # checksum, ntotal, dim
         self.params()
+        for rel in files:
+            if rel not in self._seen:  # listed but not needed by a view: its bytes must still match
+                self._read(rel)
+        check_digest(self.path, self.manifest)
         return self
+
+    def _open(self, rel: str):
+        f = check_inside(self.path, rel)
+        try:
+            return open(f, "rb")
+        except FileNotFoundError:
+            raise CorruptStoreError(f"{self.path / rel}: listed in the manifest but missing; "
+                                    "the store is incomplete - rebuild it") from None
+        except OSError as e:
+            raise CorruptStoreError(f"{self.path / rel}: cannot be read ({e})") from e
+
+    def _compare(self, rel: str, got: str) -> None:
+        self._seen.add(rel)
+        want = self.manifest["files"].get(rel)
+        if got != want:
+            raise CorruptStoreError(f"{self.path / rel}: checksum mismatch (sha256 {got[:12]}... != manifest "
+                                    f"{str(want)[:12]}...); the file was changed or damaged - rebuild the store")
+
+    def _read(self, rel: str, parse=lambda reader: reader.read(), what: str = "file"):
+        """``parse`` applied to one store file as it is read once; when verifying, the bytes that went
+        by are checked against the manifest's sha256 before any parse error is reported."""
+        with self._open(rel) as fh:
+            reader = _HashingReader(fh)
+            try:
+                value, error = parse(reader), None
+            except Exception as e:  # judged after the checksum: a damaged file should say "checksum"
+                value, error = None, e
+            try:
+                reader.read()  # whatever the parser did not consume is part of the file too
+            except OSError as e:
+                raise CorruptStoreError(f"{self.path / rel}: cannot be read ({e})") from e
+        if self._check_sums:
+            self._compare(rel, reader.sha.hexdigest())
+        if error is not None:
+            raise CorruptStoreError(f"{self.path / rel}: cannot be read as {what} ({error})") from error
+        return value
+
+    def _read_index(self, rel: str):
+        """A FAISS index parsed while its file streams through sha256 (no whole-file copy)."""
+        faiss = _faiss()
+        return self._read(rel, lambda r: faiss.read_index(faiss.PyCallbackIOReader(r.read, 1 << 22)),
+                          "a FAISS index")
 
     def _view_entry(self, view: str) -> dict:
         for v in self.manifest["views"]:
@@ -222,10 +294,7 @@ class ViewStore:
         if view not in self._vectors:
             entry = self._view_entry(view)
             f = self.path / entry["files"]["vectors"]
-            try:
-                arr = np.load(f, allow_pickle=False)
-            except Exception as e:
-                raise CorruptStoreError(f"{f}: cannot be read as a .npy array ({e})") from e
+            arr = self._read(entry["files"]["vectors"], _parse_npy, "a .npy array")
             want = (self.manifest["n_items"], entry["dim"])
             if arr.shape != want:
                 raise CorruptStoreError(f"{f}: shape {arr.shape} but the manifest says {want} (wrong dims or rows)")
@@ -241,13 +310,9 @@ class ViewStore:
     def index(self, view: str | None = None):
         view = self._view(view)
         if view not in self._indexes:
-            faiss = _faiss()
             entry = self._view_entry(view)
             f = self.path / entry["files"]["index"]
-            try:
-                idx = faiss.read_index(str(f))
-            except Exception as e:
-                raise CorruptStoreError(f"{f}: cannot be read as a FAISS index ({e})") from e
+            idx = self._read_index(entry["files"]["index"])
             if idx.d != entry["dim"]:
                 raise CorruptStoreError(f"{f}: index dimension {idx.d} but the manifest says {entry['dim']}")
             if idx.ntotal != self.manifest["n_items"]:
@@ -263,8 +328,9 @@ class ViewStore:
             f = self.path / "operators.npz"
             needed = [(v["name"], a) for v in self.manifest["views"] for a in v.get("arrays", [])]
             if needed:
+                raw = self._read("operators.npz")
                 try:
-                    with np.load(f, allow_pickle=False) as z:
+                    with np.load(io.BytesIO(raw), allow_pickle=False) as z:
                         for view, a in needed:
                             out[view][a] = z[f"{view}/{a}"]
                 except (OSError, KeyError, ValueError) as e:
@@ -532,6 +598,10 @@ class ViewStore:
                 entry["files"] = {"vectors": rel_v, "index": rel_i}
                 files[rel_v] = files[rel_i] = None
             manifest["files"] = {rel: sha256_file(tmp / rel) for rel in files}
+            manifest["format_version"] = FORMAT_VERSION
+            manifest.pop(DIGEST_KEY, None)
+            manifest = json.loads(json.dumps(manifest))  # digest what a reader will parse (lists, str keys)
+            manifest[DIGEST_KEY] = manifest_digest(manifest)
             manifest_tmp = tmp / "manifest.json.tmp"
             manifest_tmp.write_text(json.dumps(manifest, indent=1, ensure_ascii=False), encoding="utf-8")
             os.replace(manifest_tmp, tmp / "manifest.json")
@@ -625,4 +695,5 @@ class ViewStore:
 
 
 def load_store(path: str | os.PathLike, *, verify: bool = True) -> ViewStore:
+    """Open a store, verified (see the module docstring); ``verify=False`` reads only the manifest up front."""
     return ViewStore(path, verify=verify)
