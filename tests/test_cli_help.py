@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests._bad_input import run_cli
+from _bad_input import run_cli
 
 
 def help_of(*command: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests._bad_input import assert_user_error, files_under, run_cli
+from _bad_input import assert_user_error, files_under, run_cli
 
 RUN = ("run", "ml-100k", "--backbone", "fedavg")
 
