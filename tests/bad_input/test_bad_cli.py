@@ -81,7 +81,7 @@ def test_recbole_config_with_a_plain_backbone_names_the_flag(tmp_path):
 
 def test_synthetic_source_of_the_wrong_shape_names_the_source():
     res = run_cli("bench", "round", "synthetic:lots", "--backbone", "fedavg")
-    assert_user_error(res, "SOURCE synthetic:lots", "synthetic:USERSxITEMS")
+    assert_user_error(res, "synthetic:lots", "synthetic:USERSxITEMS")
 
 
 def test_flower_run_config_without_equals_names_the_flag():
