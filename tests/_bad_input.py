@@ -51,7 +51,17 @@ def assert_user_error(res: CliResult, *needles: str) -> str:
     line = lines[0]
     for needle in needles:
         assert needle in line, f"{needle!r} not in the error line {line!r}"
+    _log_message(line)
     return line
+
+
+def _log_message(line: str) -> None:
+    """With ``FEDVLR_BAD_INPUT_LOG=FILE``, append ``test id<TAB>message`` (to tabulate the suite's messages)."""
+    log = os.environ.get("FEDVLR_BAD_INPUT_LOG")
+    if log:
+        test = os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0]
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(f"{test}\t{line}\n")
 
 
 def files_under(folder: Path) -> set[str]:
