@@ -1,0 +1,106 @@
+"""Compare models on one data set in a few lines: ``Experiment(data, models, metrics, seeds).run()``.
+
+Every federated model is trained once per seed, selected on validation only, and scored once on test; the
+reference rankers (pop, random, antipop) run on the same test unless ``references=False``. The result keeps
+each model's per-user figures, so intervals and paired tests come from the same numbers as the table.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field, fields, replace
+
+from .models import REFERENCES, Model, Reference
+from .result import ExperimentResult
+
+
+def _parse_metrics(metrics: list[str]) -> tuple[tuple[str, ...], tuple[int, ...], list[str]]:
+    """``["hr@10", "ndcg@50"]`` -> (metric names, cut-offs, keys in the order given)."""
+    from ..evaluation.metrics import check_ks_metrics
+
+    keys = [m.strip().lower() for m in metrics]
+    bad = [k for k in keys if k.count("@") != 1 or not k.split("@")[1].isdigit()]
+    if bad:
+        raise ValueError(f"metrics look like 'ndcg@10', got {', '.join(map(repr, bad))}")
+    ks, names = check_ks_metrics([int(k.split("@")[1]) for k in keys], dict.fromkeys(k.split("@")[0] for k in keys))
+    return tuple(names), tuple(sorted(set(ks))), keys
+
+
+@dataclass
+class Experiment:
+    """``data``: a split data set (:func:`fedvlr_plus.load`). ``models``: recipes (``FedAvg()``, ``FedVLR(...)``,
+    ``Pop()``). ``metrics``: ``"ndcg@10"``-style names. ``training``: FedConfig fields for every federated model
+    (``rounds=50``, ``lr=0.5``, ...); a recipe's own options win over them."""
+
+    data: object
+    models: list
+    metrics: list[str] = field(default_factory=lambda: ["hr@10", "ndcg@10", "hr@50", "ndcg@50"])
+    seeds: int = 1
+    seed: int = 0
+    protocol: str = "full"
+    references: bool = True
+    progress: bool = True
+    training: dict = field(default_factory=dict)
+
+    def __init__(self, data, models, metrics=None, seeds: int = 1, *, seed: int = 0, protocol: str = "full",
+                 references: bool = True, progress: bool = True, **training):
+        self.data, self.models = data, list(models)
+        self.metrics = list(metrics or ["hr@10", "ndcg@10", "hr@50", "ndcg@50"])
+        self.names, self.ks, self.keys = _parse_metrics(self.metrics)
+        if seeds < 1:
+            raise ValueError(f"seeds must be >= 1, got {seeds}")
+        if protocol not in ("full", "sampled"):
+            raise ValueError(f"protocol must be 'full' or 'sampled', got {protocol!r}")
+        self.seeds, self.seed, self.protocol = int(seeds), int(seed), protocol
+        self.references, self.progress, self.training = references, progress, training
+        self.data.require_split(need=("train", "valid", "test"))
+
+    def run(self) -> ExperimentResult:
+        rows = list(self.models)
+        if self.references:
+            have = {m.name for m in rows if isinstance(m, Reference)}
+            rows += [make() for make in REFERENCES if make().name not in have]
+        per_seed = {}
+        for model in rows:
+            per_seed[model.label] = [self._evaluate(model, self.seed + i) for i in range(self.seeds)]
+        return ExperimentResult(self.data.name, self.keys, per_seed, protocol=self.protocol,
+                                references=[m.label for m in rows if isinstance(m, Reference)])
+
+    # ------------------------------------------------------------------ one model, one seed
+    def _evaluate(self, model, seed: int):
+        if isinstance(model, Reference):
+            return self._reference(model, seed)
+        if not isinstance(model, Model):
+            raise TypeError(f"not a model recipe: {model!r} (use FedAvg(), FedVLR(FedAvg()), Pop(), ...)")
+        return self._federated(model, seed)
+
+    def _common(self, seed: int) -> dict:
+        return dict(protocol=self.protocol, ks=self.ks, metrics=self.names, seed=seed)
+
+    def _reference(self, model: Reference, seed: int):
+        from ..evaluation import evaluate, reference_scorer
+
+        return evaluate(self.data, reference_scorer(model.name, self.data, seed=seed), split="test",
+                        **self._common(seed))
+
+    def _config(self, model: Model, seed: int):
+        from ..federation.config import FedConfig
+
+        known = {f.name for f in fields(FedConfig)}
+        options = {**self.training, **model.train}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ValueError(f"{model.label}: unknown training option(s) {', '.join(unknown)} "
+                             f"(FedConfig fields, e.g. rounds, lr, dim, server_lr)")
+        names = tuple(dict.fromkeys(list(self.names) + ["hr"]))
+        return replace(FedConfig(**options), seed=seed, seeds=1, ks=self.ks, metrics=names,
+                       valid_protocol=self.protocol)
+
+    def _federated(self, model: Model, seed: int):
+        from ..federation.engine import FederatedRun
+
+        cfg = self._config(model, seed)
+        if self.progress:
+            print(f"{model.label}, seed {seed}: training on {self.data.name}", file=sys.stderr, flush=True)
+        run = FederatedRun(self.data, model.build(self.data, cfg), cfg, progress=self.progress)
+        run.run()
+        return run.best["test_full" if self.protocol == "full" else "test_sampled"]

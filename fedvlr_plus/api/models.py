@@ -1,0 +1,103 @@
+"""What an :class:`~fedvlr_plus.api.Experiment` compares: recipes for models, not trained models.
+
+A recipe knows its label and how to build its backbone for a given data set, so a user never passes
+``n_items`` or ``dim`` by hand: ``FedAvg()``, ``FedVLR(FedAvg())``, ``RecBole("BPR")``, ``Pop()``. Training
+options given to a recipe (``FedAvg(lr=0.5)``) override the experiment's for that model only.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+
+@dataclass
+class Model:
+    """A federated backbone trained by the engine. ``train`` holds FedConfig fields set for this model only."""
+
+    backbone: str
+    label: str
+    train: dict = field(default_factory=dict)
+
+    def build(self, data, cfg):
+        """The backbone for ``data``: a registered name the engine builds, or a ready adapter."""
+        return self.backbone
+
+
+class FedAvg(Model):
+    def __init__(self, **train):
+        super().__init__("fedavg", "FedAvg", train)
+
+
+class FedNCF(Model):
+    def __init__(self, **train):
+        super().__init__("fedncf", "FedNCF", train)
+
+
+class FCF(Model):
+    def __init__(self, **train):
+        super().__init__("fcf", "FCF", train)
+
+
+class PFedRec(Model):
+    def __init__(self, **train):
+        super().__init__("pfedrec", "PFedRec", train)
+
+
+class FedRAP(Model):
+    def __init__(self, **train):
+        super().__init__("fedrap", "FedRAP", train)
+
+
+class RecBole(Model):
+    """Any RecBole general recommender by name (any case), e.g. ``RecBole("BPR")``."""
+
+    def __init__(self, model: str, config_file: str | None = None, **train):
+        super().__init__(f"recbole:{model}", f"RecBole {model}", train)
+        self.model, self.config_file = model, config_file
+
+    def build(self, data, cfg):
+        from ..adapters.recbole import federate
+
+        backbone, _ = federate(self.model, data=data, config_file=self.config_file, seed=int(cfg.seed))
+        return backbone
+
+
+class FedVLR(Model):
+    """``inner`` wrapped by the FedVLR layer. ``options``: fields of :class:`~fedvlr_plus.fedvlr.FedVLROptions`
+    (e.g. ``mode="fedvlr"``, ``residual=True``); anything else is a training option of this model."""
+
+    def __init__(self, inner: Model, views: dict | None = None, **options):
+        from ..fedvlr import FedVLROptions
+
+        names = {f.name for f in fields(FedVLROptions)}
+        self.options = FedVLROptions(**{k: v for k, v in options.items() if k in names})
+        self.inner, self.views = inner, views
+        train = {**inner.train, **{k: v for k, v in options.items() if k not in names}}
+        super().__init__(inner.backbone, f"{inner.label} + FedVLR", train)
+
+    def build(self, data, cfg):
+        from ..fedvlr import build_fedvlr
+
+        return build_fedvlr(data, self.inner.build(data, cfg), self.options, views=self.views, dim=cfg.dim)
+
+
+@dataclass
+class Reference:
+    """A reference ranker that needs no training: ``pop``, ``random`` or ``antipop``."""
+
+    name: str
+    label: str
+
+
+def Pop() -> Reference:  # noqa: N802 (reads like the other recipes)
+    return Reference("pop", "pop")
+
+
+def Random() -> Reference:  # noqa: N802
+    return Reference("random", "random")
+
+
+def AntiPop() -> Reference:  # noqa: N802
+    return Reference("antipop", "antipop")
+
+
+REFERENCES = (Pop, Random, AntiPop)
