@@ -10,8 +10,9 @@ Privacy-Preserving Personalized Recommendation System", arXiv:1901.09888, 2019.
 
 Deviation, stated: the paper fits ``x_u`` in closed form (ALS) on a confidence-weighted squared loss over all
 items; here, as in the FedVLR comparison, ``x_u`` takes SGD steps on BCE with sampled negatives so that every
-backbone shares one training protocol. Fixed against the FedVLR release (§8): ``x_u`` is restored every round
-(B1); gradients are accumulated over all local steps and the server step is plain SGD by default (B5).
+backbone shares one training protocol. Unlike the FedVLR code release (docs/method.md, "Departures from the
+original release"): ``x_u`` is restored every round, so each user keeps its own factor; gradients are accumulated
+over all local steps (not the last mini-batch's only) and the server step is plain SGD by default, as in FCF.
 """
 from __future__ import annotations
 

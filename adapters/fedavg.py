@@ -7,8 +7,9 @@ References: McMahan, Moore, Ramage, Hampson, Agüera y Arcas, "Communication-Eff
 from Decentralized Data", AISTATS 2017 (the aggregation rule); Li, Long, Jiang, Zhang, Yang, "Federated
 Vision-Language-Recommendation with Personalized Fusion", AAAI-26 (this backbone as their FedAvg baseline).
 
-Differences from the original release (fedvlr-method.md §8): the head is really private and restored every round
-and at evaluation (B1); averaging weights are normalised (B5); logits go into BCE-with-logits once (B7).
+Unlike the FedVLR code release (docs/method.md, "Departures from the original release"): the head is really
+private and restored every round and at evaluation, so users are scored by their own heads; averaging weights sum
+to 1, so the item table keeps its scale; the model returns logits and the loss applies the sigmoid once.
 """
 from __future__ import annotations
 

@@ -12,10 +12,9 @@ layer, and the split lets evaluation compute the item part once for all users. T
 its GMF and MLP blocks too. Its GMF block starts at 1 (so the model starts as the dot product ``p^G · q^G``
 plus a small MLP term) instead of small random values: with three small factors in the GMF path, the private
 user embeddings barely moved under plain SGD and the model stalled at popularity-level accuracy on ML-100K
-validation. Fixed against the FedVLR release
-(fedvlr-method.md §8): there the running average was never reset and every client then reloaded its full old
-state, so nothing was federated (B5). Here the client loads the global state and restores only its user
-embeddings.
+validation. Unlike the FedVLR code release (docs/method.md, "Departures from the original release"), where
+the running average was never reset and every client then reloaded its full old state, so nothing was
+federated, the client loads the global state and restores only its user embeddings.
 """
 from __future__ import annotations
 

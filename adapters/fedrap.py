@@ -14,8 +14,9 @@ from the stored base values every round, never compounded.
 Reference: Li, Long, Zhou, Wang, Zhang, Yang, "Federated Recommendation with Additive Personalization",
 ICLR 2024 (arXiv:2301.09109).
 
-Fixed against the FedVLR release (fedvlr-method.md §8): ``A_u`` and the head are restored every round and at
-evaluation (B1); the curriculum does not compound and is never zero after round 0 (B4). Stated choices: the two
+Unlike the FedVLR code release (docs/method.md, "Departures from the original release"): ``A_u`` and the
+head are restored every round and at evaluation, so personalisation survives between rounds; the curriculum is
+recomputed from the base values, so it does not compound and is never zero. Stated choices: the two
 penalties are averaged over the items of each mini-batch (the rows the step touches) instead of whole tables, so
 that rows a client never sees stay untouched; ``A_u`` starts at zero, so an untrained client scores with ``C``;
 ``A_u`` learns at the plain client learning rate while ``C`` uses the item-row multiplier (``item_lr_scale``):

@@ -7,9 +7,9 @@ fine-tunes the global item embedding locally every round. The server averages th
 
 Reference: Zhang, Long, Zhou, Zhang, Zhang, Yang, "Dual Personalization on Federated Recommendation", IJCAI 2023.
 
-Fixed against the FedVLR release (fedvlr-method.md §8): there neither the local nor the global state was loaded,
-so every round and every evaluation started from the initialisation (B1). Here the score function and the
-personal table are restored every round and at evaluation. Item rows use a larger learning rate
+Unlike the FedVLR code release (docs/method.md, "Departures from the original release"), which loaded neither
+the local nor the global state, so every round and every evaluation started from the initialisation, the score
+function and the personal table are restored every round and at evaluation. Item rows use a larger learning rate
 (``item_lr_scale``), the PFedRec convention; the value is a run option.
 """
 from __future__ import annotations

@@ -291,11 +291,11 @@ class RecBoleBackbone(Backbone):
     """
 
     module_based = True
-    # Chosen on ML-100K *validation* NDCG@10 of recbole:BPR, seed 0 (docs/recbole.md, "Tuning"): fedgrad (the
+    # Chosen on ML-100K *validation* NDCG@10 of recbole:BPR, seed 0 (docs/recbole.md, "The recipe"): fedgrad (the
     # item tables and towers fixed during the round, their averaged gradients uploaded) with Adam on the server
     # at 0.05; clients step their own user rows by SGD at 2.0, one local epoch (one full-batch step) per round.
-    # Plain FedAvg + SGD barely moved BPR's small initial embeddings in 5-round probes; server lr 0.1 plateaued
-    # lower (0.0666 vs 0.0682 at 30 rounds); 2 epochs at lr 1.0 cost twice as much per round for less.
+    # Plain FedAvg + SGD barely moved BPR's small initial embeddings; a server lr of 0.1 plateaued lower, and two
+    # local epochs at lr 1.0 cost twice as much per round for a lower figure.
     # With fedgrad item rows step at server_lr * item_lr_scale.
     default_strategy = "fedgrad"
     default_local_epochs = 1

@@ -73,7 +73,7 @@ def test_fedrap_curriculum_does_not_compound():
     for t in (1, 2, 5, 30):
         lam, mu = bb.curriculum(t)
         assert math.isclose(lam, math.tanh(t / 10) * 1e-2) and math.isclose(mu, math.tanh(t / 10) * 1e-1)
-    assert bb.curriculum(1)[0] > 0  # never zero from the first round (B4)
+    assert bb.curriculum(1)[0] > 0  # the curriculum is never zero, not even in the first round
     # the penalty is what the docstring says, on the batch items
     p = {**init_shared_state(bb, 0), **init_private_states(bb, [0], 0)[0]}
     p["item_personal"] = p["item_personal"] + 1.0

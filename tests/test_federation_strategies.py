@@ -53,7 +53,7 @@ def test_gradient_aggregation_sgd_step_and_server_params_change():
     assert torch.allclose(out["table"], torch.tensor([[0.0, 0.0], [-4.0, 2.0], [3.0, 3.0]]))
     # dense: grad = [1, 3], lr 0.5
     assert torch.allclose(out["w"], torch.tensor([-0.5, -1.5]))
-    assert not torch.equal(out["table"], s0["table"])  # B3: the optimizer that owns the server state steps
+    assert not torch.equal(out["table"], s0["table"])  # the optimizer that owns the server state steps
 
 
 def test_gradient_aggregation_adam_by_hand():

@@ -1,7 +1,7 @@
 """FedDTL: decoupled training with local reinforcement fine-tuning, mapped onto next-item recommendation.
 
 Ma, Cheng, Xu, "Decoupled Training with Local Reinforcement Fine-Tuning in Federated Learning", ICML 2026,
-arXiv 2605.27900 (see ``../shared/docs/alignment-methods.md`` §5). In the paper a CLIP text encoder (server) is the
+arXiv 2605.27900 (see docs/alignment.md, "FedDTL"). In the paper a CLIP text encoder (server) is the
 semantic anchor and the image encoder (clients) is LoRA-tuned; classes split into base and novel. Here:
 
 - **item tower (server, the anchor)**: ``v_i = normalise(e_i + B_s A_s e_i)``, ``e_i`` the frozen offline text

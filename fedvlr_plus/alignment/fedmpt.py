@@ -1,7 +1,7 @@
 """FedMPT: federated multi-label prompt tuning with condition prompts and optimal transport, for item tagging.
 
 Wang, Wang, Zhao, Yu, Wang, Wang, "FedMPT: Federated Multi-Label Prompt Tuning of Vision-Language Models",
-CVPR 2026, arXiv 2605.28347 (paper version, see ``../shared/docs/alignment-methods.md`` §6). Mapped onto items:
+CVPR 2026, arXiv 2605.28347 (the paper's version, see docs/alignment.md, "FedMPT"). Mapped onto items:
 an item is a set of content tokens (frozen MiniLM token embeddings of its title, plus one learned token per group
 of usage features: release year, rating histogram, rater age / gender / occupation shares, popularity, and,
 optionally, one token per sampled rater, :func:`rater_tokens`: the set-valued evidence closest to image patches
@@ -208,9 +208,8 @@ class MPTConfig:
     ot_tol: float = 1e-3
     #: unbalanced OT: KL weight on the label marginal (None: every label receives exactly 1/C of the token mass);
     #: a finite rho lets labels compete for the tokens, so a token claimed by a label is not also a co-label's.
-    #: chosen on validation: with 64 rater tokens per item (the command's default) rho 1 (mean mAP 0.376 against
-    #: 0.364 for rho 0.1); without rater tokens rho 0.1 (0.281 against 0.270 / 0.276 / 0.278 / 0.276 for rho 0.03 /
-    #: 0.3 / 1 / balanced)
+    #: chosen on validation mAP: rho 1 with rater tokens (the command's default), rho 0.1 without them (the sweep
+    #: is in docs/alignment-vlm.md)
     ot_rho: float | None = 1.0
     tau_a: float = 0.1           #: temperature of the importance-weighted token marginal
     gamma_neg: float = 2.0

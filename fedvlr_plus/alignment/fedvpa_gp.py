@@ -3,7 +3,7 @@
 Koo, Kim, Jang, Ok, "Federated Variational Preference Alignment with Gumbel-Softmax Prior for Personalized User
 Preferences", ICML 2026, arXiv 2605.30873; built on VPL (Poddar et al., "Personalizing Reinforcement Learning from
 Human Feedback with Variational Preference Learning", NeurIPS 2024, arXiv 2408.10075). Stage 1 (the reward model)
-as in alignment-methods.md §4.1, at CPU scale (§4.4):
+at CPU scale (what differs from the paper, and why: docs/alignment.md, "FedVPA-GP"):
 
 - encoder: a pair encoder MLP over [e_chosen ; e_rejected], mean-pooled over a client's context pairs, linear heads
   to (mu, log sigma^2) of q(z | C), d-dimensional; log sigma^2 <- min(log sigma^2, logvar_max) (variance cap);
@@ -124,7 +124,7 @@ class VPAModel(torch.nn.Module):
             self.w0 = torch.nn.Linear(d_in, 1, bias=False)
             self.U = torch.nn.Linear(latent, d_in, bias=False)
             # start at r = 0 for every z: PyTorch's default init of U (entries up to 1/sqrt(d)) made U z a large
-            # random direction that swamped w_0 at the start (|U| 11 vs |w_0| 0.6, measured)
+            # random direction that swamped w_0 at the start (docs/alignment-preference.md)
             torch.nn.init.zeros_(self.w0.weight)
             torch.nn.init.zeros_(self.U.weight)
         else:
@@ -228,8 +228,8 @@ def posterior_summary(zs, mus, logvars, mean_of: str = "posterior", mu_all=None)
     under the round's broadcast network (before the local steps). All three estimate the client's mean z. Early in
     training the clients' z differ by type by about 0.01, less than both the sampling noise of a few z (standard
     deviation up to 1) and the change two local Adam steps make to each client's own copy of the encoder; the
-    first two summaries buried the type signal and the server's prototype labels came out random (purity
-    0.5-0.7 on HH-RLHF, measured), while z from the broadcast encoder separates the types (silhouette 0.8).
+    first two summaries buried the type signal and the server's prototype labels came out random on HH-RLHF,
+    while z from the broadcast encoder separates the types (docs/alignment-preference.md).
     sigmabar^2 = mean posterior variance + variance of the posterior means (the moment-matched aggregate posterior
     of the steps)."""
     if mean_of not in SUMMARY_MEANS:

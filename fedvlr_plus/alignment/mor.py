@@ -2,7 +2,8 @@
 
 Lu, Wang, Zhang, Yang, Zheng, Tong, Xu, Zheng, "Replacing Parameters with Preferences: Federated Alignment of
 Heterogeneous Vision-Language Models", arXiv 2602.00485 / 2605.03426 (2026). No code is public; the algorithm below
-is the reconstruction of alignment-methods.md §3.1, mapped onto recommendation (§3.2):
+is this package's reconstruction, mapped onto recommendation (what is published and what is not:
+docs/alignment.md, "MoR"):
 
 1. Each client trains its own Bradley-Terry reward model r_k(x, y) on its own pairs, minimising
    -log sigma(r_k(x, y_w) - r_k(x, y_l)). Architectures differ between clients (bilinear, MLP, linear). The reward

@@ -14,9 +14,9 @@ Two sources:
   the responses and make chosen and rejected embed alike. Embeddings are cached on disk (atomic ``.npz``).
 
 Clients whose preferences genuinely differ: helpful-base vs harmless-base (the standard conflicting setting),
-MovieLens-100K user groups by age band, gender or occupation (mild differences, see alignment-methods.md §3.2), or
-taste groups (k-means over users' centred genre profiles), and the VPL-style annotator types on real items
-(:func:`annotator_pairs`: "quality" vs "family" raters; only the pairs where they disagree).
+MovieLens-100K user groups by age band, gender or occupation (mild differences, see docs/alignment.md,
+"Preference pairs"), or taste groups (k-means over users' centred genre profiles), and the VPL-style annotator
+types on real items (:func:`annotator_pairs`: "quality" vs "family" raters; only the pairs where they disagree).
 
 The harmless-base split holds offensive red-team text: nothing here logs or prints dialogue text.
 """
@@ -35,7 +35,7 @@ import numpy as np
 HH_SPLITS = ("harmless-base", "helpful-base", "helpful-online", "helpful-rejection-sampled")
 ASSISTANT = "\n\nAssistant:"
 HUMAN = "\n\nHuman:"
-#: genres the "family" annotator likes / avoids (alignment-methods.md §4.4)
+#: genres the "family" annotator likes / avoids (the annotator types: docs/alignment.md, "Preference pairs")
 FAMILY_LIKES = ("Children's", "Animation", "Musical")
 FAMILY_AVOIDS = ("Horror", "Thriller", "Crime")
 CACHE_VERSION = 1
@@ -280,7 +280,7 @@ def user_groups(data, by: str = "age", *, k: int = 4, seed: int = 0) -> tuple[np
 
 def annotator_pairs(data, feats: np.ndarray, *, n_clients_per_type: int = 10, pairs_per_client: int = 40,
                     seed: int = 0) -> PreferencePairs:
-    """VPL-style annotator types on real MovieLens items (Poddar et al. 2024; alignment-methods.md §4.4).
+    """VPL-style annotator types on real MovieLens items (Poddar et al. 2024; docs/alignment.md, "Preference pairs").
 
     Type 0 "quality" prefers the item with the higher mean rating; type 1 "family" prefers the item with the higher
     family score (+1 per Children's / Animation / Musical genre, -1 per Horror / Thriller / Crime). Only conflict

@@ -1,12 +1,12 @@
 """Ranking evaluation protocols: full-sort over the catalogue and the sampled-negative (e.g. 99) protocol.
 
 - ``protocol="full"`` (all-item ranking with the user's training items masked, as in FedVLR / MMRec and the
-  FedVLR paper's evaluation, Sec. 6 of the method notes). Per user, every item is scored; the user's TRAIN items
-  are removed from the candidates. With ``split="test"`` the user's valid items stay candidates unless
+  FedVLR paper's evaluation, docs/method.md, "Evaluation protocol"). Per user, every item is scored; the user's
+  TRAIN items are removed from the candidates. With ``split="test"`` the user's valid items stay candidates unless
   ``mask_history="all"`` (then train and valid are masked, which is what RecBole does); ``mask_history="none"``
   masks nothing. Only the (user, item) pairs of the user's own history are masked; no item is masked for
-  everyone (the FedVLR release masked item 0 for every user, defect B6). A target that is itself masked is a
-  miss and still counts in the user's number of targets.
+  everyone (masking a whole column would hide that item from every user, as the FedVLR code release did with
+  item 0). A target that is itself masked is a miss and still counts in the user's number of targets.
 - ``protocol="sampled"`` (leave-one-out with sampled negatives, He et al., "Neural Collaborative Filtering",
   WWW 2017; used by FedNCF, PFedRec, FedRAP). For every (user, target) pair, ``n_negatives`` items are drawn
   uniformly without replacement from the items the user never interacted with in any split, with
@@ -129,7 +129,7 @@ def _full_rank_stats(data, scorer, users, pair_row, pair_item, mask_splits, batc
         S = _scores(scorer, bu, n_items)
         masked = torch.zeros(S.shape, dtype=torch.bool, device=S.device)
         if mask is not None:
-            # only this user's own history is masked (never a column for everybody: defect B6)
+            # only this user's own history is masked: a column masked for everybody would hide that item from every user
             sub = mask[bu]
             rows = np.repeat(np.arange(len(bu)), np.diff(sub.indptr))
             masked[torch.as_tensor(rows, device=S.device),

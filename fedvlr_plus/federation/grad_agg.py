@@ -5,7 +5,8 @@ steps and upload the sums. The server forms ``g = Σ_u w_u g_u`` with ``w_u = n_
 client did not touch contribute zero) and steps its own optimizer on the shared parameters: plain SGD
 ``θ ← θ − η g`` by default, as in Algorithm 1, or Adam as a named option (FedAdam). Item-table rows use
 ``η · item_lr_scale``, the same row multiplier the clients use. The optimizer that is stepped
-updates exactly the shared parameters it is given (B3 of fedvlr-method.md); Adam's moments are part of the
+updates exactly the shared parameters it is given (an optimizer holding other copies would leave the server
+state unchanged; docs/method.md, "Departures from the original release"); Adam's moments are part of the
 checkpoint. The Adam update is the standard one (bias-corrected moments, ``θ ← θ − η m̂ / (√v̂ + ε)``).
 
 References: Li, Long, Jiang, Zhang, Yang, "Federated Vision-Language-Recommendation with Personalized Fusion",

@@ -3,9 +3,9 @@
 For client ``u`` with training positives ``P_u`` (``n_u`` items), in round ``r`` and local epoch ``e``:
 
 1. the positives are shuffled (a permutation keyed by (seed, r, u, e)) when they fill more than one mini-batch;
-2. every positive gets ``k`` negatives drawn uniformly from the whole catalogue minus ``P_u`` (so items seen only
-   in valid/test, or by nobody, are eligible: B11 of fedvlr-method.md), re-drawn every epoch; negatives are
-   drawn independently (with replacement), so one item can be a negative twice in an epoch;
+2. every positive gets ``k`` negatives drawn uniformly from the whole catalogue minus ``P_u`` (items seen only in
+   valid/test, or by nobody, are eligible: the model has to learn to push them down too), re-drawn every epoch;
+   negatives are drawn independently (with replacement), so one item can be a negative twice in an epoch;
 3. the shuffled positives are cut into mini-batches of ``batch_size`` positives; each mini-batch carries its
    positives' negatives, so it holds up to ``batch_size * (1 + k)`` examples.
 

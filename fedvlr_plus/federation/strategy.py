@@ -59,7 +59,8 @@ def check_updates(shared: dict[str, torch.Tensor], updates: list[ClientUpdate], 
 
 
 def example_weights(updates: list[ClientUpdate]) -> torch.Tensor:
-    """``n_u / sum_v n_v`` (float64): the weights sum to 1 (B5 of fedvlr-method.md)."""
+    """``n_u / sum_v n_v`` (float64): the weights sum to 1, so an aggregate keeps the scale of one client's update
+    however many clients take part."""
     n = torch.tensor([float(u.num_examples) for u in updates], dtype=torch.float64)
     return n / n.sum()
 

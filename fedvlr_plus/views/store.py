@@ -435,7 +435,7 @@ class ViewStore:
         faiss = _faiss()
         threads = faiss.omp_get_max_threads()
         # A handful of queries is faster on one thread: OpenMP start-up and barriers cost more than the
-        # scan itself (measured 24 ms vs 1.7 ms per query on 10k x 384 with two busy cores).
+        # scan itself (docs/results.md, "Server-side views: neighbours and speed").
         if len(q) < 16 and threads > 1:
             faiss.omp_set_num_threads(1)
         try:
