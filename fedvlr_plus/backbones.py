@@ -1,11 +1,12 @@
 """The names ``run --backbone`` takes: federated backbones, ``recbole:<Model>`` and the reference rankers.
 
-Torch-free: the command line lists them in its help.
+Names only, importing nothing: the command line lists them in its help, and the federated engine and the
+evaluation both name them without depending on each other.
 """
 from __future__ import annotations
 
-from .federation.config import FEDERATED_BACKBONES
-
+#: federated backbones (fedvlr_plus.adapters.BACKBONES), named here so that building the CLI does not import torch
+FEDERATED_BACKBONES = ("fcf", "fedavg", "fedncf", "fedrap", "pfedrec")
 #: reference rankers reported beside every model, in the order their rows are printed
 REFERENCE_BACKBONES = ("pop", "random", "antipop")
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 
-#: aggregation strategies (fedvlr_plus.federation.make_strategy) and federated backbones
-#: (fedvlr_plus.adapters.BACKBONES), named here so that building the CLI does not import torch
+from ..backbones import FEDERATED_BACKBONES  # noqa: F401  (named with the engine's other choices)
+
+#: aggregation strategies (fedvlr_plus.federation.make_strategy), named here so that building the CLI does not
+#: import torch
 STRATEGIES = ("fedavg", "sparse-avg", "fedgrad", "median", "trimmed-mean")
-FEDERATED_BACKBONES = ("fcf", "fedavg", "fedncf", "fedrap", "pfedrec")
 
 #: config fields that may differ between a checkpoint and the run that resumes it (they do not change numbers
 #: already computed: more rounds or patience extend a run; the simulator and chunking only change speed). The
