@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from .argtypes import non_negative_float, non_negative_int, positive_float, positive_int

@@ -4,7 +4,6 @@ No torch import at module level (the parser is built lazily by :mod:`fedvlr_plus
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
