@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedvlr_plus.errors import ConfigError, UserError
+from fedvlr_plus.errors import UserError
 from .base import Backbone, ParamSpec, take_rows
 
 __all__ = ["RecBoleBackbone", "RefusedModel", "resolve_model", "recbole_workdir", "build_from_data",
@@ -731,30 +731,3 @@ def train_central(backbone: RecBoleBackbone, *, epochs: int = 10, seed: int | No
             trainer.fit(train_data, valid_data=None, saved=False, show_progress=False, verbose=False)
             np.random.set_state(np_state)
     return model.eval()
-
-
-# ---------------------------------------------------------------------------------------------- CLI glue
-def cli_backbone(args, data):
-    """``fedvlr-plus run SOURCE --backbone recbole:<Model> [--fusion ...] [--recbole-config FILE]``."""
-    name = args.backbone.split(":", 1)[1].strip()
-    if not name:
-        raise ConfigError("--backbone recbole:", "needs a model name", "e.g. recbole:BPR or recbole:NeuMF")
-    try:
-        bb, _ = federate(name, data=data, config_file=getattr(args, "recbole_config", None),
-                         seed=int(getattr(args, "seed", 0)))
-    except RefusedModel as exc:
-        raise RefusedModel("--backbone", str(exc)) from None
-    except ValueError as exc:   # RecBole's own checks of the model's configuration
-        raise ConfigError(f"--backbone {args.backbone}", str(exc)) from None
-    if getattr(args, "fusion", "none") == "none":
-        return bb
-    from fedvlr_plus.fusion_cli import selected_views
-
-    views, drop = selected_views(args, data)
-    try:
-        return fedvlr(bb, views, data, mode=args.fusion,
-                      cold_neighbours=args.cold_neighbours if "id" not in drop else 0,
-                      temperature=args.router_temperature, balance=args.router_balance, use_id="id" not in drop,
-                      residual=getattr(args, "fusion_residual", False))
-    except RefusedModel as exc:
-        raise RefusedModel(f"--fusion {args.fusion}", str(exc)) from None

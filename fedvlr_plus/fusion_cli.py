@@ -11,7 +11,6 @@ import torch
 
 from .errors import ConfigError
 from .fusion import FusionLayer, cold_rule
-from .fusion_args import add_fusion_arguments  # noqa: F401  (kept importable from here)
 
 RAW_OPS = ("identity",)
 

@@ -5,7 +5,8 @@ import pytest
 
 from _shared import shared_data
 
-from fedvlr_plus.cli import build_parser, main, parse_metrics
+from fedvlr_plus.cli import build_parser, main
+from fedvlr_plus.metric_spec import parse_metrics
 
 
 def run_json(capsys, argv):

@@ -71,10 +71,10 @@ def test_building_the_parser_imports_no_heavy_library():
 
 
 def test_torch_free_names_match_the_modules_that_define_them():
-    from fedvlr_plus.coldstart.cli import COLD_RULES
+    from fedvlr_plus.cli.coldstart import COLD_RULES
     from fedvlr_plus.coldstart.rules import RULES
     from fedvlr_plus.fusion import MODES
-    from fedvlr_plus.fusion_args import FUSION_MODES
+    from fedvlr_plus.cli.fusion_args import FUSION_MODES
 
     assert FUSION_MODES == MODES and COLD_RULES == RULES
 
@@ -88,7 +88,8 @@ def test_run_says_what_it_does_and_what_to_try_next(tmp_path):
 
 
 def test_federated_run_plan_names_seeds_rounds_patience_and_folder():
-    from fedvlr_plus.cli import _next_step, _run_plan, build_parser
+    from fedvlr_plus.cli import build_parser
+    from fedvlr_plus.cli.run import _next_step, _run_plan
 
     args = build_parser().parse_args(["run", "ml-100k", "--backbone", "fedavg", "--seeds", "3", "--out", "D"])
     assert _run_plan(args, "ml-100k") == ("training fedavg on ml-100k: 3 seeds (0, 1, 2), up to 100 rounds, "

@@ -304,7 +304,8 @@ def test_killed_supernode_rejoins_with_its_private_state(federation, deployed, t
 
 
 def test_flower_command_lines():
-    from fedvlr_plus import flower_cli as fc
+    from fedvlr_plus import flower_deploy as fc
+    from fedvlr_plus.cli.flower import parse_partition
 
     link = fc.superlink_command(port=9999, insecure=True)
     assert link[1:] == ["--insecure", "--host", "127.0.0.1", "--port", "9999",
@@ -317,9 +318,9 @@ def test_flower_command_lines():
         fc.superlink_command(port=1)              # neither TLS files nor --insecure
     with pytest.raises(ConfigError, match="both"):
         fc.supernode_command(superlink="x:1", partition=(0, 1), insecure=True, root_certificates="ca.crt")
-    assert fc.parse_partition("2/3") == (2, 3)
+    assert parse_partition("2/3") == (2, 3)
     with pytest.raises(Exception, match="0 <= I < N"):
-        fc.parse_partition("3/3")
+        parse_partition("3/3")
     run = fc.run_command("examples/flower_app", config={"rounds": "3", "data": "/d/ku", "fusion": "fedvlr"})
     assert run[-1] == 'rounds=3 data="/d/ku" fusion="fedvlr"'
 

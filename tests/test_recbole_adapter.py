@@ -529,7 +529,7 @@ def test_federate_from_a_users_recbole_config(workdir):
 
 def test_cli_fusion_options_reach_the_recbole_layer(workdir):
     """--fusion-residual (and the router options) are passed to the layer around a RecBole model."""
-    from fedvlr_plus.adapters.recbole import cli_backbone
+    from fedvlr_plus.cli.recbole import cli_backbone
     from fedvlr_plus.cli import build_parser
 
     data = tiny_data()

@@ -7,8 +7,9 @@ import scipy.sparse as sp
 import torch
 
 from fedvlr_plus.adapters import make_backbone, rowdot
-from fedvlr_plus.federation import (BatchedSimulator, FedConfig, MemoryStore, SequentialSimulator,
-                                    add_run_arguments, bench_round, config_from_args, format_bench)
+from fedvlr_plus.cli.run_args import add_run_arguments, config_from_args
+from fedvlr_plus.federation import (BatchedSimulator, FedConfig, MemoryStore, SequentialSimulator, bench_round,
+                                    format_bench)
 from fedvlr_plus.federation import rng
 from fedvlr_plus.federation.engine import FederatedRun
 from fedvlr_plus.federation.schedule import build_schedule

@@ -11,7 +11,7 @@ import pytest
 import fedvlr_plus.datasets as datasets
 from fedvlr_plus.datasets import InteractionData
 from fedvlr_plus.views import ViewStore
-from fedvlr_plus.views import cli as views_cli
+from fedvlr_plus.cli import views as views_cli
 
 
 def parse(argv):

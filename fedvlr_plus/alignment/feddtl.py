@@ -546,33 +546,30 @@ def minilm_content(data, device: str = "cpu", cache_dir=None) -> np.ndarray:
     return embed(item_texts(data))
 
 
-def run_cli(args) -> dict:
-    """``align feddtl``: every method for every seed; mean and per-seed figures."""
-    import sys
+def run_feddtl(source: str, cfg: DTLConfig, *, seeds, clients: int, alpha: float, rounds: int, sft_rounds: int,
+               cold_share: float, dominant: str, device: str = "cpu", cache_dir: str | None = None,
+               log=print) -> dict:
+    """``align feddtl``: every method for every seed on ``source``; mean and per-seed figures."""
     import time
 
     from .. import datasets
 
-    log = (lambda s: print(s, file=sys.stderr)) if args.json else print
     t0 = time.time()
-    data = datasets.load(args.source)
-    content = minilm_content(data, args.device, args.cache_dir or None)
-    cfg = DTLConfig(rank=args.rank, sigma=args.sigma, group=args.group, beta=args.beta, epochs=args.epochs,
-                    per_user=args.per_user, server_steps=args.server_steps, rank_among=args.rank_among,
-                    user_tower=args.user_tower)
+    data = datasets.load(source)
+    content = minilm_content(data, device, cache_dir or None)
     genres = item_label_weights(data)
     per_seed = []
-    for seed in args.seeds:
-        task = build_task(data, content, cold_share=args.cold_share, seed=seed, dominant=args.dominant)
-        assign = dirichlet_split(task.user_genre, args.clients, args.alpha, seed)
-        row = {"client_users": np.bincount(assign, minlength=args.clients).tolist(),
+    for seed in seeds:
+        task = build_task(data, content, cold_share=cold_share, seed=seed, dominant=dominant)
+        assign = dirichlet_split(task.user_genre, clients, alpha, seed)
+        row = {"client_users": np.bincount(assign, minlength=clients).tolist(),
                "client_genre_tv": [round(x, 4) for x in label_skew(genres, task, assign)]}
         log(f"seed {seed}: users per client {row['client_users']}, genre-mix TV to the global mix "
             f"{row['client_genre_tv']}")
         for m in METHODS:
             t = time.time()
-            res = train(task, m, cfg, n_clients=args.clients, alpha=args.alpha, rounds=args.rounds,
-                        sft_rounds=args.sft_rounds, seed=seed)
+            res = train(task, m, cfg, n_clients=clients, alpha=alpha, rounds=rounds,
+                        sft_rounds=sft_rounds, seed=seed)
             row[m] = res.test
             rl = [h for h in res.history if h["stage"] == "rl"]
             if rl:
@@ -585,11 +582,11 @@ def run_cli(args) -> dict:
                 f"{g['cold']['hr@10']:.4f}, client models {c['warm']['hr@10']:.4f}/{c['cold']['hr@10']:.4f} "
                 f"({time.time() - t:.1f}s)")
         per_seed.append(row)
-    report = {"source": args.source, "seeds": list(args.seeds), "clients": args.clients, "alpha": args.alpha,
-              "dominant": args.dominant, "user_tower": args.user_tower,
-              "rounds": args.rounds, "sft_rounds": args.sft_rounds, "cold_share": args.cold_share,
-              "rank_among": args.rank_among, "epochs": args.epochs, "per_user": args.per_user,
-              "server_steps": args.server_steps,
+    report = {"source": source, "seeds": list(seeds), "clients": clients, "alpha": alpha,
+              "dominant": dominant, "user_tower": cfg.user_tower,
+              "rounds": rounds, "sft_rounds": sft_rounds, "cold_share": cold_share,
+              "rank_among": cfg.rank_among, "epochs": cfg.epochs, "per_user": cfg.per_user,
+              "server_steps": cfg.server_steps,
               "n_warm_items": int(len(task.warm_items)), "n_cold_items": int(len(task.cold_items))}
     mean = lambda rows: {kind: {k: float(np.mean([r[kind][k] for r in rows])) for k in ("hr@10", "ndcg@10")}  # noqa: E731
                          for kind in ("warm", "cold")}

@@ -181,7 +181,7 @@ def _config_for(base_cfg, overrides, backbone: str, variant: str):
 
 def run_paper_table(args, data, keys: list[str], ks, names) -> dict:
     """Train every (backbone, variant) over the seeds and build the table (see the module docstring)."""
-    from ..federation.config import config_from_args
+    from ..federation.config import config_from_options as config_from_args
     from ..federation.engine import FederatedRun
     from ..fusion_cli import fusion_backbone, load_views, router_report
 

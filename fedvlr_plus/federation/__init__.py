@@ -4,22 +4,21 @@
   :class:`DiskStore` (private state), strategies (:class:`FedAvg`, :class:`SparseRowAvg`,
   :class:`GradientAggregation`, :class:`CoordinateMedian`, :class:`TrimmedMean`),
   :class:`BatchedSimulator` / :class:`SequentialSimulator`;
-- :class:`FedConfig`, :func:`run_federated`, :func:`bench_round`, :func:`add_run_arguments`,
-  :func:`config_from_args`, :func:`cli_run`.
+- :class:`FedConfig`, :func:`config_from_options`, :func:`run_federated`, :func:`bench_round`,
+  :func:`federated_result`.
 
 Only the configuration is imported eagerly (building the CLI parser must not import torch); everything else
 loads on first use.
 """
 from importlib import import_module
 
-from .config import FEDERATED_BACKBONES, STRATEGIES, FedConfig, add_run_arguments, config_from_args
+from .config import FEDERATED_BACKBONES, STRATEGIES, FedConfig, config_from_options
 
 _LAZY = {
     "BatchedSimulator": ".batched", "SequentialSimulator": ".batched",
     "Client": ".client", "RecClient": ".client",
-    "cli_run": ".commands",
     "FederatedRun": ".engine", "bench_round": ".engine", "combine_seeds": ".engine", "format_bench": ".engine",
-    "run_federated": ".engine",
+    "run_federated": ".engine", "federated_result": ".run_result",
     "FedAvg": ".fedavg", "GradientAggregation": ".grad_agg", "CoordinateMedian": ".median",
     "ClientUpdate": ".messages", "SparseRowAvg": ".sparse_avg", "TrimmedMean": ".trimmed_mean",
     "DiskStore": ".store", "MemoryStore": ".store", "make_store": ".store",
@@ -35,5 +34,5 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = sorted(["FEDERATED_BACKBONES", "STRATEGIES", "FedConfig", "add_run_arguments", "config_from_args",
+__all__ = sorted(["FEDERATED_BACKBONES", "STRATEGIES", "FedConfig", "config_from_options",
                   *_LAZY])

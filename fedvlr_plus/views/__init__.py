@@ -9,7 +9,7 @@ The OpenCLIP and sentence-transformers encoders import torch lazily, on first us
 """
 from importlib import import_module
 
-# Everything is imported on first use (PEP 562): the command-line parser imports fedvlr_plus.views.cli,
+# Everything is imported on first use (PEP 562): the command-line parser imports fedvlr_plus.cli.views,
 # which must not pull in numpy, pandas, scipy or FAISS just to print --help.
 _WHERE = {
     "build": ("BuildReport", "build_store", "item_titles"),

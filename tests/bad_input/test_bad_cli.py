@@ -94,7 +94,7 @@ def test_paper_table_override_unknown_field_names_it():
     from fedvlr_plus.cli import build_parser
     from fedvlr_plus.errors import ConfigError
     from fedvlr_plus.experiments.paper_table import _config_for, _parse_overrides
-    from fedvlr_plus.federation.config import config_from_args
+    from fedvlr_plus.cli.run_args import config_from_args
 
     args = build_parser().parse_args(["experiment", "paper-table", "x", "--override", "fedvlr:magic=3"])
     with pytest.raises(ConfigError, match="--override fedvlr:magic.*unknown training field 'magic'"):

@@ -1,15 +1,14 @@
 """``fedvlr-plus align fedmpt SOURCE`` and ``fedvlr-plus align feddtl SOURCE``: federated VLM-style adaptation.
 
-No torch import at module level (the parser is built lazily by :mod:`.cli`).
+No torch import at module level (the parser is built lazily by :mod:`fedvlr_plus.cli.align`).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 
-from ..argtypes import non_negative_float, non_negative_int, open_fraction, positive_float, positive_int
+from .argtypes import non_negative_float, non_negative_int, open_fraction, positive_float, positive_int
 
 #: FedMPT ablation rows (report name -> variant)
 MPT_ABLATION = {"prompts_only": "prompts", "prompts+ot": "prompts_ot", "prompts+gate": "prompts_gate",
@@ -129,7 +128,7 @@ def cli_fedmpt(args) -> int:
     import torch
 
     from .. import datasets
-    from . import fedmpt as M
+    from ..alignment import fedmpt as M
 
     torch.set_num_threads(max(1, torch.get_num_threads()))
     log = (lambda s: print(s, file=sys.stderr)) if args.json else print
@@ -172,6 +171,13 @@ def cli_fedmpt(args) -> int:
 
 
 def cli_feddtl(args) -> int:
-    from . import feddtl
+    from ..alignment.feddtl import DTLConfig, run_feddtl
 
-    return _emit(feddtl.run_cli(args), args)
+    cfg = DTLConfig(rank=args.rank, sigma=args.sigma, group=args.group, beta=args.beta, epochs=args.epochs,
+                    per_user=args.per_user, server_steps=args.server_steps, rank_among=args.rank_among,
+                    user_tower=args.user_tower)
+    log = (lambda s: print(s, file=sys.stderr)) if args.json else print
+    report = run_feddtl(args.source, cfg, seeds=args.seeds, clients=args.clients, alpha=args.alpha,
+                        rounds=args.rounds, sft_rounds=args.sft_rounds, cold_share=args.cold_share,
+                        dominant=args.dominant, device=args.device, cache_dir=args.cache_dir, log=log)
+    return _emit(report, args)

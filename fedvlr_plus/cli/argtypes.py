@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import math
 
-METRIC_NAMES = ("hr", "ndcg", "recall", "mrr")
+from ..metric_spec import metric_at_k, parse_metrics
 
 
 def _number(kind, text: str):
@@ -57,47 +57,46 @@ open_fraction = bounded(float, 0, 1, low_open=True, high_open=True, name="open_f
 port = bounded(int, 1, 65535, name="port")
 
 
-def parse_metrics(text: str) -> tuple[tuple[str, ...], tuple[int, ...], list[str]]:
-    """``"hr@10,ndcg@50"`` -> (metric names, cut-offs, the requested keys in order)."""
-    names, ks, keys = [], [], []
-    for part in text.split(","):
-        part = part.strip().lower()
-        if not part:
-            continue
-        name, k = _metric_at_k(part)
-        names.append(name)
-        ks.append(k)
-        keys.append(f"{name}@{k}")
-    if not keys:
-        raise argparse.ArgumentTypeError("no metric given (e.g. hr@10,ndcg@10)")
-    return tuple(dict.fromkeys(names)), tuple(sorted(set(ks))), keys
-
-
-def _metric_at_k(part: str) -> tuple[str, int]:
-    if "@" not in part:
-        raise argparse.ArgumentTypeError(f"metric {part!r} needs a cut-off, e.g. {part}@10")
-    name, k = part.split("@", 1)
-    if name not in METRIC_NAMES:
-        raise argparse.ArgumentTypeError(f"unknown metric {name!r} ({', '.join(METRIC_NAMES)})")
-    try:
-        k_int = int(k)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"cut-off of {part!r} is not an integer") from None
-    if k_int < 1:
-        raise argparse.ArgumentTypeError(f"cut-off of {part!r} must be >= 1")
-    return name, k_int
-
-
 def metric_list(text: str) -> str:
     """``--metrics``: checked now, kept as the text (commands parse it again with :func:`parse_metrics`)."""
-    _, _, keys = parse_metrics(text)
+    _, _, keys = _checked(parse_metrics, text)
     return ",".join(keys)
 
 
 def one_metric(text: str) -> str:
     """A single ``metric@K`` such as ``hr@50`` (a model-selection metric)."""
-    name, k = _metric_at_k(text.strip().lower())
+    name, k = _checked(metric_at_k, text.strip().lower())
     return f"{name}@{k}"
+
+
+def _checked(parse, text: str):
+    """``parse(text)`` with its ValueError as argparse's error (one line naming the flag)."""
+    try:
+        return parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def backbone_arg(text: str) -> str:
+    """``--backbone`` of ``run``: a federated backbone, ``recbole:<Model>`` or a reference ranker."""
+    from ..backbones import normalise_backbone
+
+    return _checked(normalise_backbone, text)
+
+
+def clients_per_round(text: str) -> float:
+    """``0.1`` = a fraction of the clients; ``50`` = a count (``1`` is one client, ``1.0`` all of them)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction like 0.1 or a count like 50, got {text!r}")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    if "." in text or "e" in text.lower():
+        if value > 1:
+            raise argparse.ArgumentTypeError("a fractional value must be in (0, 1]; give a count as an integer")
+        return value
+    return int(value)
 
 
 def int_list(low: int = 1, name: str = "int_list"):

@@ -1,6 +1,6 @@
 """``fedvlr-plus views build|info|knn|bench``: a thin layer over :mod:`fedvlr_plus.views`.
 
-The main CLI calls :func:`register` with its subparsers and :func:`run` with the parsed arguments.
+The main CLI calls :func:`register` with its subparsers; the ``views`` command runs :func:`run`.
 """
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import argparse
 import json
 import sys
 
-from ..argtypes import positive_int
-from .choices import DTYPES, ENCODERS, INDEX_TYPES
-from .errors import EncoderUnavailable, ViewStoreError
+from ..views.choices import DTYPES, ENCODERS, INDEX_TYPES
+from ..views.errors import EncoderUnavailable, ViewStoreError
+from .argtypes import positive_int
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -65,6 +65,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     c.add_argument("--batch-size", type=positive_int, default=64, help="items per encoder batch (default 64)")
     c.add_argument("--out", help="keep the store here (default: a temporary folder)")
     c.add_argument("--json", action="store_true", help="print the timings as one JSON object")
+    p.set_defaults(func=run)
     return p
 
 
@@ -81,7 +82,7 @@ def _build(args) -> int:
         from fedvlr_plus.datasets import load
     except ImportError as e:
         raise ViewStoreError(f"fedvlr_plus.datasets.load is not available ({e}); cannot read '{args.source}'") from e
-    from .build import build_store
+    from ..views.build import build_store
 
     data = load(args.source)
     store, report = build_store(
@@ -103,7 +104,7 @@ def _build(args) -> int:
 
 
 def _info(args) -> int:
-    from .store import load_store
+    from ..views.store import load_store
 
     info = load_store(args.store, verify=not args.no_verify).info()
     if args.json:
@@ -125,7 +126,7 @@ def _info(args) -> int:
 
 
 def _knn(args) -> int:
-    from .store import load_store
+    from ..views.store import load_store
 
     store = load_store(args.store)
     row = store.find(args.item)
@@ -149,7 +150,7 @@ def _knn(args) -> int:
 
 
 def _bench(args) -> int:
-    from .bench import bench_views
+    from ..views.bench import bench_views
 
     res = bench_views(args.n, encoder=args.encoder, queries=args.queries, k=args.k, out=args.out,
                       index=args.index, device=args.device, batch_size=args.batch_size)
@@ -180,18 +181,3 @@ def run(args) -> int:
             return 2
         raise
 
-
-def main(argv=None) -> int:
-    """Stand-alone entry (``python -m fedvlr_plus.views.cli views ...``) until the main CLI wires it."""
-    parser = argparse.ArgumentParser(prog="fedvlr-plus")
-    sub = parser.add_subparsers(dest="command")
-    register(sub)
-    args = parser.parse_args(argv)
-    if args.command != "views":
-        parser.print_help()
-        return 2
-    return run(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

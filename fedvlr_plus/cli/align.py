@@ -9,7 +9,7 @@ import argparse
 from importlib import import_module
 
 #: method command modules, relative to this package
-METHOD_MODULES: tuple[str, ...] = ("align_pref_cli", "align_vlm_cli")
+METHOD_MODULES: tuple[str, ...] = ("align_pref", "align_vlm")
 
 
 def register(sub) -> argparse.ArgumentParser:

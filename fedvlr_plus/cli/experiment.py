@@ -5,7 +5,7 @@ import argparse
 import json
 import sys
 
-from .variants import VARIANTS
+from ..experiments.variants import VARIANTS
 
 
 def _variant_list(text: str) -> str:
@@ -41,10 +41,10 @@ def add_table_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub) -> argparse.ArgumentParser:
-    from ..argtypes import metric_list
-    from ..cli import DEFAULT_METRICS, add_data_arguments
-    from ..federation.config import add_run_arguments
-    from ..fusion_args import add_fusion_arguments
+    from .argtypes import metric_list
+    from .common import DEFAULT_METRICS, add_data_arguments
+    from .fusion_args import add_fusion_arguments
+    from .run_args import add_run_arguments
 
     p = sub.add_parser("experiment", help="experiments that produce the tables of a report")
     ex = p.add_subparsers(dest="experiment", metavar="EXPERIMENT", required=True)
@@ -70,9 +70,10 @@ def register(sub) -> argparse.ArgumentParser:
 
 
 def cmd_paper_table(args) -> int:
-    from ..cli import load_for_run, parse_metrics
+    from ..experiments.paper_table import print_table, run_paper_table
     from ..jsonio import json_default
-    from .paper_table import print_table, run_paper_table
+    from ..metric_spec import parse_metrics
+    from .common import load_for_run
 
     names, ks, keys = parse_metrics(args.metrics)
     data, _ = load_for_run(args)

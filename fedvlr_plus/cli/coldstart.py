@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-DEFAULT_METRICS = "hr@10,ndcg@10,hr@50,ndcg@50"
+from ..metric_spec import DEFAULT_METRICS, parse_metrics
 
 
 def _supports(text: str) -> tuple:
@@ -40,9 +40,10 @@ COLD_RULES = ("none", "neighbours", "mapping", "both")
 
 
 def register(subparsers) -> argparse.ArgumentParser:
-    from ..argtypes import metric_list, non_negative_int, one_metric, positive_int
-    from ..federation.config import FEDERATED_BACKBONES, add_run_arguments
-    from ..fusion_args import add_fusion_arguments
+    from ..federation.config import FEDERATED_BACKBONES
+    from .argtypes import metric_list, non_negative_int, one_metric, positive_int
+    from .fusion_args import add_fusion_arguments
+    from .run_args import add_run_arguments
 
     p = subparsers.add_parser(
         "coldstart", help="cold-start experiments: new items, new users, sparse users",
@@ -90,8 +91,8 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 
 def _load(args):
+    from ..coldstart.splits import cold_item_loo, cold_user_holdout
     from ..datasets import load, splits
-    from .splits import cold_item_loo, cold_user_holdout
 
     data = load(args.source)
     prep = lambda d: splits.dedup(splits.implicit(d, args.implicit_threshold))  # noqa: E731
@@ -135,9 +136,8 @@ def _views(args, data):
 
 def run_coldstart(args, log=None) -> dict:
     """The whole experiment for parsed ``args``; returns the JSON-ready result."""
-    from ..cli import parse_metrics
-    from ..federation.config import config_from_args
-    from .experiment import EvalSpec, item_coldstart, user_coldstart
+    from ..coldstart.experiment import EvalSpec, item_coldstart, user_coldstart
+    from .run_args import config_from_args
 
     names, ks, keys = parse_metrics(args.metrics)
     cold_select = args.cold_select.lower()
@@ -184,8 +184,8 @@ def run_coldstart(args, log=None) -> dict:
 
 
 def cmd_coldstart(args) -> int:
+    from ..coldstart.report import format_summary, write_report
     from ..jsonio import json_default, write_json_atomic
-    from .report import format_summary, write_report
 
     def log(msg):
         print(msg, file=sys.stderr)

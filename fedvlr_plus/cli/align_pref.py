@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-from ..argtypes import non_negative_float, non_negative_int, positive_float, positive_int
+from .argtypes import non_negative_float, non_negative_int, positive_float, positive_int
 
 
 def is_hh_folder(source: str) -> bool:
@@ -132,8 +131,8 @@ def _pct(x) -> str:
 
 
 def cmd_mor(args) -> int:
-    from .grpo import GRPOConfig
-    from .mor import MoRConfig, run_mor_hh, run_mor_ratings
+    from ..alignment.grpo import GRPOConfig
+    from ..alignment.mor import MoRConfig, run_mor_hh, run_mor_ratings
 
     archs = tuple(a.strip() for a in args.architectures.split(",") if a.strip())
     cfg = MoRConfig(reward_epochs=args.reward_epochs, architectures=archs, candidates=args.candidates,
@@ -180,7 +179,7 @@ def cmd_mor(args) -> int:
 
 
 def cmd_fedvpa_gp(args) -> int:
-    from .fedvpa_gp import VPAConfig, run_fedvpa_gp
+    from ..alignment.fedvpa_gp import VPAConfig, run_fedvpa_gp
 
     cfg = VPAConfig(rounds=args.rounds, local_steps=args.local_steps, latent=args.latent, beta=args.beta,
                     ortho=args.ortho, tau=args.tau, prior_weights=args.prior_weights, decoder=args.decoder,

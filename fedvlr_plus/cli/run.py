@@ -1,0 +1,90 @@
+"""``fedvlr-plus run SOURCE --backbone NAME``: train (federated backbones) or rank (reference rankers), select on
+validation, report test figures with intervals, split into warm and cold targets."""
+from __future__ import annotations
+
+from ..backbones import REFERENCE_BACKBONES, backbone_names
+from ..metric_spec import DEFAULT_METRICS, parse_metrics
+from .argtypes import backbone_arg, metric_list, non_negative_int
+from .common import add_data_arguments, load_for_run, say
+from .report import report_run
+
+
+def register(sub) -> None:
+    from .fusion_args import add_fusion_arguments
+    from .run_args import add_run_arguments
+
+    p_run = sub.add_parser("run", help="train (if needed) and evaluate one backbone",
+                           usage="%(prog)s SOURCE [--backbone NAME] [options]",
+                           description="Train a backbone on SOURCE (federated backbones) or use a reference "
+                                       "ranker, select on validation, and report test metrics with bootstrap "
+                                       "confidence intervals, split into warm and cold targets.")
+    add_data_arguments(p_run)
+    g = p_run.add_argument_group("model and evaluation")
+    g.add_argument("--backbone", type=backbone_arg, default="pop", metavar="NAME",
+                   help=f"what to train or rank with; {backbone_names()}. pop: training popularity, "
+                        f"antipop: fewest training interactions first")
+    g.add_argument("--protocol", default="full", choices=["full", "sampled99"],
+                   help="full: rank all items with the user's training items masked; sampled99: the target "
+                        "among 99 sampled negatives (seeded)")
+    g.add_argument("--mask-history", default="train", choices=["train", "all"],
+                   help="at test time mask only training items (FedVLR protocol; the validation item stays a "
+                        "candidate) or training and validation items (RecBole's behaviour)")
+    g.add_argument("--metrics", type=metric_list, default=DEFAULT_METRICS,
+                   help="comma-separated metric@K list (hr, ndcg, recall, mrr)")
+    g.add_argument("--seed", type=non_negative_int, default=0,
+                   help="seed for sampling, splits, the random ranker and the first training seed")
+    o = p_run.add_argument_group("output")
+    o.add_argument("--out", metavar="RUN_DIR", default=None,
+                   help="write result.json and per-user test metrics (CSV) into RUN_DIR (federated backbones "
+                        "also checkpoint there)")
+    o.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    add_run_arguments(p_run)
+    add_fusion_arguments(p_run)
+    p_run.set_defaults(func=cmd_run)
+
+
+def cmd_run(args) -> int:
+    from ..evaluation.reference_table import reference_run
+
+    names, ks, keys = parse_metrics(args.metrics)
+    protocol = "sampled" if args.protocol == "sampled99" else "full"
+    data, split_used = load_for_run(args)
+    say(_run_plan(args, data.name))
+    if args.backbone not in REFERENCE_BACKBONES:
+        from .run_federated import run_federated_command
+
+        result = run_federated_command(args, data, split_used=split_used, metrics=names, ks=ks, keys=keys,
+                                       protocol=protocol)
+        report_run(args, result, keys)
+        say(_next_step(args))
+        return 0
+    result, test = reference_run(data, args.backbone, protocol_name=args.protocol, split_used=split_used,
+                                 names=names, ks=ks, keys=keys, mask_history=args.mask_history, seed=args.seed)
+    report_run(args, result, keys, test)
+    say(_next_step(args))
+    return 0
+
+
+def _run_plan(args, dataset: str) -> str:
+    """One line that says what ``run`` is about to do and where it writes."""
+    where = (f"writing to {args.resume or args.out}" if (args.resume or args.out)
+             else "nothing written (add --out RUN_DIR to keep the result)")
+    if args.backbone in REFERENCE_BACKBONES:
+        return f"ranking {dataset} with the reference ranker {args.backbone} (no training); {where}"
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    model = args.backbone + ("" if args.fusion == "none" else f" + {args.fusion} fusion")
+    return (f"training {model} on {dataset}: {len(seeds)} seed{'s' * (len(seeds) > 1)} "
+            f"({', '.join(map(str, seeds))}), up to {args.rounds} rounds, patience {args.patience}; {where}")
+
+
+def _next_step(args) -> str:
+    """Where to go from a finished ``run``."""
+    src = args.source
+    if args.backbone in REFERENCE_BACKBONES:
+        return f"next: train a federated backbone, e.g. fedvlr-plus run {src} --backbone fedavg"
+    base = args.backbone if not args.backbone.startswith("recbole:") else "fedavg"
+    if args.fusion == "none":
+        return (f"next: add the FedVLR layer with --fusion fedvlr, or a cold-start study with "
+                f"fedvlr-plus coldstart {src} --backbone {base}")
+    return (f"next: every backbone alone and with the fusion layer, with paired tests: "
+            f"fedvlr-plus experiment paper-table {src}")

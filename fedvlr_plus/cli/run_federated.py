@@ -1,0 +1,72 @@
+"""``run SOURCE --backbone <federated or recbole:Model>``: the flags as a FedConfig and a backbone, the engine
+run, and its result as the CLI reports it."""
+from __future__ import annotations
+
+from ..backbones import backbone_names
+from ..errors import ConfigError, RunFolderError
+from ..federation.config import FEDERATED_BACKBONES
+from .run_args import config_from_args
+
+
+def run_federated_command(args, data, *, split_used: str, metrics, ks, keys, protocol: str) -> dict:
+    """Train ``args.backbone`` federatedly on ``data`` and return the CLI's result dict (valid/test/test_ci/
+    test_warm/test_cold/baselines as for the reference rankers, plus selected_round, per_seed and history)."""
+    from ..federation.engine import run_federated
+    from ..federation.run_result import federated_result
+
+    is_recbole = args.backbone.startswith("recbole:")
+    if args.backbone not in FEDERATED_BACKBONES and not is_recbole:
+        raise ConfigError(f"--backbone {args.backbone}", "unknown backbone", f"choose from {backbone_names()}")
+    if getattr(args, "recbole_config", None) and not is_recbole:
+        raise ConfigError("--recbole-config", f"configures a recbole:<Model> backbone only, not {args.backbone}")
+    names = tuple(dict.fromkeys(list(metrics) + ["hr"]))
+    cfg = config_from_args(args, ks=tuple(ks), metrics=names, valid_protocol=protocol,
+                           mask_history=getattr(args, "mask_history", "train"))
+    run_dir = args.resume or args.out
+    if args.resume and args.out and args.resume != args.out:
+        raise RunFolderError("--out", f"--resume {args.resume} continues the run in that folder; do not pass a "
+                             f"different --out ({args.out})")
+    fusion = getattr(args, "fusion", "none")
+    backbone = _backbone(args, data, cfg.dim, is_recbole)
+    router, rb_eval = {}, {}
+    on_round = _selected_round_hook(args, data, cfg, metrics, ks, router, rb_eval)
+    res = run_federated(data, backbone, cfg, out_dir=run_dir, resume=bool(args.resume),
+                        progress=not getattr(args, "no_progress", False), on_round=on_round)
+    return federated_result(res, data, backbone=args.backbone, fusion=fusion, protocol_name=args.protocol,
+                            protocol=protocol, split_used=split_used, cfg=cfg, keys=keys, metrics=metrics, ks=ks,
+                            recbole_test=rb_eval, router=router)
+
+
+def _backbone(args, data, dim: int, is_recbole: bool):
+    """The backbone name, or the model the flags build (a RecBole model, the FedVLR layer around a backbone)."""
+    if is_recbole:
+        from .recbole import cli_backbone
+
+        return cli_backbone(args, data)
+    if getattr(args, "fusion", "none") != "none":
+        from ..fusion_cli import fusion_backbone
+
+        return fusion_backbone(args, data, args.backbone, dim)
+    return args.backbone
+
+
+def _selected_round_hook(args, data, cfg, metrics, ks, router: dict, rb_eval: dict):
+    """A per-round callback that fills ``router`` / ``rb_eval`` (seed -> report) at each seed's selected
+    (best-validation) round, or None when neither the router report nor RecBole's evaluator is asked for."""
+    fusion = getattr(args, "fusion", "none") != "none"
+    recbole_eval = getattr(args, "evaluator", "ours") == "recbole"
+    if not (fusion or recbole_eval):
+        return None
+    from ..fusion_cli import router_report
+
+    def on_round(run, record):
+        if run.best is not None and run.best["round"] == record["round"]:
+            if fusion:
+                router[run.cfg.seed] = router_report(run)
+            if recbole_eval:
+                from ..adapters.recbole import recbole_evaluate
+
+                rb_eval[run.cfg.seed] = recbole_evaluate(data, run.scorer(), split="test", ks=tuple(ks),
+                                                         metrics=tuple(metrics), mask_history=cfg.mask_history)
+
+    return on_round
