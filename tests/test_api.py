@@ -72,7 +72,7 @@ def test_renderings(result, tmp_path):
 def test_bad_options_say_what_is_wrong(small):
     with pytest.raises(ValueError, match="unknown training option"):
         Experiment(small, [FedAvg(epochz=3)], progress=False).run()
-    with pytest.raises(ValueError, match="metrics look like"):
+    with pytest.raises(ValueError, match="needs a cut-off"):
         Experiment(small, [FedAvg()], metrics=["ndcg"])
     with pytest.raises(TypeError, match="not a model recipe"):
         Experiment(small, ["fedavg"], references=False, progress=False).run()

@@ -9,20 +9,9 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field, fields, replace
 
+from ..metric_spec import parse_metrics
 from .models import REFERENCES, Model, Reference
 from .result import ExperimentResult
-
-
-def _parse_metrics(metrics: list[str]) -> tuple[tuple[str, ...], tuple[int, ...], list[str]]:
-    """``["hr@10", "ndcg@50"]`` -> (metric names, cut-offs, keys in the order given)."""
-    from ..evaluation.metrics import check_ks_metrics
-
-    keys = [m.strip().lower() for m in metrics]
-    bad = [k for k in keys if k.count("@") != 1 or not k.split("@")[1].isdigit()]
-    if bad:
-        raise ValueError(f"metrics look like 'ndcg@10', got {', '.join(map(repr, bad))}")
-    ks, names = check_ks_metrics([int(k.split("@")[1]) for k in keys], dict.fromkeys(k.split("@")[0] for k in keys))
-    return tuple(names), tuple(sorted(set(ks))), keys
 
 
 @dataclass
@@ -45,7 +34,7 @@ class Experiment:
                  references: bool = True, progress: bool = True, **training):
         self.data, self.models = data, list(models)
         self.metrics = list(metrics or ["hr@10", "ndcg@10", "hr@50", "ndcg@50"])
-        self.names, self.ks, self.keys = _parse_metrics(self.metrics)
+        self.names, self.ks, self.keys = parse_metrics(",".join(self.metrics))
         if seeds < 1:
             raise ValueError(f"seeds must be >= 1, got {seeds}")
         if protocol not in ("full", "sampled"):
