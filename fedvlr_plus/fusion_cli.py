@@ -9,9 +9,10 @@ from .fedvlr.views import load_views  # noqa: F401  (the commands load the views
 from .fusion_args import add_fusion_arguments  # noqa: F401  (kept importable from here)
 
 
-def options_from_args(args) -> FedVLROptions:
-    """The layer's options from parsed ``--fusion ...`` flags (see :func:`~fedvlr_plus.fusion_args.add_fusion_arguments`)."""
-    return FedVLROptions(mode=args.fusion, temperature=args.router_temperature, balance=args.router_balance,
+def options_from_args(args, mode: str | None = None) -> FedVLROptions:
+    """The layer's options from parsed ``--fusion ...`` flags (see :func:`~fedvlr_plus.fusion_args.add_fusion_arguments`);
+    ``mode`` replaces ``--fusion`` (a command that trains several fusion variants)."""
+    return FedVLROptions(mode=mode or args.fusion, temperature=args.router_temperature, balance=args.router_balance,
                          residual=getattr(args, "fusion_residual", False),
                          personal_offset=getattr(args, "personal_offset", False),
                          cold_neighbours=args.cold_neighbours, views=args.views,

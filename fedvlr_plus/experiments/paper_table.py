@@ -219,7 +219,6 @@ def run_paper_table(args, data, keys: list[str], ks, names) -> dict:
     rule = (make_rule("neighbours", views, cold, k=args.cold_neighbours, seed=base_cfg.seed)
             if cold.any() and views and args.cold_neighbours > 0 else None)
 
-    options = options_from_args(args)   # the layer's options; each fusion variant sets its mode
     skipped = {}
     for bb_name in backbones:
         why = wrap_refusal(make_backbone(bb_name, data.n_items, base_cfg.dim))
@@ -255,7 +254,7 @@ def run_paper_table(args, data, keys: list[str], ks, names) -> dict:
                     bb = bb_name
                 else:
                     bb = build_for_command(data, base_backbone(args, data.n_items, bb_name, cfg.dim),
-                                           replace(options, mode=variant), views, backbone=bb_name)
+                                           options_from_args(args, mode=variant), views, backbone=bb_name)
 
                 def on_round(run, record, extra=extra, variant=variant):
                     if run.best is not None and run.best["round"] == record["round"]:
