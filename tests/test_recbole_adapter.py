@@ -388,7 +388,7 @@ def test_fedvlr_layer_replaces_the_item_tables(workdir):
     client = run.sim.client(c)
     got = client.scores(run.shared)
     p = {**run.shared, **run.store.load(c)}
-    mixed = layer.item_repr(p, None, client._ctx())
+    mixed = layer.item_repr(p, None, client._ctx(run.shared))
     tables = bb.split_item_repr(mixed)
     assert torch.allclose(tables["item_mf_embedding.weight"], mixed[:, :bb.template.mf_embedding_size])
     full = bb.module_params({**p, **tables}, torch.tensor([c]))
