@@ -6,7 +6,7 @@ either **shared** (sent by the server, trained or differentiated locally, upload
 
 - ``item_repr(p, items, ctx) -> [..., L, k]``  the item representation (ID embeddings, ...) of ``items``;
 - ``head(p, vecs, ctx) -> [..., L]``          user-side scoring of item vectors (logits, higher = better);
-- ``regulariser(p, items, mask, config) -> [...]`` an optional per-client penalty added to the loss.
+- ``regulariser(p, items, mask, config, ctx) -> [...]`` an optional per-client penalty added to the loss.
 
 ``logits = head(p, item_repr(p, items, ctx), ctx)``. The FedVLR layer replaces ``item_repr`` by a router-weighted
 mixture of fusion experts and keeps ``head``; that is why the two are separate calls.
@@ -28,6 +28,11 @@ look-ups in constant tables such as content features) and, when ``uses_history``
 / ``ctx["hist_mask"]`` (the user's training positives as global ids, padded, ``[..., H]``). Trainable item tables
 are only reachable for the items being scored; a router conditioned on the history uses constant features of
 ``hist_global``. Backbones here ignore ``ctx``; the FedVLR router uses it.
+
+``ctx`` is the context of one forward: the simulators pass the ``ctx`` of a step's ``logits`` to that step's
+``regulariser``, so a layer may record there what its penalty reuses (the FedVLR layer's router weights). The
+constants of a round a forward reads besides ``p`` come from :meth:`Backbone.round_context` (the FedVLR router
+reads the round's broadcast fused views); the simulators add them to every ``ctx`` they make.
 """
 from __future__ import annotations
 
@@ -154,11 +159,15 @@ class Backbone:
     def head(self, p: dict, vecs: torch.Tensor, ctx: dict) -> torch.Tensor:
         raise NotImplementedError
 
+    def round_context(self, shared: dict[str, torch.Tensor]) -> dict:
+        """Entries for ``ctx`` from the round's shared state (constants of the round; none by default)."""
+        return {}
+
     def logits(self, p: dict, items, ctx: dict | None = None) -> torch.Tensor:
-        ctx = ctx or {}
+        ctx = {} if ctx is None else ctx
         return self.head(p, self.item_repr(p, items, ctx), ctx)
 
-    def regulariser(self, p: dict, items, mask: torch.Tensor, config: dict):
+    def regulariser(self, p: dict, items, mask: torch.Tensor, config: dict, ctx: dict | None = None):
         """Per-client penalty (shape = the batch dims of ``mask`` without the last one), or 0."""
         return 0.0
 

@@ -70,7 +70,7 @@ class FedRAP(Backbone):
         w = math.tanh(max(int(round_index), 1) / 10.0)
         return w * self.lam0, w * self.mu0
 
-    def regulariser(self, p, items, mask, config):
+    def regulariser(self, p, items, mask, config, ctx=None):
         return self.split_regulariser(take_rows(p["item_common"], items),
                                       {"item_personal": take_rows(p["item_personal"], items)}, mask, config)
 

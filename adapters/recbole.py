@@ -2,7 +2,7 @@
 
 RecBole: Zhao et al., "RecBole: Towards a Unified, Comprehensive and Efficient Framework for Recommendation
 Algorithms", CIKM 2021. The FedVLR layer that can wrap it: Li, Long, Jiang, Zhang, Yang, "Federated
-Vision-Language-Recommendation with Personalized Fusion", AAAI-26 (see :mod:`fedvlr_plus.fusion`).
+Vision-Language-Recommendation with Personalized Fusion", AAAI-26 (see :mod:`fedvlr_plus.fedvlr`).
 
 What the adapter does with the wrapped ``torch.nn.Module``:
 
@@ -614,11 +614,17 @@ def align_views(views: dict[str, np.ndarray], view_item_ids, data) -> dict[str, 
     return {k: np.asarray(v, np.float32)[rows] for k, v in views.items()}
 
 
-def fedvlr(backbone: RecBoleBackbone, views: dict[str, np.ndarray], data=None, *, mode: str = "fedvlr",
-           cold_neighbours: int = 10, **options):
+def fedvlr(backbone: RecBoleBackbone, views: dict[str, np.ndarray] | None = None, data=None,
+           options=None, **option_fields):
     """The FedVLR layer around a RecBole backbone: the model's item embedding tables become the ID modality
-    ``D`` of the server's fusion, and each client replaces them by its router-weighted fused views."""
-    from fedvlr_plus.fusion import FusionLayer, cold_rule
+    ``D`` of the server's fusion, and each client replaces them by its router-weighted fused views.
+
+    Built by :func:`fedvlr_plus.fedvlr.build_fedvlr` from ``options`` (a :class:`~fedvlr_plus.fedvlr.FedVLROptions`;
+    ``option_fields`` such as ``mode="sum"`` or ``cold_neighbours=0`` replace its fields). ``views`` are loaded as
+    the options say when not given; without ``data`` there is no cold-item rule."""
+    from dataclasses import replace
+
+    from fedvlr_plus.fedvlr import FedVLROptions, build_fedvlr
 
     if not backbone.item_table_names:
         raise RefusedModel(f"{backbone.name} has no item embedding table (no parameter with one row per item); "
@@ -627,9 +633,8 @@ def fedvlr(backbone: RecBoleBackbone, views: dict[str, np.ndarray], data=None, *
     if bad:
         raise RefusedModel(f"{backbone.name}: item tables {bad} are not [n_items, d] matrices; the FedVLR layer "
                            f"fuses 2-d embedding tables only")
-    # the same rule as every other backbone: content neighbours, or the mean warm ID row without content views
-    nbrs = cold_rule(views, data.cold_items(), cold_neighbours) if data is not None else None
-    layer = FusionLayer(backbone, views, mode=mode, cold_neighbours=nbrs, **options)
+    # the same builder (and cold-item rule) as every other backbone
+    layer = build_fedvlr(data, backbone, replace(options or FedVLROptions(), **option_fields), views)
     # the server side of a RecBole model steps its item tables with Adam (see RecBoleBackbone); the fusion layer's
     # own defaults (SGD at 1.0) were chosen for our functional backbones, so the model's recipe carries over
     layer.default_server_optimizer = backbone.default_server_optimizer

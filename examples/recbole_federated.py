@@ -85,7 +85,7 @@ def main(argv=None) -> dict:
     out = {"federated": plain["test"]}
     if not args.no_fedvlr:
         from fedvlr_plus.datasets import load
-        from fedvlr_plus.fusion_cli import load_views
+        from fedvlr_plus.fedvlr.views import load_views
 
         print("adding the FedVLR layer: text views of the titles and genres "
               f"({'from ' + args.views if args.views else 'built once, then cached'})", flush=True)

@@ -1,192 +1,43 @@
-"""Glue between ``fedvlr-plus run ... --fusion`` and the FedVLR layer: where the views come from, which
-modalities take part, and the router report (entropy and across-user spread of the expert weights)."""
+"""``fedvlr-plus run ... --fusion``: the command line's fusion flags turned into :class:`FedVLROptions` and handed
+to the one builder, :func:`fedvlr_plus.fedvlr.build_fedvlr` (FedVLR, Li et al., AAAI-26, arXiv 2410.08478;
+see docs/method.md). Nothing here decides anything about the model."""
 from __future__ import annotations
 
-import os
-import sys
-from pathlib import Path
-
-import numpy as np
-import torch
-
-from .errors import ConfigError
-from .fusion import FusionLayer, cold_rule
-
-RAW_OPS = ("identity",)
+from .errors import ConfigError, UserError
+from .fedvlr import FedVLROptions, FusionLayer, build_fedvlr, router_report  # noqa: F401  (router_report: CLI use)
+from .fedvlr.views import load_views  # noqa: F401  (the commands load the views for their reference rankers)
 
 
-def _cache_root() -> Path:
-    return Path(os.environ.get("FEDVLR_CACHE", Path.home() / ".cache" / "fedvlr_plus")).expanduser()
+def options_from_args(args, mode: str | None = None) -> FedVLROptions:
+    """The layer's options from parsed ``--fusion ...`` flags (see :func:`~fedvlr_plus.fusion_args.add_fusion_arguments`);
+    ``mode`` replaces ``--fusion`` (a command that trains several fusion variants)."""
+    return FedVLROptions(mode=mode or args.fusion, temperature=args.router_temperature, balance=args.router_balance,
+                         residual=getattr(args, "fusion_residual", False),
+                         personal_offset=getattr(args, "personal_offset", False),
+                         cold_neighbours=args.cold_neighbours, views=args.views,
+                         fusion_views=tuple(args.fusion_views.split(",")) if args.fusion_views else None,
+                         drop_modality=tuple(args.drop_modality), progress=not getattr(args, "no_progress", False))
 
 
-def _say(line: str) -> None:
-    print(f"views: {line}", file=sys.stderr, flush=True)
+def base_backbone(args, n_items: int, backbone: str, dim: int):
+    """The backbone the layer wraps, with the command line's backbone options."""
+    from .adapters import make_backbone
+
+    opts = {"fedrap_lambda": args.fedrap_lambda, "fedrap_mu": args.fedrap_mu} if backbone == "fedrap" else {}
+    return make_backbone(backbone, n_items, dim, **opts)
 
 
-def load_views(data, store: str | None = None, names: list[str] | None = None,
-               progress: bool = True, purpose: str = "--fusion") -> dict[str, np.ndarray]:
-    """Views of every item of ``data`` (name -> [n_items, d]), rows aligned with the data's item ids.
-
-    Says on stderr where they come from: the data's own features, a store reused, or a store built (where,
-    from what). ``purpose`` is the flag that asked for views, named in the one-line errors.
-    """
-    from .views import ViewStoreError, load_store
-
-    if store is None and data.features:
-        from .views.encoders import modality_name
-
-        views = {modality_name(k): np.asarray(v, np.float32) for k, v in data.features.items()}
-        _say(f"the precomputed features of {data.name}: "
-             + ", ".join(f"{k}[{v.shape[0]:,}x{v.shape[1]}]" for k, v in views.items()) + " (no view store)")
-        return {k: _named(views, k, data.name) for k in (names or views)}
-    path, exists = _store_path(data, store, purpose)
-    if exists:
-        vs = load_store(path)
-        enc = vs.manifest.get("encoder") or {}
-        made_by = " ".join(str(x) for x in (enc.get("encoder"), enc.get("model")) if x)
-        _say(f"reusing view store {path} ({vs.n_items:,} items, views {', '.join(vs.views)}; "
-             f"encoder {made_by or 'unknown'}, built {vs.manifest.get('created')})")
-    else:
-        vs = _build_views(data, path, store, progress, purpose)
-    ids = [str(x) for x in vs.item_ids]
-    if len(ids) != data.n_items or ids != [str(x) for x in data.item_ids]:
-        raise ViewStoreError(f"--views {path}: the store holds {len(ids)} items that do not match the "
-                             f"{data.n_items} items of {data.name} (build the store from the same source)")
-    if names is None:
-        names = [s.name for s in vs.specs if s.op in RAW_OPS]
-    rows = np.arange(vs.n_items)
-    return {n: vs.get(rows, n) for n in names}
-
-
-def _named(views: dict, name: str, source: str) -> np.ndarray:
-    if name not in views:
-        from .views import ViewStoreError
-
-        raise ViewStoreError(f"--fusion-views {name}: {source} has no view '{name}' (views: {', '.join(views)})")
-    return views[name]
-
-
-def _has_content(data) -> bool:
-    from .views.encoders import _has_text
-
-    return bool(data.features) or _has_text(getattr(data, "items", None))
-
-
-def _store_path(data, store: str | None, purpose: str) -> tuple[Path, bool]:
-    """Where the view store is and whether it exists; a ``--views`` path that cannot be meant is refused."""
-    from .views import ViewStoreError
-
-    if store is None:
-        path = _cache_root() / "views" / data.name
-        return path, (path / "manifest.json").is_file()
-    path = Path(store).expanduser()
-    if (path / "manifest.json").is_file():
-        return path, True
-    if path.is_dir() and any(path.iterdir()):
-        raise ViewStoreError(f"--views {store}: the folder is not a view store (no manifest.json) and not empty; "
-                             "pass a store written by 'fedvlr-plus views build', or a new folder to build one in")
-    if path.exists() and not path.is_dir():
-        raise ViewStoreError(f"--views {store}: is a file, not a view store folder")
-    parent = path.absolute().parent
-    if not parent.is_dir():
-        raise ViewStoreError(f"--views {store}: the folder {parent} does not exist (a new view store is built "
-                             "only inside an existing folder; check the path)")
-    if not path.exists():
-        near = _similar_stores(path)
-        if near:
-            raise ViewStoreError(f"--views {store}: no such view store; did you mean {near}? (to build a new store "
-                                 f"under this name, run 'fedvlr-plus views build SOURCE --out {store}' first)")
-    return path, False
-
-
-def _similar_stores(path: Path) -> str | None:
-    """A sibling view store whose name is close to ``path``'s: the likelier meaning of a missing folder."""
-    import difflib
-
-    stores = [p.name for p in path.absolute().parent.iterdir() if (p / "manifest.json").is_file()]
-    match = difflib.get_close_matches(path.name, stores, n=1, cutoff=0.8)
-    return str(path.with_name(match[0])) if match else None
-
-
-def _build_views(data, path: Path, store: str | None, progress: bool, purpose: str):
-    """Build a store at ``path`` (written to a temporary folder, renamed into place when complete)."""
-    from .views import EncoderUnavailable, ViewStoreError, build_store, load_store
-
-    if not _has_content(data):
-        flag = f"--views {store}" if store else purpose
-        raise ViewStoreError(
-            f"{flag}: {data.name} has no item content to make views from (no precomputed features, no item text); "
-            f"add image_features.npy / text_features.npy ([{data.n_items}, d], row = item id) beside its "
-            "interactions, pass --views DIR with a view store of the same items, or use --fusion none")
-    where = "" if store else " (the cache: later runs reuse it; $FEDVLR_CACHE moves it)"
-    _say(f"building view store in {path} from {data.name}{where}")
+def build_for_command(data, base, options: FedVLROptions, views=None, backbone: str | None = None) -> FusionLayer:
+    """:func:`build_fedvlr`, with a layer that cannot be built reported as one line naming the flags."""
     try:
-        vs, _ = build_store(data, path, progress=progress, announce=_say,
-                            overwrite=path.is_dir())  # an existing folder here is empty (checked above)
-    except EncoderUnavailable as e:
-        raise EncoderUnavailable(f"{purpose}: cannot encode the items of {data.name} here ({e}); build a store "
-                                 f"with 'fedvlr-plus views build SOURCE --out DIR' (its --encoder/--model/"
-                                 "--pretrained choose the model) and pass --views DIR") from e
-    except ViewStoreError:
-        if not (path / "manifest.json").is_file():
+        return build_fedvlr(data, base, options, views)
+    except ValueError as exc:   # a backbone the layer cannot wrap, bad views: a message, not a traceback
+        if isinstance(exc, UserError):   # already one line naming its flag
             raise
-        # Another run (same cache) finished the same store first; ours was discarded unpublished.
-        _say(f"another run built {path} meanwhile; using it")
-        return load_store(path)
-    _say(f"wrote {path}: " + ", ".join(f"{v}[{d}]" for v, d in vs.dims.items()))
-    return vs
-
-
-def selected_views(args, data) -> tuple[dict[str, np.ndarray], set[str]]:
-    """The views ``--views/--fusion-views`` name, without those ``--drop-modality`` removes; and the drop set."""
-    names = args.fusion_views.split(",") if args.fusion_views else None
-    views = load_views(data, args.views, names, progress=not getattr(args, "no_progress", False),
-                       purpose=f"--fusion {args.fusion}")
-    drop = set(args.drop_modality)
-    unknown = drop - {"id"} - set(views)
-    if unknown:
-        raise ConfigError(f"--drop-modality {','.join(sorted(unknown))}", "no such modality",
-                          f"choose from id, {', '.join(views)}")
-    return {k: v for k, v in views.items() if k not in drop}, drop
+        raise ConfigError(f"--fusion {options.mode} with --backbone {backbone or base.name}", str(exc)) from None
 
 
 def fusion_backbone(args, data, backbone: str, dim: int) -> FusionLayer:
-    from .adapters import make_backbone
-
-    views, drop = selected_views(args, data)
-    nbrs = cold_rule(views, data.cold_items(), args.cold_neighbours)
-    opts = {"fedrap_lambda": args.fedrap_lambda, "fedrap_mu": args.fedrap_mu} if backbone == "fedrap" else {}
-    base = make_backbone(backbone, data.n_items, dim, **opts)
-    try:
-        return FusionLayer(base, views, mode=args.fusion, temperature=args.router_temperature,
-                           use_id="id" not in drop, balance=args.router_balance,
-                           cold_neighbours=nbrs if "id" not in drop else None,
-                           residual=getattr(args, "fusion_residual", False),
-                           personal_offset=getattr(args, "personal_offset", False))
-    except ValueError as exc:   # a backbone the layer cannot wrap, bad views: a message, not a traceback
-        raise ConfigError(f"--fusion {args.fusion} with --backbone {backbone}", str(exc)) from None
-
-
-def router_report(run, users: np.ndarray | None = None) -> dict:
-    """Expert weights of every user at the run's current state: mean entropy and across-user spread."""
-    bb = run.bb
-    if getattr(bb, "mode", None) != "fedvlr":
-        return {}
-    users = np.asarray(users if users is not None else run.eligible, dtype=np.int64)
-    states = [run.store.load(int(u)) for u in users]
-    fresh = [i for i, s in enumerate(states) if s is None]
-    if fresh:
-        from .federation.state import init_private_states
-
-        for i, st in zip(fresh, init_private_states(bb, users[fresh], run.cfg.seed)):
-            states[i] = st
-    from .federation.batched import history_ctx
-
-    names = [s.name for s in bb.private_specs() if s.name.startswith("router.")]
-    p = {k: torch.stack([s[k] for s in states]) for k in names}
-    with torch.no_grad():
-        w = bb.weights(p, history_ctx(run.indptr, run.indices, users)).double()
-    ent = -(w * torch.log(w.clamp_min(1e-12))).sum(-1)
-    return {"experts": list(bb.experts), "mean_weights": w.mean(0).tolist(), "std_across_users": w.std(0).tolist(),
-            "mean_entropy": float(ent.mean()), "max_entropy": float(np.log(w.shape[1])),
-            "min_entropy": float(ent.min()), "n_users": int(len(users))}
+    """The layer ``run --fusion`` trains: ``args`` -> options -> :func:`build_fedvlr`."""
+    return build_for_command(data, base_backbone(args, data.n_items, backbone, dim), options_from_args(args),
+                             backbone=backbone)

@@ -109,23 +109,19 @@ def test_rules_fill_only_cold_rows():
         make_rule("magic", views, cold)
 
 
-def test_fusion_cold_fill_takes_precedence_and_touches_only_cold_items():
+def test_a_study_rule_replaces_the_layers_cold_rule_and_touches_only_cold_items():
     from fedvlr_plus.adapters import make_backbone
-    from fedvlr_plus.fusion import FusionLayer, content_neighbours
+    from fedvlr_plus.fedvlr import ColdItemRule, FusionLayer
 
     g = np.random.default_rng(0)
     views = {"text": g.standard_normal((20, 6)).astype(np.float32)}
     cold = np.zeros(20, bool)
     cold[[2, 7]] = True
-    nb = (np.flatnonzero(cold), content_neighbours(views, cold, 3))
-    bb = FusionLayer(make_backbone("fedavg", 20, 4), views, mode="sum", cold_neighbours=nb)
+    bb = FusionLayer(make_backbone("fedavg", 20, 4), views, mode="sum", cold_items=ColdItemRule(cold, 3))
     sp = bb.init_server(0)
-    with torch.no_grad():
-        before = bb.server_forward(sp)
-        bb.cold_fill = make_rule("mapping", views, cold)
-        after = bb.server_forward(sp)
-        bb.cold_fill = None
-        again = bb.server_forward(sp)
+    before = bb.fused_views(sp)
+    after = bb.fused_views(sp, cold_rule=make_rule("mapping", views, cold))
+    again = bb.fused_views(sp)
     changed = (before - after).abs().sum(1) > 1e-6
     assert changed[[2, 7]].all() and not changed[~cold].any()
     assert torch.equal(before, again)                         # the default behaviour is back
@@ -189,7 +185,7 @@ def _toy_views(data, seed=0):
 @pytest.mark.parametrize("fusion", [False, True])
 def test_joining_users_train_only_private_parts(fusion):
     from fedvlr_plus.adapters import make_backbone
-    from fedvlr_plus.fusion import FusionLayer
+    from fedvlr_plus.fedvlr import FusionLayer
 
     full = synthetic_data(40, 120, 12.0, groups=4, seed=0)
     full = full.replace(inter=full.inter.assign(split=-1))

@@ -9,7 +9,7 @@ from fedvlr_plus.federation.config import FedConfig
 from fedvlr_plus.federation.batched import history_ctx
 from fedvlr_plus.federation.engine import FederatedRun
 from fedvlr_plus.federation.synthetic import synthetic_data
-from fedvlr_plus.fusion import FUSED, FusionLayer, content_neighbours, mix
+from fedvlr_plus.fedvlr import FUSED, ColdItemRule, FusionLayer, content_neighbours, mix
 
 
 def toy(seed=0, n_users=40, n_items=150):
@@ -91,7 +91,8 @@ def test_cold_items_take_the_mean_id_row_of_their_content_neighbours():
     cold[[3, 10]] = True
     nb = content_neighbours(views, cold, k=3)
     assert nb.shape == (2, 3) and not np.isin(nb, [3, 10]).any()
-    bb = layer(data, views, mode="sum", cold_neighbours=(np.flatnonzero(cold), nb))
+    bb = layer(data, views, mode="sum", cold_items=ColdItemRule(cold, neighbours=3))
+    assert torch.equal(bb.cold_items.neighbours, torch.as_tensor(nb))
     sp = bb.init_server(0)
     with torch.no_grad():
         f = bb.server_forward(sp)
@@ -108,8 +109,8 @@ def test_without_content_views_cold_items_take_the_mean_warm_id_row():
     cold[[3, 10]] = True
     with pytest.raises(ValueError, match="content view"):
         content_neighbours({}, cold)
-    bb = FusionLayer(make_backbone("fedavg", data.n_items, 8), {}, mode="sum",
-                     cold_neighbours=(np.flatnonzero(cold), None))
+    bb = FusionLayer(make_backbone("fedavg", data.n_items, 8), {}, mode="sum", cold_items=ColdItemRule(cold))
+    assert bb.describe()["cold_items_with_warm_mean"] == 2
     sp = bb.init_server(0)
     with torch.no_grad():
         f = bb.server_forward(sp)
@@ -122,16 +123,16 @@ def test_without_content_views_cold_items_take_the_mean_warm_id_row():
 
 
 def test_cold_rule_picks_neighbours_or_the_warm_mean_or_nothing():
-    from fedvlr_plus.fusion import cold_rule
-
     _, views = toy()
     cold = np.zeros(150, bool)
     cold[[4, 9]] = True
-    ids, nbrs = cold_rule(views, cold, 5)
-    assert ids.tolist() == [4, 9] and nbrs.shape == (2, 5) and not np.isin(nbrs, [4, 9]).any()
-    ids, nbrs = cold_rule({}, cold, 5)
-    assert ids.tolist() == [4, 9] and nbrs is None
-    assert cold_rule(views, cold, 0) is None and cold_rule(views, np.zeros(150, bool), 5) is None
+    fill = ColdItemRule(cold, 5).fit(views, 150)
+    nbrs = fill.neighbours.numpy()
+    assert fill.cold_idx.tolist() == [4, 9] and nbrs.shape == (2, 5) and not np.isin(nbrs, [4, 9]).any()
+    fill = ColdItemRule(cold, 5).fit({}, 150)
+    assert fill.cold_idx.tolist() == [4, 9] and fill.neighbours is None and 4 not in fill.warm_idx.tolist()
+    assert ColdItemRule(cold, 0).fit(views, 150) is None
+    assert ColdItemRule(np.zeros(150, bool), 5).fit(views, 150) is None
 
 
 def test_server_step_is_the_weighted_sum_of_client_gradients():
@@ -202,7 +203,7 @@ def test_router_is_personal_and_restored():
     users = np.arange(6)
     states = [run.store.load(int(u)) for u in users]
     p = {k: torch.stack([s[k] for s in states]) for k in ("router.w1", "router.b1", "router.w2", "router.b2")}
-    ctx = history_ctx(run.indptr, run.indices, users)
+    ctx = {**history_ctx(run.indptr, run.indices, users), **bb.round_context(run.shared)}
     w = bb.weights(p, ctx)
     assert w.shape == (6, 3) and torch.allclose(w.sum(-1), torch.ones(6))
     assert (w.max(0).values - w.min(0).values).max() > 1e-3       # different users, different weights
@@ -310,13 +311,19 @@ def test_fedrap_penalty_reads_the_fused_vector_as_its_shared_part():
                                                                                                 generator=g)}
     p.update({k: torch.zeros(s.shape) for k, s in ((s.name, s) for s in bb.private_specs()) if k.startswith("router")})
     p["head_w"], p["head_b"] = torch.ones(8), torch.zeros(())
-    bb.current_F = p[FUSED]
     items = torch.tensor([3, 5, 7])
-    ctx = {"items_global": items, "hist_global": torch.tensor([1, 2]), "hist_mask": torch.ones(2, dtype=torch.bool)}
-    v = bb.item_repr(p, items, ctx)
+
+    def ctx():
+        return {"items_global": items, "hist_global": torch.tensor([1, 2]),
+                "hist_mask": torch.ones(2, dtype=torch.bool), **bb.round_context(p)}
+
+    # the penalty reads what the forward of the same ctx recorded, and is the same without a forward first
+    c = ctx()
+    v = bb.item_repr(p, items, c)
     shared = mix(torch.full((3,), 1 / 3), p[FUSED][items].view(3, 3, bb.d))    # zero router -> uniform weights
     assert torch.allclose(v, shared + p["item_personal"][items], atol=1e-6)
-    reg = bb.regulariser(p, items, torch.ones(3), {"round": 5})
+    reg = bb.regulariser(p, items, torch.ones(3), {"round": 5}, ctx=c)
+    assert float(bb.regulariser(p, items, torch.ones(3), {"round": 5}, ctx=ctx())) == pytest.approx(float(reg))
     lam, mu = rap.curriculum(5)
     a = p["item_personal"][items]
     want = (-lam * ((a - shared) ** 2).mean(-1).sum() + mu * shared.abs().mean(-1).sum()) / 3
@@ -345,7 +352,7 @@ def test_an_undeclared_private_item_table_is_refused_clearly():
 def test_router_report_works_whichever_simulator_ran():
     """The report reads the users' histories from the run, not from a simulator method (the sequential reference
     used to lack it)."""
-    from fedvlr_plus.fusion_cli import router_report
+    from fedvlr_plus.fedvlr import router_report
 
     data, views = toy()
     reports = {}

@@ -195,7 +195,7 @@ def test_unknown_variant_and_bad_override_are_errors(table):
 
 
 def test_backbones_the_layer_cannot_wrap_are_skipped_with_the_reason(tmp_path, monkeypatch):
-    import fedvlr_plus.fusion as fusion
+    import fedvlr_plus.fedvlr as fedvlr
 
     data = synthetic_data(20, 200, 8.0, groups=4, seed=5)
     data.features = {"text": np.random.default_rng(0).standard_normal((data.n_items, 6)).astype(np.float32)}
@@ -205,7 +205,7 @@ def test_backbones_the_layer_cannot_wrap_are_skipped_with_the_reason(tmp_path, m
     res = run_paper_table(build_parser().parse_args(argv), data, ["hr@10"], (10,), ("hr",))
     assert not res["skipped"] and "pfedrec+fedvlr" in {r["model"] for r in res["rows"]}
     # a backbone the layer refuses is skipped with the layer's reason, in the result and in the table
-    monkeypatch.setattr(fusion, "wrap_refusal", lambda base: "no way to wrap it")
+    monkeypatch.setattr(fedvlr, "wrap_refusal", lambda base: "no way to wrap it")
     res = run_paper_table(build_parser().parse_args(argv[:-1] + [str(tmp_path / "b")]), data, ["hr@10"], (10,),
                           ("hr",))
     assert res["skipped"]["pfedrec+fedvlr"] == "no way to wrap it"

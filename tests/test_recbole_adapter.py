@@ -28,7 +28,7 @@ from fedvlr_plus.datasets.splits import leave_one_out  # noqa: E402
 from fedvlr_plus.evaluation import evaluate  # noqa: E402
 from fedvlr_plus.federation import FedConfig, run_federated  # noqa: E402
 from fedvlr_plus.federation.engine import FederatedRun  # noqa: E402
-from fedvlr_plus.fusion import FUSED  # noqa: E402
+from fedvlr_plus.fedvlr import FUSED  # noqa: E402
 
 pytestmark = [pytest.mark.filterwarnings("ignore::FutureWarning"),
               pytest.mark.filterwarnings("ignore::DeprecationWarning"),
@@ -388,7 +388,7 @@ def test_fedvlr_layer_replaces_the_item_tables(workdir):
     client = run.sim.client(c)
     got = client.scores(run.shared)
     p = {**run.shared, **run.store.load(c)}
-    mixed = layer.item_repr(p, None, client._ctx())
+    mixed = layer.item_repr(p, None, client._ctx(run.shared))
     tables = bb.split_item_repr(mixed)
     assert torch.allclose(tables["item_mf_embedding.weight"], mixed[:, :bb.template.mf_embedding_size])
     full = bb.module_params({**p, **tables}, torch.tensor([c]))
@@ -398,17 +398,18 @@ def test_fedvlr_layer_replaces_the_item_tables(workdir):
 
 
 def test_cold_items_follow_the_same_rule_as_every_backbone(workdir):
-    """Without content views the cold items of a RecBole model take the mean warm ID row, as in fusion_cli (they
-    used to keep their untrained rows); with views, their content neighbours."""
+    """Without content views the cold items of a RecBole model take the mean warm ID row, as with every other
+    backbone (the same builder); with views, their content neighbours."""
     data = tiny_data()
     cold = np.flatnonzero(data.cold_items())
     assert len(cold)
     bb, _ = federate("BPR", data=data, workdir=workdir)
     layer = fedvlr(bb, {}, data)
-    assert torch.equal(layer.cold_idx, torch.as_tensor(cold)) and layer.cold_nbrs is None
+    assert torch.equal(layer.cold_items.cold_idx, torch.as_tensor(cold)) and layer.cold_items.neighbours is None
     assert layer.describe()["cold_items_with_warm_mean"] == len(cold)
     layer = fedvlr(bb, {"text": np.random.default_rng(0).normal(size=(N_ITEMS, 4)).astype(np.float32)}, data)
-    assert layer.cold_nbrs.shape == (len(cold), 10) and not np.isin(layer.cold_nbrs.numpy(), cold).any()
+    nbrs = layer.cold_items.neighbours
+    assert nbrs.shape == (len(cold), 10) and not np.isin(nbrs.numpy(), cold).any()
 
 
 def test_recbole_backbones_default_to_fedgrad_with_server_adam(workdir):

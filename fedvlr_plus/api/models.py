@@ -75,9 +75,14 @@ class FedVLR(Model):
         super().__init__(inner.backbone, f"{inner.label} + FedVLR", train)
 
     def build(self, data, cfg):
+        from ..adapters import make_backbone
         from ..fedvlr import build_fedvlr
 
-        return build_fedvlr(data, self.inner.build(data, cfg), self.options, views=self.views, dim=cfg.dim)
+        base = self.inner.build(data, cfg)
+        if isinstance(base, str):  # a registered backbone, at the experiment's size and with its options
+            opts = {"fedrap_lambda": cfg.fedrap_lambda, "fedrap_mu": cfg.fedrap_mu} if base == "fedrap" else {}
+            base = make_backbone(base, data.n_items, cfg.dim, **opts)
+        return build_fedvlr(data, base, self.options, views=self.views)
 
 
 @dataclass

@@ -1,13 +1,13 @@
 """The command-line flags of the FedVLR fusion layer (``--fusion``, ``--views``, ...), shared by ``run``,
 ``coldstart`` and ``experiment paper-table``. Torch-free, so building the parser stays fast; the modes are
-checked against :data:`fedvlr_plus.fusion.MODES` by a test."""
+checked against :data:`fedvlr_plus.fedvlr.MODES` by a test."""
 from __future__ import annotations
 
 import argparse
 
 from .argtypes import non_negative_float, non_negative_int, positive_float
 
-#: the fusion modes of :class:`fedvlr_plus.fusion.FusionLayer`
+#: the fusion modes of :class:`fedvlr_plus.fedvlr.FusionLayer`
 FUSION_MODES = ("sum", "mlp", "gate", "fedvlr")
 
 

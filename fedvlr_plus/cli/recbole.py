@@ -20,13 +20,9 @@ def cli_backbone(args, data):
         raise ConfigError(f"--backbone {args.backbone}", str(exc)) from None
     if getattr(args, "fusion", "none") == "none":
         return bb
-    from ..fusion_cli import selected_views
+    from ..fusion_cli import options_from_args
 
-    views, drop = selected_views(args, data)
     try:
-        return fedvlr(bb, views, data, mode=args.fusion,
-                      cold_neighbours=args.cold_neighbours if "id" not in drop else 0,
-                      temperature=args.router_temperature, balance=args.router_balance, use_id="id" not in drop,
-                      residual=getattr(args, "fusion_residual", False))
+        return fedvlr(bb, data=data, options=options_from_args(args))
     except RefusedModel as exc:
         raise RefusedModel(f"--fusion {args.fusion}", str(exc)) from None

@@ -83,38 +83,32 @@ def train_selected(data, model, cfg, *, progress: bool = False):
     run.run()
     if snap and snap["round"] != run.round:
         run.shared = snap["shared"]
-        run.strategy.load_state_dict(snap["strategy"])   # restores the server's fusion and re-broadcasts F
+        run.strategy.load_state_dict(snap["strategy"])   # the server's fusion state of that round
         run.store.restore(snap["private"])
     return run
 
 
 def is_fusion(run) -> bool:
-    return hasattr(run.bb, "cold_fill")
+    from ..fedvlr import FusionLayer
+
+    return isinstance(run.bb, FusionLayer)
 
 
 def shared_with_rule(run, rule) -> dict:
-    """The run's shared state with the cold rows filled by ``rule`` (``None``: as trained)."""
-    from ..fusion import FUSED
+    """The run's shared state with the cold rows filled by ``rule`` (``None``: as trained). Under the FedVLR layer
+    the rule stands in for the layer's own cold-item rule on the ID input of the server's fusion."""
+    from ..fedvlr import FUSED
 
     if rule is None:
         return run.shared
     if is_fusion(run):
-        bb = run.bb
-        bb.cold_fill = rule
-        try:
-            fused = bb.broadcast(run.strategy.server)
-        finally:
-            bb.cold_fill = None
-        return {**run.shared, FUSED: fused}
+        return {**run.shared, FUSED: run.bb.fused_views(run.strategy.server, cold_rule=rule)}
     return apply_to_tables(run.bb, run.shared, rule)
 
 
 def _scorer(run, shared):
-    from ..fusion import FUSED
-
+    # the router reads the fused views of ``shared`` (the ones the items are scored with) through the call context
     def score(users):
-        if is_fusion(run):
-            run.bb.current_F = shared[FUSED]    # the router reads the broadcast views of the user's history
         return run.sim.scores(np.asarray(users, dtype=np.int64), shared)
     return score
 
@@ -174,8 +168,6 @@ def item_coldstart(data, make_model, cfg, views: dict, *, spec: EvalSpec, rules=
                 state.valid.setdefault(r, []).append(float(v[select_metric].mean()) if len(v) else float("nan"))
             for part, f in _parts(spec, data, sc, cold).items():
                 state.add(r, part, f)
-        if is_fusion(run):
-            run.bb.current_F = run.shared.get("fusion.F")
     refs = {name: reference_scorer(name, data, seed=spec.seed) for name in ("pop", "random", "antipop")}
     refs["content"] = ContentRanker(data, views)
     for name, sc in refs.items():
@@ -313,8 +305,6 @@ def local_private_training(run, support, users: np.ndarray, *, epochs: int, lr: 
     assert all(torch.equal(frozen[k], run.shared[k]) for k in frozen), "shared state changed during local training"
 
     def score(u):
-        if is_fusion(run):
-            run.bb.current_F = run.shared["fusion.F"]
         return sim.scores(np.asarray(u, dtype=np.int64), run.shared)
     return score
 

@@ -5,7 +5,7 @@ server holds the trained ID table ``D`` and every item's content views, so witho
 cold rows from content:
 
 - ``neighbours``: the mean ID row of the item's ``k`` nearest warm items by content cosine (the FedVLR layer's
-  :func:`~fedvlr_plus.fusion.content_neighbours`); a kNN "attribute-to-item" estimate.
+  :func:`~fedvlr_plus.fedvlr.cold.content_neighbours`); a kNN "attribute-to-item" estimate.
 - ``mapping``: a linear map from content to ID space fitted on the warm items by ridge regression,
   ``W = argmin ||X_w W - D_w||² + λ ||W||²`` (with an unpenalised intercept), applied to the cold items' views.
   This is the linear content-to-embedding mapping of Gantner, Drumond, Freudenthaler, Rendle & Schmidt-Thieme,
@@ -15,7 +15,8 @@ cold rows from content:
 - ``none``: leave the rows as training left them (the backbone alone).
 
 The rules act on a ``[N, d]`` tensor and only touch the cold rows, so they serve both the backbone's shared item
-tables and the FedVLR layer's ID input (:attr:`FusionLayer.cold_fill`).
+tables and the FedVLR layer's ID input (``FusionLayer.fused_views(..., cold_rule=rule)``, in place of the
+layer's own :class:`~fedvlr_plus.fedvlr.cold.ColdItemRule`).
 """
 from __future__ import annotations
 
@@ -113,7 +114,7 @@ class ColdRule:
 
 def make_rule(rule: str, views: dict[str, np.ndarray], cold: np.ndarray, *, k: int = 10, seed: int = 0) -> ColdRule:
     """A :class:`ColdRule` for the boolean ``cold`` mask over items, from the content ``views``."""
-    from ..fusion import content_neighbours
+    from ..fedvlr.cold import content_neighbours
 
     if rule not in RULES:
         raise ValueError(f"cold-item rule must be one of {', '.join(RULES)}, got {rule!r}")

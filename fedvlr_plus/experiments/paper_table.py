@@ -23,7 +23,6 @@ import io
 import math
 import os
 import sys
-from copy import copy
 from dataclasses import replace
 from pathlib import Path
 
@@ -183,7 +182,9 @@ def run_paper_table(args, data, keys: list[str], ks, names) -> dict:
     """Train every (backbone, variant) over the seeds and build the table (see the module docstring)."""
     from ..federation.config import config_from_options as config_from_args
     from ..federation.engine import FederatedRun
-    from ..fusion_cli import fusion_backbone, load_views, router_report
+    from ..fedvlr import router_report
+    from ..fedvlr.views import load_views
+    from ..fusion_cli import base_backbone, build_for_command, options_from_args
 
     backbones = [b.strip() for b in args.backbones.split(",") if b.strip()]
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
@@ -211,7 +212,7 @@ def run_paper_table(args, data, keys: list[str], ks, names) -> dict:
 
     from ..adapters import make_backbone
     from ..coldstart.rules import make_rule
-    from ..fusion import FusionLayer, wrap_refusal
+    from ..fedvlr import FusionLayer, wrap_refusal
 
     # the layer's cold-item rule applied to the backbones alone (reference rows): their untrained cold rows
     # replaced by the mean ID row of each cold item's content neighbours, at the round selected on validation
@@ -252,9 +253,8 @@ def run_paper_table(args, data, keys: list[str], ks, names) -> dict:
                 if variant not in FUSION_VARIANTS:
                     bb = bb_name
                 else:
-                    ns = copy(args)
-                    ns.fusion = variant
-                    bb = fusion_backbone(ns, data, bb_name, cfg.dim)
+                    bb = build_for_command(data, base_backbone(args, data.n_items, bb_name, cfg.dim),
+                                           options_from_args(args, mode=variant), views, backbone=bb_name)
 
                 def on_round(run, record, extra=extra, variant=variant):
                     if run.best is not None and run.best["round"] == record["round"]:

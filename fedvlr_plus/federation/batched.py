@@ -157,7 +157,7 @@ class BatchedSimulator:
         acc_flat = {nm: acc[nm].view(c_n * t_max, -1) for nm in tables if nm in acc}
         row_base = (torch.arange(c_n) * t_max).unsqueeze(1)
 
-        ctx = {}
+        ctx = bb.round_context(shared)
         if bb.uses_history:
             ctx.update(history_ctx(self.indptr, self.indices, cids))
         # per-step quantities for all steps at once (fewer small tensor ops inside the loop)
@@ -204,7 +204,7 @@ class BatchedSimulator:
             # the sum over clients of each client's mean loss, as one weighted BCE (fewer autograd nodes)
             total = F.binary_cross_entropy_with_logits(logits, labels[:, s], weight=weight_all[:, s],
                                                        reduction="sum")
-            reg = bb.regulariser(p, None, m, config)
+            reg = bb.regulariser(p, None, m, config, ctx=ctx)
             if not isinstance(reg, float):
                 reg = reg * active
                 total = total + reg.sum()
@@ -318,7 +318,7 @@ class BatchedSimulator:
             if private_map is not None:
                 private = {k: private_map(k, v) for k, v in private.items()}
             p = scoring_params(self.bb, shared, private)
-            ctx = {"items_global": torch.arange(n_items)}
+            ctx = {"items_global": torch.arange(n_items), **self.bb.round_context(shared)}
             if self.bb.uses_history:
                 ctx.update(history_ctx(self.indptr, self.indices, chunk))
             with torch.no_grad():

@@ -186,8 +186,9 @@ class RecClient:
             state = init_private_states(self.bb, [self.cid], self.seed, self.dtype)[0]
         return state
 
-    def _ctx(self, items: torch.Tensor | None) -> dict:
-        ctx = {"items_global": items if items is not None else torch.arange(self.bb.n_items)}
+    def _ctx(self, items: torch.Tensor | None, shared: dict) -> dict:
+        ctx = {"items_global": items if items is not None else torch.arange(self.bb.n_items),
+               **self.bb.round_context(shared)}
         if self.bb.uses_history:
             h = torch.as_tensor(self.positives)
             ctx.update(hist_global=h, hist_mask=torch.ones(len(h), dtype=torch.bool))
@@ -206,9 +207,10 @@ class RecClient:
         for items_np, labels_np in sched.steps_of(0):
             items = torch.from_numpy(items_np)
             labels = torch.from_numpy(labels_np).to(dtype)
-            logits = bb.logits(p, items, self._ctx(items))
+            ctx = self._ctx(items, t.shared)
+            logits = bb.logits(p, items, ctx)
             loss = F.binary_cross_entropy_with_logits(logits, labels)
-            loss = loss + bb.regulariser(p, items, torch.ones(len(items), dtype=dtype), config)
+            loss = loss + bb.regulariser(p, items, torch.ones(len(items), dtype=dtype), config, ctx=ctx)
             t.step(torch.autograd.grad(loss, [p[n] for n in t.names]), items)
             losses.append(float(loss.detach()))
 
@@ -227,7 +229,7 @@ class RecClient:
         shared = {k: _tensor(v, self.dtype) for k, v in shared.items()}
         p = scoring_params(self.bb, shared, self.private_state())
         with torch.no_grad():
-            return self.bb.logits(p, None, self._ctx(None))
+            return self.bb.logits(p, None, self._ctx(None, shared))
 
     def evaluate(self, shared: dict, config: dict) -> dict:
         return evaluate_client(self, shared, config)

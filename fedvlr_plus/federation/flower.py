@@ -6,7 +6,7 @@ Flower App whose two halves are built by this module:
 - :func:`make_client_app` -> ``ClientApp``. Its ``train`` and ``evaluate`` handlers run the *same*
   :class:`~fedvlr_plus.federation.client.RecClient` objects as the in-process simulator, over the same
   :class:`~fedvlr_plus.adapters.base.Backbone` (optionally wrapped by the FedVLR
-  :class:`~fedvlr_plus.fusion.FusionLayer`). The shared state arrives as an ``ArrayRecord``; each user's upload goes
+  :class:`~fedvlr_plus.fedvlr.FusionLayer`). The shared state arrives as an ``ArrayRecord``; each user's upload goes
   back in one ``ArrayRecord`` (keys ``u<cid>/<name>`` and ``u<cid>/<name>/rows``). Private state (router, head,
   user embedding) lives in the node: in ``context.state`` and in a local file written atomically after every
   local training, so a SuperNode that restarts continues from it. It never enters a message.
@@ -40,7 +40,6 @@ time to kill it mid-round (the tests use it; leave them unset otherwise).
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -155,16 +154,21 @@ def build_backbone(data, s: Settings):
     ``fedvlr-plus run ... --fusion`` command builds it."""
     from ..adapters import make_backbone
 
+    opts = {"fedrap_lambda": s.cfg.fedrap_lambda, "fedrap_mu": s.cfg.fedrap_mu} if s.backbone == "fedrap" else {}
+    base = make_backbone(s.backbone, data.n_items, s.cfg.dim, **opts)
     if s.fusion == "none":
-        opts = {"fedrap_lambda": s.cfg.fedrap_lambda, "fedrap_mu": s.cfg.fedrap_mu} if s.backbone == "fedrap" else {}
-        return make_backbone(s.backbone, data.n_items, s.cfg.dim, **opts)
-    from ..fusion_cli import fusion_backbone
+        return base
+    from ..fedvlr import build_fedvlr
 
-    args = argparse.Namespace(fusion=s.fusion, fusion_views=None, views=None, drop_modality=[],
-                              cold_neighbours=s.cold_neighbours, router_temperature=s.router_temperature,
-                              router_balance=s.router_balance, fedrap_lambda=s.cfg.fedrap_lambda,
-                              fedrap_mu=s.cfg.fedrap_mu, no_progress=True)
-    return fusion_backbone(args, data, s.backbone, s.cfg.dim)
+    return build_fedvlr(data, base, fedvlr_options(s))
+
+
+def fedvlr_options(s: Settings):
+    """The FedVLR layer's options of a deployment (the run config's ``fusion``, ``router-*``, ``cold-neighbours``)."""
+    from ..fedvlr import FedVLROptions
+
+    return FedVLROptions(mode=s.fusion, temperature=s.router_temperature, balance=s.router_balance,
+                         cold_neighbours=s.cold_neighbours, progress=False)
 
 
 def partition_users(n_users: int, partition_id: int, num_partitions: int) -> np.ndarray:
@@ -335,12 +339,6 @@ class _NodeModel:
         pos = self.indices[self.indptr[cid]:self.indptr[cid + 1]]
         return RecClient(int(cid), self.bb, pos, store, seed=self.s.cfg.seed)
 
-    def set_broadcast(self, shared: dict[str, torch.Tensor]) -> None:
-        from ..fusion import FUSED
-
-        if FUSED in shared and hasattr(self.bb, "current_F"):
-            self.bb.current_F = shared[FUSED].to(torch.float32)   # the router reads the round's fused views
-
 
 _NODE_CACHE: dict[str, _NodeModel] = {}
 
@@ -373,7 +371,6 @@ def node_train(msg: Message, context: Context) -> Message:
     if node.s.fault_delay_s and node.s.fault_partition == node.partition and node.s.fault_round in (0, r):
         time.sleep(node.s.fault_delay_s)   # a fault drill: time to kill this node in the middle of the round
     shared = record_to_shared(msg.content["arrays"])
-    node.set_broadcast(shared)
     updates = [node.client(int(cid), store).fit(shared, config) for cid in node.train_users]
     store.flush(r)
     store._log({"event": "fit-done", "round": r})
@@ -389,7 +386,6 @@ def node_evaluate(msg: Message, context: Context) -> Message:
     store = _node_store(node, context)
     config = _config_dict(msg.content["config"])
     shared = record_to_shared(msg.content["arrays"])
-    node.set_broadcast(shared)
     cold = node.cold
 
     class _NodeData(type(node.data)):

@@ -7,7 +7,7 @@ private state back and uploads only shared arrays (item tables row-wise: the row
 
 - the loss is the wrapped model's own ``calculate_loss`` on a batch built from the schedule, and scores come from
   its ``full_sort_predict``/``predict`` (the backbone's ``loss``/``scores``/``module_params``/``batch``);
-- under :class:`~fedvlr_plus.fusion.FusionLayer` the model's item embedding tables are *replaced* for the
+- under :class:`~fedvlr_plus.fedvlr.FusionLayer` the model's item embedding tables are *replaced* for the
   forward pass by the client's router-weighted mixture of the server's fused views (split back into the model's
   tables by columns), so the model's own scoring code runs on fused item vectors and the uploaded gradient is the
   one with respect to the fused views (FedVLR Algorithm 1).
@@ -84,8 +84,8 @@ class ModuleClient:
             state.update(self.base.initial_private(self.cid, self.seed))
         return state
 
-    def _ctx(self) -> dict:
-        ctx = {"items_global": torch.arange(self.bb.n_items)}
+    def _ctx(self, shared: dict) -> dict:
+        ctx = {"items_global": torch.arange(self.bb.n_items), **self.bb.round_context(shared)}
         if self.bb.uses_history:
             h = torch.as_tensor(self.positives)
             ctx.update(hist_global=h, hist_mask=torch.ones(len(h), dtype=torch.bool))
@@ -107,7 +107,7 @@ class ModuleClient:
                                ids=np.array([self.cid]), seed=int(config.get("seed", self.seed)),
                                round=int(config["round"]), epochs=int(config["epochs"]),
                                negatives=k, batch_size=int(config["batch_size"]))
-        ctx = self._ctx()
+        ctx = self._ctx(t.shared)
         losses = []
         base.template.train()
         try:
@@ -119,7 +119,7 @@ class ModuleClient:
                     inter = base.batch(self.cid, items_np, labels_np, k)
                     loss = base.loss(self._module_params(p, ctx), inter, cid=self.cid, positives=self.positives)
                     items = torch.from_numpy(items_np)
-                    loss = loss + bb.regulariser(p, items, torch.ones(len(items), dtype=dtype), config)
+                    loss = loss + bb.regulariser(p, items, torch.ones(len(items), dtype=dtype), config, ctx=ctx)
                     t.step(torch.autograd.grad(loss, [p[n] for n in t.names], allow_unused=True), items)
                     losses.append(float(loss.detach()))
         finally:
@@ -133,7 +133,7 @@ class ModuleClient:
         shared = {k: _tensor(v, self.dtype) for k, v in shared.items()}
         p = {**shared, **self.private_state()}
         with torch.no_grad():
-            full = self._module_params(p, self._ctx())
+            full = self._module_params(p, self._ctx(shared))
             return self.base.scores(full, torch.tensor([self.cid]), cid=self.cid, positives=self.positives)[0]
 
     def evaluate(self, shared: dict, config: dict) -> dict:

@@ -1,12 +1,14 @@
 """Server side of the FedVLR layer: hold ``D`` and the fusion parameters, broadcast the fused views, and turn the
-clients' averaged view gradients into a server optimizer step (FedVLR Algorithm 1).
+clients' averaged view gradients into a server optimizer step.
 
-Li, Long, Jiang, Zhang, Yang, "Federated Vision-Language-Recommendation with Personalized Fusion", AAAI-26,
-Algorithm 1: ``D ← D − η Σ_u α_u ∇D_u``, ``γ_j ← γ_j − η Σ_u α_u ∇γ_{j,u}``. Clients upload ``∂J_u/∂F`` for the
-rows of the fused views they touched; with ``α_u = n_u / Σ n`` the server forms ``ḡ_F = Σ_u α_u ∂J_u/∂F`` and one
-vector-Jacobian product gives ``Σ_u α_u ∇_{D,γ} J_u`` exactly (the VJP is linear in the cotangent). The step uses
-the same :class:`~fedvlr_plus.federation.grad_agg.GradientAggregation` rule (SGD by default, Adam as an option) as
-every other shared parameter. The backbone's remaining shared parameters are aggregated by the inner strategy.
+Li, Long, Jiang, Zhang, Yang, "Federated Vision-Language-Recommendation with Personalized Fusion", AAAI-26
+(arXiv 2410.08478), Algorithm 1: ``D ← D − η Σ_u α_u ∇D_u``, ``γ_j ← γ_j − η Σ_u α_u ∇γ_{j,u}``. Clients upload
+``∂J_u/∂F`` for the rows of the fused views they touched; with ``α_u = n_u / Σ n`` the server forms
+``ḡ_F = Σ_u α_u ∂J_u/∂F`` and one vector-Jacobian product gives ``Σ_u α_u ∇_{D,γ} J_u`` exactly (the VJP is linear
+in the cotangent), so a round costs one fusion forward and backward instead of one per client and step. The step
+uses the same :class:`~fedvlr_plus.federation.grad_agg.GradientAggregation` rule (SGD by default, Adam as an
+option) as every other shared parameter; the backbone's remaining shared parameters are aggregated by the inner
+strategy. See docs/method.md.
 """
 from __future__ import annotations
 
@@ -14,11 +16,11 @@ import dataclasses
 
 import torch
 
-from .grad_agg import GradientAggregation
-from .messages import ClientUpdate
-from .strategy import Strategy, check_updates, example_weights, weighted_row_sums
+from ..federation.grad_agg import GradientAggregation
+from ..federation.messages import ClientUpdate
+from ..federation.strategy import Strategy, check_updates, example_weights, weighted_row_sums
 
-FUSED = "fusion.F"
+from .layer import FUSED
 
 
 class ServerFusion(Strategy):
@@ -36,7 +38,7 @@ class ServerFusion(Strategy):
 
     def prepare_shared(self, shared: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Replace the placeholder fused views by the server's real ones (round 0 and after a resume)."""
-        return {**shared, FUSED: self.layer.broadcast(self.server)}
+        return {**shared, FUSED: self.layer.fused_views(self.server)}
 
     def aggregate(self, shared, updates, specs):
         check_updates(shared, updates, self.upload)
@@ -58,7 +60,7 @@ class ServerFusion(Strategy):
         # one aggregated "update" with the exact average gradient; the optimizer rule is shared with fedgrad
         step = ClientUpdate(cid=-1, kind="grads", arrays=grads, num_examples=1)
         self.server = self.opt.aggregate(self.server, [step], self.server_specs)
-        out[FUSED] = self.layer.broadcast(self.server)
+        out[FUSED] = self.layer.fused_views(self.server)
         return out
 
     def state_dict(self) -> dict:
@@ -71,4 +73,3 @@ class ServerFusion(Strategy):
         self.server = {k: v.clone() for k, v in state["server"].items()}
         self.opt.load_state_dict(state["server_opt"])
         self.inner.load_state_dict(state["inner"])
-        self.layer.broadcast(self.server)

@@ -1,0 +1,241 @@
+"""The FedVLR layer: personalised multimodal fusion wrapped around any backbone adapter.
+
+Li, Long, Jiang, Zhang, Yang, "Federated Vision-Language-Recommendation with Personalized Fusion", AAAI-26
+(arXiv 2410.08478), Eqs. 1-5 and Algorithm 1. The layer exists so that any backbone (FedAvg, FedNCF, PFedRec,
+FedRAP, a RecBole model) gains content views without changing the backbone: it replaces the backbone's item
+representation and keeps its head. See docs/method.md for the method as implemented here.
+
+- **Server** (Eq. 2, :mod:`.experts`): the backbone's item tables are the ID table ``D``; ``D`` and the content
+  views are projected and fused by the experts, and the fused views ``F_j`` of every item are computed once per
+  round and broadcast (the client receives ``F`` like an item table; it never sees ``D`` or the fusion weights).
+- **Client** (Eqs. 3-5, :mod:`.router`): a private router turns the user's history into weights ``w_u`` over the
+  experts; the item representation is ``Σ_j w_{u,j} F_j`` and the backbone's head scores it.
+- **Aggregation** (Algorithm 1, :mod:`.server`): clients upload the gradients of their loss with respect to the
+  rows of ``F`` they touched; the server back-propagates their weighted average through the fusion.
+
+Backbones with personal item parts keep them on the client, added to the fused vector: FedRAP's private table
+(declared in ``Backbone.additive_item_tables``; its penalties read the fused vector as the shared part) and, with
+``personal_offset=True``, PFedRec's personalised item embedding as a private offset, zero at the start of every
+round (Algorithm 1 keeps ``F`` fixed during a round, so there is no locally fine-tuned copy of it to keep).
+
+Everything one forward computes for the regulariser (router weights, the fused part) is recorded in that call's
+``ctx``; the layer keeps no per-call state, so ``item_repr`` and ``regulariser`` work in any order.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..adapters.base import Backbone, ParamSpec, init_shared, take_rows
+from .cold import NO_COLD_RULE, ColdItemRule
+from .experts import EXPERTS, expert_outputs, fusion_specs, mix, project
+from .router import VIEWS, entropy, history_input, router_specs, router_weights
+
+MODES = ("sum", "mlp", "gate", "fedvlr")
+FUSED = "fusion.F"
+OFFSET = "personal.offset"
+#: ctx key where ``item_repr`` records ``(fused part, router weights)`` for the regulariser of the same forward
+_FORWARD = "fusion.forward"
+
+
+def wrap_refusal(base: Backbone) -> str | None:
+    """Why the layer cannot wrap ``base`` (None when it can)."""
+    private_tables = [s.name for s in base.all_specs() if s.item_table and not s.shared
+                      and s.name not in base.additive_item_tables]
+    if private_tables:
+        return (f"backbone {base.name!r} adds private item tables ({', '.join(private_tables)}) to its item "
+                f"representation in a way it does not declare (Backbone.additive_item_tables); the FedVLR layer "
+                f"replaces the shared representation by the server's fused views and cannot wrap it")
+    return None
+
+
+def _checked_views(views: dict[str, np.ndarray], n_items: int) -> dict[str, torch.Tensor]:
+    out = {}
+    for name, v in views.items():
+        v = np.asarray(v, dtype=np.float32)
+        if v.ndim != 2 or v.shape[0] != n_items:
+            raise ValueError(f"view {name!r}: expected [{n_items}, d], got {tuple(v.shape)}")
+        if not np.isfinite(v).all():
+            raise ValueError(f"view {name!r}: contains NaN or inf")
+        out[name] = torch.from_numpy(v)
+    return out
+
+
+class FusionLayer(Backbone):
+    """Wrap ``base``: its item representation becomes a (router-weighted) mixture of server-fused views.
+
+    Build it with :func:`fedvlr_plus.fedvlr.build_fedvlr` (the options the command line uses); the constructor's
+    own defaults are the layer's, not the command line's (no cold-item rule unless ``cold_items`` is given)."""
+
+    default_strategy = "fedgrad"
+    # the server averages view gradients with weights summing to 1; 1.0 was stable on KU and ml-100k
+    # (the FCF "sum" rule, lr x clients, diverges once hundreds of clients touch the dense fusion weights)
+    default_server_lr = 1.0
+
+    def __init__(self, base: Backbone, views: dict[str, np.ndarray], *, mode: str = "fedvlr",
+                 temperature: float = 1.0, router_hidden: int = 64, use_id: bool = True,
+                 balance: float = 0.0, cold_items: ColdItemRule | None = None,
+                 residual: bool = False, personal_offset: bool = False):
+        if mode not in MODES:
+            raise ValueError(f"fusion mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if not views and not use_id:
+            raise ValueError("the fusion layer needs at least one modality (content views or the ID embedding)")
+        refusal = wrap_refusal(base)
+        if refusal:
+            raise ValueError(refusal)
+        if residual and not use_id:
+            raise ValueError("a residual ID path needs the ID modality (do not drop 'id')")
+        super().__init__(base.n_items, base.dim)
+        self.base, self.mode = base, mode
+        self.temperature, self.router_hidden = float(temperature), int(router_hidden)
+        self.use_id, self.balance, self.residual = bool(use_id), float(balance), bool(residual)
+        self.name = f"{base.name}+{mode}"
+        self.default_lr = base.default_lr
+        self.default_local_epochs = base.default_local_epochs
+        self.default_item_lr_scale = base.default_item_lr_scale
+        self.uses_history = base.uses_history or mode == "fedvlr"
+        self.view_names = list(views)
+        self.views = _checked_views(views, base.n_items)
+        # the backbone's item tables are the ID table D: they live on the server, behind the fusion
+        self.id_specs = [s for s in base.all_specs() if s.shared and s.item_table]
+        self.d = self._probe_dim()
+        self.keys = (["proj.id"] if use_id else []) + [f"proj.v{i}" for i in range(len(self.view_names))]
+        self.in_dims = ([self.d] if use_id else []) + [v.shape[1] for v in self.views.values()]
+        self.experts = list(EXPERTS) if mode == "fedvlr" else [mode]
+        # the rule only has an ID row to fill when the ID modality takes part
+        self.cold_items = cold_items.fit(views, base.n_items) if cold_items is not None and use_id else None
+        # PFedRec's personalised item embedding cannot be a copy of ``F`` (Algorithm 1 keeps the shared parts fixed
+        # during the round): it becomes a private offset on the fused vector, restarted every round. Off by
+        # default: the score function and router stay personal without it, and it did worse on validation
+        self.offset = bool(base.personal_copies) and bool(personal_offset)
+        self.additive = tuple(base.additive_item_tables)
+        self.out_scale = 1.0 / float(np.sqrt(self.d))
+
+    def _probe_dim(self) -> int:
+        g = torch.Generator().manual_seed(0)
+        p = {s.name: init_shared(s, g) for s in self.base.all_specs()}
+        items = torch.zeros(1, dtype=torch.long)
+        ctx = {"items_global": items, "hist": items, "hist_global": items, "hist_mask": torch.ones(1, dtype=torch.bool)}
+        return int(self.base.shared_item_repr(p, items, ctx).shape[-1])
+
+    # ------------------------------------------------------------------ what the client sees
+    def specs(self) -> list[ParamSpec]:
+        out = [s for s in self.base.all_specs() if s not in self.id_specs]
+        out.append(ParamSpec(FUSED, (self.n_items, len(self.experts) * self.d), shared=True, item_table=True,
+                             init="zeros"))
+        if self.offset:
+            # PFedRec's rule: each round a fresh fine-tune (zero offset) at the item-row learning rate
+            out.append(ParamSpec(OFFSET, (self.n_items, self.d), shared=False, item_table=True, init="zeros",
+                                 per_round=True))
+        if self.mode == "fedvlr":
+            out += router_specs(len(self.experts) * self.d, self.router_hidden, len(self.experts))
+        return out
+
+    def round_context(self, shared: dict[str, torch.Tensor]) -> dict:
+        """The router's input for the round: the broadcast fused views in ``shared``."""
+        return {VIEWS: shared[FUSED]} if self.mode == "fedvlr" and FUSED in shared else {}
+
+    # ------------------------------------------------------------------ what the server holds
+    def server_specs(self) -> list[ParamSpec]:
+        return list(self.id_specs) + fusion_specs(self.keys, self.in_dims, self.d, self.experts)
+
+    def init_server(self, seed: int) -> dict[str, torch.Tensor]:
+        g = torch.Generator().manual_seed(int(seed) + 7919)
+        return {s.name: init_shared(s, g) for s in self.server_specs()}
+
+    def server_forward(self, sp: dict[str, torch.Tensor], cold_rule=None) -> torch.Tensor:
+        """Fused views of every item, ``[N, J * d]`` (differentiable in the server parameters ``sp``).
+
+        ``cold_rule`` (``[N, d] -> [N, d]``, cold rows replaced) stands in for the layer's own cold-item rule."""
+        inputs, x = [], None
+        if self.use_id:
+            x = self.base.shared_item_repr(sp, None, {"items_global": torch.arange(self.n_items)})
+            fill = self.cold_items if cold_rule is None else cold_rule
+            if fill is not None:
+                x = fill(x)
+            inputs.append(x)
+        inputs += [self.views[name] for name in self.view_names]
+        outs = expert_outputs(project(inputs, self.keys, sp), self.keys, self.experts, sp)
+        # LayerNorm outputs have norm ~sqrt(d); scale the views to unit size, the scale of the ID embeddings the
+        # backbones' heads and learning rates are made for (without it FedNCF's MLP tower diverges)
+        fused = torch.cat(outs, -1) * self.out_scale
+        if self.residual:
+            # the raw ID row added to every expert's output: since the router's weights sum to one, the item the
+            # client scores is ``D_i + Σ_j w_uj F_ij`` — the backbone's own item vector (norm and all, which is
+            # where a dot-product head keeps popularity) plus a personalised content correction
+            fused = fused + x.repeat(1, len(self.experts))
+        return fused
+
+    def fused_views(self, sp: dict[str, torch.Tensor], cold_rule=None) -> torch.Tensor:
+        """What the server broadcasts: :meth:`server_forward` without a graph."""
+        with torch.no_grad():
+            return self.server_forward(sp, cold_rule)
+
+    def initial_shared(self, seed: int) -> dict[str, torch.Tensor]:
+        """Client-visible shared state at round 0 (the backbone's other shared parts; the fused views are added by
+        the server strategy)."""
+        g = torch.Generator().manual_seed(int(seed))
+        return {s.name: init_shared(s, g) for s in self.base.all_specs() if s.shared and s not in self.id_specs}
+
+    def wrap_strategy(self, inner, seed: int):
+        from .server import ServerFusion
+
+        return ServerFusion(self, inner, seed)
+
+    # ------------------------------------------------------------------ the client's forward
+    def weights(self, p: dict, ctx: dict) -> torch.Tensor:
+        """Router weights ``[..., J]`` of the user(s) in ``ctx``."""
+        return router_weights(history_input(ctx), p, self.temperature)
+
+    def _fused_part(self, p: dict, items, ctx: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The client's fused item vectors and the router weights that mixed them (None with one expert)."""
+        f = take_rows(p[FUSED], items)
+        f = f.reshape(*f.shape[:-1], len(self.experts), self.d)
+        if len(self.experts) == 1:
+            return f.squeeze(-2), None
+        w = self.weights(p, ctx)
+        return mix(w, f), w
+
+    def item_repr(self, p, items, ctx):
+        v, w = self._fused_part(p, items, ctx)
+        ctx[_FORWARD] = (v, w)
+        # the backbone's private item parts stay on the client, added to the (personal) fused vector
+        for name in self.additive:
+            v = v + take_rows(p[name], items)
+        if self.offset:
+            v = v + take_rows(p[OFFSET], items)
+        return v
+
+    def head(self, p, vecs, ctx):
+        return self.base.head(p, vecs, ctx)
+
+    def regulariser(self, p, items, mask, config, ctx=None):
+        """The backbone's penalty (FedRAP's reads the fused vector as its shared part) plus the router balance.
+
+        Reads the fused part and router weights this ``ctx``'s forward recorded, or computes them."""
+        ctx = {} if ctx is None else ctx
+        recorded = ctx.pop(_FORWARD, None)
+        needs_forward = self.additive or (self.balance and len(self.experts) > 1)
+        shared, w = recorded if recorded is not None else (
+            self._fused_part(p, items, ctx) if needs_forward else (None, None))
+        if self.additive:
+            reg = self.base.split_regulariser(shared, {n: take_rows(p[n], items) for n in self.additive},
+                                              mask, config)
+        else:
+            reg = self.base.regulariser(p, items, mask, config)
+        if self.balance and w is not None:
+            # keep each user's routing from collapsing onto one expert: λ (log J − H(w_u))
+            reg = reg + self.balance * (float(np.log(w.shape[-1])) - entropy(w))
+        return reg
+
+    def describe(self) -> dict:
+        out = self.base.describe()
+        out.update(backbone=self.name, fusion=self.mode, views=self.view_names, experts=self.experts,
+                   use_id=self.use_id, residual=self.residual, temperature=self.temperature,
+                   personal_offset=self.offset,
+                   client_item_parts=list(self.additive) + ([OFFSET] if self.offset else []),
+                   server={s.name: list(s.shape) for s in self.server_specs()},
+                   **(self.cold_items.counts() if self.cold_items is not None else NO_COLD_RULE))
+        out["shared"] = {s.name: list(s.shape) for s in self.shared_specs()}
+        out["private"] = {s.name: list(s.shape) for s in self.private_specs()}
+        return out

@@ -1,0 +1,52 @@
+"""Every option of the FedVLR layer in one typed record, with the command line's defaults.
+
+One record so that the command line, the Python API, Flower, the paper table, the cold-start study and the RecBole
+adapter build the same layer from the same settings (:func:`fedvlr_plus.fedvlr.build_fedvlr`). The method is
+FedVLR (Li et al., AAAI-26, arXiv 2410.08478); see docs/method.md for what each option changes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class FedVLROptions:
+    #: ``fedvlr``: the three experts mixed by the private router; ``sum`` / ``mlp`` / ``gate``: one expert, no router
+    mode: str = "fedvlr"
+    #: softmax temperature of the router
+    temperature: float = 1.0
+    #: weight of the entropy term that keeps a user's routing from collapsing onto one expert
+    balance: float = 0.0
+    #: hidden width of the router's MLP
+    router_hidden: int = 64
+    #: add the raw ID row to the fused item vector (``D_i + Σ_j w_uj F_ij``)
+    residual: bool = False
+    #: PFedRec: its personalised item embedding as a private offset on the fused vector
+    personal_offset: bool = False
+    #: cold items take the mean ID row of their K nearest warm content neighbours (0: off)
+    cold_neighbours: int = 10
+    #: a view store folder (None: the data's own features, else the cache under $FEDVLR_CACHE)
+    views: str | None = None
+    #: names of the store's views to fuse (None: its raw modalities)
+    fusion_views: tuple[str, ...] | None = None
+    #: modalities left out (``id`` or view names)
+    drop_modality: tuple[str, ...] = field(default_factory=tuple)
+    #: progress bars while a view store is built
+    progress: bool = True
+
+    def __post_init__(self):
+        from .layer import MODES
+
+        if self.mode not in MODES:
+            raise ValueError(f"fusion mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if self.temperature <= 0:
+            raise ValueError(f"router temperature must be positive, got {self.temperature}")
+        if self.balance < 0 or self.cold_neighbours < 0:
+            raise ValueError("router balance and cold neighbours must not be negative")
+        object.__setattr__(self, "drop_modality", tuple(self.drop_modality))
+        if self.fusion_views is not None:
+            object.__setattr__(self, "fusion_views", tuple(self.fusion_views))
+
+    @property
+    def use_id(self) -> bool:
+        return "id" not in self.drop_modality

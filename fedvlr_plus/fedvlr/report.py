@@ -1,0 +1,38 @@
+"""The router report: how the users' private routers weigh the fusion experts at a run's current state.
+
+It shows whether FedVLR's personalisation (Li et al., AAAI-26, arXiv 2410.08478, Eq. 3) is used at all: a router
+that is uniform for everyone, or collapsed onto one expert for everyone, personalises nothing. Mean weights,
+across-user spread and entropy; see docs/method.md.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .router import entropy
+
+
+def router_report(run, users: np.ndarray | None = None) -> dict:
+    """Expert weights of every user at the run's current state: mean entropy and across-user spread."""
+    bb = run.bb
+    if getattr(bb, "mode", None) != "fedvlr":
+        return {}
+    users = np.asarray(users if users is not None else run.eligible, dtype=np.int64)
+    states = [run.store.load(int(u)) for u in users]
+    fresh = [i for i, s in enumerate(states) if s is None]
+    if fresh:
+        from ..federation.state import init_private_states
+
+        for i, st in zip(fresh, init_private_states(bb, users[fresh], run.cfg.seed)):
+            states[i] = st
+    from ..federation.batched import history_ctx
+
+    names = [s.name for s in bb.private_specs() if s.name.startswith("router.")]
+    p = {k: torch.stack([s[k] for s in states]) for k in names}
+    ctx = {**history_ctx(run.indptr, run.indices, users), **bb.round_context(run.shared)}
+    with torch.no_grad():
+        w = bb.weights(p, ctx).double()
+    ent = entropy(w)
+    return {"experts": list(bb.experts), "mean_weights": w.mean(0).tolist(), "std_across_users": w.std(0).tolist(),
+            "mean_entropy": float(ent.mean()), "max_entropy": float(np.log(w.shape[1])),
+            "min_entropy": float(ent.min()), "n_users": int(len(users))}
