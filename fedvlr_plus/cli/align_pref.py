@@ -36,7 +36,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def register(subparsers) -> None:
     m = subparsers.add_parser("mor", help="MoR: client reward models, score-only uplink, router, GRPO policy",
-                              description="Mixture-of-Rewards federated alignment (alignment-methods.md §3).")
+                              description="Mixture-of-Rewards federated alignment (docs/alignment.md, MoR).")
     _common(m)
     m.add_argument("--group-by", choices=("taste", "age", "gender", "occupation"), default="taste",
                    help="ratings: how users form the clients (one client per group; default taste)")
@@ -67,7 +67,7 @@ def register(subparsers) -> None:
 
     v = subparsers.add_parser("fedvpa-gp", help="FedVPA-GP vs FedVPL vs a monolithic federated reward",
                               description="Federated variational preference alignment with a Gumbel-Softmax "
-                                          "mixture prior (alignment-methods.md §4).")
+                                          "mixture prior (docs/alignment.md, FedVPA-GP).")
     _common(v)
     v.add_argument("--clients-per-type", type=positive_int, default=10, help="clients per client type (default 10)")
     v.add_argument("--pairs-per-client", type=positive_int, default=40,

@@ -1,4 +1,4 @@
-"""Every knob of a federated run, with defaults from fedvlr-method.md §4 (the flags are in fedvlr_plus.cli)."""
+"""Every knob of a federated run, with the paper's defaults where it states them (docs/method.md, "The paper"); the flags are in fedvlr_plus.cli."""
 from __future__ import annotations
 
 from collections.abc import Mapping
