@@ -1,8 +1,8 @@
 """Federated engine: client abstraction, private-state stores, aggregation strategies, simulators, training loop.
 
 - :class:`ClientUpdate` (messages), :class:`RecClient` / :class:`Client` (client), :class:`MemoryStore` /
-  :class:`DiskStore` (private state), strategies (:class:`FedAvg`, :class:`SparseRowAvg`,
-  :class:`GradientAggregation`, :class:`CoordinateMedian`, :class:`TrimmedMean`),
+  :class:`DiskStore` (private state), strategies (:class:`FedAvgStrategy`, :class:`SparseRowAvg`,
+  :class:`FedGradStrategy`, :class:`CoordinateMedian`, :class:`TrimmedMean`),
   :class:`BatchedSimulator` / :class:`SequentialSimulator`;
 - :class:`FedConfig`, :func:`run_federated`, :func:`bench_round`, :func:`add_run_arguments`,
   :func:`config_from_args`, :func:`cli_run`.
@@ -20,8 +20,9 @@ _LAZY = {
     "cli_run": ".commands",
     "FederatedRun": ".engine", "bench_round": ".engine", "combine_seeds": ".engine", "format_bench": ".engine",
     "run_federated": ".engine",
-    "FedAvg": ".fedavg", "GradientAggregation": ".grad_agg", "CoordinateMedian": ".median",
+    "FedAvgStrategy": ".fedavg", "FedGradStrategy": ".fedgrad", "CoordinateMedian": ".median",
     "ClientUpdate": ".messages", "SparseRowAvg": ".sparse_avg", "TrimmedMean": ".trimmed_mean",
+    "RoundLoop": ".rounds", "ServerAdam": ".server_adam",
     "DiskStore": ".store", "MemoryStore": ".store", "make_store": ".store",
     "Strategy": ".strategy", "make_strategy": ".strategy",
 }

@@ -5,7 +5,7 @@ Li, Long, Jiang, Zhang, Yang, "Federated Vision-Language-Recommendation with Per
 Algorithm 1: ``D ← D − η Σ_u α_u ∇D_u``, ``γ_j ← γ_j − η Σ_u α_u ∇γ_{j,u}``. Clients upload ``∂J_u/∂F`` for the
 rows of the fused views they touched; with ``α_u = n_u / Σ n`` the server forms ``ḡ_F = Σ_u α_u ∂J_u/∂F`` and one
 vector-Jacobian product gives ``Σ_u α_u ∇_{D,γ} J_u`` exactly (the VJP is linear in the cotangent). The step uses
-the same :class:`~fedvlr_plus.federation.grad_agg.GradientAggregation` rule (SGD by default, Adam as an option) as
+the same :class:`~fedvlr_plus.federation.fedgrad.FedGradStrategy` rule (SGD by default, Adam as an option) as
 every other shared parameter. The backbone's remaining shared parameters are aggregated by the inner strategy.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import dataclasses
 
 import torch
 
-from .grad_agg import GradientAggregation
+from .fedgrad import FedGradStrategy
 from .messages import ClientUpdate
 from .strategy import Strategy, check_updates, example_weights, weighted_row_sums
 
@@ -32,7 +32,7 @@ class ServerFusion(Strategy):
         self.layer, self.inner = layer, inner
         self.server = layer.init_server(seed)
         self.server_specs = {s.name: s for s in layer.server_specs()}
-        self.opt = GradientAggregation(inner.server_lr, inner.optimizer_name, item_lr_scale=inner.item_lr_scale)
+        self.opt = FedGradStrategy(inner.server_lr, inner.optimizer_name, item_lr_scale=inner.item_lr_scale)
 
     def prepare_shared(self, shared: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Replace the placeholder fused views by the server's real ones (round 0 and after a resume)."""
