@@ -23,10 +23,10 @@ at CPU scale (what differs from the paper, and why: docs/alignment.md, "FedVPA-G
   (``prototype_mode="fixed"``: scaled identity rows; ``"learnable"``: QR init, shared through FedAvg, QR
   re-orthonormalised after every step), y* the
   prototype label the server assigns by balanced k-means (k = M) over the clients' mean z;
-- local loss L = L_BT + beta KL + lambda L_ortho; upload = the shared network parameters (sample-weighted FedAvg with
-  the federation's :class:`~fedvlr_plus.federation.fedavg.FedAvgStrategy`) + the posterior summary (mubar_i, log sigmabar^2_i)
-  + n_i. mubar_i is by default the posterior mean from all the client's pairs under the broadcast encoder (see
-  :func:`posterior_summary`); context and target pairs of a local step are disjoint;
+- local loss L = L_BT + beta KL + lambda L_ortho; upload = the shared network parameters (sample-weighted FedAvg,
+  the federation's :class:`~fedvlr_plus.federation.fedavg.FedAvgStrategy`) + the posterior summary (mubar_i,
+  log sigmabar^2_i) + n_i. mubar_i is by default the posterior mean from all the client's pairs under the broadcast
+  encoder (see :func:`posterior_summary`); context and target pairs of a local step are disjoint;
 - optimisation (``server_optimizer="adam"``, default): local SGD, then a server Adam on FedAvg's averaged update
   (FedAdam, Reddi et al., "Adaptive Federated Optimization", ICLR 2021); ``"none"``: local Adam + FedAvg. Why:
   :func:`local_optimizer`. The departures from the paper are measured in docs/alignment-preference.md.
@@ -520,8 +520,8 @@ def train_federated(train: PreferencePairs, test: PreferencePairs, cfg: VPAConfi
         fit = over_the_wire(lambda cohort, message, config: batched.fit(message, config))  # all clients at once
     else:
         fit = over_the_wire(fit_each)
-    loop = RoundLoop(clients, aggregate, fit=fit, configure=configure,
-                     on_round=None if on_round is None else lambda r, shared, record: on_round(r, shared, table, labels))
+    report = None if on_round is None else lambda r, shared, record: on_round(r, shared, table, labels)
+    loop = RoundLoop(clients, aggregate, fit=fit, configure=configure, on_round=report)
     shared, history = loop.run(shared, range(1, cfg.rounds + 1))
     return shared, clients, table, labels, history
 
