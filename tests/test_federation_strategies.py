@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from fedvlr_plus.adapters import ParamSpec
-from fedvlr_plus.federation import (ClientUpdate, CoordinateMedian, FedAvg, GradientAggregation, SparseRowAvg,
+from fedvlr_plus.federation import (ClientUpdate, CoordinateMedian, FedAvgStrategy, FedGradStrategy, SparseRowAvg,
                                     TrimmedMean, make_strategy)
 from fedvlr_plus.federation.strategy import example_weights
 
@@ -31,7 +31,7 @@ def test_weights_are_normalised():
 def test_fedavg_dense_semantics_for_untouched_rows():
     # client 0 (n=1) touched row 0 -> 5; client 1 (n=3) touched rows 0 -> 9 and 1 -> 10; row 2 untouched
     ups = [upd(0, 1, [0], [[5.0, 5.0]], [4.0, 0.0]), upd(1, 3, [0, 1], [[9.0, 9.0], [10.0, 10.0]], [0.0, 8.0])]
-    out = FedAvg().aggregate(shared0(), ups, SPECS)
+    out = FedAvgStrategy().aggregate(shared0(), ups, SPECS)
     # row 0: 0.25*5 + 0.75*9 = 8; row 1: 0.25*2 (client 0 keeps the global 2) + 0.75*10 = 8; row 2 unchanged
     assert torch.allclose(out["table"], torch.tensor([[8.0, 8.0], [8.0, 8.0], [3.0, 3.0]]))
     assert torch.allclose(out["w"], torch.tensor([1.0, 6.0]))
@@ -44,8 +44,8 @@ def test_sparse_row_average_only_over_contributors():
     assert torch.allclose(out["table"], torch.tensor([[8.0, 8.0], [10.0, 10.0], [3.0, 3.0]]))
 
 
-def test_gradient_aggregation_sgd_step_and_server_params_change():
-    g = GradientAggregation(server_lr=0.5, item_lr_scale=2.0)
+def test_fedgrad_sgd_step_and_server_params_change():
+    g = FedGradStrategy(server_lr=0.5, item_lr_scale=2.0)
     ups = [upd(0, 1, [0], [[4.0, 4.0]], [4.0, 0.0], "grads"), upd(1, 3, [1], [[8.0, 0.0]], [0.0, 4.0], "grads")]
     s0 = shared0()
     out = g.aggregate(s0, ups, SPECS)
@@ -56,8 +56,8 @@ def test_gradient_aggregation_sgd_step_and_server_params_change():
     assert not torch.equal(out["table"], s0["table"])  # the optimizer that owns the server state steps
 
 
-def test_gradient_aggregation_adam_by_hand():
-    g = GradientAggregation(server_lr=0.1, optimizer="adam")
+def test_fedgrad_adam_by_hand():
+    g = FedGradStrategy(server_lr=0.1, optimizer="adam")
     ups = [upd(0, 2, [0, 2], [[1.0, -2.0], [0.5, 0.5]], [3.0, 1.0], "grads")]
     s1 = g.aggregate(shared0(), ups, SPECS)
     # step 1: m_hat = g, v_hat = g^2, so every coordinate with g != 0 moves by lr * sign(g) (eps aside)
@@ -72,7 +72,7 @@ def test_gradient_aggregation_adam_by_hand():
     v_hat = 0.999 * 0.001 * 9.0 / (1 - 0.999 ** 2)
     assert abs(float(s2["w"][0]) - (-0.1 - 0.1 * m_hat / (v_hat ** 0.5 + 1e-8))) < 1e-6
     # the state round-trips: a fresh strategy loaded with it takes the same step
-    g2 = GradientAggregation(server_lr=0.1, optimizer="adam")
+    g2 = FedGradStrategy(server_lr=0.1, optimizer="adam")
     g2.load_state_dict(state)
     assert torch.allclose(g2.aggregate(s1, zero, SPECS)["w"], s2["w"])
 
@@ -102,10 +102,10 @@ def test_uploads_are_checked():
                                                     "head": torch.zeros(2)},
                        rows={"table": torch.tensor([0])}, num_examples=1)
     with pytest.raises(ValueError, match="not shared"):
-        FedAvg().aggregate(shared0(), [bad], SPECS)
+        FedAvgStrategy().aggregate(shared0(), [bad], SPECS)
     grads = upd(0, 1, [0], [[0.0, 0.0]], [0.0, 0.0], "grads")
     with pytest.raises(ValueError, match="aggregates 'params'"):
-        FedAvg().aggregate(shared0(), [grads], SPECS)
+        FedAvgStrategy().aggregate(shared0(), [grads], SPECS)
     with pytest.raises(ValueError, match="unknown strategy"):
         make_strategy("krum")
     with pytest.raises(ValueError, match="row ids"):

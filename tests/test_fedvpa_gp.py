@@ -5,14 +5,15 @@ import pytest
 import torch
 
 from fedvlr_plus.alignment.fedvpa_gp import (POSTERIOR_LOGVAR, POSTERIOR_MU, BatchedVPAClients, PriorTable,
-                                             ServerAdam, VPAClient, VPAConfig, VPAModel, central_ceiling,
-                                             context_target_sizes, local_optimizer, orthonormal_rows,
+                                             VPAClient, VPAConfig, VPAModel, central_ceiling,
+                                             context_target_sizes, fedadam_step, local_optimizer, orthonormal_rows,
                                              train_federated,
                                              gumbel_weights, kl_standard_normal, load_arrays, mixture_kl_mc,
                                              named_arrays, ortho_loss, posterior_summary, prototype_labels,
                                              prototype_matrix, round_lr, run_fedvpa_gp)
 from fedvlr_plus.alignment.pairs import PreferencePairs, holdout_split
 from fedvlr_plus.federation.messages import ClientUpdate
+from fedvlr_plus.federation.server_adam import ServerAdam
 
 
 def test_mixture_kl_with_one_standard_normal_component_matches_the_closed_form():
@@ -101,7 +102,7 @@ def test_posterior_summary_modes():
 def test_server_adam_first_step_and_local_sgd():
     old = {"net.w": torch.tensor([1.0, -2.0, 0.0]), "prior.mu": torch.zeros(2)}
     avg = {"net.w": torch.tensor([0.5, -1.0, 0.0]), "prior.mu": torch.ones(2)}
-    out = ServerAdam().step(old, avg, lr=0.1)
+    out = fedadam_step(ServerAdam(), old, avg, lr=0.1)
     # first Adam step on g = old - avg: bias-corrected m / sqrt(v) = g / |g| = sign(g); g = 0 stays put
     assert torch.allclose(out["net.w"], torch.tensor([0.9, -1.9, 0.0]), atol=1e-6)
     assert out["prior.mu"].tolist() == [1.0, 1.0]            # non-network arrays pass through

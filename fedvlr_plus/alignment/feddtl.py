@@ -42,6 +42,7 @@ import torch.nn.functional as F
 
 from ..adapters.base import ParamSpec
 from ..federation.messages import ClientUpdate
+from ..federation.rounds import RoundLoop
 from ..federation.store import MemoryStore
 from ..federation.strategy import make_strategy
 from .grpo import GRPOConfig, grpo_loss
@@ -485,27 +486,36 @@ def train(task: RecTask, method: str, cfg: DTLConfig, *, n_clients: int = 5, alp
     specs = param_specs(task.dim, cfg.rank)
     strategy = make_strategy("fedavg")
     both = method == "fedavg_both"
-    history = []
-    for r in range(rounds):
+    agg_names = list(USER_PARAMS) + (list(ITEM_PARAMS) if both else [])
+    last_uploads: list[ClientUpdate] = []   # the final round's: each client's own tower(s)
+
+    def configure(r, shared):
         stage = "rl" if method == "feddtl" and r >= sft_rounds else "sft"
-        ups = [c.fit(shared, {"round": r, "stage": stage, "train_item_tower": both}) for c in clients]
-        agg_names = list(USER_PARAMS) + (list(ITEM_PARAMS) if both else [])
+        return shared, {"round": r, "stage": stage, "train_item_tower": both}
+
+    def aggregate(r, shared, ups, config):
         plain = [ClientUpdate(u.cid, "params", {k: u.arrays[k] for k in agg_names}, num_examples=u.num_examples)
                  for u in ups]
         new = strategy.aggregate({k: shared[k] for k in agg_names}, plain, {k: specs[k] for k in agg_names})
         shared = {**shared, **{k: v.float() for k, v in new.items()}}
-        row = {"round": r, "stage": stage, "loss": float(np.mean([u.metrics["loss"] for u in ups]))}
+        row = {"round": r, "stage": config["stage"], "loss": float(np.mean([u.metrics["loss"] for u in ups]))}
         if not both:
             shared, sl = server_align(shared, [(u.arrays["proto"], u.rows["proto"], u.arrays["proto_n"])
                                                for u in ups if "proto" in u.arrays],
                                       task, cfg, seed)
             row["server_loss_first"], row["server_loss_last"] = sl[0], sl[-1]
-        if stage == "rl":
+        if config["stage"] == "rl":
             row["reward"] = float(np.mean([u.metrics["reward"] for u in ups]))
             row["groups_with_signal"] = float(np.mean([u.metrics["groups_with_signal"] for u in ups]))
-        history.append(row)
+        last_uploads[:] = ups
+        return shared, row
+
+    def report(r, shared, row):
         if log:
-            log(f"[{method}] round {r + 1}/{rounds} {stage} loss {row['loss']:.4f}")
+            log(f"[{method}] round {r + 1}/{rounds} {row['stage']} loss {row['loss']:.4f}")
+
+    shared, history = RoundLoop(clients, aggregate, configure=configure, on_round=report).run(shared, range(rounds))
+    ups = last_uploads
     users = np.arange(len(task.histories))
     glob = evaluate_users(shared, task, users, cfg)
     # each client's own tower(s) as left by its last local training (the user adapter, plus the item adapter for

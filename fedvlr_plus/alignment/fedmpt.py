@@ -47,6 +47,7 @@ import torch.nn.functional as F
 
 from ..adapters.base import ParamSpec
 from ..federation.messages import ClientUpdate
+from ..federation.rounds import RoundLoop
 from ..federation.strategy import make_strategy
 from .sinkhorn import sinkhorn_log
 
@@ -514,18 +515,21 @@ def train_federated(task: TaggingTask, train_idx: np.ndarray, test_idx: np.ndarr
     shared = init_params(task, cfg, seed)
     strategy = make_strategy("fedavg")
     torch.manual_seed(seed)
-    history = []
-    for r in range(rounds):
-        updates = [c.fit(shared, {"round": r}) for c in clients]
+
+    def aggregate(r, shared, updates, config):
         shared = {k: v.to(torch.float32) for k, v in strategy.aggregate(shared, updates, specs).items()}
         row = {"round": r, "loss": float(np.average([u.metrics["loss"] for u in updates],
                                                     weights=[u.num_examples for u in updates]))}
         gh = [u.metrics["gate_entropy"] for u in updates if "gate_entropy" in u.metrics]
         if gh:
             row["gate_entropy"] = float(np.mean(gh))
-        history.append(row)
+        return shared, row
+
+    def report(r, shared, row):
         if log:
             log(f"[{cfg.variant}] round {r + 1}/{rounds} loss {row['loss']:.4f}")
+
+    shared, history = RoundLoop(clients, aggregate, on_round=report).run(shared, range(rounds))
     co = usual_co_labels(task.labels[train_idx])
     probs = predict(shared, task, test_idx, cfg)
     # the decision rule is part of the model: per-label F1 thresholds from the clients' own training items (only

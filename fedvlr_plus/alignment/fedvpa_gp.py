@@ -23,10 +23,10 @@ at CPU scale (what differs from the paper, and why: docs/alignment.md, "FedVPA-G
   (``prototype_mode="fixed"``: scaled identity rows; ``"learnable"``: QR init, shared through FedAvg, QR
   re-orthonormalised after every step), y* the
   prototype label the server assigns by balanced k-means (k = M) over the clients' mean z;
-- local loss L = L_BT + beta KL + lambda L_ortho; upload = the shared network parameters (sample-weighted FedAvg with
-  the federation's :class:`~fedvlr_plus.federation.fedavg.FedAvg`) + the posterior summary (mubar_i, log sigmabar^2_i)
-  + n_i. mubar_i is by default the posterior mean from all the client's pairs under the broadcast encoder (see
-  :func:`posterior_summary`); context and target pairs of a local step are disjoint;
+- local loss L = L_BT + beta KL + lambda L_ortho; upload = the shared network parameters (sample-weighted FedAvg,
+  the federation's :class:`~fedvlr_plus.federation.fedavg.FedAvgStrategy`) + the posterior summary (mubar_i,
+  log sigmabar^2_i) + n_i. mubar_i is by default the posterior mean from all the client's pairs under the broadcast
+  encoder (see :func:`posterior_summary`); context and target pairs of a local step are disjoint;
 - optimisation (``server_optimizer="adam"``, default): local SGD, then a server Adam on FedAvg's averaged update
   (FedAdam, Reddi et al., "Adaptive Federated Optimization", ICLR 2021); ``"none"``: local Adam + FedAvg. Why:
   :func:`local_optimizer`. The departures from the paper are measured in docs/alignment-preference.md.
@@ -44,6 +44,8 @@ import torch
 import torch.nn.functional as F
 
 from ..federation.messages import ClientUpdate
+from ..federation.rounds import RoundLoop, fit_each, over_the_wire
+from ..federation.server_adam import ServerAdam
 from ..federation.store import MemoryStore
 from .pairs import PreferencePairs, kmeans, pairwise_accuracy, purity, silhouette
 
@@ -319,27 +321,19 @@ def local_optimizer(cfg: VPAConfig, net: list, pi: torch.Tensor | None, r: int) 
     return _Optimizers(opts)
 
 
-class ServerAdam:
-    """Adam on the server over FedAvg's result taken as a pseudo-gradient g = theta - mean_k theta_k (FedAdam,
-    Reddi et al., "Adaptive Federated Optimization", ICLR 2021)."""
-
-    def __init__(self, betas=(0.9, 0.999), eps: float = 1e-8):
-        self.b1, self.b2 = betas
-        self.eps, self.t, self.m, self.v = eps, 0, {}, {}
-
-    def step(self, old: dict, averaged: dict, lr: float) -> dict:
-        self.t += 1
-        out = dict(averaged)
-        for k, a in averaged.items():
-            if not k.startswith("net."):
-                continue
-            o = torch.as_tensor(np.asarray(old[k]), dtype=torch.float32)
-            g = o - torch.as_tensor(np.asarray(a), dtype=torch.float32)
-            m = self.m[k] = self.b1 * self.m.get(k, torch.zeros_like(g)) + (1 - self.b1) * g
-            v = self.v[k] = self.b2 * self.v.get(k, torch.zeros_like(g)) + (1 - self.b2) * g * g
-            mh, vh = m / (1 - self.b1 ** self.t), v / (1 - self.b2 ** self.t)
-            out[k] = o - lr * mh / (vh.sqrt() + self.eps)
-        return out
+def fedadam_step(adam: ServerAdam, old: dict, averaged: dict, lr: float) -> dict:
+    """One server Adam step on the network over FedAvg's result taken as a pseudo-gradient
+    g = theta - mean_k theta_k (FedAdam, Reddi et al., "Adaptive Federated Optimization", ICLR 2021); the other
+    arrays pass through as averaged."""
+    adam.tick()
+    out = dict(averaged)
+    for k, a in averaged.items():
+        if not k.startswith("net."):
+            continue
+        o = torch.as_tensor(np.asarray(old[k]), dtype=torch.float32)
+        g = o - torch.as_tensor(np.asarray(a), dtype=torch.float32)
+        out[k] = adam.update(k, o, g, lr)
+    return out
 
 
 def context_target_sizes(n: int, cfg: VPAConfig) -> tuple[int, int]:
@@ -481,7 +475,7 @@ def train_federated(train: PreferencePairs, test: PreferencePairs, cfg: VPAConfi
     clients, the prior table, the prototype labels and the per-round history. ``simulator``: ``batched`` (all
     clients at once, :class:`BatchedVPAClients`) or ``sequential`` (one :class:`VPAClient` at a time).
     ``on_round(r, shared, table, labels)``: called after every round (diagnostics)."""
-    from ..federation.fedavg import FedAvg
+    from ..federation.fedavg import FedAvgStrategy
 
     torch.manual_seed(cfg.seed)
     K = train.n_clients
@@ -494,22 +488,20 @@ def train_federated(train: PreferencePairs, test: PreferencePairs, cfg: VPAConfi
     table = PriorTable(K, cfg.latent)
     labels = np.full(K, -1, np.int64)
     fixed_proto = prototype_matrix(cfg.prototypes, cfg.latent, cfg.prototype_scale).numpy()
-    strategy = FedAvg()
+    strategy = FedAvgStrategy()
     server_adam = ServerAdam() if cfg.server_optimizer == "adam" else None
-    history = []
-    batched = BatchedVPAClients(train, cfg, n_table=K, store=store) if simulator == "batched" else None
-    for r in range(1, cfg.rounds + 1):
-        msg = {**shared, **table.arrays(), "labels": torch.as_tensor(labels)}
-        if batched is not None:
-            updates = [ClientUpdate.from_message(u.to_message()) for u in batched.fit(msg, {"round": r})]
-        else:
-            updates = [ClientUpdate.from_message(c.fit(msg, {"round": r}).to_message()) for c in clients]
+
+    def configure(r, shared):
+        # the clients see the network, the peers' posterior summaries and their prototype labels
+        return {**shared, **table.arrays(), "labels": torch.as_tensor(labels)}, {"round": r}
+
+    def aggregate(r, shared, updates, config):
         if log is not None:
             log.extend(updates)
         params = [ClientUpdate(cid=u.cid, kind="params", num_examples=u.num_examples,
                                arrays={k: v for k, v in u.arrays.items() if k.startswith("net.")}) for u in updates]
         averaged = strategy.aggregate(shared, params, specs)
-        shared = averaged if server_adam is None else server_adam.step(shared, averaged, round_lr(cfg, r))
+        shared = averaged if server_adam is None else fedadam_step(server_adam, shared, averaged, round_lr(cfg, r))
         if cfg.method != "monolithic":
             table.update(updates)
             warmup = cfg.rounds // 3 if cfg.ortho_warmup is None else cfg.ortho_warmup
@@ -520,10 +512,17 @@ def train_federated(train: PreferencePairs, test: PreferencePairs, cfg: VPAConfi
                 proto = fixed_proto if "net.proto" not in shared else orthonormal_rows(
                     torch.as_tensor(np.asarray(shared["net.proto"]), dtype=torch.float32), cfg.prototype_scale).numpy()
                 labels[have] = prototype_labels(table.mu[have].numpy(), proto, seed=cfg.seed + r)
-        history.append({"round": r, "loss": float(np.mean([u.metrics["loss"] for u in updates])),
-                        "kl_term": float(np.mean([u.metrics["kl"] for u in updates]))})
-        if on_round is not None:
-            on_round(r, shared, table, labels)
+        return shared, {"round": r, "loss": float(np.mean([u.metrics["loss"] for u in updates])),
+                        "kl_term": float(np.mean([u.metrics["kl"] for u in updates]))}
+
+    if simulator == "batched":
+        batched = BatchedVPAClients(train, cfg, n_table=K, store=store)
+        fit = over_the_wire(lambda cohort, message, config: batched.fit(message, config))  # all clients at once
+    else:
+        fit = over_the_wire(fit_each)
+    report = None if on_round is None else lambda r, shared, record: on_round(r, shared, table, labels)
+    loop = RoundLoop(clients, aggregate, fit=fit, configure=configure, on_round=report)
+    shared, history = loop.run(shared, range(1, cfg.rounds + 1))
     return shared, clients, table, labels, history
 
 

@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from ..federation.messages import ClientUpdate
+from ..federation.rounds import RoundLoop, fit_each, over_the_wire
 from ..federation.store import MemoryStore
 from .grpo import GRPOConfig, grpo_loss, kl_categorical, sample_groups
 from .pairs import PreferencePairs, pairwise_accuracy
@@ -183,18 +184,27 @@ class RewardClient:
         return out
 
 
-def query_clients(clients, context, items, round_index: int = 0, log: list | None = None) -> torch.Tensor:
-    """Send one batch of queries to every client (their ``fit``) and stack the uploaded scores: [K, Q, G]."""
-    shared = {"query.context": np.asarray(context, np.float32), "query.items": np.asarray(items, np.float32)}
+def score_queries(context, items) -> dict:
+    """The server's message to the clients: contexts [Q, dc] and items [Q, G, d] (or [Q, d]) to score."""
+    return {"query.context": np.asarray(context, np.float32), "query.items": np.asarray(items, np.float32)}
+
+
+def stack_scores(updates: list[ClientUpdate], shape, log: list | None = None) -> torch.Tensor:
+    """The uploaded scores, one client after another: [K, *shape]. Anything but scores is refused."""
     out = []
-    for c in clients:
-        u = ClientUpdate.from_message(c.fit(shared, {"round": round_index}).to_message())  # over the wire
+    for u in updates:
         if set(u.arrays) != {SCORE_ARRAY}:
             raise ValueError(f"client {u.cid} uploaded {sorted(u.arrays)}; MoR clients upload scores only")
         if log is not None:
             log.append(u)
-        out.append(u.arrays[SCORE_ARRAY].reshape(np.asarray(items).shape[:-1]))
+        out.append(u.arrays[SCORE_ARRAY].reshape(shape))
     return torch.stack(out).float()
+
+
+def query_clients(clients, context, items, round_index: int = 0, log: list | None = None) -> torch.Tensor:
+    """Send one batch of queries to every client (their ``fit``) and stack the uploaded scores: [K, Q, G]."""
+    updates = over_the_wire(fit_each)(clients, score_queries(context, items), {"round": round_index})
+    return stack_scores(updates, np.asarray(items).shape[:-1], log)
 
 
 # ------------------------------------------------------------------------------------------------ the router
@@ -369,47 +379,70 @@ def reward_report(clients: list[RewardClient], public: PreferencePairs, test: Pr
 
 def fused_reward(clients, router, std, x, o, items, round_index=0, log=None) -> torch.Tensor:
     """Fused reward of items [Q, G, d] for contexts x [Q, dc] and objectives o [Q]: [Q, G]."""
-    z = std(query_clients(clients, x, items, round_index, log))
+    return fuse_scores(router, std, x, o, query_clients(clients, x, items, round_index, log))
+
+
+def fuse_scores(router, std, x, o, scores: torch.Tensor) -> torch.Tensor:
+    """The router's mixture of the standardised client scores [K, Q, G] for contexts x and objectives o: [Q, G]."""
+    z = std(scores)
     with torch.no_grad():
         w = router(x, o)
     return fuse(w, z)
+
+
+class _GRPOServer:
+    """The server side of MoR's GRPO rounds: each round draws users and item groups from the policy, sends them to
+    every client to score, fuses the scores and steps the policy. The policy is the server's own state."""
+
+    def __init__(self, router, std, ref_logits, cand, x, o, feats, cfg: MoRConfig, log):
+        torch.manual_seed(cfg.seed)
+        self.router, self.std, self.cand, self.o, self.feats, self.cfg, self.log = router, std, cand, o, feats, cfg, log
+        self.policy = ResidualPolicy(x.shape[1], feats.shape[1], cfg.temperature)
+        self.opt = torch.optim.Adam(self.policy.parameters(), lr=cfg.policy_lr)
+        self.g = torch.Generator().manual_seed(cfg.seed)
+        self.rng = np.random.default_rng(cfg.seed)
+        self.ref_all = torch.as_tensor(ref_logits, dtype=torch.float32)
+        self.x_all = torch.as_tensor(x, dtype=torch.float32)
+
+    def configure(self, r, policy):
+        """Draw the round's users and, from the current policy, a group of candidate items for each."""
+        cfg = self.cfg
+        users = self.rng.choice(len(self.x_all), size=min(cfg.users_per_round, len(self.x_all)), replace=False)
+        xb = self.x_all[users]
+        fb = torch.as_tensor(self.feats[self.cand[users]], dtype=torch.float32)          # [B, C, d]
+        with torch.no_grad():
+            logits_old = policy(self.ref_all[users], xb, fb)
+        actions = sample_groups(logits_old, cfg.grpo.group_size, generator=self.g)     # [B, G]
+        items = torch.gather(fb, 1, actions.unsqueeze(-1).expand(-1, -1, fb.shape[-1]))
+        self.batch = (users, xb, fb, actions, torch.log_softmax(logits_old, -1).gather(-1, actions), items)
+        return score_queries(xb.numpy(), items.numpy()), {"round": r}
+
+    def aggregate(self, r, policy, updates, config):
+        """Fuse the clients' scores into rewards and take the GRPO steps on the policy."""
+        cfg = self.cfg
+        users, xb, fb, actions, logp_old, items = self.batch
+        scores = stack_scores(updates, items.shape[:-1], self.log)
+        rewards = fuse_scores(self.router, self.std, xb.numpy(), self.o[users], scores)
+        ref_b = self.ref_all[users] / cfg.temperature
+        for _ in range(cfg.inner_steps):
+            logits = policy(self.ref_all[users], xb, fb)
+            loss, diag = grpo_loss(logits, actions, logp_old, ref_b, rewards, cfg.grpo)
+            self.opt.zero_grad()
+            loss.backward()
+            self.opt.step()
+        with torch.no_grad():
+            kl = float(kl_categorical(policy(self.ref_all[users], xb, fb), ref_b).mean())
+        return policy, {"round": r, "reward": float(rewards.mean()), "kl": kl,
+                        "clip_fraction": diag["clip_fraction"]}
 
 
 def run_grpo(clients, router, std, *, ref_logits: np.ndarray, cand: np.ndarray, x: np.ndarray, o: np.ndarray,
              feats: np.ndarray, cfg: MoRConfig, log: list | None = None) -> tuple[ResidualPolicy, list[dict]]:
     """GRPO on the residual policy over each user's candidates; returns the policy and per-round diagnostics
     (mean sampled fused reward, exact KL to the reference over the candidates, clip fraction)."""
-    torch.manual_seed(cfg.seed)
-    n_users = len(x)
-    policy = ResidualPolicy(x.shape[1], feats.shape[1], cfg.temperature)
-    opt = torch.optim.Adam(policy.parameters(), lr=cfg.policy_lr)
-    g = torch.Generator().manual_seed(cfg.seed)
-    rng = np.random.default_rng(cfg.seed)
-    ref_all = torch.as_tensor(ref_logits, dtype=torch.float32)
-    x_all = torch.as_tensor(x, dtype=torch.float32)
-    history = []
-    for r in range(1, cfg.grpo_rounds + 1):
-        users = rng.choice(n_users, size=min(cfg.users_per_round, n_users), replace=False)
-        ref_b = ref_all[users] / cfg.temperature
-        xb = x_all[users]
-        fb = torch.as_tensor(feats[cand[users]], dtype=torch.float32)          # [B, C, d]
-        with torch.no_grad():
-            logits_old = policy(ref_all[users], xb, fb)
-        actions = sample_groups(logits_old, cfg.grpo.group_size, generator=g)  # [B, G]
-        logp_old = torch.log_softmax(logits_old, -1).gather(-1, actions)
-        items = torch.gather(fb, 1, actions.unsqueeze(-1).expand(-1, -1, fb.shape[-1]))
-        rewards = fused_reward(clients, router, std, xb.numpy(), o[users], items.numpy(), r, log)
-        for _ in range(cfg.inner_steps):
-            logits = policy(ref_all[users], xb, fb)
-            loss, diag = grpo_loss(logits, actions, logp_old, ref_b, rewards, cfg.grpo)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        with torch.no_grad():
-            kl = float(kl_categorical(policy(ref_all[users], xb, fb), ref_b).mean())
-        history.append({"round": r, "reward": float(rewards.mean()), "kl": kl,
-                        "clip_fraction": diag["clip_fraction"]})
-    return policy, history
+    server = _GRPOServer(router, std, ref_logits, cand, x, o, feats, cfg, log)
+    loop = RoundLoop(clients, server.aggregate, fit=over_the_wire(fit_each), configure=server.configure)
+    return loop.run(server.policy, range(1, cfg.grpo_rounds + 1))
 
 
 def expected_reward(clients, router, std, policy, *, ref_logits, cand, x, o, feats, cfg: MoRConfig,

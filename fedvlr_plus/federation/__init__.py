@@ -1,8 +1,8 @@
 """Federated engine: client abstraction, private-state stores, aggregation strategies, simulators, training loop.
 
 - :class:`ClientUpdate` (messages), :class:`RecClient` / :class:`Client` (client), :class:`MemoryStore` /
-  :class:`DiskStore` (private state), strategies (:class:`FedAvg`, :class:`SparseRowAvg`,
-  :class:`GradientAggregation`, :class:`CoordinateMedian`, :class:`TrimmedMean`),
+  :class:`DiskStore` (private state), strategies (:class:`FedAvgStrategy`, :class:`SparseRowAvg`,
+  :class:`FedGradStrategy`, :class:`CoordinateMedian`, :class:`TrimmedMean`),
   :class:`BatchedSimulator` / :class:`SequentialSimulator`;
 - :class:`FedConfig`, :func:`config_from_options`, :func:`run_federated`, :func:`bench_round`,
   :func:`federated_result`.
@@ -19,8 +19,9 @@ _LAZY = {
     "Client": ".client", "RecClient": ".client",
     "FederatedRun": ".engine", "bench_round": ".engine", "combine_seeds": ".engine", "format_bench": ".engine",
     "run_federated": ".engine", "federated_result": ".run_result",
-    "FedAvg": ".fedavg", "GradientAggregation": ".grad_agg", "CoordinateMedian": ".median",
+    "FedAvgStrategy": ".fedavg", "FedGradStrategy": ".fedgrad", "CoordinateMedian": ".median",
     "ClientUpdate": ".messages", "SparseRowAvg": ".sparse_avg", "TrimmedMean": ".trimmed_mean",
+    "RoundLoop": ".rounds", "ServerAdam": ".server_adam",
     "DiskStore": ".store", "MemoryStore": ".store", "make_store": ".store",
     "Strategy": ".strategy", "make_strategy": ".strategy",
 }

@@ -34,6 +34,7 @@ from ..errors import ResumeMismatch, RunFolderError
 from .config import RESUMABLE_CHANGES, FedConfig
 from .rng import TAG_SAMPLE
 from ..jsonio import write_json_atomic
+from .rounds import RoundLoop
 from .run_folder import SeedFolder, locked, seed_folders
 from .state import init_shared_state
 from .store import MemoryStore, make_store
@@ -189,16 +190,28 @@ class FederatedRun:
 
     # ------------------------------------------------------------------ one round
     def run_round(self) -> dict:
-        r = self.round + 1
-        cfg = self.cfg
-        t0 = time.perf_counter()
-        cids = self.sample_clients(r)
-        self.store.begin_round(r)
-        updates = self.sim.fit(cids, self.shared, self.round_config(r))
+        """Round ``self.round + 1`` through the package's round loop (:mod:`.rounds`) with this run's hooks."""
+        loop = RoundLoop(self.eligible, self._aggregate, fit=self._fit, sample=self._sample,
+                         configure=lambda r, shared: (shared, self.round_config(r)), evaluate=self._evaluate_round,
+                         eval_every=self.cfg.eval_every, last_round=self.cfg.rounds, store=self.store,
+                         checkpoint=self._end_round,
+                         on_round=None if self.on_round is None else lambda r, shared, rec: self.on_round(self, rec))
+        self.shared, record = loop.step(self.round + 1, self.shared)
+        return record
+
+    def _sample(self, r: int) -> np.ndarray:
+        self._round_started = time.perf_counter()
+        return self.sample_clients(r)
+
+    def _fit(self, cids, shared, config) -> list:
+        updates = self.sim.fit(cids, shared, config)
         if self.on_upload is not None:
             for u in updates:
-                self.on_upload(r, u)
-        self.shared = self.strategy.aggregate(self.shared, updates, self.specs)
+                self.on_upload(config["round"], u)
+        return updates
+
+    def _aggregate(self, r: int, shared, updates, config) -> tuple[dict, dict]:
+        self.shared = self.strategy.aggregate(shared, updates, self.specs)   # evaluation scores with it
         n = np.array([u.num_examples for u in updates], dtype=np.float64)
         loss = float(np.dot(n, [u.metrics.get("loss", 0.0) for u in updates]) / n.sum())
         if not np.isfinite(loss) or not all(bool(torch.isfinite(v).all()) for v in self.shared.values()):
@@ -206,31 +219,32 @@ class FederatedRun:
                                      f"(lr {self.lr}, item_lr_scale {self.item_lr_scale}"
                                      + (f", server_lr {self.server_lr}" if self.strategy.upload == "grads" else "")
                                      + ")")
-        record = {"round": r, "clients": int(len(cids)), "loss": loss, "train_seconds": time.perf_counter() - t0}
-        self.store.prepare(r)
-        if r % cfg.eval_every == 0 or r == cfg.rounds:
-            t1 = time.perf_counter()
-            valid = _plain(self.evaluate("valid", cfg.valid_protocol).summary())
-            record["valid"] = valid
-            metric = float(valid[cfg.valid_metric])
-            if self.best is None or metric > self.best["metric"]:
-                # test is computed here but never read by any decision; only the selected round's is reported
-                self.best = {"round": r, "metric": metric, "valid": valid,
-                             "test_full": self.evaluate("test", "full"),
-                             "test_sampled": self._test_sampled()}
-                self.bad_evals = 0
-            else:
-                self.bad_evals += 1
-            record["eval_seconds"] = time.perf_counter() - t1
-            self.stopped_early = self.bad_evals >= cfg.patience
+        return self.shared, {"round": r, "clients": int(len(updates)), "loss": loss,
+                             "train_seconds": time.perf_counter() - self._round_started}
+
+    def _evaluate_round(self, r: int, shared) -> dict:
+        """Validation; test only where validation improved (never read by a decision); early stopping."""
+        cfg = self.cfg
+        t1 = time.perf_counter()
+        valid = _plain(self.evaluate("valid", cfg.valid_protocol).summary())
+        metric = float(valid[cfg.valid_metric])
+        if self.best is None or metric > self.best["metric"]:
+            # test is computed here but never read by any decision; only the selected round's is reported
+            self.best = {"round": r, "metric": metric, "valid": valid,
+                         "test_full": self.evaluate("test", "full"),
+                         "test_sampled": self._test_sampled()}
+            self.bad_evals = 0
+        else:
+            self.bad_evals += 1
+        self.stopped_early = self.bad_evals >= cfg.patience
+        return {"valid": valid, "eval_seconds": time.perf_counter() - t1}
+
+    def _end_round(self, r: int, shared, record: dict) -> None:
+        """The round is done: it joins the history and, when due, the checkpoint (before the store commits)."""
         self.round = r
         self.history.append(record)
         if self.run_dir is not None and self._checkpoint_due(record):
             self.save_checkpoint()
-        self.store.commit()
-        if self.on_round is not None:
-            self.on_round(self, record)
-        return record
 
     def _checkpoint_due(self, record: dict) -> bool:
         """Every ``checkpoint_every`` rounds, at evaluations and at the end; every round with a disk store (it

@@ -16,7 +16,7 @@ import torch
 from .strategy import Strategy, check_updates, example_weights, weighted_dense, weighted_row_sums
 
 
-class FedAvg(Strategy):
+class FedAvgStrategy(Strategy):
     name = "fedavg"
     upload = "params"
 

@@ -124,20 +124,20 @@ from .config import STRATEGIES  # noqa: E402  (names live in config so the CLI c
 
 def make_strategy(name: str, *, server_lr: float | None = None, server_optimizer: str = "sgd",
                   trim_fraction: float = 0.1, chunk_floats: int = 1 << 24, item_lr_scale: float = 1.0) -> Strategy:
-    from .fedavg import FedAvg
-    from .grad_agg import GradientAggregation
+    from .fedavg import FedAvgStrategy
+    from .fedgrad import FedGradStrategy
     from .median import CoordinateMedian
     from .sparse_avg import SparseRowAvg
     from .trimmed_mean import TrimmedMean
 
     if name == "fedavg":
-        return FedAvg()
+        return FedAvgStrategy()
     if name == "sparse-avg":
         return SparseRowAvg()
     if name == "fedgrad":
         if server_lr is None:
             raise ValueError("fedgrad needs a server learning rate")
-        return GradientAggregation(server_lr, optimizer=server_optimizer, item_lr_scale=item_lr_scale)
+        return FedGradStrategy(server_lr, optimizer=server_optimizer, item_lr_scale=item_lr_scale)
     if name == "median":
         return CoordinateMedian(chunk_floats=chunk_floats)
     if name == "trimmed-mean":

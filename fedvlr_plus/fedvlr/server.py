@@ -6,7 +6,7 @@ Li, Long, Jiang, Zhang, Yang, "Federated Vision-Language-Recommendation with Per
 ``∂J_u/∂F`` for the rows of the fused views they touched; with ``α_u = n_u / Σ n`` the server forms
 ``ḡ_F = Σ_u α_u ∂J_u/∂F`` and one vector-Jacobian product gives ``Σ_u α_u ∇_{D,γ} J_u`` exactly (the VJP is linear
 in the cotangent), so a round costs one fusion forward and backward instead of one per client and step. The step
-uses the same :class:`~fedvlr_plus.federation.grad_agg.GradientAggregation` rule (SGD by default, Adam as an
+uses the same :class:`~fedvlr_plus.federation.fedgrad.FedGradStrategy` rule (SGD by default, Adam as an
 option) as every other shared parameter; the backbone's remaining shared parameters are aggregated by the inner
 strategy. See docs/method.md.
 """
@@ -16,7 +16,7 @@ import dataclasses
 
 import torch
 
-from ..federation.grad_agg import GradientAggregation
+from ..federation.fedgrad import FedGradStrategy
 from ..federation.messages import ClientUpdate
 from ..federation.strategy import Strategy, check_updates, example_weights, weighted_row_sums
 
@@ -34,7 +34,7 @@ class ServerFusion(Strategy):
         self.layer, self.inner = layer, inner
         self.server = layer.init_server(seed)
         self.server_specs = {s.name: s for s in layer.server_specs()}
-        self.opt = GradientAggregation(inner.server_lr, inner.optimizer_name, item_lr_scale=inner.item_lr_scale)
+        self.opt = FedGradStrategy(inner.server_lr, inner.optimizer_name, item_lr_scale=inner.item_lr_scale)
 
     def prepare_shared(self, shared: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Replace the placeholder fused views by the server's real ones (round 0 and after a resume)."""

@@ -7,7 +7,7 @@ client did not touch contribute zero) and steps its own optimizer on the shared 
 ``η · item_lr_scale``, the same row multiplier the clients use. The optimizer that is stepped
 updates exactly the shared parameters it is given (an optimizer holding other copies would leave the server
 state unchanged; docs/method.md, "Departures from the original release"); Adam's moments are part of the
-checkpoint. The Adam update is the standard one (bias-corrected moments, ``θ ← θ − η m̂ / (√v̂ + ε)``).
+checkpoint. The Adam update is the standard one, :class:`~.server_adam.ServerAdam`.
 
 References: Li, Long, Jiang, Zhang, Yang, "Federated Vision-Language-Recommendation with Personalized Fusion",
 AAAI-26, Algorithm 1; Ammad-ud-din et al., "Federated Collaborative Filtering ...", arXiv:1901.09888, 2019 (item
@@ -16,12 +16,11 @@ factors updated from aggregated user gradients); Reddi, Charles, Zaheer, Garrett
 """
 from __future__ import annotations
 
-import torch
-
+from .server_adam import ServerAdam
 from .strategy import Strategy, check_updates, example_weights, weighted_dense, weighted_row_sums
 
 
-class GradientAggregation(Strategy):
+class FedGradStrategy(Strategy):
     name = "fedgrad"
     upload = "grads"
 
@@ -34,19 +33,14 @@ class GradientAggregation(Strategy):
         self.server_lr = float(server_lr)
         self.item_lr_scale = float(item_lr_scale)
         self.optimizer_name = optimizer
-        self.betas, self.eps = (float(betas[0]), float(betas[1])), float(eps)
-        # Adam state (plain tensors; torch.optim is avoided because constructing one imports torch._dynamo,
-        # which costs seconds per process)
-        self.t = 0
-        self.m: dict[str, torch.Tensor] = {}
-        self.v: dict[str, torch.Tensor] = {}
+        self.adam = ServerAdam(betas, eps) if optimizer == "adam" else None
 
     def aggregate(self, shared, updates, specs):
         check_updates(shared, updates, self.upload)
         w = example_weights(updates)
         out = {}
-        if self.optimizer_name == "adam":
-            self.t += 1
+        if self.adam is not None:
+            self.adam.tick()
         for name, p in shared.items():
             if specs[name].item_table:
                 num, _ = weighted_row_sums(updates, name, p.shape, w, p.dtype)
@@ -54,25 +48,15 @@ class GradientAggregation(Strategy):
             else:
                 g = weighted_dense(updates, name, w).to(p.dtype)
             lr = self.server_lr * (self.item_lr_scale if specs[name].scaled else 1.0)
-            if self.optimizer_name == "sgd":
-                out[name] = p - lr * g
-                continue
-            b1, b2 = self.betas
-            m = self.m.get(name, torch.zeros_like(p)) * b1 + (1 - b1) * g
-            v = self.v.get(name, torch.zeros_like(p)) * b2 + (1 - b2) * g * g
-            self.m[name], self.v[name] = m, v
-            m_hat = m / (1 - b1 ** self.t)
-            v_hat = v / (1 - b2 ** self.t)
-            out[name] = p - lr * m_hat / (v_hat.sqrt() + self.eps)
+            out[name] = p - lr * g if self.adam is None else self.adam.update(name, p, g, lr)
         return out
 
     def state_dict(self) -> dict:
-        if self.optimizer_name == "sgd":
-            return {}
-        return {"t": self.t, "m": dict(self.m), "v": dict(self.v)}
+        return {} if self.adam is None else self.adam.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
         if not state:
             return
-        self.t = int(state["t"])
-        self.m, self.v = dict(state["m"]), dict(state["v"])
+        if self.adam is None:
+            raise ValueError("an Adam state cannot be loaded into the SGD server optimizer")
+        self.adam.load_state_dict(state)
