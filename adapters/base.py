@@ -98,6 +98,10 @@ class Backbone:
     default_item_lr_scale: float = 1.0
     #: fedgrad's server optimizer when the run does not name one (sgd = FedVLR Algorithm 1)
     default_server_optimizer: str = "sgd"
+    #: fedgrad's server learning rate when the run does not name one (None: the engine's rule)
+    default_server_lr: float | None = None
+    #: True for an adapter around a whole ``torch.nn.Module`` (RecBole), trained by its own module client
+    module_based: bool = False
     #: local epochs per round when the run does not name them
     default_local_epochs: int = 5
     #: shared item table -> private table that keeps the client's locally trained copy and replaces the global
@@ -111,6 +115,11 @@ class Backbone:
     dot_head: tuple[str, str, str | None] | None = None
     #: set True when item_repr/head need ctx["hist"] (the user's training positives)
     uses_history: bool = False
+
+    def wrap_strategy(self, inner, seed: int):
+        """The strategy the server runs for this backbone: ``inner`` itself, unless the backbone has a server side
+        of its own (the FedVLR layer wraps it to step its fusion)."""
+        return inner
 
     def __init__(self, n_items: int, dim: int = 64, **options):
         if n_items <= 0 or dim <= 0:

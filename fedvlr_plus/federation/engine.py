@@ -98,9 +98,9 @@ class FederatedRun:
         if not len(self.eligible):
             raise ValueError(f"{data.name}: no user has a training interaction")
         self.per_round = self._clients_per_round()
-        default_slr = getattr(self.bb, "default_server_lr", None) or self.lr * self.per_round
+        default_slr = self.bb.default_server_lr or self.lr * self.per_round
         self.server_lr = float(cfg.server_lr if cfg.server_lr is not None else default_slr)
-        self.server_optimizer = cfg.server_optimizer or getattr(self.bb, "default_server_optimizer", "sgd")
+        self.server_optimizer = cfg.server_optimizer or self.bb.default_server_optimizer
         self.strategy = make_strategy(self.strategy_name, server_lr=self.server_lr,
                                       server_optimizer=self.server_optimizer, trim_fraction=cfg.trim_fraction,
                                       chunk_floats=cfg.chunk_floats, item_lr_scale=self.item_lr_scale)
@@ -120,13 +120,11 @@ class FederatedRun:
             sim_cls = ModuleSimulator
         self.sim = sim_cls(self.bb, self.indptr, self.indices, self.store, seed=cfg.seed,
                            chunk_floats=cfg.chunk_floats)
-        if hasattr(self.bb, "wrap_strategy"):  # a layer with a server side (the FedVLR fusion)
-            self.strategy = self.bb.wrap_strategy(self.strategy, cfg.seed)
+        self.strategy = self.bb.wrap_strategy(self.strategy, cfg.seed)  # the FedVLR layer adds its server side
         self.shared = init_shared_state(self.bb, cfg.seed)
         if base is not None:  # shared parameters as the wrapped model initialises them under this seed
             self.shared.update({k: v for k, v in base.initial_values(cfg.seed).items() if k in self.shared})
-        if hasattr(self.strategy, "prepare_shared"):
-            self.shared = self.strategy.prepare_shared(self.shared)
+        self.shared = self.strategy.prepare_shared(self.shared)
         self.progress = progress
         self.on_round, self.on_upload = on_round, on_upload
         self.round = self._checkpointed_round = 0

@@ -20,6 +20,10 @@ class Strategy:
                   specs: dict) -> dict[str, torch.Tensor]:
         raise NotImplementedError
 
+    def prepare_shared(self, shared: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The shared state clients receive, from the initial one (a strategy with a server side adds to it)."""
+        return shared
+
     def state_dict(self) -> dict:
         return {}
 
