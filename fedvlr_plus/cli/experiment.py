@@ -66,6 +66,8 @@ def register(sub) -> argparse.ArgumentParser:
     add_run_arguments(t, command="experiment")
     add_fusion_arguments(t)
     t.set_defaults(func=cmd_paper_table, seeds=3)
+    from .poisoning import register as register_poisoning
+    register_poisoning(ex)
     return p
 
 

@@ -1,0 +1,132 @@
+"""The poisoning experiment: an item-promotion attack under every aggregation rule, over attacker fractions.
+
+For each seed a target is chosen from training counts only (a random item among the least popular warm items,
+``promotion_attack.choose_target``); for every (strategy, attacker fraction) the federated run trains with
+``round(fraction × real clients)`` fake clients added (``poisoned.PoisonedSimulator``), the round is selected on
+the real users' validation as in any run, and at that round we measure the target's exposure (its HR@K among
+the users who never interacted with it, ``evaluation.exposure``) and the overall test figures. The same seed and
+target are used across strategies and fractions, so each attacked row is compared, user by user, with the
+unattacked row of its strategy (paired t-test over (seed, user) pairs).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import numpy as np
+from scipy import stats
+
+from ..evaluation.exposure import exposure
+from ..evaluation.stats import bootstrap_ci
+
+#: figures of each row: the target's exposure and the overall test ranking quality
+EXPOSURE_KS = (10, 50)
+TEST_KEYS = ("ndcg@10", "ndcg@50")
+
+
+def train_counts(data) -> np.ndarray:
+    return np.asarray(data.matrix(["train"]).sum(axis=0)).ravel().astype(np.int64)
+
+
+def build_attackers(run, data, target: int, fraction: float, *, pool_size: int, boost: float) -> list:
+    """The fake clients of one run: ids after the real users', one fake profile each."""
+    from ..federation.poisoned import attacker_count
+    from ..federation.promotion_attack import PromotionAttacker, popular_pool
+
+    counts = train_counts(data)
+    pool = popular_pool(counts, pool_size, exclude=target)
+    lengths = np.diff(data.matrix(["train"]).tocsr().indptr)
+    profile = int(np.median(lengths[lengths > 0]))
+    n_fake = attacker_count(fraction, len(run.eligible))
+    return [PromotionAttacker(run.n_users + j, run.bb, target, pool, profile, seed=run.cfg.seed, boost=boost)
+            for j in range(n_fake)]
+
+
+def run_cell(data, backbone: str, cfg, target: int, fraction: float, *, pool_size: int = 100,
+             boost: float = 1.0) -> dict:
+    """One run: train with the attackers, select on validation, measure exposure and test at that round."""
+    from ..federation.engine import FederatedRun
+    from ..federation.poisoned import PoisonedSimulator
+
+    at_best = {}
+
+    def on_round(run, record):
+        if "valid" in record and run.best["round"] == record["round"]:
+            at_best["exposure"] = exposure(data, run.scorer(), target, ks=EXPOSURE_KS)
+
+    wall, cpu = time.perf_counter(), time.process_time()
+    run = FederatedRun(data, backbone, cfg, progress=False, on_round=on_round)
+    attackers = build_attackers(run, data, target, fraction, pool_size=pool_size, boost=boost)
+    run.sim = PoisonedSimulator(run.sim, attackers, len(run.eligible), cfg.seed)
+    result = run.run()
+    test = run.best["test_full"].frame("all")
+    exp = at_best["exposure"]
+    return {"strategy": cfg.strategy, "fraction": float(fraction), "seed": int(cfg.seed), "target": int(target),
+            "attackers": len(attackers), "selected_round": int(result["selected_round"]),
+            "exposure": {f"hr@{k}": exp[f"hr@{k}"] for k in EXPOSURE_KS}, "exposure_users": exp["users"],
+            "test": {k: float(result["test"][k]) for k in TEST_KEYS},
+            "per_user": {**{f"exposure_hr@{k}": exp["per_user"][k] for k in EXPOSURE_KS},
+                         **{f"test_{k}": test[k].to_numpy(np.float64) for k in TEST_KEYS}},
+            "wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu}
+
+
+def run_grid(data, backbone: str, base_cfg, strategies, fractions, seeds: int, *, target_quantile: float = 0.1,
+             pool_size: int = 100, boost: float = 1.0, log=None) -> list[dict]:
+    """Every (seed, strategy, fraction) cell; the seed's target is shared by all its cells."""
+    from ..federation.promotion_attack import choose_target
+
+    cells = []
+    counts = train_counts(data)
+    for s in range(seeds):
+        seed = base_cfg.seed + s
+        target = choose_target(counts, seed, target_quantile)
+        for strategy in strategies:
+            for fraction in fractions:
+                cfg = replace(base_cfg, strategy=strategy, seed=seed, seeds=1)
+                cell = run_cell(data, backbone, cfg, target, fraction, pool_size=pool_size, boost=boost)
+                cells.append(cell)
+                if log is not None:
+                    log(f"seed {seed} target {target} ({counts[target]} training users) {strategy} "
+                        f"{fraction:.0%} attackers: exposure hr@10 {cell['exposure']['hr@10']:.4f}, ndcg@10 "
+                        f"{cell['test']['ndcg@10']:.4f}, round {cell['selected_round']}, "
+                        f"{cell['wall_s']:.0f} s wall, {cell['cpu_s']:.0f} s CPU")
+    return cells
+
+
+def _paired_p(attacked: list[np.ndarray], clean: list[np.ndarray]) -> float | None:
+    """Two-sided paired t-test over (seed, user) pairs; None when every pair is equal."""
+    a, b = np.concatenate(attacked), np.concatenate(clean)
+    if len(a) != len(b) or len(a) < 2:
+        return None
+    d = a - b
+    if np.all(d == d[0]):
+        return None if d[0] == 0 else 0.0
+    return float(stats.ttest_rel(a, b).pvalue)
+
+
+def summarise(cells: list[dict], strategies, fractions, seed: int = 0) -> list[dict]:
+    """One row per (strategy, fraction): means and std over seeds, a bootstrap CI over the pooled (seed, user)
+    values and the paired p-value against the same strategy without attackers."""
+    rows = []
+    for strategy in strategies:
+        clean = [c for c in cells if c["strategy"] == strategy and c["fraction"] == 0.0]
+        for fraction in fractions:
+            mine = sorted((c for c in cells if c["strategy"] == strategy and c["fraction"] == fraction),
+                          key=lambda c: c["seed"])
+            row = {"strategy": strategy, "fraction": float(fraction), "seeds": [c["seed"] for c in mine],
+                   "targets": [c["target"] for c in mine], "attackers": mine[0]["attackers"] if mine else 0,
+                   "selected_rounds": [c["selected_round"] for c in mine],
+                   "cpu_s": float(sum(c["cpu_s"] for c in mine)), "wall_s": float(sum(c["wall_s"] for c in mine))}
+            for key in [f"exposure_hr@{k}" for k in EXPOSURE_KS] + [f"test_{k}" for k in TEST_KEYS]:
+                part, metric = key.split("_", 1)
+                vals = [c[part][metric] for c in mine]
+                row[key] = float(np.mean(vals)) if vals else None
+                row[f"{key}_std"] = float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0
+                pooled = np.concatenate([c["per_user"][key] for c in mine]) if mine else np.zeros(0)
+                row[f"{key}_ci"] = bootstrap_ci(pooled, seed=seed)
+                paired = sorted(clean, key=lambda c: c["seed"])
+                same = [c["seed"] for c in paired] == row["seeds"] and fraction != 0.0
+                row[f"{key}_p"] = (_paired_p([c["per_user"][key] for c in mine],
+                                             [c["per_user"][key] for c in paired]) if same else None)
+            rows.append(row)
+    return rows
