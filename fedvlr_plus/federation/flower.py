@@ -75,7 +75,7 @@ DEPLOY_KEYS = {"data": "", "max-users": 0, "fusion": "none", "router-temperature
                "audit-dir": "", "fault-partition": -1, "fault-round": 0, "fault-delay-s": 0.0,
                # secure aggregation (Flower's SecAgg+), see flower_secagg.py and docs/flower.md
                "secagg": 0, "secagg-num-shares": 1.0, "secagg-reconstruction-threshold": 0.67,
-               "secagg-max-weight": 0.0, "secagg-clipping-range": 1.0, "secagg-quantization-range": 0}
+               "secagg-max-weight": 0.0, "secagg-clipping-range": 0.0, "secagg-quantization-range": 0}
 
 
 # ---------------------------------------------------------------------------------------------- settings
@@ -105,7 +105,7 @@ class Settings:
     secagg_num_shares: float = 1.0
     secagg_reconstruction_threshold: float = 0.67
     secagg_max_weight: float = 0.0          # 0: the training examples of the whole dataset (no node has more)
-    secagg_clipping_range: float = 1.0
+    secagg_clipping_range: float = 0.0      # 0: from the broadcast (secure_sum.clipping_range)
     secagg_quantization_range: int = 0      # 0: the finest the round's number of nodes allows
     backbone: str = "fedavg"
 

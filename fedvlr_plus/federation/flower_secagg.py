@@ -36,7 +36,7 @@ from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECOR
 from flwr.server.workflow.constant import Key as WorkflowKey
 
 from ..jsonio import write_json_atomic
-from .secure_sum import layout, node_vector, quantization_range, split_aggregate
+from .secure_sum import clipping_range, layout, node_vector, quantization_range, split_aggregate
 
 FIT_NAMES, FIT_CONFIG = "fedvlr-names", "fedvlr-config"
 
@@ -139,10 +139,10 @@ class _ReplyTap:
         return getattr(self._grid, name)
 
 
-def workflow_from_settings(s, n_nodes: int, max_weight: float) -> SecAggPlusWorkflow:
+def workflow_from_settings(s, n_nodes: int, max_weight: float, clip: float) -> SecAggPlusWorkflow:
     """SecAgg+ with the run's share count, threshold (an int above 1 is a count, a float up to 1 a fraction),
-    clipping range, the weight bound ``max_weight`` and the finest quantisation ``n_nodes`` allow (unless the run
-    config fixes one)."""
+    clipping range ``clip``, the weight bound ``max_weight`` and the finest quantisation ``n_nodes`` allow (unless
+    the run config fixes one)."""
     def count_or_fraction(v: float, key: str):
         if v > 1:
             if v != int(v):
@@ -152,13 +152,14 @@ def workflow_from_settings(s, n_nodes: int, max_weight: float) -> SecAggPlusWork
 
     return SecAggPlusWorkflow(count_or_fraction(s.secagg_num_shares, "secagg-num-shares"),
                               count_or_fraction(s.secagg_reconstruction_threshold, "secagg-reconstruction-threshold"),
-                              max_weight=float(max_weight), clipping_range=float(s.secagg_clipping_range),
+                              max_weight=float(max_weight), clipping_range=float(clip),
                               quantization_range=int(s.secagg_quantization_range or quantization_range(n_nodes)),
                               timeout=float(s.round_timeout))
 
 
 def run_secure_round(grid, nodes: list[int], shared: dict, round_config: dict, item_tables: set[str], s,
                      server_round: int, max_weight: float, audit_dir: Path | None = None) -> SecureRound:
+    clip = float(s.secagg_clipping_range or clipping_range(shared, round_config["upload"]))
     """One training round under SecAgg+: only the aggregate of the nodes' vectors reaches this function."""
     names = sorted(shared)
     params = ndarrays_to_parameters([shared[n].detach().cpu().numpy() for n in names])
@@ -168,7 +169,7 @@ def run_secure_round(grid, nodes: list[int], shared: dict, round_config: dict, i
                         MAIN_PARAMS_RECORD: ArrayRecord()})
     ctx = LegacyContext(Context(run_id=0, node_id=0, node_config={}, state=state, run_config={}), strategy=one)
     tap = _ReplyTap(grid, lambda stage, m: audit_reply(audit_dir, server_round, stage, m) if audit_dir else None)
-    workflow_from_settings(s, len(nodes), max_weight)(tap, ctx)
+    workflow_from_settings(s, len(nodes), max_weight, clip)(tap, ctx)
     if not one.results:
         reasons = "; ".join(str(f) for f in one.failures) or "see the ServerApp log (too few nodes replied)"
         raise RuntimeError(f"round {server_round}: secure aggregation did not complete ({reasons})")

@@ -44,7 +44,7 @@ def layout(shapes: dict[str, tuple], item_tables: set[str]) -> list[tuple[str, s
 
 
 def node_vector(updates: list[ClientUpdate], parts, clipping_range: float) -> tuple[list[np.ndarray], int]:
-    """A node's dense vector (float64 arrays in ``parts`` order) and its number of training examples ``N_i``.
+    """A node's dense vector (flat float64 arrays in ``parts`` order) and its number of training examples ``N_i``.
 
     Refuses values outside ``[-clipping_range, clipping_range]``: SecAgg+ would clip them silently and the
     aggregate would be wrong."""
@@ -71,7 +71,7 @@ def node_vector(updates: list[ClientUpdate], parts, clipping_range: float) -> tu
                 acc += w * vals
             else:
                 np.add.at(acc, rows.numpy().astype(np.int64), w * vals)
-        out.append(acc)
+        out.append(acc.reshape(-1))   # 1-d: Flower 1.42's unmasking skips its offset on 0-d arrays
     worst = max(float(np.abs(a).max()) if a.size else 0.0 for a in out)
     if worst > clipping_range:
         raise ValueError(f"secure aggregation: an upload value of magnitude {worst:.4g} exceeds the clipping range "
@@ -121,6 +121,17 @@ def aggregate_as_update(rule: str, shared: dict[str, torch.Tensor], means: dict,
                 rows[name] = hit
         arrays[name] = m.to(base.dtype)
     return ClientUpdate(cid=-1, kind=kind, arrays=arrays, rows=rows, num_examples=1).validate()
+
+
+def clipping_range(shared: dict[str, torch.Tensor], kind: str) -> float:
+    """A clipping range honest node vectors fit, from the public broadcast only: 1 for gradient uploads (a node's
+    mean gradient is small; the weights are at most 1), and for parameter uploads (new values near the broadcast
+    ones) the power of two at or above four times the largest broadcast value, at least 8 (Flower's default).
+    A node refuses to upload a value outside it (:func:`node_vector`)."""
+    if kind == "grads":
+        return 1.0
+    top = max((float(v.abs().max()) for v in shared.values() if v.numel()), default=0.0)
+    return float(2.0 ** max(3, int(np.ceil(np.log2(max(4.0 * top, 1.0))))))
 
 
 def quantization_range(n_nodes: int, modulus: int = 1 << 32) -> int:
