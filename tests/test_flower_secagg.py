@@ -30,7 +30,8 @@ from fedvlr_plus.federation.strategy import make_strategy  # noqa: E402
 from test_flower import LoopbackGrid, base_config  # noqa: E402
 
 N_ITEMS, DIM = 30, 4
-SPECS = {"items": SimpleNamespace(item_table=True, scaled=True), "bias": SimpleNamespace(item_table=False, scaled=False)}
+SPECS = {"items": SimpleNamespace(item_table=True, scaled=True),
+         "bias": SimpleNamespace(item_table=False, scaled=False)}
 
 
 def _uploads(kind: str, seed: int = 0) -> list[ClientUpdate]:
@@ -140,6 +141,8 @@ def test_secure_rounds_in_process_equal_the_plain_run(tmp_path, monkeypatch, ext
     res = run_app_loopback(cfg, tmp_path / "secure")
 
     assert seen == [[-1], [-1]]       # our strategy only ever gets the round's aggregate
+    assert res["secure_aggregation"]["rule"] in ("fedgrad", "sparse-avg", "fedavg")
+    assert "secure_aggregation" not in plain
     assert res["selected_round"] == plain["selected_round"]
     for part in ("valid", "test", "test_warm", "test_cold"):
         assert res[part] == pytest.approx(plain[part], abs=1e-4), part
@@ -176,3 +179,32 @@ def assert_only_masked_vectors(audit: Path, rounds: int, nodes: int) -> dict:
             assert (vec > 1 << 30).mean() > 0.6 and abs(vec.mean() / 2 ** 31 - 1) < 0.05
             sizes[meta_file.stem] = meta["masked_bytes"]
     return sizes
+
+
+def test_a_robust_strategy_is_refused_before_any_round(tmp_path):
+    cfg = base_config(tmp_path, **{"secagg": 1, "fusion": "none", "backbone": "fedncf", "strategy": "median",
+                                   "max-users": 6})
+    with pytest.raises(ValueError, match="strategy 'median' needs every upload"):
+        run_app_loopback(cfg, tmp_path)
+    assert not (tmp_path / "audit").exists()          # nothing was sent
+    assert "median" in json.loads((tmp_path / "result.error.json").read_text())["error"]
+
+
+def test_flower_run_secagg_flag_sets_the_run_config(monkeypatch, capsys):
+    import subprocess
+    import tomllib
+
+    from fedvlr_plus.cli import flower as cli_flower
+    from fedvlr_plus.cli import main
+
+    calls = []
+    monkeypatch.setattr(cli_flower.subprocess, "run", lambda cmd, **kw: calls.append(cmd) or
+                        subprocess.CompletedProcess(cmd, 0, stdout='{"run-id": 1}\n', stderr=""))
+    assert main(["flower", "run", "examples/flower_app", "--superlink", "127.0.0.1:1", "--insecure", "--secagg",
+                 "--config", "secagg-num-shares=3"]) == 0
+    assert calls[0][-1] == "secagg-num-shares=3 secagg=1"
+    # flwr run only overrides keys the app declares: the example app declares every secagg key
+    conf = tomllib.loads((Path(__file__).resolve().parents[1] / "examples" / "flower_app" / "pyproject.toml")
+                         .read_text())["tool"]["flwr"]["app"]["config"]
+    assert {k for k in fl.DEPLOY_KEYS if k.startswith("secagg")} <= set(conf)
+    assert fl.Settings.from_run_config({**conf, "secagg": 1}).secagg == 1

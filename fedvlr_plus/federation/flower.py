@@ -670,6 +670,15 @@ class SecureFedVLRStrategy(FedVLRStrategy):
                      **{k: v.numpy() for k, v in self.run.shared.items()})
         return out
 
+    def result(self) -> dict:
+        s = self.s
+        return {**super().result(), "secure_aggregation": {
+            "protocol": "SecAgg+ (flwr secaggplus_mod / SecAggPlusWorkflow)", "rule": self.rule,
+            "num_shares": float(s.secagg_num_shares),
+            "reconstruction_threshold": float(s.secagg_reconstruction_threshold),
+            "max_weight": self.max_weight, "clipping_range": float(s.secagg_clipping_range) or "auto",
+            "quantization_range": int(s.secagg_quantization_range) or "auto"}}
+
 
 def server_main(grid: Grid, context: Context) -> dict:
     """The ServerApp's body: build the run as the simulator would, drive Flower's round loop, write the result."""
