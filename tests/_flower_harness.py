@@ -37,8 +37,12 @@ def wait_port(port: int, timeout: float = 30.0) -> None:
 
 
 class Federation:
-    def __init__(self, root: Path):
+    """``certificates`` (a folder with ``ca.crt``, ``server.pem``, ``server.key``) turns TLS on for every process;
+    ``supernode_auth`` makes the SuperLink accept registered SuperNodes only (see :meth:`register`)."""
+
+    def __init__(self, root: Path, *, certificates: Path | None = None, supernode_auth: bool = False):
         self.root = Path(root)
+        self.certificates, self.supernode_auth = certificates, supernode_auth
         self.procs: dict[str, subprocess.Popen] = {}
         self.env = dict(os.environ)
         # Flower starts flower-superexec / flwr-serverapp / flwr-clientapp by name: use this venv's
@@ -57,24 +61,51 @@ class Federation:
         self.procs[name] = p
         return p
 
+    @property
+    def _tls(self) -> dict:
+        """The TLS arguments of a SuperNode or a ``flwr`` call: the CA, or ``insecure``."""
+        if self.certificates is None:
+            return {"insecure": True}
+        return {"insecure": False, "root_certificates": str(Path(self.certificates) / "ca.crt")}
+
     def start_superlink(self) -> None:
         self.port = free_port()
-        self._start("superlink", flower_cli.superlink_command(port=self.port, insecure=True),
+        tls = {"certificates": str(self.certificates)} if self.certificates else {"insecure": True}
+        self._start("superlink", flower_cli.superlink_command(port=self.port, supernode_auth=self.supernode_auth,
+                                                              **tls),
                     self.root / "home-superlink")
         wait_port(self.port)
+
+    def _cli_home(self) -> Path:
+        home = self.root / "home-cli"
+        flower_cli.write_connection(home, f"127.0.0.1:{self.port}", **self._tls)
+        return home
+
+    def flwr(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        """``flwr ARGS`` against this federation's SuperLink (its connection is named ``fedvlr``)."""
+        return subprocess.run([flower_cli._exe("flwr"), *args], env={**self.env, "FLWR_HOME": str(self._cli_home())},
+                              capture_output=True, text=True, timeout=timeout)
+
+    def register(self, public_key: Path) -> int:
+        """Register a SuperNode's public key (node authentication); returns the node id the SuperLink gave it."""
+        proc = self.flwr("supernode", "register", str(public_key), "fedvlr", "--format", "json")
+        if proc.returncode != 0:
+            raise RuntimeError(f"flwr supernode register failed:\n{proc.stdout}\n{proc.stderr}")
+        return int(json.loads(proc.stdout[proc.stdout.index("{"):])["node-id"])
 
     def supernode_state(self, i: int) -> Path:
         return self.root / f"state-{i}"
 
-    def start_supernode(self, i: int, n: int, *, tag: str = "") -> None:
+    def start_supernode(self, i: int, n: int, *, tag: str = "", auth_key: Path | None = None,
+                        tls: dict | None = None, max_wait_time: float | None = None) -> subprocess.Popen:
         cmd = flower_cli.supernode_command(superlink=f"127.0.0.1:{self.port}", partition=(i, n),
-                                           runtime_port=free_port(), insecure=True,
-                                           state_dir=str(self.supernode_state(i)))
-        self._start(f"supernode-{i}{tag}", cmd, self.root / f"home-supernode-{i}{tag}")
+                                           runtime_port=free_port(), state_dir=str(self.supernode_state(i)),
+                                           auth_key=str(auth_key) if auth_key else None,
+                                           max_wait_time=max_wait_time, **(tls or self._tls))
+        return self._start(f"supernode-{i}{tag}", cmd, self.root / f"home-supernode-{i}{tag}")
 
     def submit(self, config: dict) -> dict:
-        home = self.root / "home-cli"
-        flower_cli.write_connection(home, f"127.0.0.1:{self.port}", insecure=True)
+        home = self._cli_home()
         proc = subprocess.run(flower_cli.run_command(str(APP_DIR), config=flower_cli.absolute_paths(config)),
                               env={**self.env, "FLWR_HOME": str(home)}, capture_output=True, text=True,
                               timeout=120)

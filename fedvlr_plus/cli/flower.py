@@ -78,6 +78,9 @@ def register(subparsers) -> argparse.ArgumentParser:
     r.add_argument("--timeout", type=positive_float, default=24 * 3600.0,
                    help="with --wait: give up after this many seconds")
     r.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    r.add_argument("--secagg", action="store_true",
+                   help="secure aggregation of the training uploads with Flower's SecAgg+ (= --config secagg=1; "
+                        "tune with --config secagg-num-shares=... secagg-reconstruction-threshold=...)")
     _add_tls(r, server=False)
     r.set_defaults(func=cmd_run)
     return p
@@ -107,6 +110,8 @@ def cmd_run(args) -> int:
             raise ConfigError(f"--config {item}", "expected KEY=VALUE", "e.g. --config rounds=3")
         k, v = item.split("=", 1)
         config[k.strip()] = v.strip()
+    if args.secagg:
+        config["secagg"] = "1"
     config = absolute_paths(config)
     if args.wait and not config.get("result"):
         raise ConfigError("--wait", "needs --config result=PATH (the file the ServerApp writes)")

@@ -72,7 +72,10 @@ STATE_FORMAT = 1
 DEPLOY_KEYS = {"data": "", "max-users": 0, "fusion": "none", "router-temperature": 1.0, "router-balance": 0.0,
                "cold-neighbours": 10, "min-train-nodes": 1, "min-evaluate-nodes": 1, "min-available-nodes": 1,
                "fraction-train": 1.0, "round-timeout": 3600.0, "evaluation": "federated", "result": "",
-               "audit-dir": "", "fault-partition": -1, "fault-round": 0, "fault-delay-s": 0.0}
+               "audit-dir": "", "fault-partition": -1, "fault-round": 0, "fault-delay-s": 0.0,
+               # secure aggregation (Flower's SecAgg+), see flower_secagg.py and docs/flower.md
+               "secagg": 0, "secagg-num-shares": 1.0, "secagg-reconstruction-threshold": 0.67,
+               "secagg-max-weight": 0.0, "secagg-clipping-range": 0.0, "secagg-quantization-range": 0}
 
 
 # ---------------------------------------------------------------------------------------------- settings
@@ -98,6 +101,12 @@ class Settings:
     fault_partition: int = -1
     fault_round: int = 0
     fault_delay_s: float = 0.0
+    secagg: int = 0
+    secagg_num_shares: float = 1.0
+    secagg_reconstruction_threshold: float = 0.67
+    secagg_max_weight: float = 0.0          # 0: the training examples of the whole dataset (no node has more)
+    secagg_clipping_range: float = 0.0      # 0: from the broadcast (secure_sum.clipping_range)
+    secagg_quantization_range: int = 0      # 0: the finest the round's number of nodes allows
     backbone: str = "fedavg"
 
     @classmethod
@@ -129,6 +138,9 @@ class Settings:
             raise ValueError("run config: 'data' (the dataset path, or ml-100k) is required")
         if extra.get("evaluation", "federated") not in ("federated", "server"):
             raise ValueError("run config: evaluation must be 'federated' or 'server'")
+        if extra.get("secagg") and int(extra.get("min_train_nodes", 1)) < 2:
+            raise ValueError("run config: secagg needs at least 2 nodes per round (min-train-nodes >= 2): a secure "
+                             "sum of one node is that node's upload")
         return cls(cfg=FedConfig(**fed), backbone=str(rc.get("backbone", "fedavg")), **extra)
 
 
@@ -362,18 +374,29 @@ def _config_dict(rec: ConfigRecord) -> dict:
 
 
 def node_train(msg: Message, context: Context) -> Message:
-    """Local training of every user of this node that has training data; private state stays in the node."""
+    """Local training of every user of this node that has training data; private state stays in the node.
+
+    In a secure round (SecAgg+) the node replies with one dense vector for all its users, which Flower's
+    ``secaggplus_mod`` masks before it leaves the node (see :mod:`.flower_secagg`)."""
+    from . import flower_secagg
+
     node = _node_model(context)
     store = _node_store(node, context)
-    config = _config_dict(msg.content["config"])
+    secure = flower_secagg.is_secure_train(msg)
+    if secure:
+        shared, config = flower_secagg.secure_fit_inputs(msg)
+    else:
+        shared, config = record_to_shared(msg.content["arrays"]), _config_dict(msg.content["config"])
     r = int(config["round"])
     store._log({"event": "fit-start", "round": r, "users": [int(u) for u in node.train_users]})
     if node.s.fault_delay_s and node.s.fault_partition == node.partition and node.s.fault_round in (0, r):
         time.sleep(node.s.fault_delay_s)   # a fault drill: time to kill this node in the middle of the round
-    shared = record_to_shared(msg.content["arrays"])
     updates = [node.client(int(cid), store).fit(shared, config) for cid in node.train_users]
     store.flush(r)
     store._log({"event": "fit-done", "round": r})
+    if secure:
+        tables = {s.name for s in node.bb.all_specs() if s.item_table and s.name in shared}
+        return Message(flower_secagg.secure_fit_reply(updates, shared, tables, context), reply_to=msg)
     return Message(updates_to_content(updates), reply_to=msg)
 
 
@@ -417,8 +440,10 @@ def node_evaluate(msg: Message, context: Context) -> Message:
 
 def make_client_app() -> ClientApp:
     """The ``ClientApp``: ``train`` and ``evaluate`` handlers over :class:`RecClient` (see the module doc)."""
+    from .flower_secagg import secagg_mod
+
     app = ClientApp()
-    app.train()(node_train)
+    app.train(mods=[secagg_mod])(node_train)   # SecAgg+ only for messages of a secure round
     app.evaluate()(node_evaluate)
     return app
 
@@ -496,17 +521,20 @@ class FedVLRStrategy(FlowerStrategyBase):
             raise RuntimeError(f"round {server_round}: a user was uploaded by two nodes (overlapping partitions)")
         if not updates:
             raise RuntimeError(f"round {server_round}: the replying nodes hold no user with training data")
+        n = np.array([u.num_examples for u in updates], dtype=np.float64)
+        loss = float(np.dot(n, [u.metrics.get("loss", 0.0) for u in updates]) / n.sum())
+        return self._apply(server_round, updates, loss=loss, nodes=len(ok), clients=len(updates))
+
+    def _apply(self, server_round: int, updates: list[ClientUpdate], *, loss: float, nodes: int, clients: int):
+        """Aggregate ``updates`` with our strategy into the new shared state and record the round."""
         run = self.run
         run.shared = run.strategy.aggregate(run.shared, updates, run.specs)
         run.round = server_round
-        n = np.array([u.num_examples for u in updates], dtype=np.float64)
-        loss = float(np.dot(n, [u.metrics.get("loss", 0.0) for u in updates]) / n.sum())
         if not np.isfinite(loss) or not all(bool(torch.isfinite(v).all()) for v in run.shared.values()):
             raise FloatingPointError(f"training diverged in round {server_round} (loss {loss})")
-        self._pending = {"round": server_round, "nodes": len(ok), "clients": len(updates), "loss": loss}
+        self._pending = {"round": server_round, "nodes": nodes, "clients": clients, "loss": loss}
         self.history.append(self._pending)
-        return shared_to_record(run.shared), MetricRecord({"loss": loss, "nodes": len(ok),
-                                                           "clients": len(updates)})
+        return shared_to_record(run.shared), MetricRecord({"loss": loss, "nodes": nodes, "clients": clients})
 
     def _evaluating(self, server_round: int) -> bool:
         cfg = self.run.cfg
@@ -599,6 +627,59 @@ class FedVLRStrategy(FlowerStrategyBase):
         return out
 
 
+class SecureFedVLRStrategy(FedVLRStrategy):
+    """:class:`FedVLRStrategy` whose training rounds run under Flower's SecAgg+: the server receives masked
+    vectors only, and our strategy aggregates one upload that stands for the round's secure sum
+    (:func:`~fedvlr_plus.federation.secure_sum.aggregate_as_update`). Evaluation is unchanged (metric sums)."""
+
+    def __init__(self, run, s: Settings):
+        from .secure_sum import SUMMABLE
+
+        super().__init__(run, s)
+        self.rule = "fedgrad" if run.strategy.upload == "grads" else run.strategy_name
+        if self.rule not in SUMMABLE:
+            raise ValueError(f"secagg: strategy {run.strategy_name!r} needs every upload and cannot run on a "
+                             f"secure sum; choose one of {', '.join(SUMMABLE)}")
+        self._secure = None
+        # SecAgg+ weights a node by N_i / max_weight: no node holds more training examples than the dataset
+        self.max_weight = float(s.secagg_max_weight or int(np.diff(run.indptr).sum()))
+
+    def configure_train(self, server_round, arrays, config, grid):
+        from .flower_secagg import run_secure_round
+
+        nodes = self._nodes(grid, self.s.min_train_nodes, self.s.fraction_train)
+        tables = {n for n in self.run.shared if self.run.specs[n].item_table}
+        if self.audit is not None:
+            self.audit.mkdir(parents=True, exist_ok=True)
+        self._secure = run_secure_round(grid, nodes, self.run.shared, self.run.round_config(server_round), tables,
+                                        self.s, server_round, self.max_weight, self.audit)
+        return []   # the round's messages were exchanged by the SecAgg+ workflow
+
+    def aggregate_train(self, server_round, replies):
+        from .secure_sum import aggregate_as_update
+
+        sec, self._secure = self._secure, None
+        if sec.nodes < self.s.min_train_nodes:
+            raise RuntimeError(f"round {server_round}: {sec.nodes} nodes in the secure sum, fewer than the minimum "
+                               f"{self.s.min_train_nodes} ({'; '.join(sec.failures)})")
+        update = aggregate_as_update(self.rule, self.run.shared, sec.means, sec.weights, sec.n_total,
+                                     self.run.strategy.upload)
+        out = self._apply(server_round, [update], loss=sec.loss, nodes=sec.nodes, clients=sec.users)
+        if self.audit is not None:   # what the server holds after the round (the aggregate, nothing per node)
+            np.savez(self.audit / f"round{server_round:03d}-shared.npz",
+                     **{k: v.numpy() for k, v in self.run.shared.items()})
+        return out
+
+    def result(self) -> dict:
+        s = self.s
+        return {**super().result(), "secure_aggregation": {
+            "protocol": "SecAgg+ (flwr secaggplus_mod / SecAggPlusWorkflow)", "rule": self.rule,
+            "num_shares": float(s.secagg_num_shares),
+            "reconstruction_threshold": float(s.secagg_reconstruction_threshold),
+            "max_weight": self.max_weight, "clipping_range": float(s.secagg_clipping_range) or "auto",
+            "quantization_range": int(s.secagg_quantization_range) or "auto"}}
+
+
 def server_main(grid: Grid, context: Context) -> dict:
     """The ServerApp's body: build the run as the simulator would, drive Flower's round loop, write the result."""
     from .engine import FederatedRun
@@ -608,7 +689,7 @@ def server_main(grid: Grid, context: Context) -> dict:
         data = load_data(s.data, s.max_users)
         bb = build_backbone(data, s)
         run = FederatedRun(data, bb, s.cfg, progress=False)
-        strategy = FedVLRStrategy(run, s)
+        strategy = (SecureFedVLRStrategy if s.secagg else FedVLRStrategy)(run, s)
         strategy.start(grid=grid, initial_arrays=shared_to_record(run.shared), num_rounds=s.cfg.rounds,
                        timeout=s.round_timeout,
                        evaluate_fn=strategy.server_evaluate if s.evaluation == "server" else None)
