@@ -1,4 +1,4 @@
-"""``fedvlr-plus experiment paper-table SOURCE ...``."""
+"""``fedvlr-plus experiment paper-table SOURCE ...`` (and the privacy experiments of .privacy_experiments)."""
 from __future__ import annotations
 
 import argparse
@@ -66,6 +66,9 @@ def register(sub) -> argparse.ArgumentParser:
     add_run_arguments(t, command="experiment")
     add_fusion_arguments(t)
     t.set_defaults(func=cmd_paper_table, seeds=3)
+    from .privacy_experiments import register as register_privacy
+
+    register_privacy(ex)
     return p
 
 
