@@ -9,7 +9,8 @@ contribution's L2 sensitivity is ``2C``: the accountant's noise multiplier (nois
 Three figures, all from the library (no hand-written formula):
 
 - ``epsilon``: the sampled-without-replacement Gaussian (``SampledWithoutReplacementDpEvent(N, m, σ/2)``,
-  replace-one, Wang, Balle & Kasiviswanathan, AISTATS 2019), self-composed over the rounds. It is what an observer
+  replace-one, Wang, Balle & Kasiviswanathan, AISTATS 2019), self-composed over the rounds (or ``epsilon_server``
+  where that is smaller: the subsampling bound is loose at small σ). It is what an observer
   of the aggregated models learns who does not know which clients were picked and does not see single uploads;
 - ``epsilon_poisson``: the Poisson-subsampled Gaussian (rate ``q = m / N``, noise multiplier ``σ``, add-or-remove
   one client), the figure DP-FedAvg papers report (McMahan et al., ICLR 2018). The package does not sample
@@ -52,7 +53,9 @@ def epsilon_sampled(sigma: float, sample_size: int, population: int, rounds: int
         return math.inf
     round_event = dp_accounting.SampledWithoutReplacementDpEvent(
         int(population), int(sample_size), dp_accounting.GaussianDpEvent(sigma / 2.0))
-    return _epsilon(dp_accounting.SelfComposedDpEvent(round_event, int(rounds)), delta, _RELATION.REPLACE_ONE)
+    sampled = _epsilon(dp_accounting.SelfComposedDpEvent(round_event, int(rounds)), delta, _RELATION.REPLACE_ONE)
+    # the subsampling bound is not tight: at small sigma it exceeds the bound without sampling, which holds too
+    return min(sampled, epsilon_server(sigma, rounds, delta))
 
 
 def epsilon_poisson(sigma: float, q: float, rounds: int, delta: float) -> float:
