@@ -77,7 +77,7 @@ def _setup(args):
     if args.target_epsilon is not None:
         raise ConfigError("--target-epsilon", "the table sets the noise of each row itself (--noise)")
     if "@" not in args.metric:
-        raise ConfigError(f"--metric {args.metric}", "looks like ndcg@50")
+        raise ConfigError(f"--metric {args.metric}", "expected METRIC@K", "e.g. ndcg@50")
     data, _ = load_for_run(args)
     cfg = config_from_args(args, valid_metric=args.metric)
     backbone = args.backbone
