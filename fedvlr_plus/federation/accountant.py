@@ -24,6 +24,7 @@ shrinking with the population, as in McMahan et al.
 """
 from __future__ import annotations
 
+import logging
 import math
 
 import dp_accounting
@@ -41,9 +42,17 @@ def default_delta(population: int) -> float:
 
 
 def _epsilon(event, delta: float, relation) -> float:
-    acc = RdpAccountant(neighboring_relation=relation)
-    acc.compose(event)
-    return float(acc.get_epsilon(delta))
+    # the accountant logs a warning for every RDP order it cannot evaluate and leaves out; the bound it returns
+    # from the remaining orders is still valid, so the warnings are quietened here
+    log = logging.getLogger("absl")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        acc = RdpAccountant(neighboring_relation=relation)
+        acc.compose(event)
+        return float(acc.get_epsilon(delta))
+    finally:
+        log.setLevel(level)
 
 
 def epsilon_sampled(sigma: float, sample_size: int, population: int, rounds: int, delta: float) -> float:
