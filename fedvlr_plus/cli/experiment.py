@@ -1,4 +1,4 @@
-"""``fedvlr-plus experiment paper-table SOURCE ...``."""
+"""``fedvlr-plus experiment paper-table SOURCE ...`` (and the privacy experiments of .privacy_experiments)."""
 from __future__ import annotations
 
 import argparse
@@ -67,7 +67,10 @@ def register(sub) -> argparse.ArgumentParser:
     add_fusion_arguments(t)
     t.set_defaults(func=cmd_paper_table, seeds=3)
     from .poisoning import register as register_poisoning
+    from .privacy_experiments import register as register_privacy
+
     register_poisoning(ex)
+    register_privacy(ex)
     return p
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..errors import ConfigError
 from ..federation.config import FEDERATED_BACKBONES, STRATEGIES, FedConfig, config_from_options
 from .argtypes import (bounded, clients_per_round, int_list, non_negative_float, non_negative_int, one_metric,
                        positive_float, positive_int)
@@ -141,8 +142,28 @@ def _add_privacy_arguments(g) -> None:
     g.add_argument("--upload-clip", type=non_negative_float, default=None, metavar="C",
                    help="L2 clip of each client's upload (gradients, or parameter change); default 1.0 when "
                         "--upload-noise is set, else off")
+    g.add_argument("--target-epsilon", type=positive_float, default=None, metavar="EPS",
+                   help="pick the noise multiplier so that the run's client-level epsilon (RDP accountant, "
+                        "--rounds rounds, the clients per round, --dp-delta) is EPS; not with --upload-noise")
+    g.add_argument("--dp-delta", type=bounded(float, 0, 1, low_open=True, high_open=True, name="dp_delta"),
+                   default=None, metavar="DELTA", help="delta of the accounted (epsilon, delta) "
+                   "(default 1 / clients^1.1)")
+    g.add_argument("--pad-uploads", type=_pad_rows, default=0, metavar="K|all",
+                   help="pad every item-table upload with decoy rows (items the client did not touch, zero "
+                        "change) to exactly K rows, or to the whole catalogue with 'all' (a dense upload), so "
+                        "its size and row ids no longer tell which items the client trained on (default 0: off)")
+
+
+def _pad_rows(text: str) -> int:
+    """``all`` (every item, stored as -1) or a row count >= 0."""
+    if text.strip().lower() == "all":
+        return -1
+    return non_negative_int(text)
 
 
 def config_from_args(args: argparse.Namespace, **overrides) -> FedConfig:
     """FedConfig from parsed flags (fields the namespace lacks keep their defaults), then ``overrides``."""
+    if getattr(args, "target_epsilon", None) is not None and (getattr(args, "upload_noise", 0) or 0) > 0:
+        raise ConfigError("--target-epsilon", "cannot be combined with --upload-noise (it picks the noise itself)",
+                          "pass one of them")
     return config_from_options(args, **overrides)

@@ -53,8 +53,19 @@ def format_run_report(result: dict, keys: list[str]) -> str:
     if shown:
         lines.append("95% CI (bootstrap over users): "
                      + ", ".join(f"{k} [{ci[k][0]:.4f}, {ci[k][1]:.4f}]" for k in shown))
+    if result.get("privacy"):
+        lines.append(format_privacy(result["privacy"]))
     lines.extend(f"note: {note}" for note in result.get("notes", []))
     return "\n".join(lines)
+
+
+def format_privacy(p: dict) -> str:
+    """One line: the run's accounted (epsilon, delta) and what it was computed from."""
+    eps = "inf" if p["epsilon"] is None else f"{p['epsilon']:.3g}"
+    server = "inf" if p["epsilon_server"] is None else f"{p['epsilon_server']:.3g}"
+    return (f"privacy: epsilon {eps} at delta {p['delta']:.2g} (client level, uploaded values only; sigma "
+            f"{p['sigma']:.4g}, clip {p['clip']:g}, {p['clients_per_round']} of {p['population']} clients per round, "
+            f"{p['rounds']} rounds; against the server itself: epsilon {server}; docs/privacy.md)")
 
 
 def write_run_files(out_dir, result: dict, test_result=None) -> None:

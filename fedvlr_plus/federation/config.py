@@ -53,6 +53,9 @@ class FedConfig:
     upload_noise: float = 0.0         # noise multiplier sigma of the clipped uploads (0: off)
     upload_clip: float = 0.0          # L2 clip C of each client's upload (0: off; 1.0 when noise is on)
     fedrap_mu: float = 1e-2
+    target_epsilon: float | None = None  # pick upload_noise so the run's accounted epsilon is this (docs/privacy.md)
+    dp_delta: float | None = None     # delta of the accounted (epsilon, delta); None: 1 / clients^1.1
+    pad_uploads: int = 0              # item-table uploads padded with decoy rows to this many rows (0: off; -1: all)
 
     def __post_init__(self):
         self.ks = tuple(int(k) for k in self.ks)
@@ -81,6 +84,11 @@ class FedConfig:
             (self.checkpoint_every >= 1, "checkpoint_every must be >= 1"),
             (self.chunk_floats >= 1024, "chunk_floats must be >= 1024"),
             (self.upload_noise >= 0 and self.upload_clip >= 0, "upload_noise and upload_clip must be >= 0"),
+            (self.target_epsilon is None or self.target_epsilon > 0, "target_epsilon must be positive"),
+            (self.target_epsilon is None or self.upload_noise == 0,
+             "give upload_noise or target_epsilon, not both (target_epsilon picks the noise)"),
+            (self.dp_delta is None or 0 < self.dp_delta < 1, "dp_delta must be in (0, 1)"),
+            (self.pad_uploads >= -1, "pad_uploads must be >= 0, or -1 for every item"),
             (len(self.ks) > 0 and min(self.ks) >= 1, "ks must be positive integers"),
             (self.valid_protocol in ("full", "sampled"), "valid_protocol must be full or sampled"),
             (self.mask_history in ("train", "all", "none"), "mask_history must be train, all or none"),

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from ..adapters import Backbone, make_backbone
+from .accountant import run_noise, run_privacy
 from .batched import BatchedSimulator, SequentialSimulator
 from ..errors import ResumeMismatch, RunFolderError
 from .config import RESUMABLE_CHANGES, FedConfig
@@ -98,6 +99,8 @@ class FederatedRun:
         if not len(self.eligible):
             raise ValueError(f"{data.name}: no user has a training interaction")
         self.per_round = self._clients_per_round()
+        self.upload_noise = run_noise(cfg, len(self.eligible), self.per_round)
+        self.upload_clip = float(cfg.upload_clip or (1.0 if self.upload_noise > 0 else 0.0))
         default_slr = self.bb.default_server_lr or self.lr * self.per_round
         self.server_lr = float(cfg.server_lr if cfg.server_lr is not None else default_slr)
         self.server_optimizer = cfg.server_optimizer or self.bb.default_server_optimizer
@@ -161,8 +164,8 @@ class FederatedRun:
             "lr": self.lr * cfg.lr_decay ** (round_index - 1), "item_lr_scale": self.item_lr_scale,
             "weight_decay": float(cfg.weight_decay), "upload": self.strategy.upload,
             "local_shared": bool(cfg.local_shared),
-            "upload_noise": float(cfg.upload_noise),
-            "upload_clip": float(cfg.upload_clip or (1.0 if cfg.upload_noise > 0 else 0.0)),
+            "upload_noise": self.upload_noise, "upload_clip": self.upload_clip,
+            "pad_uploads": int(cfg.pad_uploads),
         }
 
     # ------------------------------------------------------------------ evaluation
@@ -309,6 +312,10 @@ class FederatedRun:
         out["config"] = self.cfg.to_dict()
         out["resolved"] = self._resolved()
         out["model"] = self.bb.describe()
+        privacy = run_privacy(self.cfg, self.upload_noise, self.upload_clip, len(self.eligible), self.per_round,
+                              self.round)
+        if privacy is not None:
+            out["privacy"] = privacy
         return out
 
     def _resolved(self) -> dict:
@@ -372,6 +379,10 @@ class FederatedRun:
         if diff:
             raise ResumeMismatch(where, "cannot resume with different settings: " + "; ".join(
                 f"{_flag(k)}: the run used {old.get(k)!r}, this call {new.get(k)!r}" for k in diff), hint)
+        if self.cfg.target_epsilon is not None and int(ck["config"]["rounds"]) != self.cfg.rounds:
+            raise ResumeMismatch(where, f"--rounds: with --target-epsilon the noise was set for the run's "
+                                 f"{ck['config']['rounds']} rounds, this call asks for {self.cfg.rounds}",
+                                 f"pass --rounds {ck['config']['rounds']}")
         if self.cfg.rounds < int(ck["round"]):
             raise ResumeMismatch(where, f"--rounds: the run has already trained {ck['round']} rounds, this call "
                                  f"asks for {self.cfg.rounds}", f"pass --rounds {ck['round']} or more")
@@ -438,6 +449,8 @@ def combine_seeds(results: list[dict]) -> dict:
         out["n_users"] = out["test_n_users"]
     out["notes"] = notes
     out["config"] = results[0]["config"]
+    if "privacy" in results[0]:   # the same for every seed but for the rounds each ran: the most spent
+        out["privacy"] = max((r["privacy"] for r in results), key=lambda p: p["rounds"])
     out["per_seed"] = results
     return out
 

@@ -12,8 +12,8 @@ scale; we follow the Gaussian mechanism as used in DP-SGD / DP-FedAvg (Abadi et 
 Noise is drawn from counter-based streams keyed by (seed, round, client, array, row, column), so a client's noise
 is the same whether it trains alone (sequential reference, Flower) or batched with others. The noise is added on
 the client, before anything leaves it. What it does not hide: which item rows a client uploads (sparse uploads
-reveal the touched rows, as in the paper's design); this is a robustness experiment, not a privacy guarantee with
-an accounted epsilon.
+reveal the touched rows, as in the paper's design; :mod:`.decoys` pads them to a fixed size first). The (ε, δ) this
+buys is accounted in :mod:`.accountant`; what it covers and what it does not is in docs/privacy.md.
 """
 from __future__ import annotations
 
@@ -21,17 +21,20 @@ import numpy as np
 import torch
 
 from . import rng
+from .decoys import pad_with_decoys
 from .messages import ClientUpdate
 
 
 def privatise(update: ClientUpdate, shared: dict[str, torch.Tensor], config: dict) -> ClientUpdate:
-    """Clip the update's contribution to ``config['upload_clip']`` (0: no clipping) and add Gaussian noise with
-    standard deviation ``config['upload_noise'] * clip`` (clip taken as 1 when off). Returns ``update`` itself when
-    both are off."""
+    """Pad the update with decoy rows (``config['pad_uploads']``, :mod:`.decoys`), clip its contribution to
+    ``config['upload_clip']`` (0: no clipping) and add Gaussian noise with standard deviation
+    ``config['upload_noise'] * clip`` (clip taken as 1 when off), decoys included. Returns ``update`` itself when
+    all three are off."""
     sigma = float(config.get("upload_noise", 0.0) or 0.0)
     clip = float(config.get("upload_clip", 0.0) or 0.0)
     if sigma < 0 or clip < 0:
         raise ValueError(f"upload_noise and upload_clip must be >= 0, got {sigma} and {clip}")
+    update = pad_with_decoys(update, shared, config)
     if sigma == 0.0 and clip == 0.0:
         return update
     names = sorted(update.arrays)

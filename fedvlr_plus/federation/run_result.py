@@ -42,7 +42,7 @@ def federated_result(res: dict, data, *, backbone: str, fusion: str, protocol_na
                                           mask_history=cfg.mask_history, seed=cfg.seed)
     result["data_warnings"] = data.sanity()
     for key in ("strategy", "simulator", "rounds_run", "stopped_early", "resolved", "model", "config", "history",
-                "per_seed", "seeds", "notes"):
+                "per_seed", "seeds", "notes", "privacy"):
         if key in res:
             result[key] = res[key]
     return result
