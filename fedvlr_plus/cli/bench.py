@@ -28,9 +28,9 @@ def register(subparsers) -> argparse.ArgumentParser:
     r.add_argument("--backbone", required=True, metavar="NAME",
                    help=f"federated backbone to time: {', '.join(FEDERATED_BACKBONES)} or recbole:<Model>")
     r.add_argument("--repeats", type=positive_int, default=3, help="time each simulator this many times, keep the best")
-    r.add_argument("--rounds", type=positive_int, default=1,
-                   help="train this many rounds in a row and report the median of rounds 2..N (default 1: the "
-                        "first round, best of --repeats)")
+    r.add_argument("--timed-rounds", type=positive_int, default=1, metavar="N",
+                   help="train N rounds in a row and report the median of rounds 2..N (default 1: the first "
+                        "round, best of --repeats)")
     r.add_argument("--no-sequential", action="store_true", help="time the batched simulator only")
     r.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     add_run_arguments(r, command="bench")
@@ -54,7 +54,7 @@ def cmd_bench_round(args) -> int:
     cfg = config_from_args(args)
     backbone = build_backbone(args, data, cfg.dim, is_recbole)
     res = bench_round(data, backbone, cfg, sequential=not args.no_sequential, repeats=args.repeats,
-                      rounds=args.rounds)
+                      rounds=args.timed_rounds)
     print(format_bench(res), file=sys.stderr if args.json else sys.stdout)
     if args.json:
         print(json.dumps(res))
