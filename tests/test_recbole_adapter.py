@@ -204,7 +204,8 @@ def test_module_clients_clip_their_uploads_like_the_other_clients(workdir):
 
 def test_module_clients_train_and_score_on_one_thread(workdir, monkeypatch):
     """The module simulator runs its clients (and its scoring) on one torch thread and restores the caller's
-    setting; the uploads are those of a plain one-thread run."""
+    setting; the uploads are those of a plain one-thread run. (The one-at-a-time client, which calls the loss
+    once per step; the batched one runs under the same rule, tests/test_recbole_batched.py.)"""
     data = tiny_data()
     bb, _ = federate("BPR", data=data, workdir=workdir)
     seen, orig = [], bb.loss
@@ -212,10 +213,10 @@ def test_module_clients_train_and_score_on_one_thread(workdir, monkeypatch):
     old = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        ref = FederatedRun(data, bb, small_cfg(rounds=1), progress=False)
+        ref = FederatedRun(data, bb, small_cfg(rounds=1, simulator="sequential"), progress=False)
         ref_up = ref.sim.fit(ref.eligible[:4], ref.shared, ref.round_config(1))
         torch.set_num_threads(2)
-        run = FederatedRun(data, bb, small_cfg(rounds=1), progress=False)
+        run = FederatedRun(data, bb, small_cfg(rounds=1, simulator="sequential"), progress=False)
         up = run.sim.fit(run.eligible[:4], run.shared, run.round_config(1))
         assert set(seen) == {1} and len(seen) == sum(u.metrics["steps"] for u in ref_up + up) > 0
         assert torch.get_num_threads() == 2
@@ -361,7 +362,7 @@ def test_user_defined_model_from_the_example_runs_federated_unchanged(workdir):
                         "item_bias.weight": "item"}
     res = run_federated(data, bb, small_cfg(rounds=2), progress=False)
     assert res["backbone"] == "recbole:BiasedMF" and np.isfinite(res["test"]["ndcg@10"])
-    assert res["simulator"] == "module"       # the result names the simulator that really ran
+    assert res["simulator"] == "module-batched"       # the result names the simulator that really ran
     assert res["history"][1]["loss"] < res["history"][0]["loss"] + 1e-6
 
 

@@ -27,7 +27,7 @@ def run_federated_command(args, data, *, split_used: str, metrics, ks, keys, pro
         raise RunFolderError("--out", f"--resume {args.resume} continues the run in that folder; do not pass a "
                              f"different --out ({args.out})")
     fusion = getattr(args, "fusion", "none")
-    backbone = _backbone(args, data, cfg.dim, is_recbole)
+    backbone = build_backbone(args, data, cfg.dim, is_recbole)
     router, rb_eval = {}, {}
     on_round = _selected_round_hook(args, data, cfg, metrics, ks, router, rb_eval)
     res = run_federated(data, backbone, cfg, out_dir=run_dir, resume=bool(args.resume),
@@ -37,7 +37,7 @@ def run_federated_command(args, data, *, split_used: str, metrics, ks, keys, pro
                             recbole_test=rb_eval, router=router)
 
 
-def _backbone(args, data, dim: int, is_recbole: bool):
+def build_backbone(args, data, dim: int, is_recbole: bool):
     """The backbone name, or the model the flags build (a RecBole model, the FedVLR layer around a backbone)."""
     if is_recbole:
         from .recbole import cli_backbone

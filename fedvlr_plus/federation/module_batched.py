@@ -1,0 +1,206 @@
+"""Module clients (RecBole models) trained together: one ``torch.func.vmap`` over the clients of a chunk.
+
+The numbers are those of :class:`~fedvlr_plus.federation.module_client.ModuleClient`, the one-at-a-time
+reference (to floating-point rounding):
+
+- **Per-client parameters.** Each client gets the module parameters it would use alone, made small: its user row
+  (a two-row user table, local user id 1), the item rows it touches this round (a ``1 + T`` row table, local ids
+  from :mod:`.module_lanes`), its private tensors, and the shared dense parameters (one copy for all when they
+  stay fixed during the round, as under ``fedgrad``; stacked per client when the client steps them). The model's
+  own ``calculate_loss`` runs on them under ``vmap`` (outer: clients) inside ``torch.func.grad_and_value``.
+- **The model's batch mean.** A client's rows have different counts, and a RecBole loss is a mean over its
+  batch, so padding cannot go into the model's batch: an inner ``vmap`` runs ``calculate_loss`` on one row per
+  lane and the client's loss is the weighted sum of its lanes (weight ``1 / rows``, 0 for padding). That is the
+  model's loss wherever it is a mean (or sum) of per-row terms plus terms of the parameters only; a model whose
+  loss couples the rows of a batch (batch statistics, in-batch negatives) gives other numbers, which the check
+  below catches.
+- **The same random draws.** Negatives and shuffles come from the counter-based schedule (keyed by seed, round,
+  client). Dropout masks are drawn from one ``torch.Generator`` per client seeded as the reference client seeds
+  torch, mask by mask in the model's call order with the shape the reference draws (``[rows, ...]``), so a
+  client gets the masks it gets alone. Any other random call in the forward is an error under ``vmap``.
+- **Local SGD** as :class:`~fedvlr_plus.federation.client.LocalTraining` steps it (lr, item lr, lazy weight
+  decay of the rows used, gradient accumulation of a ``grads`` upload), clients without a step masked out.
+
+The first round checks itself: two of its clients (the smallest and the largest) are also trained by the
+reference client, and the uploads, private states and losses are compared. Models that cannot be batched fall
+back to the reference simulator, said once (a ``RuntimeWarning``) and recorded as ``fallback``: graph models (each
+client has its own graph), the FedVLR layer (each client has its own fused item table), a forward that ``vmap``
+cannot run (data-dependent control flow, ``.item()``, unsupported in-place or random ops), and any model whose
+numbers differ from the reference's.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import torch
+from torch.func import grad_and_value, vmap
+
+from ..adapters.base import Backbone
+from .client import _tensor
+from .messages import ClientUpdate
+from .module_client import ModuleClient, ModuleSimulator, _seed_of, one_thread
+from .module_dropout import LaneDropout
+from .module_lanes import example_order, step_lanes
+from .privacy import privatise
+from .schedule import build_schedule
+from .state import round_start
+
+#: padded rows (clients x rows) per vmap call: large enough that the per-call overhead is small, small enough
+#: that the chunk's tensors stay in cache (ml-100k BPR: fastest between 4k and 32k)
+LANES_PER_CHUNK = 65536
+#: the self-check's tolerance (float32 sums in another order)
+CHECK_RTOL, CHECK_ATOL = 1e-4, 1e-6
+_WARNED: set[tuple[str, str]] = set()
+
+
+def batch_refusal(bb: Backbone) -> str | None:
+    """Why ``bb``'s clients cannot be batched by their structure, or None."""
+    from .module_client import module_base
+
+    base = module_base(bb)
+    if base is not bb:
+        return "the FedVLR layer gives every client its own fused item table"
+    if getattr(base, "graph", False):
+        return "a graph model runs each client on its own graph"
+    if bb.personal_copies or bb.uses_history or type(bb).regulariser is not Backbone.regulariser:
+        return "the backbone has personal copies, a history context or a regulariser"
+    if any(s.per_round for s in bb.private_specs()):
+        return "the backbone restarts private parameters every round"
+    return None
+
+
+class BatchedModuleSimulator(ModuleSimulator):
+    """:class:`ModuleSimulator` with ``fit`` batched over clients (see the module docstring); scoring is the
+    reference simulator's. ``fallback`` is None while batching, else why the clients run one at a time."""
+
+    name = "module-batched"
+
+    def __init__(self, bb: Backbone, indptr, indices, store, *, seed: int = 0, dtype=torch.float32,
+                 lanes_per_chunk: int = LANES_PER_CHUNK, **kw):
+        super().__init__(bb, indptr, indices, store, seed=seed, dtype=dtype, **kw)
+        self.lanes_per_chunk = int(lanes_per_chunk)
+        self.fallback = batch_refusal(bb)
+        self.checked = False
+        if self.fallback:
+            self._say_fallback()
+
+    def _say_fallback(self) -> None:
+        key = (self.bb.name, self.fallback)
+        if key not in _WARNED:
+            _WARNED.add(key)
+            warnings.warn(f"{self.bb.name}: clients train one at a time ({self.fallback})", RuntimeWarning,
+                          stacklevel=3)
+
+    def fit(self, cids, shared, config) -> list[ClientUpdate]:
+        if self.fallback:
+            return super().fit(cids, shared, config)
+        with one_thread():
+            try:
+                updates, states = self._fit_batched(np.asarray(cids, dtype=np.int64), shared, config)
+                if not self.checked:
+                    self._check(cids, updates, states, shared, config)
+            except Exception as exc:   # a forward vmap cannot run: the reference runs the round instead
+                self.fallback = f"vmap cannot run its forward: {type(exc).__name__}: {exc}"[:300]
+            if self.fallback:
+                self._say_fallback()
+                return super().fit(cids, shared, config)
+            for cid, st in states.items():
+                self.store.save(cid, st, copy=False)
+            return updates
+
+    # ------------------------------------------------------------------ the self-check
+    def _check(self, cids, updates, states, shared, config) -> None:
+        """Train the smallest and the largest client of the round with the reference client and compare."""
+        from .store import MemoryStore
+
+        sizes = np.diff(self.indptr)[np.asarray(cids)]
+        picks = sorted({int(np.argmin(sizes)), int(np.argmax(sizes))})
+        probe = MemoryStore()
+        for i in picks:
+            cid = int(cids[i])
+            held = self.store.load(cid)
+            if held is not None:
+                probe.save(cid, held)
+            pos = self.indices[self.indptr[cid]:self.indptr[cid + 1]]
+            ref = ModuleClient(cid, self.bb, pos, probe, seed=self.seed, dtype=self.dtype).fit(shared, config)
+            worst = _difference(ref, updates[i], probe.load(cid), states[cid])
+            if worst is not None:
+                self.fallback = f"its batched numbers differ from the one-at-a-time client's ({worst})"
+                return
+        self.checked = True
+
+    # ------------------------------------------------------------------ the batched round
+    def _fit_batched(self, cids: np.ndarray, shared: dict, config: dict):
+        base, dtype = self.base, self.dtype
+        order = np.argsort(np.diff(self.indptr)[cids], kind="stable")
+        rows = cids[order]                 # clients of similar size share a chunk
+        seed = int(config.get("seed", self.seed))
+        sched = build_schedule(self.indptr, self.indices, rows, base.n_items, seed=seed,
+                               round=int(config["round"]), epochs=int(config["epochs"]),
+                               negatives=int(config["negatives"]), batch_size=int(config["batch_size"]))
+        shared_t = {k: _tensor(v, dtype) for k, v in shared.items()}
+        ex_order = example_order(sched)
+        per_client = np.bincount(sched.ex_client, minlength=len(rows))
+        out: dict[int, ClientUpdate] = {}
+        states: dict[int, dict] = {}
+        base.template.train()
+        try:
+            c0 = 0
+            while c0 < len(rows):
+                c1 = _chunk_end(per_client, c0, self.lanes_per_chunk)
+                out_c, st_c = self._fit_chunk(sched, ex_order, rows, c0, c1, shared_t, config, seed)
+                out.update(out_c)
+                states.update(st_c)
+                c0 = c1
+        finally:
+            base.template.eval()
+        return [out[int(c)] for c in cids], states
+
+    def _initial_states(self, cids) -> dict[int, dict]:
+        states = {}
+        for c in cids:
+            st = self.store.load(int(c))
+            states[int(c)] = round_start(self.bb, st if st is not None else self.client(int(c)).private_state())
+        return states
+
+    def _fit_chunk(self, sched, ex_order, rows, c0, c1, shared, config, seed):
+        from .module_chunk import ChunkTraining
+
+        cids = rows[c0:c1]
+        chunk = ChunkTraining.start(self.base, sched, c0, c1, shared, self._initial_states(cids), config,
+                                    self.dtype)
+        dropout = LaneDropout(lambda: [_seed_of(seed, config["round"], int(c), 17) for c in cids], len(cids))
+        steps = sched.n_steps[c0:c1]
+        losses = [[] for _ in cids]
+        for s in range(int(steps.max())):
+            lanes = step_lanes(sched, ex_order, c0, c1, s, pairwise=chunk.pairwise,
+                               negatives=int(config["negatives"]), fields=chunk.fields, t_max=chunk.t_max)
+            grads, loss = chunk.gradients(lanes, dropout.step(lanes.rows))
+            active = torch.from_numpy(steps > s)
+            chunk.step(grads, lanes.used, active)
+            for j in np.flatnonzero(steps > s):
+                losses[j].append(float(loss[j]))
+        return chunk.finish(sched, cids, losses, config, privatise)
+
+
+def _chunk_end(per_client: np.ndarray, c0: int, lanes: int) -> int:
+    """End of the chunk from ``c0``: clients (sorted by size) while clients x the largest fits in ``lanes``."""
+    c1 = c0 + 1
+    while c1 < len(per_client) and (c1 + 1 - c0) * int(per_client[c1]) <= lanes:
+        c1 += 1
+    return c1
+
+
+def _difference(ref: ClientUpdate, got: ClientUpdate, ref_state: dict, got_state: dict) -> str | None:
+    """A description of the first array that differs beyond the tolerance, or None."""
+    pairs = [(f"upload {k}", ref.arrays[k], got.arrays.get(k)) for k in ref.arrays]
+    pairs += [(f"upload rows {k}", ref.rows[k], got.rows.get(k)) for k in ref.rows]
+    pairs += [(f"private {k}", ref_state[k], got_state.get(k)) for k in ref_state]
+    pairs.append(("loss", torch.tensor(ref.metrics["loss"]), torch.tensor(got.metrics["loss"])))
+    for what, a, b in pairs:
+        if b is None or a.shape != b.shape:
+            return f"{what}: missing or of another shape"
+        if not torch.allclose(a.double(), b.double(), rtol=CHECK_RTOL, atol=CHECK_ATOL):
+            return f"{what}: max abs diff {float((a.double() - b.double()).abs().max()):.2e}"
+    return None
