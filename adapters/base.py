@@ -96,6 +96,12 @@ class Backbone:
     #: client that did not touch it.
     default_lr: float = 0.1
     default_item_lr_scale: float = 1.0
+    #: fedgrad's server learning rate when the run does not name one. The server steps the *averaged* gradient
+    #: (client weights n_u / sum n sum to one), so the step does not grow with the number of clients; 1.0 is the
+    #: FedVLR layer's own default, so the like-for-like row (the backbone alone with fedgrad) steps as the layer
+    #: does. None: the "sum over clients" rule, client lr x clients per round (FCF's own update); it diverges on
+    #: dense shared parameters once thousands of clients take part.
+    default_server_lr: float | None = 1.0
     #: fedgrad's server optimizer when the run does not name one (sgd = FedVLR Algorithm 1)
     default_server_optimizer: str = "sgd"
     #: fedgrad's server learning rate when the run does not name one (None: the engine's rule)

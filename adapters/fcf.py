@@ -24,6 +24,10 @@ class FCF(Backbone):
     default_strategy = "fedgrad"
     default_lr = 0.5
     default_item_lr_scale = 1.0
+    # FCF's update is Y <- Y - γ Σ_u ∇_Y J_u, a sum over clients: on the averaged gradient that is the client lr
+    # times the clients per round (the engine's rule for None). Y is FCF's only shared part and each row is touched
+    # by few clients, so the sum rule stays stable here
+    default_server_lr = None
     dot_head = ("item_emb", "user_emb", None)
 
     def specs(self):

@@ -15,8 +15,11 @@ file must have exactly that many rows (a mismatch names the file, an itemID beyo
 the interactions line). Ids should be nearly contiguous: without a mapping file, an id space larger than
 10 x the distinct ids + 1000 is refused, naming the line of the first id beyond that (it would size every
 array). With a mapping file, every id in the interactions must be listed there and the mapping must cover
-0..n-1. Features are returned as float32 under ``features['image']`` / ``['text']``;
-NaN or inf rows are errors. Without mapping files the raw ids are the internal ids. Rating defaults to
+0..n-1. Features are returned as float32 under ``features['image']`` / ``['text']``; every other ``.npy``
+file in the folder is one more item feature matrix (row i = item i), returned under its file name without
+``.npy`` (``whisper.npy`` -> ``features['whisper']``), so a folder can carry any number of content modalities
+(text and two audio views as well as text and image) with no code per data set; such a file with the wrong
+number of rows is an error naming it, like the named ones. NaN or inf rows are errors. Without mapping files the raw ids are the internal ids. Rating defaults to
 1 and timestamp to 0 when the columns are absent; without a split column the data is unsplit. With
 one, train and test must be non-empty.
 """
@@ -138,6 +141,26 @@ def _raw_ids(n: int, mapping: tuple[Table, str] | None, id_col: str) -> np.ndarr
     return out
 
 
+def _feature_files(folder: Path) -> dict[str, tuple[Path, np.ndarray]]:
+    """Name -> (file, matrix) of every item feature file: the named image/text files, then every other ``.npy``
+    under its stem (a stem that repeats a named modality, e.g. a second ``text.npy``, is refused)."""
+    feats, named = {}, set()
+    for name, candidates in FEATURE_FILES.items():
+        named.update(candidates)
+        for fname in candidates:
+            if (folder / fname).is_file():
+                feats[name] = (folder / fname, _load_matrix(folder / fname))
+                break
+    for path in sorted(folder.glob("*.npy")):
+        if path.name in named or not path.is_file():
+            continue
+        if path.stem in feats:
+            raise DataError(f"{path}: a second feature matrix for modality {path.stem!r} (already read from "
+                            f"{feats[path.stem][0].name}); rename one of them")
+        feats[path.stem] = (path, _load_matrix(path))
+    return feats
+
+
 def load_feature_folder(folder: str | Path) -> InteractionData:
     """Load a FedVLR/MMRec feature folder (see the module docstring)."""
     folder = Path(folder)
@@ -163,12 +186,7 @@ def load_feature_folder(folder: str | Path) -> InteractionData:
     if split is not None:
         require_splits(split, str(inter_path))
 
-    feats = {}
-    for name, candidates in FEATURE_FILES.items():
-        for fname in candidates:
-            if (folder / fname).is_file():
-                feats[name] = (folder / fname, _load_matrix(folder / fname))
-                break
+    feats = _feature_files(folder)
     i_map = _mapping(folder / "i_id_mapping.csv", "itemID") if (folder / "i_id_mapping.csv").is_file() else None
     u_map = _mapping(folder / "u_id_mapping.csv", "userID") if (folder / "u_id_mapping.csv").is_file() else None
 

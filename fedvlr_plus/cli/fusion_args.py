@@ -8,14 +8,15 @@ import argparse
 from .argtypes import non_negative_float, non_negative_int, positive_float
 
 #: the fusion modes of :class:`fedvlr_plus.fedvlr.FusionLayer`
-FUSION_MODES = ("sum", "mlp", "gate", "fedvlr")
+FUSION_MODES = ("sum", "mlp", "gate", "fedvlr", "uniform")
 
 
 def add_fusion_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("FedVLR fusion (federated backbones only)")
     g.add_argument("--fusion", default="none", choices=("none",) + FUSION_MODES,
                    help="none: the backbone alone; sum|mlp|gate: one server fusion expert of ID and content views; "
-                        "fedvlr: the three experts mixed by a private per-user router (the paper's method)")
+                        "fedvlr: the three experts mixed by a private per-user router (the paper's method); "
+                        "uniform: the three experts mixed with fixed equal weights (the router ablation)")
     g.add_argument("--views", metavar="DIR", default=None,
                    help="a ViewStore (fedvlr-plus views build); built there when missing. Default: the data's "
                         "precomputed features, else a store cached under $FEDVLR_CACHE (~/.cache/fedvlr_plus)")
@@ -30,6 +31,9 @@ def add_fusion_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--fusion-residual", action="store_true",
                    help="add the raw ID row to the fused item vector (D_i + Σ_j w_uj F_ij) instead of passing ID "
                         "only through the projected, LayerNorm-ed fusion")
+    g.add_argument("--content-preference", action="store_true",
+                   help="add a VBPR-style private user preference over projected content (θ_u · P_i) to every "
+                        "logit; θ_u starts at zero, so the layer starts as the paper's form")
     g.add_argument("--personal-offset", action="store_true",
                    help="PFedRec + FedVLR: add PFedRec's personalised item embedding as a private offset on the "
                         "fused vector, restarted every round (off by default: worse on validation on KU and "

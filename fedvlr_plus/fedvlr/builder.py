@@ -36,4 +36,5 @@ def build_fedvlr(data, backbone: Backbone | str, options: FedVLROptions | None =
     cold = ColdItemRule(data.cold_items(), options.cold_neighbours) if data is not None else None
     return FusionLayer(backbone, views, mode=options.mode, temperature=options.temperature,
                        router_hidden=options.router_hidden, use_id=use_id, balance=options.balance,
-                       cold_items=cold, residual=options.residual, personal_offset=options.personal_offset)
+                       cold_items=cold, residual=options.residual, personal_offset=options.personal_offset,
+                       content_preference=options.content_preference)

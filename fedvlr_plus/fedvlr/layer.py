@@ -29,9 +29,11 @@ import torch
 from ..adapters.base import Backbone, ParamSpec, init_shared, take_rows
 from .cold import NO_COLD_RULE, ColdItemRule
 from .experts import EXPERTS, expert_outputs, fusion_specs, mix, project
+from . import preference
 from .router import VIEWS, entropy, history_input, router_specs, router_weights
 
-MODES = ("sum", "mlp", "gate", "fedvlr")
+#: ``uniform``: the three experts mixed with fixed equal weights (no router): the router ablation
+MODES = ("sum", "mlp", "gate", "fedvlr", "uniform")
 FUSED = "fusion.F"
 OFFSET = "personal.offset"
 #: ctx key where ``item_repr`` records ``(fused part, router weights)`` for the regulariser of the same forward
@@ -75,7 +77,7 @@ class FusionLayer(Backbone):
     def __init__(self, base: Backbone, views: dict[str, np.ndarray], *, mode: str = "fedvlr",
                  temperature: float = 1.0, router_hidden: int = 64, use_id: bool = True,
                  balance: float = 0.0, cold_items: ColdItemRule | None = None,
-                 residual: bool = False, personal_offset: bool = False):
+                 residual: bool = False, personal_offset: bool = False, content_preference: bool = False):
         if mode not in MODES:
             raise ValueError(f"fusion mode must be one of {', '.join(MODES)}, got {mode!r}")
         if not views and not use_id:
@@ -85,6 +87,11 @@ class FusionLayer(Backbone):
             raise ValueError(refusal)
         if residual and not use_id:
             raise ValueError("a residual ID path needs the ID modality (do not drop 'id')")
+        if content_preference and not views:
+            raise ValueError("a content preference needs at least one content view")
+        if content_preference and hasattr(base, "module_params"):
+            raise ValueError(f"backbone {base.name!r} scores through its own module; the content preference "
+                             "term is for adapter backbones")
         super().__init__(base.n_items, base.dim)
         self.base, self.mode = base, mode
         self.temperature, self.router_hidden = float(temperature), int(router_hidden)
@@ -101,7 +108,7 @@ class FusionLayer(Backbone):
         self.d = self._probe_dim()
         self.keys = (["proj.id"] if use_id else []) + [f"proj.v{i}" for i in range(len(self.view_names))]
         self.in_dims = ([self.d] if use_id else []) + [v.shape[1] for v in self.views.values()]
-        self.experts = list(EXPERTS) if mode == "fedvlr" else [mode]
+        self.experts = list(EXPERTS) if mode in ("fedvlr", "uniform") else [mode]
         # the rule only has an ID row to fill when the ID modality takes part
         self.cold_items = cold_items.fit(views, base.n_items) if cold_items is not None and use_id else None
         # PFedRec's personalised item embedding cannot be a copy of ``F`` (Algorithm 1 keeps the shared parts fixed
@@ -110,6 +117,9 @@ class FusionLayer(Backbone):
         self.offset = bool(base.personal_copies) and bool(personal_offset)
         self.additive = tuple(base.additive_item_tables)
         self.out_scale = 1.0 / float(np.sqrt(self.d))
+        # VBPR-style θ_u · P_i beside the fusion: P is broadcast as one more block of d columns after the experts
+        self.content_preference = bool(content_preference)
+        self.blocks = len(self.experts) + int(self.content_preference)
 
     def _probe_dim(self) -> int:
         g = torch.Generator().manual_seed(0)
@@ -121,8 +131,10 @@ class FusionLayer(Backbone):
     # ------------------------------------------------------------------ what the client sees
     def specs(self) -> list[ParamSpec]:
         out = [s for s in self.base.all_specs() if s not in self.id_specs]
-        out.append(ParamSpec(FUSED, (self.n_items, len(self.experts) * self.d), shared=True, item_table=True,
+        out.append(ParamSpec(FUSED, (self.n_items, self.blocks * self.d), shared=True, item_table=True,
                              init="zeros"))
+        if self.content_preference:
+            out += preference.client_specs(self.d)
         if self.offset:
             # PFedRec's rule: each round a fresh fine-tune (zero offset) at the item-row learning rate
             out.append(ParamSpec(OFFSET, (self.n_items, self.d), shared=False, item_table=True, init="zeros",
@@ -133,11 +145,17 @@ class FusionLayer(Backbone):
 
     def round_context(self, shared: dict[str, torch.Tensor]) -> dict:
         """The router's input for the round: the broadcast fused views in ``shared``."""
-        return {VIEWS: shared[FUSED]} if self.mode == "fedvlr" and FUSED in shared else {}
+        if self.mode != "fedvlr" or FUSED not in shared:
+            return {}
+        # the router reads the experts' views only (not the content-preference block)
+        return {VIEWS: shared[FUSED][:, :len(self.experts) * self.d]}
 
     # ------------------------------------------------------------------ what the server holds
     def server_specs(self) -> list[ParamSpec]:
-        return list(self.id_specs) + fusion_specs(self.keys, self.in_dims, self.d, self.experts)
+        out = list(self.id_specs) + fusion_specs(self.keys, self.in_dims, self.d, self.experts)
+        if self.content_preference:
+            out += preference.server_specs([v.shape[1] for v in self.views.values()], self.d)
+        return out
 
     def init_server(self, seed: int) -> dict[str, torch.Tensor]:
         g = torch.Generator().manual_seed(int(seed) + 7919)
@@ -164,6 +182,9 @@ class FusionLayer(Backbone):
             # client scores is ``D_i + Σ_j w_uj F_ij`` — the backbone's own item vector (norm and all, which is
             # where a dot-product head keeps popularity) plus a personalised content correction
             fused = fused + x.repeat(1, len(self.experts))
+        if self.content_preference:
+            content = preference.projected_content(preference.unit_rows(self.views), sp)
+            fused = torch.cat([fused, content], -1)
         return fused
 
     def fused_views(self, sp: dict[str, torch.Tensor], cold_rule=None) -> torch.Tensor:
@@ -190,9 +211,11 @@ class FusionLayer(Backbone):
     def _fused_part(self, p: dict, items, ctx: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The client's fused item vectors and the router weights that mixed them (None with one expert)."""
         f = take_rows(p[FUSED], items)
-        f = f.reshape(*f.shape[:-1], len(self.experts), self.d)
+        f = f.reshape(*f.shape[:-1], self.blocks, self.d)[..., :len(self.experts), :]
         if len(self.experts) == 1:
             return f.squeeze(-2), None
+        if self.mode == "uniform":   # the same fixed mixture for every user
+            return f.mean(-2), None
         w = self.weights(p, ctx)
         return mix(w, f), w
 
@@ -204,10 +227,16 @@ class FusionLayer(Backbone):
             v = v + take_rows(p[name], items)
         if self.offset:
             v = v + take_rows(p[OFFSET], items)
+        if self.content_preference:   # the projected content rides beside the item vector to the head
+            content = take_rows(p[FUSED], items)[..., -self.d:]
+            v = torch.cat([v, content.expand(*v.shape[:-1], self.d)], -1)
         return v
 
     def head(self, p, vecs, ctx):
-        return self.base.head(p, vecs, ctx)
+        if not self.content_preference:
+            return self.base.head(p, vecs, ctx)
+        return (self.base.head(p, vecs[..., :self.d], ctx)
+                + preference.preference_logit(p, vecs[..., self.d:]))
 
     def regulariser(self, p, items, mask, config, ctx=None):
         """The backbone's penalty (FedRAP's reads the fused vector as its shared part) plus the router balance.
@@ -232,7 +261,7 @@ class FusionLayer(Backbone):
         out = self.base.describe()
         out.update(backbone=self.name, fusion=self.mode, views=self.view_names, experts=self.experts,
                    use_id=self.use_id, residual=self.residual, temperature=self.temperature,
-                   personal_offset=self.offset,
+                   personal_offset=self.offset, content_preference=self.content_preference,
                    client_item_parts=list(self.additive) + ([OFFSET] if self.offset else []),
                    server={s.name: list(s.shape) for s in self.server_specs()},
                    **(self.cold_items.counts() if self.cold_items is not None else NO_COLD_RULE))

@@ -21,6 +21,8 @@ class FedVLROptions:
     router_hidden: int = 64
     #: add the raw ID row to the fused item vector (``D_i + Σ_j w_uj F_ij``)
     residual: bool = False
+    #: VBPR-style private user preference over projected content, ``θ_u · P_i``, added to the head's logit
+    content_preference: bool = False
     #: PFedRec: its personalised item embedding as a private offset on the fused vector
     personal_offset: bool = False
     #: cold items take the mean ID row of their K nearest warm content neighbours (0: off)
