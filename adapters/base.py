@@ -104,8 +104,6 @@ class Backbone:
     default_server_lr: float | None = 1.0
     #: fedgrad's server optimizer when the run does not name one (sgd = FedVLR Algorithm 1)
     default_server_optimizer: str = "sgd"
-    #: fedgrad's server learning rate when the run does not name one (None: the engine's rule)
-    default_server_lr: float | None = None
     #: True for an adapter around a whole ``torch.nn.Module`` (RecBole), trained by its own module client
     module_based: bool = False
     #: local epochs per round when the run does not name them
