@@ -92,7 +92,8 @@ def _add_optimiser_arguments(g) -> None:
                    help="client lr factor per round, in (0, 1]")
     g.add_argument("--strategy", choices=STRATEGIES, default=None, help="aggregation (default: the backbone's)")
     g.add_argument("--server-lr", type=positive_float, default=None,
-                   help="fedgrad server learning rate (default: the backbone's; 1.0 on the averaged gradient, FCF: client lr x clients, recbole:<Model>: 0.05)")
+                   help="fedgrad server learning rate (default: the backbone's; 1.0 on the averaged gradient, "
+                        "FCF: client lr x clients, recbole:<Model>: 0.05)")
     g.add_argument("--server-optimizer", choices=("sgd", "adam"), default=None,
                    help="fedgrad server optimizer: sgd (FedVLR Algorithm 1) or adam (default: the backbone's; "
                         "sgd except recbole:<Model>, adam)")
