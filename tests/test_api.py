@@ -48,8 +48,8 @@ def test_figures_equal_the_engine_run_with_the_same_settings(small, result):
 
 def test_a_recipe_option_overrides_the_experiment_for_that_model_only(small):
     exp = Experiment(small, [FedAvg(), FCF(lr=0.5)], rounds=2, lr=0.1, progress=False)
-    assert exp._config(exp.models[0], 0).lr == 0.1
-    assert exp._config(exp.models[1], 0).lr == 0.5
+    assert exp.config(exp.models[0], 0).lr == 0.1
+    assert exp.config(exp.models[1], 0).lr == 0.5
 
 
 def test_paired_test_is_over_the_users_both_have(result):
@@ -81,3 +81,45 @@ def test_bad_options_say_what_is_wrong(small):
 def test_load_splits_like_the_command_line():
     data = load("ml-100k")
     assert data.n_users == 943 and len(data.test()) == 943 and len(data.valid()) == 943
+
+
+def test_paired_test_of_warm_targets_says_so_and_uses_them(result):
+    warm = result.paired("FedAvg", "pop", "ndcg@10", which="warm")
+    assert warm["which"] == "warm" and warm["n"] == len(result.per_user("FedAvg", "warm"))
+    assert warm["mean_a"] == pytest.approx(result.per_user("FedAvg", "warm")["ndcg@10"].mean())
+
+
+def test_intervals_follow_the_result_seed(result):
+    from dataclasses import replace
+
+    other = replace(result, ci_seed=7).table()
+    assert other["ndcg@10"].tolist() == result.table()["ndcg@10"].tolist()
+    assert other["ndcg@10_ci"].tolist() != result.table()["ndcg@10_ci"].tolist()
+
+
+def test_a_started_run_trains_as_run_does_and_calls_the_round_hook(small, result):
+    exp = Experiment(small, [FedAvg()], metrics=["ndcg@10", "hr@20"], rounds=2, dim=8, progress=False)
+    rounds = []
+    run = exp.start(exp.models[0], 1, on_round=lambda run, record: rounds.append(record["round"]))
+    run.run()
+    assert rounds and rounds[-1] == run.round
+    assert exp.selected_test(run).summary() == result.per_seed["FedAvg"][1].summary()
+
+
+def test_references_are_masked_as_the_models_are(small):
+    from fedvlr_plus.evaluation import reference_scorer
+
+    pop = reference_scorer("pop", small)
+    train = Experiment(small, [], metrics=["hr@10"], references=False).test(pop, 0)
+    every = Experiment(small, [], metrics=["hr@10"], references=False, mask_history="all").test(pop, 0)
+    assert train.summary() != every.summary()   # validation items are candidates only under the train mask
+
+
+def test_fedvlr_recipe_takes_a_whole_options_record_and_a_label():
+    from fedvlr_plus import FedVLR
+    from fedvlr_plus.fedvlr import FedVLROptions
+
+    recipe = FedVLR(FedAvg(lr=0.2), options=FedVLROptions(views="/somewhere", cold_neighbours=3), mode="mlp",
+                    label="fedavg+mlp")
+    assert recipe.options == FedVLROptions(mode="mlp", views="/somewhere", cold_neighbours=3)
+    assert recipe.label == "fedavg+mlp" and recipe.train == {"lr": 0.2}

@@ -84,3 +84,15 @@ def test_refused_without_content():
     data = content_data()
     with pytest.raises(ValueError, match="content view"):
         layer(data, content_preference=True, drop_modality=("text", "audio"))
+
+
+def test_the_command_line_flag_reaches_the_layer():
+    import argparse
+
+    from fedvlr_plus.cli.fusion import options_from_args
+    from fedvlr_plus.cli.fusion_args import add_fusion_arguments
+
+    p = argparse.ArgumentParser()
+    add_fusion_arguments(p)
+    assert options_from_args(p.parse_args(["--fusion", "fedvlr", "--content-preference"])).content_preference
+    assert not options_from_args(p.parse_args(["--fusion", "fedvlr"])).content_preference

@@ -8,7 +8,7 @@ from fedvlr_plus.adapters import make_backbone
 from fedvlr_plus.cli import build_parser
 from fedvlr_plus.federation.synthetic import synthetic_data
 from fedvlr_plus.fedvlr import FUSED, FedVLROptions, build_fedvlr
-from fedvlr_plus.fusion_cli import fusion_backbone, options_from_args
+from fedvlr_plus.cli.fusion import fusion_backbone, options_from_args
 
 
 def data_with_cold_items():

@@ -14,9 +14,13 @@ CLI = "fedvlr_plus.cli"
 
 #: library modules allowed one of the CLI's habits, and why; each must still have it (else drop it from here)
 ALLOWED: set[tuple[str, str]] = set()
+
 #: groups of top-level units that still import each other in a circle (function-level imports included); a
 #: group may shrink, none may grow and no new one may appear
-KNOWN_CYCLES = [frozenset({"adapters", "federation", "fedvlr"})]   # fedvlr/ replaced fusion + fusion_cli
+#: adapters <-> fedvlr: adapters/recbole.py's fedvlr() wraps a RecBole model in the layer, whose experts use the
+#: backbone contract (adapters.base); federation <-> fedvlr: the layer's server side is a federation Strategy and
+#: its report reads the simulator, while federation/flower.py builds the layer for a deployment
+KNOWN_CYCLES = [frozenset({"adapters", "federation", "fedvlr"})]
 
 
 def _modules() -> dict[str, tuple[Path, bool]]:

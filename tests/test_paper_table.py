@@ -12,8 +12,16 @@ from fedvlr_plus.errors import RunFolderError
 from fedvlr_plus.evaluation import evaluate
 from fedvlr_plus.coldstart.content import ContentRanker, RestrictedScorer
 from fedvlr_plus.errors import ConfigError
+from fedvlr_plus.cli.experiment import paper_table_options
 from fedvlr_plus.experiments.paper_table import run_paper_table
 from fedvlr_plus.federation.synthetic import synthetic_data
+
+
+def _run(args, data, metrics):
+    """The table for parsed flags, with ``metrics`` in place of --metrics."""
+    from dataclasses import replace
+
+    return run_paper_table(data, replace(paper_table_options(args), metrics=metrics))
 
 
 def _tiny_split():
@@ -61,7 +69,7 @@ def table(tmp_path_factory):
             "--seeds", "2", "--rounds", "2", "--local-epochs", "1", "--dim", "8", "--no-progress",
             "--out", str(out), "--override", "fedvlr:server_lr=0.5"]
     args = build_parser().parse_args(argv)
-    res = run_paper_table(args, data, ["hr@10", "ndcg@10"], (10,), ("hr", "ndcg"))
+    res = _run(args, data, ["hr@10", "ndcg@10"])
     return data, args, res, out
 
 
@@ -93,6 +101,7 @@ def test_table_has_every_model_and_reference_with_cis_and_paired_tests(table):
 
 @pytest.mark.parametrize("backbone", ["fedavg", "pfedrec", "fedrap"])
 def test_cold_rule_rows_score_cold_items_as_their_content_neighbours(table, backbone):
+    from fedvlr_plus.api import Experiment
     from fedvlr_plus.coldstart.rules import make_rule
     from fedvlr_plus.experiments.paper_table import _with_rule
     from fedvlr_plus.federation import FedConfig, FederatedRun
@@ -105,7 +114,7 @@ def test_cold_rule_rows_score_cold_items_as_their_content_neighbours(table, back
     run.run()
     rule = make_rule("neighbours", data.features, cold, k=3)
     common = dict(protocol="full", ks=(10,), metrics=("hr", "ndcg"), mask_history="train")
-    got, among_cold = _with_rule(run, rule, data, cold, common)
+    got, among_cold = _with_rule(run, rule, Experiment(data, [], ["hr@10", "ndcg@10"], references=False), cold)
     raw = run.scorer()
 
     # scores are linear in the item rows (shared, PFedRec's private copy, FedRAP's C + A_u): a cold item gets the
@@ -137,12 +146,12 @@ def test_resume_reads_finished_runs_back_and_refuses_to_overwrite(table):
     data, args, res, out = table
     args.out = None
     with pytest.raises(RunFolderError, match="--resume"):
-        run_paper_table(build_parser().parse_args(
+        _run(build_parser().parse_args(
             ["experiment", "paper-table", "unused", "--backbones", "fedavg", "--variants", "none,fedgrad,fedvlr",
              "--seeds", "2", "--rounds", "2", "--local-epochs", "1", "--dim", "8", "--no-progress",
-             "--out", str(out), "--override", "fedvlr:server_lr=0.5"]), data, ["hr@10", "ndcg@10"], (10,), ("hr", "ndcg"))
+             "--out", str(out), "--override", "fedvlr:server_lr=0.5"]), data, ["hr@10", "ndcg@10"])
     args.resume = str(out)
-    again = run_paper_table(args, data, ["hr@10", "ndcg@10"], (10,), ("hr", "ndcg"))
+    again = _run(args, data, ["hr@10", "ndcg@10"])
     assert [(r["model"], r["part"], r["ndcg@10"]) for r in again["rows"]] == \
            [(r["model"], r["part"], r["ndcg@10"]) for r in res["rows"]]
 
@@ -169,7 +178,7 @@ def test_resume_recomputes_an_extra_that_a_kill_left_unsaved(table, tmp_path):
         m["files"].pop(name, None)
         (seed / name).unlink(missing_ok=True)
     (seed / "manifest.json").write_text(json.dumps(m))
-    again = run_paper_table(args, data, ["hr@10", "ndcg@10"], (10,), ("hr", "ndcg"))
+    again = _run(args, data, ["hr@10", "ndcg@10"])
     assert [(r["model"], r["part"], r["ndcg@10"]) for r in again["rows"]] == \
            [(r["model"], r["part"], r["ndcg@10"]) for r in res["rows"]]
     assert "selected_extra.json" in json.loads((seed / "manifest.json").read_text())["files"]
@@ -180,7 +189,7 @@ def test_resume_refuses_a_changed_extra_naming_it(table, tmp_path):
     path = dst / "runs" / "fedavg+fedvlr" / "seed-1" / "selected_extra.json"
     path.write_text(path.read_text().replace("0.", "1.", 1))
     with pytest.raises(RunFolderError, match=re.escape(f"{path}: does not match its sha256")):
-        run_paper_table(args, data, ["hr@10", "ndcg@10"], (10,), ("hr", "ndcg"))
+        _run(args, data, ["hr@10", "ndcg@10"])
 
 
 def test_unknown_variant_and_bad_override_are_errors(table):
@@ -188,10 +197,10 @@ def test_unknown_variant_and_bad_override_are_errors(table):
     bad = build_parser().parse_args(["experiment", "paper-table", "x"])
     bad.variants = "none,magic"   # past the parser's own check: the library refuses it too
     with pytest.raises(ConfigError, match="magic"):
-        run_paper_table(bad, data, ["hr@10"], (10,), ("hr",))
+        _run(bad, data, ["hr@10"])
     bad = build_parser().parse_args(["experiment", "paper-table", "x", "--override", "fedvlr-server_lr"])
     with pytest.raises(ConfigError, match="SELECTOR"):
-        run_paper_table(bad, data, ["hr@10"], (10,), ("hr",))
+        _run(bad, data, ["hr@10"])
 
 
 def test_backbones_the_layer_cannot_wrap_are_skipped_with_the_reason(tmp_path, monkeypatch):
@@ -202,12 +211,11 @@ def test_backbones_the_layer_cannot_wrap_are_skipped_with_the_reason(tmp_path, m
     argv = ["experiment", "paper-table", "x", "--backbones", "pfedrec", "--variants", "none,fedvlr", "--seeds", "1",
             "--rounds", "1", "--local-epochs", "1", "--dim", "8", "--no-progress", "--out", str(tmp_path)]
     # PFedRec is wrapped (its personal item embedding becomes a private offset on the fused vector)
-    res = run_paper_table(build_parser().parse_args(argv), data, ["hr@10"], (10,), ("hr",))
+    res = _run(build_parser().parse_args(argv), data, ["hr@10"])
     assert not res["skipped"] and "pfedrec+fedvlr" in {r["model"] for r in res["rows"]}
     # a backbone the layer refuses is skipped with the layer's reason, in the result and in the table
     monkeypatch.setattr(fedvlr, "wrap_refusal", lambda base: "no way to wrap it")
-    res = run_paper_table(build_parser().parse_args(argv[:-1] + [str(tmp_path / "b")]), data, ["hr@10"], (10,),
-                          ("hr",))
+    res = _run(build_parser().parse_args(argv[:-1] + [str(tmp_path / "b")]), data, ["hr@10"])
     assert res["skipped"]["pfedrec+fedvlr"] == "no way to wrap it"
     assert {r["model"] for r in res["rows"]} == {"pop", "random", "antipop", "content", "pfedrec",
                                                  "pfedrec + cold rule"}

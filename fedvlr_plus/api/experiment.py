@@ -62,16 +62,21 @@ class Experiment:
             raise TypeError(f"not a model recipe: {model!r} (use FedAvg(), FedVLR(FedAvg()), Pop(), ...)")
         return self._federated(model, seed)
 
-    def _common(self, seed: int) -> dict:
-        return dict(protocol=self.protocol, ks=self.ks, metrics=self.names, seed=seed)
+    def test(self, scorer, seed: int):
+        """``scorer`` (users -> scores over all items) on the test split, as every model here is scored: the
+        experiment's protocol, cut-offs and metrics, and the history mask of its training options."""
+        from ..evaluation import evaluate
+
+        return evaluate(self.data, scorer, split="test", protocol=self.protocol, ks=self.ks, metrics=self.names,
+                        mask_history=self.training.get("mask_history", "train"), seed=seed)
 
     def _reference(self, model: Reference, seed: int):
-        from ..evaluation import evaluate, reference_scorer
+        from ..evaluation import reference_scorer
 
-        return evaluate(self.data, reference_scorer(model.name, self.data, seed=seed), split="test",
-                        **self._common(seed))
+        return self.test(reference_scorer(model.name, self.data, seed=seed), seed)
 
-    def _config(self, model: Model, seed: int):
+    def config(self, model: Model, seed: int):
+        """The FedConfig ``model`` trains with for ``seed``: the experiment's options, then the recipe's own."""
         from ..federation.config import FedConfig
 
         known = {f.name for f in fields(FedConfig)}
@@ -84,12 +89,23 @@ class Experiment:
         return replace(FedConfig(**options), seed=seed, seeds=1, ks=self.ks, metrics=names,
                        valid_protocol=self.protocol)
 
-    def _federated(self, model: Model, seed: int):
+    def start(self, model: Model, seed: int, *, folder=None, on_round=None):
+        """``model``'s run for ``seed``, built and ready to train (``.run()``): its training options, selection on
+        validation. ``folder``: a run folder to checkpoint into (and resume from, after ``load_checkpoint()``);
+        ``on_round(run, record)``: called after every evaluated round."""
         from ..federation.engine import FederatedRun
 
-        cfg = self._config(model, seed)
+        cfg = self.config(model, seed)
+        return FederatedRun(self.data, model.build(self.data, cfg), cfg, folder, progress=self.progress,
+                            on_round=on_round)
+
+    def selected_test(self, run):
+        """The test result of ``run`` at the round selected on validation."""
+        return run.best["test_full" if self.protocol == "full" else "test_sampled"]
+
+    def _federated(self, model: Model, seed: int):
         if self.progress:
             print(f"{model.label}, seed {seed}: training on {self.data.name}", file=sys.stderr, flush=True)
-        run = FederatedRun(self.data, model.build(self.data, cfg), cfg, progress=self.progress)
+        run = self.start(model, seed)
         run.run()
-        return run.best["test_full" if self.protocol == "full" else "test_sampled"]
+        return self.selected_test(run)

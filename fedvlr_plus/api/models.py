@@ -6,7 +6,7 @@ options given to a recipe (``FedAvg(lr=0.5)``) override the experiment's for tha
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 
 @dataclass
@@ -62,27 +62,36 @@ class RecBole(Model):
 
 
 class FedVLR(Model):
-    """``inner`` wrapped by the FedVLR layer. ``options``: fields of :class:`~fedvlr_plus.fedvlr.FedVLROptions`
-    (e.g. ``mode="fedvlr"``, ``residual=True``); anything else is a training option of this model."""
+    """``inner`` wrapped by the FedVLR layer. ``views``: the items' content views (name -> [n_items, d]; None:
+    loaded as ``options.views`` says). ``options``: a whole :class:`~fedvlr_plus.fedvlr.FedVLROptions` record to
+    start from; keyword arguments named like its fields (``mode="mlp"``, ``residual=True``) replace them, and any
+    other keyword is a training option of this model. ``label``: the model's name in the result."""
 
-    def __init__(self, inner: Model, views: dict | None = None, **options):
+    def __init__(self, inner: Model, views: dict | None = None, *, label: str | None = None, options=None,
+                 **settings):
         from ..fedvlr import FedVLROptions
 
         names = {f.name for f in fields(FedVLROptions)}
-        self.options = FedVLROptions(**{k: v for k, v in options.items() if k in names})
+        self.options = replace(options or FedVLROptions(), **{k: v for k, v in settings.items() if k in names})
         self.inner, self.views = inner, views
-        train = {**inner.train, **{k: v for k, v in options.items() if k not in names}}
-        super().__init__(inner.backbone, f"{inner.label} + FedVLR", train)
+        train = {**inner.train, **{k: v for k, v in settings.items() if k not in names}}
+        super().__init__(inner.backbone, label or f"{inner.label} + FedVLR", train)
 
     def build(self, data, cfg):
         from ..adapters import make_backbone
+        from ..errors import ConfigError, UserError
         from ..fedvlr import build_fedvlr
 
         base = self.inner.build(data, cfg)
         if isinstance(base, str):  # a registered backbone, at the experiment's size and with its options
             opts = {"fedrap_lambda": cfg.fedrap_lambda, "fedrap_mu": cfg.fedrap_mu} if base == "fedrap" else {}
             base = make_backbone(base, data.n_items, cfg.dim, **opts)
-        return build_fedvlr(data, base, self.options, views=self.views)
+        try:
+            return build_fedvlr(data, base, self.options, views=self.views)
+        except ValueError as exc:   # a backbone the layer cannot wrap, unusable views: one line naming the model
+            if isinstance(exc, UserError):
+                raise
+            raise ConfigError(self.label, str(exc)) from None
 
 
 @dataclass

@@ -28,6 +28,7 @@ class ExperimentResult:
     per_seed: dict[str, list[EvalResult]]        # model label -> one EvalResult per seed
     protocol: str = "full"
     references: list[str] = field(default_factory=list)
+    ci_seed: int = 0                             # seed of the bootstrap intervals' resamples
 
     @property
     def models(self) -> list[str]:
@@ -48,16 +49,18 @@ class ExperimentResult:
                 by_seed = [r.summary(which).get(k, math.nan) for r in results]
                 row[k] = float(np.mean(by_seed)) if users.shape[0] else math.nan
                 row[f"{k}_sd"] = float(np.std(by_seed, ddof=1)) if len(by_seed) > 1 else 0.0
-                ci = bootstrap_ci(users[k].to_numpy()) if k in users else [math.nan, math.nan]
+                ci = bootstrap_ci(users[k].to_numpy(), seed=self.ci_seed) if k in users else [math.nan, math.nan]
                 row[f"{k}_ci"] = ci
             rows.append(row)
         return pd.DataFrame(rows).set_index("model")
 
     def paired(self, a: str, b: str, metric: str, which: str = "all") -> dict:
         """Paired t-test and Wilcoxon test of ``a`` against ``b`` over the users both have (seed-averaged)."""
-        wrap = lambda m: EvalResult(self.per_user(m, which), self.per_user(m, which).iloc[:0],  # noqa: E731
-                                    self.per_user(m, which).iloc[:0], metric_names=list(self.metrics))
-        return paired_test(wrap(a), wrap(b), metric)
+        def wrap(m):   # the seed-averaged users in the slot of ``which``, the other groups empty
+            users = self.per_user(m, which)
+            frames = {w: users if w == which else users.iloc[:0] for w in ("all", "warm", "cold")}
+            return EvalResult(frames["all"], frames["warm"], frames["cold"], metric_names=list(self.metrics))
+        return paired_test(wrap(a), wrap(b), metric, which)
 
     def to_dict(self) -> dict:
         table = self.table()

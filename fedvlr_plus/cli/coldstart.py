@@ -1,5 +1,6 @@
 """``fedvlr-plus coldstart SOURCE --backbone B [--fusion none|fedvlr] [--cold-items F] [--cold-users F
---support N,...] [--seeds 3] [--out DIR] [--json]``: a thin layer over :mod:`fedvlr_plus.coldstart.experiment`.
+--support N,...] [--seeds 3] [--out DIR] [--json]``: the flags turned into :class:`~fedvlr_plus.coldstart.study.ColdStartOptions` for
+:func:`fedvlr_plus.coldstart.study.run_coldstart`.
 
 Without ``--cold-items`` / ``--cold-users`` the data's own split is used (leave-one-out when it has none); its
 natural cold targets (KU: items that occur only in valid/test) are then the item cold-start test. Torch is not
@@ -90,101 +91,29 @@ def register(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-def _load(args):
-    from ..coldstart.splits import cold_item_loo, cold_user_holdout
-    from ..datasets import load, splits
-
-    data = load(args.source)
-    prep = lambda d: splits.dedup(splits.implicit(d, args.implicit_threshold))  # noqa: E731
-    out = {}
-    if args.cold_items is not None:
-        d = prep(data)
-        d = splits.k_core(d, args.k_core) if args.k_core > 1 else d
-        out["items"] = (cold_item_loo(d, args.cold_items, seed=args.split_seed), f"cold-items {args.cold_items}")
-    if args.cold_users is not None:
-        d = prep(data)
-        d = splits.k_core(d, args.k_core) if args.k_core > 1 else d
-        warm, held = cold_user_holdout(d, args.cold_users, seed=args.split_seed, min_history=max(args.support) + 1)
-        out["users"] = (d, warm, held)
-    if not out:
-        if data.is_split:
-            d, how = splits.predefined(data), "predefined"
-        else:
-            d = prep(data)
-            d = splits.k_core(d, args.k_core) if args.k_core > 1 else d
-            d, how = splits.leave_one_out(d), "loo"
-        out["items"] = (d, f"{how} (natural cold targets)")
-    return out
-
-
-def _model_factory(args, fusion: str, dim: int):
-    if fusion == "none":
-        return lambda data: args.backbone
-    from ..fusion_cli import fusion_backbone
-
-    a = argparse.Namespace(**{**vars(args), "fusion": fusion})
-    return lambda data: fusion_backbone(a, data, args.backbone, dim)
-
-
-def _views(args, data):
-    from ..fusion_cli import load_views
-
-    names = args.fusion_views.split(",") if args.fusion_views else None
-    views = load_views(data, args.views, names, progress=not args.no_progress)
-    return {k: v for k, v in views.items() if k not in set(args.drop_modality)}
-
-
-def run_coldstart(args, log=None) -> dict:
-    """The whole experiment for parsed ``args``; returns the JSON-ready result."""
-    from ..coldstart.experiment import EvalSpec, item_coldstart, user_coldstart
+def coldstart_options(args):
+    """The study's typed options from the parsed flags."""
+    from ..coldstart.study import ColdStartOptions, StudySplit
+    from .fusion import options_from_args
     from .run_args import config_from_args
 
-    names, ks, keys = parse_metrics(args.metrics)
-    cold_select = args.cold_select.lower()
-    if cold_select not in keys:
-        keys = keys + [cold_select]
-        n2, k2, _ = parse_metrics(",".join(keys))
-        names, ks = n2, k2
-    spec = EvalSpec(ks=ks, metrics=names, keys=tuple(keys), seed=args.seed)
-    cfg = config_from_args(args, ks=tuple(ks), metrics=tuple(dict.fromkeys(list(names) + ["hr"])))
-    parts = _load(args)
-    fusions = [args.fusion] + (["none"] if args.with_backbone and args.fusion != "none" else [])
-    any_data = parts["items"][0] if "items" in parts else parts["users"][1]
-    views = _views(args, any_data)
-    result = {"dataset": any_data.name, "backbone": args.backbone, "fusion": args.fusion,
-              "model": args.backbone if args.fusion == "none" else f"{args.backbone}+{args.fusion}",
-              "seeds": list(range(cfg.seed, cfg.seed + cfg.seeds)), "metrics": keys,
-              "views": sorted(views), "config": cfg.to_dict(), "command": "fedvlr-plus coldstart " +
-              " ".join(sys.argv[2:]) if sys.argv[1:2] == ["coldstart"] else None}
-    for fusion in fusions:
-        target = result if fusion == args.fusion else result.setdefault("backbone_alone", {"model": args.backbone})
-        make = _model_factory(args, fusion, cfg.dim)
-        if "items" in parts:
-            data, how = parts["items"]
-            rule = None if args.cold_rule == "auto" and fusion != "none" else (
-                "none" if args.cold_rule == "auto" else args.cold_rule)
-            if log:
-                log(f"item cold-start, {fusion if fusion != 'none' else 'backbone alone'}: {how}")
-            res = item_coldstart(data, make, cfg, views, spec=spec, neighbours_k=max(args.cold_neighbours, 1),
-                                 select_metric=cold_select, default_rule=rule,
-                                 progress=not args.no_progress, log=log)
-            res["split"] = how
-            target.update(res)
-        if "users" in parts:
-            full, warm, held = parts["users"]
-            if log:
-                log(f"user cold-start, {fusion if fusion != 'none' else 'backbone alone'}: {len(held)} held-out users")
-            target["user_coldstart"] = user_coldstart(full, warm, held, make, cfg, views, spec=spec,
-                                                      supports=args.support, epochs=args.support_epochs,
-                                                      progress=not args.no_progress, log=log)
-            if "items" not in parts:
-                target["sparsity"] = target["user_coldstart"]["sparsity"]
-                target["sparsity_targets"] = "all"
-    return result
+    split = StudySplit(args.source, cold_items=args.cold_items, cold_users=args.cold_users,
+                       min_history=max(args.support) + 1, implicit_threshold=args.implicit_threshold,
+                       k_core=args.k_core, split_seed=args.split_seed)
+    keys = parse_metrics(args.metrics)[2]
+    ks = parse_metrics(",".join(keys + [args.cold_select.lower()]))[1]   # the cut-offs the runs evaluate at
+    command = "fedvlr-plus coldstart " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["coldstart"] else None
+    return ColdStartOptions(
+        split, args.backbone, training=config_from_args(args, ks=ks),
+        fedvlr=options_from_args(args, mode=args.fusion if args.fusion != "none" else "fedvlr"),
+        metrics=keys, fusion=args.fusion, with_backbone=args.with_backbone,
+        support=args.support, support_epochs=args.support_epochs, cold_rule=args.cold_rule,
+        cold_select=args.cold_select, progress=not args.no_progress, command=command)
 
 
 def cmd_coldstart(args) -> int:
     from ..coldstart.report import format_summary, write_report
+    from ..coldstart.study import run_coldstart
     from ..jsonio import json_default, write_json_atomic
 
     def log(msg):
@@ -197,7 +126,7 @@ def cmd_coldstart(args) -> int:
     model = args.backbone + (f"+{args.fusion}" if args.fusion != "none" else "")
     log(f"cold-start study of {model} on {args.source}: {studies}; {len(seeds)} seed{'s' * (len(seeds) > 1)} ({', '.join(map(str, seeds))}; "
         f"change with --seeds), up to {args.rounds} rounds" + (f"; writing to {args.out}" if args.out else ""))
-    result = run_coldstart(args, log=log)
+    result = run_coldstart(coldstart_options(args), log=log)
     if args.out:
         write_report(result, Path(args.out))
         write_json_atomic(Path(args.out) / "result.json", result)

@@ -74,18 +74,57 @@ def register(sub) -> argparse.ArgumentParser:
     return p
 
 
-def cmd_paper_table(args) -> int:
-    from ..experiments.paper_table import print_table, run_paper_table
-    from ..jsonio import json_default
+def parse_overrides(items: list[str]) -> tuple[tuple[str, str, str], ...]:
+    """``--override SELECTOR:field=value`` where SELECTOR is a backbone, a variant or ``backbone+variant``."""
+    from ..errors import ConfigError
+
+    out = []
+    for it in items or []:
+        try:
+            sel, rest = it.split(":", 1)
+            field, value = rest.split("=", 1)
+        except ValueError:
+            raise ConfigError(f"--override {it}", "expected SELECTOR:field=value",
+                              "e.g. fedvlr:server_lr=3") from None
+        out.append((sel.strip(), field.strip().replace("-", "_"), value.strip()))
+    return tuple(out)
+
+
+def paper_table_options(args):
+    """The table's typed options from the parsed flags."""
+    from pathlib import Path
+
+    from ..errors import RunFolderError
+    from ..experiments.paper_table import PaperTableOptions
     from ..metric_spec import parse_metrics
+    from .fusion import options_from_args
+    from .run_args import config_from_args
+
+    if args.resume and args.out and args.resume != args.out:
+        raise RunFolderError("--out", f"--resume {args.resume} continues the table in that folder; do not pass a "
+                             f"different --out ({args.out})")
+    folder = args.resume or args.out
+    _, ks, keys = parse_metrics(args.metrics)
+    return PaperTableOptions(
+        backbones=tuple(b.strip() for b in args.backbones.split(",") if b.strip()),
+        variants=tuple(v.strip() for v in args.variants.split(",") if v.strip()),
+        training=config_from_args(args, ks=ks), fedvlr=options_from_args(args, mode="fedvlr"),
+        metrics=keys, overrides=parse_overrides(args.override),
+        folder=Path(folder) if folder else None, resume=bool(args.resume), progress=not args.no_progress)
+
+
+def cmd_paper_table(args) -> int:
+    from ..experiments.paper_report import print_table
+    from ..experiments.paper_table import run_paper_table
+    from ..jsonio import json_default
     from .common import load_for_run
 
-    names, ks, keys = parse_metrics(args.metrics)
+    options = paper_table_options(args)
     data, _ = load_for_run(args)
     print(f"paper table on {args.source}: backbones {args.backbones}, variants {args.variants}, {args.seeds} seeds "
           f"each" + (f"; writing to {args.resume or args.out}" if (args.resume or args.out) else ""),
           file=sys.stderr)
-    result = run_paper_table(args, data, keys, ks, names)
+    result = run_paper_table(data, options)
     print_table(result, file=sys.stderr if args.json else sys.stdout)
     if args.json:
         print(json.dumps(result, default=json_default))

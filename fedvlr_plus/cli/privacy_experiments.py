@@ -82,7 +82,7 @@ def _setup(args):
     cfg = config_from_args(args, valid_metric=args.metric)
     backbone = args.backbone
     if getattr(args, "fusion", "none") != "none":
-        from ..fusion_cli import fusion_backbone
+        from .fusion import fusion_backbone
 
         def backbone():
             return fusion_backbone(args, data, args.backbone, cfg.dim)

@@ -20,7 +20,7 @@ def cli_backbone(args, data):
         raise ConfigError(f"--backbone {args.backbone}", str(exc)) from None
     if getattr(args, "fusion", "none") == "none":
         return bb
-    from ..fusion_cli import options_from_args
+    from .fusion import options_from_args
 
     try:
         return fedvlr(bb, data=data, options=options_from_args(args))

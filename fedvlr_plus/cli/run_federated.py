@@ -44,7 +44,7 @@ def build_backbone(args, data, dim: int, is_recbole: bool):
 
         return cli_backbone(args, data)
     if getattr(args, "fusion", "none") != "none":
-        from ..fusion_cli import fusion_backbone
+        from .fusion import fusion_backbone
 
         return fusion_backbone(args, data, args.backbone, dim)
     return args.backbone
@@ -57,7 +57,7 @@ def _selected_round_hook(args, data, cfg, metrics, ks, router: dict, rb_eval: di
     recbole_eval = getattr(args, "evaluator", "ours") == "recbole"
     if not (fusion or recbole_eval):
         return None
-    from ..fusion_cli import router_report
+    from .fusion import router_report
 
     def on_round(run, record):
         if run.best is not None and run.best["round"] == record["round"]:

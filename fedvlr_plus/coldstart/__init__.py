@@ -4,5 +4,6 @@
 - :mod:`.rules`: server-side ID rows for cold items from content (neighbours, ridge mapping, both);
 - :mod:`.content`: the content-only reference ranker and a candidate-restricting scorer wrapper;
 - :mod:`.experiment`: the item, user and sparsity experiments on the project's evaluator;
+- :mod:`.study`: the study of one backbone (its typed options, the splits it loads, the models it trains);
 - :mod:`.report`: CSV, Markdown and PNG report (the command is :mod:`fedvlr_plus.cli.coldstart`).
 """

@@ -14,30 +14,51 @@ rows (shared, and each user's private item tables) replaced by the mean row of t
 layer's rule), so that FedVLR is also compared with backbones that do not profit from ranking untrained rows
 (KU's split artifact).
 
+The table is a user of the Python API: each row is a model recipe trained per seed by an
+:class:`~fedvlr_plus.api.Experiment` (selection on validation), and its summaries and paired tests are those of
+:class:`~fedvlr_plus.api.ExperimentResult`. What the API does not do stays here: run folders with resume, the
+cold-rule rows, cold targets ranked among cold items, and the content-only ranker.
+
 Protocol as the paper's: leave-one-out by time, full ranking over all items with training items masked.
 """
 from __future__ import annotations
 
-import csv
-import io
-import math
-import os
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
+from ..api import Experiment, ExperimentResult, FedVLR, Model, Pop, Random, AntiPop
 from ..coldstart.content import ContentRanker, RestrictedScorer
-from ..evaluation import EvalResult, evaluate, paired_test, reference_scorer
-from ..errors import RunFolderError
-from ..evaluation.stats import bootstrap_ci
-from ..errors import ConfigError
-from ..jsonio import write_json_atomic
+from ..errors import ConfigError, RunFolderError
+from .paper_report import PARTS, table_notes, write_report
+from .variants import FUSION_VARIANTS, VARIANTS
 
-from .variants import FUSION_VARIANTS, VARIANTS  # noqa: F401  (FUSION_VARIANTS: part of this module's API)
-PARTS = ("all", "warm", "cold", "cold_among_cold")
+
+@dataclass
+class PaperTableOptions:
+    """What the table trains and where it keeps its runs.
+
+    ``training``: every run's FedConfig (its ``seed`` and ``seeds``: the table's seeds); ``overrides``:
+    ``(selector, field, value)`` triples that change it for some rows only (selector: a backbone, a variant or
+    ``backbone+variant``); ``fedvlr``: the layer's options (its ``mode`` is each fusion variant's).
+    ``folder``: the report and run folder; ``resume``: continue the runs already in it."""
+
+    backbones: tuple[str, ...]
+    variants: tuple[str, ...]
+    training: object
+    fedvlr: object
+    metrics: list[str]
+    overrides: tuple[tuple[str, str, str], ...] = ()
+    folder: Path | None = None
+    resume: bool = False
+    progress: bool = True
+
+    def __post_init__(self):
+        bad = [v for v in self.variants if v not in VARIANTS]
+        if bad:
+            raise ConfigError("paper table variants", f"unknown {', '.join(bad)}", f"choose from {', '.join(VARIANTS)}")
 
 
 def row_label(backbone: str, variant: str) -> str:
@@ -50,7 +71,188 @@ def rule_label(label: str) -> str:
     return f"{label} + cold rule"
 
 
-def _with_rule(run, rule, data, cold, common) -> tuple[EvalResult, EvalResult] | None:
+@dataclass
+class _Study:
+    """What every row of one table shares, and the per-seed results the rows collect."""
+
+    data: object
+    opts: PaperTableOptions
+    experiment: Experiment
+    views: dict
+    cold: np.ndarray
+    rule: object
+    tests: dict = field(default_factory=dict)      # label -> [test EvalResult per seed]
+    among: dict = field(default_factory=dict)      # label -> [cold targets among cold items, per seed]
+    selected: dict = field(default_factory=dict)   # label -> [selected round per seed]
+    routers: dict = field(default_factory=dict)    # label -> [router report per seed]
+    references: list = field(default_factory=list)
+
+    @property
+    def seed(self) -> int:
+        return self.experiment.seed
+
+
+def run_paper_table(data, opts: PaperTableOptions) -> dict:
+    """Train every (backbone, variant) over the seeds and build the table (see the module docstring)."""
+    study = _prepare(data, opts)
+    _add_references(study)
+    skipped = _refused_rows(study)
+    row_configs = {}
+    for recipe, variant in _recipes(study, skipped):
+        row_configs[recipe.label] = study.experiment.config(recipe, study.seed).to_dict()
+        _train_row(study, recipe, variant)
+    result = _result(study, skipped, row_configs)
+    if opts.folder is not None:
+        write_report(result, opts.folder)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------- set-up
+def _prepare(data, opts: PaperTableOptions) -> _Study:
+    from ..coldstart.rules import make_rule
+    from ..fedvlr.views import load_views
+
+    # the experiment sets the seed, the cut-offs and metrics of every run itself
+    training = {f.name: getattr(opts.training, f.name) for f in fields(opts.training)
+                if f.name not in ("seed", "seeds", "ks", "metrics", "valid_protocol")}
+    experiment = Experiment(data, [], metrics=opts.metrics, seeds=opts.training.seeds, seed=opts.training.seed,
+                            protocol="full", references=False, progress=opts.progress, **training)
+    fo = opts.fedvlr
+    views = load_views(data, fo.views, list(fo.fusion_views) if fo.fusion_views else None, progress=opts.progress)
+    cold = data.cold_items()
+    # the layer's cold-item rule applied to the backbones alone (reference rows): their untrained cold rows
+    # replaced by the mean ID row of each cold item's content neighbours, at the round selected on validation
+    rule = (make_rule("neighbours", views, cold, k=fo.cold_neighbours, seed=opts.training.seed)
+            if cold.any() and views and fo.cold_neighbours > 0 else None)
+    return _Study(data, opts, experiment, views, cold, rule)
+
+
+def _add_references(study: _Study) -> None:
+    """pop, random, antipop and the content-only ranker: deterministic (random is seeded), evaluated once."""
+    from ..evaluation import reference_scorer
+
+    exp, seed = study.experiment, study.seed
+    scorers = {m.name: reference_scorer(m.name, study.data, seed=seed) for m in (Pop(), Random(), AntiPop())}
+    scorers["content"] = ContentRanker(study.data, study.views)   # the cold-start study's content-only ranker
+    for name, scorer in scorers.items():
+        study.tests[name] = [exp.test(scorer, seed)]
+        if study.cold.any():
+            study.among[name] = [exp.test(RestrictedScorer(scorer, study.cold), seed)]
+    study.references = list(scorers)
+
+
+def _refused_rows(study: _Study) -> dict[str, str]:
+    """Fusion rows of backbones the layer cannot wrap -> the layer's reason."""
+    from ..adapters import make_backbone
+    from ..fedvlr import wrap_refusal
+
+    skipped = {}
+    for backbone in study.opts.backbones:
+        why = wrap_refusal(make_backbone(backbone, study.data.n_items, study.opts.training.dim))
+        for variant in study.opts.variants:
+            if variant in FUSION_VARIANTS and why:
+                skipped[row_label(backbone, variant)] = why
+    return skipped
+
+
+def _recipes(study: _Study, skipped: dict):
+    """(recipe, variant) of every row to train, in table order."""
+    from ..fedvlr import FusionLayer
+
+    base, opts = study.opts.training, study.opts
+    for backbone in opts.backbones:
+        for variant in opts.variants:
+            label = row_label(backbone, variant)
+            if label in skipped:
+                print(f"paper-table: skipping {label}: {skipped[label]}", file=sys.stderr)
+                continue
+            start = base
+            if variant == "fedgrad":   # the layer's aggregation and default server lr, unless overridden
+                start = replace(base, strategy="fedgrad", server_lr=base.server_lr or FusionLayer.default_server_lr)
+            row = config_for_row(start, opts.overrides, backbone, variant)
+            train = {f.name: getattr(row, f.name) for f in fields(row) if getattr(row, f.name) != getattr(base, f.name)}
+            if variant not in FUSION_VARIANTS:
+                yield Model(backbone, label, train), variant
+            else:
+                yield FedVLR(Model(backbone, backbone, train), study.views, label=label, options=opts.fedvlr,
+                             mode=variant), variant
+
+
+def config_for_row(base_cfg, overrides, backbone: str, variant: str):
+    """``base_cfg`` with the overrides whose selector names this backbone, this variant or both."""
+    from ..federation.config import FedConfig
+
+    cfg = base_cfg
+    types = {f: type(getattr(FedConfig(), f)) for f in vars(FedConfig())}
+    for sel, name, value in overrides:
+        if sel not in (backbone, variant, f"{backbone}+{variant}"):
+            continue
+        if name not in types:
+            raise ConfigError(f"--override {sel}:{name}", f"unknown training field {name!r}",
+                              "fields are FedConfig's, e.g. lr, server_lr, rounds, dim")
+        kind = float if name in ("lr", "server_lr", "item_lr_scale") else types[name]
+        try:
+            cfg = replace(cfg, **{name: None if value.lower() == "none" else kind(value)})
+        except ValueError as exc:   # not a number, or out of FedConfig's range
+            raise ConfigError(f"--override {sel}:{name}={value}", str(exc)) from None
+    return cfg
+
+
+# ---------------------------------------------------------------------------------------------- training
+def _train_row(study: _Study, recipe: Model, variant: str) -> None:
+    """Every seed of one row; its cold-rule twin when every seed could be scored with the rule."""
+    label = recipe.label
+    seeds = [_train_seed(study, recipe, variant, study.seed + i) for i in range(study.experiment.seeds)]
+    study.tests[label] = [s["test"] for s in seeds]
+    study.selected[label] = [s["round"] for s in seeds]
+    if all(s.get("cold") is not None for s in seeds):
+        study.among[label] = [s["cold"] for s in seeds]
+    ruled = [s["with_rule"] for s in seeds if s.get("with_rule") is not None]
+    if ruled and len(ruled) == len(seeds):
+        study.tests[rule_label(label)] = [r[0] for r in ruled]
+        study.among[rule_label(label)] = [r[1] for r in ruled]
+        study.selected[rule_label(label)] = study.selected[label]
+    if any("router" in s for s in seeds):
+        study.routers[label] = [s["router"] for s in seeds if "router" in s]
+
+
+def _train_seed(study: _Study, recipe: Model, variant: str, seed: int) -> dict:
+    """One seed of one row, trained or read back from its run folder, with what its selected round adds."""
+    folder = study.opts.folder / "runs" / recipe.label / f"seed-{seed}" if study.opts.folder else None
+    extra = {}
+
+    def on_round(run, record):
+        if run.best is not None and run.best["round"] == record["round"]:
+            extra.update(_selected_extra(study, run, variant))
+            if folder is not None:
+                _save_extra(run, extra)   # what the selected round adds, kept for resume
+
+    run = study.experiment.start(recipe, seed, folder=folder, on_round=on_round)
+    if folder is not None and run.folder.has_checkpoint():
+        if not study.opts.resume:
+            raise RunFolderError(str(study.opts.folder), "already holds runs",
+                                 f"continue them with --resume {study.opts.folder}, or choose another folder")
+        run.load_checkpoint()
+        extra.update(_load_extra(run) or {})
+    run.run()
+    return {**extra, "test": study.experiment.selected_test(run), "round": int(run.best["round"])}
+
+
+def _selected_extra(study: _Study, run, variant: str) -> dict:
+    """At the selected round: cold targets among cold items, the router's report (FedVLR), and the backbone
+    alone scored with the layer's cold-item rule."""
+    from ..fedvlr import router_report
+
+    exp, cold = study.experiment, study.cold
+    extra = {"cold": exp.test(RestrictedScorer(run.scorer(), cold), study.seed) if cold.any() else None}
+    if variant == "fedvlr":
+        extra["router"] = router_report(run)
+    if study.rule is not None and variant not in FUSION_VARIANTS:
+        extra["with_rule"] = _with_rule(run, study.rule, exp, cold)
+    return extra
+
+
+def _with_rule(run, rule, experiment: Experiment, cold):
     """Test results of ``run`` with the cold rows of every item table it scores with filled by ``rule`` (all
     targets, and cold targets among cold items): the shared tables, and per user the private ones (PFedRec's
     fine-tuned copy, FedRAP's ``A_u``), each from the same table's neighbour rows. None when the simulator cannot
@@ -73,8 +275,8 @@ def _with_rule(run, rule, data, cold, common) -> tuple[EvalResult, EvalResult] |
 
     def score(users):
         return run.sim.scores(np.asarray(users, dtype=np.int64), shared, **kw)
-    return (evaluate(data, score, split="test", **common),
-            evaluate(data, RestrictedScorer(score, cold), split="test", **common))
+    return (experiment.test(score, experiment.seed),
+            experiment.test(RestrictedScorer(score, cold), experiment.seed))
 
 
 EXTRA = "selected_extra"
@@ -100,375 +302,70 @@ def _load_extra(run) -> dict:
     return None
 
 
-def _frames(res: EvalResult, cold_res: EvalResult | None) -> dict[str, pd.DataFrame]:
-    out = {p: res.frame(p) for p in ("all", "warm", "cold")}
-    if cold_res is not None:
-        out["cold_among_cold"] = cold_res.frame("cold")
-    return out
+# ---------------------------------------------------------------------------------------------- the table
+def _results(study: _Study) -> tuple[ExperimentResult, ExperimentResult]:
+    """The API's result objects of the rows: test targets (all, warm, cold), and cold targets among cold items."""
+    keys, name = list(study.experiment.keys), study.data.name
+    return (ExperimentResult(name, keys, study.tests, references=study.references, ci_seed=study.seed),
+            ExperimentResult(name, keys, study.among, references=study.references, ci_seed=study.seed))
 
 
-def _combine(per_seed: list[dict[str, pd.DataFrame]], keys: list[str]) -> dict[str, pd.DataFrame]:
-    """Per-user values averaged over seeds (users present in every seed)."""
-    out = {}
-    for part in per_seed[0]:
-        frames = [s[part][["user"] + [k for k in keys if k in s[part].columns]] for s in per_seed if part in s]
-        if not frames or not len(frames[0]):
-            continue
-        cat = pd.concat(frames)
-        g = cat.groupby("user")
-        mean = g.mean()
-        mean = mean[g.size() == len(frames)].reset_index()
-        out[part] = mean
-    return out
-
-
-def _summarise(name: str, per_seed: list[dict[str, pd.DataFrame]], keys: list[str], seed: int) -> list[dict]:
+def _rows(study: _Study, tests: ExperimentResult, among: ExperimentResult) -> list[dict]:
+    """One row per model and part that has users: mean over seeds, sd across seeds, bootstrap CI over users."""
+    keys = tests.metrics
+    tables = {p: tests.table(p) for p in ("all", "warm", "cold")}
+    tables["cold_among_cold"] = among.table("cold") if among.per_seed else None
     rows = []
-    avg = _combine(per_seed, keys)
-    for part in PARTS:
-        if part not in avg or not len(avg[part]):
-            continue
-        row = {"model": name, "part": part, "n_users": int(len(avg[part])), "seeds": len(per_seed)}
-        for k in keys:
-            per = [float(s[part][k].mean()) for s in per_seed if part in s and len(s[part])]
-            row[k] = float(np.mean(per))
-            row[f"{k}_std"] = float(np.std(per, ddof=1)) if len(per) > 1 else 0.0
-            lo, hi = bootstrap_ci(avg[part][k].to_numpy(), seed=seed)
-            row[f"{k}_ci"] = [lo, hi]
-        rows.append(row)
+    for model in tests.models:
+        for part in PARTS:
+            source, which = (among, "cold") if part == "cold_among_cold" else (tests, part)
+            if model not in source.per_seed or not len(source.per_user(model, which)):
+                continue
+            t = tables[part].loc[model]
+            row = {"model": model, "part": part, "n_users": int(t["users"]), "seeds": int(t["seeds"])}
+            for k in keys:
+                row[k] = float(t[k])
+                row[f"{k}_std"] = float(t[f"{k}_sd"])
+                row[f"{k}_ci"] = list(t[f"{k}_ci"])
+            row["kind"] = "reference" if model in study.references else "federated"
+            rows.append(row)
     return rows
 
 
-def _as_result(frames: dict[str, pd.DataFrame], keys) -> EvalResult:
-    empty = pd.DataFrame(columns=["user"] + list(keys))
-    return EvalResult(per_user=frames.get("all", empty), per_user_warm=frames.get("warm", empty),
-                      per_user_cold=frames.get("cold", empty), metric_names=list(keys))
+def _paired_tests(study: _Study, tests: ExperimentResult, among: ExperimentResult) -> dict:
+    """FedVLR (and the single MLP) against the backbone alone, its fedgrad twin and their cold-rule rows; FedVLR
+    against the content-only ranker on cold targets among cold items."""
+    keys, out = tests.metrics, {}
 
+    def has(result, model, which):
+        return model in result.per_seed and len(result.per_user(model, which)) > 0
 
-def _parse_overrides(items: list[str]) -> list[tuple[str, str, str]]:
-    """``SELECTOR:field=value`` where SELECTOR is a backbone, a variant or ``backbone+variant``."""
-    out = []
-    for it in items or []:
-        try:
-            sel, rest = it.split(":", 1)
-            field, value = rest.split("=", 1)
-        except ValueError:
-            raise ConfigError(f"--override {it}", "expected SELECTOR:field=value",
-                              "e.g. fedvlr:server_lr=3") from None
-        out.append((sel.strip(), field.strip().replace("-", "_"), value.strip()))
+    for backbone in study.opts.backbones:
+        fedvlr = row_label(backbone, "fedvlr")
+        pairs = [(row_label(backbone, v), backbone) for v in FUSION_VARIANTS]
+        pairs.append((fedvlr, row_label(backbone, "fedgrad")))
+        pairs += [(fedvlr, rule_label(row_label(backbone, v))) for v in ("none", "fedgrad")]
+        for a, b in pairs:
+            if a in study.selected and b in study.selected:
+                out[f"{a} vs {b}"] = {part: {k: tests.paired(a, b, k, part) for k in keys}
+                                      for part in ("all", "warm", "cold") if has(tests, a, part) and has(tests, b, part)}
+        if fedvlr in study.selected and has(among, fedvlr, "cold") and has(among, "content", "cold"):
+            out[f"{fedvlr} vs content (cold among cold)"] = {"cold": {k: among.paired(fedvlr, "content", k, "cold")
+                                                                      for k in keys}}
     return out
 
 
-def _config_for(base_cfg, overrides, backbone: str, variant: str):
-    from ..federation.config import FedConfig
-
-    cfg = base_cfg
-    types = {f: type(getattr(FedConfig(), f)) for f in vars(FedConfig())}
-    for sel, field, value in overrides:
-        if sel not in (backbone, variant, f"{backbone}+{variant}"):
-            continue
-        if field not in types:
-            raise ConfigError(f"--override {sel}:{field}", f"unknown training field {field!r}",
-                              "fields are FedConfig's, e.g. lr, server_lr, rounds, dim")
-        kind = float if field in ("lr", "server_lr", "item_lr_scale") else types[field]
-        try:
-            cfg = replace(cfg, **{field: None if value.lower() == "none" else kind(value)})
-        except ValueError as exc:   # not a number, or out of FedConfig's range
-            raise ConfigError(f"--override {sel}:{field}={value}", str(exc)) from None
-    return cfg
-
-
-def run_paper_table(args, data, keys: list[str], ks, names) -> dict:
-    """Train every (backbone, variant) over the seeds and build the table (see the module docstring)."""
-    from ..federation.config import config_from_options as config_from_args
-    from ..federation.engine import FederatedRun
-    from ..fedvlr import router_report
-    from ..fedvlr.views import load_views
-    from ..fusion_cli import base_backbone, build_for_command, options_from_args
-
-    backbones = [b.strip() for b in args.backbones.split(",") if b.strip()]
-    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    bad = [v for v in variants if v not in VARIANTS]
-    if bad:
-        raise ConfigError("--variants", f"unknown {', '.join(bad)}", f"choose from {', '.join(VARIANTS)}")
-    metric_names = tuple(dict.fromkeys(list(names) + ["hr"]))
-    base_cfg = config_from_args(args, ks=tuple(ks), metrics=metric_names, valid_protocol="full", seeds=1)
-    overrides = _parse_overrides(args.override)
-    cold = data.cold_items()
-    common = dict(protocol="full", ks=tuple(ks), metrics=tuple(names), mask_history=base_cfg.mask_history)
-
-    # references: deterministic (random is seeded), evaluated once
-    fnames = args.fusion_views.split(",") if args.fusion_views else None
-    views = load_views(data, args.views, fnames, progress=not args.no_progress)
-    refs = {}
-    for name in ("pop", "random", "antipop"):
-        sc = reference_scorer(name, data, seed=base_cfg.seed)
-        refs[name] = [_frames(evaluate(data, sc, split="test", seed=base_cfg.seed, **common),
-                              evaluate(data, RestrictedScorer(sc, cold), split="test", seed=base_cfg.seed, **common)
-                              if cold.any() else None)]
-    csc = ContentRanker(data, views)   # the same content-only ranker as the cold-start experiments
-    refs["content"] = [_frames(evaluate(data, csc, split="test", **common),
-                               evaluate(data, RestrictedScorer(csc, cold), split="test", **common) if cold.any() else None)]
-
-    from ..adapters import make_backbone
-    from ..coldstart.rules import make_rule
-    from ..fedvlr import FusionLayer, wrap_refusal
-
-    # the layer's cold-item rule applied to the backbones alone (reference rows): their untrained cold rows
-    # replaced by the mean ID row of each cold item's content neighbours, at the round selected on validation
-    rule = (make_rule("neighbours", views, cold, k=args.cold_neighbours, seed=base_cfg.seed)
-            if cold.any() and views and args.cold_neighbours > 0 else None)
-
-    skipped = {}
-    for bb_name in backbones:
-        why = wrap_refusal(make_backbone(bb_name, data.n_items, base_cfg.dim))
-        for variant in variants:
-            if variant in FUSION_VARIANTS and why:
-                skipped[row_label(bb_name, variant)] = why
-
-    models: dict[str, list[dict]] = {}
-    selected: dict[str, list[int]] = {}
-    row_configs: dict[str, dict] = {}
-    routers: dict[str, list[dict]] = {}
-    if args.resume and args.out and args.resume != args.out:
-        raise RunFolderError("--out", f"--resume {args.resume} continues the table in that folder; do not pass a "
-                             f"different --out ({args.out})")
-    out_dir = Path(args.resume or args.out) if (args.resume or args.out) else None
-    for bb_name in backbones:
-        for variant in variants:
-            label = row_label(bb_name, variant)
-            if label in skipped:
-                print(f"paper-table: skipping {label}: {skipped[label]}", file=sys.stderr)
-                continue
-            start = base_cfg
-            if variant == "fedgrad":   # the layer's aggregation and default server lr, unless overridden
-                start = replace(base_cfg, strategy="fedgrad",
-                                server_lr=base_cfg.server_lr or FusionLayer.default_server_lr)
-            cfg0 = _config_for(start, overrides, bb_name, variant)
-            row_configs[label] = cfg0.to_dict()
-            seeds_out, sel, rtr, ruled = [], [], [], []
-            for i in range(args.seeds):
-                cfg = replace(cfg0, seed=cfg0.seed + i, seeds=1)
-                extra = {}
-                if variant not in FUSION_VARIANTS:
-                    bb = bb_name
-                else:
-                    bb = build_for_command(data, base_backbone(args, data.n_items, bb_name, cfg.dim),
-                                           options_from_args(args, mode=variant), views, backbone=bb_name)
-
-                def on_round(run, record, extra=extra, variant=variant):
-                    if run.best is not None and run.best["round"] == record["round"]:
-                        extra["cold"] = (evaluate(data, RestrictedScorer(run.scorer(), cold), split="test", **common)
-                                         if cold.any() else None)
-                        if variant == "fedvlr":
-                            extra["router"] = router_report(run)
-                        if rule is not None and variant not in FUSION_VARIANTS:
-                            extra["with_rule"] = _with_rule(run, rule, data, cold, common)
-
-                run_dir = out_dir / "runs" / label / f"seed-{cfg.seed}" if out_dir else None
-
-                def on_round_saved(run, record, extra=extra, run_dir=run_dir):
-                    on_round(run, record)
-                    if run_dir is not None and run.best is not None and run.best["round"] == record["round"]:
-                        _save_extra(run, extra)   # what the selected round adds, kept for --resume
-
-                run = FederatedRun(data, bb, cfg, run_dir, progress=not args.no_progress, on_round=on_round_saved)
-                if run_dir is not None and run.folder.has_checkpoint():
-                    if not args.resume:
-                        raise RunFolderError(str(out_dir), "already holds runs",
-                                             f"continue them with --resume {out_dir}, or choose another folder")
-                    run.load_checkpoint()
-                    extra.update(_load_extra(run) or {})
-                run.run()
-                seeds_out.append(_frames(run.best["test_full"], extra.get("cold")))
-                sel.append(int(run.best["round"]))
-                if "router" in extra:
-                    rtr.append(extra["router"])
-                if extra.get("with_rule") is not None:
-                    ruled.append(_frames(*extra["with_rule"]))
-            models[label], selected[label] = seeds_out, sel
-            if ruled and len(ruled) == len(seeds_out):
-                models[rule_label(label)], selected[rule_label(label)] = ruled, sel
-            if rtr:
-                routers[label] = rtr
-
-    rows = []
-    for name, per_seed in {**refs, **models}.items():
-        for r in _summarise(name, per_seed, keys, base_cfg.seed):
-            r["kind"] = "reference" if name in refs else "federated"
-            rows.append(r)
-    tests = {}
-    for bb_name in backbones:
-        pairs = [(row_label(bb_name, v), bb_name) for v in FUSION_VARIANTS]
-        pairs.append((row_label(bb_name, "fedvlr"), row_label(bb_name, "fedgrad")))
-        pairs += [(row_label(bb_name, "fedvlr"), rule_label(row_label(bb_name, v))) for v in ("none", "fedgrad")]
-        for label, other in pairs:
-            if label not in models or other not in models:
-                continue
-            a, b = _combine(models[label], keys), _combine(models[other], keys)
-            tests[f"{label} vs {other}"] = {
-                part: {k: paired_test(_as_result(a, keys), _as_result(b, keys), k, part) for k in keys}
-                for part in ("all", "warm", "cold") if part in a and part in b}
-        fedvlr = row_label(bb_name, "fedvlr")
-        if fedvlr in models and "cold_among_cold" in refs["content"][0]:
-            a = _combine(models[fedvlr], keys).get("cold_among_cold")
-            c = _combine(refs["content"], keys).get("cold_among_cold")
-            if a is not None and c is not None:
-                tests[f"{fedvlr} vs content (cold among cold)"] = {"cold": {
-                    k: paired_test(_as_result({"cold": a}, keys), _as_result({"cold": c}, keys), k, "cold")
-                    for k in keys}}
-    result = {"dataset": data.name, "protocol": "full", "mask_history": base_cfg.mask_history,
-              "metrics": keys, "seeds": [base_cfg.seed + i for i in range(args.seeds)],
-              "backbones": backbones, "variants": variants, "rows": rows, "paired_tests": tests,
-              "selected_round": selected, "router": {k: v[0] if len(v) == 1 else v for k, v in routers.items()},
-              "config": base_cfg.to_dict(), "row_configs": row_configs, "overrides": [list(o) for o in overrides],
-              "n_cold_items": int(cold.sum()), "skipped": skipped}
+def _result(study: _Study, skipped: dict, row_configs: dict) -> dict:
+    tests, among = _results(study)
+    exp, opts = study.experiment, study.opts
+    base = exp.config(Model("", "table"), study.seed)   # the settings every row starts from
+    result = {"dataset": study.data.name, "protocol": "full", "mask_history": base.mask_history,
+              "metrics": list(exp.keys), "seeds": [study.seed + i for i in range(exp.seeds)],
+              "backbones": list(opts.backbones), "variants": list(opts.variants),
+              "rows": _rows(study, tests, among), "paired_tests": _paired_tests(study, tests, among),
+              "selected_round": study.selected,
+              "router": {k: v[0] if len(v) == 1 else v for k, v in study.routers.items()},
+              "config": base.to_dict(), "row_configs": row_configs, "overrides": [list(o) for o in opts.overrides],
+              "n_cold_items": int(study.cold.sum()), "skipped": skipped}
     result["notes"] = table_notes(result)
-    if out_dir is not None:
-        write_report(result, out_dir)
     return result
-
-
-# ---------------------------------------------------------------------------------------------- reports
-def table_notes(result: dict) -> list[str]:
-    """One sentence per part of the table that no row has (no cold targets in test, say), so that every report
-    says why a section is missing instead of leaving it out silently."""
-    from ..evaluation.results import empty_part_reason
-
-    present = {r["part"] for r in result["rows"]}
-    notes = []
-    for part in (p for p in PARTS if p not in present):
-        why = empty_part_reason("cold" if part == "cold_among_cold" else part)
-        if part == "cold_among_cold" and not result.get("n_cold_items"):
-            why = "no cold items to rank among; every item has a training interaction"
-        notes.append(f"{part.replace('_', ' ')}: {why}")
-    return notes
-
-
-def _fmt(row: dict, k: str) -> str:
-    v = row.get(k)
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "–"
-    lo, hi = row.get(f"{k}_ci", [math.nan, math.nan])
-    sd = row.get(f"{k}_std", 0.0)
-    s = f"{v:.4f}"
-    if row.get("seeds", 1) > 1:
-        s += f" ± {sd:.4f}"
-    if lo is not None and not math.isnan(lo):
-        s += f" [{lo:.4f}, {hi:.4f}]"
-    return s
-
-
-def markdown_table(result: dict) -> str:
-    keys = result["metrics"]
-    lines = [f"# Table 2 on {result['dataset']} (test, full ranking, training items masked; "
-             f"seeds {result['seeds']}; model selection on validation only)", ""]
-    titles = {"all": "All test targets", "warm": "Warm targets (item seen in training)",
-              "cold": "Cold targets (never in training), ranked among all items",
-              "cold_among_cold": "Cold targets ranked among cold items only"}
-    for part in PARTS:
-        part_rows = [r for r in result["rows"] if r["part"] == part]
-        if not part_rows:
-            continue
-        lines += [f"## {titles[part]} ({part_rows[0]['n_users']} users)", "",
-                  "| model | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
-        for r in part_rows:
-            lines.append(f"| {r['model']} | " + " | ".join(_fmt(r, k) for k in keys) + " |")
-        lines.append("")
-    for label, why in result.get("skipped", {}).items():
-        lines.append(f"Not run: {label} ({why}).")
-    for note in result.get("notes", []):
-        lines.append(f"Not reported: {note}.")
-    lines.append("Mean over seeds ± standard deviation across seeds [95% bootstrap CI over users of the per-user "
-                 "values averaged over seeds]. References: pop/random/antipop and the content-only ranker.")
-    if result["paired_tests"]:
-        lines += ["", "## Paired tests over users (per-user values averaged over seeds)", "",
-                  "| comparison | part | metric | mean a | mean b | diff | t-test p | Wilcoxon p |",
-                  "|---|---|---|---|---|---|---|---|"]
-        for name, parts in result["paired_tests"].items():
-            for part, per in parts.items():
-                for k, t in per.items():
-                    lines.append(f"| {name} | {part} | {k} | {t['mean_a']:.4f} | {t['mean_b']:.4f} | "
-                                 f"{t['mean_diff']:+.4f} | {t['t_pvalue']:.3g} | {t['wilcoxon_pvalue']:.3g} |")
-    return "\n".join(lines) + "\n"
-
-
-def _atomic_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def write_report(result: dict, out: Path) -> None:
-    """table.csv, table.md, result.json and table.png (NDCG at the largest K, by part, with CIs)."""
-    out.mkdir(parents=True, exist_ok=True)
-    keys = result["metrics"]
-    buf = io.StringIO()
-    w = csv.writer(buf)
-    w.writerow(["model", "kind", "part", "n_users", "seeds"]
-               + [c for k in keys for c in (k, f"{k}_std", f"{k}_ci_low", f"{k}_ci_high")])
-    for r in result["rows"]:
-        w.writerow([r["model"], r["kind"], r["part"], r["n_users"], r["seeds"]]
-                   + [c for k in keys for c in (r.get(k), r.get(f"{k}_std"), *r.get(f"{k}_ci", [None, None]))])
-    _atomic_text(out / "table.csv", buf.getvalue())
-    _atomic_text(out / "table.md", markdown_table(result))
-    write_json_atomic(out / "result.json", result)
-    plot_table(result, out / "table.png")
-
-
-def plot_table(result: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ndcg = [k for k in result["metrics"] if k.startswith("ndcg")]
-    key = max(ndcg or result["metrics"], key=lambda k: int(k.split("@")[1]))
-    parts = [p for p in PARTS if any(r["part"] == p for r in result["rows"])]
-    models = list(dict.fromkeys(r["model"] for r in result["rows"]))
-    fig, axes = plt.subplots(1, len(parts), figsize=(4.2 * len(parts), 0.32 * len(models) + 1.6), squeeze=False)
-    for ax, part in zip(axes[0], parts):
-        by = {r["model"]: r for r in result["rows"] if r["part"] == part}
-        ys = np.arange(len(models))
-        vals = [by[m][key] if m in by else np.nan for m in models]
-        def err(m, side):   # CI half-widths; a degenerate interval (all values equal) draws none
-            if m not in by or by[m][f"{key}_ci"][side] is None or math.isnan(by[m][f"{key}_ci"][side]):
-                return 0.0
-            return max(0.0, (by[m][key] - by[m][f"{key}_ci"][0]) if side == 0 else (by[m][f"{key}_ci"][1] - by[m][key]))
-
-        lo = [err(m, 0) for m in models]
-        hi = [err(m, 1) for m in models]
-        colors = ["#999999" if m in ("pop", "random", "antipop", "content") else
-                  ("#1f77b4" if "+fedvlr" in m else ("#2ca02c" if "+" in m else "#ff7f0e")) for m in models]
-        ax.barh(ys, vals, xerr=[lo, hi], color=colors, capsize=2)
-        ax.set_yticks(ys, models if ax is axes[0][0] else [""] * len(models))
-        ax.invert_yaxis()
-        ax.set_title(part.replace("_", " "))
-        ax.set_xlabel(key)
-    fig.suptitle(f"{result['dataset']}: test {key} (95% CI)")
-    fig.tight_layout()
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
-
-
-def print_table(result: dict, file=None) -> None:
-    keys = result["metrics"]
-    for part in PARTS:
-        part_rows = [r for r in result["rows"] if r["part"] == part]
-        if not part_rows:
-            continue
-        print(f"[{part}] {part_rows[0]['n_users']} users", file=file)
-        w = max(22, *(len(r["model"]) for r in part_rows))
-        print(f"  {'model':<{w}}" + "".join(f"{k:>12}" for k in keys), file=file)
-        for r in part_rows:
-            print(f"  {r['model']:<{w}}" + "".join(f"{r[k]:>12.4f}" for k in keys), file=file)
-    for note in result.get("notes", []):
-        print(f"note: {note}", file=file)
-    for name, parts in result["paired_tests"].items():
-        for part, per in parts.items():
-            k = keys[-1]
-            t = per[k]
-            print(f"  {name} [{part}] {k}: {t['mean_diff']:+.4f} (t-test p {t['t_pvalue']:.3g}, "
-                  f"Wilcoxon p {t['wilcoxon_pvalue']:.3g})", file=file)

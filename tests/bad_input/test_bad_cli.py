@@ -93,11 +93,12 @@ def test_flower_run_config_without_equals_names_the_flag():
 def test_paper_table_override_unknown_field_names_it():
     from fedvlr_plus.cli import build_parser
     from fedvlr_plus.errors import ConfigError
-    from fedvlr_plus.experiments.paper_table import _config_for, _parse_overrides
+    from fedvlr_plus.cli.experiment import parse_overrides
     from fedvlr_plus.cli.run_args import config_from_args
+    from fedvlr_plus.experiments.paper_table import config_for_row
 
     args = build_parser().parse_args(["experiment", "paper-table", "x", "--override", "fedvlr:magic=3"])
     with pytest.raises(ConfigError, match="--override fedvlr:magic.*unknown training field 'magic'"):
-        _config_for(config_from_args(args), _parse_overrides(args.override), "fedavg", "fedvlr")
+        config_for_row(config_from_args(args), parse_overrides(args.override), "fedavg", "fedvlr")
     with pytest.raises(ConfigError, match="--override fedvlr:lr=fast"):
-        _config_for(config_from_args(args), _parse_overrides(["fedvlr:lr=fast"]), "fedavg", "fedvlr")
+        config_for_row(config_from_args(args), parse_overrides(["fedvlr:lr=fast"]), "fedavg", "fedvlr")

@@ -3,17 +3,18 @@ to the one builder, :func:`fedvlr_plus.fedvlr.build_fedvlr` (FedVLR, Li et al., 
 see docs/method.md). Nothing here decides anything about the model."""
 from __future__ import annotations
 
-from .errors import ConfigError, UserError
-from .fedvlr import FedVLROptions, FusionLayer, build_fedvlr, router_report  # noqa: F401  (router_report: CLI use)
-from .fedvlr.views import load_views  # noqa: F401  (the commands load the views for their reference rankers)
+from ..errors import ConfigError, UserError
+from ..fedvlr import FedVLROptions, FusionLayer, build_fedvlr, router_report  # noqa: F401  (router_report: CLI use)
+from ..fedvlr.views import load_views  # noqa: F401  (the commands load the views for their reference rankers)
 
 
 def options_from_args(args, mode: str | None = None) -> FedVLROptions:
-    """The layer's options from parsed ``--fusion ...`` flags (see :func:`~fedvlr_plus.fusion_args.add_fusion_arguments`);
+    """The layer's options from parsed ``--fusion ...`` flags (see :func:`~fedvlr_plus.cli.fusion_args.add_fusion_arguments`);
     ``mode`` replaces ``--fusion`` (a command that trains several fusion variants)."""
     return FedVLROptions(mode=mode or args.fusion, temperature=args.router_temperature, balance=args.router_balance,
                          residual=getattr(args, "fusion_residual", False),
                          personal_offset=getattr(args, "personal_offset", False),
+                         content_preference=getattr(args, "content_preference", False),
                          cold_neighbours=args.cold_neighbours, views=args.views,
                          fusion_views=tuple(args.fusion_views.split(",")) if args.fusion_views else None,
                          drop_modality=tuple(args.drop_modality), progress=not getattr(args, "no_progress", False))
@@ -21,7 +22,7 @@ def options_from_args(args, mode: str | None = None) -> FedVLROptions:
 
 def base_backbone(args, n_items: int, backbone: str, dim: int):
     """The backbone the layer wraps, with the command line's backbone options."""
-    from .adapters import make_backbone
+    from ..adapters import make_backbone
 
     opts = {"fedrap_lambda": args.fedrap_lambda, "fedrap_mu": args.fedrap_mu} if backbone == "fedrap" else {}
     return make_backbone(backbone, n_items, dim, **opts)

@@ -1,0 +1,155 @@
+"""The cold-start study of one backbone (``fedvlr-plus coldstart``): which data it splits how, which models it
+trains, and the item and user experiments of :mod:`.experiment` run on them.
+
+Without ``cold_items`` / ``cold_users`` the data's own split is used (leave-one-out when it has none); its natural
+cold targets (KU: items that occur only in valid/test) are then the item cold-start test. The models are the
+Python API's recipes (:class:`~fedvlr_plus.api.FedVLR` around the backbone), so this study builds the layer as
+every other path does.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..metric_spec import parse_metrics
+
+
+@dataclass(frozen=True)
+class StudySplit:
+    """How the data is read and split: a cold-item split, a cold-user hold-out, both, or the data's own split."""
+
+    source: str
+    cold_items: float | None = None
+    cold_users: float | None = None
+    #: held-out users need more history than the largest support size
+    min_history: int = 6
+    implicit_threshold: float | None = None
+    k_core: int = 0
+    split_seed: int = 0
+
+
+def load_study_splits(split: StudySplit) -> dict:
+    """``{"items": (data, how)}`` and/or ``{"users": (full, warm, held_out)}`` for the study's experiments."""
+    from ..datasets import load, splits
+    from .splits import cold_item_loo, cold_user_holdout
+
+    data = load(split.source)
+
+    def prepared():
+        d = splits.dedup(splits.implicit(data, split.implicit_threshold))
+        return splits.k_core(d, split.k_core) if split.k_core > 1 else d
+
+    out = {}
+    if split.cold_items is not None:
+        out["items"] = (cold_item_loo(prepared(), split.cold_items, seed=split.split_seed),
+                        f"cold-items {split.cold_items}")
+    if split.cold_users is not None:
+        d = prepared()
+        warm, held = cold_user_holdout(d, split.cold_users, seed=split.split_seed, min_history=split.min_history)
+        out["users"] = (d, warm, held)
+    if not out:
+        if data.is_split:
+            d, how = splits.predefined(data), "predefined"
+        else:
+            d, how = splits.leave_one_out(prepared()), "loo"
+        out["items"] = (d, f"{how} (natural cold targets)")
+    return out
+
+
+@dataclass(frozen=True)
+class ColdStartOptions:
+    """The study's settings. ``training``: every run's FedConfig (its ``seed``/``seeds``: the study's seeds);
+    ``fusion``: ``none`` or a FedVLR mode; ``fedvlr``: the layer's options (and where the content views come from,
+    used by the content rules and ranker even without the layer); ``with_backbone``: also train the backbone
+    alone; ``cold_rule``: ``auto`` (chosen on validation for the layer, none for the backbone) or a rule;
+    ``command``: the command line, recorded in the result."""
+
+    split: StudySplit
+    backbone: str
+    training: object
+    fedvlr: object
+    metrics: list[str]
+    fusion: str = "none"
+    with_backbone: bool = False
+    support: tuple = (1, 3, 5)
+    support_epochs: int = 20
+    cold_rule: str = "auto"
+    cold_select: str = "ndcg@10"
+    progress: bool = True
+    command: str | None = None
+
+
+def _recipe(opts: ColdStartOptions, fusion: str, cfg):
+    """``data -> backbone`` of one trained model: the backbone's name, or the API's FedVLR recipe built."""
+    if fusion == "none":
+        return lambda data: opts.backbone
+    from ..api import FedVLR, Model
+
+    model = FedVLR(Model(opts.backbone, opts.backbone), options=opts.fedvlr, mode=fusion,
+                   label=f"{opts.backbone}+{fusion}")
+    return lambda data: model.build(data, cfg)
+
+
+def _views(opts: ColdStartOptions, data) -> dict:
+    from ..fedvlr.views import load_views
+
+    fo = opts.fedvlr
+    views = load_views(data, fo.views, list(fo.fusion_views) if fo.fusion_views else None, progress=opts.progress)
+    return {k: v for k, v in views.items() if k not in set(fo.drop_modality)}
+
+
+def _spec_and_config(opts: ColdStartOptions):
+    """The evaluation (the requested metrics and the cold-rule selection metric) and the runs' FedConfig."""
+    from .experiment import EvalSpec
+
+    names, ks, keys = parse_metrics(",".join(opts.metrics))
+    if opts.cold_select.lower() not in keys:
+        names, ks, keys = parse_metrics(",".join(keys + [opts.cold_select.lower()]))
+    spec = EvalSpec(ks=ks, metrics=names, keys=tuple(keys), seed=opts.training.seed)
+    cfg = replace(opts.training, ks=tuple(ks), metrics=tuple(dict.fromkeys(list(names) + ["hr"])))
+    return spec, cfg
+
+
+def run_coldstart(opts: ColdStartOptions, log=None) -> dict:
+    """The whole study; returns the JSON-ready result."""
+    spec, cfg = _spec_and_config(opts)
+    parts = load_study_splits(opts.split)
+    any_data = parts["items"][0] if "items" in parts else parts["users"][1]
+    views = _views(opts, any_data)
+    result = {"dataset": any_data.name, "backbone": opts.backbone, "fusion": opts.fusion,
+              "model": opts.backbone if opts.fusion == "none" else f"{opts.backbone}+{opts.fusion}",
+              "seeds": list(range(cfg.seed, cfg.seed + cfg.seeds)), "metrics": list(spec.keys),
+              "views": sorted(views), "config": cfg.to_dict(), "command": opts.command}
+    fusions = [opts.fusion] + (["none"] if opts.with_backbone and opts.fusion != "none" else [])
+    for fusion in fusions:
+        target = result if fusion == opts.fusion else result.setdefault("backbone_alone", {"model": opts.backbone})
+        _study_one_model(opts, fusion, parts, views, spec, cfg, target, log)
+    return result
+
+
+def _study_one_model(opts, fusion: str, parts: dict, views: dict, spec, cfg, target: dict, log) -> None:
+    """The item and/or user experiments of one model, written into ``target``."""
+    from .experiment import item_coldstart, user_coldstart
+
+    make = _recipe(opts, fusion, cfg)
+    who = fusion if fusion != "none" else "backbone alone"
+    if "items" in parts:
+        data, how = parts["items"]
+        rule = None if opts.cold_rule == "auto" and fusion != "none" else (
+            "none" if opts.cold_rule == "auto" else opts.cold_rule)
+        if log:
+            log(f"item cold-start, {who}: {how}")
+        res = item_coldstart(data, make, cfg, views, spec=spec, neighbours_k=max(opts.fedvlr.cold_neighbours, 1),
+                             select_metric=opts.cold_select.lower(), default_rule=rule, progress=opts.progress,
+                             log=log)
+        res["split"] = how
+        target.update(res)
+    if "users" in parts:
+        full, warm, held = parts["users"]
+        if log:
+            log(f"user cold-start, {who}: {len(held)} held-out users")
+        target["user_coldstart"] = user_coldstart(full, warm, held, make, cfg, views, spec=spec,
+                                                  supports=opts.support, epochs=opts.support_epochs,
+                                                  progress=opts.progress, log=log)
+        if "items" not in parts:
+            target["sparsity"] = target["user_coldstart"]["sparsity"]
+            target["sparsity_targets"] = "all"
