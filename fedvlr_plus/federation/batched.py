@@ -22,7 +22,8 @@ from .client import RecClient, scoring_params
 from .messages import ClientUpdate
 from .privacy import privatise
 from .schedule import build_schedule
-from .state import init_private_states, round_start
+from .state import init_private_block, round_start
+from .store import load_block, save_block
 
 
 def _chunks(order: np.ndarray, cost: np.ndarray, budget: float, overhead: float) -> list[np.ndarray]:
@@ -75,14 +76,23 @@ class BatchedSimulator:
         self.dense_numel = sum(int(np.prod(s.shape)) if s.shape else 1 for s in bb.all_specs() if not s.item_table)
 
     # ------------------------------------------------------------------ private state
-    def _load_states(self, cids: np.ndarray) -> list[dict]:
-        states = [self.store.load(int(c)) for c in cids]
-        missing = [i for i, s in enumerate(states) if s is None]
-        if missing:
-            fresh = init_private_states(self.bb, cids[missing], self.seed, self.dtype)
-            for i, st in zip(missing, fresh):
-                states[i] = st
-        return states
+    def _private_block(self, cids: np.ndarray) -> dict[str, torch.Tensor]:
+        """The stored private state of ``cids`` as one ``[C, ...]`` tensor per private parameter (fresh copies);
+        clients without one get their initial state, drawn for all of them in one call."""
+        names = [s.name for s in self.bb.private_specs()]
+        stored = load_block(self.store, cids, names)
+        missing = np.flatnonzero(~np.logical_and.reduce([stored[n][1] for n in names])) if names else []
+        fresh = init_private_block(self.bb, cids[missing], self.seed, self.dtype) if len(missing) else {}
+        out = {}
+        for name in names:
+            vals, has = stored[name]
+            if vals is None:
+                vals = torch.zeros((len(cids),) + tuple(fresh[name].shape[1:]), dtype=self.dtype)
+            vals = vals.to(self.dtype)
+            if len(missing):
+                vals[torch.from_numpy(missing)] = fresh[name]
+            out[name] = vals
+        return out
 
     # ------------------------------------------------------------------ training
     def fit(self, cids, shared: dict[str, torch.Tensor], config: dict) -> list[ClientUpdate]:
@@ -129,7 +139,7 @@ class BatchedSimulator:
         mask[flat] = 1.0
         items, labels, mask = (x.view(c_n, s_max, l_max) for x in (items, labels, mask))
 
-        states = [round_start(bb, st) for st in self._load_states(cids)]
+        private = round_start(bb, self._private_block(cids))
         leaves: dict[str, torch.Tensor] = {}
         for name in bb.shared_names:
             g = shared[name].to(dtype)
@@ -139,9 +149,9 @@ class BatchedSimulator:
                 leaves[name] = g.unsqueeze(0).expand(c_n, *g.shape).clone()
         for s in bb.private_specs():
             if s.item_table:
-                leaves[s.name] = torch.stack([st[s.name].to(dtype)[touched[c]] for c, st in enumerate(states)])
+                leaves[s.name] = private[s.name][torch.arange(c_n).unsqueeze(1), touched]
             else:
-                leaves[s.name] = torch.stack([st[s.name].to(dtype) for st in states])
+                leaves[s.name] = private[s.name]   # a fresh copy: trained in place
         names = list(leaves)
         tables = [nm for nm in names if specs[nm].item_table]
         for nm in names:
@@ -233,35 +243,40 @@ class BatchedSimulator:
 
         up = {name: per_client(acc[name] if grads_mode else detached[name], specs[name].item_table)
               for name in bb.shared_names}
-        priv = {sp.name: per_client(detached[sp.name] if sp.item_table else detached[sp.name].clone(), sp.item_table)
-                for sp in bb.private_specs()}
-        personal_src = {s: per_client(detached[s], True) for s in bb.personal_copies}
+        self._store_chunk(cids, shared, private, detached, owner, pos, sched.touched, t_max)
         table_names = {name for name in bb.shared_names if specs[name].item_table}
         losses = (loss_sum / steps_done.clamp(min=1.0)).tolist()
         steps_l = steps_done.to(torch.int64).tolist()
         n_pos = sched.n_pos.tolist()
         out = []
-        private_specs = bb.private_specs()
         for c, cid in enumerate(cids.tolist()):
-            trow = trows[c]
             arrays = {name: up[name][c] for name in up}
-            rws = {name: trow for name in table_names}
-            new_state = {}
-            for sp in private_specs:
-                if sp.item_table:
-                    full = states[c][sp.name].to(dtype).clone()
-                    full[trow] = priv[sp.name][c]
-                    new_state[sp.name] = full
-                else:
-                    new_state[sp.name] = priv[sp.name][c]
-            for shared_name, personal in bb.personal_copies.items():
-                full = shared[shared_name].to(dtype).clone()
-                full[trow] = personal_src[shared_name][c]
-                new_state[personal] = full
-            self.store.save(cid, new_state, copy=False)
+            rws = {name: trows[c] for name in table_names}
             out.append(privatise(ClientUpdate(cid=cid, kind=upload, arrays=arrays, rows=rws, num_examples=n_pos[c],
                                               metrics={"loss": losses[c], "steps": steps_l[c]}), shared, config))
         return out
+
+    def _store_chunk(self, cids, shared, private, detached, owner, pos, touched_rows, t_max) -> None:
+        """Write the chunk's new private states back in one block: private parameters as trained, private item
+        tables and personal copies with the touched rows replaced (``owner``/``pos``: the client and slot of
+        each of the chunk's touched rows, ``touched_rows`` their item ids)."""
+        bb, c_n, n_items = self.bb, len(cids), self.bb.n_items
+        dst = torch.from_numpy(owner * n_items + touched_rows)        # flat rows in a [C * n_items, d] table
+        src = torch.from_numpy(owner * t_max + pos)                  # flat rows in a [C * T, d] gathered table
+        block = {}
+        for sp in bb.private_specs():
+            if sp.item_table:
+                full = private[sp.name].clone()
+                full.view(c_n * n_items, -1)[dst] = detached[sp.name].reshape(c_n * t_max, -1)[src]
+                block[sp.name] = full
+            else:
+                block[sp.name] = detached[sp.name]
+        for shared_name, personal in bb.personal_copies.items():
+            g = shared[shared_name].to(self.dtype)
+            full = g.unsqueeze(0).expand(c_n, *g.shape).clone()
+            full.view(c_n * n_items, -1)[dst] = detached[shared_name].reshape(c_n * t_max, -1)[src]
+            block[personal] = full
+        save_block(self.store, cids, block)
 
     @staticmethod
     @torch.no_grad()
@@ -307,14 +322,14 @@ class BatchedSimulator:
         out = []
         for start in range(0, len(users), per_chunk):
             chunk = users[start:start + per_chunk]
-            states = self._load_states(chunk)
-            private = {}
-            for sp in self.bb.private_specs():
-                private[sp.name] = torch.stack([st[sp.name].to(self.dtype) for st in states])
+            private = self._private_block(chunk)
+            copies = load_block(self.store, chunk, list(self.bb.personal_copies.values()))
             for shared_name, personal in self.bb.personal_copies.items():
-                if any(personal in st for st in states):
-                    private[personal] = torch.stack([st.get(personal, shared[shared_name]).to(self.dtype)
-                                                     for st in states])
+                vals, has = copies[personal]
+                if has.any():   # clients without a personal copy score with the global table
+                    vals = vals.to(self.dtype)
+                    vals[torch.from_numpy(~has)] = shared[shared_name]
+                    private[personal] = vals
             if private_map is not None:
                 private = {k: private_map(k, v) for k, v in private.items()}
             p = scoring_params(self.bb, shared, private)
