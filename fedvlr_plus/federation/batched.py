@@ -63,8 +63,10 @@ class BatchedSimulator:
     name = "batched"
 
     def __init__(self, bb: Backbone, indptr: np.ndarray, indices: np.ndarray, store, *,
-                 seed: int = 0, dtype=torch.float32, chunk_floats: int = 1 << 24, chunk_overhead: int = 1 << 18):
+                 seed: int = 0, dtype=torch.float32, chunk_floats: int = 1 << 24, chunk_overhead: int = 1 << 18,
+                 device: torch.device | str = "cpu"):
         self.bb = bb
+        self.device = torch.device(device)   # where chunks are trained and scored (results come back to the CPU)
         self.indptr, self.indices = indptr, indices
         self.store = store
         self.seed = int(seed)
@@ -128,7 +130,8 @@ class BatchedSimulator:
         pos = np.arange(len(sched.touched)) - sched.touched_ptr[owner]
         touched_np = np.zeros((c_n, t_max), dtype=np.int64)
         touched_np[owner, pos] = sched.touched
-        touched = torch.from_numpy(touched_np)
+        dev = self.device
+        touched = torch.from_numpy(touched_np).to(dev)
 
         flat = (sched.ex_client * s_max + sched.ex_step) * l_max + sched.ex_slot
         items = torch.zeros(c_n * s_max * l_max, dtype=torch.long)
@@ -137,9 +140,10 @@ class BatchedSimulator:
         items[flat] = torch.from_numpy(sched.ex_local)
         labels[flat] = torch.from_numpy(sched.ex_label).to(dtype)
         mask[flat] = 1.0
-        items, labels, mask = (x.view(c_n, s_max, l_max) for x in (items, labels, mask))
+        items, labels, mask = (x.view(c_n, s_max, l_max).to(dev) for x in (items, labels, mask))
 
-        private = round_start(bb, self._private_block(cids))
+        private = {k: v.to(dev) for k, v in round_start(bb, self._private_block(cids)).items()}
+        cpu_shared, shared = shared, {k: v.to(dev) for k, v in shared.items()}
         leaves: dict[str, torch.Tensor] = {}
         for name in bb.shared_names:
             g = shared[name].to(dtype)
@@ -165,11 +169,11 @@ class BatchedSimulator:
         local_shared = bool(config.get("local_shared", False))   # see RecClient.fit
         acc = {name: torch.zeros_like(leaves[name]) for name in bb.shared_names} if grads_mode else {}
         acc_flat = {nm: acc[nm].view(c_n * t_max, -1) for nm in tables if nm in acc}
-        row_base = (torch.arange(c_n) * t_max).unsqueeze(1)
+        row_base = (torch.arange(c_n, device=dev) * t_max).unsqueeze(1)
 
         ctx = bb.round_context(shared)
         if bb.uses_history:
-            ctx.update(history_ctx(self.indptr, self.indices, cids))
+            ctx.update({k: v.to(dev) for k, v in history_ctx(self.indptr, self.indices, cids).items()})
         # per-step quantities for all steps at once (fewer small tensor ops inside the loop)
         counts = mask.sum(2)                                     # [C, S]
         active_all = (counts > 0).to(dtype)
@@ -229,9 +233,12 @@ class BatchedSimulator:
             per_steps.append(per.detach())
         steps_done = active_all.sum(1)
         loss_sum = (torch.stack(per_steps, 1) * active_all).sum(1) if per_steps else torch.zeros(c_n, dtype=dtype)
+        loss_sum, steps_done, shared = loss_sum.cpu(), steps_done.cpu(), cpu_shared
+        acc = {k: v.cpu() for k, v in acc.items()}
+        private = {k: v.cpu() for k, v in private.items()}
 
         # split the stacked results into per-client pieces with a few whole-tensor calls (no per-client indexing)
-        detached = {k: v.detach() for k, v in leaves.items()}
+        detached = {k: v.detach().cpu() for k, v in leaves.items()}
         sizes = rows.tolist()
         real_rows = torch.from_numpy(owner * t_max + pos)   # flat positions of the real (unpadded) rows
         trows = torch.split(torch.from_numpy(sched.touched), sizes)
@@ -318,7 +325,10 @@ class BatchedSimulator:
         n_items = self.bb.n_items
         width = max(self.table_width, 1) + 4 * self.bb.dim
         per_chunk = max(1, self.chunk_floats // max(n_items * width, 1))
+        dev = self.device
         shared = {k: v.to(self.dtype) for k, v in shared.items()}
+        shared_dev = {k: v.to(dev) for k, v in shared.items()}
+        ctx_shared = self.bb.round_context(shared_dev)   # the same for every chunk of this call
         out = []
         for start in range(0, len(users), per_chunk):
             chunk = users[start:start + per_chunk]
@@ -332,12 +342,12 @@ class BatchedSimulator:
                     private[personal] = vals
             if private_map is not None:
                 private = {k: private_map(k, v) for k, v in private.items()}
-            p = scoring_params(self.bb, shared, private)
-            ctx = {"items_global": torch.arange(n_items), **self.bb.round_context(shared)}
+            p = scoring_params(self.bb, shared_dev, {k: v.to(dev) for k, v in private.items()})
+            ctx = {"items_global": torch.arange(n_items, device=dev), **ctx_shared}
             if self.bb.uses_history:
-                ctx.update(history_ctx(self.indptr, self.indices, chunk))
+                ctx.update({k: v.to(dev) for k, v in history_ctx(self.indptr, self.indices, chunk).items()})
             with torch.no_grad():
-                out.append(self.bb.logits(p, None, ctx))
+                out.append(self.bb.logits(p, None, ctx).cpu())
         return torch.cat(out) if out else torch.zeros(0, n_items, dtype=self.dtype)
 
 

@@ -13,6 +13,7 @@ A case is a dict: ``source`` (a data source, ``synthetic:UxI`` included), ``back
 from __future__ import annotations
 
 import json
+import resource
 import statistics
 import sys
 import time
@@ -104,6 +105,9 @@ def measure(case: dict) -> dict:
         seq, _ = _timed_rounds(data, _model(case, data), replace(cfg, simulator="sequential"), n_seq)
         out["sequential"] = _summary(seq)
         out["speedup_cpu"] = out["sequential"]["later_cpu_s"] / max(out["batched"]["later_cpu_s"], 1e-12)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    out["process_cpu_s"] = usage.ru_utime + usage.ru_stime
+    out["peak_rss_mb"] = usage.ru_maxrss / 1024.0   # kilobytes on Linux
     return out
 
 

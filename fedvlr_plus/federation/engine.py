@@ -117,8 +117,10 @@ class FederatedRun:
         base = module_base(self.bb)
         if base is not None:  # a wrapped nn.Module (RecBole): its own sequential client, whatever cfg.simulator
             sim_cls = ModuleSimulator
+        from .device import resolve_device
+
         self.sim = sim_cls(self.bb, self.indptr, self.indices, self.store, seed=cfg.seed,
-                           chunk_floats=cfg.chunk_floats)
+                           chunk_floats=cfg.chunk_floats, device=resolve_device(cfg.device))
         if hasattr(self.bb, "wrap_strategy"):  # a layer with a server side (the FedVLR fusion)
             self.strategy = self.bb.wrap_strategy(self.strategy, cfg.seed)
         self.shared = init_shared_state(self.bb, cfg.seed)
