@@ -55,7 +55,7 @@ def cmd_bench_suite(args) -> int:
     import os
     from pathlib import Path
 
-    from ..federation.bench_suite import SCALE_SOURCE, run_suite
+    from ..bench.suite import SCALE_SOURCE, run_suite
 
     shared = Path(os.environ.get("FEDVLR_SHARED_DATA") or Path.cwd().parent / "shared" / "data")
     only = set(args.cases.split(",")) if args.cases else None

@@ -85,7 +85,8 @@ class CompactStore:
     Writes go straight into those tensors: a second copy of all states for a pending layer would double the
     memory of a large population. What a round writes is therefore published at once; ``begin_round`` can still
     discard the rows of clients that the unfinished round created, and refuses (``RuntimeError``) when it had
-    already overwritten stored states, which only the run's checkpoint can bring back. ``load`` returns copies.
+    already overwritten stored states, which only the run's checkpoint can bring back. A write outside a round
+    (between ``commit`` and the next ``begin_round``) is simply stored. ``load`` returns copies.
     """
 
     kind = "memory"
@@ -93,6 +94,7 @@ class CompactStore:
     def __init__(self):
         self._cols: dict[str, torch.Tensor] = {}
         self._has: dict[str, np.ndarray] = {}
+        self._in_round = False                # between begin_round and commit
         self._created: set[int] = set()       # clients first written by the uncommitted round
         self._overwrote = False               # the uncommitted round changed stored states
 
@@ -134,8 +136,9 @@ class CompactStore:
         for name, vals in block.items():
             self._reserve(name, vals, top)
             has = self._has[name]
-            self._overwrote |= bool(has[cids].any())
-            self._created.update(int(c) for c in cids[~has[cids]])
+            if self._in_round:
+                self._overwrote |= bool(has[cids].any())
+                self._created.update(int(c) for c in cids[~has[cids]])
             self._cols[name].index_copy_(0, torch.from_numpy(cids), vals.detach().to(self._cols[name].dtype))
             has[cids] = True
 
@@ -172,13 +175,13 @@ class CompactStore:
         cids = np.fromiter(self._created, dtype=np.int64, count=len(self._created))
         for has in self._has.values():
             has[cids[cids < len(has)]] = False
-        self._created = set()
+        self._created, self._in_round = set(), True
 
     def prepare(self, round: int) -> None:
         pass
 
     def commit(self) -> None:
-        self._created, self._overwrote = set(), False
+        self._created, self._overwrote, self._in_round = set(), False, False
 
     def snapshot(self, *, copy: bool = True) -> dict:
         """Every stored state, compactly: ``{"format": "compact", "params": {name: {"clients": ids, "values":
@@ -197,7 +200,7 @@ class CompactStore:
     def restore(self, snapshot) -> None:
         """Restore what :meth:`snapshot` (or a :class:`MemoryStore`'s ``{cid: state}``) held."""
         self._cols, self._has = {}, {}
-        self._created, self._overwrote = set(), False
+        self._created, self._overwrote, self._in_round = set(), False, False
         if isinstance(snapshot, dict) and snapshot.get("format") == "compact":
             for name, part in snapshot["params"].items():
                 self.save_block(part["clients"].numpy(), {name: part["values"]})

@@ -1,6 +1,6 @@
 """``fedvlr-plus bench suite``: every speed figure of the project measured in one run, each case in its own process.
 
-A case's process trains a few rounds (see :mod:`.bench_case`) and reports CPU and wall time per round and its own
+A case's process trains a few rounds (see :mod:`.case`) and reports CPU and wall time per round and its own
 CPU time and peak RSS as the operating system counts them, so the memory figure is the case's alone. Ratios are taken against the sequential reference measured in the same run. Cases whose real
 data folder is missing are skipped with the reason. The results are written as ``suite.json`` and ``suite.md``.
 """
@@ -49,7 +49,7 @@ def _missing_reason(case: dict) -> str | None:
 def run_case(case: dict, timeout: float | None = None) -> dict:
     """``case`` measured in a fresh Python process: its JSON plus the process's CPU time and peak RSS."""
     env = dict(os.environ, OMP_NUM_THREADS=str(case.get("threads", 1)), MKL_NUM_THREADS=str(case.get("threads", 1)))
-    cmd = [sys.executable, "-m", "fedvlr_plus.federation.bench_case", json.dumps(case)]
+    cmd = [sys.executable, "-m", "fedvlr_plus.bench.case", json.dumps(case)]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
     try:

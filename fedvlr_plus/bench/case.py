@@ -1,6 +1,6 @@
 """One case of ``fedvlr-plus bench suite``, measured inside its own process.
 
-``python -m fedvlr_plus.federation.bench_case '<case JSON>'`` loads the case's data, builds its model, trains the
+``python -m fedvlr_plus.bench.case '<case JSON>'`` loads the case's data, builds its model, trains the
 asked-for rounds (every client, no evaluation) and prints one JSON line: the CPU and wall time of each round, the
 median of the later rounds, the same for the sequential reference where the case asks for it, and the time of
 full-sort evaluation passes where asked. The suite runs each case in a fresh process so that the peak RSS it
@@ -58,7 +58,7 @@ def _model(case: dict, data):
 
 def _timed_rounds(data, model, cfg, rounds: int) -> tuple[list[dict], object]:
     """Train ``rounds`` rounds (no evaluation); CPU and wall seconds of each."""
-    from .engine import FederatedRun
+    from ..federation.engine import FederatedRun
 
     run = FederatedRun(data, model, cfg, progress=False)
     times = []
@@ -82,7 +82,7 @@ def measure(case: dict) -> dict:
     import torch
 
     from ..run_data import load_and_split
-    from .config import FedConfig
+    from ..federation.config import FedConfig
 
     torch.set_num_threads(int(case.get("threads", 1)))
     t0, c0 = time.perf_counter(), time.process_time()
@@ -111,11 +111,10 @@ def measure(case: dict) -> dict:
     return out
 
 
-def main(argv=None) -> int:
+def main(argv=None) -> None:
     case = json.loads((argv or sys.argv[1:])[0])
     print(json.dumps(measure(case)))
-    return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()
