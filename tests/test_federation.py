@@ -170,19 +170,22 @@ def test_private_state_is_restored_and_personalises(small, tmp_path):
     run = FederatedRun(small, "fedavg", FedConfig(**{**FAST, "rounds": 2}), progress=False)
     saved, loaded = {}, {}
     store = run.store
-    orig_save, orig_load = store.save, store.load
+    orig_save, orig_load = store.save_block, store.load_block
 
-    def save(cid, state, copy=True):
-        saved.setdefault(run.round + 1, {})[cid] = {k: v.clone() for k, v in state.items()}
-        return orig_save(cid, state, copy=copy)
+    def save(cids, block):   # the compact store reads and writes a chunk of clients at once
+        for c, cid in enumerate(cids.tolist()):
+            saved.setdefault(run.round + 1, {})[cid] = {k: v[c].clone() for k, v in block.items()}
+        return orig_save(cids, block)
 
-    def load(cid):
-        st = orig_load(cid)
+    def load(cids, names):
+        got = orig_load(cids, names)
         first = loaded.setdefault(run.round + 1, {})   # the first load of a round is the one training starts from
-        if cid not in first:
-            first[cid] = None if st is None else {k: v.clone() for k, v in st.items()}
-        return st
-    store.save, store.load = save, load
+        for c, cid in enumerate(cids.tolist()):
+            if cid not in first:
+                has = all(got[n][1][c] for n in names)
+                first[cid] = {n: got[n][0][c].clone() for n in names} if has else None
+        return got
+    store.save_block, store.load_block = save, load
     run.run_round()
     run.run_round()
     # round 2 (and its evaluation) restored exactly what round 1 stored, for every client

@@ -1,5 +1,6 @@
 """``fedvlr-plus bench round SOURCE --backbone B [--fusion F]``: time federated rounds, batched against sequential
-(``B`` a federated backbone or ``recbole:<Model>``)."""
+(``B`` a federated backbone or ``recbole:<Model>``); ``fedvlr-plus bench suite``: every speed figure of the
+project, each case in its own process."""
 from __future__ import annotations
 
 import argparse
@@ -17,7 +18,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     from .run_args import add_run_arguments
 
     p = subparsers.add_parser("bench", help="speed benchmarks of the federated engine")
-    sub = p.add_subparsers(dest="bench_command", metavar="{round}", required=True)
+    sub = p.add_subparsers(dest="bench_command", metavar="{round,suite}", required=True)
     r = sub.add_parser("round", help="time one full round (all clients, local epochs, no evaluation), batched "
                                      "and sequential",
                        usage="%(prog)s SOURCE --backbone NAME [options]",
@@ -36,7 +37,41 @@ def register(subparsers) -> argparse.ArgumentParser:
     add_run_arguments(r, command="bench")
     add_fusion_arguments(r)
     r.set_defaults(func=cmd_bench_round)
+    _register_suite(sub)
     return p
+
+
+def _register_suite(sub) -> None:
+    s = sub.add_parser("suite", help="every speed figure (KU, ml-100k, recbole:BPR, 35,598 synthetic clients, "
+                                     "full-sort evaluation), each case in its own process, as JSON and Markdown",
+                       description="Measure every case of the speed table in one run: CPU and wall time per round "
+                                   "(one thread), round 1 and the median of later rounds, the sequential reference "
+                                   "and the ratio where there is one, full-sort evaluation time, and each case's "
+                                   "peak RSS (one process per case). Real-data cases whose folder is missing are "
+                                   "skipped with the reason. Writes DIR/suite.json and DIR/suite.md.")
+    s.add_argument("--out", metavar="DIR", default="bench-suite", help="folder for suite.json and suite.md")
+    s.add_argument("--quick", action="store_true", help="leave out the big cases (35,598 clients, ml-100k FedVLR)")
+    s.add_argument("--cases", metavar="IDS", default=None, help="comma-separated case ids to run (default: all)")
+    s.add_argument("--scale-source", metavar="SOURCE", default=None,
+                   help="data of the large-population cases (default synthetic:35598x18357)")
+    s.add_argument("--device", choices=("cpu", "cuda", "auto"), default=None, help="device of every case")
+    s.set_defaults(func=cmd_bench_suite)
+
+
+def cmd_bench_suite(args) -> int:
+    import os
+    from pathlib import Path
+
+    from ..bench.suite import SCALE_SOURCE, run_suite
+
+    shared = Path(os.environ.get("FEDVLR_SHARED_DATA") or Path.cwd().parent / "shared" / "data")
+    only = set(args.cases.split(",")) if args.cases else None
+    doc = run_suite(Path(args.out), shared_data=shared, quick=args.quick, only=only,
+                    scale_source=args.scale_source or SCALE_SOURCE, device=args.device,
+                    progress=lambda line: print(line, file=sys.stderr, flush=True))
+    print((Path(args.out) / "suite.md").read_text(), end="")
+    failed = [c["id"] for c in doc["cases"] if c["status"] == "failed"]
+    return 1 if failed else 0
 
 
 def cmd_bench_round(args) -> int:

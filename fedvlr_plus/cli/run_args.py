@@ -131,6 +131,9 @@ def _add_schedule_arguments(g, parser) -> None:
                         "with a memory store each checkpoint holds every client's private state, so a larger N "
                         "saves time when that is big, and a resumed run repeats at most N-1 rounds (the same "
                         "numbers: all randomness is keyed by round). --private-store disk checkpoints every round")
+    g.add_argument("--device", choices=("cpu", "cuda", "auto"), default=d.device,
+                   help="where the batched simulator trains and scores each chunk of clients: cpu (default), cuda, "
+                        "or auto (cuda where there is one); results come back to the CPU")
     g.add_argument("--chunk-floats", type=bounded(int, 1024, name="chunk_floats"), default=d.chunk_floats,
                    help="memory bound of a batched chunk, in floats (>= 1024)")
 

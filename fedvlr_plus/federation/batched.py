@@ -22,7 +22,8 @@ from .client import RecClient, scoring_params
 from .messages import ClientUpdate
 from .privacy import privatise
 from .schedule import build_schedule
-from .state import init_private_states, round_start
+from .state import init_private_block, round_start
+from .store import load_block, save_block
 
 
 def _chunks(order: np.ndarray, cost: np.ndarray, budget: float, overhead: float) -> list[np.ndarray]:
@@ -62,8 +63,10 @@ class BatchedSimulator:
     name = "batched"
 
     def __init__(self, bb: Backbone, indptr: np.ndarray, indices: np.ndarray, store, *,
-                 seed: int = 0, dtype=torch.float32, chunk_floats: int = 1 << 24, chunk_overhead: int = 1 << 18):
+                 seed: int = 0, dtype=torch.float32, chunk_floats: int = 1 << 24, chunk_overhead: int = 1 << 18,
+                 device: torch.device | str = "cpu"):
         self.bb = bb
+        self.device = torch.device(device)   # where chunks are trained and scored (results come back to the CPU)
         self.indptr, self.indices = indptr, indices
         self.store = store
         self.seed = int(seed)
@@ -75,14 +78,23 @@ class BatchedSimulator:
         self.dense_numel = sum(int(np.prod(s.shape)) if s.shape else 1 for s in bb.all_specs() if not s.item_table)
 
     # ------------------------------------------------------------------ private state
-    def _load_states(self, cids: np.ndarray) -> list[dict]:
-        states = [self.store.load(int(c)) for c in cids]
-        missing = [i for i, s in enumerate(states) if s is None]
-        if missing:
-            fresh = init_private_states(self.bb, cids[missing], self.seed, self.dtype)
-            for i, st in zip(missing, fresh):
-                states[i] = st
-        return states
+    def _private_block(self, cids: np.ndarray) -> dict[str, torch.Tensor]:
+        """The stored private state of ``cids`` as one ``[C, ...]`` tensor per private parameter (fresh copies);
+        clients without one get their initial state, drawn for all of them in one call."""
+        names = [s.name for s in self.bb.private_specs()]
+        stored = load_block(self.store, cids, names)
+        missing = np.flatnonzero(~np.logical_and.reduce([stored[n][1] for n in names])) if names else []
+        fresh = init_private_block(self.bb, cids[missing], self.seed, self.dtype) if len(missing) else {}
+        out = {}
+        for name in names:
+            vals, has = stored[name]
+            if vals is None:
+                vals = torch.zeros((len(cids),) + tuple(fresh[name].shape[1:]), dtype=self.dtype)
+            vals = vals.to(self.dtype)
+            if len(missing):
+                vals[torch.from_numpy(missing)] = fresh[name]
+            out[name] = vals
+        return out
 
     # ------------------------------------------------------------------ training
     def fit(self, cids, shared: dict[str, torch.Tensor], config: dict) -> list[ClientUpdate]:
@@ -118,7 +130,8 @@ class BatchedSimulator:
         pos = np.arange(len(sched.touched)) - sched.touched_ptr[owner]
         touched_np = np.zeros((c_n, t_max), dtype=np.int64)
         touched_np[owner, pos] = sched.touched
-        touched = torch.from_numpy(touched_np)
+        dev = self.device
+        touched = torch.from_numpy(touched_np).to(dev)
 
         flat = (sched.ex_client * s_max + sched.ex_step) * l_max + sched.ex_slot
         items = torch.zeros(c_n * s_max * l_max, dtype=torch.long)
@@ -127,9 +140,10 @@ class BatchedSimulator:
         items[flat] = torch.from_numpy(sched.ex_local)
         labels[flat] = torch.from_numpy(sched.ex_label).to(dtype)
         mask[flat] = 1.0
-        items, labels, mask = (x.view(c_n, s_max, l_max) for x in (items, labels, mask))
+        items, labels, mask = (x.view(c_n, s_max, l_max).to(dev) for x in (items, labels, mask))
 
-        states = [round_start(bb, st) for st in self._load_states(cids)]
+        private = {k: v.to(dev) for k, v in round_start(bb, self._private_block(cids)).items()}
+        cpu_shared, shared = shared, {k: v.to(dev) for k, v in shared.items()}
         leaves: dict[str, torch.Tensor] = {}
         for name in bb.shared_names:
             g = shared[name].to(dtype)
@@ -139,9 +153,9 @@ class BatchedSimulator:
                 leaves[name] = g.unsqueeze(0).expand(c_n, *g.shape).clone()
         for s in bb.private_specs():
             if s.item_table:
-                leaves[s.name] = torch.stack([st[s.name].to(dtype)[touched[c]] for c, st in enumerate(states)])
+                leaves[s.name] = private[s.name][torch.arange(c_n).unsqueeze(1), touched]
             else:
-                leaves[s.name] = torch.stack([st[s.name].to(dtype) for st in states])
+                leaves[s.name] = private[s.name]   # a fresh copy: trained in place
         names = list(leaves)
         tables = [nm for nm in names if specs[nm].item_table]
         for nm in names:
@@ -155,11 +169,11 @@ class BatchedSimulator:
         local_shared = bool(config.get("local_shared", False))   # see RecClient.fit
         acc = {name: torch.zeros_like(leaves[name]) for name in bb.shared_names} if grads_mode else {}
         acc_flat = {nm: acc[nm].view(c_n * t_max, -1) for nm in tables if nm in acc}
-        row_base = (torch.arange(c_n) * t_max).unsqueeze(1)
+        row_base = (torch.arange(c_n, device=dev) * t_max).unsqueeze(1)
 
         ctx = bb.round_context(shared)
         if bb.uses_history:
-            ctx.update(history_ctx(self.indptr, self.indices, cids))
+            ctx.update({k: v.to(dev) for k, v in history_ctx(self.indptr, self.indices, cids).items()})
         # per-step quantities for all steps at once (fewer small tensor ops inside the loop)
         counts = mask.sum(2)                                     # [C, S]
         active_all = (counts > 0).to(dtype)
@@ -219,9 +233,12 @@ class BatchedSimulator:
             per_steps.append(per.detach())
         steps_done = active_all.sum(1)
         loss_sum = (torch.stack(per_steps, 1) * active_all).sum(1) if per_steps else torch.zeros(c_n, dtype=dtype)
+        loss_sum, steps_done, shared = loss_sum.cpu(), steps_done.cpu(), cpu_shared
+        acc = {k: v.cpu() for k, v in acc.items()}
+        private = {k: v.cpu() for k, v in private.items()}
 
         # split the stacked results into per-client pieces with a few whole-tensor calls (no per-client indexing)
-        detached = {k: v.detach() for k, v in leaves.items()}
+        detached = {k: v.detach().cpu() for k, v in leaves.items()}
         sizes = rows.tolist()
         real_rows = torch.from_numpy(owner * t_max + pos)   # flat positions of the real (unpadded) rows
         trows = torch.split(torch.from_numpy(sched.touched), sizes)
@@ -233,35 +250,40 @@ class BatchedSimulator:
 
         up = {name: per_client(acc[name] if grads_mode else detached[name], specs[name].item_table)
               for name in bb.shared_names}
-        priv = {sp.name: per_client(detached[sp.name] if sp.item_table else detached[sp.name].clone(), sp.item_table)
-                for sp in bb.private_specs()}
-        personal_src = {s: per_client(detached[s], True) for s in bb.personal_copies}
+        self._store_chunk(cids, shared, private, detached, owner, pos, sched.touched, t_max)
         table_names = {name for name in bb.shared_names if specs[name].item_table}
         losses = (loss_sum / steps_done.clamp(min=1.0)).tolist()
         steps_l = steps_done.to(torch.int64).tolist()
         n_pos = sched.n_pos.tolist()
         out = []
-        private_specs = bb.private_specs()
         for c, cid in enumerate(cids.tolist()):
-            trow = trows[c]
             arrays = {name: up[name][c] for name in up}
-            rws = {name: trow for name in table_names}
-            new_state = {}
-            for sp in private_specs:
-                if sp.item_table:
-                    full = states[c][sp.name].to(dtype).clone()
-                    full[trow] = priv[sp.name][c]
-                    new_state[sp.name] = full
-                else:
-                    new_state[sp.name] = priv[sp.name][c]
-            for shared_name, personal in bb.personal_copies.items():
-                full = shared[shared_name].to(dtype).clone()
-                full[trow] = personal_src[shared_name][c]
-                new_state[personal] = full
-            self.store.save(cid, new_state, copy=False)
+            rws = {name: trows[c] for name in table_names}
             out.append(privatise(ClientUpdate(cid=cid, kind=upload, arrays=arrays, rows=rws, num_examples=n_pos[c],
                                               metrics={"loss": losses[c], "steps": steps_l[c]}), shared, config))
         return out
+
+    def _store_chunk(self, cids, shared, private, detached, owner, pos, touched_rows, t_max) -> None:
+        """Write the chunk's new private states back in one block: private parameters as trained, private item
+        tables and personal copies with the touched rows replaced (``owner``/``pos``: the client and slot of
+        each of the chunk's touched rows, ``touched_rows`` their item ids)."""
+        bb, c_n, n_items = self.bb, len(cids), self.bb.n_items
+        dst = torch.from_numpy(owner * n_items + touched_rows)        # flat rows in a [C * n_items, d] table
+        src = torch.from_numpy(owner * t_max + pos)                  # flat rows in a [C * T, d] gathered table
+        block = {}
+        for sp in bb.private_specs():
+            if sp.item_table:
+                full = private[sp.name].clone()
+                full.view(c_n * n_items, -1)[dst] = detached[sp.name].reshape(c_n * t_max, -1)[src]
+                block[sp.name] = full
+            else:
+                block[sp.name] = detached[sp.name]
+        for shared_name, personal in bb.personal_copies.items():
+            g = shared[shared_name].to(self.dtype)
+            full = g.unsqueeze(0).expand(c_n, *g.shape).clone()
+            full.view(c_n * n_items, -1)[dst] = detached[shared_name].reshape(c_n * t_max, -1)[src]
+            block[personal] = full
+        save_block(self.store, cids, block)
 
     @staticmethod
     @torch.no_grad()
@@ -303,26 +325,29 @@ class BatchedSimulator:
         n_items = self.bb.n_items
         width = max(self.table_width, 1) + 4 * self.bb.dim
         per_chunk = max(1, self.chunk_floats // max(n_items * width, 1))
+        dev = self.device
         shared = {k: v.to(self.dtype) for k, v in shared.items()}
+        shared_dev = {k: v.to(dev) for k, v in shared.items()}
+        ctx_shared = self.bb.round_context(shared_dev)   # the same for every chunk of this call
         out = []
         for start in range(0, len(users), per_chunk):
             chunk = users[start:start + per_chunk]
-            states = self._load_states(chunk)
-            private = {}
-            for sp in self.bb.private_specs():
-                private[sp.name] = torch.stack([st[sp.name].to(self.dtype) for st in states])
+            private = self._private_block(chunk)
+            copies = load_block(self.store, chunk, list(self.bb.personal_copies.values()))
             for shared_name, personal in self.bb.personal_copies.items():
-                if any(personal in st for st in states):
-                    private[personal] = torch.stack([st.get(personal, shared[shared_name]).to(self.dtype)
-                                                     for st in states])
+                vals, has = copies[personal]
+                if has.any():   # clients without a personal copy score with the global table
+                    vals = vals.to(self.dtype)
+                    vals[torch.from_numpy(~has)] = shared[shared_name]
+                    private[personal] = vals
             if private_map is not None:
                 private = {k: private_map(k, v) for k, v in private.items()}
-            p = scoring_params(self.bb, shared, private)
-            ctx = {"items_global": torch.arange(n_items), **self.bb.round_context(shared)}
+            p = scoring_params(self.bb, shared_dev, {k: v.to(dev) for k, v in private.items()})
+            ctx = {"items_global": torch.arange(n_items, device=dev), **ctx_shared}
             if self.bb.uses_history:
-                ctx.update(history_ctx(self.indptr, self.indices, chunk))
+                ctx.update({k: v.to(dev) for k, v in history_ctx(self.indptr, self.indices, chunk).items()})
             with torch.no_grad():
-                out.append(self.bb.logits(p, None, ctx))
+                out.append(self.bb.logits(p, None, ctx).cpu())
         return torch.cat(out) if out else torch.zeros(0, n_items, dtype=self.dtype)
 
 

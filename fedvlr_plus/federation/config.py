@@ -14,7 +14,7 @@ STRATEGIES = ("fedavg", "sparse-avg", "fedgrad", "median", "trimmed-mean")
 #: already computed: more rounds or patience extend a run; the simulator and chunking only change speed). The
 #: metrics, cut-offs and test masking are not among them: the saved history and test figures were computed with
 #: the old ones, and a resumed run would mix the two.
-RESUMABLE_CHANGES = {"rounds", "patience", "simulator", "chunk_floats", "seeds", "checkpoint_every"}
+RESUMABLE_CHANGES = {"rounds", "patience", "simulator", "chunk_floats", "seeds", "checkpoint_every", "device"}
 
 
 @dataclass
@@ -48,6 +48,7 @@ class FedConfig:
     private_store: str = "memory"     # memory | disk (under RUN_DIR/seed-<s>/private)
     checkpoint_every: int = 1         # rounds between checkpoints (also at every evaluation and at the end)
     chunk_floats: int = 1 << 24       # memory bound of one batched chunk, in floats
+    device: str = "cpu"               # where the batched simulator trains and scores: cpu | cuda | auto
     fedrap_lambda: float = 1e-4
     local_shared: bool = False        # fedgrad: clients also step their copy of the shared parts (pseudo-grads)
     upload_noise: float = 0.0         # noise multiplier sigma of the clipped uploads (0: off)
@@ -83,6 +84,7 @@ class FedConfig:
             (self.private_store in ("memory", "disk"), "private_store must be memory or disk"),
             (self.checkpoint_every >= 1, "checkpoint_every must be >= 1"),
             (self.chunk_floats >= 1024, "chunk_floats must be >= 1024"),
+            (self.device in ("cpu", "cuda", "auto"), "device must be cpu, cuda or auto"),
             (self.upload_noise >= 0 and self.upload_clip >= 0, "upload_noise and upload_clip must be >= 0"),
             (self.target_epsilon is None or self.target_epsilon > 0, "target_epsilon must be positive"),
             (self.target_epsilon is None or self.upload_noise == 0,

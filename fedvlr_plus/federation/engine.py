@@ -38,7 +38,7 @@ from ..jsonio import write_json_atomic
 from .rounds import RoundLoop
 from .run_folder import SeedFolder, locked, seed_folders
 from .state import init_shared_state
-from .store import MemoryStore, make_store
+from .store import CompactStore, MemoryStore, make_store
 from .strategy import make_strategy
 
 CHECKPOINT_FORMAT = 2
@@ -114,7 +114,7 @@ class FederatedRun:
             root = self.run_dir / "private" if self.run_dir else Path(self._tmpdir()) / "private"
             self.store = make_store("disk", root)
         else:
-            self.store = MemoryStore()
+            self.store = CompactStore()
         sim_cls = BatchedSimulator if cfg.simulator == "batched" else SequentialSimulator
         from .module_batched import BatchedModuleSimulator
         from .module_client import ModuleSimulator, module_base
@@ -122,8 +122,10 @@ class FederatedRun:
         base = module_base(self.bb)
         if base is not None:  # a wrapped nn.Module (RecBole): its own clients, vmapped or one at a time
             sim_cls = BatchedModuleSimulator if cfg.simulator == "batched" else ModuleSimulator
+        from .device import resolve_device
+
         self.sim = sim_cls(self.bb, self.indptr, self.indices, self.store, seed=cfg.seed,
-                           chunk_floats=cfg.chunk_floats)
+                           chunk_floats=cfg.chunk_floats, device=resolve_device(cfg.device))
         self.strategy = self.bb.wrap_strategy(self.strategy, cfg.seed)  # the FedVLR layer adds its server side
         self.shared = init_shared_state(self.bb, cfg.seed)
         if base is not None:  # shared parameters as the wrapped model initialises them under this seed
@@ -333,12 +335,18 @@ class FederatedRun:
             "format": CHECKPOINT_FORMAT, "backbone": self.backbone_name, "config": self.cfg.to_dict(),
             "dataset": dataset_identity(self.data), "round": self.round, "shared": self.shared,
             "strategy": self.strategy.state_dict(), "private_store": self.store.kind,
-            "private": self.store.snapshot(), "history": self.history, "best": self.best,
+            "private": self._private_snapshot(), "history": self.history, "best": self.best,
             "bad_evals": self.bad_evals, "stopped_early": self.stopped_early, "resolved": self._resolved(),
             "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state()},
         }
         self.folder.write_state(f"checkpoint-{self.round:06d}", state, checkpoint=True)
         self._checkpointed_round = self.round
+
+    def _private_snapshot(self):
+        """The store's snapshot for a checkpoint written at once (a compact store need not copy its tensors)."""
+        if isinstance(self.store, CompactStore):
+            return self.store.snapshot(copy=False)
+        return self.store.snapshot()
 
     def load_checkpoint(self) -> None:
         """Continue from the folder's latest checkpoint (checksums checked; a changed setting is refused)."""
@@ -580,7 +588,9 @@ def _timed_repeats(run, repeats: int):
 
     conf = run.round_config(1)
     best, best_cpu, new = float("inf"), float("inf"), None
+    start = run.store.snapshot()   # every repeat trains the same first round from the same states
     for _ in range(repeats):
+        run.store.restore(start)
         run.store.begin_round(1)
         gc.collect()
         t, c = time.perf_counter(), time.process_time()

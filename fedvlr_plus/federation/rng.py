@@ -39,12 +39,8 @@ def _mix_int(z: int) -> int:
     return z ^ (z >> 31)
 
 
-def hash64(*keys) -> np.ndarray:
-    """Hash a chain of non-negative integer keys (scalars or broadcastable arrays) to uint64.
-
-    ``h_0 = 0; h_{j+1} = mix(h_j + φ + k_j · M2); result = mix(h_n + φ)``, all mod 2^64. Put scalar keys first:
-    they are chained in pure Python, and numpy only works on the array keys.
-    """
+def _chain(keys) -> np.ndarray:
+    """``h_n`` of :func:`hash64` (before its final mix) for ``keys``, as a uint64 array."""
     h = 0
     rest = list(keys)
     while rest and np.ndim(rest[0]) == 0:
@@ -54,7 +50,16 @@ def hash64(*keys) -> np.ndarray:
     for k in rest:
         k = np.atleast_1d(np.asarray(k)).astype(np.uint64)
         hv = _mix(hv + _GOLDEN + k * _M2)
-    return _mix(hv + _GOLDEN)
+    return hv
+
+
+def hash64(*keys) -> np.ndarray:
+    """Hash a chain of non-negative integer keys (scalars or broadcastable arrays) to uint64.
+
+    ``h_0 = 0; h_{j+1} = mix(h_j + φ + k_j · M2); result = mix(h_n + φ)``, all mod 2^64. Put scalar keys first:
+    they are chained in pure Python, and numpy only works on the array keys.
+    """
+    return _mix(_chain(keys) + _GOLDEN)
 
 
 def uniform(*keys) -> np.ndarray:
@@ -68,7 +73,61 @@ def randint(n: int, *keys) -> np.ndarray:
 
 
 def normal(*keys) -> np.ndarray:
-    """Standard normal draws (Box-Muller on two independent uniforms)."""
-    u1 = uniform(*keys, 0)
-    u2 = uniform(*keys, 1)
-    return np.sqrt(-2.0 * np.log1p(-u1)) * np.cos(2.0 * np.pi * u2)
+    """Standard normal draws (Box-Muller on two independent uniforms, ``uniform(*keys, 0)`` and
+    ``uniform(*keys, 1)``).
+
+    Bit for bit what those two calls give, at a fraction of their cost: the chain over ``keys`` is hashed once
+    for both uniforms, block by block along the first axis so that every temporary stays cache-sized, and the
+    remaining mixes run in place (a client's initial router is tens of thousands of draws, a population's is
+    hundreds of millions)."""
+    keys = list(keys)
+    n_scalar = next((i for i, k in enumerate(keys) if np.ndim(k) > 0), len(keys))
+    arrays = [np.asarray(k) for k in keys[n_scalar:]]
+    shape = np.broadcast_shapes(*(a.shape for a in arrays)) if arrays else (1,)
+    arrays = [a.reshape((1,) * (len(shape) - a.ndim) + a.shape) for a in arrays]
+    out = np.empty(shape, dtype=np.float64)
+    row = int(np.prod(shape[1:], dtype=np.int64))
+    step = max(1, _BLOCK // max(row, 1))
+    z, tmp, u = (np.empty(min(step, shape[0]) * row, dtype=t) for t in (np.uint64, np.uint64, np.float64))
+    for i0 in range(0, shape[0], step):
+        i1 = min(i0 + step, shape[0])
+        block = [a[i0:i1] if a.shape[0] > 1 else a for a in arrays]
+        a = np.broadcast_to(_chain(keys[:n_scalar] + block), (i1 - i0,) + tuple(shape[1:])).reshape(-1)
+        n = a.size
+        zb, tb, ub, ob = z[:n], tmp[:n], u[:n], out[i0:i1].reshape(-1)
+        _last_two(a, _TAIL[0], zb, tb, ub)      # u1
+        np.negative(ub, out=ub)
+        np.log1p(ub, out=ub)
+        ub *= -2.0
+        np.sqrt(ub, out=ob)
+        _last_two(a, _TAIL[1], zb, tb, ub)      # u2
+        ub *= 2.0 * np.pi
+        np.cos(ub, out=ub)
+        ob *= ub
+    return out
+
+
+#: elements per block of :func:`normal` (a few uint64 blocks fit in a core's L2 cache)
+_BLOCK = 1 << 15
+#: ``φ + k · M2`` for the trailing key k = 0, 1 of the two uniforms
+_TAIL = (np.uint64(0x9E3779B97F4A7C15), np.uint64((0x9E3779B97F4A7C15 + 0x94D049BB133111EB) & _MASK))
+
+
+def _mix_inplace(z: np.ndarray, tmp: np.ndarray) -> None:
+    for shift, mult in ((_S30, _M1), (_S27, _M2)):
+        np.right_shift(z, shift, out=tmp)
+        z ^= tmp
+        z *= mult
+    np.right_shift(z, _S31, out=tmp)
+    z ^= tmp
+
+
+def _last_two(a: np.ndarray, tail: np.uint64, z: np.ndarray, tmp: np.ndarray, u: np.ndarray) -> None:
+    """``u = uniform(..., k)`` from the chain ``a`` of the other keys: ``mix(mix(a + φ + k·M2) + φ) >> 11``."""
+    np.add(a, tail, out=z)
+    _mix_inplace(z, tmp)
+    z += _GOLDEN
+    _mix_inplace(z, tmp)
+    z >>= _S11
+    # 53-bit values convert exactly from int64, and much faster than from uint64
+    np.multiply(z.view(np.int64), 1.0 / 9007199254740992.0, out=u)

@@ -20,7 +20,7 @@ def init_shared_state(bb: Backbone, seed: int, dtype=torch.float32) -> dict[str,
 
 def round_start(bb: Backbone, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """A client's private state as its local training starts a round: ``per_round`` parameters back at their
-    initial value (zeros or ones), everything else as stored."""
+    initial value (zeros or ones), everything else as stored (also for a block of clients, ``[C, ...]``)."""
     fresh = [s for s in bb.private_specs() if s.per_round]
     if not fresh:
         return state
@@ -30,24 +30,29 @@ def round_start(bb: Backbone, state: dict[str, torch.Tensor]) -> dict[str, torch
     return out
 
 
-def init_private_states(bb: Backbone, cids, seed: int, dtype=torch.float32) -> list[dict[str, torch.Tensor]]:
-    """Initial private state of each client in ``cids`` (vectorised over clients)."""
+def init_private_block(bb: Backbone, cids, seed: int, dtype=torch.float32) -> dict[str, torch.Tensor]:
+    """Initial private state of the clients ``cids`` as one tensor per parameter, ``[len(cids), *shape]``, drawn in
+    one vectorised call per parameter. Row ``c`` is what client ``cids[c]`` draws alone: the draws are keyed by
+    (seed, parameter, client, element), never by position in the batch."""
     cids = np.asarray(cids, dtype=np.int64)
-    out = [dict() for _ in range(len(cids))]
+    out = {}
     for index, spec in enumerate(bb.all_specs()):
         if spec.shared:
             continue
         shape = tuple(spec.shape)
-        numel = int(np.prod(shape)) if shape else 1
         if spec.init in ("zeros", "ones"):
-            fill = 0.0 if spec.init == "zeros" else 1.0
-            for st in out:
-                st[spec.name] = torch.full(shape, fill, dtype=dtype)
+            out[spec.name] = torch.full((len(cids),) + shape, 0.0 if spec.init == "zeros" else 1.0, dtype=dtype)
             continue
         if spec.init not in ("normal", "xavier"):
             raise ValueError(f"parameter {spec.name}: unknown init {spec.init!r}")
-        vals = rng.normal(seed, rng.TAG_INIT, index, cids[:, None], np.arange(numel)[None, :]) * spec.init_std()
-        block = torch.from_numpy(vals).to(dtype)
-        for c, st in enumerate(out):
-            st[spec.name] = block[c].reshape(shape).clone()
+        numel = int(np.prod(shape)) if shape else 1
+        vals = rng.normal(seed, rng.TAG_INIT, index, cids[:, None], np.arange(numel)[None, :])
+        vals *= spec.init_std()
+        out[spec.name] = torch.from_numpy(vals).to(dtype).view((len(cids),) + shape)
     return out
+
+
+def init_private_states(bb: Backbone, cids, seed: int, dtype=torch.float32) -> list[dict[str, torch.Tensor]]:
+    """Initial private state of each client in ``cids`` (one dict per client, drawn in one vectorised call)."""
+    block = init_private_block(bb, cids, seed, dtype)
+    return [{name: v[c].clone() for name, v in block.items()} for c in range(len(np.asarray(cids)))]

@@ -1,0 +1,119 @@
+"""``fedvlr-plus bench suite``: every speed figure of the project measured in one run, each case in its own process.
+
+A case's process trains a few rounds (see :mod:`.case`) and reports CPU and wall time per round and its own
+CPU time and peak RSS as the operating system counts them, so the memory figure is the case's alone. Ratios are taken against the sequential reference measured in the same run. Cases whose real
+data folder is missing are skipped with the reason. The results are written as ``suite.json`` and ``suite.md``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+#: the full-size synthetic population (the size of a large Amazon category)
+SCALE_SOURCE = "synthetic:35598x18357"
+
+
+def cases(shared_data: Path, scale_source: str = SCALE_SOURCE) -> list[dict]:
+    """Every case of the suite; ``big`` ones are left out by ``--quick``."""
+    ku = str(shared_data / "ku")
+    fvlr, resid = {"residual": False}, {"residual": True}
+    return [
+        dict(id="ku-fedavg-fedvlr", title="KU round, FedAvg + FedVLR", source=ku, backbone="fedavg", fusion=fvlr,
+             rounds=5, sequential_rounds=3),
+        dict(id="ku-fedavg", title="KU round, FedAvg alone", source=ku, backbone="fedavg", rounds=5,
+             sequential_rounds=3),
+        dict(id="ml100k-fedavg-fedvlr", title="ml-100k round, FedAvg + FedVLR (residual, text store)",
+             source="ml-100k", backbone="fedavg", fusion=resid, rounds=5, sequential_rounds=2, big=True),
+        dict(id="ml100k-fedavg", title="ml-100k round, FedAvg alone (+ full-sort evaluation)", source="ml-100k",
+             backbone="fedavg", rounds=5, sequential_rounds=2, evaluate=True),
+        dict(id="ml100k-recbole-bpr", title="ml-100k round, recbole:BPR", source="ml-100k",
+             backbone="recbole:BPR", rounds=3, sequential_rounds=2),
+        dict(id="scale-fedavg-fedvlr", title=f"{scale_source}, FedAvg + FedVLR (+ full-sort evaluation)",
+             source=scale_source, backbone="fedavg", fusion=fvlr, rounds=2, evaluate=True, big=True),
+        dict(id="scale-fedavg", title=f"{scale_source}, FedAvg alone", source=scale_source, backbone="fedavg",
+             rounds=3, big=True),
+    ]
+
+
+def _missing_reason(case: dict) -> str | None:
+    src = case["source"]
+    if src.startswith("synthetic:") or src == "ml-100k" or Path(src).exists():
+        return None
+    return f"real data folder {src} not found (set FEDVLR_SHARED_DATA)"
+
+
+def run_case(case: dict, timeout: float | None = None) -> dict:
+    """``case`` measured in a fresh Python process: its JSON plus the process's CPU time and peak RSS."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(case.get("threads", 1)), MKL_NUM_THREADS=str(case.get("threads", 1)))
+    cmd = [sys.executable, "-m", "fedvlr_plus.bench.case", json.dumps(case)]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return {"status": "failed", "reason": f"ran past {timeout:.0f} s"}
+    wall = time.perf_counter() - t0
+    return _result(proc.returncode, out, err, wall)
+
+
+def _result(code: int, out: str, err: str, wall: float) -> dict:
+    if code != 0:
+        last = [ln for ln in err.strip().splitlines() if ln.strip()][-1:] or [f"exit code {code}"]
+        return {"status": "failed", "reason": last[0][:300]}
+    res = json.loads(out.strip().splitlines()[-1])
+    res.update(status="ok", process_wall_s=wall)
+    return res
+
+
+def run_suite(out_dir: Path, *, shared_data: Path, quick: bool = False, only=None, scale_source: str = SCALE_SOURCE,
+              device: str | None = None, progress=print) -> dict:
+    """Measure every (selected) case, write ``suite.json`` and ``suite.md`` under ``out_dir``; return the JSON."""
+    results = []
+    for case in cases(shared_data, scale_source):
+        if only and case["id"] not in only:
+            continue
+        if device:
+            case["device"] = device
+        entry = {"id": case["id"], "title": case["title"], "case": case}
+        reason = "left out by --quick" if quick and case.get("big") else _missing_reason(case)
+        if reason:
+            entry.update(status="skipped", reason=reason)
+        else:
+            progress(f"bench suite: {case['id']} ...")
+            entry.update(run_case(case))
+        results.append(entry)
+    doc = {"suite": "fedvlr-plus bench suite", "quick": bool(quick), "python": sys.version.split()[0],
+           "cases": results}
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    from ..jsonio import write_json_atomic
+
+    write_json_atomic(out_dir / "suite.json", doc)
+    (out_dir / "suite.md").write_text(markdown(doc))
+    return doc
+
+
+def _fmt(x, unit="s") -> str:
+    return "—" if x is None else f"{x:.3f} {unit}" if x < 10 else f"{x:.1f} {unit}"
+
+
+def markdown(doc: dict) -> str:
+    """The suite as a Markdown table (CPU time, one thread; round 1 and the median of later rounds)."""
+    lines = ["| case | round 1 CPU | later round CPU (median) | wall (later) | sequential CPU | ratio (CPU) "
+             "| full-sort eval CPU | peak RSS |", "|---|---|---|---|---|---|---|---|"]
+    for e in doc["cases"]:
+        if e["status"] != "ok":
+            lines.append(f"| {e['title']} | {e['status']}: {e.get('reason', '')} |  |  |  |  |  |  |")
+            continue
+        b, q = e["batched"], e.get("sequential")
+        ratio = f"{e['speedup_cpu']:.1f}x" if "speedup_cpu" in e else "—"
+        lines.append(f"| {e['title']} | {_fmt(b['round1_cpu_s'])} | {_fmt(b['later_cpu_s'])} "
+                     f"| {_fmt(b['later_wall_s'])} | {_fmt(q['later_cpu_s']) if q else '—'} | {ratio} "
+                     f"| {_fmt(e.get('eval_full_cpu_s'))} | {e['peak_rss_mb'] / 1024:.2f} GB |")
+    return "\n".join(lines) + "\n"

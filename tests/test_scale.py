@@ -1,0 +1,151 @@
+"""Large populations: the vectorised initial draw, the compact private-state store, --device and bench suite."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from _bad_input import assert_user_error, run_cli
+from fedvlr_plus.adapters import make_backbone
+from fedvlr_plus.federation import FedConfig, FederatedRun, rng
+from fedvlr_plus.federation.state import init_private_block, init_private_states
+from fedvlr_plus.federation.store import CompactStore, MemoryStore, load_block
+from fedvlr_plus.federation.synthetic import synthetic_data
+
+
+def _one_client_draw(bb, cid: int, seed: int) -> dict:
+    """A client's initial private state drawn alone, element by element from the documented key chain
+    (seed, TAG_INIT, parameter index, client, element), Box-Muller on ``uniform(..., 0)``/``uniform(..., 1)``."""
+    out = {}
+    for index, spec in enumerate(bb.all_specs()):
+        if spec.shared:
+            continue
+        if spec.init in ("zeros", "ones"):
+            out[spec.name] = torch.full(tuple(spec.shape), 0.0 if spec.init == "zeros" else 1.0)
+            continue
+        e = np.arange(int(np.prod(spec.shape)))
+        u1 = rng.uniform(seed, rng.TAG_INIT, index, cid, e, 0)
+        u2 = rng.uniform(seed, rng.TAG_INIT, index, cid, e, 1)
+        z = np.sqrt(-2.0 * np.log1p(-u1)) * np.cos(2.0 * np.pi * u2) * spec.init_std()
+        out[spec.name] = torch.from_numpy(z).to(torch.float32).reshape(tuple(spec.shape))
+    return out
+
+
+@pytest.mark.parametrize("keys", [(3,), (0, 3, 1, np.arange(7)), (5, np.arange(4)[:, None], np.arange(40000)[None, :]),
+                                  (np.arange(3)[:, None, None], np.arange(2)[None, :, None], np.arange(9)[None, None])])
+def test_fast_normal_is_bitwise_the_two_uniform_box_muller(keys):
+    u1, u2 = rng.uniform(*keys, 0), rng.uniform(*keys, 1)
+    ref = np.sqrt(-2.0 * np.log1p(-u1)) * np.cos(2.0 * np.pi * u2)
+    got = rng.normal(*keys)
+    assert got.shape == ref.shape and np.array_equal(got.view(np.uint64), ref.view(np.uint64))
+
+
+@pytest.mark.parametrize("backbone", ["fedavg", "fcf", "pfedrec"])
+def test_batched_initial_draw_equals_each_client_alone_bitwise(backbone):
+    bb = make_backbone(backbone, 30, 8)
+    cids = np.array([9, 0, 123456, 4, 9])   # any order, repeats, large ids
+    block = init_private_block(bb, cids, seed=11)
+    per = init_private_states(bb, cids, seed=11)
+    for c, cid in enumerate(cids):
+        alone = _one_client_draw(bb, int(cid), 11)
+        assert set(alone) == set(block)
+        for name, v in alone.items():
+            assert torch.equal(block[name][c], v) and torch.equal(per[c][name], v)
+    other_seed = init_private_block(bb, cids[:1], seed=12)
+    assert any(not torch.equal(other_seed[n][0], block[n][0]) for n in block if block[n].abs().sum() > 0)
+
+
+def test_compact_store_round_trip_block_and_snapshot():
+    store = CompactStore()
+    state = {"w": torch.randn(4, 3), "b": torch.tensor([0.5])}
+    store.begin_round(1)
+    store.save(7, state)
+    store.save_block(np.array([2, 3]), {"w": torch.ones(2, 4, 3), "b": torch.zeros(2, 1)})
+    store.commit()
+    assert len(store) == 3 and 7 in store and 5 not in store and store.load(5) is None
+    back = store.load(7)
+    assert all(torch.equal(back[k], state[k]) for k in state)
+    back["w"] += 1   # load hands out copies
+    assert torch.equal(store.load(7)["w"], state["w"])
+    got = load_block(store, np.array([3, 5, 7]), ["w"])["w"]
+    assert got[1].tolist() == [True, False, True] and torch.equal(got[0][2], state["w"])
+    assert not got[0][1].any()
+    # the snapshot is compact (one tensor per parameter) and restores exactly, also into a fresh store
+    snap = store.snapshot()
+    assert snap["format"] == "compact" and snap["params"]["w"]["values"].shape == (3, 4, 3)
+    again = CompactStore()
+    again.restore(snap)
+    assert all(torch.equal(again.load(c)["w"], store.load(c)["w"]) for c in (2, 3, 7))
+    # a MemoryStore's {cid: state} snapshot (older checkpoints) restores too
+    legacy = MemoryStore()
+    legacy.save(1, state)
+    again.restore(legacy.snapshot())
+    assert len(again) == 1 and torch.equal(again.load(1)["w"], state["w"])
+
+
+def test_compact_store_undoes_new_clients_and_refuses_a_half_overwritten_round():
+    store = CompactStore()
+    store.begin_round(1)
+    store.save(0, {"w": torch.ones(2)})
+    store.begin_round(1)           # round 1 never finished: the client it created is gone
+    assert 0 not in store
+    store.save(0, {"w": torch.ones(2)})
+    store.commit()
+    store.begin_round(2)
+    store.save(0, {"w": torch.zeros(2)})
+    with pytest.raises(RuntimeError, match="checkpoint"):
+        store.begin_round(2)
+
+
+def test_engine_uses_the_compact_store_and_gives_the_numbers_of_a_dict_store():
+    data = synthetic_data(40, 150, 10, seed=0)
+    cfg = FedConfig(rounds=2, local_epochs=2, batch_size=8, negatives=2, dim=8, ks=(5, 10), valid_metric="hr@10")
+    a = FederatedRun(data, "fcf", cfg, progress=False)
+    b = FederatedRun(data, "fcf", cfg, progress=False)
+    assert isinstance(a.store, CompactStore)
+    b.store = b.sim.store = MemoryStore()
+    ra, rb = a.run(), b.run()
+    assert [h["loss"] for h in ra["history"]] == [h["loss"] for h in rb["history"]]
+    assert ra["test"] == rb["test"]
+
+
+def test_device_cpu_and_auto_run_and_cuda_without_cuda_is_one_line(tmp_path, monkeypatch):
+    data = synthetic_data(30, 60, 8, seed=1)
+    cfg = dict(rounds=1, local_epochs=1, batch_size=8, dim=8, ks=(5, 10), valid_metric="hr@10")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    cpu = FederatedRun(data, "fedavg", FedConfig(**cfg, device="cpu"), progress=False).run()
+    auto = FederatedRun(data, "fedavg", FedConfig(**cfg, device="auto"), progress=False).run()
+    assert cpu["test"] == auto["test"]
+    res = run_cli("run", "synthetic:30x60", "--backbone", "fedavg", "--rounds", "1", "--device", "cuda",
+                  "--no-progress", "--out", str(tmp_path / "run"))
+    line = assert_user_error(res, "--device cuda", "CUDA is not available")
+    assert "--device cpu" in line
+    assert not (tmp_path / "run").exists() or not any((tmp_path / "run").rglob("*.safetensors"))
+
+
+def test_bench_suite_quick_writes_json_and_markdown(tmp_path, monkeypatch):
+    monkeypatch.setenv("FEDVLR_SHARED_DATA", str(tmp_path / "no-shared-data"))
+    out = tmp_path / "suite"
+    res = run_cli("bench", "suite", "--quick", "--out", str(out), "--scale-source", "synthetic:40x30",
+                  "--cases", "ku-fedavg,scale-fedavg,scale-fedavg-fedvlr")
+    assert res.code == 0, res.err
+    doc = json.loads((out / "suite.json").read_text())
+    by_id = {c["id"]: c for c in doc["cases"]}
+    assert set(by_id) == {"ku-fedavg", "scale-fedavg", "scale-fedavg-fedvlr"}
+    assert by_id["ku-fedavg"]["status"] == "skipped" and "not found" in by_id["ku-fedavg"]["reason"]
+    assert by_id["scale-fedavg"]["status"] == "skipped" and "--quick" in by_id["scale-fedavg"]["reason"]
+    md = (out / "suite.md").read_text()
+    assert "KU round, FedAvg alone" in md and "skipped" in md
+
+
+def test_bench_suite_measures_a_tiny_case_in_its_own_process(tmp_path):
+    out = tmp_path / "suite"
+    res = run_cli("bench", "suite", "--out", str(out), "--scale-source", "synthetic:40x30",
+                  "--cases", "scale-fedavg")
+    assert res.code == 0, res.err
+    case = json.loads((out / "suite.json").read_text())["cases"][0]
+    assert case["status"] == "ok" and case["clients"] == 40 and len(case["batched"]["rounds"]) == 3
+    assert case["peak_rss_mb"] > 0 and case["process_cpu_s"] > 0
+    assert "synthetic:40x30, FedAvg alone" in (out / "suite.md").read_text()
