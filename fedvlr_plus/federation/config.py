@@ -17,9 +17,15 @@ STRATEGIES = ("fedavg", "sparse-avg", "fedgrad", "median", "trimmed-mean")
 RESUMABLE_CHANGES = {"rounds", "patience", "simulator", "chunk_floats", "seeds", "checkpoint_every", "device"}
 
 
+def _failed(config, checks) -> None:
+    for ok, msg in checks:
+        if not ok:
+            raise ValueError(f"{type(config).__name__}: {msg}")
+
+
 @dataclass
-class FedConfig:
-    """A federated run. ``None`` means "the backbone's default" (see ``resolved``)."""
+class TrainingConfig:
+    """What each client does in a round. ``None``: the backbone's default (see the run's ``resolved``)."""
 
     rounds: int = 100
     local_epochs: int | None = None   # None: the backbone's (5; RecBole models 1)
@@ -30,11 +36,43 @@ class FedConfig:
     item_lr_scale: float | None = None  # item-table rows learn at lr * item_lr_scale
     weight_decay: float = 0.0         # decoupled L2 decay on every parameter a step trains (item rows: used rows)
     lr_decay: float = 1.0             # client lr multiplied by this every round (FedRAP's release used 0.9)
+
+    def _checks(self):
+        return [(self.rounds >= 1, "rounds must be >= 1"),
+                (self.local_epochs is None or self.local_epochs >= 1, "local_epochs must be >= 1"),
+                (self.batch_size >= 1, "batch_size must be >= 1"),
+                (self.negatives >= 0, "negatives must be >= 0"),
+                (self.dim >= 1, "dim must be >= 1"),
+                (self.lr is None or self.lr > 0, "lr must be positive"),
+                (self.item_lr_scale is None or self.item_lr_scale > 0, "item_lr_scale must be positive"),
+                (self.weight_decay >= 0, "weight_decay must be >= 0"),
+                (0 < self.lr_decay <= 1, "lr_decay must be in (0, 1]")]
+
+
+@dataclass
+class AggregationConfig:
+    """Who takes part in a round and how the server combines their uploads."""
+
     strategy: str | None = None       # fedavg | sparse-avg | fedgrad | median | trimmed-mean
-    server_lr: float | None = None    # fedgrad only; None: client lr x clients in the round (FCF's sum rule)
+    server_lr: float | None = None    # fedgrad only; None: the backbone's (1.0; FCF: client lr x clients)
     server_optimizer: str | None = None  # fedgrad only: sgd (Algorithm 1) | adam; None: the backbone's (sgd)
     trim_fraction: float = 0.1        # trimmed-mean only
     clients_per_round: float | None = None  # None: all; 0 < x < 1: fraction; integer >= 1: count
+    local_shared: bool = False        # fedgrad: clients also step their copy of the shared parts (pseudo-grads)
+
+    def _checks(self):
+        return [(self.strategy is None or self.strategy in STRATEGIES,
+                 f"strategy must be one of {', '.join(STRATEGIES)}"),
+                (self.server_lr is None or self.server_lr > 0, "server_lr must be positive"),
+                (self.server_optimizer in (None, "sgd", "adam"), "server_optimizer must be sgd or adam"),
+                (0 <= self.trim_fraction < 0.5, "trim_fraction must be in [0, 0.5)"),
+                (self.clients_per_round is None or self.clients_per_round > 0, "clients_per_round must be positive")]
+
+
+@dataclass
+class EvaluationConfig:
+    """How rounds are evaluated and the run selected (on validation only; test is read at the selected round)."""
+
     patience: int = 20                # evaluated rounds without a validation improvement before stopping
     valid_metric: str = "hr@50"
     valid_protocol: str = "full"      # protocol of the validation metric: full | sampled
@@ -42,6 +80,32 @@ class FedConfig:
     ks: tuple = (10, 20, 50)
     metrics: tuple = ("hr", "ndcg")   # computed at every evaluation (hr, ndcg, recall, mrr)
     mask_history: str = "train"       # full protocol at test: mask train (FedVLR) or all earlier splits (RecBole)
+
+    def _checks(self):
+        return [(self.patience >= 1, "patience must be >= 1"),
+                (self.eval_every >= 1, "eval_every must be >= 1"),
+                (len(self.ks) > 0 and min(self.ks) >= 1, "ks must be positive integers"),
+                (self.valid_protocol in ("full", "sampled"), "valid_protocol must be full or sampled"),
+                (self.mask_history in ("train", "all", "none"), "mask_history must be train, all or none"),
+                (len(self.metrics) > 0 and set(self.metrics) <= {"hr", "ndcg", "recall", "mrr"},
+                 "metrics must be among hr, ndcg, recall, mrr")]
+
+    def _add_valid_metric(self) -> None:
+        """The validation metric is always computed: its K and name join ``ks`` and ``metrics``."""
+        if "@" not in self.valid_metric:
+            raise ValueError(f"{type(self).__name__}: valid_metric looks like 'hr@50', got {self.valid_metric!r}")
+        name, k = self.valid_metric.split("@", 1)
+        k = int(k)
+        if k not in self.ks:
+            self.ks = tuple(sorted(set(self.ks) | {k}))
+        if name not in self.metrics:
+            self.metrics = tuple(self.metrics) + (name,)
+
+
+@dataclass
+class RuntimeConfig:
+    """Seeds and where and how the run computes; none of it changes a number but the seeds."""
+
     seed: int = 0
     seeds: int = 1                    # run seeds seed, seed+1, ..., seed+seeds-1
     simulator: str = "batched"        # batched | sequential (the plain reference)
@@ -49,65 +113,69 @@ class FedConfig:
     checkpoint_every: int = 1         # rounds between checkpoints (also at every evaluation and at the end)
     chunk_floats: int = 1 << 24       # memory bound of one batched chunk, in floats
     device: str = "cpu"               # where the batched simulator trains and scores: cpu | cuda | auto
-    fedrap_lambda: float = 1e-4
-    local_shared: bool = False        # fedgrad: clients also step their copy of the shared parts (pseudo-grads)
+
+    def _checks(self):
+        return [(self.seeds >= 1, "seeds must be >= 1"),
+                (self.simulator in ("batched", "sequential"), "simulator must be batched or sequential"),
+                (self.private_store in ("memory", "disk"), "private_store must be memory or disk"),
+                (self.checkpoint_every >= 1, "checkpoint_every must be >= 1"),
+                (self.chunk_floats >= 1024, "chunk_floats must be >= 1024"),
+                (self.device in ("cpu", "cuda", "auto"), "device must be cpu, cuda or auto")]
+
+
+@dataclass
+class PrivacyConfig:
+    """What protects the uploads (docs/privacy.md): clipping and noise with an accounted budget, padding."""
+
     upload_noise: float = 0.0         # noise multiplier sigma of the clipped uploads (0: off)
     upload_clip: float = 0.0          # L2 clip C of each client's upload (0: off; 1.0 when noise is on)
-    fedrap_mu: float = 1e-2
     target_epsilon: float | None = None  # pick upload_noise so the run's accounted epsilon is this (docs/privacy.md)
     dp_delta: float | None = None     # delta of the accounted (epsilon, delta); None: 1 / clients^1.1
     pad_uploads: int = 0              # item-table uploads padded with decoy rows to this many rows (0: off; -1: all)
 
+    def _checks(self):
+        return [(self.upload_noise >= 0 and self.upload_clip >= 0, "upload_noise and upload_clip must be >= 0"),
+                (self.target_epsilon is None or self.target_epsilon > 0, "target_epsilon must be positive"),
+                (self.target_epsilon is None or self.upload_noise == 0,
+                 "give upload_noise or target_epsilon, not both (target_epsilon picks the noise)"),
+                (self.dp_delta is None or 0 < self.dp_delta < 1, "dp_delta must be in (0, 1)"),
+                (self.pad_uploads >= -1, "pad_uploads must be >= 0, or -1 for every item")]
+
+
+@dataclass
+class FedRAPConfig:
+    """FedRAP's own penalties (Li et al. 2024): the sparsity of C and the gap between A_u and C."""
+
+    fedrap_lambda: float = 1e-4
+    fedrap_mu: float = 1e-2
+
+    def _checks(self):
+        return [(self.fedrap_lambda >= 0 and self.fedrap_mu >= 0, "fedrap_lambda and fedrap_mu must be >= 0")]
+
+
+#: the concerns a run's settings are split into, in the order FedConfig lists their fields
+CONCERNS = {"training": TrainingConfig, "aggregation": AggregationConfig, "evaluation": EvaluationConfig,
+            "runtime": RuntimeConfig, "privacy": PrivacyConfig, "fedrap": FedRAPConfig}
+
+
+# dataclasses collect inherited fields from the last base to the first, so the bases are listed in reverse
+@dataclass
+class FedConfig(FedRAPConfig, PrivacyConfig, RuntimeConfig, EvaluationConfig, AggregationConfig, TrainingConfig):
+    """A federated run: every concern's settings in one flat record (``cfg.lr``, ``cfg.strategy``, ...).
+    ``cfg.part("training")`` gives one concern as its own typed record, for code that needs only that one."""
+
     def __post_init__(self):
         self.ks = tuple(int(k) for k in self.ks)
         self.metrics = tuple(str(m) for m in self.metrics)
-        checks = [
-            (self.rounds >= 1, "rounds must be >= 1"),
-            (self.local_epochs is None or self.local_epochs >= 1, "local_epochs must be >= 1"),
-            (self.batch_size >= 1, "batch_size must be >= 1"),
-            (self.negatives >= 0, "negatives must be >= 0"),
-            (self.dim >= 1, "dim must be >= 1"),
-            (self.lr is None or self.lr > 0, "lr must be positive"),
-            (self.item_lr_scale is None or self.item_lr_scale > 0, "item_lr_scale must be positive"),
-            (self.weight_decay >= 0, "weight_decay must be >= 0"),
-            (0 < self.lr_decay <= 1, "lr_decay must be in (0, 1]"),
-            (self.strategy is None or self.strategy in STRATEGIES,
-             f"strategy must be one of {', '.join(STRATEGIES)}"),
-            (self.server_lr is None or self.server_lr > 0, "server_lr must be positive"),
-            (self.server_optimizer in (None, "sgd", "adam"), "server_optimizer must be sgd or adam"),
-            (0 <= self.trim_fraction < 0.5, "trim_fraction must be in [0, 0.5)"),
-            (self.clients_per_round is None or self.clients_per_round > 0, "clients_per_round must be positive"),
-            (self.patience >= 1, "patience must be >= 1"),
-            (self.eval_every >= 1, "eval_every must be >= 1"),
-            (self.seeds >= 1, "seeds must be >= 1"),
-            (self.simulator in ("batched", "sequential"), "simulator must be batched or sequential"),
-            (self.private_store in ("memory", "disk"), "private_store must be memory or disk"),
-            (self.checkpoint_every >= 1, "checkpoint_every must be >= 1"),
-            (self.chunk_floats >= 1024, "chunk_floats must be >= 1024"),
-            (self.device in ("cpu", "cuda", "auto"), "device must be cpu, cuda or auto"),
-            (self.upload_noise >= 0 and self.upload_clip >= 0, "upload_noise and upload_clip must be >= 0"),
-            (self.target_epsilon is None or self.target_epsilon > 0, "target_epsilon must be positive"),
-            (self.target_epsilon is None or self.upload_noise == 0,
-             "give upload_noise or target_epsilon, not both (target_epsilon picks the noise)"),
-            (self.dp_delta is None or 0 < self.dp_delta < 1, "dp_delta must be in (0, 1)"),
-            (self.pad_uploads >= -1, "pad_uploads must be >= 0, or -1 for every item"),
-            (len(self.ks) > 0 and min(self.ks) >= 1, "ks must be positive integers"),
-            (self.valid_protocol in ("full", "sampled"), "valid_protocol must be full or sampled"),
-            (self.mask_history in ("train", "all", "none"), "mask_history must be train, all or none"),
-            (len(self.metrics) > 0 and set(self.metrics) <= {"hr", "ndcg", "recall", "mrr"},
-             "metrics must be among hr, ndcg, recall, mrr"),
-        ]
-        for ok, msg in checks:
-            if not ok:
-                raise ValueError(f"FedConfig: {msg}")
-        if "@" not in self.valid_metric:
-            raise ValueError(f"FedConfig: valid_metric looks like 'hr@50', got {self.valid_metric!r}")
-        name, k = self.valid_metric.split("@", 1)
-        k = int(k)
-        if k not in self.ks:
-            self.ks = tuple(sorted(set(self.ks) | {k}))
-        if name not in self.metrics:
-            self.metrics = tuple(self.metrics) + (name,)
+        for concern in CONCERNS.values():
+            _failed(self, concern._checks(self))
+        self._add_valid_metric()
+
+    def part(self, concern: str):
+        """The settings of one concern (``training``, ``aggregation``, ``evaluation``, ``runtime``, ``privacy``,
+        ``fedrap``) as that concern's own dataclass."""
+        cls = CONCERNS[concern]
+        return cls(**{f.name: getattr(self, f.name) for f in fields(cls)})
 
     def to_dict(self) -> dict:
         d = asdict(self)
