@@ -7,25 +7,18 @@ Tables: ``cold_items.csv`` (every model variant and reference ranker x {cold amo
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pandas as pd
+
+from ..atomic_write import atomic_write, atomic_write_text
 
 PARTS = (("cold_among_cold", "cold targets among cold items"), ("cold_among_all", "cold targets among all items"),
          ("warm", "warm targets among all items"))
 
 
-def _atomic_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def _atomic_csv(path: Path, frame: pd.DataFrame) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    frame.to_csv(tmp, index=False)
-    os.replace(tmp, path)
+    atomic_write(path, lambda tmp: frame.to_csv(tmp, index=False))
 
 
 def _fmt(cell) -> str:
@@ -306,10 +299,8 @@ def _plot_users(result: dict, path: Path, metric: str) -> None:
 def _savefig(fig, path: Path) -> None:
     import matplotlib.pyplot as plt
 
-    tmp = path.with_name(f".{path.stem}.tmp{os.getpid()}.png")
-    fig.savefig(tmp, dpi=110)
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def write_report(result: dict, out: Path) -> list[Path]:
@@ -330,6 +321,6 @@ def write_report(result: dict, out: Path) -> list[Path]:
         _atomic_csv(out / "user_coldstart.csv", user_frame(result))
         _plot_users(result, out / "user_coldstart.png", metric)
         written += [out / "user_coldstart.csv", out / "user_coldstart.png"]
-    _atomic_text(out / "report.md", markdown(result))
+    atomic_write_text(out / "report.md", markdown(result))
     written.append(out / "report.md")
     return written

@@ -5,11 +5,11 @@ from __future__ import annotations
 import csv
 import io
 import math
-import os
 from pathlib import Path
 
 import numpy as np
 
+from ..atomic_write import atomic_write, atomic_write_text
 from ..jsonio import write_json_atomic
 
 #: the parts of the table, in the order they are reported
@@ -78,12 +78,6 @@ def markdown_table(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _atomic_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def write_report(result: dict, out: Path) -> None:
     """table.csv, table.md, result.json and table.png (NDCG at the largest K, by part, with CIs)."""
     out.mkdir(parents=True, exist_ok=True)
@@ -95,8 +89,8 @@ def write_report(result: dict, out: Path) -> None:
     for r in result["rows"]:
         w.writerow([r["model"], r["kind"], r["part"], r["n_users"], r["seeds"]]
                    + [c for k in keys for c in (r.get(k), r.get(f"{k}_std"), *r.get(f"{k}_ci", [None, None]))])
-    _atomic_text(out / "table.csv", buf.getvalue())
-    _atomic_text(out / "table.md", markdown_table(result))
+    atomic_write_text(out / "table.csv", buf.getvalue())
+    atomic_write_text(out / "table.md", markdown_table(result))
     write_json_atomic(out / "result.json", result)
     plot_table(result, out / "table.png")
 
@@ -132,10 +126,8 @@ def plot_table(result: dict, path: Path) -> None:
         ax.set_xlabel(key)
     fig.suptitle(f"{result['dataset']}: test {key} (95% CI)")
     fig.tight_layout()
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def print_table(result: dict, file=None) -> None:
