@@ -79,12 +79,13 @@ class FedVLR(Model):
 
     def build(self, data, cfg):
         from ..adapters import make_backbone
+        from ..federation.config import backbone_options
         from ..errors import ConfigError, UserError
         from ..fedvlr import build_fedvlr
 
         base = self.inner.build(data, cfg)
         if isinstance(base, str):  # a registered backbone, at the experiment's size and with its options
-            opts = {"fedrap_lambda": cfg.fedrap_lambda, "fedrap_mu": cfg.fedrap_mu} if base == "fedrap" else {}
+            opts = backbone_options(base, cfg)
             base = make_backbone(base, data.n_items, cfg.dim, **opts)
         try:
             return build_fedvlr(data, base, self.options, views=self.views)

@@ -23,8 +23,9 @@ def options_from_args(args, mode: str | None = None) -> FedVLROptions:
 def base_backbone(args, n_items: int, backbone: str, dim: int):
     """The backbone the layer wraps, with the command line's backbone options."""
     from ..adapters import make_backbone
+    from ..federation.config import backbone_options
 
-    opts = {"fedrap_lambda": args.fedrap_lambda, "fedrap_mu": args.fedrap_mu} if backbone == "fedrap" else {}
+    opts = backbone_options(backbone, args)
     return make_backbone(backbone, n_items, dim, **opts)
 
 

@@ -153,6 +153,14 @@ class FedRAPConfig:
         return [(self.fedrap_lambda >= 0 and self.fedrap_mu >= 0, "fedrap_lambda and fedrap_mu must be >= 0")]
 
 
+def backbone_options(backbone: str, settings) -> dict:
+    """The settings a registered backbone takes as its own constructor options (FedRAP's penalties), read from
+    ``settings``: a FedConfig, or any object with the same attribute names (parsed flags)."""
+    if backbone != "fedrap":
+        return {}
+    return {f.name: getattr(settings, f.name) for f in fields(FedRAPConfig)}
+
+
 #: the concerns a run's settings are split into, in the order FedConfig lists their fields
 CONCERNS = {"training": TrainingConfig, "aggregation": AggregationConfig, "evaluation": EvaluationConfig,
             "runtime": RuntimeConfig, "privacy": PrivacyConfig, "fedrap": FedRAPConfig}

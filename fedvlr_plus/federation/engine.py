@@ -32,7 +32,7 @@ from ..adapters import Backbone, make_backbone
 from .accountant import run_noise, run_privacy
 from .batched import BatchedSimulator, SequentialSimulator
 from ..errors import ResumeMismatch, RunFolderError
-from .config import RESUMABLE_CHANGES, FedConfig
+from .config import RESUMABLE_CHANGES, FedConfig, backbone_options
 from .rng import TAG_SAMPLE
 from ..jsonio import write_json_atomic
 from .rounds import RoundLoop
@@ -84,11 +84,10 @@ class FederatedRun:
         self.indptr = m.indptr.astype(np.int64)
         self.indices = m.indices.astype(np.int64)
         self.n_users, self.n_items = int(data.n_users), int(data.n_items)
-        opts = {"fedrap_lambda": cfg.fedrap_lambda, "fedrap_mu": cfg.fedrap_mu} if backbone == "fedrap" else {}
         if isinstance(backbone, Backbone):  # a ready adapter (e.g. wrapped by the FedVLR fusion layer)
             self.bb, self.backbone_name = backbone, backbone.name
         else:
-            self.bb = make_backbone(backbone, self.n_items, cfg.dim, **opts)
+            self.bb = make_backbone(backbone, self.n_items, cfg.dim, **backbone_options(backbone, cfg))
         self.specs = {s.name: s for s in self.bb.all_specs()}
         self.lr = float(cfg.lr if cfg.lr is not None else self.bb.default_lr)
         self.local_epochs = int(cfg.local_epochs if cfg.local_epochs is not None else self.bb.default_local_epochs)

@@ -165,8 +165,9 @@ def build_backbone(data, s: Settings):
     """The backbone (wrapped by the FedVLR layer when ``s.fusion`` is not ``none``), built exactly as the
     ``fedvlr-plus run ... --fusion`` command builds it."""
     from ..adapters import make_backbone
+    from .config import backbone_options
 
-    opts = {"fedrap_lambda": s.cfg.fedrap_lambda, "fedrap_mu": s.cfg.fedrap_mu} if s.backbone == "fedrap" else {}
+    opts = backbone_options(s.backbone, s.cfg)
     base = make_backbone(s.backbone, data.n_items, s.cfg.dim, **opts)
     if s.fusion == "none":
         return base
