@@ -220,3 +220,26 @@ def test_backbones_the_layer_cannot_wrap_are_skipped_with_the_reason(tmp_path, m
     assert {r["model"] for r in res["rows"]} == {"pop", "random", "antipop", "content", "pfedrec",
                                                  "pfedrec + cold rule"}
     assert "Not run: pfedrec+fedvlr" in (tmp_path / "b" / "table.md").read_text()
+
+
+def test_router_ablation_rows_are_trained_and_tested_against_fedvlr(tmp_path):
+    data = synthetic_data(20, 60, 8.0, groups=4, seed=4)
+    data.features = {"text": np.random.default_rng(1).standard_normal((data.n_items, 6)).astype(np.float32)}
+    argv = ["experiment", "paper-table", "x", "--backbones", "fedavg", "--variants", "sum,gate,uniform,fedvlr",
+            "--seeds", "1", "--rounds", "1", "--local-epochs", "1", "--dim", "8", "--no-progress",
+            "--out", str(tmp_path)]
+    res = _run(build_parser().parse_args(argv), data, ["ndcg@10"])
+    rows = {(r["model"], r["part"]): r for r in res["rows"]}
+    for v in ("sum", "gate", "uniform"):
+        t = res["paired_tests"][f"fedavg+fedvlr vs fedavg+{v}"]["all"]["ndcg@10"]
+        assert t["mean_b"] == pytest.approx(rows[(f"fedavg+{v}", "all")]["ndcg@10"])
+        assert t["mean_a"] == pytest.approx(rows[("fedavg+fedvlr", "all")]["ndcg@10"])
+    # each row is its own model: the single experts and the fixed mixture do not score alike
+    scores = {v: rows[(f"fedavg+{v}", "all")]["ndcg@10"] for v in ("sum", "gate", "uniform", "fedvlr")}
+    assert len(set(scores.values())) > 1
+    assert res["row_configs"]["fedavg+uniform"]["strategy"] is None
+
+
+def test_default_variants_leave_the_router_ablation_out():
+    args = build_parser().parse_args(["experiment", "paper-table", "x"])
+    assert args.variants == "none,fedgrad,mlp,fedvlr"

@@ -5,7 +5,7 @@ import argparse
 import json
 import sys
 
-from ..experiments.variants import VARIANTS
+from ..experiments.variants import DEFAULT_VARIANTS, VARIANTS
 
 
 def _variant_list(text: str) -> str:
@@ -31,10 +31,11 @@ def add_table_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("table")
     g.add_argument("--backbones", type=_backbone_list, default="fedavg,fedncf,fcf,pfedrec,fedrap",
                    help="comma-separated federated backbones (default: the five of the paper's Table 2)")
-    g.add_argument("--variants", type=_variant_list, default=",".join(VARIANTS),
+    g.add_argument("--variants", type=_variant_list, default=",".join(DEFAULT_VARIANTS),
                    help="none (backbone alone, its own aggregation), fedgrad (backbone alone, aggregated as FedVLR "
-                        "is: averaged gradients + server step), mlp (one server fusion MLP), fedvlr (private router "
-                        "over experts)")
+                        "is: averaged gradients + server step), sum|mlp|gate (one server fusion expert), uniform "
+                        "(the three experts, fixed equal weights), fedvlr (private router over experts); "
+                        "sum,gate,uniform with fedvlr are the router ablation")
     g.add_argument("--override", action="append", default=[], metavar="SELECTOR:FIELD=VALUE",
                    help="training setting for some runs only, e.g. fedvlr:server_lr=3 or fedncf+fedvlr:lr=0.05 "
                         "(SELECTOR: a backbone, a variant or backbone+variant); repeatable")

@@ -33,7 +33,7 @@ from ..api import Experiment, ExperimentResult, FedVLR, Model, Pop, Random, Anti
 from ..coldstart.content import ContentRanker, RestrictedScorer
 from ..errors import ConfigError, RunFolderError
 from .paper_report import PARTS, table_notes, write_report
-from .variants import FUSION_VARIANTS, VARIANTS
+from .variants import FUSION_VARIANTS, ROUTER_ABLATION, VARIANTS
 
 
 @dataclass
@@ -344,6 +344,7 @@ def _paired_tests(study: _Study, tests: ExperimentResult, among: ExperimentResul
         fedvlr = row_label(backbone, "fedvlr")
         pairs = [(row_label(backbone, v), backbone) for v in FUSION_VARIANTS]
         pairs.append((fedvlr, row_label(backbone, "fedgrad")))
+        pairs += [(fedvlr, row_label(backbone, v)) for v in ROUTER_ABLATION]
         pairs += [(fedvlr, rule_label(row_label(backbone, v))) for v in ("none", "fedgrad")]
         for a, b in pairs:
             if a in study.selected and b in study.selected:
