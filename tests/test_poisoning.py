@@ -140,7 +140,9 @@ def test_the_command_runs_end_to_end_on_tiny_data(tmp_path):
                   "--seeds", "2", "--strategies", "fedavg,median", "--attackers", "0,0.1", "--out", out,
                   "--no-progress", "--json")
     assert res.code == 0, res.err
-    assert {p.name for p in out.iterdir()} == {"poisoning.md", "poisoning.csv", "poisoning.png", "result.json"}
+    assert {p.name for p in out.iterdir()} == {"poisoning.md", "poisoning.csv", "poisoning.png", "result.json",
+                                               "cells", ".fedvlr.lock"}
+    assert len(list((out / "cells").glob("*.json"))) == 8
     result = json.loads(res.out.strip().splitlines()[-1])
     assert [(r["strategy"], r["fraction"]) for r in result["rows"]] == [
         ("fedavg", 0.0), ("fedavg", 0.1), ("median", 0.0), ("median", 0.1)]
@@ -149,3 +151,25 @@ def test_the_command_runs_end_to_end_on_tiny_data(tmp_path):
     assert all(0.0 <= r["exposure_hr@10"] <= 1.0 for r in result["rows"])
     assert result["rows"][1]["exposure_hr@10_p"] is not None or result["rows"][1]["exposure_hr@10_std"] >= 0
     assert "| median | 10% | 4 |" in (out / "poisoning.md").read_text()
+
+
+def test_a_rerun_reads_finished_cells_back_and_refuses_other_settings(tmp_path):
+    from _bad_input import assert_user_error, run_cli
+
+    out = tmp_path / "poison"
+    argv = ["experiment", "poisoning", "synthetic:30x50", "--rounds", "2", "--eval-every", "1", "--seeds", "1",
+            "--strategies", "fedavg", "--attackers", "0,0.1", "--out", out, "--json"]
+    first = run_cli(*argv)
+    assert first.code == 0, first.err
+    # a killed grid: one cell's file is gone; the rerun trains only that one and gives the same table
+    (out / "cells" / "seed0-fedavg-0.1.json").unlink()
+    again = run_cli(*argv)
+    assert again.code == 0, again.err
+    assert "seed0-fedavg-0: read back" in again.err and "seed0-fedavg-0.1: read back" not in again.err
+    timing = ("cpu_s", "wall_s")
+    rows = [[{k: v for k, v in row.items() if k not in timing} for row in
+             json.loads(r.out.strip().splitlines()[-1])["rows"]] for r in (first, again)]
+    assert rows[0] == rows[1]
+    # the same folder under another setting is refused, naming the setting
+    other = run_cli(*[a if a != "2" else "3" for a in argv])
+    assert_user_error(other, "config.rounds")

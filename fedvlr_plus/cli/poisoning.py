@@ -69,7 +69,7 @@ def register(ex) -> argparse.ArgumentParser:
     a.add_argument("--target-quantile", type=_positive(float), default=0.1, metavar="Q",
                    help="the target is drawn from the least popular Q of the warm items (by training count)")
     o = p.add_argument_group("output")
-    o.add_argument("--out", metavar="DIR", default=None, help="report folder (Markdown, CSV, plot, JSON)")
+    o.add_argument("--out", metavar="DIR", default=None, help="report folder (Markdown, CSV, plot, JSON); each finished run is kept in DIR/cells, so the same command run again resumes the grid")
     o.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     # the cold-start command's set of engine flags: no --resume (this experiment keeps no run folders)
     add_run_arguments(p, command="coldstart")
@@ -97,7 +97,8 @@ def cmd_poisoning(args) -> int:
     wall, cpu = time.perf_counter(), time.process_time()
     log = None if args.no_progress else (lambda line: print(line, file=sys.stderr))
     cells = run_grid(data, args.backbone, cfg, args.strategies, args.attackers, args.seeds,
-                     target_quantile=args.target_quantile, pool_size=args.popular_pool, boost=args.boost, log=log)
+                     target_quantile=args.target_quantile, pool_size=args.popular_pool, boost=args.boost, log=log,
+                     folder=args.out)
     rows = summarise(cells, args.strategies, args.attackers, seed=cfg.seed)
     result = {"settings": {"dataset": data.name, "backbone": args.backbone, "seeds": args.seeds,
                            "targets": sorted({c["target"] for c in cells}), "boost": args.boost,

@@ -10,6 +10,7 @@ unattacked row of its strategy (paired t-test over (seed, user) pairs).
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import replace
 
@@ -71,26 +72,43 @@ def run_cell(data, backbone: str, cfg, target: int, fraction: float, *, pool_siz
 
 
 def run_grid(data, backbone: str, base_cfg, strategies, fractions, seeds: int, *, target_quantile: float = 0.1,
-             pool_size: int = 100, boost: float = 1.0, log=None) -> list[dict]:
-    """Every (seed, strategy, fraction) cell; the seed's target is shared by all its cells."""
+             pool_size: int = 100, boost: float = 1.0, log=None, folder=None) -> list[dict]:
+    """Every (seed, strategy, fraction) cell; the seed's target is shared by all its cells. With ``folder`` each
+    finished cell is saved there at once and read back instead of trained when the grid is run again."""
     from ..federation.promotion_attack import choose_target
+    from ..federation.run_folder import locked
+    from .finished_cells import load_cell, save_cell
 
     cells = []
     counts = train_counts(data)
-    for s in range(seeds):
-        seed = base_cfg.seed + s
-        target = choose_target(counts, seed, target_quantile)
-        for strategy in strategies:
-            for fraction in fractions:
-                cfg = replace(base_cfg, strategy=strategy, seed=seed, seeds=1)
-                cell = run_cell(data, backbone, cfg, target, fraction, pool_size=pool_size, boost=boost)
-                cells.append(cell)
-                if log is not None:
-                    log(f"seed {seed} target {target} ({counts[target]} training users) {strategy} "
-                        f"{fraction:.0%} attackers: exposure hr@10 {cell['exposure']['hr@10']:.4f}, ndcg@10 "
-                        f"{cell['test']['ndcg@10']:.4f}, round {cell['selected_round']}, "
-                        f"{cell['wall_s']:.0f} s wall, {cell['cpu_s']:.0f} s CPU")
+    with (locked(folder) if folder is not None else contextlib.nullcontext()):
+        for s in range(seeds):
+            seed = base_cfg.seed + s
+            target = choose_target(counts, seed, target_quantile)
+            for strategy in strategies:
+                for fraction in fractions:
+                    cfg = replace(base_cfg, strategy=strategy, seed=seed, seeds=1)
+                    key = f"seed{seed}-{strategy}-{fraction:g}"
+                    settings = {"dataset": data.name, "backbone": backbone, "config": cfg.to_dict(),
+                                "target": int(target), "popular_pool": pool_size, "boost": boost}
+                    cell = load_cell(folder, key, settings) if folder is not None else None
+                    if cell is None:
+                        cell = run_cell(data, backbone, cfg, target, fraction, pool_size=pool_size, boost=boost)
+                        if folder is not None:
+                            save_cell(folder, key, settings, cell)
+                    elif log is not None:
+                        log(f"{key}: read back from {folder}")
+                    cells.append(cell)
+                    if log is not None:
+                        log(_cell_line(cell, counts))
     return cells
+
+
+def _cell_line(cell: dict, counts: np.ndarray) -> str:
+    return (f"seed {cell['seed']} target {cell['target']} ({counts[cell['target']]} training users) "
+            f"{cell['strategy']} {cell['fraction']:.0%} attackers: exposure hr@10 {cell['exposure']['hr@10']:.4f}, "
+            f"ndcg@10 {cell['test']['ndcg@10']:.4f}, round {cell['selected_round']}, "
+            f"{cell['wall_s']:.0f} s wall, {cell['cpu_s']:.0f} s CPU")
 
 
 def _paired_p(attacked: list[np.ndarray], clean: list[np.ndarray]) -> float | None:
