@@ -102,6 +102,60 @@ def _records(source: Callable[[], io.TextIOBase], sep: str, quoting: int) -> Ite
                 yield reader.line_num, fields
 
 
+@dataclass
+class _Scan:
+    """Re-scans of one delimited file with the csv module, to name the physical line of a data row.
+
+    pandas does not say which line a row came from, so a row's line is found only when a message needs it.
+    """
+
+    path: Path
+    source: Callable[[], io.TextIOBase]
+    sep: str
+    quoting: int
+    header_line: int
+    n_fields: int
+
+    def data_records(self) -> Iterator[tuple[int, list[str]]]:
+        return (r for r in _records(self.source, self.sep, self.quoting) if r[0] > self.header_line)
+
+    def line_map(self, rows: Sequence[int]) -> dict[int, tuple[int, int]]:
+        """row -> (line, field count)."""
+        want = set(int(r) for r in rows)
+        found: dict[int, tuple[int, int]] = {}
+        if not want:
+            return found
+        last = max(want)
+        for i, (lineno, fields) in enumerate(self.data_records()):
+            if i in want:
+                found[i] = (lineno, len(fields))
+            if i >= last:
+                break
+        return found
+
+    def line(self, row: int) -> int:
+        return self.line_map([row]).get(int(row), (0, 0))[0]
+
+    def field_count_problem(self) -> DataError | None:
+        """The first record whose field count is wrong, as an error (a trailing empty field is tolerated)."""
+        n = self.n_fields
+        for lineno, fields in _records(self.source, self.sep, self.quoting):
+            if lineno <= self.header_line:
+                continue
+            k = len(fields)
+            if k != n and not (k == n + 1 and fields[-1] == ""):
+                return DataError(f"{self.path}: line {lineno}: expected {n} fields, found {k}")
+        return None
+
+    def row_error(self, row: int, message: str) -> DataError:
+        """``message`` about a data row; a row with too few fields is reported as that instead."""
+        n = self.n_fields
+        lineno, k = self.line_map([row]).get(int(row), (0, n))
+        if k < n:
+            return DataError(f"{self.path}: line {lineno}: expected {n} fields, found {k}")
+        return DataError(f"{self.path}: line {lineno}: {message}")
+
+
 def read_table(
     path: str | os.PathLike,
     *,
@@ -127,7 +181,25 @@ def read_table(
         source = lambda: io.StringIO(text)  # noqa: E731
     else:
         source = lambda: open_text(path, encoding)  # noqa: E731
+    header_line, columns = _header_columns(path, source, sep, quoting, names, required, encoding)
+    scan = _Scan(path, source, sep, quoting, header_line, len(columns))
+    numeric = set(numbers) | set(integers)
+    frame = _parse_frame(path, scan, columns, numeric, encoding, text is not None)
+    _check_field_counts(frame, scan, columns, numeric)
+    for c in columns:
+        if c in numeric:
+            frame[c] = _number_column(frame[c], c, c in integers, scan)
+        elif c in nonempty:
+            empty = frame[c].to_numpy() == ""
+            if empty.any():
+                raise scan.row_error(int(np.flatnonzero(empty)[0]), f"column {c!r} is empty")
+    return Table(frame, path, scan.line)
 
+
+def _header_columns(path: Path, source: Callable[[], io.TextIOBase], sep: str, quoting: int,
+                    names: Sequence[str] | None, required: Sequence[str], encoding: str) -> tuple[int, list[str]]:
+    """(line of the header, 0 without one; the column names), the header checked for required and
+    duplicate columns."""
     records = _records(source, sep, quoting)
     header_line = 0
     try:
@@ -154,109 +226,75 @@ def read_table(
         raise DataError(f"{path}: not a readable gzip file ({e})") from None
     finally:
         records.close()
-    n = len(columns)
-    numeric = set(numbers) | set(integers)
+    return header_line, columns
+
+
+def _parse_frame(path: Path, scan: _Scan, columns: list[str], numeric: set[str], encoding: str,
+                 from_text: bool) -> pd.DataFrame:
+    """The data rows parsed by pandas' C reader, with one spare column; every column not in ``numeric`` a
+    string. pandas' own errors become a :class:`DataError` that names the line."""
     dtype = {c: str for c in columns if c not in numeric}
     dtype[_EXTRA] = str
-
-    def line_map(rows: Sequence[int]) -> dict[int, tuple[int, int]]:
-        """row -> (line, field count), by re-scanning the file."""
-        want = set(int(r) for r in rows)
-        found: dict[int, tuple[int, int]] = {}
-        if not want:
-            return found
-        last = max(want)
-        for i, (lineno, fields) in enumerate(
-            r for r in _records(source, sep, quoting) if r[0] > header_line
-        ):
-            if i in want:
-                found[i] = (lineno, len(fields))
-            if i >= last:
-                break
-        return found
-
-    def field_count_problem() -> DataError | None:
-        """The first record whose field count is wrong, as an error (a trailing empty field is tolerated)."""
-        for lineno, fields in _records(source, sep, quoting):
-            if lineno <= header_line:
-                continue
-            k = len(fields)
-            if k != n and not (k == n + 1 and fields[-1] == ""):
-                return DataError(f"{path}: line {lineno}: expected {n} fields, found {k}")
-        return None
-
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", pd.errors.ParserWarning)
-            frame = pd.read_csv(
-                source() if text is not None else path,
-                sep=sep,
+            return pd.read_csv(
+                scan.source() if from_text else path,
+                sep=scan.sep,
                 header=None,
                 names=columns + [_EXTRA],
-                skiprows=header_line,
+                skiprows=scan.header_line,
                 dtype=dtype,
                 keep_default_na=False,
                 na_values=[],
-                quoting=quoting,
+                quoting=scan.quoting,
                 encoding=encoding,
                 index_col=False,
                 engine="c",
                 skip_blank_lines=True,
-                compression="gzip" if path.name.endswith(".gz") and text is None else None,
+                compression="gzip" if path.name.endswith(".gz") and not from_text else None,
             )
     except UnicodeDecodeError:
         raise DataError(f"{path}: line {_decode_error_line(path, encoding) or '?'}: not valid {encoding} text") from None
     except (pd.errors.ParserError, pd.errors.ParserWarning) as e:
-        problem = field_count_problem()
+        problem = scan.field_count_problem()
         raise (problem or DataError(f"{path}: could not parse the file ({e})")) from None
     except (gzip.BadGzipFile, EOFError, zlib.error) as e:
         raise DataError(f"{path}: not a readable gzip file ({e})") from None
 
-    def line(row: int) -> int:
-        return line_map([row]).get(int(row), (0, 0))[0]
 
-    def row_error(row: int, message: str) -> DataError:
-        lineno, k = line_map([row]).get(int(row), (0, n))
-        if k < n:
-            return DataError(f"{path}: line {lineno}: expected {n} fields, found {k}")
-        return DataError(f"{path}: line {lineno}: {message}")
-
+def _check_field_counts(frame: pd.DataFrame, scan: _Scan, columns: list[str], numeric: set[str]) -> None:
+    """Drop the spare column; a row with too many or too few fields is reported before anything else."""
     extra = frame.pop(_EXTRA).to_numpy()
     if len(extra) and (extra != "").any():
-        problem = field_count_problem()
+        problem = scan.field_count_problem()
         if problem is not None:
             raise problem
     if len(frame):
         # A short row is padded with empty strings; a wrong field count is reported before anything else.
         last = columns[-1]
         if last not in numeric and (frame[last].to_numpy() == "").any():
-            problem = field_count_problem()
+            problem = scan.field_count_problem()
             if problem is not None:
                 raise problem
-    for c in columns:
-        col = frame[c]
-        if c in numeric:
-            values = col.to_numpy() if col.dtype.kind in "iuf" else pd.to_numeric(col, errors="coerce").to_numpy()
-            values = values.astype(np.float64, copy=False) if values.dtype.kind == "f" else values
-            bad = ~np.isfinite(values) if values.dtype.kind == "f" else np.zeros(len(values), bool)
-            if bad.any():
-                r = int(np.flatnonzero(bad)[0])
-                raise row_error(r, f"column {c!r}: {str(col.iloc[r])!r} is not a finite number")
-            if c in integers:
-                if values.dtype.kind == "f":
-                    frac = values != np.round(values)
-                    if frac.any():
-                        r = int(np.flatnonzero(frac)[0])
-                        raise row_error(r, f"column {c!r}: {str(col.iloc[r])!r} is not a whole number")
-                values = values.astype(np.int64)
-            else:
-                values = values.astype(np.float64)
-            frame[c] = values
-        elif c in nonempty:
-            empty = col.to_numpy() == ""
-            if empty.any():
-                raise row_error(int(np.flatnonzero(empty)[0]), f"column {c!r} is empty")
-    return Table(frame, path, line)
+
+
+def _number_column(col: pd.Series, c: str, integer: bool, scan: _Scan) -> np.ndarray:
+    """A column as finite float64, or as int64 when ``integer``; the first bad value names its line."""
+    values = col.to_numpy() if col.dtype.kind in "iuf" else pd.to_numeric(col, errors="coerce").to_numpy()
+    values = values.astype(np.float64, copy=False) if values.dtype.kind == "f" else values
+    bad = ~np.isfinite(values) if values.dtype.kind == "f" else np.zeros(len(values), bool)
+    if bad.any():
+        r = int(np.flatnonzero(bad)[0])
+        raise scan.row_error(r, f"column {c!r}: {str(col.iloc[r])!r} is not a finite number")
+    if integer:
+        if values.dtype.kind == "f":
+            frac = values != np.round(values)
+            if frac.any():
+                r = int(np.flatnonzero(frac)[0])
+                raise scan.row_error(r, f"column {c!r}: {str(col.iloc[r])!r} is not a whole number")
+        return values.astype(np.int64)
+    return values.astype(np.float64)
 
 
 # ---------------------------------------------------------------------------------------------- JSON lines

@@ -22,6 +22,7 @@ import csv
 import importlib.util
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -170,6 +171,16 @@ def _feature_frame(frame: pd.DataFrame, types: dict[str, str], id_field: str, or
     return out
 
 
+@dataclass(frozen=True)
+class _Fields:
+    """The interaction field names of one atomic dataset."""
+
+    user: str
+    item: str
+    rating: str
+    time: str
+
+
 def read_atomic(folder: str | Path, name: str | None = None, *, splits: bool = True,
                 user_field: str = "user_id", item_field: str = "item_id", rating_field: str = "rating",
                 time_field: str = "timestamp") -> InteractionData:
@@ -185,80 +196,19 @@ def read_atomic(folder: str | Path, name: str | None = None, *, splits: bool = T
     if not folder.is_dir():
         raise DataError(f"{folder}: no such folder")
     name = atomic_name(folder, name)
+    fields = _Fields(user_field, item_field, rating_field, time_field)
     inter_path = folder / f"{name}.inter"
     split_paths = {s: folder / f"{name}.{s}.inter" for s in SPLIT_SUFFIXES}
-    use_splits = splits and any(p.exists() for p in split_paths.values())
-    required = (user_field, item_field)
-
-    def rows(path: Path, label: int):
-        frame, types, table = _read_file(path, required)
-        if len(frame) == 0 and label in (UNSPLIT, TRAIN, TEST):
-            what = "no interactions" if label == UNSPLIT else "an empty split"
-            raise DataError(f"{path}: {what} (the file has a header but no data rows)")
-        out = pd.DataFrame({
-            "u": frame[user_field].to_numpy(dtype=object),
-            "i": frame[item_field].to_numpy(dtype=object),
-            "r": frame[rating_field].to_numpy(np.float64) if types.get(rating_field) == "float" else np.ones(len(frame)),
-            "t": frame[time_field].to_numpy(np.float64) if types.get(time_field) == "float" else np.zeros(len(frame)),
-        })
-        return out, table
-
-    if use_splits:
-        for s in ("train", "test"):
-            if not split_paths[s].exists():
-                raise DataError(f"{split_paths[s]}: missing; a split dataset needs {name}.train.inter and "
-                                f"{name}.test.inter ({name}.valid.inter is optional)")
-        parts = []
-        for s, p in split_paths.items():
-            if p.exists():
-                part, _ = rows(p, _SPLIT_CODE[s])
-                parts.append(part.assign(s=np.int8(_SPLIT_CODE[s])))
-        labelled = pd.concat(parts, ignore_index=True)
-        if inter_path.exists():
-            raw, table = rows(inter_path, UNSPLIT)
-            key = ["u", "i", "r", "t"]
-            raw = raw.assign(k=raw.groupby(key, sort=False).cumcount())
-            labelled = labelled.assign(k=labelled.groupby(key, sort=False).cumcount())
-            merged = raw.merge(labelled, on=key + ["k"], how="left", sort=False)
-            if merged["s"].isna().any():
-                r = int(np.flatnonzero(merged["s"].isna().to_numpy())[0])
-                raise DataError(f"{table.where(r)}: this interaction is in none of the split files "
-                                f"{', '.join(p.name for p in split_paths.values() if p.exists())}")
-            if len(labelled) != len(raw):
-                raise DataError(f"{folder}: the split files hold {len(labelled)} interactions but "
-                                f"{inter_path.name} holds {len(raw)}")
-            raw = merged.drop(columns="k")
-        else:
-            raw = labelled
+    if splits and any(p.exists() for p in split_paths.values()):
+        raw = _split_rows(folder, name, inter_path, split_paths, fields)
         split = raw["s"].to_numpy(np.int8)
     else:
         if not inter_path.exists():
             raise DataError(f"{inter_path}: missing (files in {folder}: "
                             f"{', '.join(sorted(p.name for p in folder.iterdir())) or 'none'})")
-        raw, _ = rows(inter_path, UNSPLIT)
+        raw, _ = _interaction_rows(inter_path, UNSPLIT, fields)
         split = np.full(len(raw), UNSPLIT, np.int8)
-
-    feats = {}
-    for kind, id_field in (("item", item_field), ("user", user_field)):
-        p = folder / f"{name}.{kind}"
-        if p.exists():
-            feats[kind] = _read_file(p, (id_field,))
-
-    user_order = _catalogue_order(feats["user"][0][user_field].to_numpy(dtype=object) if "user" in feats else None,
-                                  raw["u"].to_numpy(dtype=object))
-    item_order = _catalogue_order(feats["item"][0][item_field].to_numpy(dtype=object) if "item" in feats else None,
-                                  raw["i"].to_numpy(dtype=object))
-    # Ids are unique within each catalogue file (checked in _feature_frame), so get_indexer is safe below.
-    if "item" in feats:
-        frame, types, table = feats["item"]
-        items = _feature_frame(frame, types, item_field, item_order, table, content=True)
-    else:
-        items = empty_content(len(item_order))
-    if "user" in feats:
-        frame, types, table = feats["user"]
-        users = _feature_frame(frame, types, user_field, user_order, table, content=False)
-    else:
-        users = pd.DataFrame()
+    user_order, item_order, users, items = _catalogues(folder, name, raw, fields)
     u = pd.Index(user_order).get_indexer(raw["u"].to_numpy(dtype=object))
     i = pd.Index(item_order).get_indexer(raw["i"].to_numpy(dtype=object))
     inter = _inter_frame(u, i, raw["r"].to_numpy(), raw["t"].to_numpy(), split)
@@ -266,6 +216,79 @@ def read_atomic(folder: str | Path, name: str | None = None, *, splits: bool = T
                            items=items, users=users, source=str(folder), format="recbole-atomic")
     require_splits(split, str(folder))
     return data.validate()
+
+
+def _interaction_rows(path: Path, label: int, fields: _Fields):
+    """One interaction file as raw columns ``u, i, r, t`` (rating 1 and time 0 when absent), and its table."""
+    frame, types, table = _read_file(path, (fields.user, fields.item))
+    if len(frame) == 0 and label in (UNSPLIT, TRAIN, TEST):
+        what = "no interactions" if label == UNSPLIT else "an empty split"
+        raise DataError(f"{path}: {what} (the file has a header but no data rows)")
+    out = pd.DataFrame({
+        "u": frame[fields.user].to_numpy(dtype=object),
+        "i": frame[fields.item].to_numpy(dtype=object),
+        "r": frame[fields.rating].to_numpy(np.float64) if types.get(fields.rating) == "float" else np.ones(len(frame)),
+        "t": frame[fields.time].to_numpy(np.float64) if types.get(fields.time) == "float" else np.zeros(len(frame)),
+    })
+    return out, table
+
+
+def _split_rows(folder: Path, name: str, inter_path: Path, split_paths: dict[str, Path],
+                fields: _Fields) -> pd.DataFrame:
+    """The rows of the split files with their label in column ``s``, in ``{name}.inter``'s order when
+    that file is there (each of its rows matched to one split row, equal rows in turn)."""
+    for s in ("train", "test"):
+        if not split_paths[s].exists():
+            raise DataError(f"{split_paths[s]}: missing; a split dataset needs {name}.train.inter and "
+                            f"{name}.test.inter ({name}.valid.inter is optional)")
+    parts = []
+    for s, p in split_paths.items():
+        if p.exists():
+            part, _ = _interaction_rows(p, _SPLIT_CODE[s], fields)
+            parts.append(part.assign(s=np.int8(_SPLIT_CODE[s])))
+    labelled = pd.concat(parts, ignore_index=True)
+    if not inter_path.exists():
+        return labelled
+    raw, table = _interaction_rows(inter_path, UNSPLIT, fields)
+    key = ["u", "i", "r", "t"]
+    raw = raw.assign(k=raw.groupby(key, sort=False).cumcount())
+    labelled = labelled.assign(k=labelled.groupby(key, sort=False).cumcount())
+    merged = raw.merge(labelled, on=key + ["k"], how="left", sort=False)
+    if merged["s"].isna().any():
+        r = int(np.flatnonzero(merged["s"].isna().to_numpy())[0])
+        raise DataError(f"{table.where(r)}: this interaction is in none of the split files "
+                        f"{', '.join(p.name for p in split_paths.values() if p.exists())}")
+    if len(labelled) != len(raw):
+        raise DataError(f"{folder}: the split files hold {len(labelled)} interactions but "
+                        f"{inter_path.name} holds {len(raw)}")
+    return merged.drop(columns="k")
+
+
+def _catalogues(folder: Path, name: str, raw: pd.DataFrame, fields: _Fields):
+    """(user order, item order, user attributes, item content): the ``.user`` / ``.item`` files' order,
+    then ids seen only in the interactions."""
+    feats = {}
+    for kind, id_field in (("item", fields.item), ("user", fields.user)):
+        p = folder / f"{name}.{kind}"
+        if p.exists():
+            feats[kind] = _read_file(p, (id_field,))
+
+    user_order = _catalogue_order(feats["user"][0][fields.user].to_numpy(dtype=object) if "user" in feats else None,
+                                  raw["u"].to_numpy(dtype=object))
+    item_order = _catalogue_order(feats["item"][0][fields.item].to_numpy(dtype=object) if "item" in feats else None,
+                                  raw["i"].to_numpy(dtype=object))
+    # Ids are unique within each catalogue file (checked in _feature_frame), so get_indexer is safe in the caller.
+    if "item" in feats:
+        frame, types, table = feats["item"]
+        items = _feature_frame(frame, types, fields.item, item_order, table, content=True)
+    else:
+        items = empty_content(len(item_order))
+    if "user" in feats:
+        frame, types, table = feats["user"]
+        users = _feature_frame(frame, types, fields.user, user_order, table, content=False)
+    else:
+        users = pd.DataFrame()
+    return user_order, item_order, users, items
 
 
 # ---------------------------------------------------------------------------------------------- the wheel
@@ -388,6 +411,27 @@ def _feature_columns(frame: pd.DataFrame, id_field: str, ids: list[str], what: s
     return header, columns
 
 
+def _split_mode(labels: np.ndarray, splits: bool, where: str) -> bool:
+    """Whether split files are written: asked for and the data is split (fully, train and test non-empty)."""
+    split_mode = splits and bool((labels != UNSPLIT).any())
+    if split_mode:
+        if (labels == UNSPLIT).any():
+            r = int(np.flatnonzero(labels == UNSPLIT)[0])
+            raise DataError(f"{where}: interaction row {r} has no split label while others do; "
+                            "split the data fully or pass splits=False")
+        require_splits(labels, where)
+    return split_mode
+
+
+def _id_tokens(data: InteractionData, where: str) -> tuple[list[str], list[str]]:
+    """Raw user and item ids as tokens, each unique as text."""
+    user_tok = [_token(u, f"{where}: user id") for u in data.user_ids]
+    item_tok = [_token(i, f"{where}: item id") for i in data.item_ids]
+    if len(set(user_tok)) != len(user_tok) or len(set(item_tok)) != len(item_tok):
+        raise DataError(f"{where}: raw ids are not unique as text; they cannot be written as tokens")
+    return user_tok, item_tok
+
+
 def write_atomic(data: InteractionData, folder: str | Path, name: str | None = None, *,
                  splits: bool = True) -> Path:
     """Write ``data`` as a RecBole atomic dataset into ``folder`` (RecBole expects ``{data_path}/{name}/``).
@@ -413,17 +457,8 @@ def write_atomic(data: InteractionData, folder: str | Path, name: str | None = N
     where = f"{data.source or data.name}"
     inter = data.inter
     labels = inter["split"].to_numpy()
-    split_mode = splits and bool((labels != UNSPLIT).any())
-    if split_mode:
-        if (labels == UNSPLIT).any():
-            r = int(np.flatnonzero(labels == UNSPLIT)[0])
-            raise DataError(f"{where}: interaction row {r} has no split label while others do; "
-                            "split the data fully or pass splits=False")
-        require_splits(labels, where)
-    user_tok = [_token(u, f"{where}: user id") for u in data.user_ids]
-    item_tok = [_token(i, f"{where}: item id") for i in data.item_ids]
-    if len(set(user_tok)) != len(user_tok) or len(set(item_tok)) != len(item_tok):
-        raise DataError(f"{where}: raw ids are not unique as text; they cannot be written as tokens")
+    split_mode = _split_mode(labels, splits, where)
+    user_tok, item_tok = _id_tokens(data, where)
     u_arr = np.asarray(user_tok, dtype=object)
     i_arr = np.asarray(item_tok, dtype=object)
     header = ["user_id:token", "item_id:token", "rating:float", "timestamp:float"]

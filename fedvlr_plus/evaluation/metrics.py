@@ -29,6 +29,7 @@ item if it is within the top K, else 0. All values are fractions in [0, 1].
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -115,15 +116,8 @@ def expected_metrics(
     r_all = np.asarray(greater, np.int64)
     g_all = np.asarray(ties, np.int64)
     n_targets = np.asarray(n_targets, np.int64)
+    _check_pair_stats(pair_user, r_all, g_all, n_targets)
     n_users = len(n_targets)
-    if not (len(pair_user) == len(r_all) == len(g_all)):
-        raise ValueError("pair_user, greater and ties must have the same length")
-    if len(pair_user) and (pair_user.min() < 0 or pair_user.max() >= n_users):
-        raise ValueError("pair_user holds a row outside 0..len(n_targets)-1")
-    if (r_all < 0).any() or (g_all < 0).any():
-        raise ValueError("greater and ties must be non-negative counts")
-    if len(pair_user) and (np.bincount(pair_user, minlength=n_users) > n_targets).any():
-        raise ValueError("a user has more (user, target) pairs than n_targets")
 
     # Masked targets (g == 0) never hit; drop them from every numerator.
     keep = g_all > 0
@@ -132,20 +126,7 @@ def expected_metrics(
     D = _discount_prefix(top)
     H = _harmonic_prefix(top)
     denom = np.maximum(n_targets, 1).astype(np.float64)
-
-    # Tie groups among the user's targets: equal scores <=> equal r (and then equal g) within a user.
-    order = np.lexsort((r, u))
-    u_s, r_s, g_s = u[order], r[order], g[order]
-    new_group = np.ones(len(u_s), bool)
-    if len(u_s) > 1:
-        new_group[1:] = (u_s[1:] != u_s[:-1]) | (r_s[1:] != r_s[:-1])
-    starts = np.flatnonzero(new_group)
-    grp_u, grp_r, grp_g = u_s[starts], r_s[starts], g_s[starts]
-    grp_m = np.diff(np.append(starts, len(u_s)))
-    first_grp = np.ones(len(starts), bool)
-    if len(starts) > 1:
-        first_grp[1:] = grp_u[1:] != grp_u[:-1]
-    max_m = int(grp_m.max()) if len(grp_m) else 0
+    groups = _TieGroups.of(u, r, g)
 
     out: dict[str, np.ndarray] = {}
     for k in ks:
@@ -158,36 +139,93 @@ def expected_metrics(
                 idcg = D[np.minimum(n_targets, k)]
                 val = np.divide(dcg, idcg, out=np.zeros(n_users), where=idcg > 0)
             elif name == "hr":
-                gs = np.clip(k - grp_r, 0, grp_g)
-                # P(no target of the group in its s top-K slots) = prod_{i<m} (g-s-i)/(g-i)
-                p_none = np.ones(len(grp_g))
-                for i in range(max_m):
-                    active = grp_m > i
-                    p_none[active] *= np.maximum(grp_g[active] - gs[active] - i, 0) / (grp_g[active] - i)
-                miss = np.ones(n_users)
-                np.multiply.at(miss, grp_u, p_none)
-                val = 1.0 - miss
-                val[n_targets == 0] = 0.0
+                val = _expected_hit(groups, k, n_targets)
             elif name == "mrr":
-                fr, fg, fm, fu = grp_r[first_grp], grp_g[first_grp], grp_m[first_grp], grp_u[first_grp]
-                mrr = np.zeros(len(fr))
-                one = fm == 1
-                hi = np.minimum(fr[one] + fg[one], k)
-                mrr[one] = np.where(fr[one] < k, (H[np.maximum(hi, fr[one])] - H[fr[one]]) / fg[one], 0.0)
-                for idx in np.flatnonzero(~one):  # several targets tied at the top: exact small sum
-                    rr, gg, mm = int(fr[idx]), int(fg[idx]), int(fm[idx])
-                    if rr >= k:
-                        continue
-                    p = _first_of_min_prob(gg, mm)
-                    pos = rr + np.arange(1, len(p) + 1)
-                    inside = pos <= k
-                    mrr[idx] = float(np.sum(p[inside] / pos[inside]))
-                val = np.zeros(n_users)
-                val[fu] = mrr
+                val = _expected_reciprocal_rank(groups, k, H, n_users)
             else:  # pragma: no cover - check_ks_metrics rejects it
                 raise AssertionError(name)
             out[f"{name}@{k}"] = val
     return {c: out[c] for c in metric_columns(ks, metrics)}
+
+
+def _check_pair_stats(pair_user: np.ndarray, greater: np.ndarray, ties: np.ndarray, n_targets: np.ndarray) -> None:
+    n_users = len(n_targets)
+    if not (len(pair_user) == len(greater) == len(ties)):
+        raise ValueError("pair_user, greater and ties must have the same length")
+    if len(pair_user) and (pair_user.min() < 0 or pair_user.max() >= n_users):
+        raise ValueError("pair_user holds a row outside 0..len(n_targets)-1")
+    if (greater < 0).any() or (ties < 0).any():
+        raise ValueError("greater and ties must be non-negative counts")
+    if len(pair_user) and (np.bincount(pair_user, minlength=n_users) > n_targets).any():
+        raise ValueError("a user has more (user, target) pairs than n_targets")
+
+
+@dataclass(frozen=True)
+class _TieGroups:
+    """A user's targets that tie with each other: equal scores <=> equal r (and then equal g) within a user.
+
+    One entry per group, sorted by user then r: the user ``u``, the candidates above it ``r``, its tie
+    group size ``g`` (targets included), the number of targets in it ``m``, and ``first`` (the user's
+    best-ranked group).
+    """
+
+    u: np.ndarray
+    r: np.ndarray
+    g: np.ndarray
+    m: np.ndarray
+    first: np.ndarray
+
+    @classmethod
+    def of(cls, u: np.ndarray, r: np.ndarray, g: np.ndarray) -> "_TieGroups":
+        order = np.lexsort((r, u))
+        u_s, r_s, g_s = u[order], r[order], g[order]
+        new_group = np.ones(len(u_s), bool)
+        if len(u_s) > 1:
+            new_group[1:] = (u_s[1:] != u_s[:-1]) | (r_s[1:] != r_s[:-1])
+        starts = np.flatnonzero(new_group)
+        grp_u = u_s[starts]
+        first = np.ones(len(starts), bool)
+        if len(starts) > 1:
+            first[1:] = grp_u[1:] != grp_u[:-1]
+        return cls(grp_u, r_s[starts], g_s[starts], np.diff(np.append(starts, len(u_s))), first)
+
+
+def _expected_hit(groups: _TieGroups, k: int, n_targets: np.ndarray) -> np.ndarray:
+    """HR@k per user: 1 - P(no target in the top k) over random tie orders."""
+    grp_g, grp_m = groups.g, groups.m
+    max_m = int(grp_m.max()) if len(grp_m) else 0
+    gs = np.clip(k - groups.r, 0, grp_g)
+    # P(no target of the group in its s top-K slots) = prod_{i<m} (g-s-i)/(g-i)
+    p_none = np.ones(len(grp_g))
+    for i in range(max_m):
+        active = grp_m > i
+        p_none[active] *= np.maximum(grp_g[active] - gs[active] - i, 0) / (grp_g[active] - i)
+    miss = np.ones(len(n_targets))
+    np.multiply.at(miss, groups.u, p_none)
+    val = 1.0 - miss
+    val[n_targets == 0] = 0.0
+    return val
+
+
+def _expected_reciprocal_rank(groups: _TieGroups, k: int, H: np.ndarray, n_users: int) -> np.ndarray:
+    """MRR@k per user: the expected 1/rank of the user's first target, 0 beyond k."""
+    first = groups.first
+    fr, fg, fm, fu = groups.r[first], groups.g[first], groups.m[first], groups.u[first]
+    mrr = np.zeros(len(fr))
+    one = fm == 1
+    hi = np.minimum(fr[one] + fg[one], k)
+    mrr[one] = np.where(fr[one] < k, (H[np.maximum(hi, fr[one])] - H[fr[one]]) / fg[one], 0.0)
+    for idx in np.flatnonzero(~one):  # several targets tied at the top: exact small sum
+        rr, gg, mm = int(fr[idx]), int(fg[idx]), int(fm[idx])
+        if rr >= k:
+            continue
+        p = _first_of_min_prob(gg, mm)
+        pos = rr + np.arange(1, len(p) + 1)
+        inside = pos <= k
+        mrr[idx] = float(np.sum(p[inside] / pos[inside]))
+    val = np.zeros(n_users)
+    val[fu] = mrr
+    return val
 
 
 def rank_counts(target_scores, candidate_scores):

@@ -18,6 +18,7 @@ tie orders (:mod:`fedvlr_plus.evaluation.metrics`). Users weigh equally in every
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Union
 
 import numpy as np
@@ -69,6 +70,26 @@ def evaluate(
         random orderings of tied scores.
     """
     ks, metrics = check_ks_metrics(ks, metrics)
+    _check_options(split, protocol, mask_history, batch_size, n_negatives)
+    data.require_split(need=("train", split))
+    pairs = _TargetPairs.of(data, split)
+    meta = {"protocol": protocol, "split": split, "ks": list(ks), "metrics": list(metrics), "seed": int(seed),
+            "tie_policy": TIE_POLICY, "n_items": int(data.n_items)}
+    if protocol == "full":
+        mask_splits = {"train": ["train"], "none": [],
+                       "all": ["train", "valid"] if split == "test" else ["train"]}[mask_history]
+        frames, n_cand = _evaluate_full(data, scorer, pairs, mask_splits, ks, metrics, int(batch_size))
+        meta.update(mask_history=mask_history, masked_splits=mask_splits)
+    else:
+        frames, n_cand = _evaluate_sampled(data, scorer, pairs, int(n_negatives), seed, ks, metrics,
+                                           int(batch_size))
+        meta.update(n_negatives=int(n_negatives))
+    meta["n_candidates"] = n_cand
+    meta["mean_candidates"] = float(n_cand.mean()) if len(n_cand) else float("nan")
+    return EvalResult(frames[0], frames[1], frames[2], metric_names=metric_columns(ks, metrics), meta=meta)
+
+
+def _check_options(split: str, protocol: str, mask_history: str, batch_size: int, n_negatives: int) -> None:
     if split not in ("valid", "test"):
         raise ValueError(f"split must be 'valid' or 'test', got {split!r}")
     if protocol not in PROTOCOLS:
@@ -79,39 +100,54 @@ def evaluate(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if protocol == "sampled" and int(n_negatives) < 1:
         raise ValueError(f"n_negatives must be >= 1, got {n_negatives}")
-    data.require_split(need=("train", split))
-    n_items = data.n_items
 
-    tgt = data.part(split)[["user", "item"]].drop_duplicates().sort_values(["user", "item"], kind="stable")
-    pair_user_id = tgt["user"].to_numpy(np.int64)
-    pair_item = tgt["item"].to_numpy(np.int64)
-    users, pair_row = np.unique(pair_user_id, return_inverse=True)
-    pair_row = pair_row.astype(np.int64)
-    pair_cold = data.cold_items()[pair_item]
 
-    meta = {"protocol": protocol, "split": split, "ks": list(ks), "metrics": list(metrics), "seed": int(seed),
-            "tie_policy": TIE_POLICY, "n_items": int(n_items)}
-    if protocol == "full":
-        mask_splits = {"train": ["train"], "none": [],
-                       "all": ["train", "valid"] if split == "test" else ["train"]}[mask_history]
-        greater, ties, n_cand = _full_rank_stats(data, scorer, users, pair_row, pair_item, mask_splits,
-                                                 int(batch_size))
-        meta.update(mask_history=mask_history, masked_splits=mask_splits)
-        frames = [_per_user_full(users, pair_row, greater, ties, sel, ks, metrics)
-                  for sel in (np.ones(len(pair_row), bool), ~pair_cold, pair_cold)]
-    else:
-        neg = sample_negatives(data, pair_user_id, int(n_negatives), seed)
-        cand = np.concatenate([pair_item[:, None], neg], axis=1)
-        greater, ties = _sampled_rank_stats(scorer, users, pair_row, cand, n_items, int(batch_size))
-        n_cand = np.full(len(users), cand.shape[1], np.int64)
-        meta.update(n_negatives=int(n_negatives))
-        per_pair = expected_metrics(np.arange(len(pair_row)), greater, ties, np.ones(len(pair_row), np.int64),
-                                    ks, metrics)
-        frames = [_per_user_sampled(users, pair_row, per_pair, sel)
-                  for sel in (np.ones(len(pair_row), bool), ~pair_cold, pair_cold)]
-    meta["n_candidates"] = n_cand
-    meta["mean_candidates"] = float(n_cand.mean()) if len(n_cand) else float("nan")
-    return EvalResult(frames[0], frames[1], frames[2], metric_names=metric_columns(ks, metrics), meta=meta)
+@dataclass(frozen=True)
+class _TargetPairs:
+    """The distinct (user, target item) pairs of a split, sorted by user then item.
+
+    ``users``: the evaluated users (sorted ids); ``row``: each pair's index into ``users``; ``user`` /
+    ``item``: each pair's ids; ``cold``: the target never occurs in training.
+    """
+
+    users: np.ndarray
+    row: np.ndarray
+    user: np.ndarray
+    item: np.ndarray
+    cold: np.ndarray
+
+    @classmethod
+    def of(cls, data: InteractionData, split: str) -> "_TargetPairs":
+        tgt = data.part(split)[["user", "item"]].drop_duplicates().sort_values(["user", "item"], kind="stable")
+        pair_user_id = tgt["user"].to_numpy(np.int64)
+        pair_item = tgt["item"].to_numpy(np.int64)
+        users, pair_row = np.unique(pair_user_id, return_inverse=True)
+        return cls(users, pair_row.astype(np.int64), pair_user_id, pair_item, data.cold_items()[pair_item])
+
+    def selections(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Masks over pairs: all targets, warm targets, cold targets."""
+        return np.ones(len(self.row), bool), ~self.cold, self.cold
+
+
+def _evaluate_full(data, scorer, pairs: _TargetPairs, mask_splits, ks, metrics, batch_size):
+    """Per-user frames (all, warm, cold) and candidates per user, ranking every item."""
+    greater, ties, n_cand = _full_rank_stats(data, scorer, pairs.users, pairs.row, pairs.item, mask_splits,
+                                             batch_size)
+    frames = [_per_user_full(pairs.users, pairs.row, greater, ties, sel, ks, metrics)
+              for sel in pairs.selections()]
+    return frames, n_cand
+
+
+def _evaluate_sampled(data, scorer, pairs: _TargetPairs, n_negatives, seed, ks, metrics, batch_size):
+    """Per-user frames (all, warm, cold) and candidates per user, ranking each target among its negatives."""
+    neg = sample_negatives(data, pairs.user, n_negatives, seed)
+    cand = np.concatenate([pairs.item[:, None], neg], axis=1)
+    greater, ties = _sampled_rank_stats(scorer, pairs.users, pairs.row, cand, data.n_items, batch_size)
+    n_cand = np.full(len(pairs.users), cand.shape[1], np.int64)
+    n_pairs = len(pairs.row)
+    per_pair = expected_metrics(np.arange(n_pairs), greater, ties, np.ones(n_pairs, np.int64), ks, metrics)
+    frames = [_per_user_sampled(pairs.users, pairs.row, per_pair, sel) for sel in pairs.selections()]
+    return frames, n_cand
 
 
 # ---------------------------------------------------------------------- full protocol

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from .embeddings import Embeddings
 from .encoders import ItemEncoder, PrecomputedEncoder, make_encoder
 from .errors import ViewStoreError
 from .operators import ViewSpec, parse_views
@@ -76,14 +77,7 @@ def build_store(
         enc.load()
     log.info("views: encoder %s (%s)", enc.name, reason)
     t1 = time.perf_counter()
-    items = getattr(data, "items", None)
-    n_items = getattr(data, "n_items", None)
-    if n_items is not None and items is not None and len(items) and len(items) != n_items:
-        raise ViewStoreError(f"{getattr(data, 'name', 'catalogue')}: item content has {len(items)} rows "
-                             f"for {n_items} items (missing rows)")
-    emb = enc.encode(items if items is not None and len(items) else None)
-    if n_items is not None and emb.n != n_items:
-        raise ViewStoreError(f"{enc.name}: encoded {emb.n} rows for {n_items} items (missing rows)")
+    emb = _encode_catalogue(enc, data)
     t2 = time.perf_counter()
     specs: list[ViewSpec] = parse_views(views, emb)
     item_ids = getattr(data, "item_ids", None)
@@ -103,6 +97,19 @@ def build_store(
         encoder_report=dict(getattr(enc, "report", {}) or {}),
     )
     return store, report
+
+
+def _encode_catalogue(enc, data) -> Embeddings:
+    """Every item of ``data`` encoded, one row per item (content rows must match the catalogue)."""
+    items = getattr(data, "items", None)
+    n_items = getattr(data, "n_items", None)
+    if n_items is not None and items is not None and len(items) and len(items) != n_items:
+        raise ViewStoreError(f"{getattr(data, 'name', 'catalogue')}: item content has {len(items)} rows "
+                             f"for {n_items} items (missing rows)")
+    emb = enc.encode(items if items is not None and len(items) else None)
+    if n_items is not None and emb.n != n_items:
+        raise ViewStoreError(f"{enc.name}: encoded {emb.n} rows for {n_items} items (missing rows)")
+    return emb
 
 
 def describe_encoding(enc, data) -> str:

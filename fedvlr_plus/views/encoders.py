@@ -272,6 +272,28 @@ def _has_text(items: pd.DataFrame | None) -> bool:
     return items is not None and len(items) > 0 and bool(field_texts(items))
 
 
+def _auto_kind(name: str, items: pd.DataFrame | None, features: dict, model: str | None,
+               pretrained: str | None) -> tuple[str, str]:
+    """The encoder ``auto`` picks for a catalogue, and why (see :func:`make_encoder`)."""
+    if pretrained:
+        kind = "sentence" if _looks_like_sentence_dir(pretrained) else "open_clip"
+        return kind, f"--pretrained {pretrained} was given"
+    if features:
+        return "precomputed", f"{name} ships precomputed features ({', '.join(sorted(features))})"
+    if _has_text(items):
+        from .sentence_encoder import resolve_sentence_model
+
+        ref, source = resolve_sentence_model(model)  # raises EncoderUnavailable with what to pass
+        why = f"{name} has text but no precomputed features and no CLIP checkpoint; {ref} loads from {source}"
+        if items is not None and "image" in items.columns and items["image"].notna().any():
+            why += " (item images are ignored: pass --encoder open_clip --pretrained CHECKPOINT to use them)"
+        return "sentence", why
+    raise EncoderUnavailable(
+        f"no encoder works offline for {name}: it has no precomputed features and no item text. "
+        "Pass --encoder open_clip --pretrained /path/to/checkpoint.pt for images, or a feature folder."
+    )
+
+
 def make_encoder(
     kind: str = "auto",
     *,
@@ -297,25 +319,7 @@ def make_encoder(
         raise EncoderUnavailable(f"unknown encoder '{kind}'; choose one of {', '.join(ENCODERS)}")
 
     if kind == "auto":
-        if pretrained:
-            kind = "sentence" if _looks_like_sentence_dir(pretrained) else "open_clip"
-            why = f"--pretrained {pretrained} was given"
-        elif features:
-            kind = "precomputed"
-            why = f"{name} ships precomputed features ({', '.join(sorted(features))})"
-        elif _has_text(items):
-            from .sentence_encoder import resolve_sentence_model
-
-            ref, source = resolve_sentence_model(model)  # raises EncoderUnavailable with what to pass
-            kind = "sentence"
-            why = f"{name} has text but no precomputed features and no CLIP checkpoint; {ref} loads from {source}"
-            if items is not None and "image" in items.columns and items["image"].notna().any():
-                why += " (item images are ignored: pass --encoder open_clip --pretrained CHECKPOINT to use them)"
-        else:
-            raise EncoderUnavailable(
-                f"no encoder works offline for {name}: it has no precomputed features and no item text. "
-                "Pass --encoder open_clip --pretrained /path/to/checkpoint.pt for images, or a feature folder."
-            )
+        kind, why = _auto_kind(name, items, features, model, pretrained)
     else:
         why = f"--encoder {kind}"
 

@@ -87,6 +87,55 @@ def fetch_image(url: str, cache_dir: str | os.PathLike, timeout: float = 10.0) -
     return target
 
 
+def _architecture(open_clip, model: str, pretrained: str | None) -> str:
+    """The open_clip model name of ``model``: a registered name, a config ``.json`` (registered here) or a
+    ``local-dir:`` model that brings its own weights."""
+    if model.endswith(".json"):
+        cfg_path = Path(model)
+        if not cfg_path.is_file():
+            raise EncoderUnavailable(f"open_clip model config not found: {model}")
+        open_clip.add_model_config(cfg_path)
+        return cfg_path.stem
+    if model.startswith("local-dir:"):
+        if not _is_random(pretrained):
+            raise EncoderUnavailable("a 'local-dir:' model brings its own weights; do not pass --pretrained with it")
+        return model
+    model_name = model.replace("/", "-")
+    if model_name not in open_clip.list_models():
+        close = difflib.get_close_matches(model_name, open_clip.list_models(), n=5)
+        raise EncoderUnavailable(f"unknown open_clip model '{model}'" + (f"; did you mean {close}?" if close else ""))
+    return model_name
+
+
+def _weights(open_clip, model_name: str, pretrained: str | None, cache_dir: str | None):
+    """(what to pass open_clip as ``pretrained``, the checkpoint for the fingerprint, its sha256 or None):
+    a file, a tag (from the cache; offline, never a download), or random weights."""
+    if model_name.startswith("local-dir:"):
+        return pretrained, model_name, None
+    if _is_random(pretrained):
+        log.warning("open_clip %s with RANDOM weights (pretrained=None): embeddings carry no meaning", model_name)
+        return None, None, None
+    if Path(pretrained).expanduser().is_file():
+        checkpoint = str(Path(pretrained).expanduser().resolve())
+        return checkpoint, checkpoint, sha256_file(checkpoint)
+    if pretrained.endswith(_CHECKPOINT_SUFFIXES) or os.sep in pretrained:
+        raise EncoderUnavailable(f"open_clip checkpoint file not found: {pretrained}; {_HOW_TO_FIX}")
+    tags = open_clip.list_pretrained_tags_by_model(model_name)
+    if pretrained not in tags:
+        raise EncoderUnavailable(
+            f"'{pretrained}' is neither a file nor a pretrained tag of {model_name} (tags: {tags or 'none'}); "
+            f"{_HOW_TO_FIX}"
+        )
+    cached = _cached_tag_file(model_name, pretrained, cache_dir)
+    if cached is None and hub_offline():
+        # open_clip would try the network; offline that is either an instant error or ~1 min of retries.
+        raise EncoderUnavailable(
+            f"HF_HUB_OFFLINE=1 and the weights of {model_name}/{pretrained} are not in the local cache; "
+            f"{_HOW_TO_FIX}"
+        )
+    return pretrained, f"tag:{pretrained}", sha256_file(cached) if cached else None
+
+
 class OpenClipEncoder:
     """OpenCLIP image + text towers, batched, CPU or GPU, with a tqdm progress bar."""
 
@@ -110,56 +159,9 @@ class OpenClipEncoder:
         self.max_chars = max_chars
         self.report: dict[str, int] = {}
 
-        # ---- the architecture
-        if model.endswith(".json"):
-            cfg_path = Path(model)
-            if not cfg_path.is_file():
-                raise EncoderUnavailable(f"open_clip model config not found: {model}")
-            open_clip.add_model_config(cfg_path)
-            model_name = cfg_path.stem
-        elif model.startswith("local-dir:"):
-            model_name = model
-            if not _is_random(pretrained):
-                raise EncoderUnavailable("a 'local-dir:' model brings its own weights; do not pass --pretrained with it")
-        else:
-            model_name = model.replace("/", "-")
-            if model_name not in open_clip.list_models():
-                close = difflib.get_close_matches(model_name, open_clip.list_models(), n=5)
-                raise EncoderUnavailable(f"unknown open_clip model '{model}'" + (f"; did you mean {close}?" if close else ""))
-        self.model_name = model_name
-
-        # ---- the weights: a file, a tag (cache / download), or random
-        checkpoint, sha = None, None
-        if model_name.startswith("local-dir:"):
-            checkpoint = model_name
-        elif _is_random(pretrained):
-            log.warning("open_clip %s with RANDOM weights (pretrained=None): embeddings carry no meaning", model_name)
-            pretrained = None
-        elif Path(pretrained).expanduser().is_file():
-            checkpoint = str(Path(pretrained).expanduser().resolve())
-            sha = sha256_file(checkpoint)
-            pretrained = checkpoint
-        elif pretrained.endswith(_CHECKPOINT_SUFFIXES) or os.sep in pretrained:
-            raise EncoderUnavailable(f"open_clip checkpoint file not found: {pretrained}; {_HOW_TO_FIX}")
-        else:
-            tags = open_clip.list_pretrained_tags_by_model(model_name)
-            if pretrained not in tags:
-                raise EncoderUnavailable(
-                    f"'{pretrained}' is neither a file nor a pretrained tag of {model_name} (tags: {tags or 'none'}); "
-                    f"{_HOW_TO_FIX}"
-                )
-            cached = _cached_tag_file(model_name, pretrained, cache_dir)
-            if cached is None and hub_offline():
-                # open_clip would try the network; offline that is either an instant error or ~1 min of retries.
-                raise EncoderUnavailable(
-                    f"HF_HUB_OFFLINE=1 and the weights of {model_name}/{pretrained} are not in the local cache; "
-                    f"{_HOW_TO_FIX}"
-                )
-            checkpoint = f"tag:{pretrained}"
-            sha = sha256_file(cached) if cached else None
-        self.pretrained = pretrained
-        self.checkpoint = checkpoint
-        self._sha = sha
+        self.model_name = model_name = _architecture(open_clip, model, pretrained)
+        self.pretrained, self.checkpoint, self._sha = _weights(open_clip, model_name, pretrained, cache_dir)
+        pretrained = self.pretrained
 
         dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
         if dev.startswith("cuda") and not torch.cuda.is_available():

@@ -27,15 +27,12 @@ refused with :class:`CorruptStoreError` naming the file.
 """
 from __future__ import annotations
 
-import datetime as _dt
-import hashlib
 import io
 import json
 import os
 import shutil
 import tempfile
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -45,145 +42,15 @@ from .choices import DTYPES, INDEX_TYPES  # noqa: F401  (re-exported)
 from .embeddings import Embeddings
 from .encoders import sha256_file
 from .errors import CorruptStoreError, ViewStoreError
-from .manifest import DIGEST_KEY, FORMAT, FORMAT_VERSION, check_digest, check_inside, manifest_digest, read_manifest
-from .operators import OPERATORS, ViewSpec, apply_views, fit_views, view_imputed
+from .faiss_index import build_index as _build_index  # called through this module: tests replace it
+from .faiss_index import faiss_module as _faiss
+from .faiss_index import index_config, set_search_params
+from .manifest import DIGEST_KEY, FORMAT_VERSION, check_digest, check_inside, manifest_digest, read_manifest
+from .operators import OPERATORS, ViewSpec, apply_views, fit_views
+from .store_content import grown_manifest, json_id, new_manifest, view_entries
+from .store_files import HashingReader, parse_npy, publish
 
-
-
-# ---------------------------------------------------------------------------------------------- helpers
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def _json_id(x: Any) -> Any:
-    if isinstance(x, (np.integer,)):
-        return int(x)
-    if isinstance(x, (int, str)):
-        return x
-    if isinstance(x, (np.str_, bytes)):
-        return str(x)
-    return str(x)
-
-
-def _versions() -> dict:
-    out = {}
-    for dist in ("fedvlr-plus", "faiss-cpu", "numpy", "scipy", "torch", "open_clip_torch", "sentence-transformers"):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            pass
-    return out
-
-
-def _faiss():
-    import faiss
-
-    return faiss
-
-
-def _build_index(vectors: np.ndarray, cfg: dict):
-    """A new index over ``vectors`` (float32, unit rows) with ids 0..n-1."""
-    faiss = _faiss()
-    n, d = vectors.shape
-    kind = cfg["type"]
-    if kind == "flat":
-        inner = faiss.IndexFlatIP(d)
-    elif kind == "hnsw":
-        inner = faiss.IndexHNSWFlat(d, int(cfg["hnsw_m"]), faiss.METRIC_INNER_PRODUCT)
-        inner.hnsw.efConstruction = int(cfg["ef_construction"])
-        inner.hnsw.efSearch = int(cfg["ef_search"])
-    elif kind == "ivf":
-        nlist = int(cfg["nlist"])
-        inner = faiss.IndexIVFFlat(faiss.IndexFlatIP(d), d, nlist, faiss.METRIC_INNER_PRODUCT)
-        inner.cp.seed = int(cfg.get("seed", 0))
-        inner.train(vectors)
-        inner.nprobe = int(cfg["nprobe"])
-    else:
-        raise ViewStoreError(f"unknown index type '{kind}' (choose {', '.join(INDEX_TYPES)})")
-    index = faiss.IndexIDMap2(inner)
-    index.add_with_ids(vectors, np.arange(n, dtype=np.int64))
-    return index
-
-
-class _HashingReader:
-    """Reads of one open file that also feed a sha256, so the one read of a store file both parses and
-    checks it. Chunks are hashed right after they are read, while they are still in the CPU cache."""
-
-    CHUNK = 1 << 22
-
-    def __init__(self, fh):
-        self.fh, self.sha = fh, hashlib.sha256()
-
-    def read(self, n: int = -1) -> bytes:
-        data = self.fh.read(n)
-        self.sha.update(data)
-        return data
-
-    def fill(self, array: np.ndarray) -> None:
-        """Read exactly ``array.nbytes`` bytes into a C-contiguous ``array``."""
-        view = memoryview(array.reshape(-1).view(np.uint8))
-        pos = 0
-        while pos < len(view):
-            n = self.fh.readinto(view[pos:pos + self.CHUNK])
-            if not n:
-                raise ValueError(f"file ends after {pos} of {len(view)} data bytes")
-            self.sha.update(view[pos:pos + n])
-            pos += n
-
-
-def _parse_npy(reader: _HashingReader) -> np.ndarray:
-    """A ``.npy`` array read through ``reader`` (header by numpy's own parser, data straight into place)."""
-    fmt = np.lib.format
-    version = fmt.read_magic(reader)
-    if version not in ((1, 0), (2, 0)):
-        raise ValueError(f".npy format version {version} is not one this store writes")
-    read_header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
-    shape, fortran, dtype = read_header(reader)
-    if dtype.hasobject:
-        raise ValueError("object arrays are not allowed")
-    # A Fortran-ordered file holds the bytes of the transpose in C order.
-    array = np.empty(shape[::-1] if fortran else shape, dtype)
-    reader.fill(array)
-    return array.T if fortran else array
-
-
-def _set_search_params(index, cfg: dict) -> None:
-    faiss = _faiss()
-    inner = faiss.downcast_index(index.index)
-    if cfg["type"] == "hnsw":
-        inner.hnsw.efSearch = int(cfg["ef_search"])
-    elif cfg["type"] == "ivf":
-        inner.nprobe = int(cfg["nprobe"])
-
-
-def index_config(kind: str = "flat", n_items: int = 0, **overrides) -> dict:
-    """Index type and its parameters (HNSW: M=32, efConstruction=80, efSearch=64; IVF: nlist ~ 4 sqrt(n))."""
-    if kind not in INDEX_TYPES:
-        raise ViewStoreError(f"unknown index type '{kind}' (choose {', '.join(INDEX_TYPES)})")
-    cfg: dict = {"type": kind, "metric": "inner_product"}
-    if kind == "hnsw":
-        cfg.update(hnsw_m=32, ef_construction=80, ef_search=64)
-    elif kind == "ivf":
-        # FAISS wants >= 39 training points per centroid; 4 sqrt(n) lists is the usual rule of thumb.
-        nlist = max(1, min(int(4 * np.sqrt(max(n_items, 1))), n_items // 39))
-        cfg.update(nlist=nlist, nprobe=min(nlist, 16), seed=0)
-    cfg.update(overrides)
-    return cfg
-
-
-def _publish(tmp: Path, final: Path, overwrite: bool) -> None:
-    """Move the finished folder ``tmp`` to ``final``; replace an existing *store* only with ``overwrite``."""
-    if final.exists():
-        if not overwrite:
-            raise ViewStoreError(f"{final} already exists (pass overwrite=True / --overwrite to replace it)")
-        if any(final.iterdir()) and not (final / "manifest.json").exists():
-            raise ViewStoreError(f"{final} exists and is not a ViewStore; refusing to replace it")
-        old = final.with_name(f".{final.name}.old-{os.getpid()}")
-        os.replace(final, old)
-        os.replace(tmp, final)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, final)
+__all__ = ["INDEX_TYPES", "Neighbours", "ViewStore", "index_config", "load_store"]
 
 
 @dataclass
@@ -195,7 +62,7 @@ class Neighbours:
     scores: np.ndarray
 
     def to_json(self) -> dict:
-        return {"ids": [_json_id(i) for i in self.ids], "rows": self.rows.tolist(),
+        return {"ids": [json_id(i) for i in self.ids], "rows": self.rows.tolist(),
                 "scores": [float(s) for s in self.scores]}
 
 
@@ -261,7 +128,7 @@ class ViewStore:
         """``parse`` applied to one store file as it is read once; when verifying, the bytes that went
         by are checked against the manifest's sha256 before any parse error is reported."""
         with self._open(rel) as fh:
-            reader = _HashingReader(fh)
+            reader = HashingReader(fh)
             try:
                 value, error = parse(reader), None
             except Exception as e:  # judged after the checksum: a damaged file should say "checksum"
@@ -294,7 +161,7 @@ class ViewStore:
         if view not in self._vectors:
             entry = self._view_entry(view)
             f = self.path / entry["files"]["vectors"]
-            arr = self._read(entry["files"]["vectors"], _parse_npy, "a .npy array")
+            arr = self._read(entry["files"]["vectors"], parse_npy, "a .npy array")
             want = (self.manifest["n_items"], entry["dim"])
             if arr.shape != want:
                 raise CorruptStoreError(f"{f}: shape {arr.shape} but the manifest says {want} (wrong dims or rows)")
@@ -317,7 +184,7 @@ class ViewStore:
                 raise CorruptStoreError(f"{f}: index dimension {idx.d} but the manifest says {entry['dim']}")
             if idx.ntotal != self.manifest["n_items"]:
                 raise CorruptStoreError(f"{f}: index holds {idx.ntotal} vectors for {self.manifest['n_items']} items")
-            _set_search_params(idx, self.manifest["index"])
+            set_search_params(idx, self.manifest["index"])
             self._indexes[view] = idx
         return self._indexes[view]
 
@@ -375,7 +242,7 @@ class ViewStore:
 
     def row(self, item: Any) -> int:
         """Row (internal id) of a raw item id (compared as strings, so ``"5"`` finds item ``5``)."""
-        r = self._row_of.get(str(_json_id(item)))
+        r = self._row_of.get(str(json_id(item)))
         if r is None:
             raise ViewStoreError(f"{self.path}: item {item!r} is not in the store ({self.n_items} items)")
         return r
@@ -513,58 +380,13 @@ class ViewStore:
     ) -> "ViewStore":
         """Fit the operators, compute the views, index them and write the store atomically."""
         embeddings.check("ViewStore.create")
-        n = embeddings.n
-        if dtype not in DTYPES:
-            raise ViewStoreError(f"dtype must be one of {DTYPES}, got {dtype!r}")
-        item_ids = list(range(n)) if item_ids is None else [_json_id(i) for i in item_ids]
-        if len(item_ids) != n:
-            raise ViewStoreError(f"{len(item_ids)} item ids for {n} embedded items (missing rows)")
-        if len({str(i) for i in item_ids}) != n:
-            raise ViewStoreError("item ids must be unique (as strings)")
-        if titles is not None and len(titles) != n:
-            raise ViewStoreError(f"{len(titles)} titles for {n} items")
-        for spec in specs:
-            if spec.op not in OPERATORS:
-                raise ViewStoreError(f"view '{spec.name}': unknown operator '{spec.op}'")
+        item_ids = _check_create(embeddings, specs, item_ids, titles, dtype)
         params = fit_views(embeddings, specs)
         views = apply_views(embeddings, specs, params)
-        cfg = index if isinstance(index, dict) else index_config(index, n)
-        manifest = {
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
-            "created": _now(),
-            "updated": _now(),
-            "catalogue": catalogue,
-            "encoder": encoder or {"encoder": "unknown"},
-            "embedding_kind": embeddings.kind,
-            "modalities": {m: {"dim": int(a.shape[1])} for m, a in embeddings.modalities.items()},
-            "n_items": n,
-            "item_ids": item_ids,
-            "titles": None if titles is None else [None if t is None else str(t) for t in titles],
-            "dtype": dtype,
-            "metric": "inner_product",
-            "normalised": True,
-            "index": cfg,
-            "default_view": "balanced" if "balanced" in views else specs[0].name,
-            "views": [],
-            "row_flags": {
-                "imputed": {m: np.flatnonzero(f).tolist() for m, f in embeddings.imputed.items()},
-                "imputed_views": {s.name: np.flatnonzero(view_imputed(embeddings, s)).tolist() for s in specs},
-            },
-            "additions": [],
-            "library_versions": _versions(),
-        }
-        arrays: dict[str, np.ndarray] = {}
-        for spec in specs:
-            scalars, keys = {}, []
-            for k, v in params[spec.name].items():
-                if isinstance(v, np.ndarray):
-                    arrays[f"{spec.name}/{k}"] = v
-                    keys.append(k)
-                else:
-                    scalars[k] = v.item() if isinstance(v, np.generic) else v
-            manifest["views"].append({**spec.to_json(), "dim": int(views[spec.name].shape[1]),
-                                      "params": scalars, "arrays": keys})
+        cfg = index if isinstance(index, dict) else index_config(index, embeddings.n)
+        manifest = new_manifest(embeddings, specs, views, item_ids=item_ids, titles=titles, encoder=encoder,
+                                catalogue=catalogue, dtype=dtype, index=cfg)
+        manifest["views"], arrays = view_entries(specs, params, views)
         stored = {name: v.astype(dtype) for name, v in views.items()}
         return cls._write(Path(path), manifest, stored, None, arrays, overwrite=overwrite)
 
@@ -605,7 +427,7 @@ class ViewStore:
             manifest_tmp = tmp / "manifest.json.tmp"
             manifest_tmp.write_text(json.dumps(manifest, indent=1, ensure_ascii=False), encoding="utf-8")
             os.replace(manifest_tmp, tmp / "manifest.json")
-            _publish(tmp, path, overwrite)
+            publish(tmp, path, overwrite)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -626,7 +448,24 @@ class ViewStore:
         the store was built with (compared by fingerprint). The learned operators are applied with their
         stored parameters - never refitted - so old rows stay bit-identical.
         """
-        new_ids = [_json_id(i) for i in item_ids]
+        new_ids = self._check_new_ids(item_ids)
+        if embeddings is None:
+            embeddings, titles = self._encode_new_items(items, encoder, titles)
+        self._check_new_embeddings(embeddings, len(new_ids))
+        views = apply_views(embeddings, self._specs, self.params())
+        n_old, n_new = self.n_items, len(new_ids)
+        stored = {}
+        for spec in self._specs:
+            old = self.vectors(spec.name)
+            stored[spec.name] = np.concatenate([old, views[spec.name].astype(old.dtype)], axis=0)
+        manifest = grown_manifest(self.manifest, new_ids, titles, embeddings, self._specs)
+        old_indexes = {spec.name: _faiss().clone_index(self.index(spec.name)) for spec in self._specs}
+        return self._write(self.path, manifest, stored, old_indexes, None, overwrite=True,
+                           copy_operators_from=self.path / "operators.npz",
+                           new_rows=np.arange(n_old, n_old + n_new))
+
+    def _check_new_ids(self, item_ids: Sequence) -> list:
+        new_ids = [json_id(i) for i in item_ids]
         if not new_ids:
             raise ViewStoreError("add_items: no item ids given")
         dup = [i for i in new_ids if str(i) in self._row_of]
@@ -634,53 +473,32 @@ class ViewStore:
             raise ViewStoreError(f"add_items: items {dup[:5]} are already in the store")
         if len({str(i) for i in new_ids}) != len(new_ids):
             raise ViewStoreError("add_items: item ids must be unique")
-        mods = self.manifest["modalities"]
-        if embeddings is None:
-            if items is None or encoder is None:
-                raise ViewStoreError("add_items: pass embeddings=, or items= together with encoder=")
-            self._check_encoder(encoder.fingerprint())
-            embeddings = encoder.encode(items, modalities=list(mods))
-            if titles is None and "title" in getattr(items, "columns", []):
-                from .text import clean
+        return new_ids
 
-                titles = [clean(t) for t in items["title"]]
+    def _encode_new_items(self, items, encoder, titles):
+        """(embeddings, titles) of a content frame, encoded by the store's own encoder (checked by fingerprint)."""
+        if items is None or encoder is None:
+            raise ViewStoreError("add_items: pass embeddings=, or items= together with encoder=")
+        self._check_encoder(encoder.fingerprint())
+        embeddings = encoder.encode(items, modalities=list(self.manifest["modalities"]))
+        if titles is None and "title" in getattr(items, "columns", []):
+            from .text import clean
+
+            titles = [clean(t) for t in items["title"]]
+        return embeddings, titles
+
+    def _check_new_embeddings(self, embeddings: Embeddings, n_new: int) -> None:
+        """The new rows have every modality of the store, each with the store's dimension."""
+        mods = self.manifest["modalities"]
         embeddings.check("add_items")
-        if embeddings.n != len(new_ids):
-            raise ViewStoreError(f"add_items: {embeddings.n} embedded rows for {len(new_ids)} item ids (missing rows)")
+        if embeddings.n != n_new:
+            raise ViewStoreError(f"add_items: {embeddings.n} embedded rows for {n_new} item ids (missing rows)")
         for m, meta in mods.items():
             if m not in embeddings.modalities:
                 raise ViewStoreError(f"add_items: modality '{m}' is missing (the store has {', '.join(mods)})")
             got = embeddings.modalities[m].shape[1]
             if got != meta["dim"]:
                 raise ViewStoreError(f"add_items: modality '{m}' has dimension {got}, the store expects {meta['dim']}")
-        views = apply_views(embeddings, self._specs, self.params())
-        n_old, n_new = self.n_items, len(new_ids)
-        stored = {}
-        for spec in self._specs:
-            old = self.vectors(spec.name)
-            stored[spec.name] = np.concatenate([old, views[spec.name].astype(old.dtype)], axis=0)
-        manifest = json.loads(json.dumps(self.manifest))
-        manifest["n_items"] = n_old + n_new
-        manifest["item_ids"] = manifest["item_ids"] + new_ids
-        if manifest.get("titles") is not None or titles is not None:
-            old_t = manifest.get("titles") or [None] * n_old
-            new_t = list(titles) if titles is not None else [None] * n_new
-            if len(new_t) != n_new:
-                raise ViewStoreError(f"add_items: {len(new_t)} titles for {n_new} items")
-            manifest["titles"] = old_t + [None if t is None else str(t) for t in new_t]
-        flags = manifest.setdefault("row_flags", {"imputed": {}, "imputed_views": {}})
-        for m, f in embeddings.imputed.items():
-            flags["imputed"].setdefault(m, []).extend((np.flatnonzero(f) + n_old).tolist())
-        for spec in self._specs:
-            flags["imputed_views"].setdefault(spec.name, []).extend(
-                (np.flatnonzero(view_imputed(embeddings, spec)) + n_old).tolist())
-        manifest["updated"] = _now()
-        manifest.setdefault("additions", []).append({"time": manifest["updated"], "items": n_new})
-        manifest["library_versions"] = _versions()
-        old_indexes = {spec.name: _faiss().clone_index(self.index(spec.name)) for spec in self._specs}
-        return self._write(self.path, manifest, stored, old_indexes, None, overwrite=True,
-                           copy_operators_from=self.path / "operators.npz",
-                           new_rows=np.arange(n_old, n_old + n_new))
 
     def _check_encoder(self, fp: dict) -> None:
         built = self.manifest.get("encoder", {})
@@ -692,6 +510,25 @@ class ViewStore:
                 + "; ".join(f"{k}: store {a!r} vs given {b!r}" for k, (a, b) in diff.items())
                 + " - new rows would live in another space; rebuild the store instead"
             )
+
+
+def _check_create(embeddings: Embeddings, specs: list[ViewSpec], item_ids: Sequence | None,
+                  titles: Sequence | None, dtype: str) -> list:
+    """The arguments of :meth:`ViewStore.create` checked; returns the item ids as JSON keeps them."""
+    n = embeddings.n
+    if dtype not in DTYPES:
+        raise ViewStoreError(f"dtype must be one of {DTYPES}, got {dtype!r}")
+    item_ids = list(range(n)) if item_ids is None else [json_id(i) for i in item_ids]
+    if len(item_ids) != n:
+        raise ViewStoreError(f"{len(item_ids)} item ids for {n} embedded items (missing rows)")
+    if len({str(i) for i in item_ids}) != n:
+        raise ViewStoreError("item ids must be unique (as strings)")
+    if titles is not None and len(titles) != n:
+        raise ViewStoreError(f"{len(titles)} titles for {n} items")
+    for spec in specs:
+        if spec.op not in OPERATORS:
+            raise ViewStoreError(f"view '{spec.name}': unknown operator '{spec.op}'")
+    return item_ids
 
 
 def load_store(path: str | os.PathLike, *, verify: bool = True) -> ViewStore:
