@@ -35,6 +35,11 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers) -> None:
+    _register_mor(subparsers)
+    _register_fedvpa_gp(subparsers)
+
+
+def _register_mor(subparsers) -> None:
     m = subparsers.add_parser("mor", help="MoR: client reward models, score-only uplink, router, GRPO policy",
                               description="Mixture-of-Rewards federated alignment (docs/alignment.md, MoR).")
     _common(m)
@@ -65,6 +70,8 @@ def register(subparsers) -> None:
                    help="HH-RLHF: clients per split (default 2)")
     m.set_defaults(func=cmd_mor)
 
+
+def _register_fedvpa_gp(subparsers) -> None:
     v = subparsers.add_parser("fedvpa-gp", help="FedVPA-GP vs FedVPL vs a monolithic federated reward",
                               description="Federated variational preference alignment with a Gumbel-Softmax "
                                           "mixture prior (docs/alignment.md, FedVPA-GP).")

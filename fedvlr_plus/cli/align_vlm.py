@@ -34,6 +34,11 @@ def _output_arguments(p) -> None:
 
 
 def register(methods) -> None:
+    _register_fedmpt(methods)
+    _register_feddtl(methods)
+
+
+def _register_fedmpt(methods) -> None:
     m = methods.add_parser("fedmpt", help="FedMPT: multi-label item tagging with condition prompts and OT",
                            description="Train FedMPT, its ablations and a single-prompt mean-pooled FedAvg "
                                        "baseline on multi-label item tags (genres / categories) and report "
@@ -71,6 +76,8 @@ def register(methods) -> None:
     _output_arguments(m)
     m.set_defaults(func=cli_fedmpt)
 
+
+def _register_feddtl(methods) -> None:
     d = methods.add_parser("feddtl", help="FedDTL: decoupled towers, SFT then GRPO, warm and cold items",
                            description="Train FedAvg of both towers, decoupled SFT only and full FedDTL "
                                        "(SFT then GRPO) under a label-skewed client split and report warm- and "
