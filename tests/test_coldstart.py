@@ -205,6 +205,34 @@ def test_joining_users_train_only_private_parts(fusion):
     assert trained.shape == (2, full.n_items) and not torch.allclose(trained, init)
 
 
+@pytest.mark.parametrize("fusion", [False, True])
+def test_population_start_is_the_trained_clients_mean_private_state(fusion):
+    from fedvlr_plus.adapters import make_backbone
+    from fedvlr_plus.coldstart.population import population_state, start_from
+    from fedvlr_plus.federation.store import MemoryStore
+    from fedvlr_plus.fedvlr import FusionLayer
+
+    full = synthetic_data(40, 120, 12.0, groups=4, seed=1)
+    full = full.replace(inter=full.inter.assign(split=-1))
+    warm, held = cold_user_holdout(full, 0.2, seed=0, min_history=4)
+    model = (FusionLayer(make_backbone("fedavg", full.n_items, 8), _toy_views(full), mode="fedvlr", router_hidden=8)
+             if fusion else "fedavg")
+    cfg = FedConfig(rounds=2, local_epochs=1, batch_size=16, dim=8, lr=0.1, seed=0)
+    run = train_selected(warm, model, cfg)
+    mean = population_state(run.bb, run.store, run.eligible)
+    for name, value in mean.items():
+        rows = torch.stack([run.store.load(int(c))[name] for c in run.eligible])
+        assert torch.allclose(value, rows.mean(0), atol=1e-6), name
+    store = MemoryStore()
+    start_from(store, held[:2], mean)
+    assert all(torch.equal(store.load(int(u))[k], mean[k]) for u in held[:2] for k in mean)
+    # the joining users' training starts there: same support, another start, other scores
+    sq = support_query(full, held, 1)
+    fresh = torch.as_tensor(local_private_training(run, sq, held, epochs=2)(held[:3]))
+    pop = torch.as_tensor(local_private_training(run, sq, held, epochs=2, start="population")(held[:3]))
+    assert pop.shape == fresh.shape and not torch.allclose(pop, fresh)
+
+
 # ---------------------------------------------------------------------- the command
 def _feature_folder(path, n_users=30, n_items=110, seed=0):
     """A FedVLR-layout folder whose items 106-109 occur only in valid/test (natural cold targets); 110 items so
@@ -264,7 +292,7 @@ def test_coldstart_command_user_cold_start(tmp_path, capsys):
     assert code == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     uc = res["user_coldstart"]
-    assert uc["supports"] == [1, 3] and uc["held_out_users"] == 6
+    assert uc["supports"] == [1, 3] and uc["held_out_users"] == 6 and uc["new_user_start"] == "fresh"
     assert set(uc["curves"]) == {"model", "pop", "random", "content"}
     assert uc["query_targets"]["1"] == 6 * 6 and uc["query_targets"]["3"] == 6 * 4
     assert (out / "user_coldstart.png").exists() and (out / "user_coldstart.csv").exists()

@@ -71,6 +71,9 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help="support sizes of the joining users")
     c.add_argument("--support-epochs", type=positive_int, default=20,
                    help="local epochs a joining user trains its private parts for")
+    c.add_argument("--new-user-start", choices=("fresh", "population"), default="fresh",
+                   help="where a joining user's private state starts: its own initial draw, or the mean private "
+                        "state of the trained clients (one aggregate sent to newcomers; docs/coldstart.md)")
     c.add_argument("--cold-rule", choices=("auto",) + COLD_RULES, default="auto",
                    help="ID rows of cold items for the headline figure: auto = the rule with the best validation "
                         "--cold-select among cold items (FedVLR), 'none' for the backbone alone; every rule is "
@@ -107,7 +110,8 @@ def coldstart_options(args):
         split, args.backbone, training=config_from_args(args, ks=ks),
         fedvlr=options_from_args(args, mode=args.fusion if args.fusion != "none" else "fedvlr"),
         metrics=keys, fusion=args.fusion, with_backbone=args.with_backbone,
-        support=args.support, support_epochs=args.support_epochs, cold_rule=args.cold_rule,
+        support=args.support, support_epochs=args.support_epochs, new_user_start=args.new_user_start,
+        cold_rule=args.cold_rule,
         cold_select=args.cold_select, progress=not args.no_progress, command=command)
 
 

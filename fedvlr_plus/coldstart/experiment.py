@@ -281,13 +281,17 @@ class _PopFrom:
         return np.broadcast_to(self.counts, (len(users), len(self.counts))).copy()
 
 
-def local_private_training(run, support, users: np.ndarray, *, epochs: int, lr: float | None = None):
+def local_private_training(run, support, users: np.ndarray, *, epochs: int, lr: float | None = None,
+                           start: str = "fresh"):
     """Held-out ``users`` train only their private parts on their ``support`` data with the shared state frozen.
 
     Uses the batched simulator with ``upload="grads"``: shared parameters are then never stepped locally (their
-    gradients are only accumulated, and here discarded). Returns a scorer over the trained private states."""
+    gradients are only accumulated, and here discarded). ``start``: each user's own initial draw (``fresh``) or the
+    mean private state of the trained clients (``population``, :mod:`.population`). Returns a scorer over the
+    trained private states."""
     from ..federation.batched import BatchedSimulator
     from ..federation.store import MemoryStore
+    from .population import population_state, start_from
 
     indptr, indices = _csr(support)
     sim = BatchedSimulator(run.bb, indptr, indices, MemoryStore(), seed=run.cfg.seed,
@@ -298,6 +302,8 @@ def local_private_training(run, support, users: np.ndarray, *, epochs: int, lr: 
     users = np.asarray(users, np.int64)
     users = users[np.diff(indptr)[users] > 0]
     frozen = {k: v.clone() for k, v in run.shared.items()}
+    if start == "population":
+        start_from(sim.store, users, population_state(run.bb, run.store, run.eligible))
     sim.store.begin_round(1)
     sim.fit(users, run.shared, conf)
     sim.store.prepare(1)
@@ -310,8 +316,10 @@ def local_private_training(run, support, users: np.ndarray, *, epochs: int, lr: 
 
 
 def user_coldstart(full, warm, held_out: np.ndarray, make_model, cfg, views: dict | None, *, spec: EvalSpec,
-                   supports=(1, 3, 5), epochs: int = 20, progress: bool = False, log=None) -> dict:
-    """Train on ``warm`` (held-out users absent), then let ``held_out`` users join with each support size."""
+                   supports=(1, 3, 5), epochs: int = 20, start: str = "fresh", progress: bool = False,
+                   log=None) -> dict:
+    """Train on ``warm`` (held-out users absent), then let ``held_out`` users join with each support size, their
+    private state starting from ``start`` (:func:`local_private_training`)."""
     from .splits import support_query
 
     keys = list(spec.keys)
@@ -328,7 +336,7 @@ def user_coldstart(full, warm, held_out: np.ndarray, make_model, cfg, views: dic
             log(f"seed {scfg.seed}: selected round {run.best['round']} of {run.round}")
         sparsity.append(run.best["test_full"].per_user)
         for n in supports:
-            scorer = local_private_training(run, sq[n], held_out, epochs=epochs)
+            scorer = local_private_training(run, sq[n], held_out, epochs=epochs, start=start)
             frames.setdefault(("model", n), []).append(spec.run(sq[n], scorer, "test").frame("all"))
     for n in supports:
         frames[("pop", n)] = [spec.run(sq[n], _PopFrom(pop_counts), "test").frame("all")]
@@ -340,6 +348,7 @@ def user_coldstart(full, warm, held_out: np.ndarray, make_model, cfg, views: dic
               for name in ("model", "pop", "random", "content") if (name, supports[0]) in frames}
     trains = np.bincount(warm.train()["user"].to_numpy(), minlength=warm.n_users)
     return {"supports": list(supports), "held_out_users": int(len(held_out)), "local_epochs": int(epochs),
+            "new_user_start": start,
             "query_targets": {str(n): int(len(sq[n].test())) for n in supports},
             "curves": curves, "selected_round": rounds,
             "sparsity": sparsity_table(sparsity, trains, keys)}

@@ -72,6 +72,8 @@ class ColdStartOptions:
     with_backbone: bool = False
     support: tuple = (1, 3, 5)
     support_epochs: int = 20
+    #: a joining user's private state starts from its own draw or the trained clients' mean (.population)
+    new_user_start: str = "fresh"
     cold_rule: str = "auto"
     cold_select: str = "ndcg@10"
     progress: bool = True
@@ -149,7 +151,7 @@ def _study_one_model(opts, fusion: str, parts: dict, views: dict, spec, cfg, tar
             log(f"user cold-start, {who}: {len(held)} held-out users")
         target["user_coldstart"] = user_coldstart(full, warm, held, make, cfg, views, spec=spec,
                                                   supports=opts.support, epochs=opts.support_epochs,
-                                                  progress=opts.progress, log=log)
+                                                  start=opts.new_user_start, progress=opts.progress, log=log)
         if "items" not in parts:
             target["sparsity"] = target["user_coldstart"]["sparsity"]
             target["sparsity_targets"] = "all"
