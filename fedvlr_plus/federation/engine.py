@@ -28,11 +28,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..adapters import Backbone, make_backbone
+from ..adapters import Backbone, make_backbone, option_names
 from .accountant import run_noise, run_privacy
 from .batched import BatchedSimulator, SequentialSimulator
 from ..errors import ResumeMismatch, RunFolderError
-from .config import RESUMABLE_CHANGES, FedConfig, backbone_options
+from .config import RESUMABLE_CHANGES, FedConfig
 from .rng import TAG_SAMPLE
 from ..jsonio import write_json_atomic
 from .rounds import RoundLoop
@@ -72,10 +72,13 @@ def dataset_identity(data) -> dict:
 
 
 class FederatedRun:
-    """One seed of a federated run; ``run()`` trains to the end and returns the JSON-ready result."""
+    """One seed of a federated run; ``run()`` trains to the end and returns the JSON-ready result.
+
+    ``backbone``: a registered name, built with ``options`` (the backbone's own, e.g. FedRAP's penalties; None:
+    its defaults), or a ready adapter (which carries its options)."""
 
     def __init__(self, data, backbone: str, cfg: FedConfig, run_dir: str | os.PathLike | None = None, *,
-                 progress: bool = True, on_round=None, on_upload=None):
+                 progress: bool = True, on_round=None, on_upload=None, options: dict | None = None):
         data.require_split(need=("train", "valid", "test"))
         self.data, self.cfg = data, cfg
         self.backbone_name = backbone
@@ -87,7 +90,7 @@ class FederatedRun:
         if isinstance(backbone, Backbone):  # a ready adapter (e.g. wrapped by the FedVLR fusion layer)
             self.bb, self.backbone_name = backbone, backbone.name
         else:
-            self.bb = make_backbone(backbone, self.n_items, cfg.dim, **backbone_options(backbone, cfg))
+            self.bb = make_backbone(backbone, self.n_items, cfg.dim, **(options or {}))
         self.specs = {s.name: s for s in self.bb.all_specs()}
         self.lr = float(cfg.lr if cfg.lr is not None else self.bb.default_lr)
         self.local_epochs = int(cfg.local_epochs if cfg.local_epochs is not None else self.bb.default_local_epochs)
@@ -311,7 +314,7 @@ class FederatedRun:
             notes.append(f"test sampled: not evaluated, {sampled_unavailable(self.data) or 'not computed'}")
         out["notes"] = notes
         out["history"] = self.history
-        out["config"] = self.cfg.to_dict()
+        out["config"] = self.recorded_config()
         out["resolved"] = self._resolved()
         out["model"] = self.bb.describe()
         privacy = run_privacy(self.cfg, self.upload_noise, self.upload_clip, len(self.eligible), self.per_round,
@@ -328,10 +331,15 @@ class FederatedRun:
                 "server_optimizer": self.server_optimizer if grads else None,
                 "clients_per_round": int(self.per_round)}
 
+    def recorded_config(self) -> dict:
+        """The run's settings as results and checkpoints record them: the config's fields, then the backbone's
+        own options (FedRAP's ``fedrap_lambda`` / ``fedrap_mu``), so a resume checks both."""
+        return {**self.cfg.to_dict(), **self.bb.option_values()}
+
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self) -> None:
         state = {
-            "format": CHECKPOINT_FORMAT, "backbone": self.backbone_name, "config": self.cfg.to_dict(),
+            "format": CHECKPOINT_FORMAT, "backbone": self.backbone_name, "config": self.recorded_config(),
             "dataset": dataset_identity(self.data), "round": self.round, "shared": self.shared,
             "strategy": self.strategy.state_dict(), "private_store": self.store.kind,
             "private": self._private_snapshot(), "history": self.history, "best": self.best,
@@ -382,8 +390,11 @@ class FederatedRun:
             raise ResumeMismatch(where, f"the run was trained on other data ({ck['dataset']} vs {ident})", hint)
         # a setting left to the backbone (None) and the same value given explicitly are the same run
         mine = self._resolved()
-        old, new = _effective(ck["config"], ck["resolved"]), _effective(self.cfg.to_dict(), mine)
-        diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in RESUMABLE_CHANGES)
+        old, new = _effective(ck["config"], ck["resolved"]), _effective(self.recorded_config(), mine)
+        # runs recorded when every config carried FedRAP's penalties list them for other backbones too
+        foreign = option_names() - set(new)
+        diff = sorted(k for k in set(old) | set(new)
+                      if old.get(k) != new.get(k) and k not in RESUMABLE_CHANGES and k not in foreign)
         if diff:
             raise ResumeMismatch(where, "cannot resume with different settings: " + "; ".join(
                 f"{_flag(k)}: the run used {old.get(k)!r}, this call {new.get(k)!r}" for k in diff), hint)
@@ -464,7 +475,7 @@ def combine_seeds(results: list[dict]) -> dict:
 
 
 def run_federated(data, backbone: str, cfg: FedConfig | None = None, out_dir=None, resume: bool = False,
-                  progress: bool = True, *, on_round=None, on_upload=None) -> dict:
+                  progress: bool = True, *, on_round=None, on_upload=None, options: dict | None = None) -> dict:
     """Train ``backbone`` federatedly on split ``data`` for ``cfg.seeds`` seeds; return the JSON-ready result.
 
     ``out_dir``: checkpoint every round into ``out_dir/seed-<s>/`` and write ``result.json`` files; the folder is
@@ -474,6 +485,7 @@ def run_federated(data, backbone: str, cfg: FedConfig | None = None, out_dir=Non
     Refused (:class:`~fedvlr_plus.errors.RunFolderError`): a folder without a run, a file that fails its checksum,
     a changed setting or seed (:class:`~fedvlr_plus.errors.ResumeMismatch`).
     ``on_round(run, record)`` is called after every round, ``on_upload(round, update)`` for every upload.
+    ``options``: the backbone's own options when ``backbone`` is a name (see :class:`FederatedRun`).
     """
     cfg = cfg or FedConfig()
     if resume and out_dir is None:
@@ -481,7 +493,8 @@ def run_federated(data, backbone: str, cfg: FedConfig | None = None, out_dir=Non
     seeds = [cfg.seed + i for i in range(cfg.seeds)]
     if out_dir is None:
         return combine_seeds([FederatedRun(data, backbone, replace(cfg, seed=s, seeds=1), progress=progress,
-                                           on_round=on_round, on_upload=on_upload).run() for s in seeds])
+                                           on_round=on_round, on_upload=on_upload, options=options).run()
+                              for s in seeds])
     out = Path(out_dir)
     if resume and not out.is_dir():
         raise RunFolderError(str(out), "no such run folder to resume", f"start the run with --out {out}")
@@ -490,7 +503,7 @@ def run_federated(data, backbone: str, cfg: FedConfig | None = None, out_dir=Non
         results = []
         for seed in seeds:
             run = FederatedRun(data, backbone, replace(cfg, seed=seed, seeds=1), out / f"seed-{seed}",
-                               progress=progress, on_round=on_round, on_upload=on_upload)
+                               progress=progress, on_round=on_round, on_upload=on_upload, options=options)
             results.append(_resume_or_run(run) if resume else run.run())
         summary = combine_seeds(results)
         write_json_atomic(out / "result.json", summary)

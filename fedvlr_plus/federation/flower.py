@@ -45,7 +45,7 @@ import json
 import os
 import random
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -108,18 +108,24 @@ class Settings:
     secagg_clipping_range: float = 0.0      # 0: from the broadcast (secure_sum.clipping_range)
     secagg_quantization_range: int = 0      # 0: the finest the round's number of nodes allows
     backbone: str = "fedavg"
+    #: the backbone's own options (``fedrap-lambda``, ``fedrap-mu``); keys another backbone declares are ignored
+    backbone_options: dict = field(default_factory=dict)
 
     @classmethod
     def from_run_config(cls, rc) -> "Settings":
         """From Flower's run config (kebab-case keys; ``ks``/``metrics`` as comma-separated strings)."""
+        from ..adapters import option_names
+
         rc = {str(k): v for k, v in dict(rc).items()}
         names = {f.name for f in fields(FedConfig)}
-        fed, extra = {}, {}
+        fed, extra, own = {}, {}, {}
         for key, value in rc.items():
             name = key.replace("-", "_")
             if key == "backbone":
                 continue
-            if name in names:
+            if name in option_names():
+                own[name] = float(value)
+            elif name in names:
                 if name in ("ks", "metrics") and isinstance(value, str):
                     value = tuple(int(x) if name == "ks" else x for x in value.split(",") if x.strip())
                 if name in ("lr", "item_lr_scale", "server_lr", "strategy", "clients_per_round",
@@ -129,8 +135,8 @@ class Settings:
             elif key in DEPLOY_KEYS:
                 extra[name] = type(DEPLOY_KEYS[key])(value) if not isinstance(DEPLOY_KEYS[key], str) else str(value)
             else:
-                raise ValueError(f"run config: unknown key {key!r} (FedConfig fields in kebab case, or one of "
-                                 f"{', '.join(sorted(DEPLOY_KEYS))}, backbone)")
+                raise ValueError(f"run config: unknown key {key!r} (FedConfig fields or a backbone's own options in "
+                                 f"kebab case, or one of {', '.join(sorted(DEPLOY_KEYS))}, backbone)")
         if fed.get("clients_per_round") not in (None, 1.0):
             raise ValueError("run config: clients-per-round is a simulator setting; under Flower every user of a "
                              "sampled node trains (sample nodes with fraction-train)")
@@ -141,7 +147,7 @@ class Settings:
         if extra.get("secagg") and int(extra.get("min_train_nodes", 1)) < 2:
             raise ValueError("run config: secagg needs at least 2 nodes per round (min-train-nodes >= 2): a secure "
                              "sum of one node is that node's upload")
-        return cls(cfg=FedConfig(**fed), backbone=str(rc.get("backbone", "fedavg")), **extra)
+        return cls(cfg=FedConfig(**fed), backbone=str(rc.get("backbone", "fedavg")), backbone_options=own, **extra)
 
 
 def load_data(source: str, max_users: int = 0):
@@ -164,11 +170,9 @@ def load_data(source: str, max_users: int = 0):
 def build_backbone(data, s: Settings):
     """The backbone (wrapped by the FedVLR layer when ``s.fusion`` is not ``none``), built exactly as the
     ``fedvlr-plus run ... --fusion`` command builds it."""
-    from ..adapters import make_backbone
-    from .config import backbone_options
+    from ..adapters import backbone_options, make_backbone
 
-    opts = backbone_options(s.backbone, s.cfg)
-    base = make_backbone(s.backbone, data.n_items, s.cfg.dim, **opts)
+    base = make_backbone(s.backbone, data.n_items, s.cfg.dim, **backbone_options(s.backbone, s.backbone_options))
     if s.fusion == "none":
         return base
     from ..fedvlr import build_fedvlr
@@ -624,7 +628,7 @@ class FedVLRStrategy(FlowerStrategyBase):
                "test_cold": self.best["test_cold"], "n_users": self.best["n_users"],
                "test_warm_n_users": self.best["test_warm_n_users"],
                "test_cold_n_users": self.best["test_cold_n_users"], "history": self.history,
-               "config": run.cfg.to_dict(), "model": run.bb.describe()}
+               "config": run.recorded_config(), "model": run.bb.describe()}
         return out
 
 
