@@ -92,42 +92,12 @@ class FederatedRun:
         else:
             self.bb = make_backbone(backbone, self.n_items, cfg.dim, **(options or {}))
         self.specs = {s.name: s for s in self.bb.all_specs()}
-        self.lr = float(cfg.lr if cfg.lr is not None else self.bb.default_lr)
-        self.local_epochs = int(cfg.local_epochs if cfg.local_epochs is not None else self.bb.default_local_epochs)
-        self.item_lr_scale = float(cfg.item_lr_scale if cfg.item_lr_scale is not None
-                                   else self.bb.default_item_lr_scale)
-        self.strategy_name = cfg.strategy or self.bb.default_strategy
-        self.eligible = np.flatnonzero(np.diff(self.indptr) > 0)
-        if not len(self.eligible):
-            raise ValueError(f"{data.name}: no user has a training interaction")
-        self.per_round = self._clients_per_round()
-        self.upload_noise = run_noise(cfg, len(self.eligible), self.per_round)
-        self.upload_clip = float(cfg.upload_clip or (1.0 if self.upload_noise > 0 else 0.0))
-        default_slr = self.bb.default_server_lr or self.lr * self.per_round
-        self.server_lr = float(cfg.server_lr if cfg.server_lr is not None else default_slr)
-        self.server_optimizer = cfg.server_optimizer or self.bb.default_server_optimizer
-        self.strategy = make_strategy(self.strategy_name, server_lr=self.server_lr,
-                                      server_optimizer=self.server_optimizer, trim_fraction=cfg.trim_fraction,
-                                      chunk_floats=cfg.chunk_floats, item_lr_scale=self.item_lr_scale)
+        self._resolve_settings()
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.folder = SeedFolder(self.run_dir) if self.run_dir is not None else None
         self._tmp = None
-        if cfg.private_store == "disk":
-            root = self.run_dir / "private" if self.run_dir else Path(self._tmpdir()) / "private"
-            self.store = make_store("disk", root)
-        else:
-            self.store = CompactStore()
-        sim_cls = BatchedSimulator if cfg.simulator == "batched" else SequentialSimulator
-        from .module_batched import BatchedModuleSimulator
-        from .module_client import ModuleSimulator, module_base
-
-        base = module_base(self.bb)
-        if base is not None:  # a wrapped nn.Module (RecBole): its own clients, vmapped or one at a time
-            sim_cls = BatchedModuleSimulator if cfg.simulator == "batched" else ModuleSimulator
-        from .device import resolve_device
-
-        self.sim = sim_cls(self.bb, self.indptr, self.indices, self.store, seed=cfg.seed,
-                           chunk_floats=cfg.chunk_floats, device=resolve_device(cfg.device))
+        self.store = self._private_store()
+        base = self._start_simulator()
         self.strategy = self.bb.wrap_strategy(self.strategy, cfg.seed)  # the FedVLR layer adds its server side
         self.shared = init_shared_state(self.bb, cfg.seed)
         if base is not None:  # shared parameters as the wrapped model initialises them under this seed
@@ -140,6 +110,51 @@ class FederatedRun:
         self.best: dict | None = None
         self.bad_evals = 0
         self.stopped_early = False
+
+    def _resolve_settings(self) -> None:
+        """The settings left to the backbone (None in the config) resolved, the clients per round, the upload
+        noise and the aggregation strategy."""
+        cfg = self.cfg
+        self.lr = float(cfg.lr if cfg.lr is not None else self.bb.default_lr)
+        self.local_epochs = int(cfg.local_epochs if cfg.local_epochs is not None else self.bb.default_local_epochs)
+        self.item_lr_scale = float(cfg.item_lr_scale if cfg.item_lr_scale is not None
+                                   else self.bb.default_item_lr_scale)
+        self.strategy_name = cfg.strategy or self.bb.default_strategy
+        self.eligible = np.flatnonzero(np.diff(self.indptr) > 0)
+        if not len(self.eligible):
+            raise ValueError(f"{self.data.name}: no user has a training interaction")
+        self.per_round = self._clients_per_round()
+        self.upload_noise = run_noise(cfg, len(self.eligible), self.per_round)
+        self.upload_clip = float(cfg.upload_clip or (1.0 if self.upload_noise > 0 else 0.0))
+        default_slr = self.bb.default_server_lr or self.lr * self.per_round
+        self.server_lr = float(cfg.server_lr if cfg.server_lr is not None else default_slr)
+        self.server_optimizer = cfg.server_optimizer or self.bb.default_server_optimizer
+        self.strategy = make_strategy(self.strategy_name, server_lr=self.server_lr,
+                                      server_optimizer=self.server_optimizer, trim_fraction=cfg.trim_fraction,
+                                      chunk_floats=cfg.chunk_floats, item_lr_scale=self.item_lr_scale)
+
+    def _private_store(self):
+        """Where the clients' private states live between rounds: memory, or a folder (under the run folder)."""
+        if self.cfg.private_store == "disk":
+            root = self.run_dir / "private" if self.run_dir else Path(self._tmpdir()) / "private"
+            return make_store("disk", root)
+        return CompactStore()
+
+    def _start_simulator(self):
+        """``self.sim``: the batched or sequential simulator, or for a wrapped ``nn.Module`` (RecBole) its own
+        module clients; returns that module's adapter base (None for the package's own backbones)."""
+        from .device import resolve_device
+        from .module_batched import BatchedModuleSimulator
+        from .module_client import ModuleSimulator, module_base
+
+        cfg = self.cfg
+        sim_cls = BatchedSimulator if cfg.simulator == "batched" else SequentialSimulator
+        base = module_base(self.bb)
+        if base is not None:  # a wrapped nn.Module (RecBole): its own clients, vmapped or one at a time
+            sim_cls = BatchedModuleSimulator if cfg.simulator == "batched" else ModuleSimulator
+        self.sim = sim_cls(self.bb, self.indptr, self.indices, self.store, seed=cfg.seed,
+                           chunk_floats=cfg.chunk_floats, device=resolve_device(cfg.device))
+        return base
 
     def _tmpdir(self) -> str:
         if self._tmp is None:
