@@ -119,6 +119,10 @@ class Backbone:
     dot_head: tuple[str, str, str | None] | None = None
     #: set True when item_repr/head need ctx["hist"] (the user's training positives)
     uses_history: bool = False
+    #: the dataclass of the backbone's own options (FedRAP's penalties), or None: its fields are keyword arguments
+    #: of the constructor, and their values are recorded with a run's settings, so that a run resumed with other
+    #: values is refused
+    options_type: type | None = None
 
     def wrap_strategy(self, inner, seed: int):
         """The strategy the server runs for this backbone: ``inner`` itself, unless the backbone has a server side
@@ -189,6 +193,10 @@ class Backbone:
         (``[..., L, k]``) and the rows of each additive table (name -> ``[..., L, k]``). The FedVLR layer calls it
         with its fused vectors as the shared part."""
         return 0.0
+
+    def option_values(self) -> dict:
+        """The values of the backbone's own options (the fields of ``options_type``) as this instance uses them."""
+        return {}
 
     def describe(self) -> dict:
         return {

@@ -27,10 +27,25 @@ the FedVLR configuration.
 from __future__ import annotations
 
 import math
+from dataclasses import asdict, dataclass
 
 import torch
 
 from .base import Backbone, ParamSpec, rowdot, take_rows
+
+
+@dataclass(frozen=True)
+class FedRAPOptions:
+    """FedRAP's own penalties, the base weights λ_0 (the gap between ``A_u`` and ``C``) and μ_0 (the sparsity of
+    ``C``). The field names are the constructor's keywords, the command line's ``--fedrap-lambda`` /
+    ``--fedrap-mu`` and the keys a run folder records them under."""
+
+    fedrap_lambda: float = 1e-4
+    fedrap_mu: float = 1e-2
+
+    def __post_init__(self):
+        if not (self.fedrap_lambda >= 0 and self.fedrap_mu >= 0):
+            raise ValueError("FedRAPOptions: fedrap_lambda and fedrap_mu must be >= 0")
 
 
 class FedRAP(Backbone):
@@ -39,13 +54,18 @@ class FedRAP(Backbone):
     default_lr = 0.5
     default_item_lr_scale = 300.0
     additive_item_tables = ("item_personal",)
+    options_type = FedRAPOptions
 
-    def __init__(self, n_items, dim=64, *, fedrap_lambda: float = 1e-4, fedrap_mu: float = 1e-2,
-                 personal_row_lr: bool = False, **options):
+    def __init__(self, n_items, dim=64, *, fedrap_lambda: float = FedRAPOptions.fedrap_lambda,
+                 fedrap_mu: float = FedRAPOptions.fedrap_mu, personal_row_lr: bool = False, **options):
         super().__init__(n_items, dim, **options)
-        self.lam0 = float(fedrap_lambda)
-        self.mu0 = float(fedrap_mu)
+        self.penalties = FedRAPOptions(float(fedrap_lambda), float(fedrap_mu))
+        self.lam0 = self.penalties.fedrap_lambda
+        self.mu0 = self.penalties.fedrap_mu
         self.personal_row_lr = bool(personal_row_lr)
+
+    def option_values(self) -> dict:
+        return asdict(self.penalties)
 
     def specs(self):
         n, d = self.n_items, self.dim

@@ -35,216 +35,26 @@ RecBole writes ``./log`` and ``./log_tensorboard`` into the current directory; e
 """
 from __future__ import annotations
 
-import contextlib
-import difflib
-import os
 import re
-import sys
 import tempfile
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from fedvlr_plus.errors import UserError
 from .base import Backbone, ParamSpec, take_rows
+# the model lookup, the data bridge and the evaluation have files of their own; their names stay importable here
+from .recbole_data import _dataset_name, build_from_data, data_from_recbole  # noqa: F401
+from .recbole_eval import CACHE_ATTRIBUTES, RB_METRIC, central_scorer, recbole_evaluate, train_central  # noqa: F401
+from .recbole_models import (MODEL_FAMILIES, RefusedModel, _family_models, _model_by_name,  # noqa: F401
+                             _refusal_for_type, recbole_workdir, resolve_model)
 
 __all__ = ["RecBoleBackbone", "RefusedModel", "resolve_model", "recbole_workdir", "build_from_data",
            "data_from_recbole", "federate", "fedvlr", "align_views", "recbole_evaluate", "train_central",
            "central_scorer"]
 
 GRAPH_ATTRIBUTES = ("interaction_matrix", "norm_adj_matrix", "eye_matrix")
-CACHE_ATTRIBUTES = ("restore_user_e", "restore_item_e")
-RB_METRIC = {"hr": "hit", "ndcg": "ndcg", "recall": "recall", "mrr": "mrr"}
 
 
-class RefusedModel(UserError, ValueError):
-    """This RecBole model cannot be federated by the adapter; the message says why."""
-
-
-# ---------------------------------------------------------------------------------------------- environment
-@contextlib.contextmanager
-def recbole_workdir(path: str | os.PathLike | None = None):
-    """Run RecBole inside ``path`` (a fresh temporary folder by default) so that its ``log/`` and
-    ``log_tensorboard/`` never land in the caller's current directory; ``sys.argv`` is hidden from RecBole's
-    ``Config`` (it parses ``--key=value`` words of the command line as configuration)."""
-    tmp = None
-    if path is None:
-        tmp = tempfile.TemporaryDirectory(prefix="fedvlr-recbole-")
-        path = tmp.name
-    old_cwd, old_argv = os.getcwd(), sys.argv
-    Path(path).mkdir(parents=True, exist_ok=True)
-    os.chdir(path)
-    sys.argv = old_argv[:1]
-    try:
-        yield Path(path)
-    finally:
-        sys.argv = old_argv
-        os.chdir(old_cwd)
-        if tmp is not None:
-            tmp.cleanup()
-
-
-def _refusal_for_type(cls) -> str | None:
-    from recbole.utils import ModelType
-
-    t = getattr(cls, "type", None)
-    reasons = {
-        ModelType.SEQUENTIAL: "it is a sequential model (it reads ordered item sequences, not a user's set of "
-                              "positives); federating sequential models is not supported",
-        ModelType.KNOWLEDGE: "it is a knowledge-graph model (it needs the global knowledge graph and entity "
-                             "tables); federating knowledge-graph models is not supported",
-        ModelType.CONTEXT: "it is a context-aware (feature) model; the adapter federates general "
-                           "(user, item) recommenders only",
-        ModelType.TRADITIONAL: "it is not trained by gradient descent (a 'traditional' model such as Pop, "
-                               "ItemKNN or EASE computes its scores from the global interaction matrix); "
-                               "there is nothing to federate",
-    }
-    if t in reasons:
-        return reasons[t]
-    if t != ModelType.GENERAL:
-        return f"its model type is {t!r}; only ModelType.GENERAL recommenders can be federated"
-    return None
-
-
-#: RecBole's model families, searched in this order; a model found outside the first is refused with the
-#: reason its type gives (sequential, context-aware, knowledge-graph)
-MODEL_FAMILIES = ("general_recommender", "sequential_recommender", "context_aware_recommender",
-                  "knowledge_aware_recommender")
-
-
-def _family_models(family: str) -> tuple[dict[str, type], str | None]:
-    """The model classes of one RecBole family by lower-cased name, and why the family could not be imported."""
-    import importlib
-
-    try:
-        module = importlib.import_module(f"recbole.model.{family}")
-    except ImportError as exc:   # a family whose optional dependency is missing here
-        return {}, f"{family}: {exc}"
-    return {name.lower(): obj for name, obj in vars(module).items()
-            if isinstance(obj, type) and issubclass(obj, torch.nn.Module)}, None
-
-
-def _model_by_name(name: str):
-    """A RecBole model class by name, matched without regard to case (``bpr`` is ``BPR``)."""
-    general, broken = {}, []
-    for family in MODEL_FAMILIES:
-        models, why = _family_models(family)
-        if why:
-            broken.append(why)
-        if name.lower() in models:
-            return models[name.lower()]
-        if family == MODEL_FAMILIES[0]:
-            general = models
-    close = difflib.get_close_matches(name.lower(), list(general), n=3, cutoff=0.6)
-    hint = ("did you mean " + " or ".join(f"recbole:{general[k].__name__}" for k in close) + "?") if close \
-        else "general recommenders: " + ", ".join(sorted(c.__name__ for c in general.values()))
-    why = "not a RecBole general recommender" + (f" (could not import {'; '.join(broken)})" if broken else "")
-    raise RefusedModel(f"recbole:{name}", why, hint)
-
-
-def resolve_model(model):
-    """A RecBole model class from a name (``"BPR"``, any case) or a class; refuse what cannot be federated."""
-    from fedvlr_plus._compat import patch_recbole
-
-    patch_recbole()
-    cls = _model_by_name(model.strip()) if isinstance(model, str) else model
-    if not isinstance(cls, type) or not issubclass(cls, torch.nn.Module):
-        raise TypeError(f"expected a RecBole model class or name, got {model!r}")
-    from recbole.model.abstract_recommender import GeneralRecommender
-
-    reason = _refusal_for_type(cls)
-    if reason is None and not issubclass(cls, GeneralRecommender):
-        reason = "it does not subclass recbole.model.abstract_recommender.GeneralRecommender"
-    if reason:
-        raise RefusedModel(f"cannot federate RecBole model {cls.__name__}: {reason}")
-    return cls
-
-
-# ---------------------------------------------------------------------------------------------- data
-def _dataset_name(name: str) -> str:
-    # never 'ml-100k' itself: RecBole would read its bundled copy and its property file instead of our split
-    return "fedvlr_" + re.sub(r"[^A-Za-z0-9_]+", "_", name or "data").strip("_")
-
-
-def build_from_data(model, data, workdir: str | os.PathLike, *, config_file=None, config_dict=None,
-                    seed: int = 0):
-    """RecBole ``Config`` and training ``Dataset`` holding exactly our split of ``data``.
-
-    The split is written as atomic benchmark files (``.train/.valid/.test.inter``) plus ``.item``/``.user``
-    id lists (every item and user keeps a RecBole id, even without training interactions), and only the id,
-    rating and timestamp columns are loaded. Returns ``(config, train_dataset, item_map, user_map)``.
-    """
-    from fedvlr_plus._compat import patch_recbole
-    from fedvlr_plus.datasets.recbole_atomic import _token, write_atomic
-
-    patch_recbole()
-    from recbole.config import Config
-    from recbole.data import create_dataset
-
-    cls = resolve_model(model)
-    data.require_split(need=("train", "valid", "test"))
-    name = _dataset_name(data.name)
-    workdir = Path(workdir)
-    write_atomic(data, workdir / name, name)
-    cd = {"data_path": str(workdir), "benchmark_filename": ["train", "valid", "test"],
-          "load_col": {"inter": ["user_id", "item_id", "rating", "timestamp"], "item": ["item_id"],
-                       "user": ["user_id"]},
-          "USER_ID_FIELD": "user_id", "ITEM_ID_FIELD": "item_id", "RATING_FIELD": "rating",
-          "TIME_FIELD": "timestamp", "val_interval": None, "user_inter_num_interval": "[0,inf)",
-          "item_inter_num_interval": "[0,inf)", "filter_inter_by_user_or_item": False,
-          "checkpoint_dir": str(workdir / "saved"), "show_progress": False, "use_gpu": False,
-          "save_dataset": False, "save_dataloaders": False, "seed": int(seed), "reproducibility": True,
-          "eval_args": {"split": {"LS": "valid_and_test"}, "order": "TO", "group_by": "user", "mode": "full"}}
-    cd.update(config_dict or {})
-    files = [str(f) for f in ([config_file] if isinstance(config_file, (str, os.PathLike)) else config_file or [])]
-    with recbole_workdir(workdir):
-        config = Config(model=cls, dataset=name, config_file_list=files or None, config_dict=cd)
-        dataset = create_dataset(config)
-        train_ds = dataset.build()[0]
-    tok = {str(t): i for i, t in enumerate(dataset.field2id_token["item_id"])}
-    utok = {str(t): i for i, t in enumerate(dataset.field2id_token["user_id"])}
-    try:
-        item_map = np.array([tok[_token(x, "item id")] for x in data.item_ids], dtype=np.int64)
-        user_map = np.array([utok[_token(x, "user id")] for x in data.user_ids], dtype=np.int64)
-    except KeyError as exc:
-        raise RuntimeError(f"RecBole dropped id {exc} while loading {name}; check the filters of the "
-                           f"RecBole config") from None
-    return config, train_ds, item_map, user_map
-
-
-def data_from_recbole(dataset, name: str | None = None, split: str = "loo"):
-    """Our :class:`~fedvlr_plus.datasets.InteractionData` from a RecBole ``Dataset`` (ids shifted by one:
-    our ``i`` is RecBole's ``i + 1``; raw ids are RecBole's tokens), split leave-one-out by time."""
-    from fedvlr_plus.datasets import InteractionData
-    from fedvlr_plus.datasets import splits
-
-    uf, itf = dataset.uid_field, dataset.iid_field
-    inter = dataset.inter_feat
-    cols = list(inter.columns)  # a pandas frame before Dataset.build(), an Interaction after
-
-    def col(name):
-        v = inter[name]
-        return v.numpy() if torch.is_tensor(v) else np.asarray(v)
-
-    u = col(uf).astype(np.int64) - 1
-    i = col(itf).astype(np.int64) - 1
-    rf, tf = dataset.config["RATING_FIELD"], dataset.time_field
-    rating = col(rf) if rf in cols else None
-    ts = col(tf) if tf and tf in cols else None
-
-    from fedvlr_plus.datasets.core import _inter_frame
-
-    data = InteractionData(name=name or dataset.dataset_name,
-                           user_ids=np.asarray(dataset.field2id_token[uf][1:], dtype=object),
-                           item_ids=np.asarray(dataset.field2id_token[itf][1:], dtype=object),
-                           inter=_inter_frame(u, i, rating, ts), source=f"recbole:{dataset.dataset_name}",
-                           format="recbole")
-    data = splits.dedup(data)
-    return splits.standard(data, split=split) if split else data
-
-
-# ---------------------------------------------------------------------------------------------- the adapter
 class _ParamSwap:
     """Run a method of ``module`` with some of its parameters replaced by given tensors (differentiable), as
     :func:`torch.func.functional_call` does, without its per-call walk over the module tree.
@@ -563,7 +373,6 @@ class RecBoleBackbone(Backbone):
         return torch.cat(rows)
 
 
-# ---------------------------------------------------------------------------------------------- entry points
 def federate(model, config=None, dataset=None, *, data=None, workdir=None, config_file=None, config_dict=None,
              private=None, shared=None, seed: int = 0):
     """One call from a RecBole model to a federated backbone plus the data it runs on.
@@ -641,98 +450,3 @@ def fedvlr(backbone: RecBoleBackbone, views: dict[str, np.ndarray] | None = None
     layer.default_server_lr = backbone.default_server_lr
     layer.default_local_epochs = backbone.default_local_epochs
     return layer
-
-
-# ---------------------------------------------------------------------------------------------- evaluation
-def recbole_evaluate(data, scorer, *, split: str = "test", ks=(10,), metrics=("hr", "ndcg"),
-                     mask_history: str = "train", batch_size: int = 512) -> dict:
-    """RecBole's own evaluator (``Collector`` + metric classes) on full-sort scores from ``scorer``.
-
-    The history is masked with -inf before RecBole's top-k exactly as our evaluator masks it
-    (``mask_history``: ``train``, or ``all`` = train + valid at test, RecBole's native behaviour).
-    Returns ``{"hr@10": ..., "ndcg@10": ...}`` with our metric names.
-    """
-    from fedvlr_plus._compat import patch_recbole
-
-    patch_recbole()
-    from recbole.evaluator import Collector, Evaluator
-
-    unknown = set(metrics) - set(RB_METRIC)
-    if unknown:
-        raise ValueError(f"RecBole evaluator: unsupported metrics {sorted(unknown)}")
-    conf = {"metrics": [RB_METRIC[m] for m in metrics], "topk": [int(k) for k in ks],
-            "eval_args": {"mode": "full"}, "device": torch.device("cpu"), "metric_decimal_place": 12}
-    mask_splits = {"train": ["train"], "none": [],
-                   "all": ["train", "valid"] if split == "test" else ["train"]}[mask_history]
-    tgt = data.part(split)[["user", "item"]].drop_duplicates()
-    target = data.matrix([split]).tocsr()
-    users = np.unique(tgt["user"].to_numpy(np.int64))
-    mask = data.matrix(mask_splits).tocsr() if mask_splits else None
-    collector = Collector(conf)
-    for b0 in range(0, len(users), batch_size):
-        bu = users[b0:b0 + batch_size]
-        out = scorer(bu)
-        S = (out.detach() if torch.is_tensor(out) else torch.as_tensor(np.asarray(out))).to(torch.float64).clone()
-        if mask is not None:
-            sub = mask[bu]
-            r = np.repeat(np.arange(len(bu)), np.diff(sub.indptr))
-            S[torch.as_tensor(r), torch.as_tensor(sub.indices.astype(np.int64))] = -torch.inf
-        t = target[bu]
-        pu = torch.as_tensor(np.repeat(np.arange(len(bu)), np.diff(t.indptr)))
-        pi = torch.as_tensor(t.indices.astype(np.int64))
-        collector.eval_batch_collect(S, None, pu, pi)
-    res = Evaluator(conf).evaluate(collector.get_data_struct())
-    back = {v: k for k, v in RB_METRIC.items()}
-    out = {}
-    for key, value in res.items():
-        name, k = key.split("@")
-        out[f"{back[name]}@{k}"] = float(value)
-    return out
-
-
-def central_scorer(backbone: RecBoleBackbone, model):
-    """Scorer (our user ids -> [B, n_items], our item order) of a centrally trained RecBole ``model``."""
-    from recbole.data.interaction import Interaction
-
-    def score(users):
-        users = torch.as_tensor(np.asarray(users, dtype=np.int64))
-        rb = backbone.user_map[users]
-        with torch.no_grad():
-            model.eval()
-            for attr in CACHE_ATTRIBUTES:
-                if hasattr(model, attr):
-                    setattr(model, attr, None)
-            try:
-                s = model.full_sort_predict(Interaction({model.USER_ID: rb})).view(len(rb), -1)
-                return s[:, backbone.item_map]
-            except NotImplementedError:
-                inter = Interaction({model.USER_ID: rb.repeat_interleave(backbone.n_items),
-                                     model.ITEM_ID: backbone.item_map.repeat(len(rb))})
-                return model.predict(inter).view(len(rb), -1)
-    return score
-
-
-def train_central(backbone: RecBoleBackbone, *, epochs: int = 10, seed: int | None = None, workdir=None):
-    """Train the same model centrally with RecBole's own ``Trainer`` on the training split the backbone was
-    built from (RecBole's negative sampling, optimizer and learning rate from its config), no early stopping.
-    Returns the trained module; score it with :func:`central_scorer`."""
-    from recbole.data import data_preparation
-    from recbole.trainer import Trainer
-
-    seed = backbone.seed if seed is None else int(seed)
-    config = backbone.config
-    config["epochs"] = int(epochs)
-    with recbole_workdir(workdir):
-        from recbole.data import create_dataset
-
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            np_state = np.random.get_state()
-            np.random.seed(seed)
-            dataset = create_dataset(config)
-            train_data, _, _ = data_preparation(config, dataset)
-            model = backbone.model_class(config, train_data.dataset).to("cpu")
-            trainer = Trainer(config, model)
-            trainer.fit(train_data, valid_data=None, saved=False, show_progress=False, verbose=False)
-            np.random.set_state(np_state)
-    return model.eval()

@@ -11,15 +11,22 @@ from dataclasses import dataclass, field, fields, replace
 
 @dataclass
 class Model:
-    """A federated backbone trained by the engine. ``train`` holds FedConfig fields set for this model only."""
+    """A federated backbone trained by the engine. ``train`` holds FedConfig fields set for this model only;
+    ``backbone_options`` the backbone's own options (its ``options_type`` fields, e.g. FedRAP's penalties)."""
 
     backbone: str
     label: str
     train: dict = field(default_factory=dict)
+    backbone_options: dict = field(default_factory=dict)
 
     def build(self, data, cfg):
-        """The backbone for ``data``: a registered name the engine builds, or a ready adapter."""
-        return self.backbone
+        """The backbone for ``data``: a registered name the engine builds, or, with options of its own, the
+        adapter built with them at the data's size."""
+        if not self.backbone_options:
+            return self.backbone
+        from ..adapters import make_backbone
+
+        return make_backbone(self.backbone, data.n_items, cfg.dim, **self.backbone_options)
 
 
 class FedAvg(Model):
@@ -43,8 +50,16 @@ class PFedRec(Model):
 
 
 class FedRAP(Model):
-    def __init__(self, **train):
-        super().__init__("fedrap", "FedRAP", train)
+    """FedRAP; ``fedrap_lambda`` / ``fedrap_mu`` are the backbone's own penalties
+    (:class:`~fedvlr_plus.adapters.FedRAPOptions`; None: its defaults), any other keyword a training option."""
+
+    def __init__(self, fedrap_lambda: float | None = None, fedrap_mu: float | None = None, **train):
+        own = {k: v for k, v in (("fedrap_lambda", fedrap_lambda), ("fedrap_mu", fedrap_mu)) if v is not None}
+        if own:   # refused here, not when the experiment reaches this model
+            from ..adapters.fedrap import FedRAPOptions
+
+            FedRAPOptions(**own)
+        super().__init__("fedrap", "FedRAP", train, own)
 
 
 class RecBole(Model):
@@ -79,14 +94,12 @@ class FedVLR(Model):
 
     def build(self, data, cfg):
         from ..adapters import make_backbone
-        from ..federation.config import backbone_options
         from ..errors import ConfigError, UserError
         from ..fedvlr import build_fedvlr
 
         base = self.inner.build(data, cfg)
-        if isinstance(base, str):  # a registered backbone, at the experiment's size and with its options
-            opts = backbone_options(base, cfg)
-            base = make_backbone(base, data.n_items, cfg.dim, **opts)
+        if isinstance(base, str):  # a registered backbone at the experiment's size (its options: none given)
+            base = make_backbone(base, data.n_items, cfg.dim)
         try:
             return build_fedvlr(data, base, self.options, views=self.views)
         except ValueError as exc:   # a backbone the layer cannot wrap, unusable views: one line naming the model

@@ -77,7 +77,7 @@ def cmd_bench_suite(args) -> int:
 def cmd_bench_round(args) -> int:
     from ..errors import ConfigError
     from ..federation.config import FEDERATED_BACKBONES
-    from ..federation.engine import bench_round, format_bench
+    from ..federation.round_timing import bench_round, format_bench
     from .run_args import config_from_args
     from .run_federated import build_backbone
 

@@ -22,8 +22,7 @@ def options_from_args(args, mode: str | None = None) -> FedVLROptions:
 
 def base_backbone(args, n_items: int, backbone: str, dim: int):
     """The backbone the layer wraps, with the command line's backbone options."""
-    from ..adapters import make_backbone
-    from ..federation.config import backbone_options
+    from ..adapters import backbone_options, make_backbone
 
     opts = backbone_options(backbone, args)
     return make_backbone(backbone, n_items, dim, **opts)

@@ -26,11 +26,13 @@ class _SkipExisting:
             return None
 
 
+#: the FedRAP backbone's own options: only the commands that build that backbone from the flags take them
+_FEDRAP_FLAGS = frozenset({"--fedrap-lambda", "--fedrap-mu"})
 #: flags of add_run_arguments that a command leaves out because they mean nothing there
 _NOT_FOR = {
     "run": frozenset(),
-    "experiment": frozenset({"--recbole-config", "--evaluator"}),
-    "coldstart": frozenset({"--resume", "--recbole-config", "--evaluator"}),
+    "experiment": frozenset({"--recbole-config", "--evaluator"}) | _FEDRAP_FLAGS,
+    "coldstart": frozenset({"--resume", "--recbole-config", "--evaluator"}) | _FEDRAP_FLAGS,
     # bench round times one round of every client in memory: no evaluation, stopping, seeds or checkpoints
     "bench": frozenset({"--resume", "--recbole-config", "--evaluator", "--rounds", "--patience", "--valid-metric",
                         "--eval-every", "--ks", "--seeds", "--checkpoint-every", "--clients-per-round",
@@ -103,10 +105,13 @@ def _add_optimiser_arguments(g) -> None:
                    help="fedgrad: clients also update their copy of the shared parts during local training, so "
                         "the uploaded gradient sum follows their own trajectory (FedOpt-style pseudo-gradient); "
                         "default off, as in the FedVLR paper's Algorithm 1")
-    g.add_argument("--fedrap-lambda", type=non_negative_float, default=d.fedrap_lambda,
-                   help="FedRAP: base weight of the -||A - C||^2 term (curriculum tanh(t/10) * lambda)")
-    g.add_argument("--fedrap-mu", type=non_negative_float, default=d.fedrap_mu,
-                   help="FedRAP: base weight of the L1 sparsity term on C (curriculum tanh(t/10) * mu)")
+    # the FedRAP backbone's own options (FedRAPOptions): None leaves the backbone's defaults
+    g.add_argument("--fedrap-lambda", type=non_negative_float, default=None,
+                   help="FedRAP: base weight of the -||A - C||^2 term (curriculum tanh(t/10) * lambda; "
+                        "default: the backbone's, 1e-4)")
+    g.add_argument("--fedrap-mu", type=non_negative_float, default=None,
+                   help="FedRAP: base weight of the L1 sparsity term on C (curriculum tanh(t/10) * mu; "
+                        "default: the backbone's, 1e-2)")
     g.add_argument("--recbole-config", metavar="FILE.yaml", default=None,
                    help="RecBole YAML (model hyper-parameters such as embedding_size) for a recbole:<Model> "
                         "backbone; data and device keys are set by fedvlr-plus")

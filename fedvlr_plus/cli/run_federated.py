@@ -38,7 +38,8 @@ def run_federated_command(args, data, *, split_used: str, metrics, ks, keys, pro
 
 
 def build_backbone(args, data, dim: int, is_recbole: bool):
-    """The backbone name, or the model the flags build (a RecBole model, the FedVLR layer around a backbone)."""
+    """The backbone name, or the model the flags build (a RecBole model, the FedVLR layer around a backbone, a
+    backbone given options of its own such as ``--fedrap-lambda``)."""
     if is_recbole:
         from .recbole import cli_backbone
 
@@ -47,7 +48,13 @@ def build_backbone(args, data, dim: int, is_recbole: bool):
         from .fusion import fusion_backbone
 
         return fusion_backbone(args, data, args.backbone, dim)
-    return args.backbone
+    from ..adapters import backbone_options
+
+    if not backbone_options(args.backbone, args):
+        return args.backbone
+    from .fusion import base_backbone
+
+    return base_backbone(args, data.n_items, args.backbone, dim)
 
 
 def _selected_round_hook(args, data, cfg, metrics, ks, router: dict, rb_eval: dict):

@@ -17,7 +17,8 @@ from .config import FEDERATED_BACKBONES, STRATEGIES, FedConfig, config_from_opti
 _LAZY = {
     "BatchedSimulator": ".batched", "SequentialSimulator": ".batched",
     "Client": ".client", "RecClient": ".client",
-    "FederatedRun": ".engine", "bench_round": ".engine", "combine_seeds": ".engine", "format_bench": ".engine",
+    "FederatedRun": ".engine", "bench_round": ".round_timing", "combine_seeds": ".seed_results",
+    "format_bench": ".round_timing",
     "run_federated": ".engine", "federated_result": ".run_result",
     "FedAvgStrategy": ".fedavg", "FedGradStrategy": ".fedgrad", "CoordinateMedian": ".median",
     "ClientUpdate": ".messages", "SparseRowAvg": ".sparse_avg", "TrimmedMean": ".trimmed_mean",

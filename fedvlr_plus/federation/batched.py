@@ -13,6 +13,8 @@ are sorted by size and cut into chunks bounded by ``chunk_floats`` so that paddi
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -21,7 +23,7 @@ from ..adapters.base import Backbone
 from .client import RecClient, scoring_params
 from .messages import ClientUpdate
 from .privacy import privatise
-from .schedule import build_schedule
+from .schedule import Schedule, build_schedule
 from .state import init_private_block, round_start
 from .store import load_block, save_block
 
@@ -112,25 +114,29 @@ class BatchedSimulator:
         return [updates[int(c)] for c in cids]
 
     def _fit_chunk(self, cids: np.ndarray, shared: dict[str, torch.Tensor], config: dict) -> list[ClientUpdate]:
-        bb, dtype, specs = self.bb, self.dtype, self.specs
-        upload = config.get("upload", "params")
-        lr = float(config["lr"])
-        item_lr = lr * float(config.get("item_lr_scale", 1.0))
-        wd = float(config.get("weight_decay", 0.0))
-        sched = build_schedule(self.indptr, self.indices, cids, bb.n_items,
+        """Every client of the chunk trains its local epochs in lock-step and yields its upload."""
+        batch = self._chunk_batch(cids, config)
+        private = {k: v.to(self.device) for k, v in round_start(self.bb, self._private_block(cids)).items()}
+        cpu_shared, shared = shared, {k: v.to(self.device) for k, v in shared.items()}
+        sgd = self._local_sgd(batch, shared, private, config)
+        loss_sum, steps_done = self._local_steps(cids, batch, shared, sgd, config)
+        private = {k: v.cpu() for k, v in private.items()}
+        return self._chunk_updates(cids, batch, cpu_shared, private, sgd, loss_sum, steps_done, config)
+
+    def _chunk_batch(self, cids: np.ndarray, config: dict) -> "_ChunkBatch":
+        """The chunk's schedule for this round, the rows each client touches and its examples, on the device."""
+        dtype, dev = self.dtype, self.device
+        sched = build_schedule(self.indptr, self.indices, cids, self.bb.n_items,
                                seed=int(config.get("seed", self.seed)), round=int(config["round"]),
                                epochs=int(config["epochs"]), negatives=int(config["negatives"]),
                                batch_size=int(config["batch_size"]))
-        c_n = len(cids)
-        rows = sched.rows
+        c_n, rows = len(cids), sched.rows
         t_max, s_max, l_max = int(rows.max()), sched.steps_max, sched.slots
-
         # touched rows, padded with row 0 of the client's own list (never indexed by a real example)
         owner = np.repeat(np.arange(c_n), rows)
         pos = np.arange(len(sched.touched)) - sched.touched_ptr[owner]
         touched_np = np.zeros((c_n, t_max), dtype=np.int64)
         touched_np[owner, pos] = sched.touched
-        dev = self.device
         touched = torch.from_numpy(touched_np).to(dev)
 
         flat = (sched.ex_client * s_max + sched.ex_step) * l_max + sched.ex_slot
@@ -141,9 +147,13 @@ class BatchedSimulator:
         labels[flat] = torch.from_numpy(sched.ex_label).to(dtype)
         mask[flat] = 1.0
         items, labels, mask = (x.view(c_n, s_max, l_max).to(dev) for x in (items, labels, mask))
+        return _ChunkBatch(sched, owner, pos, touched, items, labels, mask, c_n, t_max, s_max, l_max)
 
-        private = {k: v.to(dev) for k, v in round_start(bb, self._private_block(cids)).items()}
-        cpu_shared, shared = shared, {k: v.to(dev) for k, v in shared.items()}
+    def _local_sgd(self, batch: "_ChunkBatch", shared: dict, private: dict, config: dict) -> "_LocalSGD":
+        """The chunk's trainable tensors (shared parts copied per client, item tables as the touched rows) and
+        the step rule, from the round's learning rates."""
+        bb, dtype, specs, c_n, t_max = self.bb, self.dtype, self.specs, batch.c_n, batch.t_max
+        touched = batch.touched
         leaves: dict[str, torch.Tensor] = {}
         for name in bb.shared_names:
             g = shared[name].to(dtype)
@@ -156,90 +166,106 @@ class BatchedSimulator:
                 leaves[s.name] = private[s.name][torch.arange(c_n).unsqueeze(1), touched]
             else:
                 leaves[s.name] = private[s.name]   # a fresh copy: trained in place
-        names = list(leaves)
-        tables = [nm for nm in names if specs[nm].item_table]
-        for nm in names:
+        tables = [nm for nm in leaves if specs[nm].item_table]
+        for nm in leaves:
             if nm not in tables:
                 leaves[nm].requires_grad_(True)
         # item tables are updated in place through a flat [C * T, d] view: a step gathers the rows of its
         # examples as a fresh leaf, and the SGD step scatters the gradient back with index_add (duplicates sum,
         # exactly as the gradient of the table would); no dense [C, T, d] gradient is ever materialised
         flat_tables = {nm: leaves[nm].view(c_n * t_max, -1) for nm in tables}
-        grads_mode = upload == "grads"
-        local_shared = bool(config.get("local_shared", False))   # see RecClient.fit
+        grads_mode = config.get("upload", "params") == "grads"
         acc = {name: torch.zeros_like(leaves[name]) for name in bb.shared_names} if grads_mode else {}
         acc_flat = {nm: acc[nm].view(c_n * t_max, -1) for nm in tables if nm in acc}
-        row_base = (torch.arange(c_n, device=dev) * t_max).unsqueeze(1)
+        lr = float(config["lr"])
+        return _LocalSGD(leaves, flat_tables, acc, acc_flat, specs, lr=lr,
+                         item_lr=lr * float(config.get("item_lr_scale", 1.0)),
+                         wd=float(config.get("weight_decay", 0.0)),
+                         local_shared=bool(config.get("local_shared", False)),   # see RecClient.fit
+                         c_n=c_n, l_max=batch.l_max)
 
+    def _local_steps(self, cids, batch: "_ChunkBatch", shared: dict, sgd: "_LocalSGD", config: dict):
+        """Every local step of every client; each client's summed loss and its number of steps."""
+        bb, dev, dtype = self.bb, self.device, self.dtype
+        c_n, t_max, s_max, l_max = batch.c_n, batch.t_max, batch.s_max, batch.l_max
+        row_base = (torch.arange(c_n, device=dev) * t_max).unsqueeze(1)
         ctx = bb.round_context(shared)
         if bb.uses_history:
             ctx.update({k: v.to(dev) for k, v in history_ctx(self.indptr, self.indices, cids).items()})
         # per-step quantities for all steps at once (fewer small tensor ops inside the loop)
-        counts = mask.sum(2)                                     # [C, S]
+        counts = batch.mask.sum(2)                                     # [C, S]
         active_all = (counts > 0).to(dtype)
-        weight_all = mask / counts.clamp(min=1.0).unsqueeze(2)  # each client's mean over its real examples
-        fidx_all = (items + row_base.unsqueeze(2)).transpose(0, 1).reshape(s_max, -1)   # [S, C * L]
-        global_all = touched.gather(1, items.view(c_n, -1)).view(c_n, s_max, l_max)
+        weight_all = batch.mask / counts.clamp(min=1.0).unsqueeze(2)  # each client's mean over its real examples
+        fidx_all = (batch.items + row_base.unsqueeze(2)).transpose(0, 1).reshape(s_max, -1)   # [S, C * L]
+        global_all = batch.touched.gather(1, batch.items.view(c_n, -1)).view(c_n, s_max, l_max)
         # closed-form gradients for dot-product heads (same maths as autograd; the sequential reference and
         # the tests keep autograd): d(w BCE)/d logit = w (sigmoid(logit) - y)
         dot = bb.dot_head
         fast = (dot is not None and type(bb).regulariser is Backbone.regulariser and not bb.uses_history
-                and set(names) == {n for n in dot if n is not None} and dot[0] in flat_tables)
+                and set(sgd.names) == {n for n in dot if n is not None} and dot[0] in sgd.flat_tables)
         per_steps = []
         for s in range(s_max):
+            y, wt, fidx = batch.labels[:, s], weight_all[:, s], fidx_all[s]
             if fast:
-                tname, wname, bname = dot
-                with torch.no_grad():
-                    fidx = fidx_all[s]
-                    vecs = flat_tables[tname].index_select(0, fidx).view(c_n, l_max, -1)
-                    w = leaves[wname]
-                    logits = (vecs * w.unsqueeze(1)).sum(-1)   # (elementwise beats bmm with one column)
-                    if bname is not None:
-                        logits = logits + leaves[bname].unsqueeze(-1)
-                    y, wt = labels[:, s], weight_all[:, s]
-                    dlog = (torch.sigmoid(logits) - y) * wt
-                    fast_grads = {tname: dlog.unsqueeze(-1) * w.unsqueeze(1),
-                                  wname: torch.bmm(dlog.unsqueeze(1), vecs).squeeze(1)}
-                    if bname is not None:
-                        fast_grads[bname] = dlog.sum(1)
-                    per = F.binary_cross_entropy_with_logits(logits, y, weight=wt, reduction="none").sum(1)
-                self._apply_step(names, [fast_grads[n] for n in names], acc, acc_flat, flat_tables, leaves, specs,
-                                 fidx, mask[:, s], active_all[:, s], lr, item_lr, wd, local_shared, c_n, l_max)
-                per_steps.append(per)
-                continue
-            m = mask[:, s]
-            active = active_all[:, s]
-            fidx = fidx_all[s]
-            ctx["items_global"] = global_all[:, s]
-            p = dict(leaves)
-            for nm in tables:
-                p[nm] = flat_tables[nm].index_select(0, fidx).view(c_n, l_max, -1).requires_grad_(True)
-            logits = bb.logits(p, None, ctx)
-            # the sum over clients of each client's mean loss, as one weighted BCE (fewer autograd nodes)
-            total = F.binary_cross_entropy_with_logits(logits, labels[:, s], weight=weight_all[:, s],
-                                                       reduction="sum")
-            reg = bb.regulariser(p, None, m, config, ctx=ctx)
-            if not isinstance(reg, float):
-                reg = reg * active
-                total = total + reg.sum()
-            grads = torch.autograd.grad(total, [p[nm] for nm in names])
-            with torch.no_grad():
-                per = F.binary_cross_entropy_with_logits(logits.detach(), labels[:, s], weight=weight_all[:, s],
-                                                         reduction="none").sum(1)
-                if not isinstance(reg, float):
-                    per = per + reg.detach()
-            self._apply_step(names, grads, acc, acc_flat, flat_tables, leaves, specs, fidx, m, active, lr, item_lr,
-                             wd, local_shared, c_n, l_max)
-            per_steps.append(per.detach())
+                per = self._closed_form_step(sgd, fidx, y, wt, batch.mask[:, s], active_all[:, s])
+            else:
+                ctx["items_global"] = global_all[:, s]
+                per = self._autograd_step(sgd, ctx, fidx, y, wt, batch.mask[:, s], active_all[:, s], config)
+            per_steps.append(per)
         steps_done = active_all.sum(1)
         loss_sum = (torch.stack(per_steps, 1) * active_all).sum(1) if per_steps else torch.zeros(c_n, dtype=dtype)
-        loss_sum, steps_done, shared = loss_sum.cpu(), steps_done.cpu(), cpu_shared
-        acc = {k: v.cpu() for k, v in acc.items()}
-        private = {k: v.cpu() for k, v in private.items()}
+        return loss_sum.cpu(), steps_done.cpu()
 
-        # split the stacked results into per-client pieces with a few whole-tensor calls (no per-client indexing)
-        detached = {k: v.detach().cpu() for k, v in leaves.items()}
-        sizes = rows.tolist()
+    def _closed_form_step(self, sgd: "_LocalSGD", fidx, y, wt, m, active) -> torch.Tensor:
+        """One step of a dot-product head with its gradients in closed form; each client's weighted loss."""
+        tname, wname, bname = self.bb.dot_head
+        c_n, l_max, leaves = sgd.c_n, sgd.l_max, sgd.leaves
+        with torch.no_grad():
+            vecs = sgd.flat_tables[tname].index_select(0, fidx).view(c_n, l_max, -1)
+            w = leaves[wname]
+            logits = (vecs * w.unsqueeze(1)).sum(-1)   # (elementwise beats bmm with one column)
+            if bname is not None:
+                logits = logits + leaves[bname].unsqueeze(-1)
+            dlog = (torch.sigmoid(logits) - y) * wt
+            fast_grads = {tname: dlog.unsqueeze(-1) * w.unsqueeze(1),
+                          wname: torch.bmm(dlog.unsqueeze(1), vecs).squeeze(1)}
+            if bname is not None:
+                fast_grads[bname] = dlog.sum(1)
+            per = F.binary_cross_entropy_with_logits(logits, y, weight=wt, reduction="none").sum(1)
+        sgd.step([fast_grads[n] for n in sgd.names], fidx, m, active)
+        return per
+
+    def _autograd_step(self, sgd: "_LocalSGD", ctx: dict, fidx, y, wt, m, active, config: dict) -> torch.Tensor:
+        """One step through the backbone's own logits and regulariser; each client's loss (with its penalty)."""
+        bb, c_n, l_max = self.bb, sgd.c_n, sgd.l_max
+        p = dict(sgd.leaves)
+        for nm in sgd.flat_tables:
+            p[nm] = sgd.flat_tables[nm].index_select(0, fidx).view(c_n, l_max, -1).requires_grad_(True)
+        logits = bb.logits(p, None, ctx)
+        # the sum over clients of each client's mean loss, as one weighted BCE (fewer autograd nodes)
+        total = F.binary_cross_entropy_with_logits(logits, y, weight=wt, reduction="sum")
+        reg = bb.regulariser(p, None, m, config, ctx=ctx)
+        if not isinstance(reg, float):
+            reg = reg * active
+            total = total + reg.sum()
+        grads = torch.autograd.grad(total, [p[nm] for nm in sgd.names])
+        with torch.no_grad():
+            per = F.binary_cross_entropy_with_logits(logits.detach(), y, weight=wt, reduction="none").sum(1)
+            if not isinstance(reg, float):
+                per = per + reg.detach()
+        sgd.step(grads, fidx, m, active)
+        return per.detach()
+
+    def _chunk_updates(self, cids, batch: "_ChunkBatch", shared, private, sgd: "_LocalSGD", loss_sum, steps_done,
+                       config: dict) -> list[ClientUpdate]:
+        """Store the chunk's private states and cut its stacked results into one upload per client, with a few
+        whole-tensor calls (no per-client indexing)."""
+        bb, specs, sched = self.bb, self.specs, batch.sched
+        c_n, t_max, owner, pos = batch.c_n, batch.t_max, batch.owner, batch.pos
+        upload = config.get("upload", "params")
+        acc = {k: v.cpu() for k, v in sgd.acc.items()}
+        detached = {k: v.detach().cpu() for k, v in sgd.leaves.items()}
+        sizes = sched.rows.tolist()
         real_rows = torch.from_numpy(owner * t_max + pos)   # flat positions of the real (unpadded) rows
         trows = torch.split(torch.from_numpy(sched.touched), sizes)
 
@@ -248,7 +274,7 @@ class BatchedSimulator:
                 return list(torch.split(src.reshape(c_n * t_max, -1).index_select(0, real_rows), sizes))
             return list(src.unbind(0))
 
-        up = {name: per_client(acc[name] if grads_mode else detached[name], specs[name].item_table)
+        up = {name: per_client(acc[name] if upload == "grads" else detached[name], specs[name].item_table)
               for name in bb.shared_names}
         self._store_chunk(cids, shared, private, detached, owner, pos, sched.touched, t_max)
         table_names = {name for name in bb.shared_names if specs[name].item_table}
@@ -284,34 +310,6 @@ class BatchedSimulator:
             full.view(c_n * n_items, -1)[dst] = detached[shared_name].reshape(c_n * t_max, -1)[src]
             block[personal] = full
         save_block(self.store, cids, block)
-
-    @staticmethod
-    @torch.no_grad()
-    def _apply_step(names, grads, acc, acc_flat, flat_tables, leaves, specs, fidx, m, active, lr, item_lr, wd,
-                    local_shared, c_n, l_max) -> None:
-        """One local SGD step of every client of the chunk (or gradient accumulation for uploads of grads)."""
-        used = None
-        for name, g in zip(names, grads):
-            table = name in flat_tables
-            if name in acc:
-                if table:
-                    acc_flat[name].index_add_(0, fidx, g.reshape(c_n * l_max, -1))
-                else:
-                    acc[name] += g
-                if not local_shared:
-                    continue
-            step_lr = item_lr if specs[name].scaled else lr
-            if table:
-                if wd:  # decay the rows this step uses, before the gradient step (θ(1 - ηλ) - ηg)
-                    if used is None:
-                        used = torch.unique(fidx[m.reshape(-1) > 0])
-                    flat_tables[name][used] *= (1.0 - step_lr * wd)
-                # (scaling the gradient first is ~3x faster than index_add_'s alpha on CPU)
-                flat_tables[name].index_add_(0, fidx, g.reshape(c_n * l_max, -1).mul_(-step_lr))
-            else:
-                if wd:
-                    g = g + wd * leaves[name] * active.view(-1, *([1] * (g.dim() - 1)))
-                leaves[name].add_(g, alpha=-step_lr)
 
     # ------------------------------------------------------------------ scoring
     maps_private = True   # scores() takes ``private_map``
@@ -349,6 +347,75 @@ class BatchedSimulator:
             with torch.no_grad():
                 out.append(self.bb.logits(p, None, ctx).cpu())
         return torch.cat(out) if out else torch.zeros(0, n_items, dtype=self.dtype)
+
+
+@dataclass
+class _ChunkBatch:
+    """One chunk's local data on the device: its schedule, the rows each client touches (``touched``: ``[C, T]``
+    global ids; ``owner``/``pos``: the client and place of each real row) and its examples as ``[C, S, L]`` local
+    row ids, labels and a mask of the real ones."""
+
+    sched: Schedule
+    owner: np.ndarray
+    pos: np.ndarray
+    touched: torch.Tensor
+    items: torch.Tensor
+    labels: torch.Tensor
+    mask: torch.Tensor
+    c_n: int      # clients
+    t_max: int    # touched rows of the largest client
+    s_max: int    # local steps of the longest client
+    l_max: int    # example slots per step
+
+
+@dataclass
+class _LocalSGD:
+    """The chunk's trained tensors and one local SGD step of every client at once (or, for uploads of
+    gradients, their accumulation)."""
+
+    leaves: dict          # name -> [C, ...]; item tables as the [C, T, d] touched rows
+    flat_tables: dict     # item table -> its [C * T, d] view, stepped in place
+    acc: dict             # shared name -> the gradient sum uploaded instead of parameters (else empty)
+    acc_flat: dict        # item tables of ``acc`` as [C * T, d] views
+    specs: dict
+    lr: float
+    item_lr: float
+    wd: float
+    local_shared: bool
+    c_n: int
+    l_max: int
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.leaves)
+
+    @torch.no_grad()
+    def step(self, grads, fidx, m, active) -> None:
+        """Apply ``grads`` (in ``names`` order) of the step whose examples are rows ``fidx`` of the flat tables
+        (``m``: mask of the real ones, ``active``: clients that have this step)."""
+        flat_tables, acc, acc_flat, c_n, l_max = self.flat_tables, self.acc, self.acc_flat, self.c_n, self.l_max
+        used = None
+        for name, g in zip(self.names, grads):
+            table = name in flat_tables
+            if name in acc:
+                if table:
+                    acc_flat[name].index_add_(0, fidx, g.reshape(c_n * l_max, -1))
+                else:
+                    acc[name] += g
+                if not self.local_shared:
+                    continue
+            step_lr = self.item_lr if self.specs[name].scaled else self.lr
+            if table:
+                if self.wd:  # decay the rows this step uses, before the gradient step (θ(1 - ηλ) - ηg)
+                    if used is None:
+                        used = torch.unique(fidx[m.reshape(-1) > 0])
+                    flat_tables[name][used] *= (1.0 - step_lr * self.wd)
+                # (scaling the gradient first is ~3x faster than index_add_'s alpha on CPU)
+                flat_tables[name].index_add_(0, fidx, g.reshape(c_n * l_max, -1).mul_(-step_lr))
+            else:
+                if self.wd:
+                    g = g + self.wd * self.leaves[name] * active.view(-1, *([1] * (g.dim() - 1)))
+                self.leaves[name].add_(g, alpha=-step_lr)
 
 
 class SequentialSimulator:

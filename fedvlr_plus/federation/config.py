@@ -142,35 +142,18 @@ class PrivacyConfig:
                 (self.pad_uploads >= -1, "pad_uploads must be >= 0, or -1 for every item")]
 
 
-@dataclass
-class FedRAPConfig:
-    """FedRAP's own penalties (Li et al. 2024): the sparsity of C and the gap between A_u and C."""
-
-    fedrap_lambda: float = 1e-4
-    fedrap_mu: float = 1e-2
-
-    def _checks(self):
-        return [(self.fedrap_lambda >= 0 and self.fedrap_mu >= 0, "fedrap_lambda and fedrap_mu must be >= 0")]
-
-
-def backbone_options(backbone: str, settings) -> dict:
-    """The settings a registered backbone takes as its own constructor options (FedRAP's penalties), read from
-    ``settings``: a FedConfig, or any object with the same attribute names (parsed flags)."""
-    if backbone != "fedrap":
-        return {}
-    return {f.name: getattr(settings, f.name) for f in fields(FedRAPConfig)}
-
-
 #: the concerns a run's settings are split into, in the order FedConfig lists their fields
 CONCERNS = {"training": TrainingConfig, "aggregation": AggregationConfig, "evaluation": EvaluationConfig,
-            "runtime": RuntimeConfig, "privacy": PrivacyConfig, "fedrap": FedRAPConfig}
+            "runtime": RuntimeConfig, "privacy": PrivacyConfig}
 
 
 # dataclasses collect inherited fields from the last base to the first, so the bases are listed in reverse
 @dataclass
-class FedConfig(FedRAPConfig, PrivacyConfig, RuntimeConfig, EvaluationConfig, AggregationConfig, TrainingConfig):
+class FedConfig(PrivacyConfig, RuntimeConfig, EvaluationConfig, AggregationConfig, TrainingConfig):
     """A federated run: every concern's settings in one flat record (``cfg.lr``, ``cfg.strategy``, ...).
-    ``cfg.part("training")`` gives one concern as its own typed record, for code that needs only that one."""
+    ``cfg.part("training")`` gives one concern as its own typed record, for code that needs only that one.
+    A backbone's own options (FedRAP's penalties) are not here: the backbone declares them
+    (:attr:`~fedvlr_plus.adapters.Backbone.options_type`)."""
 
     def __post_init__(self):
         self.ks = tuple(int(k) for k in self.ks)
@@ -180,8 +163,8 @@ class FedConfig(FedRAPConfig, PrivacyConfig, RuntimeConfig, EvaluationConfig, Ag
         self._add_valid_metric()
 
     def part(self, concern: str):
-        """The settings of one concern (``training``, ``aggregation``, ``evaluation``, ``runtime``, ``privacy``,
-        ``fedrap``) as that concern's own dataclass."""
+        """The settings of one concern (``training``, ``aggregation``, ``evaluation``, ``runtime``, ``privacy``)
+        as that concern's own dataclass."""
         cls = CONCERNS[concern]
         return cls(**{f.name: getattr(self, f.name) for f in fields(cls)})
 

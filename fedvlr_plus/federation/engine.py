@@ -18,7 +18,6 @@ been asked for them from the start.
 from __future__ import annotations
 
 import os
-import resource
 import sys
 import tempfile
 import time
@@ -28,17 +27,19 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..adapters import Backbone, make_backbone
+from ..adapters import Backbone, make_backbone, option_names
 from .accountant import run_noise, run_privacy
 from .batched import BatchedSimulator, SequentialSimulator
 from ..errors import ResumeMismatch, RunFolderError
-from .config import RESUMABLE_CHANGES, FedConfig, backbone_options
+from .config import RESUMABLE_CHANGES, FedConfig
 from .rng import TAG_SAMPLE
 from ..jsonio import write_json_atomic
 from .rounds import RoundLoop
+from .round_timing import bench_round, format_bench  # noqa: F401  (named here before)
 from .run_folder import SeedFolder, locked, seed_folders
+from .seed_results import SEED_PARTS, combine_seeds  # noqa: F401  (named here before)
 from .state import init_shared_state
-from .store import CompactStore, MemoryStore, make_store
+from .store import CompactStore, make_store
 from .strategy import make_strategy
 
 CHECKPOINT_FORMAT = 2
@@ -72,10 +73,13 @@ def dataset_identity(data) -> dict:
 
 
 class FederatedRun:
-    """One seed of a federated run; ``run()`` trains to the end and returns the JSON-ready result."""
+    """One seed of a federated run; ``run()`` trains to the end and returns the JSON-ready result.
+
+    ``backbone``: a registered name, built with ``options`` (the backbone's own, e.g. FedRAP's penalties; None:
+    its defaults), or a ready adapter (which carries its options)."""
 
     def __init__(self, data, backbone: str, cfg: FedConfig, run_dir: str | os.PathLike | None = None, *,
-                 progress: bool = True, on_round=None, on_upload=None):
+                 progress: bool = True, on_round=None, on_upload=None, options: dict | None = None):
         data.require_split(need=("train", "valid", "test"))
         self.data, self.cfg = data, cfg
         self.backbone_name = backbone
@@ -87,44 +91,14 @@ class FederatedRun:
         if isinstance(backbone, Backbone):  # a ready adapter (e.g. wrapped by the FedVLR fusion layer)
             self.bb, self.backbone_name = backbone, backbone.name
         else:
-            self.bb = make_backbone(backbone, self.n_items, cfg.dim, **backbone_options(backbone, cfg))
+            self.bb = make_backbone(backbone, self.n_items, cfg.dim, **(options or {}))
         self.specs = {s.name: s for s in self.bb.all_specs()}
-        self.lr = float(cfg.lr if cfg.lr is not None else self.bb.default_lr)
-        self.local_epochs = int(cfg.local_epochs if cfg.local_epochs is not None else self.bb.default_local_epochs)
-        self.item_lr_scale = float(cfg.item_lr_scale if cfg.item_lr_scale is not None
-                                   else self.bb.default_item_lr_scale)
-        self.strategy_name = cfg.strategy or self.bb.default_strategy
-        self.eligible = np.flatnonzero(np.diff(self.indptr) > 0)
-        if not len(self.eligible):
-            raise ValueError(f"{data.name}: no user has a training interaction")
-        self.per_round = self._clients_per_round()
-        self.upload_noise = run_noise(cfg, len(self.eligible), self.per_round)
-        self.upload_clip = float(cfg.upload_clip or (1.0 if self.upload_noise > 0 else 0.0))
-        default_slr = self.bb.default_server_lr or self.lr * self.per_round
-        self.server_lr = float(cfg.server_lr if cfg.server_lr is not None else default_slr)
-        self.server_optimizer = cfg.server_optimizer or self.bb.default_server_optimizer
-        self.strategy = make_strategy(self.strategy_name, server_lr=self.server_lr,
-                                      server_optimizer=self.server_optimizer, trim_fraction=cfg.trim_fraction,
-                                      chunk_floats=cfg.chunk_floats, item_lr_scale=self.item_lr_scale)
+        self._resolve_settings()
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.folder = SeedFolder(self.run_dir) if self.run_dir is not None else None
         self._tmp = None
-        if cfg.private_store == "disk":
-            root = self.run_dir / "private" if self.run_dir else Path(self._tmpdir()) / "private"
-            self.store = make_store("disk", root)
-        else:
-            self.store = CompactStore()
-        sim_cls = BatchedSimulator if cfg.simulator == "batched" else SequentialSimulator
-        from .module_batched import BatchedModuleSimulator
-        from .module_client import ModuleSimulator, module_base
-
-        base = module_base(self.bb)
-        if base is not None:  # a wrapped nn.Module (RecBole): its own clients, vmapped or one at a time
-            sim_cls = BatchedModuleSimulator if cfg.simulator == "batched" else ModuleSimulator
-        from .device import resolve_device
-
-        self.sim = sim_cls(self.bb, self.indptr, self.indices, self.store, seed=cfg.seed,
-                           chunk_floats=cfg.chunk_floats, device=resolve_device(cfg.device))
+        self.store = self._private_store()
+        base = self._start_simulator()
         self.strategy = self.bb.wrap_strategy(self.strategy, cfg.seed)  # the FedVLR layer adds its server side
         self.shared = init_shared_state(self.bb, cfg.seed)
         if base is not None:  # shared parameters as the wrapped model initialises them under this seed
@@ -137,6 +111,51 @@ class FederatedRun:
         self.best: dict | None = None
         self.bad_evals = 0
         self.stopped_early = False
+
+    def _resolve_settings(self) -> None:
+        """The settings left to the backbone (None in the config) resolved, the clients per round, the upload
+        noise and the aggregation strategy."""
+        cfg = self.cfg
+        self.lr = float(cfg.lr if cfg.lr is not None else self.bb.default_lr)
+        self.local_epochs = int(cfg.local_epochs if cfg.local_epochs is not None else self.bb.default_local_epochs)
+        self.item_lr_scale = float(cfg.item_lr_scale if cfg.item_lr_scale is not None
+                                   else self.bb.default_item_lr_scale)
+        self.strategy_name = cfg.strategy or self.bb.default_strategy
+        self.eligible = np.flatnonzero(np.diff(self.indptr) > 0)
+        if not len(self.eligible):
+            raise ValueError(f"{self.data.name}: no user has a training interaction")
+        self.per_round = self._clients_per_round()
+        self.upload_noise = run_noise(cfg, len(self.eligible), self.per_round)
+        self.upload_clip = float(cfg.upload_clip or (1.0 if self.upload_noise > 0 else 0.0))
+        default_slr = self.bb.default_server_lr or self.lr * self.per_round
+        self.server_lr = float(cfg.server_lr if cfg.server_lr is not None else default_slr)
+        self.server_optimizer = cfg.server_optimizer or self.bb.default_server_optimizer
+        self.strategy = make_strategy(self.strategy_name, server_lr=self.server_lr,
+                                      server_optimizer=self.server_optimizer, trim_fraction=cfg.trim_fraction,
+                                      chunk_floats=cfg.chunk_floats, item_lr_scale=self.item_lr_scale)
+
+    def _private_store(self):
+        """Where the clients' private states live between rounds: memory, or a folder (under the run folder)."""
+        if self.cfg.private_store == "disk":
+            root = self.run_dir / "private" if self.run_dir else Path(self._tmpdir()) / "private"
+            return make_store("disk", root)
+        return CompactStore()
+
+    def _start_simulator(self):
+        """``self.sim``: the batched or sequential simulator, or for a wrapped ``nn.Module`` (RecBole) its own
+        module clients; returns that module's adapter base (None for the package's own backbones)."""
+        from .device import resolve_device
+        from .module_batched import BatchedModuleSimulator
+        from .module_client import ModuleSimulator, module_base
+
+        cfg = self.cfg
+        sim_cls = BatchedSimulator if cfg.simulator == "batched" else SequentialSimulator
+        base = module_base(self.bb)
+        if base is not None:  # a wrapped nn.Module (RecBole): its own clients, vmapped or one at a time
+            sim_cls = BatchedModuleSimulator if cfg.simulator == "batched" else ModuleSimulator
+        self.sim = sim_cls(self.bb, self.indptr, self.indices, self.store, seed=cfg.seed,
+                           chunk_floats=cfg.chunk_floats, device=resolve_device(cfg.device))
+        return base
 
     def _tmpdir(self) -> str:
         if self._tmp is None:
@@ -311,7 +330,7 @@ class FederatedRun:
             notes.append(f"test sampled: not evaluated, {sampled_unavailable(self.data) or 'not computed'}")
         out["notes"] = notes
         out["history"] = self.history
-        out["config"] = self.cfg.to_dict()
+        out["config"] = self.recorded_config()
         out["resolved"] = self._resolved()
         out["model"] = self.bb.describe()
         privacy = run_privacy(self.cfg, self.upload_noise, self.upload_clip, len(self.eligible), self.per_round,
@@ -328,10 +347,15 @@ class FederatedRun:
                 "server_optimizer": self.server_optimizer if grads else None,
                 "clients_per_round": int(self.per_round)}
 
+    def recorded_config(self) -> dict:
+        """The run's settings as results and checkpoints record them: the config's fields, then the backbone's
+        own options (FedRAP's ``fedrap_lambda`` / ``fedrap_mu``), so a resume checks both."""
+        return {**self.cfg.to_dict(), **self.bb.option_values()}
+
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self) -> None:
         state = {
-            "format": CHECKPOINT_FORMAT, "backbone": self.backbone_name, "config": self.cfg.to_dict(),
+            "format": CHECKPOINT_FORMAT, "backbone": self.backbone_name, "config": self.recorded_config(),
             "dataset": dataset_identity(self.data), "round": self.round, "shared": self.shared,
             "strategy": self.strategy.state_dict(), "private_store": self.store.kind,
             "private": self._private_snapshot(), "history": self.history, "best": self.best,
@@ -382,8 +406,11 @@ class FederatedRun:
             raise ResumeMismatch(where, f"the run was trained on other data ({ck['dataset']} vs {ident})", hint)
         # a setting left to the backbone (None) and the same value given explicitly are the same run
         mine = self._resolved()
-        old, new = _effective(ck["config"], ck["resolved"]), _effective(self.cfg.to_dict(), mine)
-        diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in RESUMABLE_CHANGES)
+        old, new = _effective(ck["config"], ck["resolved"]), _effective(self.recorded_config(), mine)
+        # runs recorded when every config carried FedRAP's penalties list them for other backbones too
+        foreign = option_names() - set(new)
+        diff = sorted(k for k in set(old) | set(new)
+                      if old.get(k) != new.get(k) and k not in RESUMABLE_CHANGES and k not in foreign)
         if diff:
             raise ResumeMismatch(where, "cannot resume with different settings: " + "; ".join(
                 f"{_flag(k)}: the run used {old.get(k)!r}, this call {new.get(k)!r}" for k in diff), hint)
@@ -406,65 +433,8 @@ def _effective(config: dict, resolved: dict) -> dict:
     return {k: (resolved[k] if v is None and k in resolved else v) for k, v in config.items()}
 
 
-def _mean_std(dicts: list[dict]) -> tuple[dict, dict]:
-    """Mean and standard deviation over seeds of every figure that every seed has (a null figure is missing)."""
-    keys = sorted(set.intersection(*(set(d) for d in dicts))) if dicts else []
-    keys = [k for k in keys if all(isinstance(d[k], (int, float)) and d[k] == d[k] for d in dicts)]
-    mean = {k: float(np.mean([d[k] for d in dicts])) for k in keys}
-    std = {k: float(np.std([d[k] for d in dicts], ddof=1)) if len(dicts) > 1 else 0.0 for k in keys}
-    return mean, std
-
-
-SEED_PARTS = ("valid", "test", "test_warm", "test_cold", "test_sampled", "test_sampled_warm", "test_sampled_cold")
-
-
-def _part_present(result: dict, key: str) -> bool:
-    """A seed has a part when it has figures for it and (where counted) users in it."""
-    part = result.get(key)
-    return (isinstance(part, dict) and any(v is not None for v in part.values())
-            and result.get(f"{key}_n_users", 1) != 0)
-
-
-def combine_seeds(results: list[dict]) -> dict:
-    """One seed: its result plus ``per_seed``. Several: means (and ``*_std``) of the figures, per-seed results.
-
-    Only parts present in every seed are combined; a part absent from some seed keeps its key with null mean and
-    std, and ``notes`` says in which seeds it was absent (with every seed's own notes, without repeats).
-    """
-    if len(results) == 1:
-        out = dict(results[0])
-        out["per_seed"] = [results[0]]
-        return out
-    out = {"backbone": results[0]["backbone"], "dataset": results[0]["dataset"],
-           "seeds": [r["seed"] for r in results], "selected_round": [r["selected_round"] for r in results],
-           "strategy": results[0]["strategy"], "simulator": results[0]["simulator"]}
-    notes = list(dict.fromkeys(n for r in results for n in r.get("notes", [])))
-    for key in SEED_PARTS:
-        counts = [r[f"{key}_n_users"] for r in results if f"{key}_n_users" in r]
-        if counts:
-            out[f"{key}_n_users"] = counts[0] if len(set(counts)) == 1 else counts
-        absent = [r["seed"] for r in results if not _part_present(r, key)]
-        if not absent:
-            out[key], out[f"{key}_std"] = _mean_std([r[key] for r in results])
-        elif any(key in r for r in results):
-            out[key] = out[f"{key}_std"] = None
-            label = key.replace("_", " ")
-            if len(absent) < len(results):
-                notes.append(f"{label}: absent in seeds {', '.join(map(str, absent))}; not combined over seeds")
-            elif not any(n.startswith(f"{label}:") for n in notes):   # else every seed's own note says why
-                notes.append(f"{label}: absent in every seed")
-    if "test_n_users" in out:
-        out["n_users"] = out["test_n_users"]
-    out["notes"] = notes
-    out["config"] = results[0]["config"]
-    if "privacy" in results[0]:   # the same for every seed but for the rounds each ran: the most spent
-        out["privacy"] = max((r["privacy"] for r in results), key=lambda p: p["rounds"])
-    out["per_seed"] = results
-    return out
-
-
 def run_federated(data, backbone: str, cfg: FedConfig | None = None, out_dir=None, resume: bool = False,
-                  progress: bool = True, *, on_round=None, on_upload=None) -> dict:
+                  progress: bool = True, *, on_round=None, on_upload=None, options: dict | None = None) -> dict:
     """Train ``backbone`` federatedly on split ``data`` for ``cfg.seeds`` seeds; return the JSON-ready result.
 
     ``out_dir``: checkpoint every round into ``out_dir/seed-<s>/`` and write ``result.json`` files; the folder is
@@ -474,6 +444,7 @@ def run_federated(data, backbone: str, cfg: FedConfig | None = None, out_dir=Non
     Refused (:class:`~fedvlr_plus.errors.RunFolderError`): a folder without a run, a file that fails its checksum,
     a changed setting or seed (:class:`~fedvlr_plus.errors.ResumeMismatch`).
     ``on_round(run, record)`` is called after every round, ``on_upload(round, update)`` for every upload.
+    ``options``: the backbone's own options when ``backbone`` is a name (see :class:`FederatedRun`).
     """
     cfg = cfg or FedConfig()
     if resume and out_dir is None:
@@ -481,7 +452,8 @@ def run_federated(data, backbone: str, cfg: FedConfig | None = None, out_dir=Non
     seeds = [cfg.seed + i for i in range(cfg.seeds)]
     if out_dir is None:
         return combine_seeds([FederatedRun(data, backbone, replace(cfg, seed=s, seeds=1), progress=progress,
-                                           on_round=on_round, on_upload=on_upload).run() for s in seeds])
+                                           on_round=on_round, on_upload=on_upload, options=options).run()
+                              for s in seeds])
     out = Path(out_dir)
     if resume and not out.is_dir():
         raise RunFolderError(str(out), "no such run folder to resume", f"start the run with --out {out}")
@@ -490,7 +462,7 @@ def run_federated(data, backbone: str, cfg: FedConfig | None = None, out_dir=Non
         results = []
         for seed in seeds:
             run = FederatedRun(data, backbone, replace(cfg, seed=seed, seeds=1), out / f"seed-{seed}",
-                               progress=progress, on_round=on_round, on_upload=on_upload)
+                               progress=progress, on_round=on_round, on_upload=on_upload, options=options)
             results.append(_resume_or_run(run) if resume else run.run())
         summary = combine_seeds(results)
         write_json_atomic(out / "result.json", summary)
@@ -529,110 +501,3 @@ def _resume_or_run(run: FederatedRun) -> dict:
         if saved is not None:
             return saved
     return run.run()
-
-
-# ---------------------------------------------------------------------- speed benchmark
-def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-
-
-def bench_round(data, backbone, cfg: FedConfig | None = None, *, sequential: bool = True,
-                repeats: int = 3, rounds: int = 1) -> dict:
-    """Time full rounds (every client, ``cfg.local_epochs`` local epochs, aggregation included, evaluation
-    excluded) with the batched simulator and, unless ``sequential=False``, with the sequential reference, both
-    from the same initial state. ``backbone``: a name or a ready adapter (a RecBole model, the FedVLR layer).
-
-    ``rounds == 1``: the first round is timed ``repeats`` times and the fastest is reported (filters out other
-    processes). ``rounds > 1``: each simulator trains ``rounds`` consecutive rounds and the median of rounds 2 to
-    ``rounds`` is reported (round 1 carries one-off work: initial private states, the batched module client's
-    self-check). Also reported: the process's peak RSS, the largest difference between the two aggregated shared
-    states (after the last round timed) and, for module backbones, why the batched simulator fell back, if it did."""
-    import gc
-
-    cfg = replace(cfg or FedConfig(), clients_per_round=None, private_store="memory", seeds=1)
-    repeats, rounds = max(1, int(repeats)), max(1, int(rounds))
-    out = {"backbone": backbone if isinstance(backbone, str) else backbone.name, "dataset": data.name,
-           "clients": None, "items": int(data.n_items), "train_interactions": int(len(data.train())),
-           "negatives": cfg.negatives, "threads": torch.get_num_threads(), "repeats": repeats, "rounds": rounds,
-           "peak_rss_mb_before": _peak_rss_mb()}
-    timed = _timed_rounds if rounds > 1 else _timed_repeats
-    runb = FederatedRun(data, backbone, replace(cfg, simulator="batched"), progress=False)
-    out["clients"] = int(len(runb.eligible))
-    out["local_epochs"] = runb.local_epochs
-    out["simulator_batched"] = runb.sim.name
-    # warm-up on a few clients (allocator, lazy initialisation) with a throwaway store
-    warm = type(runb.sim)(runb.bb, runb.indptr, runb.indices, MemoryStore(), seed=cfg.seed,
-                          chunk_floats=cfg.chunk_floats)
-    warm.fit(runb.eligible[:8], runb.shared, runb.round_config(1))
-    out["batched_s"], out["batched_cpu_s"], new_b = timed(runb, repeats if rounds == 1 else rounds)
-    out["fallback"] = getattr(runb.sim, "fallback", None)
-    out["peak_rss_mb_batched"] = _peak_rss_mb()
-    del runb
-    gc.collect()
-    if sequential:
-        runs = FederatedRun(data, backbone, replace(cfg, simulator="sequential"), progress=False)
-        out["simulator_sequential"] = runs.sim.name
-        out["sequential_s"], out["sequential_cpu_s"], new_s = timed(runs, repeats if rounds == 1 else rounds)
-        out["speedup"] = out["sequential_s"] / out["batched_s"]
-        # the CPU-time ratio is the fairer figure when other processes compete for the cores
-        out["speedup_cpu"] = out["sequential_cpu_s"] / out["batched_cpu_s"]
-        out["max_abs_diff"] = max(float((new_b[k] - new_s[k]).abs().max()) for k in new_b)
-        out["peak_rss_mb"] = _peak_rss_mb()
-    return out
-
-
-def _timed_repeats(run, repeats: int):
-    """The fastest of ``repeats`` runs of round 1 (wall and CPU seconds) and the aggregated state."""
-    import gc
-
-    conf = run.round_config(1)
-    best, best_cpu, new = float("inf"), float("inf"), None
-    start = run.store.snapshot()   # every repeat trains the same first round from the same states
-    for _ in range(repeats):
-        run.store.restore(start)
-        run.store.begin_round(1)
-        gc.collect()
-        t, c = time.perf_counter(), time.process_time()
-        ups = run.sim.fit(run.eligible, run.shared, conf)
-        new = run.strategy.aggregate(run.shared, ups, run.specs)
-        best = min(best, time.perf_counter() - t)
-        best_cpu = min(best_cpu, time.process_time() - c)
-        del ups
-    return best, best_cpu, new
-
-
-def _timed_rounds(run, rounds: int):
-    """Median wall and CPU seconds of rounds 2..``rounds`` trained in a row, and the final shared state."""
-    import gc
-
-    walls, cpus = [], []
-    for r in range(1, rounds + 1):
-        run.store.begin_round(r)
-        gc.collect()
-        t, c = time.perf_counter(), time.process_time()
-        ups = run.sim.fit(run.eligible, run.shared, run.round_config(r))
-        run.shared = run.strategy.aggregate(run.shared, ups, run.specs)
-        walls.append(time.perf_counter() - t)
-        cpus.append(time.process_time() - c)
-        run.store.prepare(r)
-        run.store.commit()
-        del ups
-    return float(np.median(walls[1:])), float(np.median(cpus[1:])), run.shared
-
-
-def format_bench(res: dict) -> str:
-    rounds = res.get("rounds", 1)
-    how = f"median of rounds 2-{rounds}" if rounds > 1 else f"best of {res['repeats']}"
-    lines = [f"{res['backbone']} on {res['dataset']}: {res['clients']} clients, {res['items']} items, "
-             f"{res['train_interactions']} training interactions, {res['local_epochs']} local epochs, "
-             f"{res['threads']} torch threads",
-             f"  batched    {res['batched_s']:.3f} s per round, CPU {res['batched_cpu_s']:.3f} s ({how}; "
-             f"process peak RSS {res['peak_rss_mb_batched']:.0f} MB)"]
-    if res.get("fallback"):
-        lines.append(f"  (the batched simulator fell back to one client at a time: {res['fallback']})")
-    if "sequential_s" in res:
-        lines.append(f"  sequential {res['sequential_s']:.3f} s per round, CPU {res['sequential_cpu_s']:.3f} s")
-        lines.append(f"  speed-up   {res['speedup']:.1f}x wall, {res['speedup_cpu']:.1f}x CPU   "
-                     f"(max |batched - sequential| after aggregation "
-                     f"{res['max_abs_diff']:.2e})")
-    return "\n".join(lines)

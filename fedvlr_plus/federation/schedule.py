@@ -70,77 +70,115 @@ def build_schedule(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray, n_
     """
     rows = np.asarray(rows, dtype=np.int64)
     clients = rows if ids is None else np.asarray(ids, dtype=np.int64)
+    c_n, k, bsz = len(rows), int(negatives), int(batch_size)
+    n = _positive_counts(indptr, rows, clients, n_items, k)
+    nb = (n + bsz - 1) // bsz
+    pos = _Positives.of(indptr, indices, rows, clients, n, n_items)
+    ex, e_pos, q_e = _positive_examples(pos, nb, seed=seed, round=round, epochs=int(epochs), batch_size=bsz,
+                                        negatives=k)
+    if k:
+        _add_negatives(ex, e_pos, q_e, pos, clients, n, n_items, seed=seed, round=round, negatives=k)
+    ex = {name: np.concatenate(v) for name, v in ex.items()}
+    ukey, inv = _touched_keys(ex["client"] * n_items + ex["item"], c_n, n_items)
+    counts = np.bincount(ukey // n_items, minlength=c_n)
+    ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    return Schedule(
+        clients=clients, n_pos=n, n_steps=(epochs * nb).astype(np.int64),
+        ex_client=ex["client"], ex_step=ex["step"], ex_slot=ex["slot"], ex_item=ex["item"],
+        ex_label=ex["label"].astype(np.float32), touched_ptr=ptr, touched=(ukey % n_items).astype(np.int64),
+        ex_local=(inv.reshape(-1) - ptr[ex["client"]]).astype(np.int64),
+        slots=int(np.minimum(n, bsz).max() * (1 + k)) if c_n else 0,
+    )
+
+
+def _positive_counts(indptr, rows, clients, n_items: int, negatives: int) -> np.ndarray:
+    """Each client's number of training positives; a client that cannot train (none, or no item left to draw
+    a negative from) is refused by id."""
     c_n = len(rows)
     n = (indptr[rows + 1] - indptr[rows]).astype(np.int64)
     if c_n and n.min() <= 0:
         bad = clients[np.argmin(n)]
         raise ValueError(f"client {bad} has no training interactions and cannot train")
-    k = int(negatives)
-    if k > 0 and c_n and (n >= n_items).any():
+    if negatives > 0 and c_n and (n >= n_items).any():
         bad = clients[np.argmax(n)]
         raise ValueError(f"client {bad} has interacted with every item: no negative can be drawn")
-    bsz = int(batch_size)
-    per_batch = np.minimum(n, bsz)
-    nb = (n + bsz - 1) // bsz
-    n_steps = epochs * nb
+    return n
 
-    total = int(n.sum())
-    offs = np.concatenate([[0], np.cumsum(n)[:-1]]).astype(np.int64)
-    cl = np.repeat(np.arange(c_n, dtype=np.int64), n)
-    j = np.arange(total, dtype=np.int64) - offs[cl]
-    pos_item = indices[indptr[rows][cl] + j].astype(np.int64)
-    cid = clients[cl]
-    # Negatives without rejection: the r-th item of the complement of the sorted positives P is
-    # r + #{i : P[i] - i <= r}. ``adj`` holds P[i] - i, made globally sorted by a per-client offset.
-    adj = cl * n_items + (pos_item - j)
-    if total > 1 and (np.diff(adj) < 0).any():
-        raise ValueError("the training CSR rows must be sorted and free of duplicates")
 
-    # every epoch at once: arrays of length epochs * total (positives) and epochs * total * k (negatives)
-    n_ep = int(epochs)
-    e_pos = np.repeat(np.arange(n_ep, dtype=np.int64), total)
-    cl_e, q_e = np.tile(cl, n_ep), np.tile(j, n_ep)   # q: the slot a positive takes within its client's epoch
-    items_pos = np.tile(pos_item, n_ep)
+@dataclass
+class _Positives:
+    """Every client's positives in one flat array: ``cl`` the client index, ``j`` the place within the client,
+    ``item`` the global id, ``cid`` the client id, ``offs`` each client's start; ``adj`` holds ``P[i] - i`` made
+    globally sorted by a per-client offset (the r-th item of the complement of the sorted positives P is
+    ``r + #{i : P[i] - i <= r}``, so negatives need no rejection)."""
+
+    cl: np.ndarray
+    j: np.ndarray
+    item: np.ndarray
+    cid: np.ndarray
+    offs: np.ndarray
+    adj: np.ndarray
+
+    @classmethod
+    def of(cls, indptr, indices, rows, clients, n, n_items: int) -> "_Positives":
+        total = int(n.sum())
+        offs = np.concatenate([[0], np.cumsum(n)[:-1]]).astype(np.int64)
+        cl = np.repeat(np.arange(len(rows), dtype=np.int64), n)
+        j = np.arange(total, dtype=np.int64) - offs[cl]
+        pos_item = indices[indptr[rows][cl] + j].astype(np.int64)
+        adj = cl * n_items + (pos_item - j)
+        if total > 1 and (np.diff(adj) < 0).any():
+            raise ValueError("the training CSR rows must be sorted and free of duplicates")
+        return cls(cl, j, pos_item, clients[cl], offs, adj)
+
+
+def _positive_examples(pos: _Positives, nb, *, seed: int, round: int, epochs: int, batch_size: int,
+                       negatives: int) -> tuple[dict, np.ndarray, np.ndarray]:
+    """The positive examples of every epoch at once (arrays of length epochs * positives), each with its client,
+    step and slot (lists, for the negatives to join), and each one's epoch and slot within its client's epoch."""
+    cl, j, total, k = pos.cl, pos.j, len(pos.cl), negatives
+    e_pos = np.repeat(np.arange(epochs, dtype=np.int64), total)
+    cl_e, q_e = np.tile(cl, epochs), np.tile(j, epochs)   # q: the slot a positive takes within its client's epoch
+    items_pos = np.tile(pos.item, epochs)
     multi = np.flatnonzero(nb[cl] > 1)                # positives of clients with several mini-batches
-    for e in range(n_ep if len(multi) else 0):
+    for e in range(epochs if len(multi) else 0):
         # Shuffle the positives of clients whose epoch spans several mini-batches (for one mini-batch the order
         # only changes the summation order of its mean). Sorting (client, key) keeps clients contiguous.
-        key = rng.hash64(seed, round, rng.TAG_PERM, e, cid[multi], j[multi]) >> np.uint64(24)
+        key = rng.hash64(seed, round, rng.TAG_PERM, e, pos.cid[multi], j[multi]) >> np.uint64(24)
         perm = multi[np.argsort(cl[multi].astype(np.uint64) << np.uint64(40) | key, kind="stable")]
-        items_pos[e * total + multi] = pos_item[perm]
-    step_pos = e_pos * nb[cl_e] + q_e // bsz
-    slot_pos = (q_e % bsz) * (1 + k)
+        items_pos[e * total + multi] = pos.item[perm]
+    step_pos = e_pos * nb[cl_e] + q_e // batch_size
+    slot_pos = (q_e % batch_size) * (1 + k)
     ex = {"client": [cl_e], "step": [step_pos], "slot": [slot_pos], "item": [items_pos],
-          "label": [np.ones(n_ep * total, np.float32)]}
-    if k:
-        ncl = np.repeat(cl_e, k)
-        t = np.tile(np.arange(k, dtype=np.int64), n_ep * total)
-        idx = np.repeat(q_e, k) * k + t                 # the t-th negative of slot q, numbered within the epoch
-        free = n_items - n[ncl]
-        r = np.minimum((rng.uniform(seed, round, rng.TAG_NEG, np.repeat(e_pos, k), clients[ncl], idx)
-                        * free).astype(np.int64), free - 1)
-        before = np.searchsorted(adj, ncl * n_items + r, side="right") - offs[ncl]
-        ex["client"].append(ncl); ex["step"].append(np.repeat(step_pos, k))
-        ex["slot"].append(np.repeat(slot_pos, k) + 1 + t); ex["item"].append(r + before)
-        ex["label"].append(np.zeros(len(ncl), np.float32))
-    ex = {name: np.concatenate(v) for name, v in ex.items()}
+          "label": [np.ones(epochs * total, np.float32)]}
+    return ex, e_pos, q_e
 
-    keys = ex["client"] * n_items + ex["item"]
+
+def _add_negatives(ex: dict, e_pos, q_e, pos: _Positives, clients, n, n_items: int, *, seed: int, round: int,
+                   negatives: int) -> None:
+    """Append ``negatives`` uniform draws from the complement of each client's positives after every positive
+    example of ``ex`` (re-drawn every epoch, keyed by (seed, round, epoch, client id, slot))."""
+    k = negatives
+    cl_e, step_pos, slot_pos = ex["client"][0], ex["step"][0], ex["slot"][0]
+    ncl = np.repeat(cl_e, k)
+    t = np.tile(np.arange(k, dtype=np.int64), len(cl_e))
+    idx = np.repeat(q_e, k) * k + t                 # the t-th negative of slot q, numbered within the epoch
+    free = n_items - n[ncl]
+    r = np.minimum((rng.uniform(seed, round, rng.TAG_NEG, np.repeat(e_pos, k), clients[ncl], idx)
+                    * free).astype(np.int64), free - 1)
+    before = np.searchsorted(pos.adj, ncl * n_items + r, side="right") - pos.offs[ncl]
+    ex["client"].append(ncl); ex["step"].append(np.repeat(step_pos, k))
+    ex["slot"].append(np.repeat(slot_pos, k) + 1 + t); ex["item"].append(r + before)
+    ex["label"].append(np.zeros(len(ncl), np.float32))
+
+
+def _touched_keys(keys: np.ndarray, c_n: int, n_items: int) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted unique (client * n_items + item) keys of the round's examples and each example's rank."""
     if c_n * n_items <= max(1 << 16, 8 * len(keys)):
         # dense key space: a bitmap gives the sorted unique keys and each key's rank without sorting
         flag = np.zeros(c_n * n_items, dtype=bool)
         flag[keys] = True
         ukey = np.flatnonzero(flag)
         rank = np.cumsum(flag, dtype=np.int64) - 1
-        inv = rank[keys]
-    else:
-        ukey, inv = np.unique(keys, return_inverse=True)
-    counts = np.bincount(ukey // n_items, minlength=c_n)
-    ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    return Schedule(
-        clients=clients, n_pos=n, n_steps=n_steps.astype(np.int64),
-        ex_client=ex["client"], ex_step=ex["step"], ex_slot=ex["slot"], ex_item=ex["item"],
-        ex_label=ex["label"].astype(np.float32), touched_ptr=ptr, touched=(ukey % n_items).astype(np.int64),
-        ex_local=(inv.reshape(-1) - ptr[ex["client"]]).astype(np.int64),
-        slots=int(per_batch.max() * (1 + k)) if c_n else 0,
-    )
+        return ukey, rank[keys]
+    return np.unique(keys, return_inverse=True)

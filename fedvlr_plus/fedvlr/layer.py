@@ -257,6 +257,10 @@ class FusionLayer(Backbone):
             reg = reg + self.balance * (float(np.log(w.shape[-1])) - entropy(w))
         return reg
 
+    def option_values(self) -> dict:
+        """The wrapped backbone's own options (FedRAP's penalties): they still shape the penalty it adds."""
+        return self.base.option_values()
+
     def describe(self) -> dict:
         out = self.base.describe()
         out.update(backbone=self.name, fusion=self.mode, views=self.view_names, experts=self.experts,
