@@ -102,8 +102,8 @@ def test_the_command_line_builds_fedrap_with_its_flags(small):
     assert isinstance(bb, FedRAP) and bb.option_values() == {"fedrap_lambda": 0.25, "fedrap_mu": 1e-2}
     plain = parser.parse_args(["run", "ml-100k", "--backbone", "fedrap"])
     assert build_backbone(plain, small, 8, False) == "fedrap"   # no flag: the engine builds it with defaults
-    with pytest.raises(SystemExit):   # a command that never builds FedRAP from the flags does not take them
-        parser.parse_args(["experiment", "paper-table", "ml-100k", "--fedrap-lambda", "0.25"])
+    with pytest.raises(SystemExit):   # bench suite never builds FedRAP from the flags: it does not take them
+        parser.parse_args(["bench", "suite", "--fedrap-lambda", "0.25"])
 
 
 def test_the_api_recipe_passes_its_penalties_to_the_backbone(small):
@@ -126,3 +126,44 @@ def test_flower_run_config_takes_the_penalties_for_the_backbone(small):
     assert build_backbone(small, s).option_values()["fedrap_lambda"] == 0.125
     other = Settings.from_run_config({"data": "ml-100k", "backbone": "fedavg", "fedrap-lambda": 0.125, "dim": 8})
     assert build_backbone(small, other).option_values() == {}
+
+
+def _folder_with_text_views(path, n_users=24, n_items=40):
+    """Interactions (leave-one-out by time) and a text view per item: what paper-table and coldstart need."""
+    import numpy as np
+
+    g = np.random.default_rng(0)
+    rows = [(u, int(i), 1, t) for u in range(n_users)
+            for t, i in enumerate(g.choice(n_items, size=6, replace=False))]
+    path.mkdir()
+    (path / "inter.csv").write_text("userID,itemID,rating,timestamp\n"
+                                    + "".join(",".join(map(str, r)) + "\n" for r in rows))
+    np.save(path / "text_features.npy", g.standard_normal((n_items, 6)).astype(np.float32))
+    return str(path)
+
+
+@pytest.mark.parametrize("command", [
+    ["experiment", "paper-table", "FOLDER", "--backbones", "fedrap", "--variants", "none", "--seeds", "1"],
+    ["experiment", "poisoning", "synthetic:30x40", "--backbone", "fedrap", "--strategies", "fedavg",
+     "--attackers", "0", "--seeds", "1"],
+    ["experiment", "privacy-table", "synthetic:30x40", "--backbone", "fedrap", "--noise", "0", "--seeds", "1"],
+    ["coldstart", "FOLDER", "--backbone", "fedrap", "--seeds", "1"],
+])
+def test_every_command_that_trains_fedrap_passes_its_penalties_to_the_backbone(command, monkeypatch, tmp_path):
+    from _bad_input import run_cli
+
+    from fedvlr_plus.adapters import fedrap
+
+    seen = []
+    original = fedrap.FedRAP.__init__
+
+    def spy(self, *a, **kw):
+        seen.append((kw.get("fedrap_lambda"), kw.get("fedrap_mu")))
+        original(self, *a, **kw)
+
+    monkeypatch.setattr(fedrap.FedRAP, "__init__", spy)
+    command = [_folder_with_text_views(tmp_path / "data") if a == "FOLDER" else a for a in command]
+    res = run_cli(*command, "--rounds", "1", "--local-epochs", "1", "--dim", "4", "--no-progress",
+                  "--fedrap-lambda", "0.003", "--fedrap-mu", "0.02")
+    assert res.code == 0, res.err
+    assert (0.003, 0.02) in seen

@@ -96,6 +96,7 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 def coldstart_options(args):
     """The study's typed options from the parsed flags."""
+    from ..adapters import backbone_options
     from ..coldstart.study import ColdStartOptions, StudySplit
     from .fusion import options_from_args
     from .run_args import config_from_args
@@ -111,6 +112,7 @@ def coldstart_options(args):
         fedvlr=options_from_args(args, mode=args.fusion if args.fusion != "none" else "fedvlr"),
         metrics=keys, fusion=args.fusion, with_backbone=args.with_backbone,
         support=args.support, support_epochs=args.support_epochs, new_user_start=args.new_user_start,
+        backbone_options=backbone_options(args.backbone, args),
         cold_rule=args.cold_rule,
         cold_select=args.cold_select, progress=not args.no_progress, command=command)
 

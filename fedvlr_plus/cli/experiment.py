@@ -95,6 +95,7 @@ def paper_table_options(args):
     """The table's typed options from the parsed flags."""
     from pathlib import Path
 
+    from ..adapters import backbone_options
     from ..errors import RunFolderError
     from ..experiments.paper_table import PaperTableOptions
     from ..metric_spec import parse_metrics
@@ -106,11 +107,11 @@ def paper_table_options(args):
                              f"different --out ({args.out})")
     folder = args.resume or args.out
     _, ks, keys = parse_metrics(args.metrics)
+    backbones = tuple(b.strip() for b in args.backbones.split(",") if b.strip())
     return PaperTableOptions(
-        backbones=tuple(b.strip() for b in args.backbones.split(",") if b.strip()),
+        backbones=backbones, backbone_options={b: backbone_options(b, args) for b in backbones},
         variants=tuple(v.strip() for v in args.variants.split(",") if v.strip()),
-        training=config_from_args(args, ks=ks), fedvlr=options_from_args(args, mode="fedvlr"),
-        metrics=keys, overrides=parse_overrides(args.override),
+        training=config_from_args(args, ks=ks), fedvlr=options_from_args(args, mode="fedvlr"), metrics=keys, overrides=parse_overrides(args.override),
         folder=Path(folder) if folder else None, resume=bool(args.resume), progress=not args.no_progress)
 
 

@@ -79,6 +79,7 @@ def register(ex) -> argparse.ArgumentParser:
 
 
 def cmd_poisoning(args) -> int:
+    from ..adapters import backbone_options
     from ..errors import ConfigError
     from ..experiments.poisoning import run_grid, summarise
     from ..experiments.poisoning_report import markdown_table, write_report
@@ -98,7 +99,7 @@ def cmd_poisoning(args) -> int:
     log = None if args.no_progress else (lambda line: print(line, file=sys.stderr))
     cells = run_grid(data, args.backbone, cfg, args.strategies, args.attackers, args.seeds,
                      target_quantile=args.target_quantile, pool_size=args.popular_pool, boost=args.boost, log=log,
-                     folder=args.out)
+                     folder=args.out, options=backbone_options(args.backbone, args))
     rows = summarise(cells, args.strategies, args.attackers, seed=cfg.seed)
     result = {"settings": {"dataset": data.name, "backbone": args.backbone, "seeds": args.seeds,
                            "targets": sorted({c["target"] for c in cells}), "boost": args.boost,

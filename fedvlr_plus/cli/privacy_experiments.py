@@ -72,6 +72,7 @@ def register(ex) -> None:
 
 def _setup(args):
     from .common import load_for_run
+    from ..adapters import backbone_options
     from .run_args import config_from_args
 
     if args.target_epsilon is not None:
@@ -86,6 +87,11 @@ def _setup(args):
 
         def backbone():
             return fusion_backbone(args, data, args.backbone, cfg.dim)
+    elif backbone_options(args.backbone, args):
+        from .fusion import base_backbone
+
+        def backbone():   # the backbone's own options (FedRAP's penalties) from the flags
+            return base_backbone(args, data.n_items, args.backbone, cfg.dim)
     label = args.backbone + ("" if args.fusion == "none" else f"+{args.fusion}")
     return data, cfg, backbone, label
 

@@ -31,8 +31,8 @@ _FEDRAP_FLAGS = frozenset({"--fedrap-lambda", "--fedrap-mu"})
 #: flags of add_run_arguments that a command leaves out because they mean nothing there
 _NOT_FOR = {
     "run": frozenset(),
-    "experiment": frozenset({"--recbole-config", "--evaluator"}) | _FEDRAP_FLAGS,
-    "coldstart": frozenset({"--resume", "--recbole-config", "--evaluator"}) | _FEDRAP_FLAGS,
+    "experiment": frozenset({"--recbole-config", "--evaluator"}),
+    "coldstart": frozenset({"--resume", "--recbole-config", "--evaluator"}),
     # bench round times one round of every client in memory: no evaluation, stopping, seeds or checkpoints
     "bench": frozenset({"--resume", "--recbole-config", "--evaluator", "--rounds", "--patience", "--valid-metric",
                         "--eval-every", "--ks", "--seeds", "--checkpoint-every", "--clients-per-round",

@@ -8,7 +8,7 @@ every other path does.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from ..metric_spec import parse_metrics
 
@@ -74,6 +74,8 @@ class ColdStartOptions:
     support_epochs: int = 20
     #: a joining user's private state starts from its own draw or the trained clients' mean (.population)
     new_user_start: str = "fresh"
+    #: the backbone's own options (FedRAP's penalties)
+    backbone_options: dict = field(default_factory=dict)
     cold_rule: str = "auto"
     cold_select: str = "ndcg@10"
     progress: bool = True
@@ -82,12 +84,12 @@ class ColdStartOptions:
 
 def _recipe(opts: ColdStartOptions, fusion: str, cfg):
     """``data -> backbone`` of one trained model: the backbone's name, or the API's FedVLR recipe built."""
-    if fusion == "none":
-        return lambda data: opts.backbone
     from ..api import FedVLR, Model
 
-    model = FedVLR(Model(opts.backbone, opts.backbone), options=opts.fedvlr, mode=fusion,
-                   label=f"{opts.backbone}+{fusion}")
+    base = Model(opts.backbone, opts.backbone, backbone_options=dict(opts.backbone_options))
+    if fusion == "none":
+        return lambda data: base.build(data, cfg)
+    model = FedVLR(base, options=opts.fedvlr, mode=fusion, label=f"{opts.backbone}+{fusion}")
     return lambda data: model.build(data, cfg)
 
 

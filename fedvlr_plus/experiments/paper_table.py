@@ -51,6 +51,8 @@ class PaperTableOptions:
     fedvlr: object
     metrics: list[str]
     overrides: tuple[tuple[str, str, str], ...] = ()
+    #: each backbone's own options by backbone name (FedRAP's penalties), for its rows alone and with the layer
+    backbone_options: dict = field(default_factory=dict)
     folder: Path | None = None
     resume: bool = False
     progress: bool = True
@@ -171,11 +173,12 @@ def _recipes(study: _Study, skipped: dict):
                 start = replace(base, strategy="fedgrad", server_lr=base.server_lr or FusionLayer.default_server_lr)
             row = config_for_row(start, opts.overrides, backbone, variant)
             train = {f.name: getattr(row, f.name) for f in fields(row) if getattr(row, f.name) != getattr(base, f.name)}
+            own = dict(opts.backbone_options.get(backbone, {}))
             if variant not in FUSION_VARIANTS:
-                yield Model(backbone, label, train), variant
+                yield Model(backbone, label, train, backbone_options=own), variant
             else:
-                yield FedVLR(Model(backbone, backbone, train), study.views, label=label, options=opts.fedvlr,
-                             mode=variant), variant
+                yield FedVLR(Model(backbone, backbone, train, backbone_options=own), study.views, label=label,
+                             options=opts.fedvlr, mode=variant), variant
 
 
 def config_for_row(base_cfg, overrides, backbone: str, variant: str):

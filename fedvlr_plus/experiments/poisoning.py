@@ -44,7 +44,7 @@ def build_attackers(run, data, target: int, fraction: float, *, pool_size: int, 
 
 
 def run_cell(data, backbone: str, cfg, target: int, fraction: float, *, pool_size: int = 100,
-             boost: float = 1.0) -> dict:
+             boost: float = 1.0, options: dict | None = None) -> dict:
     """One run: train with the attackers, select on validation, measure exposure and test at that round."""
     from ..federation.engine import FederatedRun
     from ..federation.poisoned import PoisonedSimulator
@@ -56,7 +56,7 @@ def run_cell(data, backbone: str, cfg, target: int, fraction: float, *, pool_siz
             at_best["exposure"] = exposure(data, run.scorer(), target, ks=EXPOSURE_KS)
 
     wall, cpu = time.perf_counter(), time.process_time()
-    run = FederatedRun(data, backbone, cfg, progress=False, on_round=on_round)
+    run = FederatedRun(data, backbone, cfg, progress=False, on_round=on_round, options=options)
     attackers = build_attackers(run, data, target, fraction, pool_size=pool_size, boost=boost)
     run.sim = PoisonedSimulator(run.sim, attackers, len(run.eligible), cfg.seed)
     result = run.run()
@@ -72,9 +72,10 @@ def run_cell(data, backbone: str, cfg, target: int, fraction: float, *, pool_siz
 
 
 def run_grid(data, backbone: str, base_cfg, strategies, fractions, seeds: int, *, target_quantile: float = 0.1,
-             pool_size: int = 100, boost: float = 1.0, log=None, folder=None) -> list[dict]:
+             pool_size: int = 100, boost: float = 1.0, log=None, folder=None, options: dict | None = None) -> list[dict]:
     """Every (seed, strategy, fraction) cell; the seed's target is shared by all its cells. With ``folder`` each
-    finished cell is saved there at once and read back instead of trained when the grid is run again."""
+    finished cell is saved there at once and read back instead of trained when the grid is run again.
+    ``options``: the backbone's own options (FedRAP's penalties)."""
     from ..federation.promotion_attack import choose_target
     from ..federation.run_folder import locked
     from .finished_cells import load_cell, save_cell
@@ -90,10 +91,12 @@ def run_grid(data, backbone: str, base_cfg, strategies, fractions, seeds: int, *
                     cfg = replace(base_cfg, strategy=strategy, seed=seed, seeds=1)
                     key = f"seed{seed}-{strategy}-{fraction:g}"
                     settings = {"dataset": data.name, "backbone": backbone, "config": cfg.to_dict(),
-                                "target": int(target), "popular_pool": pool_size, "boost": boost}
+                                "backbone_options": dict(options or {}), "target": int(target),
+                                "popular_pool": pool_size, "boost": boost}
                     cell = load_cell(folder, key, settings) if folder is not None else None
                     if cell is None:
-                        cell = run_cell(data, backbone, cfg, target, fraction, pool_size=pool_size, boost=boost)
+                        cell = run_cell(data, backbone, cfg, target, fraction, pool_size=pool_size, boost=boost,
+                                        options=options)
                         if folder is not None:
                             save_cell(folder, key, settings, cell)
                     elif log is not None:
