@@ -11,7 +11,6 @@ import torch.nn.functional as F
 from ..federation.messages import ClientUpdate
 from ..federation.store import MemoryStore
 from .grpo import GRPOConfig, grpo_loss
-
 from .dtl_model import ITEM_PARAMS, USER_PARAMS, DTLConfig, evaluate_users, item_vectors, noisy_candidates, user_vectors
 from .dtl_task import RecTask
 

@@ -10,7 +10,6 @@ import torch
 import torch.nn.functional as F
 
 from ..adapters.base import ParamSpec
-
 from .dtl_task import RecTask
 
 METHODS = ("fedavg_both", "decoupled_sft", "feddtl")

@@ -156,7 +156,7 @@ def minilm_content(data, device: str = "cpu", cache_dir=None) -> np.ndarray:
 
     embed = SentenceEncoder(device=device, progress=False).embed
     if cache_dir:
-        from .fedmpt import cached_encoders
+        from .mpt_encoders import cached_encoders
 
         embed = cached_encoders(None, embed, cache_dir)[1]
     return embed(item_texts(data))

@@ -30,6 +30,10 @@ Clients are groups of users: a Dirichlet(alpha) split over each user's dominant 
 with the largest share of the history (``dominant="count"``) or the one most over-represented against the global
 genre shares (``"lift"``). ``DTLConfig.user_tower="private"`` keeps each client's user adapter in its store and
 restores it every round (the paper's scheme, the default, starts every round from the FedAvg of the adapters).
+
+Where the parts live: :mod:`.dtl_task` (items, histories, label-skewed split), :mod:`.dtl_model` (towers,
+settings, noisy candidates, warm / cold evaluation), :mod:`.dtl_client` (SFT and GRPO on a client); this module
+holds the server alignment, the training loop and the runner and re-exports every public name.
 """
 from __future__ import annotations
 
@@ -42,7 +46,6 @@ import torch.nn.functional as F
 from ..federation.messages import ClientUpdate
 from ..federation.rounds import RoundLoop
 from ..federation.strategy import make_strategy
-from .grpo import grpo_loss
 from .dtl_client import DTLClient
 from .dtl_model import (ITEM_PARAMS, METHODS, USER_PARAMS, DTLConfig, evaluate_users, init_params, item_vectors, lora,
                         noisy_candidates, param_specs, user_vectors)

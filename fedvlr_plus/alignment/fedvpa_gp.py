@@ -33,6 +33,12 @@ at CPU scale (what differs from the paper, and why: docs/alignment.md, "FedVPA-G
 
 Baselines in the same code: ``method="fedvpl"`` (N(0, I) prior, no prototypes: VPL federated) and
 ``method="monolithic"`` (z fixed at 0: one federated Bradley-Terry reward for everybody).
+
+Where the parts live: :mod:`.vpa_config` (settings), :mod:`.vpa_model` (model, KL terms, prototypes, posterior
+summary), :mod:`.vpa_optim` (step sizes, local optimisers, server Adam), :mod:`.vpa_client` (one client, the
+reference), :mod:`.vpa_batched` (all clients of a round at once), :mod:`.vpa_server` (prior table, prototype
+labels, training), :mod:`.vpa_evaluation` (figures, ceiling); this module runs the comparison and re-exports
+every public name.
 """
 from __future__ import annotations
 

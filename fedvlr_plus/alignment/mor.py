@@ -22,6 +22,11 @@ docs/alignment.md, "MoR"):
 Everything runs through the federation's client protocol: ``RewardClient.fit(shared, config)`` receives the queries
 as named arrays and returns a :class:`~fedvlr_plus.federation.messages.ClientUpdate` whose only array is
 ``"scores"``.
+
+Where the parts live: :mod:`.mor_rewards` (reward models, clients, queries), :mod:`.mor_router` (standardiser,
+router, fusion), :mod:`.mor_policy` (residual policy, GRPO rounds, rankings), :mod:`.mor_backbone` (reference
+backbone, taste vectors, candidates), :mod:`.mor_config` (settings); this module holds the reward report and the
+two runners and re-exports every public name.
 """
 from __future__ import annotations
 
