@@ -1,0 +1,122 @@
+"""FedDTL's two towers (low-rank adapters on frozen content embeddings), its settings, the GRPO stage's noisy
+candidate sampling and the warm / cold ranking evaluation."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..adapters.base import ParamSpec
+from .dtl_task import RecTask
+
+METHODS = ("fedavg_both", "decoupled_sft", "feddtl")
+USER_PARAMS = ("user_down", "user_up")
+ITEM_PARAMS = ("item_down", "item_up")
+
+@dataclass
+class DTLConfig:
+    rank: int = 4
+    tau: float = 0.05            #: softmax temperature on cosines
+    lr: float = 1e-2
+    server_lr: float = 1e-2
+    server_steps: int = 10
+    server_batch: int = 1024
+    batch_size: int = 256
+    per_user: int = 8            #: training examples drawn per user and round
+    sigma: float = 0.1           #: GRPO noise std in the user embedding
+    group: int = 4               #: G
+    clip_eps: float = 0.2
+    beta: float = 0.5            #: KL weight to the hybrid reference
+    ref_mix: float = 0.5         #: weight of the SFT model in the hybrid reference
+    rl_candidates: int = 100     #: GRPO acts over the target plus rl_candidates - 1 random warm items
+    epochs: int = 1              #: local passes over the round's examples (the same in every stage and method)
+    proto_weighting: str = "count"   #: server CE: "count" (prototypes drawn by example count) or "uniform"
+    rank_among: str = "own"      #: evaluation: warm among warm, cold among cold ("own") or both among all items
+    #: decoupled methods: "fedavg" (each round starts from the FedAvg of the user adapters, as in the paper) or
+    #: "private" (each client keeps its own user adapter in its store and restores it every round; the uploads
+    #: and the averaged global user adapter, used by the hybrid reference and the global-model evaluation, stay)
+    user_tower: str = "fedavg"
+
+    def __post_init__(self):
+        if self.user_tower not in ("fedavg", "private"):
+            raise ValueError(f"user_tower must be 'fedavg' or 'private', got {self.user_tower!r}")
+
+
+def param_specs(d: int, r: int) -> dict[str, ParamSpec]:
+    return {s.name: s for s in (ParamSpec("user_down", (r, d), True, std=1.0 / math.sqrt(d)),
+                                 ParamSpec("user_up", (d, r), True, init="zeros"),
+                                 ParamSpec("item_down", (r, d), True, std=1.0 / math.sqrt(d)),
+                                 ParamSpec("item_up", (d, r), True, init="zeros"))}
+
+
+def init_params(d: int, r: int, seed: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(int(seed))
+    return {n: (torch.zeros(s.shape) if s.init == "zeros" else torch.randn(s.shape, generator=g) * s.std)
+            for n, s in param_specs(d, r).items()}
+
+
+def lora(x: torch.Tensor, down: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """Residual low-rank adapter ``normalise(x + B A x)`` (Hu et al., LoRA, arXiv 2106.09685, on a frozen map)."""
+    return F.normalize(x + (x @ down.T) @ up.T, dim=-1)
+
+
+def item_vectors(p: dict, content: torch.Tensor) -> torch.Tensor:
+    return lora(content, p["item_down"], p["item_up"])
+
+
+def user_vectors(p: dict, ctx: torch.Tensor) -> torch.Tensor:
+    return lora(ctx, p["user_down"], p["user_up"])
+
+
+def noisy_candidates(u: torch.Tensor, items: torch.Tensor, group: int, sigma: float,
+                     generator: torch.Generator | None = None, columns: torch.Tensor | None = None) -> torch.Tensor:
+    """G candidate items per row: the nearest item to ``normalise(u + sigma eps)``; [B, G] column indices.
+
+    ``items`` is [A, d]; with ``columns`` ([B, k] indices into it) each row chooses within its own action set and
+    the result indexes ``columns``' second axis."""
+    eps = torch.randn(u.shape[0], group, u.shape[1], generator=generator) * sigma
+    noisy = F.normalize(u.detach().unsqueeze(1) + eps, dim=-1)
+    sims = noisy @ items.detach().T                                   # [B, G, A]
+    if columns is not None:
+        sims = sims.gather(2, columns.unsqueeze(1).expand(-1, group, -1))
+    return sims.argmax(-1)
+
+
+def evaluate_users(p: dict, task: RecTask, users: np.ndarray, cfg: DTLConfig, ks=(10,), among: str | None = None) -> dict:
+    """Warm and cold targets apart, the user's train items masked.
+
+    ``among`` (default ``cfg.rank_among``): ``"own"`` ranks a warm target among the warm items and a cold target
+    among the cold items (the base-to-novel protocol of prompt learning: base classes are scored among base
+    classes, novel among novel); ``"all"`` ranks both among every item.
+    """
+    among = among or cfg.rank_among
+    if among not in ("own", "all"):
+        raise ValueError(f"among must be 'own' or 'all', got {among!r}")
+    users = np.asarray([u for u in users if len(task.histories[u])], dtype=np.int64)
+    if not len(users):
+        return {kind: {"n": 0, **{f"{m}@{k}": 0.0 for k in ks for m in ("hr", "ndcg")}} for kind in ("warm", "cold")}
+    ctx = torch.from_numpy(np.stack([task.content[task.histories[u]].mean(0) for u in users]))
+    with torch.no_grad():
+        scores = (user_vectors(p, ctx) @ item_vectors(p, torch.from_numpy(task.content)).T).double()
+    for row, u in enumerate(users):
+        scores[row, torch.from_numpy(task.histories[u])] = -torch.inf
+    out = {}
+    for kind, targets in (("warm", task.warm_target), ("cold", task.cold_target)):
+        t = targets[users]
+        ok = t >= 0
+        tt = torch.from_numpy(t[ok])
+        s = scores[torch.from_numpy(ok)]
+        if among == "own":
+            other = task.cold_items if kind == "warm" else np.setdiff1d(np.arange(task.n_items), task.cold_items)
+            s = s.clone()
+            s[:, torch.from_numpy(other)] = -torch.inf
+        ranks = (s > s.gather(1, tt[:, None])).sum(1).numpy()
+        res = {"n": int(ok.sum())}
+        for k in ks:
+            res[f"hr@{k}"] = float(np.mean(ranks < k)) if len(ranks) else 0.0
+            res[f"ndcg@{k}"] = float(np.mean(np.where(ranks < k, 1 / np.log2(ranks + 2), 0))) if len(ranks) else 0.0
+        out[kind] = res
+    return out

@@ -1,0 +1,162 @@
+"""FedDTL's task on a rating dataset: item texts and their content embeddings, warm and cold items, the users'
+dominant labels and the label-skewed Dirichlet split of users over clients."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class RecTask:
+    """Item content embeddings, per-user train histories and held-out targets, cold items."""
+
+    content: np.ndarray                 #: [n_items, d] frozen, unit-norm
+    histories: list[np.ndarray]         #: per user: train item ids (warm items only)
+    warm_target: np.ndarray             #: [n_users] item id or -1
+    cold_target: np.ndarray             #: [n_users] item id or -1
+    warm_items: np.ndarray              #: ids of the items with training interactions
+    cold_items: np.ndarray
+    user_genre: np.ndarray              #: [n_users] dominant genre index (for the label-skewed split)
+
+    @property
+    def n_items(self) -> int:
+        return int(self.content.shape[0])
+
+    @property
+    def dim(self) -> int:
+        return int(self.content.shape[1])
+
+
+def item_texts(data) -> list[str]:
+    """"title. genre, genre. year" per item (what the server tower reads)."""
+    items = data.items.reindex(range(data.n_items))
+    out = []
+    for _, row in items.iterrows():
+        parts = [str(row.get("title") or "").strip()]
+        cats = row.get("categories")
+        if isinstance(cats, (list, tuple, np.ndarray)) and len(cats):
+            parts.append(", ".join(map(str, cats)))
+        year = row.get("release_year")
+        if year is not None and str(year).strip().isdigit():
+            parts.append(str(year).strip())
+        out.append(". ".join(p for p in parts if p) or "untitled")
+    return out
+
+
+def dominant_labels(data, histories: list[np.ndarray], rule: str = "count", min_share: float = 0.1) -> np.ndarray:
+    """Each user's dominant genre/category over its train items (an item's labels share weight 1).
+
+    ``rule="count"``: the genre with the largest weight in the history (on ml-100k 623 of 943 users get Drama, so a
+    Dirichlet split over it is only a mild skew). ``rule="lift"``: the genre most over-represented in the history,
+    ``argmax_c share_u(c) / share_all(c)`` (the global share over all users' train histories), among the genres
+    that make up at least ``min_share`` of the history (so one odd item cannot decide); a user with no such genre
+    falls back to the count rule.
+    """
+    if rule not in ("count", "lift"):
+        raise ValueError(f"dominant-genre rule must be 'count' or 'lift', got {rule!r}")
+    cats = data.items["categories"].reindex(range(data.n_items)) if "categories" in data.items.columns else None
+    names: dict[str, int] = {}
+    item_labels = []
+    for i in range(data.n_items):
+        cs = cats.iloc[i] if cats is not None else None
+        cs = list(cs) if isinstance(cs, (list, tuple, np.ndarray)) and len(cs) else ["(none)"]
+        item_labels.append([names.setdefault(c, len(names)) for c in cs])
+    w = np.zeros((len(histories), len(names)))
+    for u, h in enumerate(histories):
+        for i in h:
+            for c in item_labels[i]:
+                w[u, c] += 1.0 / len(item_labels[i])
+    out = np.argmax(w, 1).astype(np.int64)
+    if rule == "lift":
+        share = w / np.maximum(w.sum(1, keepdims=True), 1e-12)
+        glob = w.sum(0) / max(w.sum(), 1e-12)
+        lift = np.where((share >= min_share) & (glob > 0)[None], share / np.maximum(glob, 1e-12)[None], -np.inf)
+        ok = np.isfinite(lift).any(1)
+        out[ok] = np.argmax(lift[ok], 1)
+    out[w.sum(1) == 0] = 0
+    return out
+
+
+def build_task(data, content: np.ndarray, *, cold_share: float = 0.2, seed: int = 0,
+               dominant: str = "count") -> RecTask:
+    """Cold items (a random ``cold_share`` of the rated items) lose every training interaction. Per user, the
+    latest warm interaction and the latest cold interaction are held out; the other warm ones are the history.
+    ``dominant``: how a user's genre for the label-skewed split is chosen (:func:`dominant_labels`)."""
+    rng = np.random.default_rng(seed)
+    inter = data.inter.sort_values(["user", "timestamp", "item"], kind="stable")
+    rated = np.unique(inter["item"].to_numpy())
+    cold = np.sort(rng.choice(rated, size=int(round(cold_share * len(rated))), replace=False))
+    is_cold = np.zeros(data.n_items, bool)
+    is_cold[cold] = True
+    histories, wt, ct = [], np.full(data.n_users, -1), np.full(data.n_users, -1)
+    for u, grp in inter.groupby("user", sort=True):
+        items = grp["item"].to_numpy()
+        warm = items[~is_cold[items]]
+        cold_u = items[is_cold[items]]
+        if len(warm) >= 2:
+            wt[u] = warm[-1]
+            warm = warm[:-1]
+        if len(cold_u):
+            ct[u] = cold_u[-1]
+        histories.append(np.unique(warm))
+    while len(histories) < data.n_users:
+        histories.append(np.zeros(0, np.int64))
+    warm_items = np.flatnonzero(~is_cold & np.isin(np.arange(data.n_items), rated))
+    content = np.asarray(content, np.float32)
+    content = content / np.linalg.norm(content, axis=1, keepdims=True).clip(1e-12)
+    return RecTask(content=content, histories=histories, warm_target=wt, cold_target=ct,
+                   warm_items=warm_items, cold_items=cold, user_genre=dominant_labels(data, histories, dominant))
+
+
+def dirichlet_split(labels: np.ndarray, n_clients: int, alpha: float, seed: int = 0) -> np.ndarray:
+    """Client id per user: for every label, its users are dealt to clients in Dirichlet(alpha) proportions
+    (Hsu, Qi & Brown, arXiv 1909.06335). Redraws until every client has a user."""
+    rng = np.random.default_rng(seed)
+    for _ in range(100):
+        out = np.zeros(len(labels), np.int64)
+        for g in np.unique(labels):
+            users = rng.permutation(np.flatnonzero(labels == g))
+            props = rng.dirichlet(np.full(n_clients, alpha))
+            out[users] = rng.choice(n_clients, size=len(users), p=props)
+        if len(np.unique(out)) == n_clients:
+            return out
+    raise ValueError(f"could not give each of {n_clients} clients a user with alpha={alpha}")
+
+
+def label_skew(genres: np.ndarray, task: RecTask, assign: np.ndarray) -> list[float]:
+    """Per client, the total-variation distance between the label mix of its users' train items and the global
+    mix (``genres``: [n_items, n_labels] item label weights, rows summing to 1 or 0): how skewed the split is over
+    the items, which are the classes here."""
+    def mix(users):
+        cnt = np.bincount(np.concatenate([task.histories[u] for u in users] + [np.zeros(0, np.int64)]),
+                          minlength=task.n_items).astype(np.float64)
+        x = cnt @ genres
+        return x / max(x.sum(), 1e-12)
+    g = mix(range(len(task.histories)))
+    return [float(0.5 * np.abs(mix(np.flatnonzero(assign == c)) - g).sum()) for c in range(int(assign.max()) + 1)]
+
+
+def item_label_weights(data) -> np.ndarray:
+    """[n_items, n_labels] genre weights (an item's labels share weight 1; items without labels are zero rows)."""
+    cats = data.items["categories"].reindex(range(data.n_items)) if "categories" in data.items.columns else None
+    lists = [list(c) if isinstance(c, (list, tuple, np.ndarray)) else [] for c in
+             (cats if cats is not None else [None] * data.n_items)]
+    names = {c: j for j, c in enumerate(sorted({c for cs in lists for c in cs}))}
+    out = np.zeros((data.n_items, max(len(names), 1)))
+    for i, cs in enumerate(lists):
+        for c in cs:
+            out[i, names[c]] += 1.0 / len(cs)
+    return out
+
+
+def minilm_content(data, device: str = "cpu", cache_dir=None) -> np.ndarray:
+    """MiniLM embeddings of :func:`item_texts`; kept in ``cache_dir`` (keyed by the texts) when one is given."""
+    from ..views.sentence_encoder import SentenceEncoder
+
+    embed = SentenceEncoder(device=device, progress=False).embed
+    if cache_dir:
+        from .mpt_encoders import cached_encoders
+
+        embed = cached_encoders(None, embed, cache_dir)[1]
+    return embed(item_texts(data))

@@ -1,0 +1,133 @@
+"""MoR's policy side: the residual recommendation policy over the reference's candidates, the GRPO rounds on the
+shared round loop (clients score the sampled items, the server fuses and steps the policy), and its evaluation."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..federation.rounds import RoundLoop, fit_each, over_the_wire
+from .grpo import grpo_loss, kl_categorical, sample_groups
+from .mor_config import MoRConfig
+from .mor_rewards import score_queries, stack_scores
+from .mor_router import fuse_scores, fused_reward
+
+
+class ResidualPolicy(torch.nn.Module):
+    """logits(u, c) = ref_logits(u, c) / T + x_u^T W f_c + b . f_c, with W = b = 0 at the start (pi = pi_ref)."""
+
+    def __init__(self, dc: int, d: int, temperature: float = 1.0):
+        super().__init__()
+        self.W = torch.nn.Parameter(torch.zeros(dc, d))
+        self.b = torch.nn.Parameter(torch.zeros(d))
+        self.temperature = float(temperature)
+
+    def forward(self, ref_logits, x, cand_feats):
+        """ref_logits [B, C], x [B, dc], cand_feats [B, C, d] -> [B, C]."""
+        delta = torch.einsum("bi,ij,bcj->bc", x, self.W, cand_feats) + cand_feats @ self.b
+        return ref_logits / self.temperature + delta
+
+
+def ranking_metrics(scores: np.ndarray, target_rank_base: np.ndarray, in_cand: np.ndarray, target_pos: np.ndarray,
+                    k: int = 10) -> dict:
+    """HR@k / NDCG@k where each user's target is either candidate ``target_pos`` (ranked by ``scores`` among the
+    candidates) or outside the candidate set (then its rank is ``target_rank_base`` >= number of candidates)."""
+    ranks = np.where(in_cand, (scores > scores[np.arange(len(scores)), np.maximum(target_pos, 0)][:, None]).sum(1),
+                     target_rank_base)
+    hit = ranks < k
+    return {f"hr@{k}": float(hit.mean()), f"ndcg@{k}": float(np.where(hit, 1.0 / np.log2(ranks + 2), 0.0).mean()),
+            "n_users": int(len(ranks))}
+
+
+class _GRPOServer:
+    """The server side of MoR's GRPO rounds: each round draws users and item groups from the policy, sends them to
+    every client to score, fuses the scores and steps the policy. The policy is the server's own state."""
+
+    def __init__(self, router, std, ref_logits, cand, x, o, feats, cfg: MoRConfig, log):
+        torch.manual_seed(cfg.seed)
+        self.router, self.std, self.cand, self.o, self.feats, self.cfg, self.log = router, std, cand, o, feats, cfg, log
+        self.policy = ResidualPolicy(x.shape[1], feats.shape[1], cfg.temperature)
+        self.opt = torch.optim.Adam(self.policy.parameters(), lr=cfg.policy_lr)
+        self.g = torch.Generator().manual_seed(cfg.seed)
+        self.rng = np.random.default_rng(cfg.seed)
+        self.ref_all = torch.as_tensor(ref_logits, dtype=torch.float32)
+        self.x_all = torch.as_tensor(x, dtype=torch.float32)
+
+    def configure(self, r, policy):
+        """Draw the round's users and, from the current policy, a group of candidate items for each."""
+        cfg = self.cfg
+        users = self.rng.choice(len(self.x_all), size=min(cfg.users_per_round, len(self.x_all)), replace=False)
+        xb = self.x_all[users]
+        fb = torch.as_tensor(self.feats[self.cand[users]], dtype=torch.float32)          # [B, C, d]
+        with torch.no_grad():
+            logits_old = policy(self.ref_all[users], xb, fb)
+        actions = sample_groups(logits_old, cfg.grpo.group_size, generator=self.g)     # [B, G]
+        items = torch.gather(fb, 1, actions.unsqueeze(-1).expand(-1, -1, fb.shape[-1]))
+        self.batch = (users, xb, fb, actions, torch.log_softmax(logits_old, -1).gather(-1, actions), items)
+        return score_queries(xb.numpy(), items.numpy()), {"round": r}
+
+    def aggregate(self, r, policy, updates, config):
+        """Fuse the clients' scores into rewards and take the GRPO steps on the policy."""
+        cfg = self.cfg
+        users, xb, fb, actions, logp_old, items = self.batch
+        scores = stack_scores(updates, items.shape[:-1], self.log)
+        rewards = fuse_scores(self.router, self.std, xb.numpy(), self.o[users], scores)
+        ref_b = self.ref_all[users] / cfg.temperature
+        for _ in range(cfg.inner_steps):
+            logits = policy(self.ref_all[users], xb, fb)
+            loss, diag = grpo_loss(logits, actions, logp_old, ref_b, rewards, cfg.grpo)
+            self.opt.zero_grad()
+            loss.backward()
+            self.opt.step()
+        with torch.no_grad():
+            kl = float(kl_categorical(policy(self.ref_all[users], xb, fb), ref_b).mean())
+        return policy, {"round": r, "reward": float(rewards.mean()), "kl": kl,
+                        "clip_fraction": diag["clip_fraction"]}
+
+
+def run_grpo(clients, router, std, *, ref_logits: np.ndarray, cand: np.ndarray, x: np.ndarray, o: np.ndarray,
+             feats: np.ndarray, cfg: MoRConfig, log: list | None = None) -> tuple[ResidualPolicy, list[dict]]:
+    """GRPO on the residual policy over each user's candidates; returns the policy and per-round diagnostics
+    (mean sampled fused reward, exact KL to the reference over the candidates, clip fraction)."""
+    server = _GRPOServer(router, std, ref_logits, cand, x, o, feats, cfg, log)
+    loop = RoundLoop(clients, server.aggregate, fit=over_the_wire(fit_each), configure=server.configure)
+    return loop.run(server.policy, range(1, cfg.grpo_rounds + 1))
+
+
+def expected_reward(clients, router, std, policy, *, ref_logits, cand, x, o, feats, cfg: MoRConfig,
+                    users: np.ndarray) -> dict:
+    """Exact expected fused reward under pi_theta and pi_ref over each user's candidates (all scored)."""
+    ref = torch.as_tensor(ref_logits[users], dtype=torch.float32)
+    xb = torch.as_tensor(x[users], dtype=torch.float32)
+    fb = torch.as_tensor(feats[cand[users]], dtype=torch.float32)
+    R = fused_reward(clients, router, std, xb.numpy(), o[users], fb.numpy())
+    with torch.no_grad():
+        p = torch.softmax(policy(ref, xb, fb), -1)
+        q = torch.softmax(ref / cfg.temperature, -1)
+        kl = kl_categorical(policy(ref, xb, fb), ref / cfg.temperature)
+    return {"policy": float((p * R).sum(-1).mean()), "reference": float((q * R).sum(-1).mean()),
+            "kl": float(kl.mean())}
+
+
+def policy_rankings(policy, *, ref_scores: np.ndarray, train_mask, cand, x, feats, targets: np.ndarray,
+                    cfg: MoRConfig, k: int = 10) -> dict:
+    """HR@k / NDCG@k of the reference (full ranking, training items masked) and of the policy (which re-orders
+    the reference's top-C candidates; every other item stays below them) on held-out targets."""
+    users = np.flatnonzero(targets >= 0)
+    s = ref_scores[users].astype(np.float64).copy()
+    s[train_mask[users]] = -np.inf
+    t = targets[users]
+    ref_rank = (s > s[np.arange(len(users)), t][:, None]).sum(1)
+    c = cand[users]
+    in_cand = (c == t[:, None]).any(1)
+    pos = np.where(in_cand, (c == t[:, None]).argmax(1), -1)
+    with torch.no_grad():
+        logits = policy(torch.as_tensor(ref_scores[users[:, None], c], dtype=torch.float32),
+                        torch.as_tensor(x[users], dtype=torch.float32),
+                        torch.as_tensor(feats[c], dtype=torch.float32)).numpy()
+    # outside the candidates the policy keeps the reference order below all C candidates
+    out_rank = np.maximum(ref_rank, c.shape[1])
+    pol = ranking_metrics(logits, out_rank, in_cand, pos, k)
+    ref_hit = ref_rank < k
+    ref = {f"hr@{k}": float(ref_hit.mean()),
+           f"ndcg@{k}": float(np.where(ref_hit, 1.0 / np.log2(ref_rank + 2), 0.0).mean()), "n_users": int(len(t))}
+    return {"reference": ref, "grpo": pol, "target_in_candidates": float(in_cand.mean())}

@@ -1,0 +1,97 @@
+"""MoR's server-side fusion: per-client score standardisation, the router over clients per input and objective,
+and the fused reward R(x, y; o) = sum_k w_k(x, o) z_k(x, y)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .mor_rewards import query_clients
+
+
+class Router(torch.nn.Module):
+    """w(x, o) = softmax(W2 tanh(W1 [x ; onehot(o)])) over K clients."""
+
+    def __init__(self, dc: int, n_objectives: int, n_clients: int, hidden: int = 32):
+        super().__init__()
+        self.n_objectives = n_objectives
+        self.net = torch.nn.Sequential(torch.nn.Linear(dc + n_objectives, hidden), torch.nn.Tanh(),
+                                       torch.nn.Linear(hidden, n_clients))
+
+    def forward(self, x, o):
+        oh = F.one_hot(torch.as_tensor(o, dtype=torch.long), self.n_objectives).float()
+        return torch.softmax(self.net(torch.cat([torch.as_tensor(x, dtype=torch.float32), oh], -1)), -1)
+
+
+@dataclass
+class Standardiser:
+    """Per-client z-scoring of scores, with statistics from the public set."""
+
+    mean: torch.Tensor   # [K]
+    std: torch.Tensor    # [K]
+
+    @classmethod
+    def fit(cls, scores: torch.Tensor) -> "Standardiser":
+        """``scores`` [K, ...]: every score each client gave on the public set."""
+        flat = scores.reshape(scores.shape[0], -1)
+        return cls(flat.mean(1), flat.std(1).clamp_min(1e-6))
+
+    def __call__(self, scores: torch.Tensor) -> torch.Tensor:
+        shape = (-1,) + (1,) * (scores.dim() - 1)
+        return (scores - self.mean.reshape(shape)) / self.std.reshape(shape)
+
+
+def fuse(weights: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """R = sum_k w_k z_k; weights [Q, K], z [K, Q] or [K, Q, G] -> [Q] or [Q, G]."""
+    w = weights.T
+    if z.dim() == 3:
+        w = w.unsqueeze(-1)
+    return (w * z).sum(0)
+
+
+def train_router(router: Router, z_chosen: torch.Tensor, z_rejected: torch.Tensor, x, o, *, epochs: int = 200,
+                 lr: float = 1e-2, balance: float = 0.1, seed: int = 0) -> list[float]:
+    """Bradley-Terry loss of the fused reward on public pairs + ``balance`` * sum_k wbar_k log wbar_k.
+
+    z_chosen / z_rejected: [K, N] standardised client scores of the public pairs; x [N, dc]; o [N] objectives.
+    """
+    torch.manual_seed(seed)
+    x = torch.as_tensor(x, dtype=torch.float32)
+    o = torch.as_tensor(o, dtype=torch.long)
+    opt = torch.optim.Adam(router.parameters(), lr=lr)
+    margin = (z_chosen - z_rejected).float()
+    losses = []
+    for _ in range(epochs):
+        w = router(x, o)                                   # [N, K]
+        fused = (w.T * margin).sum(0)
+        wbar = w.mean(0)
+        loss = -F.logsigmoid(fused).mean() + balance * (wbar * torch.log(wbar + 1e-12)).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    return losses
+
+
+def router_weights_by_objective(router: Router, x, o, n_objectives: int) -> list[list[float]]:
+    """Mean router weight of each client (columns) over the inputs of each objective (rows)."""
+    with torch.no_grad():
+        w = router(x, o).numpy()
+    o = np.asarray(o)
+    return [w[o == j].mean(0).tolist() if (o == j).any() else [float("nan")] * w.shape[1]
+            for j in range(n_objectives)]
+
+
+def fused_reward(clients, router, std, x, o, items, round_index=0, log=None) -> torch.Tensor:
+    """Fused reward of items [Q, G, d] for contexts x [Q, dc] and objectives o [Q]: [Q, G]."""
+    return fuse_scores(router, std, x, o, query_clients(clients, x, items, round_index, log))
+
+
+def fuse_scores(router, std, x, o, scores: torch.Tensor) -> torch.Tensor:
+    """The router's mixture of the standardised client scores [K, Q, G] for contexts x and objectives o: [Q, G]."""
+    z = std(scores)
+    with torch.no_grad():
+        w = router(x, o)
+    return fuse(w, z)
