@@ -103,11 +103,16 @@ def test_privacy_table_command_runs_on_tiny_data(tmp_path):
                   "--metric", "ndcg@10", "--no-progress", "--out", str(out), "--json")
     assert res.code == 0, res.err
     result = json.loads(res.out.strip().splitlines()[-1])
-    assert [r["sigma"] for r in result["rows"]] == [0.0, 1.0] and result["seeds"] == [0, 1]
-    clean, noised = result["rows"]
-    assert clean["epsilon"] is None and noised["epsilon"] == pytest.approx(
+    # the unprotected run, then σ = 0 and 1 with the uploads clipped at the same C
+    assert [(r["sigma"], r["clip"]) for r in result["rows"]] == [(0.0, 0.0), (0.0, 1.0), (1.0, 1.0)]
+    assert result["seeds"] == [0, 1]
+    clean, clipped, noised = result["rows"]
+    assert clean["epsilon"] is None and clipped["epsilon"] is None and noised["epsilon"] == pytest.approx(
         epsilon_sampled(1.0, 10, noised["privacy"]["population"], noised["privacy"]["rounds"], result["delta"]))
     assert len(noised["per_seed"]) == 2 and noised["test_ci"][0] <= noised["test"] <= noised["test_ci"][1]
-    assert "mean_diff" in noised["vs_no_noise"]
+    assert "mean_diff" in noised["vs_unprotected"] and "mean_diff" in clipped["vs_unprotected"]
+    assert "vs_unprotected" not in clean
     assert {p.name for p in out.iterdir()} == {"table.md", "table.csv", "table.png", "result.json"}
-    assert f"| 1 | {noised['epsilon']:.3g} |" in (out / "table.md").read_text()
+    table = (out / "table.md").read_text()
+    assert f"| 1 | 1 | {noised['epsilon']:.3g} |" in table and "| none | off | ∞ |" in table
+    assert "| 0 | 1 | ∞ |" in table

@@ -49,10 +49,12 @@ def _common(p: argparse.ArgumentParser) -> None:
 def register(ex) -> None:
     t = ex.add_parser("privacy-table", help="the FedVLR paper's Table 4: noise levels -> test figure, with epsilon",
                       usage="%(prog)s SOURCE [--backbone B] [--fusion fedvlr] [--noise 0,0.1,...] [options]",
-                      description="Train one model per noise multiplier (clipped, noised uploads) over several "
+                      description="Train the unprotected model, then one per noise multiplier with every upload "
+                                  "clipped at --upload-clip (default 1; sigma 0 = clipping alone), over several "
                                   "seeds, each selected on validation, and report the test figure with its "
-                                  "bootstrap CI, a paired test against no noise and the accounted client-level "
-                                  "(epsilon, delta). --out writes table.md, table.csv, table.png, result.json.")
+                                  "bootstrap CI, a paired test against the unprotected run and the accounted "
+                                  "client-level (epsilon, delta). --out writes table.md, table.csv, table.png, "
+                                  "result.json.")
     _common(t)
     t.add_argument("--noise", type=_float_list, default=[0.0, 0.1, 0.5, 1.0], metavar="S,...",
                    help="noise multipliers (default 0,0.1,0.5,1)")

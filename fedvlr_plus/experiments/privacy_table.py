@@ -3,8 +3,11 @@
 One federated run per noise multiplier σ (clipped, noised uploads, :mod:`fedvlr_plus.federation.privacy`) and
 seed, each selected on validation (the engine's early stopping); the table gives the test figure at the selected
 round (mean and standard deviation over seeds, a bootstrap interval over users of the per-user values averaged
-over seeds, and a paired test against σ = 0) beside the accounted client-level ε of that run
+over seeds, and a paired test against the unprotected run) beside the accounted client-level ε of that run
 (:mod:`fedvlr_plus.federation.accountant`).
+
+Every σ row clips uploads at the same C, σ = 0 included, and the first row is the run with neither clipping nor
+noise: the σ = 0 row then shows what clipping alone costs, and each other row what the noise adds on top.
 """
 from __future__ import annotations
 
@@ -64,25 +67,36 @@ def paired_vs(runs, base_runs, metric: str) -> dict:
     return paired_test(as_result(per_user_mean(runs, metric)), as_result(per_user_mean(base_runs, metric)), metric)
 
 
+#: the clip of every σ row when the command gives none (the engine's own default when noise is on)
+DEFAULT_CLIP = 1.0
+
+
 def run_privacy_table(data, backbone, cfg, noises, *, metric: str = "ndcg@50", label: str = "") -> dict:
-    """Every σ in ``noises`` (0 first if given) over ``cfg.seeds`` seeds; the JSON-ready table."""
+    """The unprotected run, then every σ in ``noises`` with uploads clipped at ``cfg.upload_clip`` (1.0 when
+    unset), each over ``cfg.seeds`` seeds; the JSON-ready table."""
+    clip = float(cfg.upload_clip or DEFAULT_CLIP)
     rows, base = [], None
-    for sigma in noises:
-        runs = seed_runs(data, backbone, replace(cfg, upload_noise=float(sigma), target_epsilon=None))
-        row = {"sigma": float(sigma), **summarise_runs(runs, metric, cfg.seed)}
+    for sigma, c in [(0.0, 0.0)] + [(float(s), clip) for s in noises]:
+        runs = seed_runs(data, backbone, replace(cfg, upload_noise=sigma, upload_clip=c, target_epsilon=None))
+        row = {"sigma": sigma, "clip": c, **summarise_runs(runs, metric, cfg.seed)}
         p = row["privacy"] or {}
         row["epsilon"], row["epsilon_server"] = p.get("epsilon"), p.get("epsilon_server")
-        if base is None and sigma == 0:
+        if base is None:
             base = runs
-        elif base is not None:
+        else:
             t = paired_vs(runs, base, metric)
-            row["vs_no_noise"] = {k: t[k] for k in ("mean_diff", "t_pvalue", "wilcoxon_pvalue") if k in t}
+            row["vs_unprotected"] = {k: t[k] for k in ("mean_diff", "t_pvalue", "wilcoxon_pvalue") if k in t}
         rows.append(row)
     first = next((r["privacy"] for r in rows if r["privacy"]), {}) or {}
     return {"experiment": "privacy-table", "dataset": data.name, "model": label, "metric": metric,
             "seeds": list(range(cfg.seed, cfg.seed + cfg.seeds)), "rows": rows,
-            "delta": first.get("delta"), "clip": first.get("clip"), "q": first.get("q"),
+            "delta": first.get("delta"), "clip": clip, "q": first.get("q"),
             "config": cfg.to_dict()}
+
+
+def row_label(row: dict) -> str:
+    """``none`` for the unprotected run, else σ (its uploads clipped)."""
+    return "none" if row["clip"] == 0 and row["sigma"] == 0 else f"{row['sigma']:g}"
 
 
 def _fmt(x, spec=".4f") -> str:
@@ -91,14 +105,15 @@ def _fmt(x, spec=".4f") -> str:
 
 def format_markdown(result: dict) -> str:
     m = result["metric"]
-    lines = [f"| σ | ε (δ = {_fmt(result['delta'], '.2g')}) | ε vs server | valid {m} | test {m} (± std) | "
-             f"95% CI | Δ vs σ=0 (p) |", "|---|---|---|---|---|---|---|"]
+    lines = [f"| σ | clip C | ε (δ = {_fmt(result['delta'], '.2g')}) | ε vs server | valid {m} | test {m} (± std) | "
+             f"95% CI | Δ vs none (p) |", "|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
-        vs = r.get("vs_no_noise")
+        vs = r.get("vs_unprotected")
         diff = f"{vs['mean_diff']:+.4f} ({vs.get('t_pvalue', float('nan')):.2g})" if vs else "—"
         eps = "∞" if r["epsilon"] is None else f"{r['epsilon']:.3g}"
         eps_s = "∞" if r["epsilon_server"] is None else f"{r['epsilon_server']:.3g}"
-        lines.append(f"| {r['sigma']:g} | {eps} | {eps_s} | {r['valid']:.4f} | {r['test']:.4f} ± "
+        clip = "off" if r["clip"] == 0 else f"{r['clip']:g}"
+        lines.append(f"| {row_label(r)} | {clip} | {eps} | {eps_s} | {r['valid']:.4f} | {r['test']:.4f} ± "
                      f"{r['test_std']:.4f} | [{_fmt(r['test_ci'][0])}, {_fmt(r['test_ci'][1])}] | {diff} |")
     return "\n".join(lines)
 
@@ -106,11 +121,11 @@ def format_markdown(result: dict) -> str:
 def format_csv(result: dict) -> str:
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow(["sigma", "epsilon", "delta", "epsilon_server", "valid", "test", "test_std", "ci_low", "ci_high",
-                "mean_diff_vs_no_noise", "t_pvalue"])
+    w.writerow(["sigma", "clip", "epsilon", "delta", "epsilon_server", "valid", "test", "test_std", "ci_low",
+                "ci_high", "mean_diff_vs_unprotected", "t_pvalue"])
     for r in result["rows"]:
-        vs = r.get("vs_no_noise") or {}
-        w.writerow([r["sigma"], r["epsilon"], result["delta"], r["epsilon_server"], r["valid"], r["test"],
+        vs = r.get("vs_unprotected") or {}
+        w.writerow([r["sigma"], r["clip"], r["epsilon"], result["delta"], r["epsilon_server"], r["valid"], r["test"],
                     r["test_std"], r["test_ci"][0], r["test_ci"][1], vs.get("mean_diff"), vs.get("t_pvalue")])
     return buf.getvalue()
 
@@ -132,8 +147,8 @@ def plot(result: dict, path: Path) -> None:
     for xi, yi, r in zip(x, y, rows):
         eps = "ε = ∞" if r["epsilon"] is None else f"ε = {r['epsilon']:.3g}"
         ax.annotate(eps, (xi, yi), textcoords="offset points", xytext=(6, 8), fontsize=8)
-    ax.set_xticks(x, [f"{r['sigma']:g}" for r in rows])
-    ax.set_xlabel("noise multiplier σ")
+    ax.set_xticks(x, [row_label(r) for r in rows])
+    ax.set_xlabel(f"noise multiplier σ (uploads clipped at C = {result['clip']:g}; none: no clipping, no noise)")
     ax.set_ylabel(f"test {result['metric']} (95% CI)")
     ax.set_title(f"{result['model']} on {result['dataset']}: utility vs privacy", fontsize=9)
     fig.tight_layout()
