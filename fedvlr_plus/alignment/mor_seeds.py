@@ -1,0 +1,180 @@
+"""MoR on implicit feedback against its federated baselines, over seeds.
+
+One seed: every participating client (a user group) trains its own reward model on its users' training
+interactions (:mod:`.mor_implicit`); the server fits the router on public pairs (:func:`.mor.reward_report`); a
+FedAvg reward of one architecture and uniform averaging of the client rewards are the baselines
+(:mod:`.mor_baselines`). Each of the three fused rewards drives the same GRPO run (same reference policy, same
+candidates, same seed). Some clients are held out of reward training altogether: their users measure
+cross-client adaptability (reward accuracy on their pairs, policy HR@10 on their test items).
+
+The reference backbone is trained once (seed 0) and cached; everything else is redone per seed. Aggregation
+over seeds and the paired tests live in :mod:`.mor_table`.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from .mor import make_clients, reward_report, split_public
+from .mor_backbone import ReferenceRanking, reference_candidates, train_backbone
+from .mor_baselines import ScoringClient, UniformRouter, fedavg_reward
+from .mor_config import MoRConfig
+from .mor_implicit import interaction_pairs, train_only_groups, user_profiles, with_popularity
+from .mor_policy import policy_rankings, run_grpo
+from .mor_rewards import query_clients
+from .mor_router import Router, Standardiser, fuse
+from .pairs import PreferencePairs, holdout_split, item_features, pairwise_accuracy
+
+METHODS = ("mor", "uniform", "fedavg")
+
+
+class ImplicitSetting(NamedTuple):
+    """What every seed shares: the split, item features, clients (groups), contexts and the reference."""
+    split: object
+    feats: np.ndarray
+    groups: np.ndarray
+    names: tuple
+    x: np.ndarray
+    ref: ReferenceRanking
+    backbone: dict
+    held_out: tuple          # group ids kept out of reward training
+
+
+def prepare_setting(data, *, group_by: str = "taste", n_groups: int = 4, held_out_clients: int = 1,
+                    backbone: str = "fedavg", backbone_rounds: int = 30, candidates: int = 100, text: str = "none",
+                    cache_dir=None, progress: bool = False) -> ImplicitSetting:
+    from fedvlr_plus.datasets.splits import dedup, leave_one_out
+
+    from .pairs import default_cache_dir
+
+    split = leave_one_out(dedup(data))
+    feats = with_popularity(split, item_features(split, text=text, cache_dir=cache_dir, progress=progress))
+    groups, names = train_only_groups(split, group_by, k=n_groups, seed=0)
+    if not 0 <= held_out_clients < len(names):
+        raise ValueError(f"held_out_clients must be in [0, {len(names) - 1}], got {held_out_clients}")
+    scores, bb = train_backbone(split, backbone=backbone, rounds=backbone_rounds, seed=0, progress=progress,
+                                cache_dir=cache_dir if cache_dir is not None else default_cache_dir())
+    ref = reference_candidates(split, scores, candidates)
+    held = tuple(range(len(names) - held_out_clients, len(names)))
+    return ImplicitSetting(split, feats, groups, tuple(names), user_profiles(split, feats), ref,
+                           {"name": backbone, "rounds": backbone_rounds, **bb}, held)
+
+
+def fused_accuracy(clients, router, std, pairs: PreferencePairs) -> float:
+    """Pairwise accuracy of a fused reward on ``pairs`` (objective = each pair's group)."""
+    if not len(pairs):
+        return float("nan")
+    z = std(query_clients(clients, pairs.context, np.stack([pairs.chosen, pairs.rejected], 1)))
+    with torch.no_grad():
+        f = fuse(router(pairs.context, pairs.group), z)
+    return pairwise_accuracy(f[:, 0].numpy(), f[:, 1].numpy())
+
+
+def reward_baselines(clients, train, public, cfg: MoRConfig, *, fedavg_kind: str, fedavg_rounds: int,
+                     fedavg_epochs: int) -> dict:
+    """The FedAvg reward (one client-like scorer, weight 1, its own public standardisation) and the uniform
+    router over MoR's clients: ``{name: (clients, router, standardiser)}``."""
+    model, hist = fedavg_reward(train, kind=fedavg_kind, rounds=fedavg_rounds, local_epochs=fedavg_epochs,
+                                lr=cfg.reward_lr, seed=cfg.seed)
+    scorer = [ScoringClient(0, model)]
+    items = np.stack([public.chosen, public.rejected], 1)
+    fstd = Standardiser.fit(query_clients(scorer, public.context, items))
+    n_obj = len(public.group_names)
+    ustd = Standardiser.fit(query_clients(clients, public.context, items))
+    return {"fedavg": (scorer, Router(public.context.shape[1], n_obj, 1), fstd),
+            "uniform": (clients, UniformRouter(len(clients)), ustd), "fedavg_history": hist}
+
+
+def _targets(split, part: str, users_mask: np.ndarray) -> np.ndarray:
+    t = np.full(split.n_users, -1, np.int64)
+    df = split.part(part)
+    t[df["user"].to_numpy()] = df["item"].to_numpy()
+    t[~users_mask] = -1
+    return t
+
+
+def policy_figures(s: ImplicitSetting, policy, cfg: MoRConfig, populations: dict) -> dict:
+    """{population: {part: {reference, grpo}}} HR@10 / NDCG@10 of a policy and of the reference."""
+    out = {}
+    for pop, mask in populations.items():
+        out[pop] = {}
+        for part in ("valid", "test"):
+            r = policy_rankings(policy, ref_scores=s.ref.scores, train_mask=s.ref.train_mask, cand=s.ref.cand,
+                                x=s.x, feats=s.feats, targets=_targets(s.split, part, mask), cfg=cfg)
+            out[pop][part] = {"reference": r["reference"], "grpo": r["grpo"]}
+    return out
+
+
+def seed_pairs(s: ImplicitSetting, cfg: MoRConfig, test_fraction: float, negatives: str = "uniform"):
+    """This seed's pairs: training / public / held-out users of the participating clients, and the pairs of the
+    held-out clients (never trained on)."""
+    pairs = interaction_pairs(s.split, s.feats, s.groups, s.names, negatives=negatives, seed=cfg.seed)
+    out = np.isin(pairs.group, s.held_out)
+    fed, outside = pairs.take(np.flatnonzero(~out)), pairs.take(np.flatnonzero(out))
+    train, test = holdout_split(fed, test_fraction, seed=cfg.seed, by="user")
+    train, public = split_public(train, cfg.public_fraction, seed=cfg.seed)
+    return train, public, test, outside
+
+
+def run_seed(s: ImplicitSetting, cfg: MoRConfig, *, test_fraction: float = 0.2, fedavg_kind: str = "bilinear",
+             fedavg_rounds: int = 10, fedavg_epochs: int = 3, negatives: str = "uniform") -> dict:
+    """One seed of the comparison (see the module docstring), as a JSON-ready dict."""
+    t0 = time.perf_counter()
+    train, public, test, outside = seed_pairs(s, cfg, test_fraction, negatives)
+    clients = make_clients(train, test, cfg)
+    report, router, std = reward_report(clients, public, test, cfg)
+    fused = {"mor": (clients, router, std)}
+    base = reward_baselines(clients, train, public, cfg, fedavg_kind=fedavg_kind, fedavg_rounds=fedavg_rounds,
+                            fedavg_epochs=fedavg_epochs)
+    fused.update({k: base[k] for k in ("fedavg", "uniform")})
+    inside = (s.groups >= 0) & ~np.isin(s.groups, s.held_out)
+    populations = {"clients": inside, "held_out_clients": np.isin(s.groups, s.held_out) & (s.groups >= 0)}
+    eligible = np.flatnonzero(inside)
+    out = {"seed": cfg.seed, "reward_accuracy": {}, "reward_accuracy_held_out_clients": {}, "policy": {},
+           "grpo_last": {}}
+    for name, (cl, rt, st) in fused.items():
+        out["reward_accuracy"][name] = fused_accuracy(cl, rt, st, test)
+        out["reward_accuracy_held_out_clients"][name] = fused_accuracy(cl, rt, st, outside)
+        policy, hist = run_grpo(cl, rt, st, ref_logits=s.ref.logits[eligible], cand=s.ref.cand[eligible],
+                                x=s.x[eligible], o=s.groups[eligible], feats=s.feats, cfg=cfg)
+        out["policy"][name] = policy_figures(s, policy, cfg, populations)
+        out["grpo_last"][name] = hist[-1]
+    out["reference"] = {pop: {part: v[part]["reference"] for part in v}
+                        for pop, v in out["policy"]["mor"].items()}
+    out.update({"clients": report["clients"], "router_weights": report["router_weights"],
+                "best_single": {k: report["reward_accuracy"][k] for k in ("best_single", "best_single_client")},
+                "fedavg_reward_rounds": base["fedavg_history"],
+                "pairs": {"train": len(train), "public": len(public), "test": len(test),
+                          "held_out_clients": len(outside)},
+                "seconds": time.perf_counter() - t0})
+    return out
+
+
+def run_mor_seeds(data, *, seeds: int = 5, first_seed: int = 0, cfg: MoRConfig | None = None,
+                  setting_kw: dict | None = None, seed_kw: dict | None = None, on_seed=None) -> dict:
+    """Every seed of :func:`run_seed` on one shared setting, with the summary and paired tests of
+    :func:`.mor_table.summarise`."""
+    from .mor_table import summarise
+
+    cfg = cfg or MoRConfig()
+    t0, c0 = time.perf_counter(), time.process_time()
+    s = prepare_setting(data, candidates=cfg.candidates, **(setting_kw or {}))
+    runs = []
+    for seed in range(first_seed, first_seed + seeds):
+        runs.append(run_seed(s, replace(cfg, seed=seed), **(seed_kw or {})))
+        if on_seed is not None:
+            on_seed(runs[-1])
+    return {"source": getattr(data, "name", "data"), "reward_signal": "interactions",
+            "groups": list(s.names), "held_out_clients": [s.names[g] for g in s.held_out],
+            "backbone": s.backbone, "seeds": [r["seed"] for r in runs], "per_seed": runs,
+            "summary": summarise(runs),
+            "config": {"candidates": int(s.ref.cand.shape[1]), "group_size": cfg.grpo.group_size,
+                       "beta": cfg.grpo.beta, "kl": cfg.grpo.kl, "grpo_rounds": cfg.grpo_rounds,
+                       "users_per_round": cfg.users_per_round, "policy_lr": cfg.policy_lr,
+                       "architectures": list(cfg.architectures), "reward_epochs": cfg.reward_epochs,
+                       **(seed_kw or {})},
+            "seconds": {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0}}
