@@ -292,7 +292,7 @@ def test_coldstart_command_user_cold_start(tmp_path, capsys):
     assert code == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     uc = res["user_coldstart"]
-    assert uc["supports"] == [1, 3] and uc["held_out_users"] == 6 and uc["new_user_start"] == "fresh"
+    assert uc["supports"] == [1, 3] and uc["held_out_users"] == 6 and uc["new_user_start"] == "population"
     assert set(uc["curves"]) == {"model", "pop", "random", "content"}
     assert uc["query_targets"]["1"] == 6 * 6 and uc["query_targets"]["3"] == 6 * 4
     assert (out / "user_coldstart.png").exists() and (out / "user_coldstart.csv").exists()

@@ -71,9 +71,10 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help="support sizes of the joining users")
     c.add_argument("--support-epochs", type=positive_int, default=20,
                    help="local epochs a joining user trains its private parts for")
-    c.add_argument("--new-user-start", choices=("fresh", "population"), default="fresh",
-                   help="where a joining user's private state starts: its own initial draw, or the mean private "
-                        "state of the trained clients (one aggregate sent to newcomers; docs/coldstart.md)")
+    c.add_argument("--new-user-start", choices=("fresh", "population"), default="population",
+                   help="where a joining user's private state starts: the mean private state of the trained "
+                        "clients (one aggregate sent to newcomers; docs/coldstart.md), or its own initial draw "
+                        "(fresh, the earlier protocol)")
     c.add_argument("--cold-rule", choices=("auto",) + COLD_RULES, default="auto",
                    help="ID rows of cold items for the headline figure: auto = the rule with the best validation "
                         "--cold-select among cold items (FedVLR), 'none' for the backbone alone; every rule is "

@@ -316,7 +316,7 @@ def local_private_training(run, support, users: np.ndarray, *, epochs: int, lr: 
 
 
 def user_coldstart(full, warm, held_out: np.ndarray, make_model, cfg, views: dict | None, *, spec: EvalSpec,
-                   supports=(1, 3, 5), epochs: int = 20, start: str = "fresh", progress: bool = False,
+                   supports=(1, 3, 5), epochs: int = 20, start: str = "population", progress: bool = False,
                    log=None) -> dict:
     """Train on ``warm`` (held-out users absent), then let ``held_out`` users join with each support size, their
     private state starting from ``start`` (:func:`local_private_training`)."""

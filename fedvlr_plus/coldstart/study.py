@@ -73,7 +73,7 @@ class ColdStartOptions:
     support: tuple = (1, 3, 5)
     support_epochs: int = 20
     #: a joining user's private state starts from its own draw or the trained clients' mean (.population)
-    new_user_start: str = "fresh"
+    new_user_start: str = "population"
     #: the backbone's own options (FedRAP's penalties)
     backbone_options: dict = field(default_factory=dict)
     cold_rule: str = "auto"
