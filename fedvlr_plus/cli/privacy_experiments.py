@@ -74,8 +74,8 @@ def register(ex) -> None:
 
 def _setup(args):
     from .common import load_for_run
-    from ..adapters import backbone_options
     from .run_args import config_from_args
+    from .run_federated import build_backbone
 
     if args.target_epsilon is not None:
         raise ConfigError("--target-epsilon", "the table sets the noise of each row itself (--noise)")
@@ -83,17 +83,9 @@ def _setup(args):
         raise ConfigError(f"--metric {args.metric}", "expected METRIC@K", "e.g. ndcg@50")
     data, _ = load_for_run(args)
     cfg = config_from_args(args, valid_metric=args.metric)
-    backbone = args.backbone
-    if getattr(args, "fusion", "none") != "none":
-        from .fusion import fusion_backbone
 
-        def backbone():
-            return fusion_backbone(args, data, args.backbone, cfg.dim)
-    elif backbone_options(args.backbone, args):
-        from .fusion import base_backbone
-
-        def backbone():   # the backbone's own options (FedRAP's penalties) from the flags
-            return base_backbone(args, data.n_items, args.backbone, cfg.dim)
+    def backbone():   # what `run` trains from the same flags, built afresh for every seed
+        return build_backbone(args, data, cfg.dim, is_recbole=False)
     label = args.backbone + ("" if args.fusion == "none" else f"+{args.fusion}")
     return data, cfg, backbone, label
 
