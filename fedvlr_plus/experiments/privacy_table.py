@@ -67,14 +67,12 @@ def paired_vs(runs, base_runs, metric: str) -> dict:
     return paired_test(as_result(per_user_mean(runs, metric)), as_result(per_user_mean(base_runs, metric)), metric)
 
 
-#: the clip of every σ row when the command gives none (the engine's own default when noise is on)
-DEFAULT_CLIP = 1.0
-
-
 def run_privacy_table(data, backbone, cfg, noises, *, metric: str = "ndcg@50", label: str = "") -> dict:
     """The unprotected run, then every σ in ``noises`` with uploads clipped at ``cfg.upload_clip`` (1.0 when
     unset), each over ``cfg.seeds`` seeds; the JSON-ready table."""
-    clip = float(cfg.upload_clip or DEFAULT_CLIP)
+    from ..federation.accountant import DEFAULT_UPLOAD_CLIP
+
+    clip = float(cfg.upload_clip or DEFAULT_UPLOAD_CLIP)   # the engine's own default when noise is on
     rows, base = [], None
     for sigma, c in [(0.0, 0.0)] + [(float(s), clip) for s in noises]:
         runs = seed_runs(data, backbone, replace(cfg, upload_noise=sigma, upload_clip=c, target_epsilon=None))

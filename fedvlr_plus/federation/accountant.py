@@ -136,6 +136,15 @@ def run_noise(cfg, population: int, per_round: int) -> float:
     return noise_for_epsilon(cfg.target_epsilon, per_round, population, cfg.rounds, delta)
 
 
+#: the L2 clip of every upload when noise is on and no ``upload_clip`` is given
+DEFAULT_UPLOAD_CLIP = 1.0
+
+
+def run_clip(cfg, sigma: float) -> float:
+    """The clip a run uses: ``cfg.upload_clip``, else :data:`DEFAULT_UPLOAD_CLIP` with noise and none without."""
+    return float(cfg.upload_clip or (DEFAULT_UPLOAD_CLIP if sigma > 0 else 0.0))
+
+
 def run_privacy(cfg, sigma: float, clip: float, population: int, per_round: int, rounds_run: int) -> dict | None:
     """A run's ``privacy`` entry over the rounds it ran, or None when its uploads carry no noise."""
     if sigma <= 0:

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from ..adapters import Backbone, make_backbone, option_names
-from .accountant import run_noise, run_privacy
+from .accountant import run_clip, run_noise, run_privacy
 from .batched import BatchedSimulator, SequentialSimulator
 from ..errors import ResumeMismatch, RunFolderError
 from .config import RESUMABLE_CHANGES, FedConfig
@@ -126,7 +126,7 @@ class FederatedRun:
             raise ValueError(f"{self.data.name}: no user has a training interaction")
         self.per_round = self._clients_per_round()
         self.upload_noise = run_noise(cfg, len(self.eligible), self.per_round)
-        self.upload_clip = float(cfg.upload_clip or (1.0 if self.upload_noise > 0 else 0.0))
+        self.upload_clip = run_clip(cfg, self.upload_noise)
         default_slr = self.bb.default_server_lr or self.lr * self.per_round
         self.server_lr = float(cfg.server_lr if cfg.server_lr is not None else default_slr)
         self.server_optimizer = cfg.server_optimizer or self.bb.default_server_optimizer
