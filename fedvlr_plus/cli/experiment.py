@@ -66,6 +66,10 @@ def register(sub) -> argparse.ArgumentParser:
                    help="mask only training items at test (paper protocol) or training and validation items")
     add_run_arguments(t, command="experiment")
     add_fusion_arguments(t)
+    t.add_argument_group("recipe").add_argument(
+        "--tune", action="store_true",
+        help="choose each fusion row's recipe on validation first: the grid of 'run --tune' trained on the first "
+             "seed, the best by --valid-metric kept for every seed; reported under 'tuning' in result.json")
     t.set_defaults(func=cmd_paper_table, seeds=3)
     from .poisoning import register as register_poisoning
     from .privacy_experiments import register as register_privacy
@@ -112,7 +116,8 @@ def paper_table_options(args):
         backbones=backbones, backbone_options={b: backbone_options(b, args) for b in backbones},
         variants=tuple(v.strip() for v in args.variants.split(",") if v.strip()),
         training=config_from_args(args, ks=ks), fedvlr=options_from_args(args, mode="fedvlr"), metrics=keys, overrides=parse_overrides(args.override),
-        folder=Path(folder) if folder else None, resume=bool(args.resume), progress=not args.no_progress)
+        folder=Path(folder) if folder else None, resume=bool(args.resume), progress=not args.no_progress,
+        tune=args.tune)
 
 
 def cmd_paper_table(args) -> int:

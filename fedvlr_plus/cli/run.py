@@ -40,6 +40,12 @@ def register(sub) -> None:
     o.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     add_run_arguments(p_run)
     add_fusion_arguments(p_run)
+    p_run.add_argument_group("recipe").add_argument(
+        "--tune", action="store_true",
+        help="choose the fusion layer's recipe on validation: train each of a small grid (the defaults, "
+             "--fusion-residual, --lr 0.5 --server-lr 3, both) on the first seed, keep the best by "
+             "--valid-metric, then run every seed with it; flags you pass stay fixed. Reported under 'tuning' "
+             "in the JSON")
     p_run.set_defaults(func=cmd_run)
 
 
@@ -48,6 +54,9 @@ def cmd_run(args) -> int:
 
     names, ks, keys = parse_metrics(args.metrics)
     protocol = "sampled" if args.protocol == "sampled99" else "full"
+    from .run_tune import check_tune_flags
+
+    check_tune_flags(args)
     data, split_used = load_for_run(args)
     say(_run_plan(args, data.name))
     if args.backbone not in REFERENCE_BACKBONES:
@@ -73,7 +82,9 @@ def _run_plan(args, dataset: str) -> str:
         return f"ranking {dataset} with the reference ranker {args.backbone} (no training); {where}"
     seeds = list(range(args.seed, args.seed + args.seeds))
     model = args.backbone + ("" if args.fusion == "none" else f" + {args.fusion} fusion")
-    return (f"training {model} on {dataset}: {len(seeds)} seed{'s' * (len(seeds) > 1)} "
+    tune = (f"after choosing its recipe on valid (one seed per recipe of the --tune grid), "
+            if getattr(args, "tune", False) else "")
+    return (f"training {model} on {dataset}{' ' + tune.rstrip(', ') if tune else ''}: {len(seeds)} seed{'s' * (len(seeds) > 1)} "
             f"({', '.join(map(str, seeds))}), up to {args.rounds} rounds, patience {args.patience}; {where}")
 
 

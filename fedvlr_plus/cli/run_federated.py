@@ -20,21 +20,34 @@ def run_federated_command(args, data, *, split_used: str, metrics, ks, keys, pro
     if getattr(args, "recbole_config", None) and not is_recbole:
         raise ConfigError("--recbole-config", f"configures a recbole:<Model> backbone only, not {args.backbone}")
     names = tuple(dict.fromkeys(list(metrics) + ["hr"]))
-    cfg = config_from_args(args, ks=tuple(ks), metrics=names, valid_protocol=protocol,
-                           mask_history=getattr(args, "mask_history", "train"))
+
+    def config_for(ns):
+        return config_from_args(ns, ks=tuple(ks), metrics=names, valid_protocol=protocol,
+                                mask_history=getattr(ns, "mask_history", "train"))
+
     run_dir = args.resume or args.out
     if args.resume and args.out and args.resume != args.out:
         raise RunFolderError("--out", f"--resume {args.resume} continues the run in that folder; do not pass a "
                              f"different --out ({args.out})")
+    tuning = None
+    if getattr(args, "tune", False):
+        from .run_tune import tune_recipe
+
+        args, tuning = tune_recipe(args, data, config_for=config_for,
+                                   build_backbone=lambda ns, c: build_backbone(ns, data, c.dim, is_recbole))
+    cfg = config_for(args)
     fusion = getattr(args, "fusion", "none")
     backbone = build_backbone(args, data, cfg.dim, is_recbole)
     router, rb_eval = {}, {}
     on_round = _selected_round_hook(args, data, cfg, metrics, ks, router, rb_eval)
     res = run_federated(data, backbone, cfg, out_dir=run_dir, resume=bool(args.resume),
                         progress=not getattr(args, "no_progress", False), on_round=on_round)
-    return federated_result(res, data, backbone=args.backbone, fusion=fusion, protocol_name=args.protocol,
-                            protocol=protocol, split_used=split_used, cfg=cfg, keys=keys, metrics=metrics, ks=ks,
-                            recbole_test=rb_eval, router=router)
+    result = federated_result(res, data, backbone=args.backbone, fusion=fusion, protocol_name=args.protocol,
+                              protocol=protocol, split_used=split_used, cfg=cfg, keys=keys, metrics=metrics, ks=ks,
+                              recbole_test=rb_eval, router=router)
+    if tuning is not None:
+        result["tuning"] = tuning.to_json()
+    return result
 
 
 def build_backbone(args, data, dim: int, is_recbole: bool):

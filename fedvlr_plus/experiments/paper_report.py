@@ -64,6 +64,10 @@ def markdown_table(result: dict) -> str:
         lines.append(f"Not run: {label} ({why}).")
     for note in result.get("notes", []):
         lines.append(f"Not reported: {note}.")
+    for label, t in result.get("tuning", {}).items():
+        scores = ", ".join(f"{c['name']} {c['valid']:.4f}" for c in t["candidates"])
+        lines.append(f"Recipe of {label} chosen on valid {t['metric']} (seed {t['seed']}; --tune): {t['selected']} "
+                     f"({scores}).")
     lines.append("Mean over seeds ± standard deviation across seeds [95% bootstrap CI over users of the per-user "
                  "values averaged over seeds]. References: pop/random/antipop and the content-only ranker.")
     if result["paired_tests"]:

@@ -56,6 +56,8 @@ class PaperTableOptions:
     folder: Path | None = None
     resume: bool = False
     progress: bool = True
+    #: choose each fusion row's recipe on validation first (fedvlr_plus.fedvlr.tuning)
+    tune: bool = False
 
     def __post_init__(self):
         bad = [v for v in self.variants if v not in VARIANTS]
@@ -99,11 +101,17 @@ def run_paper_table(data, opts: PaperTableOptions) -> dict:
     study = _prepare(data, opts)
     _add_references(study)
     skipped = _refused_rows(study)
-    row_configs = {}
+    row_configs, tuning = {}, {}
     for recipe, variant in _recipes(study, skipped):
+        if opts.tune and variant in FUSION_VARIANTS:
+            from .paper_tuning import tuned_recipe
+
+            recipe, tuning[recipe.label] = tuned_recipe(study, recipe)
         row_configs[recipe.label] = study.experiment.config(recipe, study.seed).to_dict()
         _train_row(study, recipe, variant)
     result = _result(study, skipped, row_configs)
+    if tuning:
+        result["tuning"] = tuning
     if opts.folder is not None:
         write_report(result, opts.folder)
     return result

@@ -1,0 +1,60 @@
+"""``run ... --fusion fedvlr --tune``: train the layer's grid of recipes on the first seed, keep the one with the best
+validation score, and hand the run the flags of that recipe (see :mod:`fedvlr_plus.fedvlr.tuning`)."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..errors import ConfigError
+from .common import say
+
+
+def check_tune_flags(args) -> None:
+    """``--tune`` chooses the fusion layer's recipe; without the layer there is nothing to choose."""
+    if getattr(args, "tune", False) and getattr(args, "fusion", "none") == "none":
+        raise ConfigError("--tune", "chooses the fusion layer's training recipe on validation; this run has no "
+                          "fusion layer", "add --fusion fedvlr (or another --fusion mode), or drop --tune")
+
+
+def tune_recipe(args, data, *, config_for, build_backbone):
+    """Run every candidate recipe for one seed (``args.seed``) and return ``(args with the chosen recipe's flags,
+    the TuningReport)``. ``config_for(ns)`` makes the run's FedConfig from a namespace and ``build_backbone(ns,
+    cfg)`` its model, exactly as the run itself does, so a candidate differs from the final run only in its flags
+    and seed count. With a run folder each candidate checkpoints under ``RUN_DIR/tuning/<recipe>/`` and a resumed
+    run resumes them (a finished candidate is read back, not retrained)."""
+    from ..federation.engine import run_federated
+    from ..fedvlr.tuning import candidate_recipes, select_recipe
+
+    recipes = candidate_recipes(lr=args.lr, server_lr=args.server_lr, residual=True if args.fusion_residual else None)
+    run_dir = args.resume or args.out
+    metric = config_for(args).valid_metric
+
+    def valid_score(recipe) -> float:
+        ns = _with_recipe(args, recipe, seeds=1)
+        cfg = config_for(ns)
+        out = Path(run_dir) / "tuning" / _folder_name(recipe.name) if run_dir else None
+        res = run_federated(data, build_backbone(ns, cfg), cfg, out_dir=out,
+                            resume=bool(args.resume) and out is not None and out.is_dir(),
+                            progress=not getattr(args, "no_progress", False))
+        return float(res["valid"][metric])
+
+    def announce(i, recipe) -> None:
+        flags = " ".join(f"{k} {v}" if not isinstance(v, bool) else (k if v else f"no {k}")
+                         for k, v in recipe.settings().items())
+        say(f"tuning {i + 1}/{len(recipes)}: recipe {recipe.name} ({flags}), seed {args.seed}, "
+            f"selecting on valid {metric}")
+
+    report = select_recipe(recipes, valid_score, metric=metric, seed=args.seed, on_candidate=announce)
+    say(f"tuning: kept recipe {report.selected} (valid {metric} "
+        + ", ".join(f"{n} {s:.4f}" for n, s in report.scores.items()) + ")")
+    return _with_recipe(args, report.chosen, seeds=args.seeds), report
+
+
+def _with_recipe(args, recipe, *, seeds: int) -> argparse.Namespace:
+    ns = argparse.Namespace(**vars(args))
+    ns.lr, ns.server_lr, ns.fusion_residual, ns.seeds = recipe.lr, recipe.server_lr, recipe.residual, seeds
+    return ns
+
+
+def _folder_name(name: str) -> str:
+    return name.replace("+", "-")

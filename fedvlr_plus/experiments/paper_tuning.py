@@ -1,0 +1,64 @@
+"""``paper-table --tune``: each fusion row's recipe chosen on validation before the row is trained.
+
+Every recipe of :data:`fedvlr_plus.fedvlr.tuning.RECIPES` is trained for the table's first seed, as the row
+itself would be; the one with the best validation score (the engine's selection metric, at its best round) is
+the recipe the row then trains with on every seed. Test figures of the candidates are never read. With a run
+folder each candidate keeps its own checkpoints under ``runs/<row>/tuning/<recipe>/`` and resumes with the table.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..api import FedVLR
+from ..errors import RunFolderError
+
+
+def _fixed(study, recipe: FedVLR) -> dict:
+    """The recipe values the table's flags or ``--override`` already fix (the grid leaves those alone)."""
+    settings = {**study.experiment.training, **recipe.train}
+    return {"lr": settings.get("lr"), "server_lr": settings.get("server_lr"),
+            "residual": True if recipe.options.residual else None}
+
+
+def _candidate(recipe: FedVLR, point) -> FedVLR:
+    train = {k: v for k, v in (("lr", point.lr), ("server_lr", point.server_lr)) if v is not None}
+    return FedVLR(recipe.inner, recipe.views, label=recipe.label,
+                  options=replace(recipe.options, residual=point.residual), **train)
+
+
+def _valid_score(study, model: FedVLR, folder) -> float:
+    """Train ``model`` for the table's first seed (or read it back from ``folder``) and return its best
+    validation score."""
+    seed = study.seed
+    run = study.experiment.start(model, seed, folder=folder)
+    if folder is not None and run.folder.has_checkpoint():
+        if not study.opts.resume:
+            raise RunFolderError(str(study.opts.folder), "already holds runs",
+                                 f"continue them with --resume {study.opts.folder}, or choose another folder")
+        run.load_checkpoint()
+    run.run()
+    return float(run.best["metric"])
+
+
+def tuned_recipe(study, recipe: FedVLR) -> tuple[FedVLR, dict]:
+    """``recipe`` with its grid point chosen on validation, and the tuning report (JSON)."""
+    import sys
+
+    from ..fedvlr.tuning import candidate_recipes, select_recipe
+
+    points = candidate_recipes(**_fixed(study, recipe))
+    root = study.opts.folder / "runs" / recipe.label / "tuning" if study.opts.folder else None
+    metric = study.experiment.config(recipe, study.seed).valid_metric
+
+    def score(point) -> float:
+        folder = root / point.name.replace("+", "-") / f"seed-{study.seed}" if root is not None else None
+        return _valid_score(study, _candidate(recipe, point), folder)
+
+    def announce(i, point) -> None:
+        print(f"paper-table: tuning {recipe.label} {i + 1}/{len(points)}: recipe {point.name}, seed {study.seed}",
+              file=sys.stderr, flush=True)
+
+    report = select_recipe(points, score, metric=metric, seed=study.seed, on_candidate=announce)
+    print(f"paper-table: {recipe.label} keeps recipe {report.selected} (valid {metric}: "
+          + ", ".join(f"{n} {s:.4f}" for n, s in report.scores.items()) + ")", file=sys.stderr, flush=True)
+    return _candidate(recipe, report.chosen), report.to_json()

@@ -1,0 +1,111 @@
+"""``--tune``: the layer's recipe chosen on validation (the grid, its selection, the run and the paper table)."""
+import json
+
+import numpy as np
+import pytest
+
+from fedvlr_plus.cli.main import main
+from fedvlr_plus.fedvlr.tuning import RECIPES, Recipe, candidate_recipes, select_recipe
+
+
+def test_grid_keeps_the_values_a_user_fixed_and_drops_duplicates():
+    assert [r.name for r in candidate_recipes()] == [r.name for r in RECIPES]
+    fixed_lr = candidate_recipes(lr=0.2)
+    assert {r.lr for r in fixed_lr} == {0.2} and len(fixed_lr) == 4
+    # lr, server lr and the residual path all fixed: one recipe is left
+    only = candidate_recipes(lr=0.2, server_lr=2.0, residual=True)
+    assert [(r.lr, r.server_lr, r.residual) for r in only] == [(0.2, 2.0, True)]
+    # the residual path fixed: the grid halves
+    assert all(r.residual for r in candidate_recipes(residual=True)) and len(candidate_recipes(residual=True)) == 2
+
+
+def test_selection_keeps_the_best_validation_score_and_ties_keep_the_earlier_recipe():
+    recipes = candidate_recipes()
+    seen = []
+
+    def score(r):
+        seen.append(r.name)
+        return {"default": 0.3, "residual": 0.5, "fast": 0.5, "fast+residual": 0.1}[r.name]
+
+    report = select_recipe(recipes, score, metric="ndcg@10", seed=4)
+    assert seen == [r.name for r in recipes]            # each recipe trained once, in grid order
+    assert report.selected == "residual"                # 0.5 first reached by residual; fast only ties it
+    js = report.to_json()
+    assert js["split"] == "valid" and js["seed"] == 4 and js["selected_settings"] == {"--fusion-residual": True}
+    assert [c["valid"] for c in js["candidates"]] == [0.3, 0.5, 0.5, 0.1]
+    flat = select_recipe(recipes, lambda r: 0.2, metric="ndcg@10", seed=0)
+    assert flat.selected == "default"                   # no recipe strictly better: the layer's defaults
+
+
+def test_recipe_settings_name_the_flags():
+    assert Recipe("x", lr=0.5, server_lr=3.0).settings() == {"--fusion-residual": False, "--lr": 0.5,
+                                                            "--server-lr": 3.0}
+    with pytest.raises(ValueError):
+        select_recipe([], lambda r: 0.0, metric="hr@10", seed=0)
+
+
+def _folder(tmp_path):
+    """40 users in 4 taste groups over 48 items with group-revealing text features; last two rows valid / test."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    g = np.random.default_rng(7)
+    rows = []
+    for u in range(40):
+        items = g.choice(np.arange(u % 4, 48, 4), size=8, replace=False)
+        for t, i in enumerate(items):
+            rows.append(f"{u},{i},1,{t},{0 if t < 6 else t - 5}")
+    (tmp_path / "inter.csv").write_text("userID,itemID,rating,timestamp,split_label\n" + "\n".join(rows) + "\n")
+    feats = np.hstack([np.eye(4)[np.arange(48) % 4], 0.2 * g.standard_normal((48, 4))]).astype(np.float16)
+    np.save(tmp_path / "text_features.npy", feats)
+    return tmp_path
+
+
+FLAGS = ["--backbone", "fedavg", "--fusion", "fedvlr", "--rounds", "4", "--eval-every", "2", "--local-epochs", "1",
+         "--dim", "8", "--metrics", "hr@10,ndcg@10", "--valid-metric", "ndcg@10", "--no-progress", "--json"]
+
+
+def _last_json(capsys) -> dict:
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def test_run_tune_trains_the_grid_on_valid_and_runs_the_chosen_recipe(tmp_path, capsys):
+    src = _folder(tmp_path / "data")
+    assert main(["run", str(src), *FLAGS, "--tune", "--out", str(tmp_path / "run")]) == 0
+    res = _last_json(capsys)
+    tune = res["tuning"]
+    scores = {c["name"]: c["valid"] for c in tune["candidates"]}
+    assert list(scores) == [r.name for r in RECIPES]
+    best = max(scores.values())
+    assert tune["selected"] == next(n for n, s in scores.items() if s == best)
+    chosen = next(c for c in tune["candidates"] if c["name"] == tune["selected"])
+    # the run trained the chosen recipe: the same seed and settings give the candidate's validation score again
+    assert res["valid"]["ndcg@10"] == pytest.approx(chosen["valid"])
+    assert sorted(p.name for p in (tmp_path / "run" / "tuning").iterdir()) == sorted(
+        r.name.replace("+", "-") for r in RECIPES)
+    # resumed: every candidate and the run are read back, the same choice and figures
+    assert main(["run", str(src), *FLAGS, "--tune", "--resume", str(tmp_path / "run")]) == 0
+    again = _last_json(capsys)
+    assert again["tuning"] == tune and again["test"] == res["test"]
+
+
+def test_run_tune_leaves_a_flag_the_user_passed_alone(tmp_path, capsys):
+    src = _folder(tmp_path / "data")
+    assert main(["run", str(src), *FLAGS, "--tune", "--lr", "0.3", "--fusion-residual"]) == 0
+    tune = _last_json(capsys)["tuning"]
+    assert [(c["lr"], c["residual"]) for c in tune["candidates"]] == [(0.3, True), (0.3, True)]
+    assert [c["server_lr"] for c in tune["candidates"]] == [None, 3.0]
+
+
+def test_paper_table_tune_chooses_the_fusion_row_recipe_on_valid(tmp_path, capsys):
+    src = _folder(tmp_path / "data")
+    argv = ["experiment", "paper-table", str(src), "--backbones", "fedavg", "--variants", "fedgrad,fedvlr",
+            "--seeds", "2", "--rounds", "4", "--eval-every", "2", "--local-epochs", "1", "--dim", "8",
+            "--metrics", "hr@10,ndcg@10", "--valid-metric", "ndcg@10", "--no-progress", "--tune", "--json",
+            "--out", str(tmp_path / "table")]
+    assert main(argv) == 0
+    res = _last_json(capsys)
+    assert list(res["tuning"]) == ["fedavg+fedvlr"]          # the fusion row only, not the fedgrad row
+    tune = res["tuning"]["fedavg+fedvlr"]
+    chosen = next(c for c in tune["candidates"] if c["name"] == tune["selected"])
+    assert res["row_configs"]["fedavg+fedvlr"]["lr"] == chosen["lr"]
+    assert res["row_configs"]["fedavg+fedvlr"]["server_lr"] == chosen["server_lr"]
+    assert "chosen on valid" in (tmp_path / "table" / "table.md").read_text()
