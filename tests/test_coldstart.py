@@ -317,3 +317,36 @@ def test_ku_natural_cold_targets_reference_figures():
     assert anti["cold_among_all"]["hr@10"].mean() == pytest.approx(10 / 16)
     assert pop["cold_among_cold"]["hr@10"].mean() == pytest.approx(10 / 16)
     assert pop["cold_among_all"]["hr@10"].mean() == 0.0
+
+
+def test_coldstart_support_epochs_auto_chooses_on_validation_users_and_reports_the_others(tmp_path, capsys):
+    from fedvlr_plus.cli import main
+
+    folder = _feature_folder(tmp_path / "fx")
+    code = main(["coldstart", str(folder), "--backbone", "fedavg", "--cold-users", "0.2", "--support", "1,3",
+                 "--support-epochs", "auto", "--rounds", "2", "--seeds", "2", "--dim", "8", "--local-epochs", "1",
+                 "--no-progress", "--metrics", "hr@5,ndcg@5", "--cold-select", "ndcg@5", "--json"])
+    assert code == 0
+    uc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["user_coldstart"]
+    se = uc["support_epochs"]
+    assert (se["valid_users"], se["reported_users"]) == (2, 4) and se["metric"] == "ndcg@5"
+    for n in ("1", "3"):
+        assert [c["seed"] for c in se["chosen"][n]] == [0, 1]
+        for c in se["chosen"][n]:
+            scores = {int(e): v for e, v in c["valid"].items()}
+            assert sorted(scores) == [1, 5, 20]
+            assert c["epochs"] == min(e for e, v in scores.items() if v == max(scores.values()))
+        # every reported figure, the reference rankers' too, is over the users that did not choose
+        assert {curve[n]["ndcg@5"]["n_users"] for curve in uc["curves"].values()} == {4}
+
+
+def test_joining_users_split_is_seeded_and_disjoint():
+    from fedvlr_plus.coldstart.support_epochs import choose_epochs, split_joining_users
+
+    held = np.array([9, 3, 5, 7, 1, 11])
+    valid, rest = split_joining_users(held, seed=4)
+    assert len(valid) == 2 and not set(valid) & set(rest) and set(valid) | set(rest) == set(held)
+    again, _ = split_joining_users(held, seed=4)
+    assert np.array_equal(valid, again)
+    best, scorer, scores = choose_epochs(lambda e: e, lambda s: {1: 0.2, 5: 0.4, 20: 0.4}[s])
+    assert (best, scorer) == (5, 5) and scores == {1: 0.2, 5: 0.4, 20: 0.4}   # a tie keeps the shorter training

@@ -97,15 +97,20 @@ def test_run_tune_leaves_a_flag_the_user_passed_alone(tmp_path, capsys):
 
 def test_paper_table_tune_chooses_the_fusion_row_recipe_on_valid(tmp_path, capsys):
     src = _folder(tmp_path / "data")
-    argv = ["experiment", "paper-table", str(src), "--backbones", "fedavg", "--variants", "fedgrad,fedvlr",
+    argv = ["experiment", "paper-table", str(src), "--backbones", "fedavg", "--variants", "fedgrad,sum,fedvlr",
             "--seeds", "2", "--rounds", "4", "--eval-every", "2", "--local-epochs", "1", "--dim", "8",
             "--metrics", "hr@10,ndcg@10", "--valid-metric", "ndcg@10", "--no-progress", "--tune", "--json",
             "--out", str(tmp_path / "table")]
     assert main(argv) == 0
     res = _last_json(capsys)
-    assert list(res["tuning"]) == ["fedavg+fedvlr"]          # the fusion row only, not the fedgrad row
+    assert sorted(res["tuning"]) == ["fedavg+fedvlr", "fedavg+sum"]     # fusion rows only, not the fedgrad row
     tune = res["tuning"]["fedavg+fedvlr"]
     chosen = next(c for c in tune["candidates"] if c["name"] == tune["selected"])
-    assert res["row_configs"]["fedavg+fedvlr"]["lr"] == chosen["lr"]
-    assert res["row_configs"]["fedavg+fedvlr"]["server_lr"] == chosen["server_lr"]
-    assert "chosen on valid" in (tmp_path / "table" / "table.md").read_text()
+    for row in ("fedavg+fedvlr", "fedavg+sum"):   # the ablation row trains with the FedVLR row's recipe
+        assert res["row_configs"][row]["lr"] == chosen["lr"]
+        assert res["row_configs"][row]["server_lr"] == chosen["server_lr"]
+    assert res["tuning"]["fedavg+sum"]["from"] == "fedavg+fedvlr"
+    assert res["tuning"]["fedavg+sum"]["selected"] == tune["selected"]
+    assert [p.name for p in (tmp_path / "table" / "runs").glob("*/tuning")] == ["tuning"]
+    text = (tmp_path / "table" / "table.md").read_text()
+    assert "chosen on valid" in text and "the one fedavg+fedvlr chose" in text

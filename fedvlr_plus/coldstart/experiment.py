@@ -316,18 +316,22 @@ def local_private_training(run, support, users: np.ndarray, *, epochs: int, lr: 
 
 
 def user_coldstart(full, warm, held_out: np.ndarray, make_model, cfg, views: dict | None, *, spec: EvalSpec,
-                   supports=(1, 3, 5), epochs: int = 20, start: str = "population", progress: bool = False,
-                   log=None) -> dict:
+                   supports=(1, 3, 5), epochs: int | str = 20, start: str = "population", progress: bool = False,
+                   log=None, select_metric: str = "ndcg@10") -> dict:
     """Train on ``warm`` (held-out users absent), then let ``held_out`` users join with each support size, their
-    private state starting from ``start`` (:func:`local_private_training`)."""
+    private state starting from ``start`` (:func:`local_private_training`). ``epochs``: the joining users' local
+    epochs, or ``"auto"``: chosen per support size and seed on a third of them (:mod:`.support_epochs`), the
+    figures then coming from the others."""
     from .splits import support_query
+    from .support_epochs import only, split_joining_users
 
     keys = list(spec.keys)
     frames: dict = {}
-    sparsity = []
-    rounds = []
+    sparsity, rounds, chosen = [], [], {}
     pop_counts = warm.item_popularity("train")
     sq = {n: support_query(full, held_out, n) for n in supports}
+    auto = epochs == "auto"
+    valid_users, report_users = split_joining_users(held_out, spec.seed) if auto else (None, held_out)
     for i in range(cfg.seeds):
         scfg = replace(cfg, seed=cfg.seed + i, seeds=1)
         run = train_selected(warm, make_model(warm), scfg, progress=progress)
@@ -336,19 +340,49 @@ def user_coldstart(full, warm, held_out: np.ndarray, make_model, cfg, views: dic
             log(f"seed {scfg.seed}: selected round {run.best['round']} of {run.round}")
         sparsity.append(run.best["test_full"].per_user)
         for n in supports:
-            scorer = local_private_training(run, sq[n], held_out, epochs=epochs, start=start)
-            frames.setdefault(("model", n), []).append(spec.run(sq[n], scorer, "test").frame("all"))
+            scorer = _joined(run, sq[n], held_out, epochs, start, spec, valid_users, select_metric, chosen, n)
+            frames.setdefault(("model", n), []).append(only(spec.run(sq[n], scorer, "test").frame("all"),
+                                                            report_users))
     for n in supports:
-        frames[("pop", n)] = [spec.run(sq[n], _PopFrom(pop_counts), "test").frame("all")]
-        frames[("random", n)] = [spec.run(sq[n], reference_scorer("random", sq[n], seed=spec.seed), "test")
-                                 .frame("all")]
-        if views:
-            frames[("content", n)] = [spec.run(sq[n], ContentRanker(sq[n], views), "test").frame("all")]
+        _reference_frames(frames, n, sq[n], pop_counts, views, spec, report_users)
     curves = {name: {str(n): summarise(frames[(name, n)], keys) for n in supports}
               for name in ("model", "pop", "random", "content") if (name, supports[0]) in frames}
     trains = np.bincount(warm.train()["user"].to_numpy(), minlength=warm.n_users)
-    return {"supports": list(supports), "held_out_users": int(len(held_out)), "local_epochs": int(epochs),
-            "new_user_start": start,
-            "query_targets": {str(n): int(len(sq[n].test())) for n in supports},
-            "curves": curves, "selected_round": rounds,
-            "sparsity": sparsity_table(sparsity, trains, keys)}
+    out = {"supports": list(supports), "held_out_users": int(len(held_out)), "local_epochs": epochs,
+           "new_user_start": start,
+           "query_targets": {str(n): int(len(sq[n].test())) for n in supports},
+           "curves": curves, "selected_round": rounds,
+           "sparsity": sparsity_table(sparsity, trains, keys)}
+    if auto:
+        out["support_epochs"] = {"valid_users": int(len(valid_users)), "reported_users": int(len(report_users)),
+                                 "metric": select_metric, "chosen": chosen}
+    return out
+
+
+def _joined(run, support, held_out, epochs, start, spec, valid_users, metric, chosen: dict, n: int):
+    """The joining users' scorer after local training (with ``auto``, the epoch count chosen on validation
+    users, recorded in ``chosen[str(n)]``)."""
+    if epochs != "auto":
+        return local_private_training(run, support, held_out, epochs=int(epochs), start=start)
+    from .support_epochs import choose_epochs, only
+
+    def train(e):
+        return local_private_training(run, support, held_out, epochs=e, start=start)
+
+    def score_valid(scorer):
+        return float(only(spec.run(support, scorer, "test").frame("all"), valid_users)[metric].mean())
+
+    best, scorer, scores = choose_epochs(train, score_valid)
+    chosen.setdefault(str(n), []).append({"seed": int(run.cfg.seed), "epochs": best, "valid": scores})
+    return scorer
+
+
+def _reference_frames(frames: dict, n: int, data, pop_counts, views, spec: EvalSpec, users) -> None:
+    """pop (warm users' counts), random and content-only on the joining users ``users`` with support ``n``."""
+    from .support_epochs import only
+
+    frames[("pop", n)] = [only(spec.run(data, _PopFrom(pop_counts), "test").frame("all"), users)]
+    frames[("random", n)] = [only(spec.run(data, reference_scorer("random", data, seed=spec.seed), "test")
+                                  .frame("all"), users)]
+    if views:
+        frames[("content", n)] = [only(spec.run(data, ContentRanker(data, views), "test").frame("all"), users)]

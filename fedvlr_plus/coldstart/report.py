@@ -129,8 +129,7 @@ def format_summary(result: dict, metric: str | None = None) -> str:
     for label, res in _models(result):
         uc = res.get("user_coldstart")
         if uc:
-            lines.append(f"user cold-start ({label}, {uc['held_out_users']} joining users, {uc['local_epochs']} "
-                         f"local epochs on private parts):")
+            lines.append(f"user cold-start ({label}, {_joining(uc)}):")
             for name, curve in uc["curves"].items():
                 lines.append(f"    {name:<10}" + "  ".join(f"N={n}: {keys[1]} {_fmt(s.get(keys[1]))}"
                                                       for n, s in curve.items()))
@@ -171,9 +170,9 @@ def markdown(result: dict) -> str:
         uc = res.get("user_coldstart")
         if uc:
             out += [f"## User cold-start: {label}", "",
-                    f"{uc['held_out_users']} held-out users join after training with N support interactions and "
-                    f"train only their private parts for {uc['local_epochs']} local epochs; query = the rest of "
-                    f"their history, support masked.", "", "| ranker | N | " + " | ".join(keys) + " |",
+                    f"Held-out users join after training with N support interactions and train only their private "
+                    f"parts ({_joining(uc)}); query = the rest of their history, support masked.", "",
+                    "| ranker | N | " + " | ".join(keys) + " |",
                     "|---|---|" + "---|" * len(keys)]
             for name, curve in uc["curves"].items():
                 for n, s in curve.items():
@@ -324,3 +323,13 @@ def write_report(result: dict, out: Path) -> list[Path]:
     atomic_write_text(out / "report.md", markdown(result))
     written.append(out / "report.md")
     return written
+
+
+def _joining(uc: dict) -> str:
+    """Who joined and how long they trained, in words (with ``auto``, the counts chosen on validation users)."""
+    se = uc.get("support_epochs")
+    if not se:
+        return f"{uc['held_out_users']} joining users, {uc['local_epochs']} local epochs"
+    picks = "; ".join(f"N={n}: " + ", ".join(str(c["epochs"]) for c in per) for n, per in se["chosen"].items())
+    return (f"{se['reported_users']} joining users reported, local epochs chosen per seed on {se['valid_users']} "
+            f"others by valid {se['metric']} ({picks})")

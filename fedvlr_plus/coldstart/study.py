@@ -71,7 +71,8 @@ class ColdStartOptions:
     fusion: str = "none"
     with_backbone: bool = False
     support: tuple = (1, 3, 5)
-    support_epochs: int = 20
+    #: a joining user's local epochs, or "auto": chosen on validation users (.support_epochs)
+    support_epochs: int | str = 20
     #: a joining user's private state starts from its own draw or the trained clients' mean (.population)
     new_user_start: str = "population"
     #: the backbone's own options (FedRAP's penalties)
@@ -153,7 +154,8 @@ def _study_one_model(opts, fusion: str, parts: dict, views: dict, spec, cfg, tar
             log(f"user cold-start, {who}: {len(held)} held-out users")
         target["user_coldstart"] = user_coldstart(full, warm, held, make, cfg, views, spec=spec,
                                                   supports=opts.support, epochs=opts.support_epochs,
-                                                  start=opts.new_user_start, progress=opts.progress, log=log)
+                                                  start=opts.new_user_start, progress=opts.progress, log=log,
+                                                  select_metric=opts.cold_select.lower())
         if "items" not in parts:
             target["sparsity"] = target["user_coldstart"]["sparsity"]
             target["sparsity_targets"] = "all"

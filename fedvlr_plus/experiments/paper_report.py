@@ -65,6 +65,9 @@ def markdown_table(result: dict) -> str:
     for note in result.get("notes", []):
         lines.append(f"Not reported: {note}.")
     for label, t in result.get("tuning", {}).items():
+        if t.get("from"):
+            lines.append(f"Recipe of {label}: {t['selected']}, the one {t['from']} chose (--tune).")
+            continue
         scores = ", ".join(f"{c['name']} {c['valid']:.4f}" for c in t["candidates"])
         lines.append(f"Recipe of {label} chosen on valid {t['metric']} (seed {t['seed']}; --tune): {t['selected']} "
                      f"({scores}).")

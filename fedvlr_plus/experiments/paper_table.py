@@ -102,11 +102,12 @@ def run_paper_table(data, opts: PaperTableOptions) -> dict:
     _add_references(study)
     skipped = _refused_rows(study)
     row_configs, tuning = {}, {}
-    for recipe, variant in _recipes(study, skipped):
-        if opts.tune and variant in FUSION_VARIANTS:
-            from .paper_tuning import tuned_recipe
+    rows = list(_recipes(study, skipped))
+    if opts.tune:
+        from .paper_tuning import tune_rows
 
-            recipe, tuning[recipe.label] = tuned_recipe(study, recipe)
+        rows = tune_rows(study, rows, tuning)
+    for recipe, variant in rows:
         row_configs[recipe.label] = study.experiment.config(recipe, study.seed).to_dict()
         _train_row(study, recipe, variant)
     result = _result(study, skipped, row_configs)

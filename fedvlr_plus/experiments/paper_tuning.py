@@ -1,9 +1,13 @@
-"""``paper-table --tune``: each fusion row's recipe chosen on validation before the row is trained.
+"""``paper-table --tune``: the FedVLR row's recipe chosen on validation before any fusion row is trained.
 
 Every recipe of :data:`fedvlr_plus.fedvlr.tuning.RECIPES` is trained for the table's first seed, as the row
 itself would be; the one with the best validation score (the engine's selection metric, at its best round) is
 the recipe the row then trains with on every seed. Test figures of the candidates are never read. With a run
 folder each candidate keeps its own checkpoints under ``runs/<row>/tuning/<recipe>/`` and resumes with the table.
+
+The router-ablation rows of the same backbone (``sum``, ``mlp``, ``gate``, ``uniform``) train with the recipe the
+FedVLR row chose, so that each differs from it in the fusion mode only; a table without a FedVLR row tunes each
+fusion row on its own.
 """
 from __future__ import annotations
 
@@ -62,3 +66,40 @@ def tuned_recipe(study, recipe: FedVLR) -> tuple[FedVLR, dict]:
     print(f"paper-table: {recipe.label} keeps recipe {report.selected} (valid {metric}: "
           + ", ".join(f"{n} {s:.4f}" for n, s in report.scores.items()) + ")", file=sys.stderr, flush=True)
     return _candidate(recipe, report.chosen), report.to_json()
+
+
+def tune_rows(study, rows: list, tuning: dict) -> list:
+    """``rows`` (recipe, variant) with every fusion row's recipe chosen on validation; ``tuning`` gets each tuned
+    row's report, and a row that took another row's choice says so."""
+    from ..fedvlr.tuning import Recipe
+    from .variants import FUSION_VARIANTS
+
+    chosen = {}
+    for recipe, variant in rows:   # the FedVLR row of each backbone first: the ablation rows follow its choice
+        if variant == "fedvlr":
+            _, tuning[recipe.label] = tuned_recipe(study, recipe)
+            chosen[recipe.backbone] = tuning[recipe.label]
+    out = []
+    for recipe, variant in rows:
+        if variant not in FUSION_VARIANTS:
+            out.append((recipe, variant))
+            continue
+        if recipe.backbone not in chosen:
+            recipe, tuning[recipe.label] = tuned_recipe(study, recipe)
+            out.append((recipe, variant))
+            continue
+        report = chosen[recipe.backbone]
+        pick = next(c for c in report["candidates"] if c["name"] == report["selected"])
+        point = Recipe(pick["name"], lr=pick["lr"], server_lr=pick["server_lr"], residual=pick["residual"])
+        out.append((_candidate(recipe, point), variant))
+        if variant != "fedvlr":
+            tuning[recipe.label] = {"metric": report["metric"], "split": "valid", "seed": report["seed"],
+                                    "selected": report["selected"], "selected_settings": report["selected_settings"],
+                                    "from": row_label_of(recipe.backbone), "candidates": []}
+    return out
+
+
+def row_label_of(backbone: str) -> str:
+    from .paper_table import row_label
+
+    return row_label(backbone, "fedvlr")

@@ -1,0 +1,43 @@
+"""How long a joining user trains its private parts, chosen on validation users (``--support-epochs auto``).
+
+One interaction can train a user vector, a head and (with the FedVLR layer) a router for one epoch or twenty;
+which is best depends on the model and on how many interactions the user brings, so neither fixed number suits
+every row. ``auto`` sets a seeded third of the joining users aside as validation users: every model trains them
+for each epoch count of :data:`EPOCH_GRID` and keeps, per support size and seed, the count whose validation users
+rank their own query best. Every figure reported then comes from the other joining users only (the reference
+rankers' too), so the choice never sees a reported user.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+#: the local epoch counts ``auto`` chooses among
+EPOCH_GRID = (1, 5, 20)
+#: share of the joining users that choose the epoch count (and are left out of every reported figure)
+VALID_SHARE = 1 / 3
+
+
+def split_joining_users(held_out: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(validation users, reported users) of the held-out users: a seeded draw, the same for every model."""
+    users = np.sort(np.asarray(held_out, np.int64))
+    g = np.random.default_rng([seed, 0x5E])
+    n_valid = max(1, int(round(VALID_SHARE * len(users)))) if len(users) > 1 else 0
+    valid = np.sort(g.choice(users, size=n_valid, replace=False)) if n_valid else users[:0]
+    return valid, np.setdiff1d(users, valid)
+
+
+def only(frame, users: np.ndarray):
+    """The rows of a per-user frame that belong to ``users``."""
+    return frame[frame["user"].isin(users)].reset_index(drop=True)
+
+
+def choose_epochs(train, score_valid, grid=EPOCH_GRID):
+    """``train(epochs) -> scorer`` for each count of ``grid``, scored by ``score_valid(scorer)``; returns (the best
+    count, its scorer, every count's validation score). A tie keeps the shorter training."""
+    best, best_scorer, scores = None, None, {}
+    for epochs in grid:
+        scorer = train(int(epochs))
+        scores[int(epochs)] = float(score_valid(scorer))
+        if best is None or scores[int(epochs)] > scores[best]:
+            best, best_scorer = int(epochs), scorer
+    return best, best_scorer, scores
