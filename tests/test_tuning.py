@@ -11,12 +11,16 @@ from fedvlr_plus.fedvlr.tuning import RECIPES, Recipe, candidate_recipes, select
 def test_grid_keeps_the_values_a_user_fixed_and_drops_duplicates():
     assert [r.name for r in candidate_recipes()] == [r.name for r in RECIPES]
     fixed_lr = candidate_recipes(lr=0.2)
-    assert {r.lr for r in fixed_lr} == {0.2} and len(fixed_lr) == 4
-    # lr, server lr and the residual path all fixed: one recipe is left
-    only = candidate_recipes(lr=0.2, server_lr=2.0, residual=True)
-    assert [(r.lr, r.server_lr, r.residual) for r in only] == [(0.2, 2.0, True)]
-    # the residual path fixed: the grid halves
-    assert all(r.residual for r in candidate_recipes(residual=True)) and len(candidate_recipes(residual=True)) == 2
+    assert {r.lr for r in fixed_lr} == {0.2} and len(fixed_lr) == len(RECIPES)
+    # everything fixed: one recipe is left
+    only = candidate_recipes(lr=0.2, server_lr=2.0, residual=True, content_preference=False)
+    assert [(r.lr, r.server_lr, r.residual, r.content_preference) for r in only] == [(0.2, 2.0, True, False)]
+    # the residual path fixed: the recipes without it collapse into those with it
+    assert all(r.residual for r in candidate_recipes(residual=True))
+    assert len(candidate_recipes(residual=True)) == 3
+    # a backbone that scores through its own module gets no content-preference recipe
+    assert not any(r.content_preference for r in candidate_recipes(preference_allowed=False))
+    assert any(r.content_preference for r in candidate_recipes())
 
 
 def test_selection_keeps_the_best_validation_score_and_ties_keep_the_earlier_recipe():
@@ -25,21 +29,22 @@ def test_selection_keeps_the_best_validation_score_and_ties_keep_the_earlier_rec
 
     def score(r):
         seen.append(r.name)
-        return {"default": 0.3, "residual": 0.5, "fast": 0.5, "fast+residual": 0.1}[r.name]
+        return {"default": 0.3, "residual": 0.5, "fast": 0.5, "fast+residual": 0.1, "content": 0.2}[r.name]
 
     report = select_recipe(recipes, score, metric="ndcg@10", seed=4)
     assert seen == [r.name for r in recipes]            # each recipe trained once, in grid order
     assert report.selected == "residual"                # 0.5 first reached by residual; fast only ties it
     js = report.to_json()
-    assert js["split"] == "valid" and js["seed"] == 4 and js["selected_settings"] == {"--fusion-residual": True}
-    assert [c["valid"] for c in js["candidates"]] == [0.3, 0.5, 0.5, 0.1]
+    assert js["split"] == "valid" and js["seed"] == 4
+    assert js["selected_settings"] == {"--fusion-residual": True, "--content-preference": False}
+    assert [c["valid"] for c in js["candidates"]] == [0.3, 0.5, 0.5, 0.1, 0.2]
     flat = select_recipe(recipes, lambda r: 0.2, metric="ndcg@10", seed=0)
     assert flat.selected == "default"                   # no recipe strictly better: the layer's defaults
 
 
 def test_recipe_settings_name_the_flags():
     assert Recipe("x", lr=0.5, server_lr=3.0).settings() == {"--fusion-residual": False, "--lr": 0.5,
-                                                            "--server-lr": 3.0}
+                                                            "--server-lr": 3.0, "--content-preference": False}
     with pytest.raises(ValueError):
         select_recipe([], lambda r: 0.0, metric="hr@10", seed=0)
 
@@ -91,8 +96,9 @@ def test_run_tune_leaves_a_flag_the_user_passed_alone(tmp_path, capsys):
     src = _folder(tmp_path / "data")
     assert main(["run", str(src), *FLAGS, "--tune", "--lr", "0.3", "--fusion-residual"]) == 0
     tune = _last_json(capsys)["tuning"]
-    assert [(c["lr"], c["residual"]) for c in tune["candidates"]] == [(0.3, True), (0.3, True)]
-    assert [c["server_lr"] for c in tune["candidates"]] == [None, 3.0]
+    assert [(c["lr"], c["residual"]) for c in tune["candidates"]] == [(0.3, True)] * 3
+    assert [(c["server_lr"], c["content_preference"]) for c in tune["candidates"]] == [
+        (None, False), (3.0, False), (None, True)]
 
 
 def test_paper_table_tune_chooses_the_fusion_row_recipe_on_valid(tmp_path, capsys):

@@ -25,7 +25,9 @@ def tune_recipe(args, data, *, config_for, build_backbone):
     from ..federation.engine import run_federated
     from ..fedvlr.tuning import candidate_recipes, select_recipe
 
-    recipes = candidate_recipes(lr=args.lr, server_lr=args.server_lr, residual=True if args.fusion_residual else None)
+    recipes = candidate_recipes(lr=args.lr, server_lr=args.server_lr, residual=True if args.fusion_residual else None,
+                                content_preference=True if getattr(args, "content_preference", False) else None,
+                                preference_allowed=not args.backbone.startswith("recbole:"))
     run_dir = args.resume or args.out
     metric = config_for(args).valid_metric
 
@@ -39,8 +41,8 @@ def tune_recipe(args, data, *, config_for, build_backbone):
         return float(res["valid"][metric])
 
     def announce(i, recipe) -> None:
-        flags = " ".join(f"{k} {v}" if not isinstance(v, bool) else (k if v else f"no {k}")
-                         for k, v in recipe.settings().items())
+        flags = " ".join(f"{k} {v}" if not isinstance(v, bool) else k
+                         for k, v in recipe.settings().items() if v is not False) or "the layer's defaults"
         say(f"tuning {i + 1}/{len(recipes)}: recipe {recipe.name} ({flags}), seed {args.seed}, "
             f"selecting on valid {metric}")
 
@@ -53,6 +55,7 @@ def tune_recipe(args, data, *, config_for, build_backbone):
 def _with_recipe(args, recipe, *, seeds: int) -> argparse.Namespace:
     ns = argparse.Namespace(**vars(args))
     ns.lr, ns.server_lr, ns.fusion_residual, ns.seeds = recipe.lr, recipe.server_lr, recipe.residual, seeds
+    ns.content_preference = recipe.content_preference
     return ns
 
 

@@ -21,13 +21,16 @@ def _fixed(study, recipe: FedVLR) -> dict:
     """The recipe values the table's flags or ``--override`` already fix (the grid leaves those alone)."""
     settings = {**study.experiment.training, **recipe.train}
     return {"lr": settings.get("lr"), "server_lr": settings.get("server_lr"),
-            "residual": True if recipe.options.residual else None}
+            "residual": True if recipe.options.residual else None,
+            "content_preference": True if recipe.options.content_preference else None,
+            "preference_allowed": not recipe.backbone.startswith("recbole:")}
 
 
 def _candidate(recipe: FedVLR, point) -> FedVLR:
     train = {k: v for k, v in (("lr", point.lr), ("server_lr", point.server_lr)) if v is not None}
     return FedVLR(recipe.inner, recipe.views, label=recipe.label,
-                  options=replace(recipe.options, residual=point.residual), **train)
+                  options=replace(recipe.options, residual=point.residual,
+                                  content_preference=point.content_preference), **train)
 
 
 def _valid_score(study, model: FedVLR, folder) -> float:
@@ -90,7 +93,8 @@ def tune_rows(study, rows: list, tuning: dict) -> list:
             continue
         report = chosen[recipe.backbone]
         pick = next(c for c in report["candidates"] if c["name"] == report["selected"])
-        point = Recipe(pick["name"], lr=pick["lr"], server_lr=pick["server_lr"], residual=pick["residual"])
+        point = Recipe(pick["name"], lr=pick["lr"], server_lr=pick["server_lr"], residual=pick["residual"],
+                       content_preference=pick["content_preference"])
         out.append((_candidate(recipe, point), variant))
         if variant != "fedvlr":
             tuning[recipe.label] = {"metric": report["metric"], "split": "valid", "seed": report["seed"],

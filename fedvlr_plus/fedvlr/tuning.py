@@ -7,8 +7,10 @@ mixture is better; and the learning rates that suit a few hundred users overshoo
 best on every data set measured (docs/results.md), so the choice is made where it can be made honestly: on the
 validation split, before any test figure is read.
 
-The grid is deliberately small (four recipes), so tuning costs four single-seed runs. A flag the user passes is
-never overridden: recipes that differ only in a value the user fixed collapse into one.
+The grid is deliberately small (five recipes), so tuning costs five single-seed runs. A flag the user passes is
+never overridden: recipes that differ only in a value the user fixed collapse into one. The content-preference
+recipe (a private VBPR-style preference over projected content) is left out for backbones that score through
+their own module (RecBole models), which the layer cannot give that term.
 """
 from __future__ import annotations
 
@@ -24,10 +26,11 @@ class Recipe:
     lr: float | None = None
     server_lr: float | None = None
     residual: bool = False
+    content_preference: bool = False
 
     def settings(self) -> dict:
         """The values this recipe sets, under the flag names a user would type."""
-        out = {"--fusion-residual": self.residual}
+        out = {"--fusion-residual": self.residual, "--content-preference": self.content_preference}
         if self.lr is not None:
             out["--lr"] = self.lr
         if self.server_lr is not None:
@@ -35,23 +38,29 @@ class Recipe:
         return out
 
 
-#: the grid: the layer's defaults, the residual ID path, larger client and server steps, and both
+#: the grid: the layer's defaults, the residual ID path, larger client and server steps, both, and a private
+#: preference over content
 RECIPES: tuple[Recipe, ...] = (
     Recipe("default"),
     Recipe("residual", residual=True),
     Recipe("fast", lr=0.5, server_lr=3.0),
     Recipe("fast+residual", lr=0.5, server_lr=3.0, residual=True),
+    Recipe("content", content_preference=True),
 )
 
 
-def candidate_recipes(*, lr: float | None = None, server_lr: float | None = None,
-                      residual: bool | None = None) -> list[Recipe]:
-    """The grid with the values the user fixed put in place of the grid's; duplicates dropped, order kept."""
+def candidate_recipes(*, lr: float | None = None, server_lr: float | None = None, residual: bool | None = None,
+                      content_preference: bool | None = None, preference_allowed: bool = True) -> list[Recipe]:
+    """The grid with the values the user fixed put in place of the grid's; duplicates dropped, order kept.
+    ``preference_allowed=False`` (a backbone that scores through its own module) drops the content preference."""
     seen, out = set(), []
     for r in RECIPES:
+        if r.content_preference and not preference_allowed:
+            continue
         fixed = Recipe(r.name, lr=r.lr if lr is None else lr, server_lr=r.server_lr if server_lr is None else server_lr,
-                       residual=r.residual if residual is None else residual)
-        key = (fixed.lr, fixed.server_lr, fixed.residual)
+                       residual=r.residual if residual is None else residual,
+                       content_preference=r.content_preference if content_preference is None else content_preference)
+        key = (fixed.lr, fixed.server_lr, fixed.residual, fixed.content_preference)
         if key not in seen:
             seen.add(key)
             out.append(fixed)
