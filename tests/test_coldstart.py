@@ -350,3 +350,21 @@ def test_joining_users_split_is_seeded_and_disjoint():
     assert np.array_equal(valid, again)
     best, scorer, scores = choose_epochs(lambda e: e, lambda s: {1: 0.2, 5: 0.4, 20: 0.4}[s])
     assert (best, scorer) == (5, 5) and scores == {1: 0.2, 5: 0.4, 20: 0.4}   # a tie keeps the shorter training
+
+
+def test_coldstart_tune_chooses_the_layer_recipe_on_valid_and_keeps_the_backbone_alone_untouched(tmp_path, capsys):
+    from fedvlr_plus.cli import main
+    from fedvlr_plus.fedvlr.tuning import RECIPES
+
+    folder = _feature_folder(tmp_path / "fx")
+    code = main(["coldstart", str(folder), "--backbone", "fedavg", "--fusion", "fedvlr", "--with-backbone",
+                 "--cold-users", "0.2", "--support", "1", "--support-epochs", "2", "--rounds", "2", "--seeds", "1",
+                 "--dim", "8", "--local-epochs", "1", "--no-progress", "--metrics", "hr@5,ndcg@5",
+                 "--cold-select", "ndcg@5", "--tune", "--json"])
+    assert code == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    tune = res["tuning"]
+    assert [c["name"] for c in tune["candidates"]] == [r.name for r in RECIPES]
+    best = max(c["valid"] for c in tune["candidates"])
+    assert tune["selected"] == next(c["name"] for c in tune["candidates"] if c["valid"] == best)
+    assert "user_coldstart" in res and "user_coldstart" in res["backbone_alone"]

@@ -85,6 +85,9 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help="validation metric that picks the cold rule")
     c.add_argument("--with-backbone", action="store_true",
                    help="with --fusion: also train the backbone alone on the same split and report it beside")
+    c.add_argument("--tune", action="store_true",
+                   help="with --fusion: choose the layer's recipe on the training data's validation split first "
+                        "(the grid of 'run --tune', first seed); reported under 'tuning'")
     c.add_argument("--split-seed", type=non_negative_int, default=0, help="seed of the cold-item / cold-user draw")
     o = p.add_argument_group("evaluation and output")
     o.add_argument("--metrics", type=metric_list, default=DEFAULT_METRICS, help="metric@K list")
@@ -103,7 +106,9 @@ def coldstart_options(args):
     from ..coldstart.study import ColdStartOptions, StudySplit
     from .fusion import options_from_args
     from .run_args import config_from_args
+    from .run_tune import check_tune_flags
 
+    check_tune_flags(args)
     split = StudySplit(args.source, cold_items=args.cold_items, cold_users=args.cold_users,
                        min_history=max(args.support) + 1, implicit_threshold=args.implicit_threshold,
                        k_core=args.k_core, split_seed=args.split_seed)
@@ -117,7 +122,7 @@ def coldstart_options(args):
         support=args.support, support_epochs=args.support_epochs, new_user_start=args.new_user_start,
         backbone_options=backbone_options(args.backbone, args),
         cold_rule=args.cold_rule,
-        cold_select=args.cold_select, progress=not args.no_progress, command=command)
+        cold_select=args.cold_select, tune=args.tune, progress=not args.no_progress, command=command)
 
 
 def cmd_coldstart(args) -> int:

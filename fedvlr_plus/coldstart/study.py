@@ -79,6 +79,8 @@ class ColdStartOptions:
     backbone_options: dict = field(default_factory=dict)
     cold_rule: str = "auto"
     cold_select: str = "ndcg@10"
+    #: choose the fusion layer's recipe on the training data's validation split first (fedvlr_plus.fedvlr.tuning)
+    tune: bool = False
     progress: bool = True
     command: str | None = None
 
@@ -127,8 +129,41 @@ def run_coldstart(opts: ColdStartOptions, log=None) -> dict:
     fusions = [opts.fusion] + (["none"] if opts.with_backbone and opts.fusion != "none" else [])
     for fusion in fusions:
         target = result if fusion == opts.fusion else result.setdefault("backbone_alone", {"model": opts.backbone})
-        _study_one_model(opts, fusion, parts, views, spec, cfg, target, log)
+        model_opts, model_cfg = opts, cfg
+        if opts.tune and fusion != "none":
+            model_opts, model_cfg, result["tuning"] = _tuned(opts, fusion, cfg, any_data, log)
+        _study_one_model(model_opts, fusion, parts, views, spec, model_cfg, target, log)
     return result
+
+
+def _tuned(opts: ColdStartOptions, fusion: str, cfg, data, log):
+    """The layer's recipe chosen on ``data``'s validation split for the first seed (the study's training data:
+    the cold-item split, else the warm users'); returns the options and config the study then trains with, and
+    the tuning report. Flags the user passed stay fixed; the backbone alone keeps its own settings."""
+    from ..fedvlr.tuning import candidate_recipes, select_recipe
+    from .experiment import train_selected
+
+    fo = opts.fedvlr
+    points = candidate_recipes(lr=cfg.lr, server_lr=cfg.server_lr, residual=True if fo.residual else None,
+                               content_preference=True if fo.content_preference else None)
+
+    def apply(point):
+        o = replace(opts, fedvlr=replace(fo, residual=point.residual, content_preference=point.content_preference))
+        return o, replace(cfg, lr=point.lr, server_lr=point.server_lr)
+
+    def score(point) -> float:
+        o, c = apply(point)
+        c = replace(c, seeds=1)
+        return float(train_selected(data, _recipe(o, fusion, c)(data), c, progress=opts.progress).best["metric"])
+
+    def announce(i, point) -> None:
+        if log:
+            log(f"tuning {i + 1}/{len(points)}: recipe {point.name}, seed {cfg.seed}, on {data.name}'s valid")
+
+    report = select_recipe(points, score, metric=cfg.valid_metric, seed=cfg.seed, on_candidate=announce)
+    if log:
+        log(f"tuning: kept recipe {report.selected}")
+    return (*apply(report.chosen), report.to_json())
 
 
 def _study_one_model(opts, fusion: str, parts: dict, views: dict, spec, cfg, target: dict, log) -> None:
