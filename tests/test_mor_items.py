@@ -202,7 +202,25 @@ def test_reference_per_seed_trains_one_backbone_per_seed(monkeypatch):
     monkeypatch.setattr(mor_seeds, "reference_candidates", lambda split, scores, c: ("ref", int(scores[0, 0])))
     import fedvlr_plus.alignment.mor_table as mor_table
     monkeypatch.setattr(mor_table, "summarise", lambda runs: {})
-    monkeypatch.setattr(mor_seeds, "run_seed", lambda s, cfg, **kw: seen.append((cfg.seed, s.ref)) or {"seed": cfg.seed})
+    monkeypatch.setattr(mor_seeds, "run_seed",
+                        lambda s, cfg, **kw: seen.append((cfg.seed, s.ref)) or {"seed": cfg.seed})
     res = mor_seeds.run_mor_seeds(object(), seeds=3, first_seed=2, cfg=MoRConfig(), reference_per_seed=True)
     assert trained == [2, 3, 4] and seen == [(2, ("ref", 2)), (3, ("ref", 3)), (4, ("ref", 4))]
     assert [r["backbone"]["seed"] for r in res["per_seed"]] == [2, 3, 4] and res["config"]["reference_per_seed"]
+
+
+@pytest.mark.parametrize("flags, expected", [
+    ([], {"architectures": ("bilinear", "mlp", "linear"), "grpo_rounds": 30, "users_per_round": 256,
+          "router_holdout": 0.0}),
+    (["--reward-view", "items"], {"architectures": ("cooc", "next"), "grpo_rounds": 60, "users_per_round": 1024,
+                                  "router_holdout": 0.2}),
+    (["--reward-view", "items", "--grpo-rounds", "5", "--router-holdout", "0"],
+     {"grpo_rounds": 5, "router_holdout": 0.0}),
+])
+def test_cli_defaults_per_reward_view(flags, expected):
+    from fedvlr_plus.cli import build_parser
+    from fedvlr_plus.cli.align_pref import _mor_config
+
+    args = build_parser().parse_args(["align", "mor", "ml-100k", *flags])
+    cfg = _mor_config(args, interactions=True)
+    assert {k: getattr(cfg, k) for k in expected} == expected

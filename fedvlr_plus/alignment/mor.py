@@ -25,8 +25,8 @@ as named arrays and returns a :class:`~fedvlr_plus.federation.messages.ClientUpd
 
 Where the parts live: :mod:`.mor_rewards` (reward models, clients, queries), :mod:`.mor_router` (standardiser,
 router, fusion), :mod:`.mor_policy` (residual policy, GRPO rounds, rankings), :mod:`.mor_backbone` (reference
-backbone, taste vectors, candidates), :mod:`.mor_config` (settings); this module holds the reward report and the
-two runners and re-exports every public name.
+backbone, taste vectors, candidates), :mod:`.mor_config` (settings), :mod:`.mor_items` (clients whose rewards read
+item ids); this module holds the reward report and the two runners and re-exports every public name.
 """
 from __future__ import annotations
 

@@ -7,8 +7,11 @@ FedAvg reward of one architecture and uniform averaging of the client rewards ar
 candidates, same seed). Some clients are held out of reward training altogether: their users measure
 cross-client adaptability (reward accuracy on their pairs, policy HR@10 on their test items).
 
-The reference backbone is trained once (seed 0) and cached; everything else is redone per seed. Aggregation
-over seeds and the paired tests live in :mod:`.mor_table`.
+Two reward views: ``features`` (item features; the earlier table) and ``items`` (the clients' own co-occurrence
+counts over item ids, the policy with an item-to-item term, :mod:`.mor_items`).
+
+The reference backbone is trained once (seed 0) and cached, or with every seed (``reference_per_seed``);
+everything else is redone per seed. Aggregation over seeds and the paired tests live in :mod:`.mor_table`.
 """
 from __future__ import annotations
 
