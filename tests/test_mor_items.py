@@ -224,3 +224,29 @@ def test_cli_defaults_per_reward_view(flags, expected):
     args = build_parser().parse_args(["align", "mor", "ml-100k", *flags])
     cfg = _mor_config(args, interactions=True)
     assert {k: getattr(cfg, k) for k in expected} == expected
+
+
+def test_one_seed_of_the_item_view_runs_end_to_end():
+    import fedvlr_plus.alignment.mor_seeds as mor_seeds
+    from fedvlr_plus.alignment.mor_backbone import reference_candidates
+    from fedvlr_plus.alignment.mor_implicit import user_profiles
+
+    split = _paired_split(n_users=80, seed=5)
+    split.train = lambda: split.inter[split.inter["split"] == 0]
+    feats = _feats()
+    groups = np.arange(split.n_users) % 4
+    ref = reference_candidates(split, np.random.default_rng(0).normal(size=(80, N_ITEMS)), 12)
+    s = mor_seeds.ImplicitSetting(split, feats, groups, ("g0", "g1", "g2", "g3"), user_profiles(split, feats), ref,
+                                  {"name": "fake", "rounds": 0}, (3,), recent_items(split, length=6),
+                                  training_sequences(split))
+    out = mor_seeds.run_seed(s, MoRConfig(architectures=("cooc", "next"), grpo_rounds=2, users_per_round=16,
+                                          router_epochs=5, router_holdout=0.2, seed=0),
+                             negatives="popular", view="items", fedavg_rounds=1)
+    assert set(out["policy"]) == {"mor", "uniform", "fedavg"}
+    for name in out["policy"]:
+        for pop in ("clients", "held_out_clients"):
+            assert 0 <= out["policy"][name][pop]["test"]["grpo"]["hr@10"] <= 1
+    assert [c["architecture"] for c in out["clients"]] == ["cooc", "next", "cooc"]
+    assert out["pairs"]["held_out_clients"] > 0 and all(0 <= v <= 1 for v in out["reward_accuracy"].values())
+    with pytest.raises(ValueError, match="view must be one of"):
+        mor_seeds.run_seed(s, MoRConfig(), view="ids")
