@@ -25,8 +25,8 @@ as named arrays and returns a :class:`~fedvlr_plus.federation.messages.ClientUpd
 
 Where the parts live: :mod:`.mor_rewards` (reward models, clients, queries), :mod:`.mor_router` (standardiser,
 router, fusion), :mod:`.mor_policy` (residual policy, GRPO rounds, rankings), :mod:`.mor_backbone` (reference
-backbone, taste vectors, candidates), :mod:`.mor_config` (settings); this module holds the reward report and the
-two runners and re-exports every public name.
+backbone, taste vectors, candidates), :mod:`.mor_config` (settings), :mod:`.mor_items` (clients whose rewards read
+item ids); this module holds the reward report and the two runners and re-exports every public name.
 """
 from __future__ import annotations
 
@@ -56,20 +56,23 @@ __all__ = ["REWARD_KINDS", "SCORE_ARRAY", "BilinearReward", "LinearReward", "MLP
 
 
 def reward_report(clients: list[RewardClient], public: PreferencePairs, test: PreferencePairs, cfg: MoRConfig,
-                  log: list | None = None) -> tuple[dict, Router, Standardiser]:
+                  log: list | None = None, extra_for=None) -> tuple[dict, Router, Standardiser]:
     """Per-client own / others' accuracy, router training on ``public``, and uniform / best-single / fused
-    accuracy on the pooled held-out pairs ``test`` (objective = each pair's group)."""
+    accuracy on the pooled held-out pairs ``test`` (objective = each pair's group). ``extra_for(pairs)``: the
+    extra query arrays of a pair set (item ids and histories for item clients, :func:`.mor_items.pair_queries`)."""
+    extra_for = extra_for or (lambda pairs: None)
     K = len(clients)
     n_obj = len(test.group_names)
     # public pairs: scores obtained by queries (chosen and rejected in one query of G = 2)
     items = np.stack([public.chosen, public.rejected], 1)
-    s_pub = query_clients(clients, public.context, items, 0, log)          # [K, N, 2]
+    s_pub = query_clients(clients, public.context, items, 0, log, extra_for(public))          # [K, N, 2]
     std = Standardiser.fit(s_pub)
     z_pub = std(s_pub)
     router = Router(public.context.shape[1], n_obj, K)
     train_router(router, z_pub[..., 0], z_pub[..., 1], public.context, public.group, epochs=cfg.router_epochs,
-                 balance=cfg.router_balance, seed=cfg.seed)
-    s_test = std(query_clients(clients, test.context, np.stack([test.chosen, test.rejected], 1), 0, log))
+                 balance=cfg.router_balance, seed=cfg.seed, holdout=cfg.router_holdout)
+    s_test = std(query_clients(clients, test.context, np.stack([test.chosen, test.rejected], 1), 0, log,
+                               extra_for(test)))
     with torch.no_grad():
         w = router(test.context, test.group)
     fused = fuse(w, s_test)

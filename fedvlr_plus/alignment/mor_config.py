@@ -14,6 +14,7 @@ class MoRConfig:
     public_fraction: float = 0.1                 # share of each client's training pairs donated as public pairs
     router_epochs: int = 300
     router_balance: float = 0.05
+    router_holdout: float = 0.0                  # share of the public pairs that early-stops the router (0: none)
     candidates: int = 100                        # C: the reference's top-C unseen items per user
     grpo_rounds: int = 30
     users_per_round: int = 256

@@ -2,6 +2,8 @@
 shared round loop (clients score the sampled items, the server fuses and steps the policy), and its evaluation."""
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import torch
 
@@ -21,10 +23,44 @@ class ResidualPolicy(torch.nn.Module):
         self.b = torch.nn.Parameter(torch.zeros(d))
         self.temperature = float(temperature)
 
-    def forward(self, ref_logits, x, cand_feats):
-        """ref_logits [B, C], x [B, dc], cand_feats [B, C, d] -> [B, C]."""
+    def forward(self, ref_logits, x, cand_feats, ids=None):
+        """ref_logits [B, C], x [B, dc], cand_feats [B, C, d] -> [B, C] (``ids`` is read by the item policy)."""
         delta = torch.einsum("bi,ij,bcj->bc", x, self.W, cand_feats) + cand_feats @ self.b
         return ref_logits / self.temperature + delta
+
+
+class ItemResidualPolicy(ResidualPolicy):
+    """The residual policy plus an item-to-item term: logits(u, c) += sum_l w_ul A[h_ul, c] over the user's recent
+    items h_u (weights w_u), A = 0 at the start. It lets the policy represent what item rewards know (which
+    items follow which); entries A[j, c] move only where GRPO sampled c for a user who took j."""
+
+    def __init__(self, dc: int, d: int, n_items: int, temperature: float = 1.0):
+        super().__init__(dc, d, temperature)
+        self.A = torch.nn.Parameter(torch.zeros(n_items, n_items))
+
+    def forward(self, ref_logits, x, cand_feats, ids=None):
+        """``ids`` = (history [B, L] int, history weights [B, L], candidate ids [B, C])."""
+        hist, weight, cand = (torch.as_tensor(a) for a in ids)
+        a = self.A[hist.clamp_min(0).long()[:, :, None], cand.long()[:, None, :]]        # [B, L, C]
+        item_term = (weight.float()[:, :, None] * a).sum(1)
+        return super().forward(ref_logits, x, cand_feats) + item_term
+
+
+class ItemContext(NamedTuple):
+    """What the item policy and item clients read per user row: recent items, their weights, candidate ids."""
+    hist: np.ndarray
+    weight: np.ndarray
+    cand: np.ndarray
+
+    def rows(self, users) -> tuple:
+        return self.hist[users], self.weight[users], self.cand[users]
+
+
+def _call(policy, ref, x, f, ctx: "ItemContext | None", users):
+    """The policy's logits, with the item ids of ``users`` when there is an item context."""
+    if ctx is None:
+        return policy(ref, x, f)
+    return policy(ref, x, f, ids=ctx.rows(users))
 
 
 def ranking_metrics(scores: np.ndarray, target_rank_base: np.ndarray, in_cand: np.ndarray, target_pos: np.ndarray,
@@ -42,10 +78,12 @@ class _GRPOServer:
     """The server side of MoR's GRPO rounds: each round draws users and item groups from the policy, sends them to
     every client to score, fuses the scores and steps the policy. The policy is the server's own state."""
 
-    def __init__(self, router, std, ref_logits, cand, x, o, feats, cfg: MoRConfig, log):
+    def __init__(self, router, std, ref_logits, cand, x, o, feats, cfg: MoRConfig, log, item_context=None):
         torch.manual_seed(cfg.seed)
         self.router, self.std, self.cand, self.o, self.feats, self.cfg, self.log = router, std, cand, o, feats, cfg, log
-        self.policy = ResidualPolicy(x.shape[1], feats.shape[1], cfg.temperature)
+        self.ctx = item_context
+        self.policy = (ResidualPolicy(x.shape[1], feats.shape[1], cfg.temperature) if item_context is None else
+                       ItemResidualPolicy(x.shape[1], feats.shape[1], feats.shape[0], cfg.temperature))
         self.opt = torch.optim.Adam(self.policy.parameters(), lr=cfg.policy_lr)
         self.g = torch.Generator().manual_seed(cfg.seed)
         self.rng = np.random.default_rng(cfg.seed)
@@ -59,11 +97,16 @@ class _GRPOServer:
         xb = self.x_all[users]
         fb = torch.as_tensor(self.feats[self.cand[users]], dtype=torch.float32)          # [B, C, d]
         with torch.no_grad():
-            logits_old = policy(self.ref_all[users], xb, fb)
+            logits_old = _call(policy, self.ref_all[users], xb, fb, self.ctx, users)
         actions = sample_groups(logits_old, cfg.grpo.group_size, generator=self.g)     # [B, G]
         items = torch.gather(fb, 1, actions.unsqueeze(-1).expand(-1, -1, fb.shape[-1]))
         self.batch = (users, xb, fb, actions, torch.log_softmax(logits_old, -1).gather(-1, actions), items)
-        return score_queries(xb.numpy(), items.numpy()), {"round": r}
+        extra = None
+        if self.ctx is not None:
+            hist, weight, cand = self.ctx.rows(users)
+            extra = {"query.history": hist, "query.history_weight": weight,
+                     "query.item_ids": np.take_along_axis(cand, actions.numpy(), 1)}
+        return score_queries(xb.numpy(), items.numpy(), extra), {"round": r}
 
     def aggregate(self, r, policy, updates, config):
         """Fuse the clients' scores into rewards and take the GRPO steps on the policy."""
@@ -73,22 +116,25 @@ class _GRPOServer:
         rewards = fuse_scores(self.router, self.std, xb.numpy(), self.o[users], scores)
         ref_b = self.ref_all[users] / cfg.temperature
         for _ in range(cfg.inner_steps):
-            logits = policy(self.ref_all[users], xb, fb)
+            logits = _call(policy, self.ref_all[users], xb, fb, self.ctx, users)
             loss, diag = grpo_loss(logits, actions, logp_old, ref_b, rewards, cfg.grpo)
             self.opt.zero_grad()
             loss.backward()
             self.opt.step()
         with torch.no_grad():
-            kl = float(kl_categorical(policy(self.ref_all[users], xb, fb), ref_b).mean())
+            kl = float(kl_categorical(_call(policy, self.ref_all[users], xb, fb, self.ctx, users), ref_b).mean())
         return policy, {"round": r, "reward": float(rewards.mean()), "kl": kl,
                         "clip_fraction": diag["clip_fraction"]}
 
 
 def run_grpo(clients, router, std, *, ref_logits: np.ndarray, cand: np.ndarray, x: np.ndarray, o: np.ndarray,
-             feats: np.ndarray, cfg: MoRConfig, log: list | None = None) -> tuple[ResidualPolicy, list[dict]]:
+             feats: np.ndarray, cfg: MoRConfig, log: list | None = None,
+             item_context: ItemContext | None = None) -> tuple[ResidualPolicy, list[dict]]:
     """GRPO on the residual policy over each user's candidates; returns the policy and per-round diagnostics
-    (mean sampled fused reward, exact KL to the reference over the candidates, clip fraction)."""
-    server = _GRPOServer(router, std, ref_logits, cand, x, o, feats, cfg, log)
+    (mean sampled fused reward, exact KL to the reference over the candidates, clip fraction). With
+    ``item_context`` (rows aligned with ``ref_logits``) the policy is :class:`ItemResidualPolicy` and every query
+    also carries the item ids and histories."""
+    server = _GRPOServer(router, std, ref_logits, cand, x, o, feats, cfg, log, item_context)
     loop = RoundLoop(clients, server.aggregate, fit=over_the_wire(fit_each), configure=server.configure)
     return loop.run(server.policy, range(1, cfg.grpo_rounds + 1))
 
@@ -109,7 +155,7 @@ def expected_reward(clients, router, std, policy, *, ref_logits, cand, x, o, fea
 
 
 def policy_rankings(policy, *, ref_scores: np.ndarray, train_mask, cand, x, feats, targets: np.ndarray,
-                    cfg: MoRConfig, k: int = 10) -> dict:
+                    cfg: MoRConfig, k: int = 10, item_context: ItemContext | None = None) -> dict:
     """HR@k / NDCG@k of the reference (full ranking, training items masked) and of the policy (which re-orders
     the reference's top-C candidates; every other item stays below them) on held-out targets."""
     users = np.flatnonzero(targets >= 0)
@@ -121,9 +167,9 @@ def policy_rankings(policy, *, ref_scores: np.ndarray, train_mask, cand, x, feat
     in_cand = (c == t[:, None]).any(1)
     pos = np.where(in_cand, (c == t[:, None]).argmax(1), -1)
     with torch.no_grad():
-        logits = policy(torch.as_tensor(ref_scores[users[:, None], c], dtype=torch.float32),
-                        torch.as_tensor(x[users], dtype=torch.float32),
-                        torch.as_tensor(feats[c], dtype=torch.float32)).numpy()
+        logits = _call(policy, torch.as_tensor(ref_scores[users[:, None], c], dtype=torch.float32),
+                       torch.as_tensor(x[users], dtype=torch.float32),
+                       torch.as_tensor(feats[c], dtype=torch.float32), item_context, users).numpy()
     # outside the candidates the policy keeps the reference order below all C candidates
     out_rank = np.maximum(ref_rank, c.shape[1])
     pol = ranking_metrics(logits, out_rank, in_cand, pos, k)

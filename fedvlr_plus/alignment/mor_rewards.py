@@ -157,9 +157,11 @@ class RewardClient:
         return out
 
 
-def score_queries(context, items) -> dict:
-    """The server's message to the clients: contexts [Q, dc] and items [Q, G, d] (or [Q, d]) to score."""
-    return {"query.context": np.asarray(context, np.float32), "query.items": np.asarray(items, np.float32)}
+def score_queries(context, items, extra: dict | None = None) -> dict:
+    """The server's message to the clients: contexts [Q, dc] and items [Q, G, d] (or [Q, d]) to score, plus
+    ``extra`` named arrays (item ids and histories for clients that score item ids, :mod:`.mor_items`)."""
+    return {"query.context": np.asarray(context, np.float32), "query.items": np.asarray(items, np.float32),
+            **(extra or {})}
 
 
 def stack_scores(updates: list[ClientUpdate], shape, log: list | None = None) -> torch.Tensor:
@@ -174,7 +176,8 @@ def stack_scores(updates: list[ClientUpdate], shape, log: list | None = None) ->
     return torch.stack(out).float()
 
 
-def query_clients(clients, context, items, round_index: int = 0, log: list | None = None) -> torch.Tensor:
+def query_clients(clients, context, items, round_index: int = 0, log: list | None = None,
+                  extra: dict | None = None) -> torch.Tensor:
     """Send one batch of queries to every client (their ``fit``) and stack the uploaded scores: [K, Q, G]."""
-    updates = over_the_wire(fit_each)(clients, score_queries(context, items), {"round": round_index})
+    updates = over_the_wire(fit_each)(clients, score_queries(context, items, extra), {"round": round_index})
     return stack_scores(updates, np.asarray(items).shape[:-1], log)

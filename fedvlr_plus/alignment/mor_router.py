@@ -52,27 +52,49 @@ def fuse(weights: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
 
 
 def train_router(router: Router, z_chosen: torch.Tensor, z_rejected: torch.Tensor, x, o, *, epochs: int = 200,
-                 lr: float = 1e-2, balance: float = 0.1, seed: int = 0) -> list[float]:
+                 lr: float = 1e-2, balance: float = 0.1, seed: int = 0, holdout: float = 0.0) -> list[float]:
     """Bradley-Terry loss of the fused reward on public pairs + ``balance`` * sum_k wbar_k log wbar_k.
 
     z_chosen / z_rejected: [K, N] standardised client scores of the public pairs; x [N, dc]; o [N] objectives.
+    ``holdout`` > 0: that share of the pairs is kept out of training and the router ends with the weights of the
+    epoch whose Bradley-Terry loss on them was lowest (early stopping; a router fitted to a small public set
+    otherwise switches between clients on noise and loses the ensemble that averaging gives).
     """
     torch.manual_seed(seed)
     x = torch.as_tensor(x, dtype=torch.float32)
     o = torch.as_tensor(o, dtype=torch.long)
     opt = torch.optim.Adam(router.parameters(), lr=lr)
     margin = (z_chosen - z_rejected).float()
+    fit, held = _holdout_rows(len(x), holdout, seed)
+    best, best_state = float("inf"), None
     losses = []
     for _ in range(epochs):
-        w = router(x, o)                                   # [N, K]
-        fused = (w.T * margin).sum(0)
+        w = router(x[fit], o[fit])                                   # [N, K]
+        fused = (w.T * margin[:, fit]).sum(0)
         wbar = w.mean(0)
         loss = -F.logsigmoid(fused).mean() + balance * (wbar * torch.log(wbar + 1e-12)).sum()
         opt.zero_grad()
         loss.backward()
         opt.step()
         losses.append(float(loss.detach()))
+        if held is not None:
+            with torch.no_grad():
+                held_loss = float(-F.logsigmoid((router(x[held], o[held]).T * margin[:, held]).sum(0)).mean())
+            if held_loss < best:
+                best, best_state = held_loss, {k: v.clone() for k, v in router.state_dict().items()}
+    if best_state is not None:
+        router.load_state_dict(best_state)
     return losses
+
+
+def _holdout_rows(n: int, holdout: float, seed: int):
+    """(rows to fit, held-out rows or None): every row is fitted without a holdout."""
+    if holdout <= 0:
+        return slice(None), None
+    held = np.random.default_rng(seed).random(n) < holdout
+    if held.all() or not held.any():
+        return slice(None), None
+    return torch.as_tensor(np.flatnonzero(~held)), torch.as_tensor(np.flatnonzero(held))
 
 
 def router_weights_by_objective(router: Router, x, o, n_objectives: int) -> list[list[float]]:

@@ -7,8 +7,11 @@ FedAvg reward of one architecture and uniform averaging of the client rewards ar
 candidates, same seed). Some clients are held out of reward training altogether: their users measure
 cross-client adaptability (reward accuracy on their pairs, policy HR@10 on their test items).
 
-The reference backbone is trained once (seed 0) and cached; everything else is redone per seed. Aggregation
-over seeds and the paired tests live in :mod:`.mor_table`.
+Two reward views: ``features`` (item features; the earlier table) and ``items`` (the clients' own co-occurrence
+counts over item ids, the policy with an item-to-item term, :mod:`.mor_items`).
+
+The reference backbone is trained once (seed 0) and cached, or with every seed (``reference_per_seed``);
+everything else is redone per seed. Aggregation over seeds and the paired tests live in :mod:`.mor_table`.
 """
 from __future__ import annotations
 
@@ -24,12 +27,18 @@ from .mor_backbone import ReferenceRanking, reference_candidates, train_backbone
 from .mor_baselines import ScoringClient, UniformRouter, fedavg_reward
 from .mor_config import MoRConfig
 from .mor_implicit import interaction_pairs, train_only_groups, user_profiles, with_popularity
-from .mor_policy import policy_rankings, run_grpo
+from .mor_items import (fedavg_item_reward, make_item_clients, next_item_pairs, pair_queries, recent_items,
+                        training_sequences)
+from .mor_policy import ItemContext, policy_rankings, run_grpo
 from .mor_rewards import query_clients
 from .mor_router import Router, Standardiser, fuse
 from .pairs import PreferencePairs, holdout_split, item_features, pairwise_accuracy
 
 METHODS = ("mor", "uniform", "fedavg")
+#: what the clients' rewards and the policy read: item features (genres, year, popularity) or item ids (the
+#: clients' own co-occurrence counts, :mod:`.mor_items`)
+REWARD_VIEWS = ("features", "items")
+RECENT_LENGTH, RECENT_HALF_LIFE = 20, 5.0   # the item view's history: 20 latest items, weight halving every 5
 
 
 class ImplicitSetting(NamedTuple):
@@ -42,6 +51,8 @@ class ImplicitSetting(NamedTuple):
     ref: ReferenceRanking
     backbone: dict
     held_out: tuple          # group ids kept out of reward training
+    recent: object = None    # RecentItems: each user's latest training items (the item view's context)
+    sequences: dict | None = None
 
 
 def prepare_setting(data, *, group_by: str = "taste", n_groups: int = 4, held_out_clients: int = 1,
@@ -61,30 +72,41 @@ def prepare_setting(data, *, group_by: str = "taste", n_groups: int = 4, held_ou
     ref = reference_candidates(split, scores, candidates)
     held = tuple(range(len(names) - held_out_clients, len(names)))
     return ImplicitSetting(split, feats, groups, tuple(names), user_profiles(split, feats), ref,
-                           {"name": backbone, "rounds": backbone_rounds, **bb}, held)
+                           {"name": backbone, "rounds": backbone_rounds, **bb}, held,
+                           recent_items(split, length=RECENT_LENGTH, half_life=RECENT_HALF_LIFE),
+                           training_sequences(split))
 
 
-def fused_accuracy(clients, router, std, pairs: PreferencePairs) -> float:
+def fused_accuracy(clients, router, std, pairs: PreferencePairs, extra_for=None) -> float:
     """Pairwise accuracy of a fused reward on ``pairs`` (objective = each pair's group)."""
     if not len(pairs):
         return float("nan")
-    z = std(query_clients(clients, pairs.context, np.stack([pairs.chosen, pairs.rejected], 1)))
+    extra = extra_for(pairs) if extra_for is not None else None
+    z = std(query_clients(clients, pairs.context, np.stack([pairs.chosen, pairs.rejected], 1), extra=extra))
     with torch.no_grad():
         f = fuse(router(pairs.context, pairs.group), z)
     return pairwise_accuracy(f[:, 0].numpy(), f[:, 1].numpy())
 
 
 def reward_baselines(clients, train, public, cfg: MoRConfig, *, fedavg_kind: str, fedavg_rounds: int,
-                     fedavg_epochs: int) -> dict:
+                     fedavg_epochs: int, item_setting: ImplicitSetting | None = None) -> dict:
     """The FedAvg reward (one client-like scorer, weight 1, its own public standardisation) and the uniform
-    router over MoR's clients: ``{name: (clients, router, standardiser)}``."""
-    model, hist = fedavg_reward(train, kind=fedavg_kind, rounds=fedavg_rounds, local_epochs=fedavg_epochs,
-                                lr=cfg.reward_lr, seed=cfg.seed)
-    scorer = [ScoringClient(0, model)]
+    router over MoR's clients: ``{name: (clients, router, standardiser)}``. With ``item_setting`` (the item view)
+    the FedAvg reward is :func:`.mor_items.fedavg_item_reward` (the clients' counts pooled, one round)."""
+    extra = None
+    if item_setting is None:
+        model, hist = fedavg_reward(train, kind=fedavg_kind, rounds=fedavg_rounds, local_epochs=fedavg_epochs,
+                                    lr=cfg.reward_lr, seed=cfg.seed)
+        scorer = [ScoringClient(0, model)]
+    else:
+        s = item_setting
+        scorer = [fedavg_item_reward(train, sequences=s.sequences, n_items=s.split.n_items, recent=s.recent,
+                                     seed=cfg.seed)]
+        hist, extra = [], pair_queries(s.recent)(public)
     items = np.stack([public.chosen, public.rejected], 1)
-    fstd = Standardiser.fit(query_clients(scorer, public.context, items))
+    fstd = Standardiser.fit(query_clients(scorer, public.context, items, extra=extra))
     n_obj = len(public.group_names)
-    ustd = Standardiser.fit(query_clients(clients, public.context, items))
+    ustd = Standardiser.fit(query_clients(clients, public.context, items, extra=extra))
     return {"fedavg": (scorer, Router(public.context.shape[1], n_obj, 1), fstd),
             "uniform": (clients, UniformRouter(len(clients)), ustd), "fedavg_history": hist}
 
@@ -97,22 +119,26 @@ def _targets(split, part: str, users_mask: np.ndarray) -> np.ndarray:
     return t
 
 
-def policy_figures(s: ImplicitSetting, policy, cfg: MoRConfig, populations: dict) -> dict:
+def policy_figures(s: ImplicitSetting, policy, cfg: MoRConfig, populations: dict, view: str = "features") -> dict:
     """{population: {part: {reference, grpo}}} HR@10 / NDCG@10 of a policy and of the reference."""
+    ctx = ItemContext(s.recent.hist, s.recent.weight, s.ref.cand) if view == "items" else None
     out = {}
     for pop, mask in populations.items():
         out[pop] = {}
         for part in ("valid", "test"):
             r = policy_rankings(policy, ref_scores=s.ref.scores, train_mask=s.ref.train_mask, cand=s.ref.cand,
-                                x=s.x, feats=s.feats, targets=_targets(s.split, part, mask), cfg=cfg)
+                                x=s.x, feats=s.feats, targets=_targets(s.split, part, mask), cfg=cfg,
+                                item_context=ctx)
             out[pop][part] = {"reference": r["reference"], "grpo": r["grpo"]}
     return out
 
 
-def seed_pairs(s: ImplicitSetting, cfg: MoRConfig, test_fraction: float, negatives: str = "uniform"):
+def seed_pairs(s: ImplicitSetting, cfg: MoRConfig, test_fraction: float, negatives: str = "uniform",
+               view: str = "features"):
     """This seed's pairs: training / public / held-out users of the participating clients, and the pairs of the
-    held-out clients (never trained on)."""
-    pairs = interaction_pairs(s.split, s.feats, s.groups, s.names, negatives=negatives, seed=cfg.seed)
+    held-out clients (never trained on). The item view's pairs are the users' latest training items."""
+    make = next_item_pairs if view == "items" else interaction_pairs
+    pairs = make(s.split, s.feats, s.groups, s.names, negatives=negatives, seed=cfg.seed)
     out = np.isin(pairs.group, s.held_out)
     fed, outside = pairs.take(np.flatnonzero(~out)), pairs.take(np.flatnonzero(out))
     train, test = holdout_split(fed, test_fraction, seed=cfg.seed, by="user")
@@ -121,27 +147,36 @@ def seed_pairs(s: ImplicitSetting, cfg: MoRConfig, test_fraction: float, negativ
 
 
 def run_seed(s: ImplicitSetting, cfg: MoRConfig, *, test_fraction: float = 0.2, fedavg_kind: str = "bilinear",
-             fedavg_rounds: int = 10, fedavg_epochs: int = 3, negatives: str = "uniform") -> dict:
+             fedavg_rounds: int = 10, fedavg_epochs: int = 3, negatives: str = "uniform",
+             view: str = "features") -> dict:
     """One seed of the comparison (see the module docstring), as a JSON-ready dict."""
+    if view not in REWARD_VIEWS:
+        raise ValueError(f"view must be one of {REWARD_VIEWS}, got {view!r}")
     t0 = time.perf_counter()
-    train, public, test, outside = seed_pairs(s, cfg, test_fraction, negatives)
-    clients = make_clients(train, test, cfg)
-    report, router, std = reward_report(clients, public, test, cfg)
+    items = view == "items"
+    if items:   # the router's initial weights come from torch's global generator: make a seed its own run
+        torch.manual_seed(cfg.seed)
+    train, public, test, outside = seed_pairs(s, cfg, test_fraction, negatives, view)
+    extra_for = pair_queries(s.recent) if items else None
+    clients = (make_item_clients(train, test, cfg.architectures, sequences=s.sequences, n_items=s.split.n_items,
+                                 recent=s.recent, seed=cfg.seed) if items else make_clients(train, test, cfg))
+    report, router, std = reward_report(clients, public, test, cfg, extra_for=extra_for)
     fused = {"mor": (clients, router, std)}
     base = reward_baselines(clients, train, public, cfg, fedavg_kind=fedavg_kind, fedavg_rounds=fedavg_rounds,
-                            fedavg_epochs=fedavg_epochs)
+                            fedavg_epochs=fedavg_epochs, item_setting=s if items else None)
     fused.update({k: base[k] for k in ("fedavg", "uniform")})
     inside = (s.groups >= 0) & ~np.isin(s.groups, s.held_out)
     populations = {"clients": inside, "held_out_clients": np.isin(s.groups, s.held_out) & (s.groups >= 0)}
     eligible = np.flatnonzero(inside)
+    ctx = ItemContext(*s.recent.of(eligible), s.ref.cand[eligible]) if items else None
     out = {"seed": cfg.seed, "reward_accuracy": {}, "reward_accuracy_held_out_clients": {}, "policy": {},
            "grpo_last": {}}
     for name, (cl, rt, st) in fused.items():
-        out["reward_accuracy"][name] = fused_accuracy(cl, rt, st, test)
-        out["reward_accuracy_held_out_clients"][name] = fused_accuracy(cl, rt, st, outside)
+        out["reward_accuracy"][name] = fused_accuracy(cl, rt, st, test, extra_for)
+        out["reward_accuracy_held_out_clients"][name] = fused_accuracy(cl, rt, st, outside, extra_for)
         policy, hist = run_grpo(cl, rt, st, ref_logits=s.ref.logits[eligible], cand=s.ref.cand[eligible],
-                                x=s.x[eligible], o=s.groups[eligible], feats=s.feats, cfg=cfg)
-        out["policy"][name] = policy_figures(s, policy, cfg, populations)
+                                x=s.x[eligible], o=s.groups[eligible], feats=s.feats, cfg=cfg, item_context=ctx)
+        out["policy"][name] = policy_figures(s, policy, cfg, populations, view)
         out["grpo_last"][name] = hist[-1]
     out["reference"] = {pop: {part: v[part]["reference"] for part in v}
                         for pop, v in out["policy"]["mor"].items()}
@@ -154,10 +189,24 @@ def run_seed(s: ImplicitSetting, cfg: MoRConfig, *, test_fraction: float = 0.2, 
     return out
 
 
+def with_reference_seed(s: ImplicitSetting, seed: int, *, candidates: int, cache_dir=None,
+                        progress: bool = False) -> ImplicitSetting:
+    """``s`` with its reference backbone trained with ``seed`` (cached per seed) and that reference's candidates."""
+    from .pairs import default_cache_dir
+
+    scores, bb = train_backbone(s.split, backbone=s.backbone["name"], rounds=s.backbone["rounds"], seed=seed,
+                                progress=progress,
+                                cache_dir=cache_dir if cache_dir is not None else default_cache_dir())
+    return s._replace(ref=reference_candidates(s.split, scores, candidates),
+                      backbone={"name": s.backbone["name"], "rounds": s.backbone["rounds"], "seed": seed, **bb})
+
+
 def run_mor_seeds(data, *, seeds: int = 5, first_seed: int = 0, cfg: MoRConfig | None = None,
-                  setting_kw: dict | None = None, seed_kw: dict | None = None, on_seed=None) -> dict:
+                  setting_kw: dict | None = None, seed_kw: dict | None = None, on_seed=None,
+                  reference_per_seed: bool = False) -> dict:
     """Every seed of :func:`run_seed` on one shared setting, with the summary and paired tests of
-    :func:`.mor_table.summarise`."""
+    :func:`.mor_table.summarise`. ``reference_per_seed``: each seed also retrains the reference backbone with
+    that seed (so the reference row has a spread); otherwise it is trained once, with seed 0."""
     from .mor_table import summarise
 
     cfg = cfg or MoRConfig()
@@ -165,7 +214,14 @@ def run_mor_seeds(data, *, seeds: int = 5, first_seed: int = 0, cfg: MoRConfig |
     s = prepare_setting(data, candidates=cfg.candidates, **(setting_kw or {}))
     runs = []
     for seed in range(first_seed, first_seed + seeds):
-        runs.append(run_seed(s, replace(cfg, seed=seed), **(seed_kw or {})))
+        s_seed = s
+        if reference_per_seed:
+            kw = setting_kw or {}
+            s_seed = with_reference_seed(s, seed, candidates=cfg.candidates, cache_dir=kw.get("cache_dir"),
+                                         progress=kw.get("progress", False))
+        runs.append(run_seed(s_seed, replace(cfg, seed=seed), **(seed_kw or {})))
+        if reference_per_seed:
+            runs[-1]["backbone"] = s_seed.backbone
         if on_seed is not None:
             on_seed(runs[-1])
     return {"source": getattr(data, "name", "data"), "reward_signal": "interactions",
@@ -176,5 +232,5 @@ def run_mor_seeds(data, *, seeds: int = 5, first_seed: int = 0, cfg: MoRConfig |
                        "beta": cfg.grpo.beta, "kl": cfg.grpo.kl, "grpo_rounds": cfg.grpo_rounds,
                        "users_per_round": cfg.users_per_round, "policy_lr": cfg.policy_lr,
                        "architectures": list(cfg.architectures), "reward_epochs": cfg.reward_epochs,
-                       **(seed_kw or {})},
+                       "reference_per_seed": reference_per_seed, **(seed_kw or {})},
             "seconds": {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0}}

@@ -64,18 +64,31 @@ def _register_mor(subparsers) -> None:
                    help="interactions: FedAvg rounds of the one-model reward baseline (default 10)")
     m.add_argument("--fedavg-epochs", type=positive_int, default=3,
                    help="interactions: local epochs per FedAvg round (default 3)")
+    m.add_argument("--reward-view", choices=("features", "items"), default="features",
+                   help="interactions: what the client rewards and the policy read: item features (genres, year, "
+                        "popularity; default, the earlier table) or item ids (each client's own co-occurrence "
+                        "counts of its users' latest items; the policy gains an item-to-item term)")
+    m.add_argument("--reference-per-seed", action="store_true",
+                   help="interactions: train the reference backbone with each seed (cached per seed) instead of "
+                        "once with seed 0, so the reference row has a spread")
+    m.add_argument("--router-holdout", type=non_negative_float, default=None,
+                   help="share of the public pairs that early-stops the router (default 0.2 with --reward-view "
+                        "items, 0 otherwise)")
     m.add_argument("--architectures", default=None,
                    help="reward architectures dealt round-robin over clients (bilinear, mlp, linear; default "
-                        "bilinear,mlp,linear with interactions, bilinear,mlp with rating-gaps)")
+                        "bilinear,mlp,linear with interactions, bilinear,mlp with rating-gaps; with --reward-view "
+                        "items: cooc, next, default cooc,next)")
     m.add_argument("--reward-epochs", type=positive_int, default=30,
                    help="Bradley-Terry epochs per client (default 30)")
     m.add_argument("--backbone", default="fedavg", help="federated backbone of the reference policy (default fedavg)")
     m.add_argument("--backbone-rounds", type=positive_int, default=30,
                    help="federated rounds of the backbone (default 30)")
     m.add_argument("--candidates", type=positive_int, default=100, help="candidate items per user (default 100)")
-    m.add_argument("--grpo-rounds", type=positive_int, default=30, help="GRPO rounds (default 30)")
-    m.add_argument("--users-per-round", type=positive_int, default=256,
-                   help="users (contexts) per GRPO round (default 256)")
+    m.add_argument("--grpo-rounds", type=positive_int, default=None,
+                   help="GRPO rounds (default 30; 60 with --reward-view items, chosen on validation HR@10)")
+    m.add_argument("--users-per-round", type=positive_int, default=None,
+                   help="users (contexts) per GRPO round (default 256; 1024 with --reward-view items, i.e. every "
+                        "participating user of ml-100k)")
     m.add_argument("--group-size", type=positive_int, default=8, help="GRPO group size G (default 8)")
     m.add_argument("--beta", type=non_negative_float, default=None,
                    help="KL weight to the reference (default 1.0 with interactions, chosen on validation HR@10; "
@@ -160,10 +173,17 @@ def _mor_config(args, interactions: bool):
     from ..alignment.mor import MoRConfig
 
     default_archs = "bilinear,mlp,linear" if interactions else "bilinear,mlp"
+    if interactions and args.reward_view == "items":
+        default_archs = "cooc,next"
     archs = tuple(a.strip() for a in (args.architectures or default_archs).split(",") if a.strip())
     beta = args.beta if args.beta is not None else (1.0 if interactions else 0.1)
+    items = interactions and args.reward_view == "items"
+    holdout = args.router_holdout if args.router_holdout is not None else (0.2 if items else 0.0)
+    rounds = args.grpo_rounds if args.grpo_rounds is not None else (60 if items else 30)
+    users = args.users_per_round if args.users_per_round is not None else (1024 if items else 256)
     return MoRConfig(reward_epochs=args.reward_epochs, architectures=archs, candidates=args.candidates,
-                     grpo_rounds=args.grpo_rounds, users_per_round=args.users_per_round, policy_lr=args.policy_lr,
+                     router_holdout=holdout,
+                     grpo_rounds=rounds, users_per_round=users, policy_lr=args.policy_lr,
                      grpo=GRPOConfig(group_size=args.group_size, beta=beta, kl=args.kl), seed=args.seed)
 
 
@@ -226,6 +246,23 @@ def _check_seeds_flags(args) -> None:
     if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
         raise ConfigError(f"--out {args.out}", "is a file; with --reward-signal interactions it names a folder "
                           "(table.md and result.json are written into it)", "give a folder path")
+    if args.router_holdout is not None and args.router_holdout >= 1:
+        raise ConfigError(f"--router-holdout {args.router_holdout}", "is the share of public pairs kept out of the "
+                          "router's training and must be below 1", "use e.g. 0.2, or 0 for none")
+    _check_architectures(args)
+
+
+def _check_architectures(args) -> None:
+    from ..errors import ConfigError
+
+    # the kinds are listed here, not imported: the reward modules import torch
+    kinds = ("cooc", "next") if args.reward_view == "items" else ("bilinear", "mlp", "linear")
+    given = [a.strip() for a in (args.architectures or "").split(",") if a.strip()]
+    wrong = [a for a in given if a not in kinds]
+    if wrong:
+        raise ConfigError(f"--architectures {args.architectures}",
+                          f"{', '.join(wrong)} is not a reward of --reward-view {args.reward_view}",
+                          f"use {', '.join(kinds)}")
 
 
 def cmd_mor_seeds(args) -> int:
@@ -242,12 +279,18 @@ def cmd_mor_seeds(args) -> int:
     setting = {"group_by": args.group_by, "n_groups": args.groups, "held_out_clients": args.held_out_clients,
                "backbone": args.backbone, "backbone_rounds": args.backbone_rounds, "text": args.text,
                "cache_dir": args.cache_dir, "progress": args.progress}
-    seed_kw = {"negatives": args.negatives, "fedavg_rounds": args.fedavg_rounds, "fedavg_epochs": args.fedavg_epochs}
-    res = run_mor_seeds(data, seeds=args.seeds, first_seed=args.seed, cfg=cfg, setting_kw=setting, seed_kw=seed_kw)
+    seed_kw = {"negatives": args.negatives, "fedavg_rounds": args.fedavg_rounds, "fedavg_epochs": args.fedavg_epochs,
+               "view": args.reward_view}
+    res = run_mor_seeds(data, seeds=args.seeds, first_seed=args.seed, cfg=cfg, setting_kw=setting, seed_kw=seed_kw,
+                        reference_per_seed=args.reference_per_seed)
     # the knobs that shape the table, spelled out so the line reproduces it whatever was left to defaults
     command = (f"fedvlr-plus align mor {args.source} --seeds {args.seeds} --seed {args.seed} --beta {cfg.grpo.beta} "
                f"--negatives {args.negatives} --held-out-clients {args.held_out_clients} "
-               f"--grpo-rounds {args.grpo_rounds} --architectures {','.join(cfg.architectures)}")
+               f"--grpo-rounds {cfg.grpo_rounds} --architectures {','.join(cfg.architectures)}"
+               + (f" --reward-view items --users-per-round {cfg.users_per_round}" if args.reward_view == "items"
+                  else "")
+               + (f" --router-holdout {cfg.router_holdout}" if cfg.router_holdout else "")
+               + (" --reference-per-seed" if args.reference_per_seed else ""))
     table = markdown_table(res, command)
     if args.out:
         out = Path(args.out)
