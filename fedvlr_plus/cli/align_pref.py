@@ -78,6 +78,12 @@ def _register_mor(subparsers) -> None:
                    help="reward architectures dealt round-robin over clients (bilinear, mlp, linear; default "
                         "bilinear,mlp,linear with interactions, bilinear,mlp with rating-gaps; with --reward-view "
                         "items: cooc, next, default cooc,next)")
+    _add_mor_grpo_arguments(m)
+    m.set_defaults(func=cmd_mor)
+
+
+def _add_mor_grpo_arguments(m) -> None:
+    """The reward training, reference backbone and GRPO flags of ``align mor``."""
     m.add_argument("--reward-epochs", type=positive_int, default=30,
                    help="Bradley-Terry epochs per client (default 30)")
     m.add_argument("--backbone", default="fedavg", help="federated backbone of the reference policy (default fedavg)")
@@ -99,7 +105,6 @@ def _register_mor(subparsers) -> None:
                    help="rating-gaps: also run GRPO with one reward model trained on the pooled pairs")
     m.add_argument("--clients-per-type", type=positive_int, default=2,
                    help="HH-RLHF: clients per split (default 2)")
-    m.set_defaults(func=cmd_mor)
 
 
 def _register_fedvpa_gp(subparsers) -> None:
