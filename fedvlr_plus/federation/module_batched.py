@@ -131,7 +131,42 @@ class BatchedModuleSimulator(ModuleSimulator):
         self.checked = True
 
     # ------------------------------------------------------------------ the batched round
+    def fit_chunks(self, cids, shared, config):
+        """The round's uploads a chunk of clients at a time, each chunk's private states stored as it ends, so the
+        engine can add a chunk to the strategy's sums and drop it (:mod:`.running_sum`). The self-checked first
+        round and a model that falls back come as one chunk (:meth:`fit`); a chunk that fails hands the clients
+        not yet trained to the reference client."""
+        if self.fallback or not self.checked:
+            yield self.fit(cids, shared, config)
+            return
+        cids = np.asarray(cids, dtype=np.int64)
+        chunks, left = self._chunks_batched(cids, shared, config), set(cids.tolist())
+        while True:
+            try:
+                with one_thread():
+                    out, states = next(chunks)
+            except StopIteration:
+                return
+            except Exception as exc:   # as in ``fit``: the reference trains the clients this chunk had
+                self.fallback = f"vmap cannot run its forward: {type(exc).__name__}: {exc}"[:300]
+                self._say_fallback()
+                yield super().fit([c for c in cids.tolist() if c in left], shared, config)
+                return
+            for cid, st in states.items():
+                self.store.save(cid, st, copy=False)
+            left.difference_update(out)
+            yield list(out.values())
+
     def _fit_batched(self, cids: np.ndarray, shared: dict, config: dict):
+        out: dict[int, ClientUpdate] = {}
+        states: dict[int, dict] = {}
+        for out_c, st_c in self._chunks_batched(cids, shared, config):
+            out.update(out_c)
+            states.update(st_c)
+        return [out[int(c)] for c in cids], states
+
+    def _chunks_batched(self, cids: np.ndarray, shared: dict, config: dict):
+        """``(uploads, private states)`` of each chunk in turn, both keyed by client id."""
         base, dtype = self.base, self.dtype
         order = np.argsort(np.diff(self.indptr)[cids], kind="stable")
         rows = cids[order]                 # clients of similar size share a chunk
@@ -142,20 +177,16 @@ class BatchedModuleSimulator(ModuleSimulator):
         shared_t = {k: _tensor(v, dtype) for k, v in shared.items()}
         ex_order = example_order(sched)
         per_client = np.bincount(sched.ex_client, minlength=len(rows))
-        out: dict[int, ClientUpdate] = {}
-        states: dict[int, dict] = {}
-        base.template.train()
-        try:
-            c0 = 0
-            while c0 < len(rows):
-                c1 = _chunk_end(per_client, c0, self.lanes_per_chunk)
-                out_c, st_c = self._fit_chunk(sched, ex_order, rows, c0, c1, shared_t, config, seed)
-                out.update(out_c)
-                states.update(st_c)
-                c0 = c1
-        finally:
-            base.template.eval()
-        return [out[int(c)] for c in cids], states
+        c0 = 0
+        while c0 < len(rows):
+            c1 = _chunk_end(per_client, c0, self.lanes_per_chunk)
+            base.template.train()
+            try:
+                done = self._fit_chunk(sched, ex_order, rows, c0, c1, shared_t, config, seed)
+            finally:
+                base.template.eval()
+            yield done
+            c0 = c1
 
     def _initial_states(self, cids) -> dict[int, dict]:
         states = {}
