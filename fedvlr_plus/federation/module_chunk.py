@@ -39,6 +39,7 @@ class ChunkTraining:
 
     @classmethod
     def start(cls, base, sched, c0: int, c1: int, shared: dict, states: dict, config: dict, dtype):
+        """``states``: the chunk's private states as they start the round, ``{name: [C, ...]}``."""
         from recbole.utils import InputType
 
         upload = config.get("upload", "params")
@@ -50,10 +51,10 @@ class ChunkTraining:
         for name, prm in base.template.named_parameters():
             kind, pad = base.kinds[name], prm.detach().to(dtype)
             if kind == "user":
-                own = torch.stack([states[c][name].to(dtype) for c in cids]).reshape(len(cids), 1, *pad.shape[1:])
+                own = states[name].to(dtype).reshape(len(cids), 1, *pad.shape[1:])
                 batched[name] = torch.cat([pad[:1].expand(len(cids), *pad[:1].shape), own], 1)
             elif kind == "private":
-                batched[name] = torch.stack([states[c][name].to(dtype) for c in cids])
+                batched[name] = states[name].to(dtype)
             elif kind == "item":
                 batched[name] = _gathered_rows(shared[name], pad[0], sched, c0, c1, t_max)
             elif upload == "grads" and not local_shared:
@@ -225,7 +226,8 @@ class ChunkTraining:
 
     # ------------------------------------------------------------------ uploads and private states
     def finish(self, sched, cids, losses: list, config: dict, privatise) -> tuple[dict, dict]:
-        updates, states = {}, {}
+        """The chunk's uploads ``{cid: ClientUpdate}`` and its new private states ``{name: [C, ...]}``."""
+        updates = {}
         for j, cid in enumerate(int(c) for c in cids):
             idx = self.c0 + j
             touched = torch.from_numpy(sched.touched_of(idx))
@@ -244,8 +246,8 @@ class ChunkTraining:
                               metrics={"loss": float(np.mean(steps)) if len(steps) > 1 else
                                        (steps[0] if steps else 0.0), "steps": len(steps)})
             updates[cid] = privatise(up, self.shared, config)
-            states[cid] = {s.name: (self.batched[s.name][j, 1] if self.base.kinds[s.name] == "user"
-                                    else self.batched[s.name][j]).clone() for s in self.base.private_specs()}
+        states = {s.name: (self.batched[s.name][:, 1] if self.base.kinds[s.name] == "user"
+                           else self.batched[s.name]).clone() for s in self.base.private_specs()}
         return updates, states
 
 
