@@ -112,8 +112,8 @@ class BatchedModuleSimulator(ModuleSimulator):
 
     # ------------------------------------------------------------------ the self-check
     def _check(self, cids, updates, states, shared, config) -> None:
-        """``states``: ``(client ids, {name: [C, ...]})`` of every chunk."""
-        """Train the smallest and the largest client of the round with the reference client and compare."""
+        """Train the smallest and the largest client of the round with the reference client and compare
+        (``states``: ``(client ids, {name: [C, ...]})`` of every chunk)."""
         from .store import MemoryStore
 
         where = {int(c): (block, j) for chunk_cids, block in states for j, c in enumerate(chunk_cids.tolist())}
