@@ -86,6 +86,20 @@ def test_a_client_reporting_another_example_count_is_an_error():
                      examples[:3].tolist() + [1])
 
 
+def test_only_linear_strategies_that_aggregate_from_the_sums_are_streamed():
+    from fedvlr_plus.federation.fedavg import FedAvgStrategy
+    from fedvlr_plus.federation.upload_stream import can_stream
+
+    class OwnRule(FedAvgStrategy):          # linear by inheritance, but with its own aggregate
+        def aggregate(self, shared, updates, specs):
+            return super().aggregate(shared, updates, specs)
+
+    sim = _Chunks([])
+    assert can_stream(sim, make_strategy("fedavg")) and can_stream(sim, make_strategy("fedgrad", server_lr=1.0))
+    assert not can_stream(sim, make_strategy("median")) and not can_stream(sim, OwnRule())
+    assert not can_stream(object(), make_strategy("fedavg"))   # a simulator without chunks
+
+
 def test_compact_store_with_a_capacity_makes_its_tables_once():
     vals = lambda n: {"h": torch.ones(n, 2)}                                    # noqa: E731
     grown, sized = CompactStore(), CompactStore(capacity=6)
