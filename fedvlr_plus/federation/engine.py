@@ -41,6 +41,7 @@ from .seed_results import SEED_PARTS, combine_seeds  # noqa: F401  (named here b
 from .state import init_shared_state
 from .store import CompactStore, make_store
 from .strategy import make_strategy
+from .upload_stream import StreamedUploads, can_stream, fit_streamed
 
 CHECKPOINT_FORMAT = 2
 
@@ -139,7 +140,7 @@ class FederatedRun:
         if self.cfg.private_store == "disk":
             root = self.run_dir / "private" if self.run_dir else Path(self._tmpdir()) / "private"
             return make_store("disk", root)
-        return CompactStore()
+        return CompactStore(capacity=self.data.n_users)
 
     def _start_simulator(self):
         """``self.sim``: the batched or sequential simulator, or for a wrapped ``nn.Module`` (RecBole) its own
@@ -225,7 +226,11 @@ class FederatedRun:
         self._round_started = time.perf_counter()
         return self.sample_clients(r)
 
-    def _fit(self, cids, shared, config) -> list:
+    def _fit(self, cids, shared, config):
+        if can_stream(self.sim, self.strategy):   # each chunk's uploads added to the sums, then dropped
+            examples = np.diff(self.indptr)[np.asarray(cids, dtype=np.int64)]
+            return fit_streamed(self.sim, self.strategy, cids, shared, self.specs, config, examples,
+                                on_upload=self.on_upload)
         updates = self.sim.fit(cids, shared, config)
         if self.on_upload is not None:
             for u in updates:
@@ -233,9 +238,14 @@ class FederatedRun:
         return updates
 
     def _aggregate(self, r: int, shared, updates, config) -> tuple[dict, dict]:
-        self.shared = self.strategy.aggregate(shared, updates, self.specs)   # evaluation scores with it
-        n = np.array([u.num_examples for u in updates], dtype=np.float64)
-        loss = float(np.dot(n, [u.metrics.get("loss", 0.0) for u in updates]) / n.sum())
+        if isinstance(updates, StreamedUploads):
+            self.shared = self.strategy.from_sums(shared, updates.sums, self.specs)
+            n, losses = updates.num_examples, updates.losses
+        else:
+            self.shared = self.strategy.aggregate(shared, updates, self.specs)   # evaluation scores with it
+            n = np.array([u.num_examples for u in updates], dtype=np.float64)
+            losses = [u.metrics.get("loss", 0.0) for u in updates]
+        loss = float(np.dot(n, losses) / n.sum())
         if not np.isfinite(loss) or not all(bool(torch.isfinite(v).all()) for v in self.shared.values()):
             raise FloatingPointError(f"training diverged in round {r} (loss {loss}); lower the learning rates "
                                      f"(lr {self.lr}, item_lr_scale {self.item_lr_scale}"

@@ -11,25 +11,22 @@ from Decentralized Data", AISTATS 2017.
 """
 from __future__ import annotations
 
-import torch
-
-from .strategy import Strategy, check_updates, example_weights, weighted_dense, weighted_row_sums
+from .strategy import Strategy
 
 
 class FedAvgStrategy(Strategy):
     name = "fedavg"
     upload = "params"
+    linear = True
 
-    def aggregate(self, shared, updates, specs):
-        check_updates(shared, updates, self.upload)
-        w = example_weights(updates)
+    def from_sums(self, shared, sums, specs):
         out = {}
         for name, g in shared.items():
             if specs[name].item_table:
                 # θ[r] + Σ_u w_u (θ_u[r] - θ[r]) = θ[r] (1 - W_r) + Σ_u w_u θ_u[r], W_r = Σ_{u ∋ r} w_u
-                num, den = weighted_row_sums(updates, name, g.shape, w, g.dtype)
+                num, den = sums.row_sums(name)
                 base = g.reshape(g.shape[0], -1)
                 out[name] = (base * (1.0 - den).to(g.dtype).unsqueeze(1) + num).reshape(g.shape)
             else:
-                out[name] = weighted_dense(updates, name, w).to(g.dtype)
+                out[name] = sums.dense_sum(name).to(g.dtype)
         return out

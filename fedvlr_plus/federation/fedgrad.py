@@ -17,12 +17,13 @@ factors updated from aggregated user gradients); Reddi, Charles, Zaheer, Garrett
 from __future__ import annotations
 
 from .server_adam import ServerAdam
-from .strategy import Strategy, check_updates, example_weights, weighted_dense, weighted_row_sums
+from .strategy import Strategy
 
 
 class FedGradStrategy(Strategy):
     name = "fedgrad"
     upload = "grads"
+    linear = True
 
     def __init__(self, server_lr: float, optimizer: str = "sgd", betas=(0.9, 0.999), eps: float = 1e-8,
                  item_lr_scale: float = 1.0):
@@ -35,18 +36,15 @@ class FedGradStrategy(Strategy):
         self.optimizer_name = optimizer
         self.adam = ServerAdam(betas, eps) if optimizer == "adam" else None
 
-    def aggregate(self, shared, updates, specs):
-        check_updates(shared, updates, self.upload)
-        w = example_weights(updates)
+    def from_sums(self, shared, sums, specs):
         out = {}
         if self.adam is not None:
             self.adam.tick()
         for name, p in shared.items():
             if specs[name].item_table:
-                num, _ = weighted_row_sums(updates, name, p.shape, w, p.dtype)
-                g = num.reshape(p.shape)
+                g = sums.row_sums(name)[0].reshape(p.shape)
             else:
-                g = weighted_dense(updates, name, w).to(p.dtype)
+                g = sums.dense_sum(name).to(p.dtype)
             lr = self.server_lr * (self.item_lr_scale if specs[name].scaled else 1.0)
             out[name] = p - lr * g if self.adam is None else self.adam.update(name, p, g, lr)
         return out

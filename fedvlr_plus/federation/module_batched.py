@@ -45,6 +45,7 @@ from .module_lanes import example_order, step_lanes
 from .privacy import privatise
 from .schedule import build_schedule
 from .state import round_start
+from .store import load_block, save_block
 
 #: padded rows (clients x rows) per vmap call: large enough that the per-call overhead is small, small enough
 #: that the chunk's tensors stay in cache (ml-100k BPR: fastest between 4k and 32k)
@@ -105,14 +106,17 @@ class BatchedModuleSimulator(ModuleSimulator):
             if self.fallback:
                 self._say_fallback()
                 return super().fit(cids, shared, config)
-            for cid, st in states.items():
-                self.store.save(cid, st, copy=False)
+            for chunk_cids, block in states:
+                save_block(self.store, chunk_cids, block)
             return updates
 
     # ------------------------------------------------------------------ the self-check
     def _check(self, cids, updates, states, shared, config) -> None:
-        """Train the smallest and the largest client of the round with the reference client and compare."""
+        """Train the smallest and the largest client of the round with the reference client and compare
+        (``states``: ``(client ids, {name: [C, ...]})`` of every chunk)."""
         from .store import MemoryStore
+
+        where = {int(c): (block, j) for chunk_cids, block in states for j, c in enumerate(chunk_cids.tolist())}
 
         sizes = np.diff(self.indptr)[np.asarray(cids)]
         picks = sorted({int(np.argmin(sizes)), int(np.argmax(sizes))})
@@ -124,14 +128,49 @@ class BatchedModuleSimulator(ModuleSimulator):
                 probe.save(cid, held)
             pos = self.indices[self.indptr[cid]:self.indptr[cid + 1]]
             ref = ModuleClient(cid, self.bb, pos, probe, seed=self.seed, dtype=self.dtype).fit(shared, config)
-            worst = _difference(ref, updates[i], probe.load(cid), states[cid])
+            block, j = where[cid]
+            worst = _difference(ref, updates[i], probe.load(cid), {k: v[j] for k, v in block.items()})
             if worst is not None:
                 self.fallback = f"its batched numbers differ from the one-at-a-time client's ({worst})"
                 return
         self.checked = True
 
     # ------------------------------------------------------------------ the batched round
+    def fit_chunks(self, cids, shared, config):
+        """The round's uploads a chunk of clients at a time, each chunk's private states stored as it ends, so the
+        engine can add a chunk to the strategy's sums and drop it (:mod:`.running_sum`). The self-checked first
+        round and a model that falls back come as one chunk (:meth:`fit`); a chunk that fails hands the clients
+        not yet trained to the reference client."""
+        if self.fallback or not self.checked:
+            yield self.fit(cids, shared, config)
+            return
+        cids = np.asarray(cids, dtype=np.int64)
+        chunks, left = self._chunks_batched(cids, shared, config), set(cids.tolist())
+        while True:
+            try:
+                with one_thread():
+                    out, chunk_cids, states = next(chunks)
+            except StopIteration:
+                return
+            except Exception as exc:   # as in ``fit``: the reference trains the clients this chunk had
+                self.fallback = f"vmap cannot run its forward: {type(exc).__name__}: {exc}"[:300]
+                self._say_fallback()
+                yield super().fit([c for c in cids.tolist() if c in left], shared, config)
+                return
+            save_block(self.store, chunk_cids, states)
+            left.difference_update(out)
+            yield list(out.values())
+
     def _fit_batched(self, cids: np.ndarray, shared: dict, config: dict):
+        out: dict[int, ClientUpdate] = {}
+        states = []
+        for out_c, cids_c, st_c in self._chunks_batched(cids, shared, config):
+            out.update(out_c)
+            states.append((cids_c, st_c))
+        return [out[int(c)] for c in cids], states
+
+    def _chunks_batched(self, cids: np.ndarray, shared: dict, config: dict):
+        """``(uploads {cid: ...}, client ids [C], private states {name: [C, ...]})`` of each chunk in turn."""
         base, dtype = self.base, self.dtype
         order = np.argsort(np.diff(self.indptr)[cids], kind="stable")
         rows = cids[order]                 # clients of similar size share a chunk
@@ -142,27 +181,35 @@ class BatchedModuleSimulator(ModuleSimulator):
         shared_t = {k: _tensor(v, dtype) for k, v in shared.items()}
         ex_order = example_order(sched)
         per_client = np.bincount(sched.ex_client, minlength=len(rows))
-        out: dict[int, ClientUpdate] = {}
-        states: dict[int, dict] = {}
-        base.template.train()
-        try:
-            c0 = 0
-            while c0 < len(rows):
-                c1 = _chunk_end(per_client, c0, self.lanes_per_chunk)
-                out_c, st_c = self._fit_chunk(sched, ex_order, rows, c0, c1, shared_t, config, seed)
-                out.update(out_c)
-                states.update(st_c)
-                c0 = c1
-        finally:
-            base.template.eval()
-        return [out[int(c)] for c in cids], states
+        c0 = 0
+        while c0 < len(rows):
+            c1 = _chunk_end(per_client, c0, self.lanes_per_chunk)
+            base.template.train()
+            try:
+                out, states = self._fit_chunk(sched, ex_order, rows, c0, c1, shared_t, config, seed)
+            finally:
+                base.template.eval()
+            yield out, rows[c0:c1], states
+            c0 = c1
 
-    def _initial_states(self, cids) -> dict[int, dict]:
-        states = {}
-        for c in cids:
-            st = self.store.load(int(c))
-            states[int(c)] = round_start(self.bb, st if st is not None else self.client(int(c)).private_state())
-        return states
+    def _initial_states(self, cids) -> dict[str, torch.Tensor]:
+        """The private states of ``cids`` as they start the round, ``{name: [C, ...]}``, read as one block;
+        clients without a stored state (the first round) start from their own initial one."""
+        names = [s.name for s in self.bb.private_specs()]
+        if not names:
+            return {}
+        stored = load_block(self.store, cids, names)
+        missing = np.flatnonzero(~np.logical_and.reduce([stored[n][1] for n in names]))
+        fresh = {int(j): self.client(int(cids[j])).private_state() for j in missing}
+        block = {}
+        for name in names:
+            vals = stored[name][0]
+            for j, state in fresh.items():
+                if vals is None:
+                    vals = torch.zeros((len(cids),) + tuple(state[name].shape), dtype=state[name].dtype)
+                vals[j] = state[name]
+            block[name] = vals
+        return round_start(self.bb, block)
 
     def _fit_chunk(self, sched, ex_order, rows, c0, c1, shared, config, seed):
         from .module_chunk import ChunkTraining

@@ -39,6 +39,7 @@ class ChunkTraining:
 
     @classmethod
     def start(cls, base, sched, c0: int, c1: int, shared: dict, states: dict, config: dict, dtype):
+        """``states``: the chunk's private states as they start the round, ``{name: [C, ...]}``."""
         from recbole.utils import InputType
 
         upload = config.get("upload", "params")
@@ -50,10 +51,10 @@ class ChunkTraining:
         for name, prm in base.template.named_parameters():
             kind, pad = base.kinds[name], prm.detach().to(dtype)
             if kind == "user":
-                own = torch.stack([states[c][name].to(dtype) for c in cids]).reshape(len(cids), 1, *pad.shape[1:])
+                own = states[name].to(dtype).reshape(len(cids), 1, *pad.shape[1:])
                 batched[name] = torch.cat([pad[:1].expand(len(cids), *pad[:1].shape), own], 1)
             elif kind == "private":
-                batched[name] = torch.stack([states[c][name].to(dtype) for c in cids])
+                batched[name] = states[name].to(dtype)
             elif kind == "item":
                 batched[name] = _gathered_rows(shared[name], pad[0], sched, c0, c1, t_max)
             elif upload == "grads" and not local_shared:
@@ -78,10 +79,11 @@ class ChunkTraining:
         Each row lane gets its own small tables of the rows it looks up (user: ``[pad, own row]``; items:
         ``[pad, positive, negative]`` or ``[pad, item]``) and the model looks them up with constant ids 1 and 2;
         a row's gradient is its few rows, added into its client's tables afterwards. (Looking a client's whole
-        table up from inside a ``vmap`` over rows makes functorch's embedding backward fill one dense table
-        gradient per row.) A model with only user rows and item tables runs one ``vmap`` over the real rows of
-        the chunk; one with other parameters (dense towers, private tensors) runs a ``vmap`` over clients, each
-        with its own copy, around a ``vmap`` over the client's rows."""
+        table up from inside a ``grad`` under a ``vmap`` over rows makes functorch's embedding backward fill one
+        dense table gradient per row.) A model with only user rows and item tables needs no per-client copy of
+        anything: one ``vmap`` of the forward over the real rows of the chunk on the chunk's flat tables, and one
+        plain backward (``_flat_gradients``); one with other parameters (dense towers, private tensors) runs a
+        ``vmap`` over clients, each with its own copy, around a ``vmap`` over the client's rows."""
         look = self._lookups(lanes)
         if self.fixed or any(self.base.kinds[n] not in ("user", "item") for n in self.batched):
             return self._nested_gradients(lanes, look, dropout)
@@ -147,26 +149,49 @@ class ChunkTraining:
         return grads, loss.detach()
 
     def _flat_gradients(self, lanes, look, dropout):
+        """One ``vmap`` over the real rows of the chunk, the chunk's tables unbatched: every client's tables laid
+        end to end (``[C * rows, ...]``) and each row looking its own client's rows up by their flat index. Only
+        the forward is vmapped; the backward of the whole chunk is one plain autograd pass, whose embedding
+        gradient is the client tables' gradient directly (no per-row copies of the rows, no scatter)."""
         n_c = lanes.weight.shape[0]
         cl, r = (lanes.weight > 0).nonzero(as_tuple=True)
         weight = lanes.weight[cl, r]
-        user_rows = torch.tensor([0, 1] if self.padded else [1]).expand(len(cl), -1)
-        rows_of = {n: look[cl, r] if self.base.kinds[n] == "item" else user_rows for n in self.batched}
-        lane_tables = {n: v[cl[:, None], rows_of[n]].requires_grad_(True) for n, v in self.batched.items()}
-        row_loss = self._row_loss(dropout, int(self.padded))
+        f = self.fields
+        width = {n: int(v.shape[1]) for n, v in self.batched.items()}
+        item_width = next((w for n, w in width.items() if self.base.kinds[n] == "item"), 1)
+        user_width = next((w for n, w in width.items() if self.base.kinds[n] == "user"), 2)
+        local = look[cl, r, int(self.padded):]            # the row's local item ids (positive[, negative])
+        ids = {f["user"]: cl * user_width + 1, f["item"]: cl * item_width + local[:, 0]}
+        if self.pairwise:
+            ids[f["neg"]] = cl * item_width + local[:, 1]
+        else:
+            ids[f["label"]] = self._labels(lanes)[cl, r]
+        tables = {n: v.detach().reshape((-1,) + tuple(v.shape[2:])).requires_grad_(True)
+                  for n, v in self.batched.items()}
+        row_loss = self._flat_row_loss(dropout)
         with dropout, torch.enable_grad():
-            per_row = vmap(row_loss)(lane_tables, self._labels(lanes)[cl, r], cl, r)
+            per_row = vmap(row_loss, in_dims=(None, 0, 0, 0))(tables, ids, cl, r)
             weighted = per_row * weight
-            names = list(lane_tables)
-            g_rows = torch.autograd.grad(weighted.sum(), [lane_tables[n] for n in names], allow_unused=True)
+            names = list(tables)
+            g_flat = torch.autograd.grad(weighted.sum(), [tables[n] for n in names], allow_unused=True)
         dropout.lane = None
         loss = torch.zeros(n_c, dtype=weighted.dtype).index_add_(0, cl, weighted.detach())
-        grads = {}
-        for n, g in zip(names, g_rows):
-            g = torch.zeros_like(lane_tables[n]) if g is None else g
-            width = self.batched[n].shape[1]
-            grads[n] = self._added_rows(n, (cl[:, None] * width + rows_of[n]).reshape(-1), g)
+        grads = {n: torch.zeros_like(self.batched[n]) if g is None else g.reshape(self.batched[n].shape)
+                 for n, g in zip(names, g_flat)}
         return grads, loss
+
+    def _flat_row_loss(self, dropout):
+        """The model's loss on one row lane whose ids index the chunk's flat tables: ``(tables, ids, client
+        index, row index) -> scalar``."""
+        from recbole.data.interaction import Interaction
+
+        base = self.base
+
+        def row_loss(tables, ids, c, r):
+            dropout.lane = (c, r)
+            return base.loss(tables, Interaction({k: v.unsqueeze(0) for k, v in ids.items()}), cid=-1)
+
+        return row_loss
 
     def _added_rows(self, name: str, flat_index: torch.Tensor, row_grads: torch.Tensor) -> torch.Tensor:
         """Row gradients of the lanes summed into ``[C, rows, ...]`` client tables (``flat_index``: client *
@@ -201,7 +226,8 @@ class ChunkTraining:
 
     # ------------------------------------------------------------------ uploads and private states
     def finish(self, sched, cids, losses: list, config: dict, privatise) -> tuple[dict, dict]:
-        updates, states = {}, {}
+        """The chunk's uploads ``{cid: ClientUpdate}`` and its new private states ``{name: [C, ...]}``."""
+        updates = {}
         for j, cid in enumerate(int(c) for c in cids):
             idx = self.c0 + j
             touched = torch.from_numpy(sched.touched_of(idx))
@@ -220,8 +246,8 @@ class ChunkTraining:
                               metrics={"loss": float(np.mean(steps)) if len(steps) > 1 else
                                        (steps[0] if steps else 0.0), "steps": len(steps)})
             updates[cid] = privatise(up, self.shared, config)
-            states[cid] = {s.name: (self.batched[s.name][j, 1] if self.base.kinds[s.name] == "user"
-                                    else self.batched[s.name][j]).clone() for s in self.base.private_specs()}
+        states = {s.name: (self.batched[s.name][:, 1] if self.base.kinds[s.name] == "user"
+                           else self.batched[s.name]).clone() for s in self.base.private_specs()}
         return updates, states
 
 

@@ -11,26 +11,23 @@ NeurIPS 2022 (FedSubAvg: average each row over the clients involved with it).
 """
 from __future__ import annotations
 
-import torch
-
-from .strategy import Strategy, check_updates, example_weights, weighted_dense, weighted_row_sums
+from .strategy import Strategy
 
 
 class SparseRowAvg(Strategy):
     name = "sparse-avg"
     upload = "params"
+    linear = True
 
-    def aggregate(self, shared, updates, specs):
-        check_updates(shared, updates, self.upload)
-        w = example_weights(updates)
+    def from_sums(self, shared, sums, specs):
         out = {}
         for name, g in shared.items():
             if specs[name].item_table:
-                num, den = weighted_row_sums(updates, name, g.shape, w, g.dtype)
+                num, den = sums.row_sums(name)
                 hit = den > 0
                 new = g.reshape(g.shape[0], -1).clone()
                 new[hit] = num[hit] / den[hit].to(g.dtype).unsqueeze(1)
                 out[name] = new.reshape(g.shape)
             else:
-                out[name] = weighted_dense(updates, name, w).to(g.dtype)
+                out[name] = sums.dense_sum(name).to(g.dtype)
         return out

@@ -91,7 +91,10 @@ class CompactStore:
 
     kind = "memory"
 
-    def __init__(self):
+    def __init__(self, capacity: int = 0):
+        # the population size where known: the tables are made that large at once instead of growing by doubling
+        # (a table grown past the last client id would be up to twice the states' bytes, plus a copy while it grows)
+        self.capacity = int(capacity)
         self._cols: dict[str, torch.Tensor] = {}
         self._has: dict[str, np.ndarray] = {}
         self._in_round = False                # between begin_round and commit
@@ -149,7 +152,11 @@ class CompactStore:
                              f"{tuple(col.shape[1:])}")
         if col is not None and len(col) >= top:
             return
-        cap = top if col is None else max(top, 2 * len(col))
+        if col is None:
+            cap = max(top, self.capacity)
+        else:
+            doubled = 2 * len(col)
+            cap = max(top, min(doubled, self.capacity) if self.capacity else doubled)
         new = torch.zeros((cap,) + tuple(vals.shape[1:]), dtype=vals.dtype if col is None else col.dtype)
         has = np.zeros(cap, dtype=bool)
         if col is not None:

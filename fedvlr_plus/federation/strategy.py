@@ -10,14 +10,25 @@ from __future__ import annotations
 import torch
 
 from .messages import ClientUpdate
+from .running_sum import BLOCK_FLOATS, DenseSum, RowSums, RunningSums, rows_of  # noqa: F401  (rows_of: re-export)
 
 
 class Strategy:
     name = ""
     upload = "params"
+    #: True where the next state depends on the uploads only through their weighted sums (:mod:`.running_sum`):
+    #: ``aggregate`` is then ``from_sums`` of :func:`summed`, and the engine may add a chunk's uploads to the
+    #: sums as the simulator hands them over, and drop them
+    linear = False
 
     def aggregate(self, shared: dict[str, torch.Tensor], updates: list[ClientUpdate],
                   specs: dict) -> dict[str, torch.Tensor]:
+        if self.linear:
+            return self.from_sums(shared, summed(shared, updates, specs, self.upload), specs)
+        raise NotImplementedError
+
+    def from_sums(self, shared: dict[str, torch.Tensor], sums: RunningSums, specs: dict) -> dict[str, torch.Tensor]:
+        """The next shared state from the round's weighted sums (linear strategies only)."""
         raise NotImplementedError
 
     def prepare_shared(self, shared: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -69,12 +80,6 @@ def example_weights(updates: list[ClientUpdate]) -> torch.Tensor:
     return n / n.sum()
 
 
-def rows_of(u: ClientUpdate, name: str, n_rows: int) -> torch.Tensor:
-    """Row ids of an upload; an item table sent whole counts as touching every row."""
-    r = u.rows.get(name)
-    return r.long() if r is not None else torch.arange(n_rows)
-
-
 def gather_rows(updates: list[ClientUpdate], name: str, n_rows: int, weights: torch.Tensor | None = None):
     """Concatenate the row ids, values and (optionally) per-row weights of every upload of ``name``."""
     rows = [rows_of(u, name, n_rows) for u in updates]
@@ -87,40 +92,28 @@ def gather_rows(updates: list[ClientUpdate], name: str, n_rows: int, weights: to
 
 
 def weighted_row_sums(updates: list[ClientUpdate], name: str, shape, weights: torch.Tensor, dtype,
-                      block_floats: int = 1 << 22):
+                      block_floats: int = BLOCK_FLOATS):
     """``Σ_u w_u x_u[r]`` per row and ``Σ_{u ∋ r} w_u`` per row. Uploads are concatenated in blocks of at most
     ``block_floats`` values, so memory stays bounded and small uploads do not cost one call each."""
-    n_rows = shape[0]
-    width = 1
-    for s in shape[1:]:
-        width *= int(s)
-    num = torch.zeros(n_rows, width, dtype=dtype)
-    den = torch.zeros(n_rows, dtype=torch.float64)
-    block, size = [], 0
-
-    def flush():
-        rows = torch.cat([r for r, _, _ in block])
-        ws = torch.repeat_interleave(torch.tensor([w for _, _, w in block], dtype=torch.float64),
-                                     torch.tensor([r.shape[0] for r, _, _ in block]))
-        vals = torch.cat([v for _, v, _ in block]).to(dtype)   # cat always copies, so scaling in place is safe
-        num.index_add_(0, rows, vals.mul_(ws.to(dtype).unsqueeze(1)))
-        den.index_add_(0, rows, ws)
-
+    acc = RowSums(shape, dtype, block_floats)
     for u, w in zip(updates, weights.tolist()):
-        r = rows_of(u, name, n_rows)
-        block.append((r, u.arrays[name].reshape(r.shape[0], -1), w))
-        size += r.shape[0] * width
-        if size >= block_floats:
-            flush()
-            block, size = [], 0
-    if block:
-        flush()
-    return num, den
+        acc.add(rows_of(u, name, shape[0]), u.arrays[name], w)
+    return acc.result()
 
 
 def weighted_dense(updates: list[ClientUpdate], name: str, weights: torch.Tensor) -> torch.Tensor:
-    stacked = torch.stack([u.arrays[name].to(torch.float64) for u in updates])
-    return torch.tensordot(weights, stacked, dims=1)
+    acc = DenseSum()
+    acc.add([u.arrays[name] for u in updates], weights)
+    return acc.result()
+
+
+def summed(shared: dict[str, torch.Tensor], updates: list[ClientUpdate], specs: dict, kind: str) -> RunningSums:
+    """The round's weighted sums of all ``updates`` at once (checked, example-weighted): what a linear strategy
+    aggregates from, and what the engine builds chunk by chunk instead when the simulator streams its uploads."""
+    check_updates(shared, updates, kind)
+    sums = RunningSums(shared, [k for k in shared if specs[k].item_table])
+    sums.add(updates, example_weights(updates))
+    return sums
 
 
 from .config import STRATEGIES  # noqa: E402  (names live in config so the CLI can list them cheaply)

@@ -1,0 +1,106 @@
+"""Weighted sums of a round's uploads, added a chunk of clients at a time.
+
+FedAvg, sparse row averaging and FedGrad (with SGD or Adam on the server) depend on the uploads only through
+``Σ_u w_u x_u`` per shared array and, for item tables, ``Σ_{u ∋ r} w_u`` per row (``w_u = n_u / Σ_v n_v``). A
+simulator that trains its clients in chunks can therefore hand each chunk's uploads to :class:`RunningSums` and
+drop them: the round holds the sums (the size of the shared state), not every client's touched rows.
+
+The sums do not depend on how the uploads are cut into chunks, only on their order: an item table's rows are
+added with ``index_add_``, one upload after another, whatever the blocks they are buffered in; a dense array is
+summed in float64 (one ``tensordot`` per chunk).
+"""
+from __future__ import annotations
+
+import torch
+
+#: values buffered per item table before one ``index_add_`` (few calls for small uploads, bounded memory)
+BLOCK_FLOATS = 1 << 22
+
+
+def rows_of(u, name: str, n_rows: int) -> torch.Tensor:
+    """Row ids of an upload; an item table sent whole counts as touching every row."""
+    r = u.rows.get(name)
+    return r.long() if r is not None else torch.arange(n_rows)
+
+
+class RowSums:
+    """``Σ_u w_u x_u[r]`` (in ``dtype``) and ``Σ_{u ∋ r} w_u`` (float64) per row of one item table."""
+
+    def __init__(self, shape, dtype, block_floats: int = BLOCK_FLOATS):
+        self.n_rows = int(shape[0])
+        self.width = 1
+        for s in shape[1:]:
+            self.width *= int(s)
+        self.dtype = dtype
+        self.block_floats = int(block_floats)
+        self.num = torch.zeros(self.n_rows, self.width, dtype=dtype)
+        self.den = torch.zeros(self.n_rows, dtype=torch.float64)
+        self._block, self._size = [], 0
+
+    def add(self, rows: torch.Tensor, vals: torch.Tensor, weight: float) -> None:
+        """One upload: its row ids, its values ``[len(rows), ...]`` and its weight."""
+        self._block.append((rows, vals.reshape(rows.shape[0], -1), weight))
+        self._size += rows.shape[0] * self.width
+        if self._size >= self.block_floats:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._block:
+            return
+        block, self._block, self._size = self._block, [], 0
+        rows = torch.cat([r for r, _, _ in block])
+        ws = torch.repeat_interleave(torch.tensor([w for _, _, w in block], dtype=torch.float64),
+                                     torch.tensor([r.shape[0] for r, _, _ in block]))
+        vals = torch.cat([v for _, v, _ in block]).to(self.dtype)   # cat always copies: scaling in place is safe
+        self.num.index_add_(0, rows, vals.mul_(ws.to(self.dtype).unsqueeze(1)))
+        self.den.index_add_(0, rows, ws)
+
+    def result(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(num [rows, width], den [rows])``."""
+        self._flush()
+        return self.num, self.den
+
+
+class DenseSum:
+    """``Σ_u w_u x_u`` of one dense array, in float64."""
+
+    def __init__(self):
+        self.total = None
+
+    def add(self, arrays: list[torch.Tensor], weights: torch.Tensor) -> None:
+        part = torch.tensordot(weights, torch.stack([a.to(torch.float64) for a in arrays]), dims=1)
+        self.total = part if self.total is None else self.total + part
+
+    def result(self) -> torch.Tensor:
+        return self.total
+
+
+class RunningSums:
+    """The weighted sums of every shared array over the uploads added so far (see the module docstring).
+    ``tables``: the names of the item tables (uploaded row-wise)."""
+
+    def __init__(self, shared: dict[str, torch.Tensor], tables, block_floats: int = BLOCK_FLOATS):
+        tables = set(tables)
+        self.shapes = {k: tuple(v.shape) for k, v in shared.items()}
+        self.rows = {k: RowSums(v.shape, v.dtype, block_floats) for k, v in shared.items() if k in tables}
+        self.dense = {k: DenseSum() for k in shared if k not in tables}
+        self.count = 0
+
+    def add(self, updates: list, weights: torch.Tensor) -> None:
+        """``updates`` with their weights (float64, aligned), in the round's order."""
+        if not updates:
+            return
+        w = weights.tolist()
+        for name, acc in self.rows.items():
+            n_rows = self.shapes[name][0]
+            for u, wu in zip(updates, w):
+                acc.add(rows_of(u, name, n_rows), u.arrays[name], wu)
+        for name, acc in self.dense.items():
+            acc.add([u.arrays[name] for u in updates], weights)
+        self.count += len(updates)
+
+    def row_sums(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.rows[name].result()
+
+    def dense_sum(self, name: str) -> torch.Tensor:
+        return self.dense[name].result()
