@@ -203,11 +203,17 @@ class BatchedSimulator:
         dot = bb.dot_head
         fast = (dot is not None and type(bb).regulariser is Backbone.regulariser and not bb.uses_history
                 and set(sgd.names) == {n for n in dot if n is not None} and dot[0] in sgd.flat_tables)
+        mixture = self._mixture_kernel(sgd)
+        router_input = mixture.router_input(ctx) if mixture is not None else None
         per_steps = []
         for s in range(s_max):
             y, wt, fidx = batch.labels[:, s], weight_all[:, s], fidx_all[s]
             if fast:
                 per = self._closed_form_step(sgd, fidx, y, wt, batch.mask[:, s], active_all[:, s])
+            elif mixture is not None:
+                rows = sgd.flat_tables[mixture.table].index_select(0, fidx).view(c_n, l_max, -1)
+                grads, per = mixture.step(rows, router_input, sgd.leaves, y, wt)
+                sgd.step([grads[n] for n in sgd.names], fidx, batch.mask[:, s], active_all[:, s])
             else:
                 ctx["items_global"] = global_all[:, s]
                 per = self._autograd_step(sgd, ctx, fidx, y, wt, batch.mask[:, s], active_all[:, s], config)
@@ -215,6 +221,15 @@ class BatchedSimulator:
         steps_done = active_all.sum(1)
         loss_sum = (torch.stack(per_steps, 1) * active_all).sum(1) if per_steps else torch.zeros(c_n, dtype=dtype)
         return loss_sum.cpu(), steps_done.cpu()
+
+    def _mixture_kernel(self, sgd: "_LocalSGD"):
+        """The backbone's closed-form step (the FedVLR layer's router and dot-product head) where it covers every
+        trained tensor of the chunk, else None (autograd)."""
+        closed_form = getattr(self.bb, "closed_form", None)
+        kernel = closed_form() if closed_form is not None else None
+        if kernel is None or set(sgd.names) != kernel.names or kernel.table not in sgd.flat_tables:
+            return None
+        return kernel
 
     def _closed_form_step(self, sgd: "_LocalSGD", fidx, y, wt, m, active) -> torch.Tensor:
         """One step of a dot-product head with its gradients in closed form; each client's weighted loss."""
@@ -321,7 +336,10 @@ class BatchedSimulator:
         scoring (used to apply a cold-item rule to private item tables); it must not change the stored states."""
         users = np.asarray(users, dtype=np.int64)
         n_items = self.bb.n_items
-        width = max(self.table_width, 1) + 4 * self.bb.dim
+        closed_form = getattr(self.bb, "closed_form", None)
+        kernel = closed_form() if closed_form is not None else None
+        # the closed form makes only the [B, N] scores; the generic forward holds [B, N, k] item vectors
+        width = 2 if kernel is not None else max(self.table_width, 1) + 4 * self.bb.dim
         per_chunk = max(1, self.chunk_floats // max(n_items * width, 1))
         dev = self.device
         shared = {k: v.to(self.dtype) for k, v in shared.items()}
@@ -345,7 +363,11 @@ class BatchedSimulator:
             if self.bb.uses_history:
                 ctx.update({k: v.to(dev) for k, v in history_ctx(self.indptr, self.indices, chunk).items()})
             with torch.no_grad():
-                out.append(self.bb.logits(p, None, ctx).cpu())
+                if kernel is not None:
+                    logits = kernel.scores(p[kernel.table], p, ctx)
+                else:
+                    logits = self.bb.logits(p, None, ctx)
+                out.append(logits.cpu())
         return torch.cat(out) if out else torch.zeros(0, n_items, dtype=self.dtype)
 
 
