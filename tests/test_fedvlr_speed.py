@@ -62,6 +62,8 @@ CONFIGS = {
     "grads+wd": dict(upload="grads", weight_decay=0.05),
     "local_shared": dict(upload="grads", weight_decay=0.0, local_shared=True),
     "params": dict(upload="params", weight_decay=0.01),
+    # more steps than the fused row's width: the rows' gradient is summed step by step, not at the end
+    "grads+many_steps": dict(upload="grads", weight_decay=0.01, batch_size=1),
 }
 
 
@@ -69,11 +71,11 @@ CONFIGS = {
 @pytest.mark.parametrize("backbone", ["fedavg", "fcf"])
 @pytest.mark.parametrize("mode", list(CONFIGS))
 def test_closed_form_round_equals_autograd_and_sequential(residual, backbone, mode, monkeypatch):
-    config = dict(seed=0, round=2, epochs=2, negatives=2, batch_size=4, lr=0.3, item_lr_scale=3.0,
-                  **CONFIGS[mode])
+    config = {**dict(seed=0, round=2, epochs=2, negatives=2, batch_size=4, lr=0.3, item_lr_scale=3.0),
+              **CONFIGS[mode]}
     calls = []
-    step = MixtureDotHead.step
-    monkeypatch.setattr(MixtureDotHead, "step", lambda self, *a: calls.append(1) or step(self, *a))
+    step = MixtureDotHead.step_from
+    monkeypatch.setattr(MixtureDotHead, "step_from", lambda self, *a, **k: calls.append(1) or step(self, *a, **k))
     fast = _fit(BatchedSimulator, _layer(backbone, residual=residual, temperature=0.7), config,
                 chunk_floats=4096)   # several chunks
     assert calls, "the closed form did not run"

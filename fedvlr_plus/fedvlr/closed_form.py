@@ -33,6 +33,9 @@ from ..nn import linear
 from .router import history_input
 
 ROUTER = ("router.w1", "router.b1", "router.w2", "router.b2")
+#: a step reads the whole broadcast table when it has at most this many rows per example slot: reading a row in
+#: two matrix products costs about 1/30 of gathering it (one thread, J d = 192: equal at 25-30 rows a slot)
+ALL_ROWS_RATIO = 24
 
 
 @dataclass(frozen=True)
@@ -63,38 +66,50 @@ class MixtureDotHead:
         w = torch.softmax(linear(hidden, p["router.w2"], p["router.b2"]) / self.temperature, dim=-1)
         return pre, hidden, w
 
-    @torch.no_grad()
-    def step(self, rows: torch.Tensor, x: torch.Tensor, p: dict, y: torch.Tensor, a: torch.Tensor):
-        """Gradients of every client's weighted loss for one step, and each client's loss.
+    def step_from(self, rows: "GatheredRows | AllRows", pre, p: dict, y, a, with_table: bool = True):
+        """One step of every client of a chunk from its router's pre-activation ``pre [C, H]``.
 
-        ``rows [C, L, J d]``: the fused views of the step's examples; ``x [C, J d]``: the router input; ``p``: the
-        clients' stacked parameters; ``y``/``a [C, L]``: labels and example weights (zero on padding).
-        Returns (name -> gradient, with the table's as ``[C, L, J d]`` rows; loss ``[C]``)."""
-        c_n, l_n = rows.shape[:2]
-        j_n, d = self.experts, self.d
+        ``rows``: the fused views of the step's examples (gathered, or read from the whole broadcast table);
+        ``p``: the clients' stacked parameters; ``y``/``a [C, L]``: labels and example weights (zero on padding).
+        Returns the gradients of the clients' weighted losses with respect to everything after ``pre``
+        (``router.pre`` for ``pre`` itself; the table's as ``[C, L, J d]`` rows, or as ``delta [C, L]`` with
+        ``with_table=False``), each client's loss ``[C]`` and its router weights ``[C, J]``."""
         h = p[self.weight]
-        pre, hidden, w = self._route(x, p)
-        s = torch.bmm(rows.reshape(c_n, l_n * j_n, d), h.unsqueeze(-1)).view(c_n, l_n, j_n)
+        hidden = torch.relu(pre)
+        w = torch.softmax(linear(hidden, p["router.w2"], p["router.b2"]) / self.temperature, dim=-1)
+        s = rows.dot(h)                                                         # <h, F_lj>  [C, L, J]
         logits = (s * w.unsqueeze(1)).sum(-1)
         if self.bias is not None:
             logits = logits + p[self.bias].unsqueeze(-1)
         delta = (torch.sigmoid(logits) - y) * a
-        per_client = torch.bmm(delta.unsqueeze(1), rows).view(c_n, j_n, d)    # Σ_l δ_l F_lj
+        per_client = rows.weighted_sum(delta).view(*w.shape, self.d)           # Σ_l δ_l F_lj  [C, J, d]
         g_w = torch.bmm(delta.unsqueeze(1), s).squeeze(1)                      # ∂J/∂w_j
         g_out = w * (g_w - (w * g_w).sum(-1, keepdim=True)) / self.temperature  # through softmax(o / T)
         g_pre = torch.bmm(g_out.unsqueeze(1), p["router.w2"].transpose(1, 2)).squeeze(1) * (pre > 0)
-        grads = {self.table: delta.unsqueeze(-1) * self.row_direction(w, h).unsqueeze(1),
-                 self.weight: (w.unsqueeze(-1) * per_client).sum(1),
-                 "router.w1": x.unsqueeze(-1) * g_pre.unsqueeze(1), "router.b1": g_pre,
+        grads = {self.weight: (w.unsqueeze(-1) * per_client).sum(1), "router.pre": g_pre, "router.b1": g_pre,
                  "router.w2": hidden.unsqueeze(-1) * g_out.unsqueeze(1), "router.b2": g_out}
+        if with_table:
+            grads[self.table] = delta.unsqueeze(-1) * self.row_direction(w, h).unsqueeze(1)
+        else:
+            grads["delta"] = delta
         if self.bias is not None:
             grads[self.bias] = delta.sum(1)
         loss = F.binary_cross_entropy_with_logits(logits, y, weight=a, reduction="none").sum(1)
-        return grads, loss
+        return grads, loss, w
 
     def row_direction(self, w: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         """``w ⊗ h [..., J d]``: the vector a fused row is scored against (and its gradient's direction)."""
         return (w.unsqueeze(-1) * h.unsqueeze(-2)).reshape(*w.shape[:-1], self.experts * self.d)
+
+    def local_steps(self, x: torch.Tensor, p: dict, lr: float, wd: float, defer: tuple[int, int, int] | None):
+        """The state of one chunk's local training (:class:`MixtureSteps`)."""
+        return MixtureSteps(self, x, p, lr, wd, defer)
+
+    def reads_all_rows(self, n_items: int, slots: int) -> bool:
+        """Whether a step of ``slots`` examples per client reads the whole broadcast table (two matrix products
+        over all ``n_items`` rows) rather than gathering its examples' rows (memory-bound copies of ``J d``
+        floats each): the products win while the catalogue is a small multiple of the examples."""
+        return n_items <= ALL_ROWS_RATIO * slots
 
     @torch.no_grad()
     def scores(self, fused: torch.Tensor, p: dict, ctx: dict) -> torch.Tensor:
@@ -105,3 +120,118 @@ class MixtureDotHead:
         if self.bias is not None:
             out = out + p[self.bias].unsqueeze(-1)
         return out
+
+
+class MixtureSteps:
+    """One chunk's local steps in closed form, with two costs taken out of the loop.
+
+    The router's first layer: its input ``x`` is constant in the round and every gradient of ``W1`` is the outer
+    product ``x ⊗ g``, so after any number of SGD steps (with weight decay) ``W1 = α W1_0 - lr x ⊗ G`` for a
+    per-client scale ``α`` and a sum ``G [C, H]``; the steps update ``α`` and ``G`` and read ``x W1`` as
+    ``α (x W1_0) - lr |x|² G``, and :meth:`finish` writes ``W1`` once (instead of ``[C, J d, H]`` twice a step).
+
+    The uploaded gradient of the fused rows (``defer``: the chunk's clients, touched rows and steps, when the rows
+    are not stepped locally): each step's is ``δ_l (w ⊗ h)``, so their sum over steps is the product of the
+    per-row sums of ``δ`` of each step ``[C, T, S]`` and the steps' ``w ⊗ h [C, S, J d]``, one batched product
+    at the end instead of a ``[C, L, J d]`` scatter every step."""
+
+    def __init__(self, head: MixtureDotHead, x: torch.Tensor, p: dict, lr: float, wd: float,
+                 defer: tuple[int, int, int] | None):
+        self.head, self.x, self.lr, self.wd = head, x, float(lr), float(wd)
+        with torch.no_grad():
+            self.x_w1 = linear(x, p["router.w1"])
+            self.x_sq = (x * x).sum(-1, keepdim=True)
+        c_n = x.shape[0]
+        self.alpha = torch.ones(c_n, 1, dtype=x.dtype, device=x.device)
+        self.g_sum = torch.zeros_like(self.x_w1)
+        self.defer = defer
+        if defer is not None:
+            _, t_max, s_max = defer
+            self.delta_rows = torch.zeros(s_max, c_n * t_max, dtype=x.dtype, device=x.device)
+            self.directions = torch.zeros(s_max, c_n, head.experts * head.d, dtype=x.dtype, device=x.device)
+        self.s = 0
+
+    def rows(self, fused: torch.Tensor, chunk_rows: torch.Tensor, fidx: torch.Tensor, items: torch.Tensor):
+        """The fused rows of a step. While they are fixed in the round, from the broadcast table ``fused [N, blocks
+        d]`` by the examples' item ids ``items [C, L]`` (the whole table where it is small beside the step, else the
+        examples' rows); else gathered from the chunk's stepped copy of its touched rows ``chunk_rows [C T, blocks
+        d]`` by their flat ids ``fidx``."""
+        head, (c_n, l_n) = self.head, items.shape
+        if self.defer is None:
+            return GatheredRows(chunk_rows.index_select(0, fidx).view(c_n, l_n, -1), head.experts)
+        fused = fused[:, :head.experts * head.d]
+        if head.reads_all_rows(fused.shape[0], l_n):
+            return AllRows(fused, items, head.experts)
+        return GatheredRows(fused.index_select(0, items.reshape(-1)).view(c_n, l_n, -1), head.experts)
+
+    @torch.no_grad()
+    def step(self, rows: "GatheredRows | AllRows", p: dict, y: torch.Tensor, a: torch.Tensor, active: torch.Tensor,
+             fidx: torch.Tensor):
+        """The step's gradients (None for what this object applies itself: ``router.w1``, and the fused rows
+        when deferred) and each client's loss; ``fidx``: the flat touched-row ids of the examples."""
+        pre = self.alpha * self.x_w1 - self.lr * self.x_sq * self.g_sum + p["router.b1"]
+        grads, loss, w = self.head.step_from(rows, pre, p, y, a, with_table=self.defer is None)
+        g_pre = grads.pop("router.pre")
+        grads["router.w1"] = None
+        if self.wd:
+            decay = (1.0 - self.lr * self.wd * active).unsqueeze(-1)
+            self.alpha *= decay
+            self.g_sum *= decay
+        self.g_sum += g_pre
+        if self.defer is not None:
+            self.delta_rows[self.s].index_add_(0, fidx, grads.pop("delta").reshape(-1))
+            self.directions[self.s] = self.head.row_direction(w, p[self.head.weight])
+            grads[self.head.table] = None
+        self.s += 1
+        return grads, loss
+
+    @torch.no_grad()
+    def finish(self, p: dict) -> torch.Tensor | None:
+        """Write ``router.w1`` in place; the summed gradient of the fused rows ``[C, T, J d]`` when deferred."""
+        w1 = p["router.w1"]
+        w1.mul_(self.alpha.unsqueeze(-1)).baddbmm_(self.x.unsqueeze(-1), self.g_sum.unsqueeze(1), alpha=-self.lr)
+        if self.defer is None:
+            return None
+        c_n, t_max, s_max = self.defer
+        coef = self.delta_rows.view(s_max, c_n, t_max).permute(1, 2, 0)
+        return torch.bmm(coef, self.directions.transpose(0, 1))
+
+
+class GatheredRows:
+    """A step's fused rows gathered per example, ``[C, L, J d]`` (``experts`` blocks of ``d``)."""
+
+    def __init__(self, rows: torch.Tensor, experts: int):
+        self.rows, self.experts = rows, experts
+
+    def dot(self, h: torch.Tensor) -> torch.Tensor:
+        """``<h_c, F_lj>`` -> ``[C, L, J]``."""
+        c_n, l_n, width = self.rows.shape
+        d = width // self.experts
+        return torch.bmm(self.rows.reshape(c_n, l_n * self.experts, d), h.unsqueeze(-1)).view(c_n, l_n, -1)
+
+    def weighted_sum(self, delta: torch.Tensor) -> torch.Tensor:
+        """``Σ_l delta_cl F_l`` -> ``[C, J d]``."""
+        return torch.bmm(delta.unsqueeze(1), self.rows).squeeze(1)
+
+
+class AllRows:
+    """A step's fused rows read from the whole broadcast table ``fused [N, J d]`` through the examples' item ids
+    ``items [C, L]``: the dot products of every row with every client's head, and the weighted sums as a
+    ``[C, N]`` scatter and one product (the table is the same for every client while it is not stepped)."""
+
+    def __init__(self, fused: torch.Tensor, items: torch.Tensor, experts: int):
+        self.fused, self.experts = fused, experts
+        self.n_items = fused.shape[0]
+        c_n = items.shape[0]
+        self.flat = (items + torch.arange(c_n, device=items.device).unsqueeze(1) * self.n_items).reshape(-1)
+        self.shape = items.shape
+
+    def dot(self, h: torch.Tensor) -> torch.Tensor:
+        d = self.fused.shape[1] // self.experts
+        every = h @ self.fused.view(self.n_items * self.experts, d).T           # [C, N J]
+        return every.view(-1, self.experts).index_select(0, self.flat).view(*self.shape, self.experts)
+
+    def weighted_sum(self, delta: torch.Tensor) -> torch.Tensor:
+        per_item = torch.zeros(self.shape[0] * self.n_items, dtype=delta.dtype, device=delta.device)
+        per_item.index_add_(0, self.flat, delta.reshape(-1))
+        return per_item.view(self.shape[0], self.n_items) @ self.fused
