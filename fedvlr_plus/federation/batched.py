@@ -297,12 +297,12 @@ class BatchedSimulator:
         acc = {k: v.cpu() for k, v in sgd.acc.items()}
         detached = {k: v.detach().cpu() for k, v in sgd.leaves.items()}
         sizes = sched.rows.tolist()
-        real_rows = torch.from_numpy(owner * t_max + pos)   # flat positions of the real (unpadded) rows
         trows = torch.split(torch.from_numpy(sched.touched), sizes)
 
         def per_client(src: torch.Tensor, table: bool) -> list:
-            if table:
-                return list(torch.split(src.reshape(c_n * t_max, -1).index_select(0, real_rows), sizes))
+            if table:   # a client's real rows are the first of its T slots: views, not a copy of every upload
+                rows = src.reshape(c_n, t_max, -1)
+                return [rows[c, :n] for c, n in enumerate(sizes)]
             return list(src.unbind(0))
 
         up = {name: per_client(acc[name] if upload == "grads" else detached[name], specs[name].item_table)

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from ..nn import linear
-from .router import history_input
+from .router import VIEWS, history_input
 
 ROUTER = ("router.w1", "router.b1", "router.w2", "router.b2")
 #: a step reads the whole broadcast table when it has at most this many rows per example slot: reading a row in
@@ -56,8 +56,16 @@ class MixtureDotHead:
         return {self.table, self.weight, *ROUTER} | ({self.bias} if self.bias else set())
 
     def router_input(self, ctx: dict) -> torch.Tensor:
-        """``r_u [C, J d]``: the round's constant router input of the users in ``ctx``."""
-        return history_input(ctx)
+        """``r_u [C, J d]``: the round's constant router input of the users in ``ctx`` (``history_input``'s mean of
+        the fused views of each user's history, as one row gather and one batched product)."""
+        views = ctx.get(VIEWS)
+        if views is None:
+            return history_input(ctx)   # (says what is missing)
+        hist, mask = ctx["hist_global"], ctx["hist_mask"]
+        w = mask.to(views.dtype)
+        w = w / w.sum(-1, keepdim=True).clamp(min=1.0)
+        rows = views.index_select(0, hist.reshape(-1)).view(*hist.shape, views.shape[-1])
+        return torch.bmm(w.unsqueeze(1), rows).squeeze(1)
 
     def _route(self, x: torch.Tensor, p: dict):
         """Router pre-activation, hidden layer and weights ``[C, J]`` (the same ops as ``router_weights``)."""
