@@ -57,15 +57,18 @@ class MixtureDotHead:
 
     def router_input(self, ctx: dict) -> torch.Tensor:
         """``r_u [C, J d]``: the round's constant router input of the users in ``ctx`` (``history_input``'s mean of
-        the fused views of each user's history, as one row gather and one batched product)."""
+        the fused views of each user's history), from the real history entries only: the padding to the longest
+        history of the batch can be most of ``[C, H, J d]`` when users of every size are scored together."""
         views = ctx.get(VIEWS)
         if views is None:
             return history_input(ctx)   # (says what is missing)
         hist, mask = ctx["hist_global"], ctx["hist_mask"]
         w = mask.to(views.dtype)
         w = w / w.sum(-1, keepdim=True).clamp(min=1.0)
-        rows = views.index_select(0, hist.reshape(-1)).view(*hist.shape, views.shape[-1])
-        return torch.bmm(w.unsqueeze(1), rows).squeeze(1)
+        real = mask.reshape(-1).nonzero().squeeze(1)
+        rows = views.index_select(0, hist.reshape(-1)[real]) * w.reshape(-1)[real].unsqueeze(1)
+        out = torch.zeros(hist.shape[0], views.shape[-1], dtype=views.dtype, device=views.device)
+        return out.index_add_(0, torch.div(real, hist.shape[1], rounding_mode="floor"), rows)
 
     def _route(self, x: torch.Tensor, p: dict):
         """Router pre-activation, hidden layer and weights ``[C, J]`` (the same ops as ``router_weights``)."""
