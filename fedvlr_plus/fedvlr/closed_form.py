@@ -200,7 +200,9 @@ class MixtureSteps:
     def finish(self, p: dict) -> torch.Tensor | None:
         """Write ``router.w1`` in place; the summed gradient of the fused rows ``[C, T, J d]`` when deferred."""
         w1 = p["router.w1"]
-        w1.mul_(self.alpha.unsqueeze(-1)).baddbmm_(self.x.unsqueeze(-1), self.g_sum.unsqueeze(1), alpha=-self.lr)
+        if self.wd:   # (without weight decay the scale stays 1)
+            w1.mul_(self.alpha.unsqueeze(-1))
+        w1.baddbmm_(self.x.unsqueeze(-1), self.g_sum.unsqueeze(1), alpha=-self.lr)
         if self.defer is None:
             return None
         c_n, t_max, s_max = self.defer
