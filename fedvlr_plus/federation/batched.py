@@ -191,7 +191,8 @@ class BatchedSimulator:
 
     def _local_steps(self, cids, batch: "_ChunkBatch", shared: dict, sgd: "_LocalSGD", config: dict,
                      kernel=None, fixed: tuple[str, ...] = ()):
-        """Every local step of every client; each client's summed loss and its number of steps."""
+        """Every local step of every client; each client's summed loss and its number of steps. ``kernel``/``fixed``:
+        the closed form of the chunk's steps and the tables it keeps fixed (:meth:`_closed_form_plan`)."""
         bb, dev, dtype = self.bb, self.device, self.dtype
         c_n, t_max, s_max, l_max = batch.c_n, batch.t_max, batch.s_max, batch.l_max
         row_base = (torch.arange(c_n, device=dev) * t_max).unsqueeze(1)
@@ -228,7 +229,7 @@ class BatchedSimulator:
         if mixture is not None:
             table_grads = mixture.finish(sgd.leaves)
             if table_grads is not None:
-                sgd.acc[mixture.head.table] = table_grads
+                sgd.acc[kernel.table] = table_grads
         steps_done = active_all.sum(1)
         loss_sum = (torch.stack(per_steps, 1) * active_all).sum(1) if per_steps else torch.zeros(c_n, dtype=dtype)
         return loss_sum.cpu(), steps_done.cpu()
