@@ -110,3 +110,32 @@ def test_full_sort_scores_come_in_chunks_bounded_by_chunk_floats(monkeypatch):
     bb.closed_form = lambda: None
     want = BatchedSimulator(bb, indptr, indices, MemoryStore(), seed=0).scores(np.arange(N_USERS), shared)
     assert got.shape == (N_USERS, N_ITEMS) and torch.allclose(got, want, atol=1e-5)
+
+
+def test_a_resumed_fedvlr_run_ends_with_the_same_numbers(tmp_path):
+    """The server keeps the graph of the views it broadcast; after a restore it must rebuild it from the restored
+    state (a stale graph would step the server from the wrong parameters)."""
+    from fedvlr_plus.federation.config import FedConfig
+    from fedvlr_plus.federation.engine import run_federated
+    from fedvlr_plus.federation.synthetic import synthetic_data
+
+    data = synthetic_data(40, 150, 10, seed=0)
+    g = np.random.default_rng(0)
+    views = {"text": g.standard_normal((150, 12)), "image": g.standard_normal((150, 6))}
+
+    def layer():
+        return FusionLayer(make_backbone("fedavg", 150, 8), views, router_hidden=8)
+
+    cfg = FedConfig(rounds=4, local_epochs=2, batch_size=8, negatives=2, dim=8, patience=10, ks=(5, 10),
+                    valid_metric="hr@10")
+    full = run_federated(data, layer(), cfg, out_dir=tmp_path / "full", progress=False)
+
+    def interrupt(run, record):
+        if record["round"] == 2:
+            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        run_federated(data, layer(), cfg, out_dir=tmp_path / "cut", progress=False, on_round=interrupt)
+    resumed = run_federated(data, layer(), cfg, out_dir=tmp_path / "cut", resume=True, progress=False)
+    figures = [[(h["round"], h["loss"], h.get("valid")) for h in r["history"]] for r in (full, resumed)]
+    assert len(figures[0]) == 4 and figures[0] == figures[1]
+    assert resumed["test"] == full["test"]
