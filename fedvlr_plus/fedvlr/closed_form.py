@@ -70,12 +70,10 @@ class MixtureDotHead:
         out = torch.zeros(hist.shape[0], views.shape[-1], dtype=views.dtype, device=views.device)
         return out.index_add_(0, torch.div(real, hist.shape[1], rounding_mode="floor"), rows)
 
-    def _route(self, x: torch.Tensor, p: dict):
-        """Router pre-activation, hidden layer and weights ``[C, J]`` (the same ops as ``router_weights``)."""
-        pre = linear(x, p["router.w1"], p["router.b1"])
+    def _weights(self, pre: torch.Tensor, p: dict):
+        """The router's hidden layer and weights ``[C, J]`` from its pre-activation (``router_weights``' ops)."""
         hidden = torch.relu(pre)
-        w = torch.softmax(linear(hidden, p["router.w2"], p["router.b2"]) / self.temperature, dim=-1)
-        return pre, hidden, w
+        return hidden, torch.softmax(linear(hidden, p["router.w2"], p["router.b2"]) / self.temperature, dim=-1)
 
     def step_from(self, rows: "GatheredRows | AllRows", pre, p: dict, y, a, with_table: bool = True):
         """One step of every client of a chunk from its router's pre-activation ``pre [C, H]``.
@@ -86,8 +84,7 @@ class MixtureDotHead:
         (``router.pre`` for ``pre`` itself; the table's as ``[C, L, J d]`` rows, or as ``delta [C, L]`` with
         ``with_table=False``), each client's loss ``[C]`` and its router weights ``[C, J]``."""
         h = p[self.weight]
-        hidden = torch.relu(pre)
-        w = torch.softmax(linear(hidden, p["router.w2"], p["router.b2"]) / self.temperature, dim=-1)
+        hidden, w = self._weights(pre, p)
         s = rows.dot(h)                                                         # <h, F_lj>  [C, L, J]
         logits = (s * w.unsqueeze(1)).sum(-1)
         if self.bias is not None:
@@ -126,7 +123,7 @@ class MixtureDotHead:
     def scores(self, fused: torch.Tensor, p: dict, ctx: dict) -> torch.Tensor:
         """Logits ``[B, N]`` of every item for the B users of ``ctx`` (``p``: their stacked private parameters,
         ``fused [N, J d]``: the broadcast views)."""
-        _, _, w = self._route(self.router_input(ctx), p)
+        _, w = self._weights(linear(self.router_input(ctx), p["router.w1"], p["router.b1"]), p)
         out = self.row_direction(w, p[self.weight]) @ fused[:, :self.experts * self.d].T
         if self.bias is not None:
             out = out + p[self.bias].unsqueeze(-1)
