@@ -118,8 +118,9 @@ class BatchedSimulator:
         batch = self._chunk_batch(cids, config)
         private = {k: v.to(self.device) for k, v in round_start(self.bb, self._private_block(cids)).items()}
         cpu_shared, shared = shared, {k: v.to(self.device) for k, v in shared.items()}
-        sgd = self._local_sgd(batch, shared, private, config)
-        loss_sum, steps_done = self._local_steps(cids, batch, shared, sgd, config)
+        kernel, fixed = self._closed_form_plan(batch, config)
+        sgd = self._local_sgd(batch, shared, private, config, fixed)
+        loss_sum, steps_done = self._local_steps(cids, batch, shared, sgd, config, kernel, fixed)
         private = {k: v.cpu() for k, v in private.items()}
         return self._chunk_updates(cids, batch, cpu_shared, private, sgd, loss_sum, steps_done, config)
 
@@ -149,13 +150,17 @@ class BatchedSimulator:
         items, labels, mask = (x.view(c_n, s_max, l_max).to(dev) for x in (items, labels, mask))
         return _ChunkBatch(sched, owner, pos, touched, items, labels, mask, c_n, t_max, s_max, l_max)
 
-    def _local_sgd(self, batch: "_ChunkBatch", shared: dict, private: dict, config: dict) -> "_LocalSGD":
+    def _local_sgd(self, batch: "_ChunkBatch", shared: dict, private: dict, config: dict,
+                   fixed: tuple[str, ...] = ()) -> "_LocalSGD":
         """The chunk's trainable tensors (shared parts copied per client, item tables as the touched rows) and
-        the step rule, from the round's learning rates."""
+        the step rule, from the round's learning rates. ``fixed``: shared item tables the closed-form steps read
+        from the broadcast copy and whose uploaded gradient they make themselves (no copy, no accumulator)."""
         bb, dtype, specs, c_n, t_max = self.bb, self.dtype, self.specs, batch.c_n, batch.t_max
         touched = batch.touched
         leaves: dict[str, torch.Tensor] = {}
         for name in bb.shared_names:
+            if name in fixed:
+                continue
             g = shared[name].to(dtype)
             if specs[name].item_table:  # index_select on the flat ids is much faster than g[touched]
                 leaves[name] = g.index_select(0, touched.view(-1)).view(c_n, t_max, *g.shape[1:])
@@ -175,7 +180,7 @@ class BatchedSimulator:
         # exactly as the gradient of the table would); no dense [C, T, d] gradient is ever materialised
         flat_tables = {nm: leaves[nm].view(c_n * t_max, -1) for nm in tables}
         grads_mode = config.get("upload", "params") == "grads"
-        acc = {name: torch.zeros_like(leaves[name]) for name in bb.shared_names} if grads_mode else {}
+        acc = {name: torch.zeros_like(leaves[name]) for name in bb.shared_names if name in leaves} if grads_mode else {}
         acc_flat = {nm: acc[nm].view(c_n * t_max, -1) for nm in tables if nm in acc}
         lr = float(config["lr"])
         return _LocalSGD(leaves, flat_tables, acc, acc_flat, specs, lr=lr,
@@ -184,8 +189,10 @@ class BatchedSimulator:
                          local_shared=bool(config.get("local_shared", False)),   # see RecClient.fit
                          c_n=c_n, l_max=batch.l_max)
 
-    def _local_steps(self, cids, batch: "_ChunkBatch", shared: dict, sgd: "_LocalSGD", config: dict):
-        """Every local step of every client; each client's summed loss and its number of steps."""
+    def _local_steps(self, cids, batch: "_ChunkBatch", shared: dict, sgd: "_LocalSGD", config: dict,
+                     kernel=None, fixed: tuple[str, ...] = ()):
+        """Every local step of every client; each client's summed loss and its number of steps. ``kernel``/``fixed``:
+        the closed form of the chunk's steps and the tables it keeps fixed (:meth:`_closed_form_plan`)."""
         bb, dev, dtype = self.bb, self.device, self.dtype
         c_n, t_max, s_max, l_max = batch.c_n, batch.t_max, batch.s_max, batch.l_max
         row_base = (torch.arange(c_n, device=dev) * t_max).unsqueeze(1)
@@ -203,18 +210,43 @@ class BatchedSimulator:
         dot = bb.dot_head
         fast = (dot is not None and type(bb).regulariser is Backbone.regulariser and not bb.uses_history
                 and set(sgd.names) == {n for n in dot if n is not None} and dot[0] in sgd.flat_tables)
+        mixture = None if kernel is None else kernel.local_steps(
+            kernel.router_input(ctx), sgd.leaves, sgd.lr, sgd.wd, (c_n, t_max, s_max) if fixed else None)
         per_steps = []
         for s in range(s_max):
             y, wt, fidx = batch.labels[:, s], weight_all[:, s], fidx_all[s]
             if fast:
                 per = self._closed_form_step(sgd, fidx, y, wt, batch.mask[:, s], active_all[:, s])
+            elif mixture is not None:
+                rows = mixture.rows(shared[kernel.table].to(dtype), sgd.flat_tables.get(kernel.table), fidx,
+                                    global_all[:, s])
+                grads, per = mixture.step(rows, sgd.leaves, y, wt, active_all[:, s], fidx)
+                sgd.step([grads[n] for n in sgd.names], fidx, batch.mask[:, s], active_all[:, s])
             else:
                 ctx["items_global"] = global_all[:, s]
                 per = self._autograd_step(sgd, ctx, fidx, y, wt, batch.mask[:, s], active_all[:, s], config)
             per_steps.append(per)
+        if mixture is not None:
+            table_grads = mixture.finish(sgd.leaves)
+            if table_grads is not None:
+                sgd.acc[kernel.table] = table_grads
         steps_done = active_all.sum(1)
         loss_sum = (torch.stack(per_steps, 1) * active_all).sum(1) if per_steps else torch.zeros(c_n, dtype=dtype)
         return loss_sum.cpu(), steps_done.cpu()
+
+    def _closed_form_plan(self, batch: "_ChunkBatch", config: dict):
+        """The backbone's closed-form step (the FedVLR layer's router and dot-product head), where it covers every
+        trained tensor, and the shared tables it keeps fixed: the fused views, when they are not stepped locally
+        and the per-step record of their gradient (``[S, C * T]``) is smaller than the gradient itself. (None,
+        ()) where autograd trains the chunk."""
+        closed_form = getattr(self.bb, "closed_form", None)
+        kernel = closed_form() if closed_form is not None else None
+        if kernel is None or {s.name for s in self.bb.all_specs()} != kernel.names \
+                or not self.specs[kernel.table].item_table:
+            return None, ()
+        fixed = (config.get("upload", "params") == "grads" and not config.get("local_shared", False)
+                 and batch.s_max < self.specs[kernel.table].shape[1])
+        return kernel, (kernel.table,) if fixed else ()
 
     def _closed_form_step(self, sgd: "_LocalSGD", fidx, y, wt, m, active) -> torch.Tensor:
         """One step of a dot-product head with its gradients in closed form; each client's weighted loss."""
@@ -266,12 +298,12 @@ class BatchedSimulator:
         acc = {k: v.cpu() for k, v in sgd.acc.items()}
         detached = {k: v.detach().cpu() for k, v in sgd.leaves.items()}
         sizes = sched.rows.tolist()
-        real_rows = torch.from_numpy(owner * t_max + pos)   # flat positions of the real (unpadded) rows
         trows = torch.split(torch.from_numpy(sched.touched), sizes)
 
         def per_client(src: torch.Tensor, table: bool) -> list:
-            if table:
-                return list(torch.split(src.reshape(c_n * t_max, -1).index_select(0, real_rows), sizes))
+            if table:   # a client's real rows are the first of its T slots: views, not a copy of every upload
+                rows = src.reshape(c_n, t_max, -1)
+                return [rows[c, :n] for c, n in enumerate(sizes)]
             return list(src.unbind(0))
 
         up = {name: per_client(acc[name] if upload == "grads" else detached[name], specs[name].item_table)
@@ -321,7 +353,10 @@ class BatchedSimulator:
         scoring (used to apply a cold-item rule to private item tables); it must not change the stored states."""
         users = np.asarray(users, dtype=np.int64)
         n_items = self.bb.n_items
-        width = max(self.table_width, 1) + 4 * self.bb.dim
+        closed_form = getattr(self.bb, "closed_form", None)
+        kernel = closed_form() if closed_form is not None else None
+        # the closed form makes only the [B, N] scores; the generic forward holds [B, N, k] item vectors
+        width = 2 if kernel is not None else max(self.table_width, 1) + 4 * self.bb.dim
         per_chunk = max(1, self.chunk_floats // max(n_items * width, 1))
         dev = self.device
         shared = {k: v.to(self.dtype) for k, v in shared.items()}
@@ -345,7 +380,11 @@ class BatchedSimulator:
             if self.bb.uses_history:
                 ctx.update({k: v.to(dev) for k, v in history_ctx(self.indptr, self.indices, chunk).items()})
             with torch.no_grad():
-                out.append(self.bb.logits(p, None, ctx).cpu())
+                if kernel is not None:
+                    logits = kernel.scores(p[kernel.table], p, ctx)
+                else:
+                    logits = self.bb.logits(p, None, ctx)
+                out.append(logits.cpu())
         return torch.cat(out) if out else torch.zeros(0, n_items, dtype=self.dtype)
 
 
@@ -396,6 +435,8 @@ class _LocalSGD:
         flat_tables, acc, acc_flat, c_n, l_max = self.flat_tables, self.acc, self.acc_flat, self.c_n, self.l_max
         used = None
         for name, g in zip(self.names, grads):
+            if g is None:   # applied by the caller (the closed-form steps of the FedVLR layer)
+                continue
             table = name in flat_tables
             if name in acc:
                 if table:

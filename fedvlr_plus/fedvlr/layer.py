@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from ..adapters.base import Backbone, ParamSpec, init_shared, take_rows
+from .closed_form import MixtureDotHead
 from .cold import NO_COLD_RULE, ColdItemRule
 from .experts import EXPERTS, expert_outputs, fusion_specs, mix, project
 from . import preference
@@ -202,6 +203,19 @@ class FusionLayer(Backbone):
         from .server import ServerFusion
 
         return ServerFusion(self, inner, seed)
+
+    def closed_form(self) -> MixtureDotHead | None:
+        """The closed form of a local step and of full-sort scoring (:mod:`.closed_form`), where the layer is a
+        router over the experts in front of a plain dot-product head and adds nothing else to the item vector or
+        the loss; None where autograd is needed (other heads, penalties, personal item parts)."""
+        base = self.base
+        plain = (self.mode == "fedvlr" and base.dot_head is not None and not base.uses_history
+                 and type(base).regulariser is Backbone.regulariser and not self.additive and not self.offset
+                 and not self.content_preference and not self.balance)
+        if not plain:
+            return None
+        _, weight, bias = base.dot_head
+        return MixtureDotHead(FUSED, weight, bias, len(self.experts), self.d, self.temperature)
 
     # ------------------------------------------------------------------ the client's forward
     def weights(self, p: dict, ctx: dict) -> torch.Tensor:

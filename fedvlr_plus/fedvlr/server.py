@@ -13,14 +13,26 @@ strategy. See docs/method.md.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import torch
 
 from ..federation.fedgrad import FedGradStrategy
 from ..federation.messages import ClientUpdate
-from ..federation.strategy import Strategy, check_updates, example_weights, weighted_row_sums
+from ..federation.strategy import Strategy, check_updates, example_weights, rows_of
 
 from .layer import FUSED
+
+
+def _weighted_row_sum(updates: list[ClientUpdate], name: str, shape, weights: torch.Tensor) -> torch.Tensor:
+    """``Σ_u w_u g_u`` of the uploads' rows of ``name`` as a ``shape`` tensor: the numerator of
+    ``strategy.weighted_row_sums``, the same sums in the same order, added upload by upload (concatenating
+    every upload first copies them all once more, which costs more than the sum here)."""
+    out = torch.zeros(shape[0], math.prod(shape[1:]), dtype=torch.float32)
+    for u, w in zip(updates, weights.tolist()):
+        vals = u.arrays[name]
+        out.index_add_(0, rows_of(u, name, shape[0]), vals.reshape(vals.shape[0], -1).to(torch.float32) * w)
+    return out.reshape(shape)
 
 
 class ServerFusion(Strategy):
@@ -35,16 +47,26 @@ class ServerFusion(Strategy):
         self.server = layer.init_server(seed)
         self.server_specs = {s.name: s for s in layer.server_specs()}
         self.opt = FedGradStrategy(inner.server_lr, inner.optimizer_name, item_lr_scale=inner.item_lr_scale)
+        self._graph = None
+
+    def _forward(self) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """The server parameters as graph leaves and the fused views of every item computed from them. The graph
+        of the views a round broadcasts is kept for that round's aggregation (the server state does not change in
+        between), so a round runs the fusion forward once, not twice."""
+        if self._graph is None or self._graph[0] is not self.server:
+            with torch.enable_grad():
+                params = {k: v.detach().requires_grad_(True) for k, v in self.server.items()}
+                self._graph = (self.server, params, self.layer.server_forward(params))
+        return self._graph[1], self._graph[2]
 
     def prepare_shared(self, shared: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Replace the placeholder fused views by the server's real ones (round 0 and after a resume)."""
-        return {**shared, FUSED: self.layer.fused_views(self.server)}
+        return {**shared, FUSED: self._forward()[1].detach()}
 
     def aggregate(self, shared, updates, specs):
         check_updates(shared, updates, self.upload)
         shape = shared[FUSED].shape
-        num, _ = weighted_row_sums(updates, FUSED, shape, example_weights(updates), torch.float32)
-        g_fused = num.reshape(shape)
+        g_fused = _weighted_row_sum(updates, FUSED, shape, example_weights(updates))
         rest = {k: v for k, v in shared.items() if k != FUSED}
         out = {}
         if rest:
@@ -52,15 +74,14 @@ class ServerFusion(Strategy):
                                             rows={k: v for k, v in u.rows.items() if k != FUSED})
                         for u in updates]
             out = self.inner.aggregate(rest, stripped, specs)
-        with torch.enable_grad():
-            params = {k: v.detach().requires_grad_(True) for k, v in self.server.items()}
-            fused = self.layer.server_forward(params)
-            grads = torch.autograd.grad(fused, list(params.values()), g_fused, allow_unused=True)
+        params, fused = self._forward()
+        grads = torch.autograd.grad(fused, list(params.values()), g_fused, allow_unused=True)
+        self._graph = None
         grads = {k: torch.zeros_like(v) if g is None else g for (k, v), g in zip(params.items(), grads)}
         # one aggregated "update" with the exact average gradient; the optimizer rule is shared with fedgrad
         step = ClientUpdate(cid=-1, kind="grads", arrays=grads, num_examples=1)
         self.server = self.opt.aggregate(self.server, [step], self.server_specs)
-        out[FUSED] = self.layer.fused_views(self.server)
+        out[FUSED] = self._forward()[1].detach()
         return out
 
     def state_dict(self) -> dict:

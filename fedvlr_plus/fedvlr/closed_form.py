@@ -1,0 +1,247 @@
+"""The FedVLR layer around a dot-product head in closed form: a local step's gradients for a chunk of clients,
+and full-sort scores as one matrix product.
+
+FedVLR (Li et al., AAAI-26, arXiv 2410.08478), Algorithm 1, keeps the broadcast fused views ``F`` fixed during a
+round, and the router reads the user's history through those fixed views, so its input ``r_u`` is a constant of
+the round. For a backbone whose head is ``<h_u, v> + b_u`` (FedAvg, FCF, PFedRec without the offset) a step of
+client ``u`` on its examples ``l`` is
+
+    w = softmax(φ_u(r_u) / T),   s_lj = <h_u, F_lj>,   logit_l = Σ_j w_j s_lj + b_u,
+    J_u = Σ_l a_l BCE(logit_l, y_l),   δ_l = ∂J_u/∂logit_l = a_l (σ(logit_l) - y_l)
+
+(``a_l``: the example's weight in the client's mean loss), and every gradient is a short sum:
+
+    ∂J/∂b = Σ_l δ_l,   ∂J/∂h = Σ_j w_j Σ_l δ_l F_lj,   ∂J/∂w_j = Σ_l δ_l s_lj,   ∂J/∂F_lj = δ_l w_j h,
+
+with the router's MLP ``φ_u(r) = W2 relu(W1 r + b1) + b2`` by the chain rule through the softmax. This is the
+graph autograd differentiates on the generic path (the sequential reference and the tests keep autograd); here
+the whole chunk costs a few batched matrix products per step and no graph.
+
+Scoring every item needs no ``[users, items, d]`` mixture either: ``Σ_j w_j <h, F_ij> = <w ⊗ h, F_i>``, so the
+scores of B users are one ``[B, J d] x [J d, N]`` product. Both identities hold because the mixture is linear
+in ``F`` and the head is a dot product; the LayerNorms and nonlinearities of the experts run on the server,
+before ``F`` is broadcast, so they do not stand in the way.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ..nn import linear
+from .router import VIEWS, history_input
+
+ROUTER = ("router.w1", "router.b1", "router.w2", "router.b2")
+#: a step reads the whole broadcast table when it has at most this many rows per example slot: reading a row in
+#: two matrix products costs about 1/30 of gathering it (one thread, J d = 192: equal at 25-30 rows a slot)
+ALL_ROWS_RATIO = 24
+
+
+@dataclass(frozen=True)
+class MixtureDotHead:
+    """The closed form of one FusionLayer: ``table`` (the broadcast fused views, ``experts`` blocks of ``d``),
+    the head's ``weight`` and ``bias`` (None: no bias) and the router's softmax ``temperature``."""
+
+    table: str
+    weight: str
+    bias: str | None
+    experts: int
+    d: int
+    temperature: float
+
+    @property
+    def names(self) -> set[str]:
+        """Every trained parameter this closed form covers (a step with any other one needs autograd)."""
+        return {self.table, self.weight, *ROUTER} | ({self.bias} if self.bias else set())
+
+    def router_input(self, ctx: dict) -> torch.Tensor:
+        """``r_u [C, J d]``: the round's constant router input of the users in ``ctx`` (``history_input``'s mean of
+        the fused views of each user's history), from the real history entries only: the padding to the longest
+        history of the batch can be most of ``[C, H, J d]`` when users of every size are scored together."""
+        views = ctx.get(VIEWS)
+        if views is None:
+            return history_input(ctx)   # (says what is missing)
+        hist, mask = ctx["hist_global"], ctx["hist_mask"]
+        w = mask.to(views.dtype)
+        w = w / w.sum(-1, keepdim=True).clamp(min=1.0)
+        real = mask.reshape(-1).nonzero().squeeze(1)
+        rows = views.index_select(0, hist.reshape(-1)[real]) * w.reshape(-1)[real].unsqueeze(1)
+        out = torch.zeros(hist.shape[0], views.shape[-1], dtype=views.dtype, device=views.device)
+        return out.index_add_(0, torch.div(real, hist.shape[1], rounding_mode="floor"), rows)
+
+    def _weights(self, pre: torch.Tensor, p: dict):
+        """The router's hidden layer and weights ``[C, J]`` from its pre-activation (``router_weights``' ops)."""
+        hidden = torch.relu(pre)
+        return hidden, torch.softmax(linear(hidden, p["router.w2"], p["router.b2"]) / self.temperature, dim=-1)
+
+    def step_from(self, rows: "GatheredRows | AllRows", pre, p: dict, y, a, with_table: bool = True):
+        """One step of every client of a chunk from its router's pre-activation ``pre [C, H]``.
+
+        ``rows``: the fused views of the step's examples (gathered, or read from the whole broadcast table);
+        ``p``: the clients' stacked parameters; ``y``/``a [C, L]``: labels and example weights (zero on padding).
+        Returns the gradients of the clients' weighted losses with respect to everything after ``pre``
+        (``router.pre`` for ``pre`` itself; the table's as ``[C, L, J d]`` rows, or as ``delta [C, L]`` with
+        ``with_table=False``), each client's loss ``[C]`` and its router weights ``[C, J]``."""
+        h = p[self.weight]
+        hidden, w = self._weights(pre, p)
+        s = rows.dot(h)                                                         # <h, F_lj>  [C, L, J]
+        logits = (s * w.unsqueeze(1)).sum(-1)
+        if self.bias is not None:
+            logits = logits + p[self.bias].unsqueeze(-1)
+        delta = (torch.sigmoid(logits) - y) * a
+        per_client = rows.weighted_sum(delta).view(*w.shape, self.d)           # Σ_l δ_l F_lj  [C, J, d]
+        g_w = torch.bmm(delta.unsqueeze(1), s).squeeze(1)                      # ∂J/∂w_j
+        g_out = w * (g_w - (w * g_w).sum(-1, keepdim=True)) / self.temperature  # through softmax(o / T)
+        g_pre = torch.bmm(g_out.unsqueeze(1), p["router.w2"].transpose(1, 2)).squeeze(1) * (pre > 0)
+        grads = {self.weight: (w.unsqueeze(-1) * per_client).sum(1), "router.pre": g_pre, "router.b1": g_pre,
+                 "router.w2": hidden.unsqueeze(-1) * g_out.unsqueeze(1), "router.b2": g_out}
+        if with_table:
+            grads[self.table] = delta.unsqueeze(-1) * self.row_direction(w, h).unsqueeze(1)
+        else:
+            grads["delta"] = delta
+        if self.bias is not None:
+            grads[self.bias] = delta.sum(1)
+        loss = F.binary_cross_entropy_with_logits(logits, y, weight=a, reduction="none").sum(1)
+        return grads, loss, w
+
+    def row_direction(self, w: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """``w ⊗ h [..., J d]``: the vector a fused row is scored against (and its gradient's direction)."""
+        return (w.unsqueeze(-1) * h.unsqueeze(-2)).reshape(*w.shape[:-1], self.experts * self.d)
+
+    def local_steps(self, x: torch.Tensor, p: dict, lr: float, wd: float, defer: tuple[int, int, int] | None):
+        """The state of one chunk's local training (:class:`MixtureSteps`)."""
+        return MixtureSteps(self, x, p, lr, wd, defer)
+
+    def reads_all_rows(self, n_items: int, slots: int) -> bool:
+        """Whether a step of ``slots`` examples per client reads the whole broadcast table (two matrix products
+        over all ``n_items`` rows) rather than gathering its examples' rows (memory-bound copies of ``J d``
+        floats each): the products win while the catalogue is a small multiple of the examples."""
+        return n_items <= ALL_ROWS_RATIO * slots
+
+    @torch.no_grad()
+    def scores(self, fused: torch.Tensor, p: dict, ctx: dict) -> torch.Tensor:
+        """Logits ``[B, N]`` of every item for the B users of ``ctx`` (``p``: their stacked private parameters,
+        ``fused [N, J d]``: the broadcast views)."""
+        _, w = self._weights(linear(self.router_input(ctx), p["router.w1"], p["router.b1"]), p)
+        out = self.row_direction(w, p[self.weight]) @ fused[:, :self.experts * self.d].T
+        if self.bias is not None:
+            out = out + p[self.bias].unsqueeze(-1)
+        return out
+
+
+class MixtureSteps:
+    """One chunk's local steps in closed form, with two costs taken out of the loop.
+
+    The router's first layer: its input ``x`` is constant in the round and every gradient of ``W1`` is the outer
+    product ``x ⊗ g``, so after any number of SGD steps (with weight decay) ``W1 = α W1_0 - lr x ⊗ G`` for a
+    per-client scale ``α`` and a sum ``G [C, H]``; the steps update ``α`` and ``G`` and read ``x W1`` as
+    ``α (x W1_0) - lr |x|² G``, and :meth:`finish` writes ``W1`` once (instead of ``[C, J d, H]`` twice a step).
+
+    The uploaded gradient of the fused rows (``defer``: the chunk's clients, touched rows and steps, when the rows
+    are not stepped locally): each step's is ``δ_l (w ⊗ h)``, so their sum over steps is the product of the
+    per-row sums of ``δ`` of each step ``[C, T, S]`` and the steps' ``w ⊗ h [C, S, J d]``, one batched product
+    at the end instead of a ``[C, L, J d]`` scatter every step."""
+
+    def __init__(self, head: MixtureDotHead, x: torch.Tensor, p: dict, lr: float, wd: float,
+                 defer: tuple[int, int, int] | None):
+        self.head, self.x, self.lr, self.wd = head, x, float(lr), float(wd)
+        with torch.no_grad():
+            self.x_w1 = linear(x, p["router.w1"])
+            self.x_sq = (x * x).sum(-1, keepdim=True)
+        c_n = x.shape[0]
+        self.alpha = torch.ones(c_n, 1, dtype=x.dtype, device=x.device)
+        self.g_sum = torch.zeros_like(self.x_w1)
+        self.defer = defer
+        if defer is not None:
+            _, t_max, s_max = defer
+            self.delta_rows = torch.zeros(s_max, c_n * t_max, dtype=x.dtype, device=x.device)
+            self.directions = torch.zeros(s_max, c_n, head.experts * head.d, dtype=x.dtype, device=x.device)
+        self.s = 0
+
+    def rows(self, fused: torch.Tensor, chunk_rows: torch.Tensor, fidx: torch.Tensor, items: torch.Tensor):
+        """The fused rows of a step. While they are fixed in the round, from the broadcast table ``fused [N, blocks
+        d]`` by the examples' item ids ``items [C, L]`` (the whole table where it is small beside the step, else the
+        examples' rows); else gathered from the chunk's stepped copy of its touched rows ``chunk_rows [C T, blocks
+        d]`` by their flat ids ``fidx``."""
+        head, (c_n, l_n) = self.head, items.shape
+        if self.defer is None:
+            return GatheredRows(chunk_rows.index_select(0, fidx).view(c_n, l_n, -1), head.experts)
+        fused = fused[:, :head.experts * head.d]
+        if head.reads_all_rows(fused.shape[0], l_n):
+            return AllRows(fused, items, head.experts)
+        return GatheredRows(fused.index_select(0, items.reshape(-1)).view(c_n, l_n, -1), head.experts)
+
+    @torch.no_grad()
+    def step(self, rows: "GatheredRows | AllRows", p: dict, y: torch.Tensor, a: torch.Tensor, active: torch.Tensor,
+             fidx: torch.Tensor):
+        """The step's gradients (None for what this object applies itself: ``router.w1``, and the fused rows
+        when deferred) and each client's loss; ``fidx``: the flat touched-row ids of the examples."""
+        pre = self.alpha * self.x_w1 - self.lr * self.x_sq * self.g_sum + p["router.b1"]
+        grads, loss, w = self.head.step_from(rows, pre, p, y, a, with_table=self.defer is None)
+        g_pre = grads.pop("router.pre")
+        grads["router.w1"] = None
+        if self.wd:
+            decay = (1.0 - self.lr * self.wd * active).unsqueeze(-1)
+            self.alpha *= decay
+            self.g_sum *= decay
+        self.g_sum += g_pre
+        if self.defer is not None:
+            self.delta_rows[self.s].index_add_(0, fidx, grads.pop("delta").reshape(-1))
+            self.directions[self.s] = self.head.row_direction(w, p[self.head.weight])
+            grads[self.head.table] = None
+        self.s += 1
+        return grads, loss
+
+    @torch.no_grad()
+    def finish(self, p: dict) -> torch.Tensor | None:
+        """Write ``router.w1`` in place; the summed gradient of the fused rows ``[C, T, J d]`` when deferred."""
+        w1 = p["router.w1"]
+        if self.wd:   # (without weight decay the scale stays 1)
+            w1.mul_(self.alpha.unsqueeze(-1))
+        w1.baddbmm_(self.x.unsqueeze(-1), self.g_sum.unsqueeze(1), alpha=-self.lr)
+        if self.defer is None:
+            return None
+        c_n, t_max, s_max = self.defer
+        coef = self.delta_rows.view(s_max, c_n, t_max).permute(1, 2, 0)
+        return torch.bmm(coef, self.directions.transpose(0, 1))
+
+
+class GatheredRows:
+    """A step's fused rows gathered per example, ``[C, L, J d]`` (``experts`` blocks of ``d``)."""
+
+    def __init__(self, rows: torch.Tensor, experts: int):
+        self.rows, self.experts = rows, experts
+
+    def dot(self, h: torch.Tensor) -> torch.Tensor:
+        """``<h_c, F_lj>`` -> ``[C, L, J]``."""
+        c_n, l_n, width = self.rows.shape
+        d = width // self.experts
+        return torch.bmm(self.rows.reshape(c_n, l_n * self.experts, d), h.unsqueeze(-1)).view(c_n, l_n, -1)
+
+    def weighted_sum(self, delta: torch.Tensor) -> torch.Tensor:
+        """``Σ_l delta_cl F_l`` -> ``[C, J d]``."""
+        return torch.bmm(delta.unsqueeze(1), self.rows).squeeze(1)
+
+
+class AllRows:
+    """A step's fused rows read from the whole broadcast table ``fused [N, J d]`` through the examples' item ids
+    ``items [C, L]``: the dot products of every row with every client's head, and the weighted sums as a
+    ``[C, N]`` scatter and one product (the table is the same for every client while it is not stepped)."""
+
+    def __init__(self, fused: torch.Tensor, items: torch.Tensor, experts: int):
+        self.fused, self.experts = fused, experts
+        self.n_items = fused.shape[0]
+        c_n = items.shape[0]
+        self.flat = (items + torch.arange(c_n, device=items.device).unsqueeze(1) * self.n_items).reshape(-1)
+        self.shape = items.shape
+
+    def dot(self, h: torch.Tensor) -> torch.Tensor:
+        d = self.fused.shape[1] // self.experts
+        every = h @ self.fused.view(self.n_items * self.experts, d).T           # [C, N J]
+        return every.view(-1, self.experts).index_select(0, self.flat).view(*self.shape, self.experts)
+
+    def weighted_sum(self, delta: torch.Tensor) -> torch.Tensor:
+        per_item = torch.zeros(self.shape[0] * self.n_items, dtype=delta.dtype, device=delta.device)
+        per_item.index_add_(0, self.flat, delta.reshape(-1))
+        return per_item.view(self.shape[0], self.n_items) @ self.fused

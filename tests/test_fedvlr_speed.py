@@ -1,0 +1,141 @@
+"""The FedVLR layer's closed-form step and scoring give the numbers of autograd and of the sequential reference."""
+import numpy as np
+import pytest
+import torch
+
+from fedvlr_plus.adapters import make_backbone
+from fedvlr_plus.federation import BatchedSimulator, MemoryStore, SequentialSimulator
+from fedvlr_plus.federation.state import init_shared_state
+from fedvlr_plus.fedvlr import FUSED, FusionLayer
+from fedvlr_plus.fedvlr.closed_form import MixtureDotHead
+from test_simulator import tiny_csr
+
+N_USERS, N_ITEMS = 25, 40
+
+
+def _layer(backbone="fedavg", **kw):
+    g = np.random.default_rng(1)
+    views = {"text": g.standard_normal((N_ITEMS, 12)), "image": g.standard_normal((N_ITEMS, 6))}
+    return FusionLayer(make_backbone(backbone, N_ITEMS, 8), views, router_hidden=8, **kw)
+
+
+def _shared(bb):
+    """The round's broadcast state with real fused views (the placeholder is all zeros)."""
+    shared = init_shared_state(bb, 0)
+    server = bb.init_server(0)
+    # a trained-looking ID table: the routers and heads then see views that differ between items
+    server = {k: v + 0.3 * torch.randn(v.shape, generator=torch.Generator().manual_seed(2)) for k, v in server.items()}
+    shared[FUSED] = bb.fused_views(server)
+    return shared
+
+
+def _fit(sim_cls, bb, config, closed_form=True, chunk_floats=1 << 24):
+    indptr, indices = tiny_csr(N_USERS, N_ITEMS)
+    if not closed_form:
+        bb.closed_form = lambda: None   # this instance only: the generic autograd path
+    store = MemoryStore()
+    sim = sim_cls(bb, indptr, indices, store, seed=0, chunk_floats=chunk_floats)
+    shared = _shared(bb)
+    ups = sim.fit(np.arange(N_USERS), shared, config)
+    return ups, store, sim.scores(np.arange(N_USERS), shared)
+
+
+def _assert_same(got, want, atol=1e-5):
+    (ua, sa, ca), (ub, sb, cb) = got, want
+    for a, b in zip(ua, ub):
+        assert a.cid == b.cid and set(a.arrays) == set(b.arrays)
+        for k in a.arrays:
+            assert torch.allclose(a.arrays[k], b.arrays[k], atol=atol), (a.cid, k)
+        for k in a.rows:
+            assert torch.equal(a.rows[k], b.rows[k])
+        assert abs(a.metrics["loss"] - b.metrics["loss"]) < atol
+    for c in range(N_USERS):
+        x, y = sa.load(c), sb.load(c)
+        assert set(x) == set(y)
+        for k in x:
+            assert torch.allclose(x[k], y[k], atol=atol), (c, k)
+    assert torch.allclose(ca, cb, atol=atol)
+
+
+CONFIGS = {
+    "grads": dict(upload="grads", weight_decay=0.0),
+    "grads+wd": dict(upload="grads", weight_decay=0.05),
+    "local_shared": dict(upload="grads", weight_decay=0.0, local_shared=True),
+    "params": dict(upload="params", weight_decay=0.01),
+    # more steps than the fused row's width: the rows' gradient is summed step by step, not at the end
+    "grads+many_steps": dict(upload="grads", weight_decay=0.01, batch_size=1),
+}
+
+
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("backbone", ["fedavg", "fcf"])
+@pytest.mark.parametrize("mode", list(CONFIGS))
+def test_closed_form_round_equals_autograd_and_sequential(residual, backbone, mode, monkeypatch):
+    config = {**dict(seed=0, round=2, epochs=2, negatives=2, batch_size=4, lr=0.3, item_lr_scale=3.0),
+              **CONFIGS[mode]}
+    calls = []
+    step = MixtureDotHead.step_from
+    monkeypatch.setattr(MixtureDotHead, "step_from", lambda self, *a, **k: calls.append(1) or step(self, *a, **k))
+    fast = _fit(BatchedSimulator, _layer(backbone, residual=residual, temperature=0.7), config,
+                chunk_floats=4096)   # several chunks
+    assert calls, "the closed form did not run"
+    n_fast = len(calls)
+    slow = _fit(BatchedSimulator, _layer(backbone, residual=residual, temperature=0.7), config, closed_form=False)
+    assert len(calls) == n_fast, "the autograd path ran the closed form"
+    _assert_same(fast, slow)
+    _assert_same(fast, _fit(SequentialSimulator, _layer(backbone, residual=residual, temperature=0.7), config))
+
+
+@pytest.mark.parametrize("kw", [dict(mode="sum"), dict(mode="uniform"), dict(balance=0.1),
+                                dict(content_preference=True)])
+def test_closed_form_is_declined_where_it_does_not_hold(kw):
+    assert _layer(**kw).closed_form() is None
+    assert _layer().closed_form() is not None
+    assert _layer("fedrap").closed_form() is None   # a private item table added to the fused vector
+    assert _layer("fedncf").closed_form() is None   # an MLP head
+
+
+def test_full_sort_scores_come_in_chunks_bounded_by_chunk_floats(monkeypatch):
+    """Scoring every item for every user holds one chunk of ``[B, N]`` scores at a time, never ``[B, N, d]``."""
+    bb = _layer()
+    indptr, indices = tiny_csr(N_USERS, N_ITEMS)
+    sim = BatchedSimulator(bb, indptr, indices, MemoryStore(), seed=0, chunk_floats=8 * N_ITEMS)
+    seen = []
+    scores = MixtureDotHead.scores
+    monkeypatch.setattr(MixtureDotHead, "scores", lambda self, f, p, ctx: seen.append(
+        p["head_w"].shape[0]) or scores(self, f, p, ctx))
+    shared = _shared(bb)
+    got = sim.scores(np.arange(N_USERS), shared)
+    assert seen and max(seen) * N_ITEMS * 2 <= 8 * N_ITEMS and sum(seen) == N_USERS
+    bb.closed_form = lambda: None
+    want = BatchedSimulator(bb, indptr, indices, MemoryStore(), seed=0).scores(np.arange(N_USERS), shared)
+    assert got.shape == (N_USERS, N_ITEMS) and torch.allclose(got, want, atol=1e-5)
+
+
+def test_a_resumed_fedvlr_run_ends_with_the_same_numbers(tmp_path):
+    """The server keeps the graph of the views it broadcast; after a restore it must rebuild it from the restored
+    state (a stale graph would step the server from the wrong parameters)."""
+    from fedvlr_plus.federation.config import FedConfig
+    from fedvlr_plus.federation.engine import run_federated
+    from fedvlr_plus.federation.synthetic import synthetic_data
+
+    data = synthetic_data(40, 150, 10, seed=0)
+    g = np.random.default_rng(0)
+    views = {"text": g.standard_normal((150, 12)), "image": g.standard_normal((150, 6))}
+
+    def layer():
+        return FusionLayer(make_backbone("fedavg", 150, 8), views, router_hidden=8)
+
+    cfg = FedConfig(rounds=4, local_epochs=2, batch_size=8, negatives=2, dim=8, patience=10, ks=(5, 10),
+                    valid_metric="hr@10")
+    full = run_federated(data, layer(), cfg, out_dir=tmp_path / "full", progress=False)
+
+    def interrupt(run, record):
+        if record["round"] == 2:
+            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        run_federated(data, layer(), cfg, out_dir=tmp_path / "cut", progress=False, on_round=interrupt)
+    resumed = run_federated(data, layer(), cfg, out_dir=tmp_path / "cut", resume=True, progress=False)
+    figures = [[(h["round"], h["loss"], h.get("valid")) for h in r["history"]] for r in (full, resumed)]
+    assert len(figures[0]) == 4 and figures[0] == figures[1]
+    assert resumed["test"] == full["test"]
