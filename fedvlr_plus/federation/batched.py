@@ -100,6 +100,12 @@ class BatchedSimulator:
 
     # ------------------------------------------------------------------ training
     def fit(self, cids, shared: dict[str, torch.Tensor], config: dict) -> list[ClientUpdate]:
+        updates = {u.cid: u for chunk in self.fit_chunks(cids, shared, config) for u in chunk}
+        return [updates[int(c)] for c in np.asarray(cids, dtype=np.int64)]
+
+    def fit_chunks(self, cids, shared: dict[str, torch.Tensor], config: dict):
+        """The round's uploads one chunk of clients at a time (the engine adds each chunk to the strategy's
+        running sums and drops it, :mod:`.upload_stream`)."""
         cids = np.asarray(cids, dtype=np.int64)
         n = self.indptr[cids + 1] - self.indptr[cids]
         k, epochs, bsz = int(config["negatives"]), int(config["epochs"]), int(config["batch_size"])
@@ -107,11 +113,8 @@ class BatchedSimulator:
         slots_est = np.minimum(n, bsz) * (1 + k)
         cost = (rows_est + slots_est) * max(self.table_width, 1) + self.dense_numel
         order = np.argsort(n, kind="stable")
-        updates: dict[int, ClientUpdate] = {}
         for idx in _chunks(order, cost, self.chunk_floats, self.chunk_overhead):
-            for u in self._fit_chunk(cids[idx], shared, config):
-                updates[u.cid] = u
-        return [updates[int(c)] for c in cids]
+            yield self._fit_chunk(cids[idx], shared, config)
 
     def _fit_chunk(self, cids: np.ndarray, shared: dict[str, torch.Tensor], config: dict) -> list[ClientUpdate]:
         """Every client of the chunk trains its local epochs in lock-step and yields its upload."""

@@ -12,27 +12,13 @@ strategy. See docs/method.md.
 """
 from __future__ import annotations
 
-import dataclasses
-import math
-
 import torch
 
 from ..federation.fedgrad import FedGradStrategy
 from ..federation.messages import ClientUpdate
-from ..federation.strategy import Strategy, check_updates, example_weights, rows_of
+from ..federation.strategy import Strategy
 
 from .layer import FUSED
-
-
-def _weighted_row_sum(updates: list[ClientUpdate], name: str, shape, weights: torch.Tensor) -> torch.Tensor:
-    """``Σ_u w_u g_u`` of the uploads' rows of ``name`` as a ``shape`` tensor: the numerator of
-    ``strategy.weighted_row_sums``, the same sums in the same order, added upload by upload (concatenating
-    every upload first copies them all once more, which costs more than the sum here)."""
-    out = torch.zeros(shape[0], math.prod(shape[1:]), dtype=torch.float32)
-    for u, w in zip(updates, weights.tolist()):
-        vals = u.arrays[name]
-        out.index_add_(0, rows_of(u, name, shape[0]), vals.reshape(vals.shape[0], -1).to(torch.float32) * w)
-    return out.reshape(shape)
 
 
 class ServerFusion(Strategy):
@@ -63,17 +49,14 @@ class ServerFusion(Strategy):
         """Replace the placeholder fused views by the server's real ones (round 0 and after a resume)."""
         return {**shared, FUSED: self._forward()[1].detach()}
 
-    def aggregate(self, shared, updates, specs):
-        check_updates(shared, updates, self.upload)
-        shape = shared[FUSED].shape
-        g_fused = _weighted_row_sum(updates, FUSED, shape, example_weights(updates))
+    linear = True   # the fused views' gradient and the inner strategy's sums: aggregated from running sums
+
+    def from_sums(self, shared, sums, specs):
+        """Algorithm 1's server step from the round's example-weighted sums (added chunk by chunk as uploads
+        arrive, :mod:`fedvlr_plus.federation.upload_stream`, or all at once by :meth:`Strategy.aggregate`)."""
+        g_fused = sums.row_sums(FUSED)[0].reshape(shared[FUSED].shape)
         rest = {k: v for k, v in shared.items() if k != FUSED}
-        out = {}
-        if rest:
-            stripped = [dataclasses.replace(u, arrays={k: v for k, v in u.arrays.items() if k != FUSED},
-                                            rows={k: v for k, v in u.rows.items() if k != FUSED})
-                        for u in updates]
-            out = self.inner.aggregate(rest, stripped, specs)
+        out = self.inner.from_sums(rest, sums, specs) if rest else {}
         params, fused = self._forward()
         grads = torch.autograd.grad(fused, list(params.values()), g_fused, allow_unused=True)
         self._graph = None
