@@ -113,6 +113,20 @@ def _register_feddtl(methods) -> None:
     d.add_argument("--rank-among", choices=("own", "all"), default="own",
                    help="rank warm targets among warm items and cold among cold (own, the base-to-novel "
                         "protocol; default) or both among all items (all)")
+    d.add_argument("--content", default="text",
+                   help="item vectors: MiniLM of the item texts (text; default) or the name of a feature array "
+                        "the dataset ships (e.g. all-MiniLM-L6-v2 on lfm2k, the tag-text embeddings)")
+    d.add_argument("--classes", type=non_negative_int, default=0,
+                   help="item classes: K > 0 = a seeded k-means of the item vectors into K classes; 0 = the "
+                        "catalogue's categories (default)")
+    d.add_argument("--novel-classes", type=non_negative_int, default=0,
+                   help="with --classes: this many classes are novel, every item of theirs cold (never trained); "
+                        "0 = a random --cold-share of the items (default)")
+    d.add_argument("--valid", action="store_true",
+                   help="tuning mode: each user's test targets are dropped and the next latest are held out and "
+                        "reported; the test targets are not used at all")
+    d.add_argument("--out-dir", default=None,
+                   help="write result.json and table.md (the per-seed table, paired tests, split skew) here")
     _output_arguments(d)
     d.set_defaults(func=cli_feddtl)
 
@@ -186,5 +200,21 @@ def cli_feddtl(args) -> int:
     log = (lambda s: print(s, file=sys.stderr)) if args.json else print
     report = run_feddtl(args.source, cfg, seeds=args.seeds, clients=args.clients, alpha=args.alpha,
                         rounds=args.rounds, sft_rounds=args.sft_rounds, cold_share=args.cold_share,
-                        dominant=args.dominant, device=args.device, cache_dir=args.cache_dir, log=log)
+                        dominant=args.dominant, device=args.device, cache_dir=args.cache_dir,
+                        content=args.content, classes=args.classes, novel=args.novel_classes, valid=args.valid,
+                        log=log)
+    if args.out_dir:
+        _write_table(report, args.out_dir)
     return _emit(report, args)
+
+
+def _write_table(report: dict, folder: str) -> None:
+    from pathlib import Path
+
+    from ..alignment.dtl_table import markdown
+    from ..atomic_write import atomic_write_text, make_dirs
+    from ..jsonio import write_json_atomic
+
+    out = make_dirs(folder)
+    write_json_atomic(Path(out) / "result.json", report)
+    atomic_write_text(Path(out) / "table.md", markdown(report, "fedvlr-plus " + " ".join(sys.argv[1:])))
