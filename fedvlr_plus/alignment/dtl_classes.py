@@ -20,7 +20,7 @@ def kmeans_classes(content: np.ndarray, k: int, seed: int = 0) -> np.ndarray:
 
     x = np.asarray(content, np.float64)
     if not 2 <= k <= len(x):
-        raise ConfigError(f"classes: need 2 <= k <= {len(x)} items, got {k}")
+        raise ConfigError(f"--classes {k}: the number of item classes must be between 2 and the {len(x)} items")
     x = x / np.linalg.norm(x, axis=1, keepdims=True).clip(1e-12)
     _, lab = kmeans2(x, k, seed=int(seed), minit="++")
     sizes = np.bincount(lab, minlength=k)
@@ -33,7 +33,8 @@ def novel_classes(item_class: np.ndarray, n_novel: int, seed: int = 0) -> np.nda
     """A seeded random choice of ``n_novel`` of the classes that have items (sorted ids)."""
     present = np.unique(item_class)
     if not 1 <= n_novel < len(present):
-        raise ConfigError(f"novel classes: need 1 <= n < {len(present)} classes, got {n_novel}")
+        raise ConfigError(f"--novel-classes {n_novel}: must be at least 1 and fewer than the {len(present)} classes "
+                          "(some classes must stay base)")
     rng = np.random.default_rng([int(seed), 7])
     return np.sort(rng.choice(present, size=n_novel, replace=False))
 

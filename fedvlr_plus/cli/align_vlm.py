@@ -5,6 +5,7 @@ No torch import at module level (the parser is built lazily by :mod:`fedvlr_plus
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -193,6 +194,12 @@ def cli_fedmpt(args) -> int:
 
 def cli_feddtl(args) -> int:
     from ..alignment.feddtl import DTLConfig, run_feddtl
+    from ..errors import ConfigError
+
+    if args.out_dir and os.path.exists(args.out_dir) and not os.path.isdir(args.out_dir):
+        # checked before training, so a mistyped path does not cost the whole run
+        raise ConfigError(f"--out-dir {args.out_dir}: exists and is not a folder (it names a folder for "
+                          "result.json and table.md)")
 
     cfg = DTLConfig(rank=args.rank, sigma=args.sigma, group=args.group, beta=args.beta, epochs=args.epochs,
                     per_user=args.per_user, server_steps=args.server_steps, rank_among=args.rank_among,
