@@ -9,7 +9,8 @@ from scipy.stats import ttest_rel
 from fedvlr_plus import datasets
 from fedvlr_plus.alignment import feddtl as T
 from fedvlr_plus.alignment.dtl_classes import class_weights, kmeans_classes, novel_classes
-from fedvlr_plus.alignment.dtl_table import markdown, paired, paired_tests
+from fedvlr_plus.alignment.dtl_table import markdown, paired_tests
+from fedvlr_plus.alignment.paired_seeds import paired
 
 
 def _folder(tmp_path, n_users=40, n_items=30, d=8, seed=0):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .paired_seeds import diff_text, paired
+
 #: (row name, method, reference) of the paired comparisons, each on every figure
 COMPARISONS = (("FedDTL - FedAvg both", "feddtl", "fedavg_both"),
                ("decoupled SFT - FedAvg both", "decoupled_sft", "fedavg_both"),
@@ -11,21 +13,6 @@ COMPARISONS = (("FedDTL - FedAvg both", "feddtl", "fedavg_both"),
 FIGURES = (("warm", "hr@10"), ("cold", "hr@10"), ("warm", "ndcg@10"), ("cold", "ndcg@10"))
 METHOD_NAMES = {"fedavg_both": "FedAvg of both towers", "decoupled_sft": "decoupled SFT only",
                 "feddtl": "FedDTL (SFT + GRPO)"}
-
-
-def paired(a, b) -> dict:
-    """``a - b`` paired over seeds: mean, standard error, seeds where a is higher, two-sided paired t-test p."""
-    from scipy.stats import ttest_rel
-
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    d = a - b
-    out = {"diff": d.tolist(), "mean": float(d.mean()), "higher": int((d > 0).sum()), "n": int(len(d)),
-           "sem": float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else None, "p": None}
-    if len(d) > 1 and np.any(d != d[0]):
-        out["p"] = float(ttest_rel(a, b).pvalue)
-    elif len(d) > 1:
-        out["p"] = 0.0 if d[0] != 0 else 1.0      # a constant non-zero difference: t is infinite
-    return out
 
 
 def paired_tests(per_seed: list[dict]) -> dict:
@@ -41,10 +28,6 @@ def tv_summary(tvs: list[float]) -> dict:
 
 def _cell(values) -> str:
     return " / ".join(f"{v:.4f}" for v in values) + f" (**{np.mean(values):.4f}**)"
-
-
-def _p(p) -> str:
-    return "–" if p is None else (f"{p:.3f}" if p >= 0.001 else f"{p:.1e}")
 
 
 def markdown(report: dict, command: str) -> str:
@@ -64,12 +47,7 @@ def markdown(report: dict, command: str) -> str:
     lines += ["", "Paired over seeds (difference mean ± standard error, seeds where higher, paired t-test p):", "",
               "| Comparison | " + " | ".join(f"{k} {f}" for k, f in FIGURES) + " |", "|---|---|---|---|---|"]
     for name, row in report["paired"].items():
-        cells = []
-        for k, f in FIGURES:
-            t = row[f"{k} {f}"]
-            sem = "" if t["sem"] is None else f" ± {t['sem']:.4f}"
-            cells.append(f"{t['mean']:+.4f}{sem}, {t['higher']}/{t['n']}, p {_p(t['p'])}")
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append(f"| {name} | " + " | ".join(diff_text(row[f"{k} {f}"]) for k, f in FIGURES) + " |")
     lines += ["", "Split skew per seed (users per client; total-variation distance of each client's training-item "
               "class mix to the global mix, mean / min / max):", ""]
     for s, row in zip(seeds, per_seed):
