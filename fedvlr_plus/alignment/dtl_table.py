@@ -30,12 +30,19 @@ def _cell(values) -> str:
     return " / ".join(f"{v:.4f}" for v in values) + f" (**{np.mean(values):.4f}**)"
 
 
+def _count(report: dict, key: str) -> str:
+    """An item count, as a range over the seeds when each seed draws its own classes."""
+    values = [row[key] for row in report["per_seed"] if key in row] or [report[key]]
+    return str(min(values)) if min(values) == max(values) else f"{min(values)}–{max(values)}"
+
+
 def markdown(report: dict, command: str) -> str:
     """The table a reader gets: the methods per seed, the paired tests, and each seed's split skew."""
     seeds, per_seed = report["seeds"], report["per_seed"]
     lines = [f"Command: `{command}`", "",
-             f"Source {report['source']}; {report['n_warm_items']} warm (base) / {report['n_cold_items']} cold "
-             f"(novel) items; classes: {report['classes']}; {report['clients']} clients, Dirichlet alpha "
+             f"Source {report['source']}; {_count(report, 'n_warm_items')} warm (base) / "
+             f"{_count(report, 'n_cold_items')} cold (novel) items; classes: {report['classes']}; "
+             f"{report['clients']} clients, Dirichlet alpha "
              f"{report['alpha']} over each user's dominant class ({report['dominant']}); "
              f"evaluated on {report['evaluated_on']}. Cells: seed {' / '.join(map(str, seeds))} (**mean**); "
              "headline evaluation (global model for FedAvg of both towers, each client's own tower for the "
@@ -52,6 +59,7 @@ def markdown(report: dict, command: str) -> str:
               "class mix to the global mix, mean / min / max):", ""]
     for s, row in zip(seeds, per_seed):
         tv = row["client_class_tv"]
+        novel = f", novel classes {row['novel_classes']}" if "novel_classes" in row else ""
         lines.append(f"- seed {s}: users {row['client_users']}, TV {tv['mean']:.3f} / {tv['min']:.3f} / "
-                     f"{tv['max']:.3f}")
+                     f"{tv['max']:.3f}{novel}")
     return "\n".join(lines) + "\n"
