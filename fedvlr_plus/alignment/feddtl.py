@@ -28,7 +28,10 @@ training; the headline is the client towers for the decoupled methods and the gl
 
 Clients are groups of users: a Dirichlet(alpha) split over each user's dominant genre (label skew), the genre
 with the largest share of the history (``dominant="count"``) or the one most over-represented against the global
-genre shares (``"lift"``). ``DTLConfig.user_tower="private"`` keeps each client's user adapter in its store and
+genre shares (``"lift"``). Where the catalogue's genres give no class skew (ml-100k), ``run_feddtl(classes=K,
+novel=N)`` makes the classes a k-means of the item vectors (:mod:`.dtl_classes`) and N of them novel (every item
+cold); the report carries each client's class-mix TV distance and the paired tests of :mod:`.dtl_table`.
+``DTLConfig.user_tower="private"`` keeps each client's user adapter in its store and
 restores it every round (the paper's scheme, the default, starts every round from the FedAvg of the adapters).
 
 Where the parts live: :mod:`.dtl_task` (items, histories, label-skewed split), :mod:`.dtl_model` (towers,
