@@ -208,10 +208,9 @@ def run_feddtl(source: str, cfg: DTLConfig, *, seeds, clients: int, alpha: float
     import time
 
     from .. import datasets
+    from ..errors import ConfigError
     from .dtl_classes import novel_classes
     from .dtl_table import paired_tests, tv_summary
-
-    from ..errors import ConfigError
 
     if novel and not classes:
         raise ConfigError("--novel-classes: needs item classes (--classes K); with the catalogue's categories "
@@ -260,6 +259,7 @@ def run_feddtl(source: str, cfg: DTLConfig, *, seeds, clients: int, alpha: float
 
 
 def _one_method(task, m, cfg, clients, alpha, rounds, sft_rounds, seed, log) -> dict:
+    """One method on one seed's task: its test figures plus, for FedDTL, the last GRPO round's signal."""
     import time
 
     t = time.time()
