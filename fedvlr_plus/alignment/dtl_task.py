@@ -44,17 +44,8 @@ def item_texts(data) -> list[str]:
     return out
 
 
-def dominant_labels(data, histories: list[np.ndarray], rule: str = "count", min_share: float = 0.1) -> np.ndarray:
-    """Each user's dominant genre/category over its train items (an item's labels share weight 1).
-
-    ``rule="count"``: the genre with the largest weight in the history (on ml-100k 623 of 943 users get Drama, so a
-    Dirichlet split over it is only a mild skew). ``rule="lift"``: the genre most over-represented in the history,
-    ``argmax_c share_u(c) / share_all(c)`` (the global share over all users' train histories), among the genres
-    that make up at least ``min_share`` of the history (so one odd item cannot decide); a user with no such genre
-    falls back to the count rule.
-    """
-    if rule not in ("count", "lift"):
-        raise ValueError(f"dominant-genre rule must be 'count' or 'lift', got {rule!r}")
+def _category_labels(data) -> list[list[int]]:
+    """Label ids per item from ``data.items["categories"]`` (an item without one gets the label "(none)")."""
     cats = data.items["categories"].reindex(range(data.n_items)) if "categories" in data.items.columns else None
     names: dict[str, int] = {}
     item_labels = []
@@ -62,7 +53,24 @@ def dominant_labels(data, histories: list[np.ndarray], rule: str = "count", min_
         cs = cats.iloc[i] if cats is not None else None
         cs = list(cs) if isinstance(cs, (list, tuple, np.ndarray)) and len(cs) else ["(none)"]
         item_labels.append([names.setdefault(c, len(names)) for c in cs])
-    w = np.zeros((len(histories), len(names)))
+    return item_labels
+
+
+def dominant_labels(data, histories: list[np.ndarray], rule: str = "count", min_share: float = 0.1,
+                    item_class: np.ndarray | None = None) -> np.ndarray:
+    """Each user's dominant genre/category over its train items (an item's labels share weight 1).
+
+    ``rule="count"``: the genre with the largest weight in the history (on ml-100k 623 of 943 users get Drama, so a
+    Dirichlet split over it is only a mild skew). ``rule="lift"``: the genre most over-represented in the history,
+    ``argmax_c share_u(c) / share_all(c)`` (the global share over all users' train histories), among the genres
+    that make up at least ``min_share`` of the history (so one odd item cannot decide); a user with no such genre
+    falls back to the count rule. ``item_class`` (one class id per item) replaces the catalogue's categories.
+    """
+    if rule not in ("count", "lift"):
+        raise ValueError(f"dominant-genre rule must be 'count' or 'lift', got {rule!r}")
+    item_labels = _category_labels(data) if item_class is None else [[int(c)] for c in item_class]
+    n_labels = max((c for cs in item_labels for c in cs), default=0) + 1
+    w = np.zeros((len(histories), n_labels))
     for u, h in enumerate(histories):
         for i in h:
             for c in item_labels[i]:
@@ -79,14 +87,21 @@ def dominant_labels(data, histories: list[np.ndarray], rule: str = "count", min_
 
 
 def build_task(data, content: np.ndarray, *, cold_share: float = 0.2, seed: int = 0,
-               dominant: str = "count") -> RecTask:
-    """Cold items (a random ``cold_share`` of the rated items) lose every training interaction. Per user, the
-    latest warm interaction and the latest cold interaction are held out; the other warm ones are the history.
-    ``dominant``: how a user's genre for the label-skewed split is chosen (:func:`dominant_labels`)."""
+               dominant: str = "count", item_class: np.ndarray | None = None, novel: np.ndarray | None = None,
+               valid: bool = False) -> RecTask:
+    """Cold items (a random ``cold_share`` of the rated items, or with ``novel`` every rated item of those
+    classes of ``item_class``) lose every training interaction. Per user, the latest warm interaction and the
+    latest cold interaction are held out; the other warm ones are the history. Without timestamps (all equal)
+    "latest" is a seeded random order. ``valid``: those test targets are dropped first and the next latest are
+    held out instead (the test targets never enter the task). ``dominant``: how a user's label for the
+    label-skewed split is chosen (:func:`dominant_labels`, over ``item_class`` when given)."""
     rng = np.random.default_rng(seed)
-    inter = data.inter.sort_values(["user", "timestamp", "item"], kind="stable")
+    inter = _ordered(data.inter, seed)
     rated = np.unique(inter["item"].to_numpy())
-    cold = np.sort(rng.choice(rated, size=int(round(cold_share * len(rated))), replace=False))
+    if novel is not None:
+        cold = rated[np.isin(np.asarray(item_class)[rated], novel)]
+    else:
+        cold = np.sort(rng.choice(rated, size=int(round(cold_share * len(rated))), replace=False))
     is_cold = np.zeros(data.n_items, bool)
     is_cold[cold] = True
     histories, wt, ct = [], np.full(data.n_users, -1), np.full(data.n_users, -1)
@@ -94,6 +109,9 @@ def build_task(data, content: np.ndarray, *, cold_share: float = 0.2, seed: int 
         items = grp["item"].to_numpy()
         warm = items[~is_cold[items]]
         cold_u = items[is_cold[items]]
+        if valid:           # the test targets are removed, as if never observed
+            warm = warm[:-1] if len(warm) >= 2 else warm
+            cold_u = cold_u[:-1]
         if len(warm) >= 2:
             wt[u] = warm[-1]
             warm = warm[:-1]
@@ -106,7 +124,16 @@ def build_task(data, content: np.ndarray, *, cold_share: float = 0.2, seed: int 
     content = np.asarray(content, np.float32)
     content = content / np.linalg.norm(content, axis=1, keepdims=True).clip(1e-12)
     return RecTask(content=content, histories=histories, warm_target=wt, cold_target=ct,
-                   warm_items=warm_items, cold_items=cold, user_genre=dominant_labels(data, histories, dominant))
+                   warm_items=warm_items, cold_items=cold,
+                   user_genre=dominant_labels(data, histories, dominant, item_class=item_class))
+
+
+def _ordered(inter, seed: int):
+    """Interactions by user, then time; a log without timestamps gets a seeded random order per user instead."""
+    if inter["timestamp"].nunique() > 1:
+        return inter.sort_values(["user", "timestamp", "item"], kind="stable")
+    key = np.random.default_rng([int(seed), 11]).permutation(len(inter))
+    return inter.assign(_order=key).sort_values(["user", "_order"], kind="stable").drop(columns="_order")
 
 
 def dirichlet_split(labels: np.ndarray, n_clients: int, alpha: float, seed: int = 0) -> np.ndarray:

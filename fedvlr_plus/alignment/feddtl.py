@@ -28,7 +28,10 @@ training; the headline is the client towers for the decoupled methods and the gl
 
 Clients are groups of users: a Dirichlet(alpha) split over each user's dominant genre (label skew), the genre
 with the largest share of the history (``dominant="count"``) or the one most over-represented against the global
-genre shares (``"lift"``). ``DTLConfig.user_tower="private"`` keeps each client's user adapter in its store and
+genre shares (``"lift"``). Where the catalogue's genres give no class skew (ml-100k), ``run_feddtl(classes=K,
+novel=N)`` makes the classes a k-means of the item vectors (:mod:`.dtl_classes`) and N of them novel (every item
+cold); the report carries each client's class-mix TV distance and the paired tests of :mod:`.dtl_table`.
+``DTLConfig.user_tower="private"`` keeps each client's user adapter in its store and
 restores it every round (the paper's scheme, the default, starts every round from the FedAvg of the adapters).
 
 Where the parts live: :mod:`.dtl_task` (items, histories, label-skewed split), :mod:`.dtl_model` (towers,
@@ -171,54 +174,105 @@ def _pooled(parts: list[dict]) -> dict:
     return out
 
 
+def _content(data, content: str, device: str, cache_dir) -> np.ndarray:
+    """The frozen item vectors: MiniLM of the item texts (``"text"``) or one of the dataset's own features."""
+    from ..errors import ConfigError
+
+    if content == "text":
+        return minilm_content(data, device, cache_dir or None)
+    if content in data.features:
+        return np.asarray(data.features[content], np.float32)
+    raise ConfigError(f"--content {content}: not a feature of {data.name} (its features: "
+                      f"{', '.join(sorted(data.features)) or 'none'}; 'text' encodes the item texts)")
+
+
+def _classes(data, vectors: np.ndarray, classes: int, content: str, seed: int):
+    """(item class per item or None, label weights [n_items, n_labels], description of the classes)."""
+    from .dtl_classes import class_weights, kmeans_classes
+
+    if not classes:
+        return None, item_label_weights(data), "the catalogue's categories"
+    item_class = kmeans_classes(vectors, classes, seed)
+    return item_class, class_weights(item_class), f"k-means ({classes}) of the '{content}' vectors"
+
+
 def run_feddtl(source: str, cfg: DTLConfig, *, seeds, clients: int, alpha: float, rounds: int, sft_rounds: int,
                cold_share: float, dominant: str, device: str = "cpu", cache_dir: str | None = None,
+               content: str = "text", classes: int = 0, novel: int = 0, valid: bool = False,
                log=print) -> dict:
-    """``align feddtl``: every method for every seed on ``source``; mean and per-seed figures."""
+    """``align feddtl``: every method for every seed on ``source``; mean and per-seed figures, paired tests.
+
+    ``classes`` > 0: item classes are a k-means of the content vectors (seeded per seed) instead of the
+    catalogue's categories; ``novel`` > 0: that many classes are novel (all their items cold) instead of a random
+    ``cold_share`` of the items. ``valid``: held-out targets one step earlier, the test targets unused."""
     import time
 
     from .. import datasets
+    from ..errors import ConfigError
+    from .dtl_classes import novel_classes
+    from .dtl_table import paired_tests, tv_summary
 
-    t0 = time.time()
+    if novel and not classes:
+        raise ConfigError("--novel-classes: needs item classes (--classes K); with the catalogue's categories "
+                          "the cold items are a random --cold-share of the items")
+    t0, c0 = time.time(), time.process_time()
     data = datasets.load(source)
-    content = minilm_content(data, device, cache_dir or None)
-    genres = item_label_weights(data)
+    vectors = _content(data, content, device, cache_dir)
     per_seed = []
     for seed in seeds:
-        task = build_task(data, content, cold_share=cold_share, seed=seed, dominant=dominant)
+        item_class, weights, described = _classes(data, vectors, classes, content, seed)
+        novel_ids = novel_classes(item_class, novel, seed) if novel and item_class is not None else None
+        task = build_task(data, vectors, cold_share=cold_share, seed=seed, dominant=dominant, item_class=item_class,
+                          novel=novel_ids, valid=valid)
         assign = dirichlet_split(task.user_genre, clients, alpha, seed)
+        tv = label_skew(weights, task, assign)
         row = {"client_users": np.bincount(assign, minlength=clients).tolist(),
-               "client_genre_tv": [round(x, 4) for x in label_skew(genres, task, assign)]}
-        log(f"seed {seed}: users per client {row['client_users']}, genre-mix TV to the global mix "
+               "client_genre_tv": [round(x, 4) for x in tv], "client_class_tv": tv_summary(tv),
+               "n_warm_items": int(len(task.warm_items)), "n_cold_items": int(len(task.cold_items))}
+        if novel_ids is not None:
+            row["novel_classes"] = novel_ids.tolist()
+        log(f"seed {seed}: users per client {row['client_users']}, class-mix TV to the global mix "
             f"{row['client_genre_tv']}")
         for m in METHODS:
-            t = time.time()
-            res = train(task, m, cfg, n_clients=clients, alpha=alpha, rounds=rounds,
-                        sft_rounds=sft_rounds, seed=seed)
-            row[m] = res.test
-            rl = [h for h in res.history if h["stage"] == "rl"]
-            if rl:
-                row[m]["rl_reward_last"] = rl[-1]["reward"]
-                row[m]["rl_groups_with_signal"] = rl[-1]["groups_with_signal"]
-            g, c = res.test["global_model"], res.test["client_models"]
-            log(f"seed {seed} {m:>13}: warm HR@10 {res.test['warm']['hr@10']:.4f} NDCG@10 "
-                f"{res.test['warm']['ndcg@10']:.4f} | cold HR@10 {res.test['cold']['hr@10']:.4f} NDCG@10 "
-                f"{res.test['cold']['ndcg@10']:.4f} | global model warm/cold {g['warm']['hr@10']:.4f}/"
-                f"{g['cold']['hr@10']:.4f}, client models {c['warm']['hr@10']:.4f}/{c['cold']['hr@10']:.4f} "
-                f"({time.time() - t:.1f}s)")
+            row[m] = _one_method(task, m, cfg, clients, alpha, rounds, sft_rounds, seed, log)
         per_seed.append(row)
     report = {"source": source, "seeds": list(seeds), "clients": clients, "alpha": alpha,
               "dominant": dominant, "user_tower": cfg.user_tower,
               "rounds": rounds, "sft_rounds": sft_rounds, "cold_share": cold_share,
               "rank_among": cfg.rank_among, "epochs": cfg.epochs, "per_user": cfg.per_user,
               "server_steps": cfg.server_steps,
-              "n_warm_items": int(len(task.warm_items)), "n_cold_items": int(len(task.cold_items))}
+              "n_warm_items": int(len(task.warm_items)), "n_cold_items": int(len(task.cold_items)),
+              "content": content, "classes": described, "novel_classes": novel,
+              "evaluated_on": "valid" if valid else "test"}
     mean = lambda rows: {kind: {k: float(np.mean([r[kind][k] for r in rows])) for k in ("hr@10", "ndcg@10")}  # noqa: E731
                          for kind in ("warm", "cold")}
     for m in METHODS:
         report[m] = mean([s[m] for s in per_seed])
         report[m]["global_model"] = mean([s[m]["global_model"] for s in per_seed])
         report[m]["client_models"] = mean([s[m]["client_models"] for s in per_seed])
+    report["client_class_tv"] = tv_summary([x for s in per_seed for x in s["client_genre_tv"]])
+    report["paired"] = paired_tests(per_seed)
     report["per_seed"] = per_seed
     report["seconds"] = round(time.time() - t0, 1)
+    report["cpu_seconds"] = round(time.process_time() - c0, 1)
     return report
+
+
+def _one_method(task, m, cfg, clients, alpha, rounds, sft_rounds, seed, log) -> dict:
+    """One method on one seed's task: its test figures plus, for FedDTL, the last GRPO round's signal."""
+    import time
+
+    t = time.time()
+    res = train(task, m, cfg, n_clients=clients, alpha=alpha, rounds=rounds, sft_rounds=sft_rounds, seed=seed)
+    out = res.test
+    rl = [h for h in res.history if h["stage"] == "rl"]
+    if rl:
+        out["rl_reward_last"] = rl[-1]["reward"]
+        out["rl_groups_with_signal"] = rl[-1]["groups_with_signal"]
+    g, c = out["global_model"], out["client_models"]
+    log(f"seed {seed} {m:>13}: warm HR@10 {out['warm']['hr@10']:.4f} NDCG@10 "
+        f"{out['warm']['ndcg@10']:.4f} | cold HR@10 {out['cold']['hr@10']:.4f} NDCG@10 "
+        f"{out['cold']['ndcg@10']:.4f} | global model warm/cold {g['warm']['hr@10']:.4f}/"
+        f"{g['cold']['hr@10']:.4f}, client models {c['warm']['hr@10']:.4f}/{c['cold']['hr@10']:.4f} "
+        f"({time.time() - t:.1f}s)")
+    return out

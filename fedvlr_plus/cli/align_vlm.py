@@ -5,6 +5,7 @@ No torch import at module level (the parser is built lazily by :mod:`fedvlr_plus
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -49,6 +50,9 @@ def _register_fedmpt(methods) -> None:
                    help="clients, k-means clusters of label vectors (default 5)")
     m.add_argument("--seed", type=non_negative_int, default=0,
                    help="seed for the item split, clustering and initialisation")
+    m.add_argument("--seeds", type=non_negative_int, nargs="+", default=None,
+                   help="run these seeds instead of --seed (each exactly as --seed S would) and report them "
+                        "together: per-seed figures, means and paired t-tests of every row against the baseline")
     m.add_argument("--test-share", type=open_fraction, default=0.2,
                    help="share of labelled items held out (default 0.2)")
     m.add_argument("--proj-dim", type=non_negative_int, default=96,
@@ -73,6 +77,8 @@ def _register_fedmpt(methods) -> None:
     m.add_argument("--valid", action="store_true",
                    help="tuning mode: hold out --test-share of the TRAIN items as a validation set and report on "
                         "it; the test items are not used at all")
+    m.add_argument("--out-dir", default=None,
+                   help="write result.json and table.md (per-seed rows; with --seeds, paired tests) here")
     _output_arguments(m)
     m.set_defaults(func=cli_fedmpt)
 
@@ -113,6 +119,20 @@ def _register_feddtl(methods) -> None:
     d.add_argument("--rank-among", choices=("own", "all"), default="own",
                    help="rank warm targets among warm items and cold among cold (own, the base-to-novel "
                         "protocol; default) or both among all items (all)")
+    d.add_argument("--content", default="text",
+                   help="item vectors: MiniLM of the item texts (text; default) or the name of a feature array "
+                        "the dataset ships (e.g. all-MiniLM-L6-v2 on lfm2k, the tag-text embeddings)")
+    d.add_argument("--classes", type=non_negative_int, default=0,
+                   help="item classes: K > 0 = a seeded k-means of the item vectors into K classes; 0 = the "
+                        "catalogue's categories (default)")
+    d.add_argument("--novel-classes", type=non_negative_int, default=0,
+                   help="with --classes: this many classes are novel, every item of theirs cold (never trained); "
+                        "0 = a random --cold-share of the items (default)")
+    d.add_argument("--valid", action="store_true",
+                   help="tuning mode: each user's test targets are dropped and the next latest are held out and "
+                        "reported; the test targets are not used at all")
+    d.add_argument("--out-dir", default=None,
+                   help="write result.json and table.md (the per-seed table, paired tests, split skew) here")
     _output_arguments(d)
     d.set_defaults(func=cli_feddtl)
 
@@ -137,6 +157,7 @@ def cli_fedmpt(args) -> int:
     from .. import datasets
     from ..alignment import fedmpt as M
 
+    _check_out_dir(args.out_dir)
     torch.set_num_threads(max(1, torch.get_num_threads()))
     log = (lambda s: print(s, file=sys.stderr)) if args.json else print
     t0 = time.time()
@@ -147,9 +168,25 @@ def cli_fedmpt(args) -> int:
     conditions = M.load_conditions(args.conditions)
     task, ids = M.build_task(data, embed_tokens, embed_sentences, conditions, proj_dim=args.proj_dim or None,
                              raters=args.raters)
-    train, test = M.split_items(ids, args.test_share, args.seed)
+    from ..alignment.mpt_table import markdown, seeds_report
+
+    if args.seeds is None:       # one seed: its report as it always was; --out-dir also gets its table
+        report = _fedmpt_seed(args, M, data, task, ids, args.seed, t0, log)
+        table = seeds_report([report], [args.seed])
+    else:
+        report = table = seeds_report([_fedmpt_seed(args, M, data, task, ids, s, time.time(), log)
+                                       for s in args.seeds], args.seeds)
+        report["seconds"] = round(time.time() - t0, 1)
+    if args.out_dir:
+        _write_table(table, args.out_dir, markdown)
+    return _emit(report, args)
+
+
+def _fedmpt_seed(args, M, data, task, ids, seed: int, t0: float, log) -> dict:
+    """Every row of ``align fedmpt`` for one seed (its item split, clients and initialisation)."""
+    train, test = M.split_items(ids, args.test_share, seed)
     if args.valid:       # tune on a split of the training items; the test items stay unseen
-        train, test = M.split_items(train, args.test_share, args.seed + 1000)
+        train, test = M.split_items(train, args.test_share, seed + 1000)
     log(f"{data.name}: {len(ids)} labelled items ({len(train)} train / {len(test)} "
         f"{'validation (tuning mode)' if args.valid else 'test'}), "
         f"{len(task.label_names)} labels, {len(task.condition_names)} conditions; built in {time.time() - t0:.1f}s")
@@ -161,24 +198,34 @@ def cli_fedmpt(args) -> int:
         common = dict(lr=args.lr, threshold=args.threshold, ot_rho=args.ot_rho or None)
         cfg = M.MPTConfig(variant="fedmpt", global_local=False, **common) if v == "fedmpt_ot_only" \
             else M.MPTConfig(variant=v, **common)
-        res = M.train_federated(task, train, test, cfg, n_clients=args.clients, rounds=args.rounds,
-                                seed=args.seed)
+        res = M.train_federated(task, train, test, cfg, n_clients=args.clients, rounds=args.rounds, seed=seed)
         results[v] = res
         log(f"{v:>13}: mAP {res.test['mAP']:.4f}  CF1 {res.test['CF1']:.4f}  OF1 {res.test['OF1']:.4f}  "
             f"spurious {res.test['spurious_rate']:.4f}  ({res.n_params} params, {time.time() - t:.1f}s)")
-    report = {"source": args.source, "n_items": len(ids), "n_train": len(train), "n_test": len(test),
-              "labels": task.label_names, "conditions": task.condition_names, "clients": args.clients,
-              "rounds": args.rounds, "seed": args.seed, "evaluated_on": "valid" if args.valid else "test",
-              "decision_rule": args.threshold, "ot_rho": args.ot_rho, "raters": args.raters,
-              "baseline": _figures(results["baseline"].test), "fedmpt": _figures(results["fedmpt"].test),
-              "ablation": {row: _figures(results[v].test) for row, v in MPT_ABLATION.items() if v in results},
-              "n_params": {v: r.n_params for v, r in results.items()},
-              "seconds": round(time.time() - t0, 1)}
-    return _emit(report, args)
+    return {"source": args.source, "n_items": len(ids), "n_train": len(train), "n_test": len(test),
+            "labels": task.label_names, "conditions": task.condition_names, "clients": args.clients,
+            "rounds": args.rounds, "seed": seed, "evaluated_on": "valid" if args.valid else "test",
+            "decision_rule": args.threshold, "ot_rho": args.ot_rho, "raters": args.raters,
+            "baseline": _figures(results["baseline"].test), "fedmpt": _figures(results["fedmpt"].test),
+            "ablation": {row: _figures(results[v].test) for row, v in MPT_ABLATION.items() if v in results},
+            "n_params": {v: r.n_params for v, r in results.items()},
+            "seconds": round(time.time() - t0, 1)}
+
+
+def _check_out_dir(out_dir) -> None:
+    from ..errors import ConfigError
+
+    if out_dir and os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        # checked before training, so a mistyped path does not cost the whole run
+        raise ConfigError(f"--out-dir {out_dir}: exists and is not a folder (it names a folder for "
+                          "result.json and table.md)")
 
 
 def cli_feddtl(args) -> int:
+    from ..alignment.dtl_table import markdown
     from ..alignment.feddtl import DTLConfig, run_feddtl
+
+    _check_out_dir(args.out_dir)
 
     cfg = DTLConfig(rank=args.rank, sigma=args.sigma, group=args.group, beta=args.beta, epochs=args.epochs,
                     per_user=args.per_user, server_steps=args.server_steps, rank_among=args.rank_among,
@@ -186,5 +233,21 @@ def cli_feddtl(args) -> int:
     log = (lambda s: print(s, file=sys.stderr)) if args.json else print
     report = run_feddtl(args.source, cfg, seeds=args.seeds, clients=args.clients, alpha=args.alpha,
                         rounds=args.rounds, sft_rounds=args.sft_rounds, cold_share=args.cold_share,
-                        dominant=args.dominant, device=args.device, cache_dir=args.cache_dir, log=log)
+                        dominant=args.dominant, device=args.device, cache_dir=args.cache_dir,
+                        content=args.content, classes=args.classes, novel=args.novel_classes, valid=args.valid,
+                        log=log)
+    if args.out_dir:
+        _write_table(report, args.out_dir, markdown)
     return _emit(report, args)
+
+
+def _write_table(report: dict, folder: str, markdown) -> None:
+    """result.json and table.md (``markdown(report, command)``) in ``folder``, each written atomically."""
+    from pathlib import Path
+
+    from ..atomic_write import atomic_write_text, make_dirs
+    from ..jsonio import write_json_atomic
+
+    out = make_dirs(folder)
+    write_json_atomic(Path(out) / "result.json", report)
+    atomic_write_text(Path(out) / "table.md", markdown(report, "fedvlr-plus " + " ".join(sys.argv[1:])))

@@ -1,0 +1,65 @@
+"""FedDTL's report table: per-seed figures of the three methods, paired tests over seeds and the split's skew,
+as a JSON-ready dict and as markdown."""
+from __future__ import annotations
+
+import numpy as np
+
+from .paired_seeds import diff_text, paired
+
+#: (row name, method, reference) of the paired comparisons, each on every figure
+COMPARISONS = (("FedDTL - FedAvg both", "feddtl", "fedavg_both"),
+               ("decoupled SFT - FedAvg both", "decoupled_sft", "fedavg_both"),
+               ("FedDTL - decoupled SFT", "feddtl", "decoupled_sft"))
+FIGURES = (("warm", "hr@10"), ("cold", "hr@10"), ("warm", "ndcg@10"), ("cold", "ndcg@10"))
+METHOD_NAMES = {"fedavg_both": "FedAvg of both towers", "decoupled_sft": "decoupled SFT only",
+                "feddtl": "FedDTL (SFT + GRPO)"}
+
+
+def paired_tests(per_seed: list[dict]) -> dict:
+    """Every comparison of :data:`COMPARISONS` on every figure of :data:`FIGURES`, from the per-seed headlines."""
+    return {name: {f"{kind} {fig}": paired([s[m][kind][fig] for s in per_seed], [s[r][kind][fig] for s in per_seed])
+                   for kind, fig in FIGURES}
+            for name, m, r in COMPARISONS}
+
+
+def tv_summary(tvs: list[float]) -> dict:
+    return {"mean": float(np.mean(tvs)), "min": float(np.min(tvs)), "max": float(np.max(tvs))}
+
+
+def _cell(values) -> str:
+    return " / ".join(f"{v:.4f}" for v in values) + f" (**{np.mean(values):.4f}**)"
+
+
+def _count(report: dict, key: str) -> str:
+    """An item count, as a range over the seeds when each seed draws its own classes."""
+    values = [row[key] for row in report["per_seed"] if key in row] or [report[key]]
+    return str(min(values)) if min(values) == max(values) else f"{min(values)}–{max(values)}"
+
+
+def markdown(report: dict, command: str) -> str:
+    """The table a reader gets: the methods per seed, the paired tests, and each seed's split skew."""
+    seeds, per_seed = report["seeds"], report["per_seed"]
+    lines = [f"Command: `{command}`", "",
+             f"Source {report['source']}; {_count(report, 'n_warm_items')} warm (base) / "
+             f"{_count(report, 'n_cold_items')} cold (novel) items; classes: {report['classes']}; "
+             f"{report['clients']} clients, Dirichlet alpha "
+             f"{report['alpha']} over each user's dominant class ({report['dominant']}); "
+             f"evaluated on {report['evaluated_on']}. Cells: seed {' / '.join(map(str, seeds))} (**mean**); "
+             "headline evaluation (global model for FedAvg of both towers, each client's own tower for the "
+             "decoupled methods).", "",
+             "| Method | base (warm) HR@10 | novel (cold) HR@10 | base NDCG@10 | novel NDCG@10 |",
+             "|---|---|---|---|---|"]
+    for m, name in METHOD_NAMES.items():
+        lines.append(f"| {name} | " + " | ".join(_cell([s[m][k][f] for s in per_seed]) for k, f in FIGURES) + " |")
+    lines += ["", "Paired over seeds (difference mean ± standard error, seeds where higher, paired t-test p):", "",
+              "| Comparison | " + " | ".join(f"{k} {f}" for k, f in FIGURES) + " |", "|---|---|---|---|---|"]
+    for name, row in report["paired"].items():
+        lines.append(f"| {name} | " + " | ".join(diff_text(row[f"{k} {f}"]) for k, f in FIGURES) + " |")
+    lines += ["", "Split skew per seed (users per client; total-variation distance of each client's training-item "
+              "class mix to the global mix, mean / min / max):", ""]
+    for s, row in zip(seeds, per_seed):
+        tv = row["client_class_tv"]
+        novel = f", novel classes {row['novel_classes']}" if "novel_classes" in row else ""
+        lines.append(f"- seed {s}: users {row['client_users']}, TV {tv['mean']:.3f} / {tv['min']:.3f} / "
+                     f"{tv['max']:.3f}{novel}")
+    return "\n".join(lines) + "\n"
