@@ -95,3 +95,7 @@ def test_federated_run_plan_names_seeds_rounds_patience_and_folder():
     assert _run_plan(args, "ml-100k") == ("training fedavg on ml-100k: 3 seeds (0, 1, 2), up to 100 rounds, "
                                           "patience 20; writing to D")
     assert "--fusion fedvlr" in _next_step(args) and "fedvlr-plus coldstart ml-100k" in _next_step(args)
+    fused = build_parser().parse_args(["run", "ml-100k", "--backbone", "fedavg", "--fusion", "fedvlr"])
+    assert "--tune" in _next_step(fused)
+    tuned = build_parser().parse_args(["run", "ml-100k", "--backbone", "fedavg", "--fusion", "fedvlr", "--tune"])
+    assert "choosing its recipe on valid" in _run_plan(tuned, "ml-100k")

@@ -97,5 +97,9 @@ def _next_step(args) -> str:
     if args.fusion == "none":
         return (f"next: add the FedVLR layer with --fusion fedvlr, or a cold-start study with "
                 f"fedvlr-plus coldstart {src} --backbone {base}")
+    if not getattr(args, "tune", False):
+        return (f"next: let validation choose the layer's recipe (the best differs between data sets) with "
+                f"--tune, or compare every backbone with paired tests: fedvlr-plus experiment paper-table {src} "
+                f"--tune")
     return (f"next: every backbone alone and with the fusion layer, with paired tests: "
-            f"fedvlr-plus experiment paper-table {src}")
+            f"fedvlr-plus experiment paper-table {src} --tune")
