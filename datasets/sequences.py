@@ -121,7 +121,7 @@ def read_attributes(path: Path) -> dict[int, list[int]]:
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as e:
-        raise DataError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
+        raise DataError(f"{path}: line {e.lineno}: not valid JSON ({e.msg} at column {e.colno})") from None
     shape = "expected {item id: [attribute ids]}"
     if not isinstance(raw, dict):
         raise DataError(f"{path}: line 1: {shape}, got a JSON {type(raw).__name__}")
