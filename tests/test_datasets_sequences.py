@@ -95,3 +95,17 @@ def test_real_amazon2014_toys():
     np.testing.assert_allclose(np.linalg.norm(m, axis=1), 1.0, rtol=1e-5)     # every item has attributes
     split = splits.leave_one_out(data)
     assert len(split.test()) == len(split.valid()) == 19_412
+
+
+def test_attributes_reach_the_fusion_views_and_the_content_ranker(tmp_path):
+    from fedvlr_plus.coldstart.content import ContentRanker
+    from fedvlr_plus.fedvlr.views import load_views
+
+    data = splits.leave_one_out(load(_folder(tmp_path)))
+    views = load_views(data, progress=False)
+    assert list(views) == ["attributes"] and views["attributes"].shape == (6, 5)
+    scores = ContentRanker(data, views)(np.arange(data.n_users))
+    # user 3 trained on item 5 (attribute 30): item 3 shares attribute 30, item 2 shares nothing
+    u3 = int(np.flatnonzero(data.user_ids == 3)[0])
+    item = {int(raw): i for i, raw in enumerate(data.item_ids)}
+    assert scores[u3, item[3]] > 0 and scores[u3, item[2]] == 0 and scores[u3, item[12]] == 0
