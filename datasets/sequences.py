@@ -81,6 +81,13 @@ def attributes_file(sequences: Path) -> Path:
     return sequences.with_name(sequences.stem + ATTRIBUTES_SUFFIX)
 
 
+def _pairs_hint(first_line_of: dict, items: list, tokens: list[str]) -> str:
+    """A hint when every line so far held one item: then the file is likely one 'user item' pair a line."""
+    if len(tokens) == 2 and len(items) == len(first_line_of):
+        return "; this file looks like one 'user item' pair a line, which is not this format"
+    return ""
+
+
 def read_sequences(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(user, item, position)`` per interaction (raw ids), in file order; bad lines name themselves."""
     users, items, positions = [], [], []
@@ -95,7 +102,7 @@ def read_sequences(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             raise DataError(f"{path}: line {lineno}: user {user} has no items ({_LINE_SHAPE})")
         if user in first_line_of:
             raise DataError(f"{path}: line {lineno}: user {user} already has a sequence on line "
-                            f"{first_line_of[user]} (one line per user)")
+                            f"{first_line_of[user]} (one line per user{_pairs_hint(first_line_of, items, tokens)})")
         first_line_of[user] = lineno
         seq = [int(t) for t in tokens[1:]]
         users.extend([user] * len(seq))

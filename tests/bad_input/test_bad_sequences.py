@@ -24,7 +24,9 @@ def _check(tmp_path, sequences=GOOD_SEQUENCES, attributes=json.dumps(GOOD_ATTRIB
     (GOOD_SEQUENCES + "6 2 x3 4\n", ("Toy.txt", "line 6", "'x3' is not an integer id")),
     (GOOD_SEQUENCES + "6 1 2\n7\n", ("Toy.txt", "line 7", "user 7 has no items")),
     (GOOD_SEQUENCES + "6 1 2\n2 4 3\n", ("Toy.txt", "line 7", "user 2 already has a sequence on line 2")),
-], ids=["non-integer-token", "user-without-items", "duplicate-user"])
+    ("1 5\n1 6\n2 5\n", ("Toy.txt", "line 2", "user 1 already has a sequence on line 1",
+                          "one 'user item' pair a line")),
+], ids=["non-integer-token", "user-without-items", "duplicate-user", "one-pair-a-line"])
 def test_bad_sequence_line(tmp_path, sequences, needles):
     _check(tmp_path, sequences, json.dumps(GOOD_ATTRIBUTES), *needles)
 
