@@ -15,9 +15,11 @@ movielens-csv          ``ratings.csv`` (ml-latest-small, ml-25m, ...)
 movielens-1m           ``ratings.dat``
 movielens-100k-raw     ``u.data``
 amazon-2014/2018/2023  a reviews file (``.json``, ``.jsonl``, ``.csv``, optionally ``.gz``), by its first line
+sequences              ``<name>.txt`` of lines ``user item item ...`` (S3Rec), ``<name>_item2attributes.json``
 =====================  =========================================================================
 
-A folder holding several Amazon review files is ambiguous; pass one of the files instead.
+A folder holding several Amazon review files, or several sequence files, is ambiguous; pass one of the files
+instead.
 
 ``data.sanity()`` lists what a careful researcher wants to know before trusting the numbers (duplicate rows,
 valid/test rows that repeat a training pair, users without training rows) as ``{code, count, message}``
@@ -34,6 +36,7 @@ from .amazon import AMAZON_FORMATS, detect_amazon_version, find_meta, load_amazo
 from .feature_folder import interactions_file, load_feature_folder
 from .movielens import MOVIELENS_FORMATS, load_ml1m, load_ml100k_raw, load_movielens, load_movielens_csv
 from .recbole_atomic import load_ml100k, ml100k_folder, read_atomic, write_atomic
+from .sequences import SEQUENCE_FORMAT, load_sequences, sequence_files, sniff_sequences
 from .sanity import print_warnings
 
 __all__ = [
@@ -44,16 +47,18 @@ __all__ = [
     "load_feature_folder",
     "load_movielens", "load_movielens_csv", "load_ml1m", "load_ml100k_raw",
     "read_atomic", "write_atomic", "load_ml100k", "ml100k_folder",
+    "load_sequences",
     "print_warnings",
 ]
 
 FORMATS = ("feature-folder", "recbole-atomic", "movielens-csv", "movielens-1m", "movielens-100k-raw",
-           *AMAZON_FORMATS)
+           *AMAZON_FORMATS, SEQUENCE_FORMAT)
 EMBEDDED = "ml-100k"
 _REVIEW_ENDINGS = (".json", ".jsonl", ".csv", ".json.gz", ".jsonl.gz", ".csv.gz")
 _LOOKED_FOR = ("inter.csv (feature folder), <name>.inter (RecBole atomic), ratings.csv (MovieLens CSV), "
                "ratings.dat (MovieLens-1M), u.data (MovieLens-100K raw), or one Amazon reviews file "
-               "(*.json, *.jsonl, *.csv, optionally .gz)")
+               "(*.json, *.jsonl, *.csv, optionally .gz), or one sequence file (<name>.txt of lines "
+               "'user item item ...')")
 
 
 def _has_types(path: Path) -> bool:
@@ -101,6 +106,12 @@ def _resolve(source) -> tuple[str, Path, dict]:
     if len(reviews) > 1:
         raise DataError(f"{path}: several Amazon review files; pass one of them instead of the folder: "
                         + ", ".join(str(p) for p in reviews))
+    sequences = sequence_files(path)
+    if len(sequences) == 1:
+        return SEQUENCE_FORMAT, sequences[0], {}
+    if len(sequences) > 1:
+        raise DataError(f"{path}: several sequence files; pass one of them instead of the folder: "
+                        + ", ".join(str(p) for p in sequences))
     raise DataError(f"{path}: no recognised dataset in this folder (looked for {_LOOKED_FOR})")
 
 
@@ -118,8 +129,14 @@ def _resolve_file(path: Path) -> tuple[str, Path, dict]:
         return MOVIELENS_FORMATS[name][0], path.parent, {}
     if name.endswith(_REVIEW_ENDINGS):
         return detect_amazon_version(path), path, {}
+    if name.endswith(".txt"):
+        why_not = sniff_sequences(path)
+        if why_not is None:
+            return SEQUENCE_FORMAT, path, {}
+        raise DataError(f"{path}: not a sequence file ({why_not}; a .txt is read as lines 'user item item ...' "
+                        f"of integer ids)")
     raise DataError(f"{path}: unrecognised file (pass a dataset folder, an Amazon reviews file, inter.csv, "
-                    f"a .inter file, ratings.csv, ratings.dat or u.data)")
+                    f"a .inter file, ratings.csv, ratings.dat, u.data or a <name>.txt sequence file)")
 
 
 def detect_format(source) -> str:
@@ -142,6 +159,8 @@ def load(source, **options) -> InteractionData:
         return read_atomic(path, **{**extra, **options})
     if fmt == "feature-folder":
         return load_feature_folder(path, **options)
+    if fmt == SEQUENCE_FORMAT:
+        return load_sequences(path, **options)
     if fmt in AMAZON_FORMATS:
         return load_amazon(path, version=options.pop("version", fmt), **options)
     loader = {f: l for f, l in MOVIELENS_FORMATS.values()}[fmt]

@@ -16,6 +16,9 @@ recorded in ``data.notes`` when they removed rows. Codes (``splits`` gives the c
 - ``valid_test_overlap``: test rows whose (user, item) pair is also a validation row.
 - ``users_without_train``: users with valid/test rows but no training row (expected after a cold-user
   split; otherwise often a filtering mistake).
+- ``items_without_attributes`` / ``attributes_unused``: recorded by the sequence loader
+  (:mod:`fedvlr_plus.datasets.sequences`) for catalogue items its attributes file does not list (an all-zero
+  content row) and for listed items that occur in no sequence (left out).
 
 Items that occur only in valid/test rows are cold items; ``stats()`` reports them, not this list.
 """

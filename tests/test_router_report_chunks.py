@@ -1,0 +1,37 @@
+"""The router report computes its users' weights in bounded chunks, with the numbers of one pass over all."""
+import numpy as np
+import pytest
+
+from fedvlr_plus.adapters import make_backbone
+from fedvlr_plus.federation.config import FedConfig
+from fedvlr_plus.federation.engine import FederatedRun
+from fedvlr_plus.federation.synthetic import synthetic_data
+from fedvlr_plus.fedvlr import FusionLayer, report
+
+
+def _run():
+    data = synthetic_data(40, 120, 10.0, groups=4, seed=3)
+    g = np.random.default_rng(3)
+    views = {"attributes": g.standard_normal((data.n_items, 10))}
+    bb = FusionLayer(make_backbone("fedavg", data.n_items, 8), views, mode="fedvlr", router_hidden=8)
+    run = FederatedRun(data, bb, FedConfig(rounds=1, local_epochs=1, seed=0), progress=False)
+    run.run_round()
+    return run
+
+
+def test_chunked_report_equals_one_pass(monkeypatch):
+    run = _run()
+    calls = []
+    chunk = report._chunk_weights
+    monkeypatch.setattr(report, "_chunk_weights", lambda *a: calls.append(len(a[1])) or chunk(*a))
+    monkeypatch.setattr(report, "_USERS_PER_CHUNK", 10_000)
+    whole = report.router_report(run)
+    monkeypatch.setattr(report, "_USERS_PER_CHUNK", 7)
+    chunked = report.router_report(run)
+    assert calls[0] == len(run.eligible) and calls[1:] == [7] * (len(run.eligible) // 7) + [len(run.eligible) % 7]
+    assert chunked["n_users"] == whole["n_users"] == len(run.eligible)
+    for key in ("mean_weights", "std_across_users"):
+        np.testing.assert_allclose(chunked[key], whole[key], rtol=0, atol=1e-7)
+    for key in ("mean_entropy", "min_entropy"):
+        assert chunked[key] == pytest.approx(whole[key], abs=1e-7)
+    assert max(whole["std_across_users"]) > 1e-4    # routers differ between users, so chunks could disagree
