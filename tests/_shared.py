@@ -214,3 +214,21 @@ def make_feature_folder(folder: Path, *, n_items: int = 4, dim: int = 3, mmrec: 
         write(folder / "i_id_mapping.csv", f"asin{sep}itemID\n" + "".join(f"X{i}{sep}{i}\n" for i in range(n_items)))
         write(folder / "u_id_mapping.csv", f"user_id{sep}userID\n" + "".join(f"U{u}{sep}{u}\n" for u in range(3)))
     return folder
+
+
+def stub_minilm_encoders(monkeypatch, module) -> None:
+    """Replace ``module.minilm_encoders`` (FedMPT's offline text encoders) by small deterministic stubs."""
+    import zlib
+
+    import numpy as np
+
+    def tokens(texts):
+        return [np.random.default_rng(len(t)).standard_normal((min(len(t.split()), 6) + 2, 12)).astype(np.float32)
+                for t in texts]
+
+    def sentences(texts):
+        # crc32, not hash(): str hashes change with every process, and the stub must give the same vectors
+        return np.stack([np.random.default_rng(zlib.crc32(t.encode())).standard_normal(12) for t in texts]
+                        ).astype(np.float32)
+
+    monkeypatch.setattr(module, "minilm_encoders", lambda device="cpu": (tokens, sentences))

@@ -39,12 +39,17 @@ def test_kmeans_classes_are_seeded_and_find_the_clusters(tmp_path):
     assert np.all(np.diff(np.bincount(a)) <= 0)
 
 
-def test_novel_classes_never_train_and_their_items_are_the_cold_ones(tmp_path):
+def _classed(tmp_path):
+    """The test folder's data, item vectors, 3 k-means classes and one novel class (seed 0)."""
     folder, _ = _folder(tmp_path)
     data = datasets.load(str(folder))
     vec = data.features["vec"]
     item_class = kmeans_classes(vec, 3, seed=0)
-    novel = novel_classes(item_class, 1, seed=0)
+    return data, vec, item_class, novel_classes(item_class, 1, seed=0)
+
+
+def test_novel_classes_never_train_and_their_items_are_the_cold_ones(tmp_path):
+    data, vec, item_class, novel = _classed(tmp_path)
     assert np.array_equal(novel, novel_classes(item_class, 1, seed=0))
     task = T.build_task(data, vec, seed=0, item_class=item_class, novel=novel)
     in_novel = np.isin(item_class, novel)
@@ -60,11 +65,7 @@ def test_novel_classes_never_train_and_their_items_are_the_cold_ones(tmp_path):
 
 
 def test_valid_mode_drops_the_test_targets(tmp_path):
-    folder, _ = _folder(tmp_path)
-    data = datasets.load(str(folder))
-    vec = data.features["vec"]
-    item_class = kmeans_classes(vec, 3, seed=0)
-    novel = novel_classes(item_class, 1, seed=0)
+    data, vec, item_class, novel = _classed(tmp_path)
     test = T.build_task(data, vec, seed=1, item_class=item_class, novel=novel)
     val = T.build_task(data, vec, seed=1, item_class=item_class, novel=novel, valid=True)
     for u in range(len(test.histories)):

@@ -383,20 +383,11 @@ def test_rater_tokens_feed_every_variant_and_can_be_switched_off():
 def test_align_fedmpt_command_end_to_end_with_rater_tokens(tmp_path, capsys, monkeypatch):
     """The command on the real ml-100k (inside the recbole wheel) with stub text encoders: the JSON contract."""
     import json
-    import zlib
 
+    from _shared import stub_minilm_encoders
     from fedvlr_plus.cli import main
 
-    def tokens(texts):
-        return [np.random.default_rng(len(t)).standard_normal((min(len(t.split()), 6) + 2, 12)).astype(np.float32)
-                for t in texts]
-
-    def sentences(texts):
-        # crc32, not hash(): str hashes change with every process, and the stub must give the same vectors
-        return np.stack([np.random.default_rng(zlib.crc32(t.encode())).standard_normal(12) for t in texts]
-                        ).astype(np.float32)
-
-    monkeypatch.setattr(M, "minilm_encoders", lambda device="cpu": (tokens, sentences))
+    stub_minilm_encoders(monkeypatch, M)
     out = tmp_path / "mpt.json"
     assert main(["align", "fedmpt", "ml-100k", "--rounds", "1", "--no-ablation", "--raters", "4", "--proj-dim", "0",
                  "--cache-dir", "", "--json", "--out", str(out)]) == 0

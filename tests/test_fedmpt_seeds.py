@@ -1,30 +1,18 @@
 """``align fedmpt --seeds``: each seed exactly as ``--seed S`` alone, and the paired tests from those figures."""
 import json
-import zlib
 
 import numpy as np
 import pytest
 from scipy.stats import ttest_rel
 
+from _shared import stub_minilm_encoders
 from fedvlr_plus.alignment import fedmpt as M
-
-
-def _stub_encoders(monkeypatch):
-    def tokens(texts):
-        return [np.random.default_rng(len(t)).standard_normal((min(len(t.split()), 6) + 2, 12)).astype(np.float32)
-                for t in texts]
-
-    def sentences(texts):
-        return np.stack([np.random.default_rng(zlib.crc32(t.encode())).standard_normal(12) for t in texts]
-                        ).astype(np.float32)
-
-    monkeypatch.setattr(M, "minilm_encoders", lambda device="cpu": (tokens, sentences))
 
 
 def test_seeds_match_single_seed_runs_and_the_paired_test(tmp_path, capsys, monkeypatch):
     from fedvlr_plus.cli import main
 
-    _stub_encoders(monkeypatch)
+    stub_minilm_encoders(monkeypatch, M)
     flags = ["align", "fedmpt", "ml-100k", "--rounds", "1", "--no-ablation", "--raters", "4", "--proj-dim", "0",
              "--cache-dir", "", "--json"]
     single = []

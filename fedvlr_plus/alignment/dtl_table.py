@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .paired_seeds import diff_text, paired
+from .paired_seeds import diff_text, paired, seeds_cell
 
 #: (row name, method, reference) of the paired comparisons, each on every figure
 COMPARISONS = (("FedDTL - FedAvg both", "feddtl", "fedavg_both"),
@@ -24,10 +24,6 @@ def paired_tests(per_seed: list[dict]) -> dict:
 
 def tv_summary(tvs: list[float]) -> dict:
     return {"mean": float(np.mean(tvs)), "min": float(np.min(tvs)), "max": float(np.max(tvs))}
-
-
-def _cell(values) -> str:
-    return " / ".join(f"{v:.4f}" for v in values) + f" (**{np.mean(values):.4f}**)"
 
 
 def _count(report: dict, key: str) -> str:
@@ -50,7 +46,7 @@ def markdown(report: dict, command: str) -> str:
              "| Method | base (warm) HR@10 | novel (cold) HR@10 | base NDCG@10 | novel NDCG@10 |",
              "|---|---|---|---|---|"]
     for m, name in METHOD_NAMES.items():
-        lines.append(f"| {name} | " + " | ".join(_cell([s[m][k][f] for s in per_seed]) for k, f in FIGURES) + " |")
+        lines.append(f"| {name} | " + " | ".join(seeds_cell([s[m][k][f] for s in per_seed]) for k, f in FIGURES) + " |")
     lines += ["", "Paired over seeds (difference mean ± standard error, seeds where higher, paired t-test p):", "",
               "| Comparison | " + " | ".join(f"{k} {f}" for k, f in FIGURES) + " |", "|---|---|---|---|---|"]
     for name, row in report["paired"].items():

@@ -82,15 +82,30 @@ def interaction_pairs(split, feats: np.ndarray, user_group: np.ndarray, group_na
     pair's own chosen item (no label in the context). One client per group; users with group -1 are dropped."""
     tr = split.inter[split.inter["split"] == 0]
     rng = np.random.default_rng(seed)
+
+    def positives():
+        for u, df in tr.groupby("user", sort=True):
+            if user_group[u] < 0:
+                continue
+            items = np.unique(df["item"].to_numpy(np.int64))
+            pos = items
+            if max_pairs_per_user and len(items) > max_pairs_per_user:
+                pos = rng.choice(items, max_pairs_per_user, replace=False)
+            yield u, items, pos
+
+    return pairs_from_positives(split, feats, user_group, group_names, positives(), rng=rng,
+                                negatives=negatives, source="interactions")
+
+
+def pairs_from_positives(split, feats: np.ndarray, user_group: np.ndarray, group_names, positives, *, rng,
+                         negatives: str, source: str) -> PreferencePairs:
+    """Pairs from ``positives``, ``(user, its training items, its chosen items)`` per grouped user: each chosen
+    item over one item outside the user's training items, drawn from ``rng`` right after that user's positives
+    (so a generator that draws the positives from the same ``rng`` keeps one fixed order of draws); the context
+    is the mean features of the user's other training items."""
     weights = negative_weights(split, negatives)
     ctx, ch, rj, us = [], [], [], []
-    for u, df in tr.groupby("user", sort=True):
-        if user_group[u] < 0:
-            continue
-        items = np.unique(df["item"].to_numpy(np.int64))
-        pos = items
-        if max_pairs_per_user and len(items) > max_pairs_per_user:
-            pos = rng.choice(items, max_pairs_per_user, replace=False)
+    for u, items, pos in positives:
         total = feats[items].sum(0)
         ctx.append((total[None, :] - feats[pos]) / max(len(items) - 1, 1))
         ch.append(pos)
@@ -104,4 +119,4 @@ def interaction_pairs(split, feats: np.ndarray, user_group: np.ndarray, group_na
     return PreferencePairs(context=np.concatenate(ctx).astype(np.float32), chosen=feats[chosen_item],
                            rejected=feats[rejected_item], client=group.copy(), group=group,
                            group_names=tuple(group_names), user=user, chosen_item=chosen_item,
-                           rejected_item=rejected_item, meta={"source": "interactions", "negatives": negatives})
+                           rejected_item=rejected_item, meta={"source": source, "negatives": negatives})

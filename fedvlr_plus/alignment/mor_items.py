@@ -26,7 +26,7 @@ from scipy.optimize import minimize
 from scipy.special import log_expit
 
 from ..federation.messages import ClientUpdate
-from .mor_implicit import negative_weights, sample_negatives
+from .mor_implicit import pairs_from_positives
 from .mor_rewards import SCORE_ARRAY
 from .pairs import PreferencePairs, pairwise_accuracy
 
@@ -178,27 +178,10 @@ def next_item_pairs(split, feats: np.ndarray, user_group: np.ndarray, group_name
                     negatives: str = "popular", seed: int = 0) -> PreferencePairs:
     """Each grouped user's ``latest`` training items, each over one sampled item outside the user's training items;
     context = mean features of the user's other training items (as :func:`.mor_implicit.interaction_pairs`)."""
-    rng = np.random.default_rng(seed)
-    weights = negative_weights(split, negatives)
-    ctx, ch, rj, us = [], [], [], []
-    for u, seq in training_sequences(split).items():
-        if user_group[u] < 0:
-            continue
-        items = np.unique(seq)
-        pos = seq[::-1][:latest]
-        total = feats[items].sum(0)
-        ctx.append((total[None, :] - feats[pos]) / max(len(items) - 1, 1))
-        ch.append(pos)
-        rj.append(sample_negatives(rng, items, split.n_items, len(pos), weights))
-        us.append(np.full(len(pos), u, np.int64))
-    if not ctx:
-        raise ValueError(f"{getattr(split, 'name', 'data')}: no grouped user has a training interaction")
-    user, chosen_item, rejected_item = np.concatenate(us), np.concatenate(ch), np.concatenate(rj)
-    group = user_group[user].astype(np.int64)
-    return PreferencePairs(context=np.concatenate(ctx).astype(np.float32), chosen=feats[chosen_item],
-                           rejected=feats[rejected_item], client=group.copy(), group=group,
-                           group_names=tuple(group_names), user=user, chosen_item=chosen_item,
-                           rejected_item=rejected_item, meta={"source": "next-items", "negatives": negatives})
+    positives = ((u, np.unique(seq), seq[::-1][:latest]) for u, seq in training_sequences(split).items()
+                 if user_group[u] >= 0)
+    return pairs_from_positives(split, feats, user_group, group_names, positives,
+                                rng=np.random.default_rng(seed), negatives=negatives, source="next-items")
 
 
 def make_item_clients(train: PreferencePairs, test: PreferencePairs, kinds, *, sequences: dict, n_items: int,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .paired_seeds import diff_text, paired
+from .paired_seeds import diff_text, paired, seeds_cell
 
 #: figures of the seed table (higher is better except the two spurious rates)
 FIGURES = ("mAP", "co_label_auc", "spurious_rate", "spurious_rate_at_r", "CF1", "OF1")
@@ -37,8 +37,7 @@ def markdown(report: dict, command: str) -> str:
              f"{' / '.join(map(str, seeds))} (**mean**).", "",
              "| Row | " + " | ".join(FIGURES) + " |", "|---" * (len(FIGURES) + 1) + "|"]
     for r in report["mean"]:
-        cells = [" / ".join(f"{_rows(s)[r][f]:.4f}" for s in per_seed) + f" (**{report['mean'][r][f]:.4f}**)"
-                 for f in FIGURES]
+        cells = [seeds_cell([_rows(s)[r][f] for s in per_seed]) for f in FIGURES]
         lines.append(f"| {r} | " + " | ".join(cells) + " |")
     lines += ["", "Each row minus the baseline, paired over seeds (mean ± standard error, seeds where higher, "
               "paired t-test p; lower is better for the spurious rates):", "",

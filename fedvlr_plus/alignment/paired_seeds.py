@@ -27,3 +27,8 @@ def diff_text(t: dict) -> str:
     """``+0.0123 ± 0.0040, 4/5, p 0.021``: a :func:`paired` result in a table cell."""
     sem = "" if t["sem"] is None else f" ± {t['sem']:.4f}"
     return f"{t['mean']:+.4f}{sem}, {t['higher']}/{t['n']}, p {p_text(t['p'])}"
+
+
+def seeds_cell(values) -> str:
+    """``0.3012 / 0.2987 / 0.3050 (**0.3016**)``: one figure per seed and their mean, in a table cell."""
+    return " / ".join(f"{v:.4f}" for v in values) + f" (**{np.mean(values):.4f}**)"
