@@ -47,8 +47,9 @@ def _valid_score(study, model: FedVLR, folder) -> float:
     return float(run.best["metric"])
 
 
-def tuned_recipe(study, recipe: FedVLR) -> tuple[FedVLR, dict]:
-    """``recipe`` with its grid point chosen on validation, and the tuning report (JSON)."""
+def tuned_recipe(study, recipe: FedVLR):
+    """The grid point (:class:`~fedvlr_plus.fedvlr.tuning.Recipe`) chosen on validation for ``recipe``, and the
+    tuning report (JSON)."""
     import sys
 
     from ..fedvlr.tuning import candidate_recipes, select_recipe
@@ -68,42 +69,33 @@ def tuned_recipe(study, recipe: FedVLR) -> tuple[FedVLR, dict]:
     report = select_recipe(points, score, metric=metric, seed=study.seed, on_candidate=announce)
     print(f"paper-table: {recipe.label} keeps recipe {report.selected} (valid {metric}: "
           + ", ".join(f"{n} {s:.4f}" for n, s in report.scores.items()) + ")", file=sys.stderr, flush=True)
-    return _candidate(recipe, report.chosen), report.to_json()
+    return report.chosen, report.to_json()
 
 
 def tune_rows(study, rows: list, tuning: dict) -> list:
     """``rows`` (recipe, variant) with every fusion row's recipe chosen on validation; ``tuning`` gets each tuned
     row's report, and a row that took another row's choice says so."""
-    from ..fedvlr.tuning import Recipe
     from .variants import FUSION_VARIANTS
 
-    chosen = {}
+    chosen = {}   # backbone -> (its FedVLR row's label, the recipe that row chose)
     for recipe, variant in rows:   # the FedVLR row of each backbone first: the ablation rows follow its choice
         if variant == "fedvlr":
-            _, tuning[recipe.label] = tuned_recipe(study, recipe)
-            chosen[recipe.backbone] = tuning[recipe.label]
+            point, tuning[recipe.label] = tuned_recipe(study, recipe)
+            chosen[recipe.backbone] = (recipe.label, point)
     out = []
     for recipe, variant in rows:
         if variant not in FUSION_VARIANTS:
             out.append((recipe, variant))
             continue
         if recipe.backbone not in chosen:
-            recipe, tuning[recipe.label] = tuned_recipe(study, recipe)
-            out.append((recipe, variant))
-            continue
-        report = chosen[recipe.backbone]
-        pick = next(c for c in report["candidates"] if c["name"] == report["selected"])
-        point = Recipe(pick["name"], lr=pick["lr"], server_lr=pick["server_lr"], residual=pick["residual"],
-                       content_preference=pick["content_preference"])
+            point, tuning[recipe.label] = tuned_recipe(study, recipe)
+        else:
+            source, point = chosen[recipe.backbone]
+            if recipe.label != source:
+                report = tuning[source]
+                tuning[recipe.label] = {"metric": report["metric"], "split": "valid", "seed": report["seed"],
+                                        "selected": report["selected"],
+                                        "selected_settings": report["selected_settings"], "from": source,
+                                        "candidates": []}
         out.append((_candidate(recipe, point), variant))
-        if variant != "fedvlr":
-            tuning[recipe.label] = {"metric": report["metric"], "split": "valid", "seed": report["seed"],
-                                    "selected": report["selected"], "selected_settings": report["selected_settings"],
-                                    "from": row_label_of(recipe.backbone), "candidates": []}
     return out
-
-
-def row_label_of(backbone: str) -> str:
-    from .paper_table import row_label
-
-    return row_label(backbone, "fedvlr")
