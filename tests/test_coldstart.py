@@ -233,6 +233,32 @@ def test_population_start_is_the_trained_clients_mean_private_state(fusion):
     assert pop.shape == fresh.shape and not torch.allclose(pop, fresh)
 
 
+def test_population_router_routes_every_input_to_the_trained_users_mean_mixture():
+    from fedvlr_plus.adapters import make_backbone
+    from fedvlr_plus.coldstart.population import population_router, population_state
+    from fedvlr_plus.fedvlr import FusionLayer
+    from fedvlr_plus.fedvlr.report import router_report
+    from fedvlr_plus.fedvlr.router import router_weights
+
+    full = synthetic_data(40, 120, 12.0, groups=4, seed=1)
+    full = full.replace(inter=full.inter.assign(split=-1))
+    warm, _ = cold_user_holdout(full, 0.2, seed=0, min_history=4)
+    layer = FusionLayer(make_backbone("fedavg", full.n_items, 8), _toy_views(full), mode="fedvlr", router_hidden=8)
+    run = train_selected(warm, layer, FedConfig(rounds=4, local_epochs=5, batch_size=16, dim=8, lr=1.0, seed=0))
+    mean = population_state(run.bb, run.store, run.eligible)
+    start = population_router(run, mean)
+    want = torch.tensor(router_report(run)["mean_weights"], dtype=torch.float32)
+    assert not torch.allclose(want, torch.full_like(want, 1 / len(want)), atol=1e-4)   # trained away from uniform
+    x = torch.randn(5, start["router.w1"].shape[0])
+    got = router_weights(x, start, layer.temperature)
+    assert torch.allclose(got, want.expand_as(got), atol=1e-5)
+    # the rest of the state is still the parameter mean, and a backbone without a router is left as it is
+    assert all(torch.equal(start[k], mean[k]) for k in mean if k not in ("router.w2", "router.b2"))
+    plain = train_selected(warm, "fedavg", FedConfig(rounds=1, local_epochs=1, batch_size=16, dim=8, seed=0))
+    plain_mean = population_state(plain.bb, plain.store, plain.eligible)
+    assert population_router(plain, plain_mean) is plain_mean
+
+
 # ---------------------------------------------------------------------- the command
 def _feature_folder(path, n_users=30, n_items=110, seed=0):
     """A FedVLR-layout folder whose items 106-109 occur only in valid/test (natural cold targets); 110 items so
@@ -352,13 +378,15 @@ def test_joining_users_split_is_seeded_and_disjoint():
     assert (best, scorer) == (5, 5) and scores == {1: 0.2, 5: 0.4, 20: 0.4}   # a tie keeps the shorter training
 
 
-def test_coldstart_tune_chooses_the_layer_recipe_on_valid_and_keeps_the_backbone_alone_untouched(tmp_path, capsys):
+@pytest.mark.parametrize("epochs", ["auto", "2"])
+def test_coldstart_tune_chooses_the_layer_recipe_on_validation_joining_users(tmp_path, capsys, epochs):
     from fedvlr_plus.cli import main
+    from fedvlr_plus.coldstart.support_epochs import split_joining_users
     from fedvlr_plus.fedvlr.tuning import RECIPES
 
     folder = _feature_folder(tmp_path / "fx")
     code = main(["coldstart", str(folder), "--backbone", "fedavg", "--fusion", "fedvlr", "--with-backbone",
-                 "--cold-users", "0.2", "--support", "1", "--support-epochs", "2", "--rounds", "2", "--seeds", "1",
+                 "--cold-users", "0.2", "--support", "1", "--support-epochs", epochs, "--rounds", "2", "--seeds", "1",
                  "--dim", "8", "--local-epochs", "1", "--no-progress", "--metrics", "hr@5,ndcg@5",
                  "--cold-select", "ndcg@5", "--tune", "--json"])
     assert code == 0
@@ -367,4 +395,10 @@ def test_coldstart_tune_chooses_the_layer_recipe_on_valid_and_keeps_the_backbone
     assert [c["name"] for c in tune["candidates"]] == [r.name for r in RECIPES]
     best = max(c["valid"] for c in tune["candidates"])
     assert tune["selected"] == next(c["name"] for c in tune["candidates"] if c["valid"] == best)
-    assert "user_coldstart" in res and "user_coldstart" in res["backbone_alone"]
+    assert "joining" in tune["split"] and tune["metric"].startswith("ndcg@5")
+    users, alone = res["user_coldstart"], res["backbone_alone"]["user_coldstart"]
+    if epochs == "auto":   # the chosen recipe, retrained on the same seed, scores what it was chosen by
+        assert max(users["support_epochs"]["chosen"]["1"][0]["valid"].values()) == pytest.approx(best, abs=1e-9)
+    # the validation third is left out of both models' reported figures, with a fixed epoch count too
+    n_valid = len(split_joining_users(np.arange(users["held_out_users"]), 0)[0])
+    assert n_valid >= 1 and users["reported_users"] == alone["reported_users"] == users["held_out_users"] - n_valid

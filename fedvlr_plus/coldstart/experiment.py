@@ -287,11 +287,12 @@ def local_private_training(run, support, users: np.ndarray, *, epochs: int, lr: 
 
     Uses the batched simulator with ``upload="grads"``: shared parameters are then never stepped locally (their
     gradients are only accumulated, and here discarded). ``start``: each user's own initial draw (``fresh``) or the
-    mean private state of the trained clients (``population``, :mod:`.population`). Returns a scorer over the
+    mean private state of the trained clients, the router as their mean mixture (``population``,
+    :mod:`.population`). Returns a scorer over the
     trained private states."""
     from ..federation.batched import BatchedSimulator
     from ..federation.store import MemoryStore
-    from .population import population_state, start_from
+    from .population import population_router, population_state, start_from
 
     indptr, indices = _csr(support)
     sim = BatchedSimulator(run.bb, indptr, indices, MemoryStore(), seed=run.cfg.seed,
@@ -303,7 +304,7 @@ def local_private_training(run, support, users: np.ndarray, *, epochs: int, lr: 
     users = users[np.diff(indptr)[users] > 0]
     frozen = {k: v.clone() for k, v in run.shared.items()}
     if start == "population":
-        start_from(sim.store, users, population_state(run.bb, run.store, run.eligible))
+        start_from(sim.store, users, population_router(run, population_state(run.bb, run.store, run.eligible)))
     sim.store.begin_round(1)
     sim.fit(users, run.shared, conf)
     sim.store.prepare(1)
@@ -317,11 +318,12 @@ def local_private_training(run, support, users: np.ndarray, *, epochs: int, lr: 
 
 def user_coldstart(full, warm, held_out: np.ndarray, make_model, cfg, views: dict | None, *, spec: EvalSpec,
                    supports=(1, 3, 5), epochs: int | str = 20, start: str = "population", progress: bool = False,
-                   log=None, select_metric: str = "ndcg@10") -> dict:
+                   log=None, select_metric: str = "ndcg@10", hold_valid: bool = False) -> dict:
     """Train on ``warm`` (held-out users absent), then let ``held_out`` users join with each support size, their
     private state starting from ``start`` (:func:`local_private_training`). ``epochs``: the joining users' local
     epochs, or ``"auto"``: chosen per support size and seed on a third of them (:mod:`.support_epochs`), the
-    figures then coming from the others."""
+    figures then coming from the others. ``hold_valid``: set that third aside even with a fixed epoch count (it
+    chose the recipe: ``--tune``), so no reported user took part in any choice."""
     from .splits import support_query
     from .support_epochs import only, split_joining_users
 
@@ -331,7 +333,8 @@ def user_coldstart(full, warm, held_out: np.ndarray, make_model, cfg, views: dic
     pop_counts = warm.item_popularity("train")
     sq = {n: support_query(full, held_out, n) for n in supports}
     auto = epochs == "auto"
-    valid_users, report_users = split_joining_users(held_out, spec.seed) if auto else (None, held_out)
+    valid_users, report_users = (split_joining_users(held_out, spec.seed) if auto or hold_valid
+                                 else (None, held_out))
     for i in range(cfg.seeds):
         scfg = replace(cfg, seed=cfg.seed + i, seeds=1)
         run = train_selected(warm, make_model(warm), scfg, progress=progress)
@@ -352,7 +355,8 @@ def user_coldstart(full, warm, held_out: np.ndarray, make_model, cfg, views: dic
            "new_user_start": start,
            "query_targets": {str(n): int(len(sq[n].test())) for n in supports},
            "curves": curves, "selected_round": rounds,
-           "sparsity": sparsity_table(sparsity, trains, keys)}
+           "sparsity": sparsity_table(sparsity, trains, keys),
+           "reported_users": int(len(report_users))}
     if auto:
         out["support_epochs"] = {"valid_users": int(len(valid_users)), "reported_users": int(len(report_users)),
                                  "metric": select_metric, "chosen": chosen}

@@ -5,6 +5,13 @@ layer, a private router) from a random start. ``population`` starts it from the 
 states of the clients already trained. In a deployment that mean is one aggregate of the existing clients'
 private parameters, computed once (under secure aggregation no single client's state is seen) and sent to
 newcomers; nothing about the backbone's shared state changes.
+
+The FedVLR router is the exception to the parameter mean. Every router is a small MLP grown from its own random
+first layer, so the mean of their parameters is no router anyone trained: its hidden units average out and its
+output is close to uniform. What the population learnt is the mixture its users chose, so the newcomer's router
+gets it in function space instead: a zero output layer whose bias is ``T · log`` of the trained users' mean expert
+weights, which routes every input to exactly that mean mixture until the newcomer's own data moves it (on lfm2k's
+validation joining users this start scored at least as well as the parameter mean at every support size).
 """
 from __future__ import annotations
 
@@ -34,3 +41,15 @@ def start_from(store, users, state: dict[str, torch.Tensor]) -> None:
     for u in np.asarray(users, np.int64):
         store.save(int(u), state)
     store.commit()
+
+
+def population_router(run, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``state`` with the FedVLR router replaced by one that outputs the trained users' mean expert weights for
+    every input (unchanged for a model without a router)."""
+    from ..fedvlr.report import router_report
+
+    if getattr(run.bb, "mode", None) != "fedvlr" or "router.b2" not in state:
+        return state
+    mean_w = torch.tensor(router_report(run)["mean_weights"], dtype=state["router.b2"].dtype)
+    return {**state, "router.w2": torch.zeros_like(state["router.w2"]),
+            "router.b2": run.bb.temperature * torch.log(mean_w.clamp_min(1e-6))}

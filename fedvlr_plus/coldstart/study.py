@@ -131,14 +131,14 @@ def run_coldstart(opts: ColdStartOptions, log=None) -> dict:
         target = result if fusion == opts.fusion else result.setdefault("backbone_alone", {"model": opts.backbone})
         model_opts, model_cfg = opts, cfg
         if opts.tune and fusion != "none":
-            model_opts, model_cfg, result["tuning"] = _tuned(opts, fusion, cfg, any_data, log)
+            model_opts, model_cfg, result["tuning"] = _tuned(opts, fusion, cfg, any_data, log, parts)
         _study_one_model(model_opts, fusion, parts, views, spec, model_cfg, target, log)
     return result
 
 
-def _tuned(opts: ColdStartOptions, fusion: str, cfg, data, log):
-    """The layer's recipe chosen on ``data``'s validation split for the first seed (the study's training data:
-    the cold-item split, else the warm users'); returns the options and config the study then trains with, and
+def _tuned(opts: ColdStartOptions, fusion: str, cfg, data, log, parts: dict | None = None):
+    """The layer's recipe chosen for the first seed on ``data``'s validation split (the study's training data: the
+    cold-item split, else the warm users'), or, in a new-user study, on its validation joining users; returns the options and config the study then trains with, and
     the tuning report. Flags the user passed stay fixed; the backbone alone keeps its own settings."""
     from ..fedvlr.tuning import candidate_recipes, select_recipe
     from .experiment import train_selected
@@ -151,19 +151,43 @@ def _tuned(opts: ColdStartOptions, fusion: str, cfg, data, log):
         o = replace(opts, fedvlr=replace(fo, residual=point.residual, content_preference=point.content_preference))
         return o, replace(cfg, lr=point.lr, server_lr=point.server_lr)
 
+    joining = _joining_validation(opts, parts, cfg) if parts is not None else None
+
     def score(point) -> float:
         o, c = apply(point)
         c = replace(c, seeds=1)
-        return float(train_selected(data, _recipe(o, fusion, c)(data), c, progress=opts.progress).best["metric"])
+        run = train_selected(data, _recipe(o, fusion, c)(data), c, progress=opts.progress)
+        return float(run.best["metric"]) if joining is None else joining(run)
 
     def announce(i, point) -> None:
         if log:
             log(f"tuning {i + 1}/{len(points)}: recipe {point.name}, seed {cfg.seed}, on {data.name}'s valid")
 
-    report = select_recipe(points, score, metric=cfg.valid_metric, seed=cfg.seed, on_candidate=announce)
+    metric = cfg.valid_metric if joining is None else f"{opts.cold_select.lower()} of validation joining users"
+    report = select_recipe(points, score, metric=metric, seed=cfg.seed, on_candidate=announce)
     if log:
         log(f"tuning: kept recipe {report.selected}")
-    return (*apply(report.chosen), report.to_json())
+    out = report.to_json()
+    if joining is not None:
+        out["split"] = "validation joining users (a seeded third of the held-out users, never reported)"
+    return (*apply(report.chosen), out)
+
+
+def _joining_validation(opts: ColdStartOptions, parts: dict, cfg):
+    """``run -> score`` of a recipe for a new-user study (only users held out, no cold items): its validation
+    joining users' mean score over the support sizes (:mod:`.tune_joining`); None for any other study."""
+    if "users" not in parts or "items" in parts:
+        return None
+    from .splits import support_query
+    from .support_epochs import split_joining_users
+    from .tune_joining import joining_valid_score
+
+    full, _, held = parts["users"]
+    spec, _ = _spec_and_config(opts)
+    valid_users, _ = split_joining_users(held, spec.seed)
+    joins = {n: support_query(full, held, n) for n in opts.support}
+    return lambda run: joining_valid_score(run, joins, valid_users, spec, epochs=opts.support_epochs,
+                                           start=opts.new_user_start, metric=opts.cold_select.lower())
 
 
 def _study_one_model(opts, fusion: str, parts: dict, views: dict, spec, cfg, target: dict, log) -> None:
@@ -190,7 +214,7 @@ def _study_one_model(opts, fusion: str, parts: dict, views: dict, spec, cfg, tar
         target["user_coldstart"] = user_coldstart(full, warm, held, make, cfg, views, spec=spec,
                                                   supports=opts.support, epochs=opts.support_epochs,
                                                   start=opts.new_user_start, progress=opts.progress, log=log,
-                                                  select_metric=opts.cold_select.lower())
+                                                  select_metric=opts.cold_select.lower(), hold_valid=opts.tune)
         if "items" not in parts:
             target["sparsity"] = target["user_coldstart"]["sparsity"]
             target["sparsity_targets"] = "all"

@@ -1,0 +1,31 @@
+"""The layer's recipe chosen for joining users, on joining users set aside for validation.
+
+In a new-user study the quantity of interest is how well users who join with 1, 3 or 5 interactions are served,
+and the warm users' validation split does not measure it: on lfm2k the recipe that ranks warm users best (the
+plain mixture, no ID path past the fusion) serves one-interaction users worst, because a new user's ranking leans
+on popularity and the fusion's LayerNorm leaves little of it in the item vectors (docs/coldstart.md). So with
+``--tune`` a user study scores each recipe of the grid by its validation joining users (the seeded third that
+:mod:`.support_epochs` sets aside; no reported user takes part): trained on the warm users on the first seed, each
+recipe lets the validation users join with every support size, and its score is their mean ``select_metric``
+over the support sizes (with ``--support-epochs auto`` at the best epoch count of each size).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def joining_valid_score(run, joins: dict, valid_users: np.ndarray, spec, *, epochs, start: str,
+                        metric: str) -> float:
+    """Mean over support sizes of the validation users' ``metric`` after they join ``run``; ``joins`` maps each
+    support size to its support/query data."""
+    from .experiment import local_private_training
+    from .support_epochs import EPOCH_GRID, only
+
+    grid = EPOCH_GRID if epochs == "auto" else (int(epochs),)
+    per_support = []
+    for data in joins.values():
+        best = max(float(only(spec.run(data, local_private_training(run, data, valid_users, epochs=e, start=start),
+                                       "test").frame("all"), valid_users)[metric].mean())
+                   for e in grid)
+        per_support.append(best)
+    return float(np.mean(per_support))
