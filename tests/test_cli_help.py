@@ -95,7 +95,28 @@ def test_federated_run_plan_names_seeds_rounds_patience_and_folder():
     assert _run_plan(args, "ml-100k") == ("training fedavg on ml-100k: 3 seeds (0, 1, 2), up to 100 rounds, "
                                           "patience 20; writing to D")
     assert "--fusion fedvlr" in _next_step(args) and "fedvlr-plus coldstart ml-100k" in _next_step(args)
-    fused = build_parser().parse_args(["run", "ml-100k", "--backbone", "fedavg", "--fusion", "fedvlr"])
-    assert "--tune" in _next_step(fused)
+    untuned = build_parser().parse_args(["run", "ml-100k", "--backbone", "fedavg", "--fusion", "fedvlr", "--no-tune"])
+    assert "dropping --no-tune" in _next_step(untuned) and "choosing" not in _run_plan(untuned, "ml-100k")
     tuned = build_parser().parse_args(["run", "ml-100k", "--backbone", "fedavg", "--fusion", "fedvlr", "--tune"])
-    assert "choosing its recipe on valid" in _run_plan(tuned, "ml-100k")
+    assert "choosing its recipe on valid" in _run_plan(tuned, "ml-100k") and "--no-tune" not in _next_step(tuned)
+
+
+def test_run_tunes_the_fusion_layer_by_default_and_only_where_there_is_a_choice(tmp_path):
+    from fedvlr_plus.cli import build_parser
+    from fedvlr_plus.cli.run_tune import resolve_tune
+
+    def tunes(*flags):
+        return resolve_tune(build_parser().parse_args(["run", "ml-100k", "--backbone", "fedavg", *flags]))
+
+    assert tunes("--fusion", "fedvlr") and not tunes("--fusion", "fedvlr", "--no-tune") and not tunes()
+    # every value of the grid fixed by the user: one recipe left, nothing to choose
+    assert not tunes("--fusion", "fedvlr", "--lr", "0.1", "--server-lr", "1", "--fusion-residual",
+                     "--content-preference")
+    assert tunes("--fusion", "fedvlr", "--lr", "0.1")
+    # a resumed folder tunes only if it was tuned when it was made
+    made_plain = tmp_path / "plain"
+    made_plain.mkdir()
+    made_tuned = tmp_path / "tuned"
+    (made_tuned / "tuning").mkdir(parents=True)
+    assert not tunes("--fusion", "fedvlr", "--resume", str(made_plain))
+    assert tunes("--fusion", "fedvlr", "--resume", str(made_tuned))

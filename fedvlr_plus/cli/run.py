@@ -2,6 +2,8 @@
 validation, report test figures with intervals, split into warm and cold targets."""
 from __future__ import annotations
 
+import argparse
+
 from ..backbones import REFERENCE_BACKBONES, backbone_names
 from ..metric_spec import DEFAULT_METRICS, parse_metrics
 from .argtypes import backbone_arg, metric_list, non_negative_int
@@ -41,11 +43,12 @@ def register(sub) -> None:
     add_run_arguments(p_run)
     add_fusion_arguments(p_run)
     p_run.add_argument_group("recipe").add_argument(
-        "--tune", action="store_true",
-        help="choose the fusion layer's recipe on validation: train each of a small grid (the defaults, "
-             "--fusion-residual, --lr 0.5 --server-lr 3, both) on the first seed, keep the best by "
-             "--valid-metric, then run every seed with it; flags you pass stay fixed. Reported under 'tuning' "
-             "in the JSON")
+        "--tune", action=argparse.BooleanOptionalAction, default=None,
+        help="choose the fusion layer's recipe on validation: train each of a small grid (the layer's defaults, "
+             "--fusion-residual, --lr 0.5 --server-lr 3, both, --content-preference) on the first seed, keep the "
+             "best by --valid-metric, then run every seed with it; flags you pass stay fixed. Reported under "
+             "'tuning' in the JSON. On by default with --fusion (a resumed run tunes only if its folder did); "
+             "--no-tune trains the layer's defaults alone")
     p_run.set_defaults(func=cmd_run)
 
 
@@ -54,9 +57,10 @@ def cmd_run(args) -> int:
 
     names, ks, keys = parse_metrics(args.metrics)
     protocol = "sampled" if args.protocol == "sampled99" else "full"
-    from .run_tune import check_tune_flags
+    from .run_tune import check_tune_flags, resolve_tune
 
     check_tune_flags(args)
+    args.tune = resolve_tune(args)
     data, split_used = load_for_run(args)
     say(_run_plan(args, data.name))
     if args.backbone not in REFERENCE_BACKBONES:
@@ -82,7 +86,7 @@ def _run_plan(args, dataset: str) -> str:
         return f"ranking {dataset} with the reference ranker {args.backbone} (no training); {where}"
     seeds = list(range(args.seed, args.seed + args.seeds))
     model = args.backbone + ("" if args.fusion == "none" else f" + {args.fusion} fusion")
-    tune = (f"after choosing its recipe on valid (one seed per recipe of the --tune grid), "
+    tune = (f"after choosing its recipe on valid (one seed per recipe of the --tune grid; --no-tune skips it), "
             if getattr(args, "tune", False) else "")
     return (f"training {model} on {dataset}{' ' + tune.rstrip(', ') if tune else ''}: {len(seeds)} seed{'s' * (len(seeds) > 1)} "
             f"({', '.join(map(str, seeds))}), up to {args.rounds} rounds, patience {args.patience}; {where}")
@@ -98,8 +102,8 @@ def _next_step(args) -> str:
         return (f"next: add the FedVLR layer with --fusion fedvlr, or a cold-start study with "
                 f"fedvlr-plus coldstart {src} --backbone {base}")
     if not getattr(args, "tune", False):
-        return (f"next: let validation choose the layer's recipe (the best differs between data sets) with "
-                f"--tune, or compare every backbone with paired tests: fedvlr-plus experiment paper-table {src} "
-                f"--tune")
+        return (f"next: let validation choose the layer's recipe (the best differs between data sets) by "
+                f"dropping --no-tune, or compare every backbone with paired tests: fedvlr-plus experiment "
+                f"paper-table {src} --tune")
     return (f"next: every backbone alone and with the fusion layer, with paired tests: "
             f"fedvlr-plus experiment paper-table {src} --tune")

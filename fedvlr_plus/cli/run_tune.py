@@ -1,19 +1,42 @@
-"""``run ... --fusion fedvlr --tune``: train the layer's grid of recipes on the first seed, keep the one with the best
-validation score, and hand the run the flags of that recipe (see :mod:`fedvlr_plus.fedvlr.tuning`)."""
+"""``run ... --fusion fedvlr`` (``--tune``, on by default with a fusion layer): train the layer's grid of recipes on
+the first seed, keep the one with the best validation score, and hand the run the flags of that recipe (see
+:mod:`fedvlr_plus.fedvlr.tuning`)."""
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
+from ..backbones import REFERENCE_BACKBONES
 from ..errors import ConfigError
 from .common import say
 
 
 def check_tune_flags(args) -> None:
     """``--tune`` chooses the fusion layer's recipe; without the layer there is nothing to choose."""
-    if getattr(args, "tune", False) and getattr(args, "fusion", "none") == "none":
+    if getattr(args, "tune", None) and getattr(args, "fusion", "none") == "none":
         raise ConfigError("--tune", "chooses the fusion layer's training recipe on validation; this run has no "
                           "fusion layer", "add --fusion fedvlr (or another --fusion mode), or drop --tune")
+
+
+def resolve_tune(args) -> bool:
+    """Whether this ``run`` tunes: as the user said (``--tune`` / ``--no-tune``), else on for a run with a fusion
+    layer whose grid has more than one recipe left after the flags the user fixed. A resumed run tunes only if its
+    folder holds tuning candidates, so a folder made without tuning resumes as it was made."""
+    if getattr(args, "tune", None) is not None:
+        return bool(args.tune)
+    if getattr(args, "fusion", "none") == "none" or args.backbone in REFERENCE_BACKBONES:
+        return False
+    if getattr(args, "resume", None):
+        return (Path(args.resume) / "tuning").is_dir()
+    return len(_candidates(args)) > 1
+
+
+def _candidates(args):
+    from ..fedvlr.tuning import candidate_recipes
+
+    return candidate_recipes(lr=args.lr, server_lr=args.server_lr, residual=True if args.fusion_residual else None,
+                             content_preference=True if getattr(args, "content_preference", False) else None,
+                             preference_allowed=not args.backbone.startswith("recbole:"))
 
 
 def tune_recipe(args, data, *, config_for, build_backbone):
@@ -23,11 +46,9 @@ def tune_recipe(args, data, *, config_for, build_backbone):
     and seed count. With a run folder each candidate checkpoints under ``RUN_DIR/tuning/<recipe>/`` and a resumed
     run resumes them (a finished candidate is read back, not retrained)."""
     from ..federation.engine import run_federated
-    from ..fedvlr.tuning import candidate_recipes, select_recipe
+    from ..fedvlr.tuning import select_recipe
 
-    recipes = candidate_recipes(lr=args.lr, server_lr=args.server_lr, residual=True if args.fusion_residual else None,
-                                content_preference=True if getattr(args, "content_preference", False) else None,
-                                preference_allowed=not args.backbone.startswith("recbole:"))
+    recipes = _candidates(args)
     run_dir = args.resume or args.out
     metric = config_for(args).valid_metric
 

@@ -161,7 +161,8 @@ def _tuned(opts: ColdStartOptions, fusion: str, cfg, data, log, parts: dict | No
 
     def announce(i, point) -> None:
         if log:
-            log(f"tuning {i + 1}/{len(points)}: recipe {point.name}, seed {cfg.seed}, on {data.name}'s valid")
+            where = f"{data.name}'s valid" if joining is None else "the validation joining users"
+            log(f"tuning {i + 1}/{len(points)}: recipe {point.name}, seed {cfg.seed}, on {where}")
 
     metric = cfg.valid_metric if joining is None else f"{opts.cold_select.lower()} of validation joining users"
     report = select_recipe(points, score, metric=metric, seed=cfg.seed, on_candidate=announce)
