@@ -401,4 +401,10 @@ def test_coldstart_tune_chooses_the_layer_recipe_on_validation_joining_users(tmp
         assert max(users["support_epochs"]["chosen"]["1"][0]["valid"].values()) == pytest.approx(best, abs=1e-9)
     # the validation third is left out of both models' reported figures, with a fixed epoch count too
     n_valid = len(split_joining_users(np.arange(users["held_out_users"]), 0)[0])
+    # paired over the same reported users: the difference is the difference of the two curves' means
+    test = users["paired_vs_backbone"]["1"]["ndcg@5"]
+    assert test["n"] == users["reported_users"] and 0.0 <= test["t_pvalue"] <= 1.0
+    assert test["mean_diff"] == pytest.approx(users["curves"]["model"]["1"]["ndcg@5"]["mean"]
+                                              - alone["curves"]["model"]["1"]["ndcg@5"]["mean"], abs=1e-12)
+    assert "_per_user" not in users and "_per_user" not in alone
     assert n_valid >= 1 and users["reported_users"] == alone["reported_users"] == users["held_out_users"] - n_valid

@@ -324,6 +324,7 @@ def user_coldstart(full, warm, held_out: np.ndarray, make_model, cfg, views: dic
     epochs, or ``"auto"``: chosen per support size and seed on a third of them (:mod:`.support_epochs`), the
     figures then coming from the others. ``hold_valid``: set that third aside even with a fixed epoch count (it
     chose the recipe: ``--tune``), so no reported user took part in any choice."""
+    from .paired import PER_USER, per_user_means
     from .splits import support_query
     from .support_epochs import only, split_joining_users
 
@@ -356,7 +357,8 @@ def user_coldstart(full, warm, held_out: np.ndarray, make_model, cfg, views: dic
            "query_targets": {str(n): int(len(sq[n].test())) for n in supports},
            "curves": curves, "selected_round": rounds,
            "sparsity": sparsity_table(sparsity, trains, keys),
-           "reported_users": int(len(report_users))}
+           "reported_users": int(len(report_users)),
+           PER_USER: {str(n): per_user_means(frames[("model", n)], keys) for n in supports}}
     if auto:
         out["support_epochs"] = {"valid_users": int(len(valid_users)), "reported_users": int(len(report_users)),
                                  "metric": select_metric, "chosen": chosen}

@@ -178,7 +178,7 @@ def markdown(result: dict) -> str:
                 for n, s in curve.items():
                     out.append(f"| {label if name == 'model' else name} | {n} | "
                                + " | ".join(_fmt(s.get(k)) for k in keys) + " |")
-            out += ["", "![user cold-start](user_coldstart.png)", ""]
+            out += ["", *_paired_lines(uc, keys), "![user cold-start](user_coldstart.png)", ""]
     if any(res.get("sparsity") for _, res in _models(result)):
         out += ["## By the user's number of training interactions", "", "![sparsity](sparsity.png)", "",
                 "| model | bucket | users | " + " | ".join(keys) + " | pop " + keys[1] + " |",
@@ -333,3 +333,15 @@ def _joining(uc: dict) -> str:
     picks = "; ".join(f"N={n}: " + ", ".join(str(c["epochs"]) for c in per) for n, per in se["chosen"].items())
     return (f"{se['reported_users']} joining users reported, local epochs chosen per seed on {se['valid_users']} "
             f"others by valid {se['metric']} ({picks})")
+
+
+def _paired_lines(uc: dict, keys) -> list[str]:
+    """The layer against the backbone alone on the same joining users (paired t-test over users), if both ran."""
+    paired = uc.get("paired_vs_backbone")
+    if not paired:
+        return []
+    out = ["Paired over the same joining users, layer − backbone alone (t-test p):", ""]
+    for n, by_metric in paired.items():
+        cells = [f"{k} {t['mean_diff']:+.4f} (p = {t['t_pvalue']:.2g})" for k, t in by_metric.items() if k in keys]
+        out.append(f"- N = {n}: " + ", ".join(cells))
+    return out + [""]

@@ -133,7 +133,22 @@ def run_coldstart(opts: ColdStartOptions, log=None) -> dict:
         if opts.tune and fusion != "none":
             model_opts, model_cfg, result["tuning"] = _tuned(opts, fusion, cfg, any_data, log, parts)
         _study_one_model(model_opts, fusion, parts, views, spec, model_cfg, target, log)
+    _pair_joining_users(result, spec.keys)
     return result
+
+
+def _pair_joining_users(result: dict, keys) -> None:
+    """Paired tests of the layer against the backbone alone on the joining users (when both were trained), and
+    the per-user frames they came from taken out of the result."""
+    from .paired import PER_USER, paired_against_backbone
+
+    layer = result.get("user_coldstart")
+    alone = result.get("backbone_alone", {}).get("user_coldstart")
+    if layer is not None and alone is not None:
+        layer["paired_vs_backbone"] = paired_against_backbone(layer, alone, keys)
+    for uc in (layer, alone):
+        if uc is not None:
+            uc.pop(PER_USER, None)
 
 
 def _tuned(opts: ColdStartOptions, fusion: str, cfg, data, log, parts: dict | None = None):

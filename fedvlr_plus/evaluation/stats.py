@@ -109,6 +109,11 @@ def paired_test(a: "EvalResult", b: "EvalResult", metric: str, which: str = "all
     for name, f in (("a", fa), ("b", fb)):
         if metric not in f.columns:
             raise KeyError(f"metric {metric!r} not in result {name} (has {', '.join(a.metric_names)})")
+    return paired_frames(fa, fb, metric, which)
+
+
+def paired_frames(fa, fb, metric: str, which: str = "all") -> dict:
+    """:func:`paired_test` on two per-user frames (columns ``user`` and ``metric``), over their common users."""
     joined = fa[["user", metric]].merge(fb[["user", metric]], on="user", suffixes=("_a", "_b"))
     xa = joined[f"{metric}_a"].to_numpy(np.float64)
     xb = joined[f"{metric}_b"].to_numpy(np.float64)
