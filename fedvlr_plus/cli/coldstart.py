@@ -38,6 +38,8 @@ def _fraction(text: str) -> float:
 
 #: the cold-item rules of :mod:`fedvlr_plus.coldstart.rules` (named here: that module imports torch)
 COLD_RULES = ("none", "neighbours", "mapping", "both")
+#: where a joining user's private state starts (:mod:`fedvlr_plus.coldstart.population`, likewise)
+NEW_USER_STARTS = ("population", "mean-params", "fresh")
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -73,10 +75,11 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help="local epochs a joining user trains its private parts for; auto: chosen per support size "
                         "among 1, 5, 20 on a third of the joining users by --cold-select, the figures then "
                         "coming from the other two thirds")
-    c.add_argument("--new-user-start", choices=("fresh", "population"), default="population",
+    c.add_argument("--new-user-start", choices=NEW_USER_STARTS, default="population",
                    help="where a joining user's private state starts: the mean private state of the trained "
-                        "clients (one aggregate sent to newcomers; docs/coldstart.md), or its own initial draw "
-                        "(fresh, the earlier protocol)")
+                        "clients with the router as their mean mixture (one aggregate sent to newcomers; "
+                        "docs/coldstart.md), every parameter averaged, the router's too (mean-params, its "
+                        "ablation), or its own initial draw (fresh, the earlier protocol)")
     c.add_argument("--cold-rule", choices=("auto",) + COLD_RULES, default="auto",
                    help="ID rows of cold items for the headline figure: auto = the rule with the best validation "
                         "--cold-select among cold items (FedVLR), 'none' for the backbone alone; every rule is "

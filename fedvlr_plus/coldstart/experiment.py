@@ -287,8 +287,8 @@ def local_private_training(run, support, users: np.ndarray, *, epochs: int, lr: 
 
     Uses the batched simulator with ``upload="grads"``: shared parameters are then never stepped locally (their
     gradients are only accumulated, and here discarded). ``start``: each user's own initial draw (``fresh``) or the
-    mean private state of the trained clients, the router as their mean mixture (``population``,
-    :mod:`.population`). Returns a scorer over the
+    mean private state of the trained clients, the router as their mean mixture (``population``; ``mean-params``
+    averages the router's parameters too; :mod:`.population`). Returns a scorer over the
     trained private states."""
     from ..federation.batched import BatchedSimulator
     from ..federation.store import MemoryStore
@@ -303,8 +303,9 @@ def local_private_training(run, support, users: np.ndarray, *, epochs: int, lr: 
     users = np.asarray(users, np.int64)
     users = users[np.diff(indptr)[users] > 0]
     frozen = {k: v.clone() for k, v in run.shared.items()}
-    if start == "population":
-        start_from(sim.store, users, population_router(run, population_state(run.bb, run.store, run.eligible)))
+    if start in ("population", "mean-params"):
+        state = population_state(run.bb, run.store, run.eligible)
+        start_from(sim.store, users, population_router(run, state) if start == "population" else state)
     sim.store.begin_round(1)
     sim.fit(users, run.shared, conf)
     sim.store.prepare(1)

@@ -20,7 +20,9 @@ import torch
 
 from ..federation.store import load_block
 
-STARTS = ("fresh", "population")
+#: ``population``: the trained clients' mean private state, the router as their mean mixture; ``mean-params``:
+#: every parameter averaged, the router's too (the ablation of the router's start); ``fresh``: the user's own draw
+STARTS = ("population", "mean-params", "fresh")
 
 
 def population_state(bb, store, cids) -> dict[str, torch.Tensor]:

@@ -329,7 +329,8 @@ def _joining(uc: dict) -> str:
     """Who joined and how long they trained, in words (with ``auto``, the counts chosen on validation users)."""
     se = uc.get("support_epochs")
     if not se:
-        return f"{uc['held_out_users']} joining users, {uc['local_epochs']} local epochs"
+        return (f"{uc.get('reported_users', uc['held_out_users'])} of {uc['held_out_users']} joining users reported, "
+                f"{uc['local_epochs']} local epochs, state started from {uc.get('new_user_start', 'population')}")
     picks = "; ".join(f"N={n}: " + ", ".join(str(c["epochs"]) for c in per) for n, per in se["chosen"].items())
     return (f"{se['reported_users']} joining users reported, local epochs chosen per seed on {se['valid_users']} "
             f"others by valid {se['metric']} ({picks})")
