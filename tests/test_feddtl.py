@@ -288,3 +288,14 @@ def test_private_user_tower_is_restored_each_round(tower):
     assert torch.equal(up.arrays["user_down"], s1["user_down"])
     with pytest.raises(ValueError):
         T.DTLConfig(user_tower="mine")
+
+
+def test_zero_server_steps_leave_the_item_tower_as_it_started():
+    task = _task()
+    start = T.init_params(task.dim, 4, 0)
+    res = T.train(task, "decoupled_sft", T.DTLConfig(server_steps=0), n_clients=3, alpha=0.5, rounds=2,
+                  sft_rounds=2, seed=0)
+    for k in T.ITEM_PARAMS:
+        assert torch.equal(res.params[k], start[k]), k
+    assert not any("server_loss_first" in h for h in res.history)
+    assert not torch.equal(res.params["user_up"], start["user_up"])     # the user tower did train

@@ -133,7 +133,8 @@ def train(task: RecTask, method: str, cfg: DTLConfig, *, n_clients: int = 5, alp
             shared, sl = server_align(shared, [(u.arrays["proto"], u.rows["proto"], u.arrays["proto_n"])
                                                for u in ups if "proto" in u.arrays],
                                       task, cfg, seed)
-            row["server_loss_first"], row["server_loss_last"] = sl[0], sl[-1]
+            if sl:       # --server-steps 0 leaves the item tower as it started
+                row["server_loss_first"], row["server_loss_last"] = sl[0], sl[-1]
         if config["stage"] == "rl":
             row["reward"] = float(np.mean([u.metrics["reward"] for u in ups]))
             row["groups_with_signal"] = float(np.mean([u.metrics["groups_with_signal"] for u in ups]))
