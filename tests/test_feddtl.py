@@ -288,3 +288,36 @@ def test_private_user_tower_is_restored_each_round(tower):
     assert torch.equal(up.arrays["user_down"], s1["user_down"])
     with pytest.raises(ValueError):
         T.DTLConfig(user_tower="mine")
+
+
+def test_zero_server_steps_leave_the_item_tower_as_it_started():
+    task = _task()
+    start = T.init_params(task.dim, 4, 0)
+    res = T.train(task, "decoupled_sft", T.DTLConfig(server_steps=0), n_clients=3, alpha=0.5, rounds=2,
+                  sft_rounds=2, seed=0)
+    for k in T.ITEM_PARAMS:
+        assert torch.equal(res.params[k], start[k]), k
+    assert not any("server_loss_first" in h for h in res.history)
+    assert not torch.equal(res.params["user_up"], start["user_up"])     # the user tower did train
+
+
+def test_example_prototypes_upload_every_example_with_its_item():
+    task = _task()
+    cfg = T.DTLConfig(per_user=3, prototypes="example")
+    p = T.init_params(task.dim, cfg.rank, 0)
+    users = np.arange(0, 24, 2)
+    client = T.DTLClient(1, task, users, cfg, seed=0)
+    up = client.fit(p, {"round": 0, "stage": "sft"})
+    ctx, tgt = client.examples(0)
+    assert up.arrays["proto"].shape == (len(tgt), task.dim) == (up.num_examples, task.dim)
+    assert np.array_equal(up.rows["proto"].numpy(), task.warm_items[tgt])
+    assert float(up.arrays["proto_n"].sum()) == up.num_examples
+    # the same user embeddings the item-level upload averages: its prototypes are their normalised means
+    item = T.DTLClient(1, task, users, T.DTLConfig(per_user=3), seed=0).fit(p, {"round": 0, "stage": "sft"})
+    first = int(item.rows["proto"][0])
+    mean = F.normalize(up.arrays["proto"][up.rows["proto"] == first].sum(0), dim=0)
+    assert torch.allclose(item.arrays["proto"][0], mean, atol=1e-5)
+    res = T.train(task, "decoupled_sft", cfg, n_clients=3, alpha=0.5, rounds=2, sft_rounds=2, seed=0)
+    assert all(h["server_loss_last"] <= h["server_loss_first"] + 1e-6 for h in res.history)
+    with pytest.raises(ValueError):
+        T.DTLConfig(prototypes="class")

@@ -139,7 +139,16 @@ class DTLClient:
     def _uploads(self, p: dict, names: list, train_items: bool, ctx, tgt) -> tuple[dict, dict]:
         arrays = {k: p[k].detach().clone() for k in (names if train_items else USER_PARAMS)}
         rows = {}
-        if not train_items and len(tgt):
+        if not train_items and len(tgt) and self.cfg.prototypes == "example":
+            # the paper's per-sample uploads: each example's user embedding, its item, a count of 1. The per-item
+            # means below make the server's item tower worse than not training it at all on the skewed lfm2k
+            # split (docs/alignment-vlm.md): one mean per (client, item) is all but the client's centroid, and a
+            # cross-entropy over ~1,000 items fitted to those points separates the items by noise
+            with torch.no_grad():
+                arrays["proto"] = user_vectors(p, ctx)
+            rows["proto"] = rows["proto_n"] = self._warm[tgt]
+            arrays["proto_n"] = torch.ones(len(tgt))
+        elif not train_items and len(tgt):
             # class prototypes: per trained item, the normalised mean of this client's context embeddings
             with torch.no_grad():
                 emb = user_vectors(p, ctx)

@@ -34,6 +34,10 @@ class DTLConfig:
     rl_candidates: int = 100     #: GRPO acts over the target plus rl_candidates - 1 random warm items
     epochs: int = 1              #: local passes over the round's examples (the same in every stage and method)
     proto_weighting: str = "count"   #: server CE: "count" (prototypes drawn by example count) or "uniform"
+    #: what a decoupled client uploads for the server's alignment: "item", per trained item the normalised mean of
+    #: its examples' user embeddings; or "example", every example's user embedding with its item (the paper's
+    #: per-sample uploads; one vector per (user, item) example leaves the client)
+    prototypes: str = "item"
     rank_among: str = "own"      #: evaluation: warm among warm, cold among cold ("own") or both among all items
     #: decoupled methods: "fedavg" (each round starts from the FedAvg of the user adapters, as in the paper) or
     #: "private" (each client keeps its own user adapter in its store and restores it every round; the uploads
@@ -43,6 +47,8 @@ class DTLConfig:
     def __post_init__(self):
         if self.user_tower not in ("fedavg", "private"):
             raise ValueError(f"user_tower must be 'fedavg' or 'private', got {self.user_tower!r}")
+        if self.prototypes not in ("item", "example"):
+            raise ValueError(f"prototypes must be 'item' or 'example', got {self.prototypes!r}")
 
 
 def param_specs(d: int, r: int) -> dict[str, ParamSpec]:

@@ -21,8 +21,8 @@ semantic anchor and the image encoder (clients) is LoRA-tuned; classes split int
   adapter so the uploaded prototypes pick their item (modality alignment);
 - **baseline "FedAvg of both towers"**: clients train both adapters with the SFT loss and FedAvg averages both.
 
-Prototypes travel with their example counts and the server draws them in that proportion (the paper uploads
-per-sample embeddings). Evaluation follows the base-to-novel protocol (warm targets among warm items, cold among
+Prototypes travel with their example counts and the server draws them in that proportion;
+``DTLConfig.prototypes="example"`` uploads every example's user embedding instead (the paper's per-sample uploads). Evaluation follows the base-to-novel protocol (warm targets among warm items, cold among
 cold) and is reported twice: with the global model and with each client's own tower(s) after its last local
 training; the headline is the client towers for the decoupled methods and the global model for FedAvg of both.
 
@@ -133,7 +133,8 @@ def train(task: RecTask, method: str, cfg: DTLConfig, *, n_clients: int = 5, alp
             shared, sl = server_align(shared, [(u.arrays["proto"], u.rows["proto"], u.arrays["proto_n"])
                                                for u in ups if "proto" in u.arrays],
                                       task, cfg, seed)
-            row["server_loss_first"], row["server_loss_last"] = sl[0], sl[-1]
+            if sl:       # --server-steps 0 leaves the item tower as it started
+                row["server_loss_first"], row["server_loss_last"] = sl[0], sl[-1]
         if config["stage"] == "rl":
             row["reward"] = float(np.mean([u.metrics["reward"] for u in ups]))
             row["groups_with_signal"] = float(np.mean([u.metrics["groups_with_signal"] for u in ups]))
@@ -237,7 +238,7 @@ def run_feddtl(source: str, cfg: DTLConfig, *, seeds, clients: int, alpha: float
             row[m] = _one_method(task, m, cfg, clients, alpha, rounds, sft_rounds, seed, log)
         per_seed.append(row)
     report = {"source": source, "seeds": list(seeds), "clients": clients, "alpha": alpha,
-              "dominant": dominant, "user_tower": cfg.user_tower,
+              "dominant": dominant, "user_tower": cfg.user_tower, "prototypes": cfg.prototypes,
               "rounds": rounds, "sft_rounds": sft_rounds, "cold_share": cold_share,
               "rank_among": cfg.rank_among, "epochs": cfg.epochs, "per_user": cfg.per_user,
               "server_steps": cfg.server_steps,

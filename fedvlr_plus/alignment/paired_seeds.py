@@ -1,4 +1,4 @@
-"""A paired comparison of two methods over the same seeds (the tables of FedDTL and FedMPT)."""
+"""A paired comparison of two methods over the same seeds (the tables of FedDTL, FedMPT and FedVPA-GP)."""
 from __future__ import annotations
 
 import numpy as np
@@ -29,6 +29,8 @@ def diff_text(t: dict) -> str:
     return f"{t['mean']:+.4f}{sem}, {t['higher']}/{t['n']}, p {p_text(t['p'])}"
 
 
-def seeds_cell(values) -> str:
-    """``0.3012 / 0.2987 / 0.3050 (**0.3016**)``: one figure per seed and their mean, in a table cell."""
-    return " / ".join(f"{v:.4f}" for v in values) + f" (**{np.mean(values):.4f}**)"
+def seeds_cell(values, sd: bool = False) -> str:
+    """``0.3012 / 0.2987 / 0.3050 (**0.3016**)``: one figure per seed and their mean, in a table cell; with ``sd``
+    the mean carries the seeds' standard deviation, ``(**0.3016 ± 0.0032**)``."""
+    spread = f" ± {np.std(values, ddof=1):.4f}" if sd and len(values) > 1 else ""
+    return " / ".join(f"{v:.4f}" for v in values) + f" (**{np.mean(values):.4f}{spread}**)"

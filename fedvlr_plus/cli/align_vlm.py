@@ -9,6 +9,7 @@ import os
 import sys
 import time
 
+from .align_tables import check_out_dir, write_table
 from .argtypes import non_negative_float, non_negative_int, open_fraction, positive_float, positive_int
 
 #: FedMPT ablation rows (report name -> variant)
@@ -115,7 +116,13 @@ def _register_feddtl(methods) -> None:
     d.add_argument("--per-user", type=positive_int, default=8,
                    help="training examples drawn per user and round (default 8)")
     d.add_argument("--server-steps", type=non_negative_int, default=10,
-                   help="server Adam steps per round on the uploaded prototypes (default 10)")
+                   help="server Adam steps per round on the uploaded prototypes (default 10; 0 = the item tower "
+                        "stays as it started)")
+    d.add_argument("--prototypes", choices=("item", "example"), default="item",
+                   help="what decoupled clients upload for the server's item-tower alignment: per trained item the "
+                        "normalised mean of its user embeddings (item; default) or every example's user embedding "
+                        "with its item (example: the paper's per-sample uploads, one vector per (user, item) "
+                        "example; chosen on validation for the skewed lfm2k split)")
     d.add_argument("--rank-among", choices=("own", "all"), default="own",
                    help="rank warm targets among warm items and cold among cold (own, the base-to-novel "
                         "protocol; default) or both among all items (all)")
@@ -157,7 +164,7 @@ def cli_fedmpt(args) -> int:
     from .. import datasets
     from ..alignment import fedmpt as M
 
-    _check_out_dir(args.out_dir)
+    check_out_dir(args.out_dir)
     torch.set_num_threads(max(1, torch.get_num_threads()))
     log = (lambda s: print(s, file=sys.stderr)) if args.json else print
     t0 = time.time()
@@ -178,7 +185,7 @@ def cli_fedmpt(args) -> int:
                                        for s in args.seeds], args.seeds)
         report["seconds"] = round(time.time() - t0, 1)
     if args.out_dir:
-        _write_table(table, args.out_dir, markdown)
+        write_table(table, args.out_dir, markdown)
     return _emit(report, args)
 
 
@@ -212,24 +219,15 @@ def _fedmpt_seed(args, M, data, task, ids, seed: int, t0: float, log) -> dict:
             "seconds": round(time.time() - t0, 1)}
 
 
-def _check_out_dir(out_dir) -> None:
-    from ..errors import ConfigError
-
-    if out_dir and os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        # checked before training, so a mistyped path does not cost the whole run
-        raise ConfigError(f"--out-dir {out_dir}: exists and is not a folder (it names a folder for "
-                          "result.json and table.md)")
-
-
 def cli_feddtl(args) -> int:
     from ..alignment.dtl_table import markdown
     from ..alignment.feddtl import DTLConfig, run_feddtl
 
-    _check_out_dir(args.out_dir)
+    check_out_dir(args.out_dir)
 
     cfg = DTLConfig(rank=args.rank, sigma=args.sigma, group=args.group, beta=args.beta, epochs=args.epochs,
                     per_user=args.per_user, server_steps=args.server_steps, rank_among=args.rank_among,
-                    user_tower=args.user_tower)
+                    user_tower=args.user_tower, prototypes=args.prototypes)
     log = (lambda s: print(s, file=sys.stderr)) if args.json else print
     report = run_feddtl(args.source, cfg, seeds=args.seeds, clients=args.clients, alpha=args.alpha,
                         rounds=args.rounds, sft_rounds=args.sft_rounds, cold_share=args.cold_share,
@@ -237,17 +235,5 @@ def cli_feddtl(args) -> int:
                         content=args.content, classes=args.classes, novel=args.novel_classes, valid=args.valid,
                         log=log)
     if args.out_dir:
-        _write_table(report, args.out_dir, markdown)
+        write_table(report, args.out_dir, markdown)
     return _emit(report, args)
-
-
-def _write_table(report: dict, folder: str, markdown) -> None:
-    """result.json and table.md (``markdown(report, command)``) in ``folder``, each written atomically."""
-    from pathlib import Path
-
-    from ..atomic_write import atomic_write_text, make_dirs
-    from ..jsonio import write_json_atomic
-
-    out = make_dirs(folder)
-    write_json_atomic(Path(out) / "result.json", report)
-    atomic_write_text(Path(out) / "table.md", markdown(report, "fedvlr-plus " + " ".join(sys.argv[1:])))

@@ -20,6 +20,7 @@ def _folder(tmp_path):
     (["--content", "nosuch"], ("--content nosuch", "vec")),
     (["--content", "vec", "--classes", "1"], ("--classes 1", "between 2 and the 9 items")),
     (["--content", "vec", "--classes", "3", "--novel-classes", "3"], ("--novel-classes 3", "fewer than the 3")),
+    (["--content", "vec", "--prototypes", "class"], ("--prototypes", "'class'", "item", "example")),
 ])
 def test_bad_feddtl_class_flags(tmp_path, flags, needles):
     data = _folder(tmp_path)
