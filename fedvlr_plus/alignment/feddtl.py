@@ -22,9 +22,10 @@ semantic anchor and the image encoder (clients) is LoRA-tuned; classes split int
 - **baseline "FedAvg of both towers"**: clients train both adapters with the SFT loss and FedAvg averages both.
 
 Prototypes travel with their example counts and the server draws them in that proportion;
-``DTLConfig.prototypes="example"`` uploads every example's user embedding instead (the paper's per-sample uploads). Evaluation follows the base-to-novel protocol (warm targets among warm items, cold among
-cold) and is reported twice: with the global model and with each client's own tower(s) after its last local
-training; the headline is the client towers for the decoupled methods and the global model for FedAvg of both.
+``DTLConfig.prototypes="example"`` uploads every example's user embedding instead (the paper's per-sample
+uploads). Evaluation follows the base-to-novel protocol (warm targets among warm items, cold among cold) and is
+reported twice: with the global model and with each client's own tower(s) after its last local training; the
+headline is the client towers for the decoupled methods and the global model for FedAvg of both.
 
 Clients are groups of users: a Dirichlet(alpha) split over each user's dominant genre (label skew), the genre
 with the largest share of the history (``dominant="count"``) or the one most over-represented against the global
