@@ -18,6 +18,7 @@ import torch
 from torch.func import grad_and_value, vmap
 
 from .messages import ClientUpdate
+from .module_bpr import bpr_gradients, closed_form_bpr
 
 
 @dataclass
@@ -88,6 +89,13 @@ class ChunkTraining:
         if self.fixed or any(self.base.kinds[n] not in ("user", "item") for n in self.batched):
             return self._nested_gradients(lanes, look, dropout)
         return self._flat_gradients(lanes, look, dropout)
+
+    @property
+    def bpr(self):
+        """RecBole's BPR, whose flat gradients have a closed form (:mod:`.module_bpr`), or None."""
+        if not hasattr(self, "_bpr"):
+            self._bpr = closed_form_bpr(self.base) if self.pairwise else None
+        return self._bpr
 
     @property
     def padded(self) -> bool:
@@ -166,15 +174,20 @@ class ChunkTraining:
             ids[f["neg"]] = cl * item_width + local[:, 1]
         else:
             ids[f["label"]] = self._labels(lanes)[cl, r]
-        tables = {n: v.detach().reshape((-1,) + tuple(v.shape[2:])).requires_grad_(True)
-                  for n, v in self.batched.items()}
-        row_loss = self._flat_row_loss(dropout)
-        with dropout, torch.enable_grad():
-            per_row = vmap(row_loss, in_dims=(None, 0, 0, 0))(tables, ids, cl, r)
-            weighted = per_row * weight
-            names = list(tables)
-            g_flat = torch.autograd.grad(weighted.sum(), [tables[n] for n in names], allow_unused=True)
-        dropout.lane = None
+        tables = {n: v.detach().reshape((-1,) + tuple(v.shape[2:])) for n, v in self.batched.items()}
+        names = list(tables)
+        if self.bpr is not None:
+            g_named, weighted = bpr_gradients(tables, self.bpr, ids[f["user"]], ids[f["item"]], ids[f["neg"]],
+                                              weight)
+            g_flat = [g_named[n] for n in names]
+        else:
+            tables = {n: v.requires_grad_(True) for n, v in tables.items()}
+            row_loss = self._flat_row_loss(dropout)
+            with dropout, torch.enable_grad():
+                per_row = vmap(row_loss, in_dims=(None, 0, 0, 0))(tables, ids, cl, r)
+                weighted = per_row * weight
+                g_flat = torch.autograd.grad(weighted.sum(), [tables[n] for n in names], allow_unused=True)
+            dropout.lane = None
         loss = torch.zeros(n_c, dtype=weighted.dtype).index_add_(0, cl, weighted.detach())
         grads = {n: torch.zeros_like(self.batched[n]) if g is None else g.reshape(self.batched[n].shape)
                  for n, g in zip(names, g_flat)}
@@ -209,7 +222,8 @@ class ChunkTraining:
         for name, g in grads.items():
             if name in self.acc:
                 g_in = g if every else _where(active, g, 0.0)
-                self.acc[name] = g_in.clone() if self.acc[name] is None else self.acc[name] + g_in
+                # (the gradients are fresh tensors of this step: the first is kept, later ones added in place)
+                self.acc[name] = g_in if self.acc[name] is None else self.acc[name].add_(g_in)
                 if not self.local_shared:
                     continue
             kind, p = self.base.kinds[name], self.batched[name]
