@@ -26,6 +26,7 @@ from .privacy import privatise
 from .schedule import Schedule, build_schedule
 from .state import init_private_block, round_start
 from .store import load_block, save_block
+from .summed_chunk import SummedChunk
 
 
 def _chunks(order: np.ndarray, cost: np.ndarray, budget: float, overhead: float) -> list[np.ndarray]:
@@ -63,6 +64,7 @@ class BatchedSimulator:
     """Trains and scores many clients at once from the training CSR (``indptr``, ``indices``)."""
 
     name = "batched"
+    sums_chunks = True   # fit_chunks(..., summed=True) hands chunks over as blocks (:mod:`.summed_chunk`)
 
     def __init__(self, bb: Backbone, indptr: np.ndarray, indices: np.ndarray, store, *,
                  seed: int = 0, dtype=torch.float32, chunk_floats: int = 1 << 24, chunk_overhead: int = 1 << 18,
@@ -103,9 +105,9 @@ class BatchedSimulator:
         updates = {u.cid: u for chunk in self.fit_chunks(cids, shared, config) for u in chunk}
         return [updates[int(c)] for c in np.asarray(cids, dtype=np.int64)]
 
-    def fit_chunks(self, cids, shared: dict[str, torch.Tensor], config: dict):
+    def fit_chunks(self, cids, shared: dict[str, torch.Tensor], config: dict, summed: bool = False):
         """The round's uploads one chunk of clients at a time (the engine adds each chunk to the strategy's
-        running sums and drops it, :mod:`.upload_stream`)."""
+        running sums and drops it, :mod:`.upload_stream`); ``summed``: as a :class:`SummedChunk` each."""
         cids = np.asarray(cids, dtype=np.int64)
         n = self.indptr[cids + 1] - self.indptr[cids]
         k, epochs, bsz = int(config["negatives"]), int(config["epochs"]), int(config["batch_size"])
@@ -114,9 +116,9 @@ class BatchedSimulator:
         cost = (rows_est + slots_est) * max(self.table_width, 1) + self.dense_numel
         order = np.argsort(n, kind="stable")
         for idx in _chunks(order, cost, self.chunk_floats, self.chunk_overhead):
-            yield self._fit_chunk(cids[idx], shared, config)
+            yield self._fit_chunk(cids[idx], shared, config, summed)
 
-    def _fit_chunk(self, cids: np.ndarray, shared: dict[str, torch.Tensor], config: dict) -> list[ClientUpdate]:
+    def _fit_chunk(self, cids: np.ndarray, shared: dict[str, torch.Tensor], config: dict, summed: bool = False):
         """Every client of the chunk trains its local epochs in lock-step and yields its upload."""
         batch = self._chunk_batch(cids, config)
         private = {k: v.to(self.device) for k, v in round_start(self.bb, self._private_block(cids)).items()}
@@ -125,6 +127,8 @@ class BatchedSimulator:
         sgd = self._local_sgd(batch, shared, private, config, fixed)
         loss_sum, steps_done = self._local_steps(cids, batch, shared, sgd, config, kernel, fixed)
         private = {k: v.cpu() for k, v in private.items()}
+        if summed:
+            return self._summed_chunk(cids, batch, cpu_shared, private, sgd, loss_sum, steps_done, config)
         return self._chunk_updates(cids, batch, cpu_shared, private, sgd, loss_sum, steps_done, config)
 
     def _chunk_batch(self, cids: np.ndarray, config: dict) -> "_ChunkBatch":
@@ -230,9 +234,9 @@ class BatchedSimulator:
                 per = self._autograd_step(sgd, ctx, fidx, y, wt, batch.mask[:, s], active_all[:, s], config)
             per_steps.append(per)
         if mixture is not None:
-            table_grads = mixture.finish(sgd.leaves)
-            if table_grads is not None:
-                sgd.acc[kernel.table] = table_grads
+            mixture.finish(sgd.leaves)
+            if fixed:   # formed when the uploads are made (as rows, or as factors of the round's sums)
+                sgd.deferred = (kernel.table, mixture)
         steps_done = active_all.sum(1)
         loss_sum = (torch.stack(per_steps, 1) * active_all).sum(1) if per_steps else torch.zeros(c_n, dtype=dtype)
         return loss_sum.cpu(), steps_done.cpu()
@@ -298,6 +302,8 @@ class BatchedSimulator:
         bb, specs, sched = self.bb, self.specs, batch.sched
         c_n, t_max, owner, pos = batch.c_n, batch.t_max, batch.owner, batch.pos
         upload = config.get("upload", "params")
+        if sgd.deferred is not None:
+            sgd.acc[sgd.deferred[0]] = sgd.deferred[1].table_grads()
         acc = {k: v.cpu() for k, v in sgd.acc.items()}
         detached = {k: v.detach().cpu() for k, v in sgd.leaves.items()}
         sizes = sched.rows.tolist()
@@ -322,6 +328,42 @@ class BatchedSimulator:
             rws = {name: trows[c] for name in table_names}
             out.append(privatise(ClientUpdate(cid=cid, kind=upload, arrays=arrays, rows=rws, num_examples=n_pos[c],
                                               metrics={"loss": losses[c], "steps": steps_l[c]}), shared, config))
+        return out
+
+    def _summed_chunk(self, cids, batch: "_ChunkBatch", shared, private, sgd: "_LocalSGD", loss_sum, steps_done,
+                      config: dict) -> SummedChunk:
+        """Store the chunk's private states and hand its uploads over as blocks: each item table's real rows,
+        client after client (what :meth:`_chunk_updates` cuts into per-client views), dense arrays stacked."""
+        bb, specs, sched = self.bb, self.specs, batch.sched
+        upload = config.get("upload", "params")
+        detached = {k: v.detach().cpu() for k, v in sgd.leaves.items()}
+        self._store_chunk(cids, shared, private, detached, batch.owner, batch.pos, sched.touched, batch.t_max)
+        out = SummedChunk(kind=upload, cids=cids, num_examples=sched.n_pos,
+                          losses=(loss_sum / steps_done.clamp(min=1.0)).numpy())
+        real = torch.from_numpy(batch.owner * batch.t_max + batch.pos)
+        rows, client = torch.from_numpy(sched.touched), torch.from_numpy(batch.owner)
+        if sgd.deferred is not None:
+            name, mixture = sgd.deferred
+            c_n, t_max, s_max = mixture.defer
+            if bb.n_items * s_max * c_n <= self.chunk_floats:   # (else formed as rows, below)
+                coef, factor, columns = mixture.table_factors(batch.touched.view(-1)[real.to(self.device)],
+                                                              real.to(self.device), bb.n_items)
+                out.row_factors[name] = (coef.cpu(), factor.cpu(), columns.cpu(), rows, client)
+            else:
+                sgd.acc[name] = mixture.table_grads()
+        # the padded rows of each client's T slots go with weight 0 (adding 0 changes no sum): no copy of the rows
+        real_mask = torch.zeros(batch.c_n * batch.t_max, dtype=torch.bool)
+        real_mask[real] = True
+        slot_client = torch.arange(batch.c_n).repeat_interleave(batch.t_max)
+        for name in bb.shared_names:
+            if name in out.row_factors:
+                continue
+            src = sgd.acc[name].cpu() if upload == "grads" else detached[name]
+            if specs[name].item_table:
+                out.row_blocks[name] = (batch.touched.cpu().view(-1), src.reshape(batch.c_n * batch.t_max, -1),
+                                        slot_client, real_mask)
+            else:
+                out.dense[name] = src
         return out
 
     def _store_chunk(self, cids, shared, private, detached, owner, pos, touched_rows, t_max) -> None:
@@ -426,6 +468,7 @@ class _LocalSGD:
     local_shared: bool
     c_n: int
     l_max: int
+    deferred: tuple | None = None   # (table, MixtureSteps): a gradient upload the closed form forms at the end
 
     @property
     def names(self) -> list[str]:

@@ -194,17 +194,36 @@ class MixtureSteps:
         return grads, loss
 
     @torch.no_grad()
-    def finish(self, p: dict) -> torch.Tensor | None:
-        """Write ``router.w1`` in place; the summed gradient of the fused rows ``[C, T, J d]`` when deferred."""
+    def finish(self, p: dict) -> None:
+        """Write ``router.w1`` in place."""
         w1 = p["router.w1"]
         if self.wd:   # (without weight decay the scale stays 1)
             w1.mul_(self.alpha.unsqueeze(-1))
         w1.baddbmm_(self.x.unsqueeze(-1), self.g_sum.unsqueeze(1), alpha=-self.lr)
-        if self.defer is None:
-            return None
+
+    @torch.no_grad()
+    def table_grads(self) -> torch.Tensor:
+        """The deferred, summed gradient of the fused rows: ``[C, T, J d]``."""
         c_n, t_max, s_max = self.defer
         coef = self.delta_rows.view(s_max, c_n, t_max).permute(1, 2, 0)
         return torch.bmm(coef, self.directions.transpose(0, 1))
+
+    @torch.no_grad()
+    def table_factors(self, items: torch.Tensor, real: torch.Tensor, n_items: int):
+        """The deferred gradient of the fused rows as two factors over the whole table, for the round's sums
+        without forming any client's rows: ``coef [n_items, S C] @ directions [S C, J d]`` is the sum over the
+        chunk's clients (column ``s C + c``: client ``c``'s step ``s``; weigh the columns by their client,
+        ``client [S C]``, to get a weighted sum). ``real``: the flat ids (``c T + t``) of the clients' real
+        touched rows, ``items`` their global ids."""
+        c_n, t_max, s_max = self.defer
+        k = s_max * c_n
+        client = torch.div(real, t_max, rounding_mode="floor")
+        steps = torch.arange(s_max, device=real.device).unsqueeze(1)
+        where = (items * k).unsqueeze(0) + steps * c_n + client.unsqueeze(0)            # [S, R] in coef
+        coef = torch.zeros(n_items * k, dtype=self.delta_rows.dtype, device=real.device)
+        coef.index_add_(0, where.reshape(-1), self.delta_rows.index_select(1, real).reshape(-1))
+        columns = torch.arange(c_n, device=real.device).repeat(s_max)
+        return coef.view(n_items, k), self.directions.reshape(k, -1), columns
 
 
 class GatheredRows:
