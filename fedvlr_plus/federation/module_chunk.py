@@ -19,6 +19,7 @@ from torch.func import grad_and_value, vmap
 
 from .messages import ClientUpdate
 from .module_bpr import bpr_gradients, closed_form_bpr
+from .summed_chunk import SummedChunk
 
 
 @dataclass
@@ -239,6 +240,11 @@ class ChunkTraining:
         return next(s for s in self.base.all_specs() if s.name == name).scaled
 
     # ------------------------------------------------------------------ uploads and private states
+    def states(self) -> dict:
+        """The chunk's new private states ``{name: [C, ...]}``."""
+        return {s.name: (self.batched[s.name][:, 1] if self.base.kinds[s.name] == "user"
+                         else self.batched[s.name]).clone() for s in self.base.private_specs()}
+
     def finish(self, sched, cids, losses: list, config: dict, privatise) -> tuple[dict, dict]:
         """The chunk's uploads ``{cid: ClientUpdate}`` and its new private states ``{name: [C, ...]}``."""
         updates = {}
@@ -260,9 +266,33 @@ class ChunkTraining:
                               metrics={"loss": float(np.mean(steps)) if len(steps) > 1 else
                                        (steps[0] if steps else 0.0), "steps": len(steps)})
             updates[cid] = privatise(up, self.shared, config)
-        states = {s.name: (self.batched[s.name][:, 1] if self.base.kinds[s.name] == "user"
-                           else self.batched[s.name]).clone() for s in self.base.private_specs()}
-        return updates, states
+        return updates, self.states()
+
+
+def summed_chunk(chunk: "ChunkTraining", sched, cids, losses: list) -> SummedChunk:
+    """The chunk's uploads as blocks for the round's sums (:mod:`.summed_chunk`): each item table's ``[C, 1 + T]``
+    rows as they are, the padding rows with weight 0 (no copy), dense arrays stacked."""
+    c_n, t_max, c0 = len(cids), chunk.t_max, chunk.c0
+    ptr = sched.touched_ptr
+    counts = ptr[c0 + 1:c0 + c_n + 1] - ptr[c0:c0 + c_n]
+    cl = np.repeat(np.arange(c_n), counts)
+    j = np.arange(int(counts.sum())) - np.repeat(ptr[c0:c0 + c_n] - ptr[c0], counts)
+    slot = torch.from_numpy(cl * (1 + t_max) + 1 + j)
+    rows = torch.zeros(c_n * (1 + t_max), dtype=torch.long)
+    rows[slot] = torch.from_numpy(sched.touched[ptr[c0]:ptr[c0 + c_n]])
+    real = torch.zeros(c_n * (1 + t_max), dtype=torch.bool)
+    real[slot] = True
+    client = torch.arange(c_n).repeat_interleave(1 + t_max)
+    mean = [float(np.mean(x)) if len(x) > 1 else (x[0] if x else 0.0) for x in losses]
+    out = SummedChunk(kind=chunk.upload, cids=np.asarray(cids, dtype=np.int64),
+                      num_examples=sched.n_pos[c0:c0 + c_n], losses=np.asarray(mean, dtype=np.float64))
+    for name in chunk.base.shared_names:
+        src = (chunk.acc if chunk.upload == "grads" else chunk.batched)[name]
+        if chunk.base.kinds[name] == "item":
+            out.row_blocks[name] = (rows, src.reshape(c_n * (1 + t_max), -1), client, real)
+        else:
+            out.dense[name] = src
+    return out
 
 
 def _gathered_rows(table: torch.Tensor, pad: torch.Tensor, sched, c0: int, c1: int, t_max: int) -> torch.Tensor:
@@ -275,7 +305,8 @@ def _gathered_rows(table: torch.Tensor, pad: torch.Tensor, sched, c0: int, c1: i
     index = np.zeros((c1 - c0, 1 + t_max), dtype=np.int64)        # 0: the padding row
     index[cl, j + 1] = sched.touched[ptr[c0]:ptr[c1]] + 1
     padded = torch.cat([pad.unsqueeze(0), table.detach()])
-    return padded[torch.from_numpy(index)]
+    # (index_select on the flat ids is several times faster than advanced indexing with [C, 1 + T] ids)
+    return padded.index_select(0, torch.from_numpy(index).view(-1)).view(c1 - c0, 1 + t_max, *padded.shape[1:])
 
 
 def _expand(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
