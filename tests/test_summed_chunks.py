@@ -42,12 +42,12 @@ def _sum_of(sums, name):
     return sums.row_sums(name) if name in sums.rows else (sums.dense_sum(name), None)
 
 
-@pytest.mark.parametrize("backbone,upload", [("fedavg", "params"), ("fcf", "grads"), ("fedavg", "grads"),
-                                            ("fedncf", "params")])   # (FedNCF: dense shared towers)
+# stepped gathered rows (weight decay: no rank-one steps), and FedNCF's generic path with dense shared towers
+@pytest.mark.parametrize("backbone,upload", [("fedavg", "params"), ("fcf", "grads"), ("fedncf", "params")])
 def test_row_blocks_give_the_per_client_sums_bit_for_bit(backbone, upload):
     bb = make_backbone(backbone, N_ITEMS, 8)
     shared = init_shared_state(bb, 0)
-    config = {**BASE, "upload": upload}
+    config = {**BASE, "upload": upload, "weight_decay": 0.01}
     got, kinds = _sums(bb, shared, config, summed=True)
     want, plain = _sums(bb, shared, config, summed=False)
     assert set(kinds) == {SummedChunk} and SummedChunk not in plain
@@ -56,6 +56,23 @@ def test_row_blocks_give_the_per_client_sums_bit_for_bit(backbone, upload):
         assert torch.equal(a, b), name
         assert da is None or torch.equal(da, db), name
     assert any(float(_sum_of(got, n)[0].abs().max()) > 0 for n in shared)
+
+
+@pytest.mark.parametrize("backbone,extra", [("fedavg", dict(upload="params")), ("fcf", dict(upload="grads")),
+                                            ("fedavg", dict(upload="grads", local_shared=True))],
+                         ids=["fedavg-params", "fcf-grads", "fedavg-local-shared"])
+def test_dot_head_factors_give_the_per_client_sums(backbone, extra):
+    """A dot-product head's rank-one steps (``federation/dot_steps.py``) go to the sums as factors."""
+    bb = make_backbone(backbone, N_ITEMS, 8)
+    shared = init_shared_state(bb, 0)
+    config = {**BASE, "weight_decay": 0.0, **extra}
+    got, _ = _sums(bb, shared, config, summed=True)
+    want, _ = _sums(bb, shared, config, summed=False)
+    for name in shared:
+        (a, da), (b, db) = _sum_of(got, name), _sum_of(want, name)
+        assert float((b - (0 if extra["upload"] == "grads" else shared[name])).abs().max()) > 1e-4
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6), (name, float((a - b).abs().max()))
+        assert torch.equal(da, db), name
 
 
 @pytest.mark.parametrize("residual", [False, True])
@@ -75,12 +92,14 @@ def test_fedvlr_factors_give_the_per_client_sums(residual, chunk_floats):
         assert da is None or torch.allclose(da, db, rtol=1e-12, atol=0), name
 
 
-def test_fedvlr_uses_factors_when_they_fit():
-    bb = _layer("fedavg")
-    shared = _shared(bb)
+@pytest.mark.parametrize("model", ["fedvlr", "fedavg"])
+def test_factors_are_used_when_they_fit(model):
+    bb = _layer("fedavg") if model == "fedvlr" else make_backbone("fedavg", N_ITEMS, 8)
+    shared = _shared(bb) if model == "fedvlr" else init_shared_state(bb, 0)
     indptr, indices = tiny_csr(N_USERS, N_ITEMS)
     sim = BatchedSimulator(bb, indptr, indices, MemoryStore(), seed=0, chunk_floats=4096)
-    chunks = list(sim.fit_chunks(np.arange(N_USERS), shared, {**BASE, "upload": "grads"}, summed=True))
+    config = {**BASE, "upload": "grads" if model == "fedvlr" else "params"}
+    chunks = list(sim.fit_chunks(np.arange(N_USERS), shared, config, summed=True))
     assert all(c.row_factors and not c.row_blocks for c in chunks)
 
 

@@ -21,6 +21,8 @@ import torch.nn.functional as F
 
 from ..adapters.base import Backbone
 from .client import RecClient, scoring_params
+from ..fedvlr.closed_form import MixtureSteps
+from .dot_steps import DotSteps
 from .messages import ClientUpdate
 from .privacy import privatise
 from .schedule import Schedule, build_schedule
@@ -124,7 +126,9 @@ class BatchedSimulator:
         private = {k: v.to(self.device) for k, v in round_start(self.bb, self._private_block(cids)).items()}
         cpu_shared, shared = shared, {k: v.to(self.device) for k, v in shared.items()}
         kernel, fixed = self._closed_form_plan(batch, config)
-        sgd = self._local_sgd(batch, shared, private, config, fixed)
+        # rank-one steps of a dot-product head read the broadcast table: the rows are gathered only if needed
+        lazy = (self.bb.dot_head[0],) if kernel is None and self._dot_steps_apply(batch, config, fixed) else ()
+        sgd = self._local_sgd(batch, shared, private, config, fixed, lazy)
         loss_sum, steps_done = self._local_steps(cids, batch, shared, sgd, config, kernel, fixed)
         private = {k: v.cpu() for k, v in private.items()}
         if summed:
@@ -158,10 +162,11 @@ class BatchedSimulator:
         return _ChunkBatch(sched, owner, pos, touched, items, labels, mask, c_n, t_max, s_max, l_max)
 
     def _local_sgd(self, batch: "_ChunkBatch", shared: dict, private: dict, config: dict,
-                   fixed: tuple[str, ...] = ()) -> "_LocalSGD":
+                   fixed: tuple[str, ...] = (), lazy: tuple[str, ...] = ()) -> "_LocalSGD":
         """The chunk's trainable tensors (shared parts copied per client, item tables as the touched rows) and
         the step rule, from the round's learning rates. ``fixed``: shared item tables the closed-form steps read
-        from the broadcast copy and whose uploaded gradient they make themselves (no copy, no accumulator)."""
+        from the broadcast copy and whose uploaded gradient they make themselves (no copy, no accumulator); ``lazy``:
+        shared item tables whose rows and gradient are formed at the end, if at all (None until then)."""
         bb, dtype, specs, c_n, t_max = self.bb, self.dtype, self.specs, batch.c_n, batch.t_max
         touched = batch.touched
         leaves: dict[str, torch.Tensor] = {}
@@ -169,7 +174,9 @@ class BatchedSimulator:
             if name in fixed:
                 continue
             g = shared[name].to(dtype)
-            if specs[name].item_table:  # index_select on the flat ids is much faster than g[touched]
+            if name in lazy:
+                leaves[name] = None
+            elif specs[name].item_table:  # index_select on the flat ids is much faster than g[touched]
                 leaves[name] = g.index_select(0, touched.view(-1)).view(c_n, t_max, *g.shape[1:])
             else:
                 leaves[name] = g.unsqueeze(0).expand(c_n, *g.shape).clone()
@@ -180,15 +187,16 @@ class BatchedSimulator:
                 leaves[s.name] = private[s.name]   # a fresh copy: trained in place
         tables = [nm for nm in leaves if specs[nm].item_table]
         for nm in leaves:
-            if nm not in tables:
+            if nm not in tables and leaves[nm] is not None:
                 leaves[nm].requires_grad_(True)
         # item tables are updated in place through a flat [C * T, d] view: a step gathers the rows of its
         # examples as a fresh leaf, and the SGD step scatters the gradient back with index_add (duplicates sum,
         # exactly as the gradient of the table would); no dense [C, T, d] gradient is ever materialised
-        flat_tables = {nm: leaves[nm].view(c_n * t_max, -1) for nm in tables}
+        flat_tables = {nm: None if nm in lazy else leaves[nm].view(c_n * t_max, -1) for nm in tables}
         grads_mode = config.get("upload", "params") == "grads"
-        acc = {name: torch.zeros_like(leaves[name]) for name in bb.shared_names if name in leaves} if grads_mode else {}
-        acc_flat = {nm: acc[nm].view(c_n * t_max, -1) for nm in tables if nm in acc}
+        acc = {name: None if name in lazy else torch.zeros_like(leaves[name])
+               for name in bb.shared_names if name in leaves} if grads_mode else {}
+        acc_flat = {nm: None if nm in lazy else acc[nm].view(c_n * t_max, -1) for nm in tables if nm in acc}
         lr = float(config["lr"])
         return _LocalSGD(leaves, flat_tables, acc, acc_flat, specs, lr=lr,
                          item_lr=lr * float(config.get("item_lr_scale", 1.0)),
@@ -215,14 +223,20 @@ class BatchedSimulator:
         # closed-form gradients for dot-product heads (same maths as autograd; the sequential reference and
         # the tests keep autograd): d(w BCE)/d logit = w (sigmoid(logit) - y)
         dot = bb.dot_head
-        fast = (dot is not None and type(bb).regulariser is Backbone.regulariser and not bb.uses_history
-                and set(sgd.names) == {n for n in dot if n is not None} and dot[0] in sgd.flat_tables)
+        fast = self._dot_head_fast(set(sgd.names)) and dot[0] in sgd.flat_tables
         mixture = None if kernel is None else kernel.local_steps(
             kernel.router_input(ctx), sgd.leaves, sgd.lr, sgd.wd, (c_n, t_max, s_max) if fixed else None)
+        dots = self._dot_steps(shared, sgd, s_max) if fast and sgd.leaves[dot[0]] is None else None
         per_steps = []
         for s in range(s_max):
             y, wt, fidx = batch.labels[:, s], weight_all[:, s], fidx_all[s]
-            if fast:
+            if dots is not None:
+                _, wname, bname = dot
+                g_w, g_b, per = dots.step(sgd.leaves[wname], sgd.leaves[bname] if bname else None, global_all[:, s],
+                                          y, wt)
+                grads = {wname: g_w, bname: g_b}
+                sgd.step([grads.get(n) for n in sgd.names], fidx, batch.mask[:, s], active_all[:, s])
+            elif fast:
                 per = self._closed_form_step(sgd, fidx, y, wt, batch.mask[:, s], active_all[:, s])
             elif mixture is not None:
                 rows = mixture.rows(shared[kernel.table].to(dtype), sgd.flat_tables.get(kernel.table), fidx,
@@ -233,13 +247,75 @@ class BatchedSimulator:
                 ctx["items_global"] = global_all[:, s]
                 per = self._autograd_step(sgd, ctx, fidx, y, wt, batch.mask[:, s], active_all[:, s], config)
             per_steps.append(per)
+        if dots is not None:   # the rows are formed when the uploads are made (as rows, or as factors of sums)
+            sgd.deferred = (self.bb.dot_head[0], dots)
         if mixture is not None:
             mixture.finish(sgd.leaves)
-            if fixed:   # formed when the uploads are made (as rows, or as factors of the round's sums)
+            if fixed:   # (the same for the gradient of the fixed fused rows)
                 sgd.deferred = (kernel.table, mixture)
         steps_done = active_all.sum(1)
         loss_sum = (torch.stack(per_steps, 1) * active_all).sum(1) if per_steps else torch.zeros(c_n, dtype=dtype)
         return loss_sum.cpu(), steps_done.cpu()
+
+    def _dot_head_fast(self, names: set) -> bool:
+        """Whether the trained tensors ``names`` are a dot-product head's and nothing else (closed-form steps)."""
+        bb, dot = self.bb, self.bb.dot_head
+        return (dot is not None and type(bb).regulariser is Backbone.regulariser and not bb.uses_history
+                and names == {n for n in dot if n is not None})
+
+    def _dot_steps_apply(self, batch: "_ChunkBatch", config: dict, fixed: tuple[str, ...]) -> bool:
+        """Whether the chunk's steps are rank-one sums over the broadcast table (:mod:`.dot_steps`): a shared
+        item table of a dot-product head, no weight decay, and cheaper than stepping gathered rows."""
+        names = {n for n in self.bb.shared_names if n not in fixed} | {s.name for s in self.bb.private_specs()}
+        if not self._dot_head_fast(names) or float(config.get("weight_decay", 0.0)):
+            return False
+        table = self.bb.dot_head[0]
+        return (table in self.bb.shared_names and self.specs[table].item_table
+                and DotSteps.fits(self.bb.n_items, batch.c_n, batch.s_max, batch.l_max, self.chunk_floats))
+
+    def _dot_steps(self, shared: dict, sgd: "_LocalSGD", s_max: int) -> DotSteps:
+        """The chunk's steps of a dot-product head as rank-one sums over the broadcast table."""
+        table = self.bb.dot_head[0]
+        item_lr = sgd.item_lr if self.specs[table].scaled else sgd.lr
+        stepped = table not in sgd.acc or sgd.local_shared    # as _LocalSGD.step: a gradient upload steps only
+        return DotSteps(shared[table].to(self.dtype), sgd.c_n, s_max, item_lr, stepped)
+
+    def _form_deferred(self, sgd: "_LocalSGD", touched: torch.Tensor) -> None:
+        """Write what the chunk's closed-form steps left to the end into its tables: the clients' rows after
+        their :class:`DotSteps` (and their gradient, for a gradient upload), or the FedVLR layer's gradient of
+        the fixed fused rows."""
+        if sgd.deferred is None:
+            return
+        (table, steps), sgd.deferred = sgd.deferred, None
+        if isinstance(steps, MixtureSteps):
+            sgd.acc[table] = steps.table_grads()
+            return
+        grads = steps.row_grads(touched)
+        if table in sgd.acc:
+            sgd.acc[table] = grads
+            sgd.acc_flat[table] = grads.view(-1, grads.shape[-1])
+        rows = steps.table.index_select(0, touched.reshape(-1)).view(*touched.shape, -1)   # the broadcast rows
+        if steps.stepped:
+            steps.write_rows(rows, grads)
+        sgd.leaves[table], sgd.flat_tables[table] = rows, rows.view(-1, rows.shape[-1])
+
+    def _deferred_factors(self, sgd: "_LocalSGD", batch: "_ChunkBatch", upload: str):
+        """``(table, (coef, factor, columns, base))``: the deferred table upload of the chunk as factors of the
+        round's sums (:class:`SummedChunk`), where it is a shared table no stored state needs as rows; else
+        None."""
+        if sgd.deferred is None:
+            return None
+        table, steps = sgd.deferred
+        if table not in self.bb.shared_names or self.bb.personal_copies:
+            return None
+        if isinstance(steps, MixtureSteps):
+            c_n, t_max, s_max = steps.defer
+            if self.bb.n_items * s_max * c_n > self.chunk_floats:
+                return None
+            real = torch.from_numpy(batch.owner * batch.t_max + batch.pos).to(self.device)
+            coef, factor, columns = steps.table_factors(batch.touched.view(-1)[real], real, self.bb.n_items)
+            return table, (coef, factor, columns, None)
+        return table, steps.factors(upload)
 
     def _closed_form_plan(self, batch: "_ChunkBatch", config: dict):
         """The backbone's closed-form step (the FedVLR layer's router and dot-product head), where it covers every
@@ -302,8 +378,7 @@ class BatchedSimulator:
         bb, specs, sched = self.bb, self.specs, batch.sched
         c_n, t_max, owner, pos = batch.c_n, batch.t_max, batch.owner, batch.pos
         upload = config.get("upload", "params")
-        if sgd.deferred is not None:
-            sgd.acc[sgd.deferred[0]] = sgd.deferred[1].table_grads()
+        self._form_deferred(sgd, batch.touched)
         acc = {k: v.cpu() for k, v in sgd.acc.items()}
         detached = {k: v.detach().cpu() for k, v in sgd.leaves.items()}
         sizes = sched.rows.tolist()
@@ -336,21 +411,18 @@ class BatchedSimulator:
         client after client (what :meth:`_chunk_updates` cuts into per-client views), dense arrays stacked."""
         bb, specs, sched = self.bb, self.specs, batch.sched
         upload = config.get("upload", "params")
-        detached = {k: v.detach().cpu() for k, v in sgd.leaves.items()}
-        self._store_chunk(cids, shared, private, detached, batch.owner, batch.pos, sched.touched, batch.t_max)
         out = SummedChunk(kind=upload, cids=cids, num_examples=sched.n_pos,
                           losses=(loss_sum / steps_done.clamp(min=1.0)).numpy())
-        real = torch.from_numpy(batch.owner * batch.t_max + batch.pos)
         rows, client = torch.from_numpy(sched.touched), torch.from_numpy(batch.owner)
-        if sgd.deferred is not None:
-            name, mixture = sgd.deferred
-            c_n, t_max, s_max = mixture.defer
-            if bb.n_items * s_max * c_n <= self.chunk_floats:   # (else formed as rows, below)
-                coef, factor, columns = mixture.table_factors(batch.touched.view(-1)[real.to(self.device)],
-                                                              real.to(self.device), bb.n_items)
-                out.row_factors[name] = (coef.cpu(), factor.cpu(), columns.cpu(), rows, client)
-            else:
-                sgd.acc[name] = mixture.table_grads()
+        factors = self._deferred_factors(sgd, batch, upload)
+        if factors is not None:
+            name, parts = factors
+            out.row_factors[name] = (*(None if x is None else x.cpu() for x in parts), rows, client)
+            sgd.deferred = None
+        self._form_deferred(sgd, batch.touched)
+        detached = {k: v.detach().cpu() for k, v in sgd.leaves.items() if v is not None}   # (None: as factors)
+        self._store_chunk(cids, shared, private, detached, batch.owner, batch.pos, sched.touched, batch.t_max)
+        real = torch.from_numpy(batch.owner * batch.t_max + batch.pos)
         # the padded rows of each client's T slots go with weight 0 (adding 0 changes no sum): no copy of the rows
         real_mask = torch.zeros(batch.c_n * batch.t_max, dtype=torch.bool)
         real_mask[real] = True
@@ -468,7 +540,8 @@ class _LocalSGD:
     local_shared: bool
     c_n: int
     l_max: int
-    deferred: tuple | None = None   # (table, MixtureSteps): a gradient upload the closed form forms at the end
+    # (table, DotSteps | MixtureSteps): a table's rows or gradient upload the closed-form steps form at the end
+    deferred: tuple | None = None
 
     @property
     def names(self) -> list[str]:

@@ -62,11 +62,14 @@ class RowSums:
         self.num.index_add_(0, rows, vals.to(self.dtype).mul_(weights.to(self.dtype).unsqueeze(1)))
         self.den.index_add_(0, rows, weights)
 
-    def add_factors(self, coef: torch.Tensor, factor: torch.Tensor, rows: torch.Tensor,
-                    weights: torch.Tensor) -> None:
-        """Uploads whose weighted sum is ``coef @ factor`` (weights applied) and which touch ``rows``
-        (``weights``: float64, one per entry of ``rows``)."""
+    def add_factors(self, coef: torch.Tensor, factor: torch.Tensor, rows: torch.Tensor, weights: torch.Tensor,
+                    base: torch.Tensor | None = None) -> None:
+        """Uploads whose weighted sum is ``coef @ factor`` (weights applied) plus ``base`` times the weights of
+        the uploads holding each row, and which touch ``rows`` (``weights``: float64, one per entry of ``rows``)."""
         self._flush()
+        if base is not None:
+            held = torch.zeros_like(self.den).index_add_(0, rows, weights)
+            self.num.addcmul_(held.to(self.dtype).unsqueeze(1), base.reshape(self.num.shape).to(self.dtype))
         self.num.addmm_(coef.to(self.dtype), factor.to(self.dtype))
         self.den.index_add_(0, rows, weights)
 
@@ -123,9 +126,9 @@ class RunningSums:
         for name, (rows, vals, client, real) in chunk.row_blocks.items():
             w = weights.index_select(0, client)
             self.rows[name].add_block(rows, vals, w if real is None else w * real)
-        for name, (coef, factor, columns, rows, client) in chunk.row_factors.items():
+        for name, (coef, factor, columns, base, rows, client) in chunk.row_factors.items():
             w = weights.index_select(0, columns).to(factor.dtype).unsqueeze(1)
-            self.rows[name].add_factors(coef, factor * w, rows, weights.index_select(0, client))
+            self.rows[name].add_factors(coef, factor * w, rows, weights.index_select(0, client), base)
         for name, stacked in chunk.dense.items():
             self.dense[name].add_stacked(stacked, weights)
         self.count += len(chunk)

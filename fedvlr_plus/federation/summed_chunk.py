@@ -28,9 +28,10 @@ class SummedChunk:
     # table -> (row ids [R], values [R, width] (the sums may scale them in place), client index [R], real [R]
     # bool: the rows that count, or None for all; the others are added with weight 0)
     row_blocks: dict = field(default_factory=dict)
-    # table -> (coef [rows, K], factor [K, width], factor client [K], row ids [R], client index [R]): the sum of
-    # the clients' uploads is ``coef @ factor`` (weigh factor row k by its client's weight), and client c
-    # uploads the rows ``row ids[client index == c]``
+    # table -> (coef [rows, K], factor [K, width], factor client [K], base [rows, width] or None, row ids [R],
+    # client index [R]): client c uploads the rows ``row ids[client index == c]``, and the weighted sum of the
+    # uploads is ``coef @ factor`` (factor row k weighed by its client's weight) plus ``base`` times the summed
+    # weight of the clients uploading each row
     row_factors: dict = field(default_factory=dict)
     dense: dict = field(default_factory=dict)     # dense shared array -> [C, ...]
 
@@ -57,10 +58,10 @@ def check_summed(shared: dict[str, torch.Tensor], chunk: SummedChunk, kind: str)
                 or tuple(vals.shape[1:]) != (int(np.prod(shared[name].shape[1:])),) \
                 or (real is not None and real.shape[0] != rows.shape[0]):
             raise ValueError(f"{name!r}: a chunk's row block of shape {tuple(vals.shape)} for {rows.shape[0]} rows")
-    for name, (coef, factor, columns, rows, client) in chunk.row_factors.items():
+    for name, (coef, factor, columns, base, rows, client) in chunk.row_factors.items():
         if coef.shape[0] != shared[name].shape[0] or coef.shape[1] != factor.shape[0] \
                 or factor.shape[1] != int(np.prod(shared[name].shape[1:])) or columns.shape[0] != factor.shape[0] \
-                or rows.shape != client.shape:
+                or rows.shape != client.shape or (base is not None and base.shape != shared[name].shape):
             raise ValueError(f"{name!r}: a chunk's factors of shapes {tuple(coef.shape)} and {tuple(factor.shape)}")
     for name, v in chunk.dense.items():
         if tuple(v.shape) != (len(chunk.cids),) + tuple(shared[name].shape):
