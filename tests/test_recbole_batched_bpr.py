@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.filterwarnings("ignore::FutureWarning"),
 def _fit(data, bb, cfg, closed_form: bool, monkeypatch):
     calls = []
     real = module_chunk.bpr_gradients
-    monkeypatch.setattr(module_chunk, "bpr_gradients", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(module_chunk, "bpr_gradients", lambda *a, **k: calls.append(1) or real(*a, **k))
     if not closed_form:
         monkeypatch.setattr(module_chunk.ChunkTraining, "bpr", property(lambda self: None))
     run = FederatedRun(data, bb, replace(cfg, simulator="batched"), progress=False)
@@ -66,3 +66,42 @@ def test_only_bpr_itself_takes_the_closed_form(workdir, model):
     assert closed_form_bpr(bb) is None
     neumf, _ = federate("NeuMF", data=data, workdir=workdir)
     assert closed_form_bpr(neumf) is None
+
+
+@pytest.mark.parametrize("kw", [dict(strategy="fedgrad", server_lr=0.1), dict(strategy="fedavg")],
+                         ids=["grads-as-rows", "params-as-blocks"])
+def test_bpr_chunks_as_blocks_give_the_per_client_sums(workdir, kw):
+    """A later round's chunks handed over as blocks: BPR's gradient rows of every step (a fixed item table), or
+    the clients' stepped tables; the sums of the per-client uploads (bit for bit for the tables)."""
+    import numpy as np
+    from fedvlr_plus.federation.running_sum import RunningSums
+    from fedvlr_plus.federation.summed_chunk import SummedChunk, check_summed
+
+    data = tiny_data()
+    bb, _ = federate("BPR", data=data, workdir=workdir)
+    cfg = replace(small_cfg(rounds=2, **kw), simulator="batched")
+    sums = {}
+    for summed in (True, False):
+        run = FederatedRun(data, bb, cfg, progress=False)
+        run.sim.lanes_per_chunk = 40
+        run.run_round()                                   # the self-checked first round
+        shared, conf = run.shared, run.round_config(2)
+        cids = np.asarray(run.eligible)
+        n = torch.tensor(np.diff(run.indptr)[cids], dtype=torch.float64)
+        w = dict(zip(cids.tolist(), (n / n.sum()).tolist()))
+        acc = RunningSums(shared, list(bb.shared_names))
+        for chunk in run.sim.fit_chunks(cids, shared, conf, summed=summed):
+            assert isinstance(chunk, SummedChunk) == summed
+            if summed:
+                check_summed(shared, chunk, run.strategy.upload)
+                acc.add_summed(chunk, torch.tensor([w[int(c)] for c in chunk.cids], dtype=torch.float64))
+            else:
+                acc.add(chunk, torch.tensor([w[u.cid] for u in chunk], dtype=torch.float64))
+        sums[summed] = {k: acc.row_sums(k) for k in shared}
+    for k, (num, den) in sums[True].items():
+        want_num, want_den = sums[False][k]
+        assert float(want_num.abs().max()) > 0 and torch.equal(den, want_den)
+        if kw["strategy"] == "fedavg":
+            assert torch.equal(num, want_num), k
+        else:
+            assert torch.allclose(num, want_num, rtol=1e-5, atol=1e-8), k

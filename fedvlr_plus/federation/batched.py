@@ -433,7 +433,7 @@ class BatchedSimulator:
             src = sgd.acc[name].cpu() if upload == "grads" else detached[name]
             if specs[name].item_table:
                 out.row_blocks[name] = (batch.touched.cpu().view(-1), src.reshape(batch.c_n * batch.t_max, -1),
-                                        slot_client, real_mask)
+                                        slot_client, real_mask, None)
             else:
                 out.dense[name] = src
         return out

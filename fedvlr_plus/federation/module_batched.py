@@ -219,6 +219,8 @@ class BatchedModuleSimulator(ModuleSimulator):
         cids = rows[c0:c1]
         chunk = ChunkTraining.start(self.base, sched, c0, c1, shared, self._initial_states(cids), config,
                                     self.dtype)
+        if summed and chunk.upload == "grads" and not chunk.local_shared and chunk.bpr is not None:
+            chunk.direct = []   # the item gradients go to the sums as rows (the table is fixed in the round)
         dropout = LaneDropout(lambda: [_seed_of(seed, config["round"], int(c), 17) for c in cids], len(cids))
         steps = sched.n_steps[c0:c1]
         losses = [[] for _ in cids]

@@ -36,9 +36,11 @@ def closed_form_bpr(base) -> tuple[str, str, float] | None:
 
 
 @torch.no_grad()
-def bpr_gradients(tables: dict, names: tuple[str, str, float], user, pos, neg, weight):
+def bpr_gradients(tables: dict, names: tuple[str, str, float], user, pos, neg, weight, item_rows: bool = False):
     """Gradients of ``Σ_r weight_r loss_r`` with respect to the flat tables (``{name: [rows, d]}``) and each
-    row's weighted loss, for rows whose user, positive and negative are rows ``user``, ``pos``, ``neg`` of them."""
+    row's weighted loss, for rows whose user, positive and negative are rows ``user``, ``pos``, ``neg`` of them.
+    ``item_rows``: the item table's gradient as ``(table rows [2 R], their gradients [2 R, d])``, positives
+    then negatives, not summed into a table."""
     uname, iname, gamma = names
     users, items = tables[uname], tables[iname]
     e_u = users.index_select(0, user)
@@ -48,5 +50,7 @@ def bpr_gradients(tables: dict, names: tuple[str, str, float], user, pos, neg, w
     g = ((-weight / (gamma + sig)) * ((1.0 - sig) * sig)).unsqueeze(1)
     g_users = torch.zeros_like(users).index_add_(0, user, apart.mul_(g))
     g_e = e_u.mul_(g)
+    if item_rows:
+        return {uname: g_users, iname: (torch.cat([pos, neg]), torch.cat([g_e, g_e.neg()]))}, loss * weight
     g_items = torch.zeros_like(items).index_add_(0, pos, g_e).index_add_(0, neg, g_e.neg_())
     return {uname: g_users, iname: g_items}, loss * weight

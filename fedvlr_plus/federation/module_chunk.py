@@ -38,6 +38,10 @@ class ChunkTraining:
     fields: dict
     t_max: int
     c0: int
+    item_ids: torch.Tensor | None = None   # [C * (1 + T)] global id of each flat item-table row (-1: padding)
+    # where set (a list), BPR's item gradients of a fixed item table go to the round's sums as rows
+    # (:func:`summed_chunk`): (global ids, gradients, client index) of every step, no per-client tables
+    direct: list | None = None
 
     @classmethod
     def start(cls, base, sched, c0: int, c1: int, shared: dict, states: dict, config: dict, dtype):
@@ -49,7 +53,7 @@ class ChunkTraining:
         ptr = sched.touched_ptr
         t_max = int((ptr[c0 + 1:c1 + 1] - ptr[c0:c1]).max())
         cids = [int(c) for c in sched.clients[c0:c1]]
-        batched, fixed = {}, {}
+        batched, fixed, item_ids = {}, {}, None
         for name, prm in base.template.named_parameters():
             kind, pad = base.kinds[name], prm.detach().to(dtype)
             if kind == "user":
@@ -58,7 +62,7 @@ class ChunkTraining:
             elif kind == "private":
                 batched[name] = states[name].to(dtype)
             elif kind == "item":
-                batched[name] = _gathered_rows(shared[name], pad[0], sched, c0, c1, t_max)
+                batched[name], item_ids = _gathered_rows(shared[name], pad[0], sched, c0, c1, t_max)
             elif upload == "grads" and not local_shared:
                 fixed[name] = shared[name].detach()
             else:
@@ -72,7 +76,8 @@ class ChunkTraining:
         lr = float(config["lr"])
         return cls(base=base, batched=batched, fixed=fixed, acc=acc, shared=shared, upload=upload, lr=lr,
                    item_lr=lr * float(config.get("item_lr_scale", 1.0)), wd=float(config.get("weight_decay", 0.0)),
-                   local_shared=local_shared, pairwise=pairwise, fields=fields, t_max=t_max, c0=c0)
+                   local_shared=local_shared, pairwise=pairwise, fields=fields, t_max=t_max, c0=c0,
+                   item_ids=item_ids)
 
     # ------------------------------------------------------------------ gradients
     def gradients(self, lanes, dropout) -> tuple[dict, torch.Tensor]:
@@ -178,9 +183,14 @@ class ChunkTraining:
         tables = {n: v.detach().reshape((-1,) + tuple(v.shape[2:])) for n, v in self.batched.items()}
         names = list(tables)
         if self.bpr is not None:
+            direct = self.direct is not None
             g_named, weighted = bpr_gradients(tables, self.bpr, ids[f["user"]], ids[f["item"]], ids[f["neg"]],
-                                              weight)
-            g_flat = [g_named[n] for n in names]
+                                              weight, item_rows=direct)
+            if direct:
+                flat, g_rows = g_named.pop(self.bpr[1])
+                self.direct.append((self.item_ids.index_select(0, flat), g_rows,
+                                    torch.div(flat, item_width, rounding_mode="floor")))
+            g_flat = [g_named.get(n) for n in names]
         else:
             tables = {n: v.requires_grad_(True) for n, v in tables.items()}
             row_loss = self._flat_row_loss(dropout)
@@ -191,7 +201,7 @@ class ChunkTraining:
             dropout.lane = None
         loss = torch.zeros(n_c, dtype=weighted.dtype).index_add_(0, cl, weighted.detach())
         grads = {n: torch.zeros_like(self.batched[n]) if g is None else g.reshape(self.batched[n].shape)
-                 for n, g in zip(names, g_flat)}
+                 for n, g in zip(names, g_flat) if not (self.direct is not None and n == self.bpr[1])}
         return grads, loss
 
     def _flat_row_loss(self, dropout):
@@ -287,9 +297,13 @@ def summed_chunk(chunk: "ChunkTraining", sched, cids, losses: list) -> SummedChu
     out = SummedChunk(kind=chunk.upload, cids=np.asarray(cids, dtype=np.int64),
                       num_examples=sched.n_pos[c0:c0 + c_n], losses=np.asarray(mean, dtype=np.float64))
     for name in chunk.base.shared_names:
+        if chunk.direct is not None and name == chunk.bpr[1]:   # every step's rows; each client's rows counted once
+            ids, vals, owner = (torch.cat(x) for x in zip(*chunk.direct))
+            out.row_blocks[name] = (ids, vals, owner, None, (rows[real], client[real]))
+            continue
         src = (chunk.acc if chunk.upload == "grads" else chunk.batched)[name]
         if chunk.base.kinds[name] == "item":
-            out.row_blocks[name] = (rows, src.reshape(c_n * (1 + t_max), -1), client, real)
+            out.row_blocks[name] = (rows, src.reshape(c_n * (1 + t_max), -1), client, real, None)
         else:
             out.dense[name] = src
     return out
@@ -297,7 +311,8 @@ def summed_chunk(chunk: "ChunkTraining", sched, cids, losses: list) -> SummedChu
 
 def _gathered_rows(table: torch.Tensor, pad: torch.Tensor, sched, c0: int, c1: int, t_max: int) -> torch.Tensor:
     """``[C, 1 + T, ...]``: the padding row, then each client's touched rows of the shared ``table`` (and the
-    padding row again past a client's own rows, which it never looks up)."""
+    padding row again past a client's own rows, which it never looks up); and the global id of each of those
+    rows, flat (-1: a padding row)."""
     ptr = sched.touched_ptr
     counts = ptr[c0 + 1:c1 + 1] - ptr[c0:c1]
     cl = np.repeat(np.arange(c1 - c0), counts)
@@ -305,8 +320,9 @@ def _gathered_rows(table: torch.Tensor, pad: torch.Tensor, sched, c0: int, c1: i
     index = np.zeros((c1 - c0, 1 + t_max), dtype=np.int64)        # 0: the padding row
     index[cl, j + 1] = sched.touched[ptr[c0]:ptr[c1]] + 1
     padded = torch.cat([pad.unsqueeze(0), table.detach()])
+    flat = torch.from_numpy(index).view(-1)
     # (index_select on the flat ids is several times faster than advanced indexing with [C, 1 + T] ids)
-    return padded.index_select(0, torch.from_numpy(index).view(-1)).view(c1 - c0, 1 + t_max, *padded.shape[1:])
+    return padded.index_select(0, flat).view(c1 - c0, 1 + t_max, *padded.shape[1:]), flat - 1
 
 
 def _expand(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

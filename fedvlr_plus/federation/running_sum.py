@@ -55,12 +55,13 @@ class RowSums:
         self.num.index_add_(0, rows, vals.mul_(ws.to(self.dtype).unsqueeze(1)))
         self.den.index_add_(0, rows, ws)
 
-    def add_block(self, rows: torch.Tensor, vals: torch.Tensor, weights: torch.Tensor) -> None:
+    def add_block(self, rows: torch.Tensor, vals: torch.Tensor, weights: torch.Tensor, held=None) -> None:
         """Many uploads' rows at once (``vals [len(rows), width]``, scaled here in place; ``weights`` float64, one
-        per row): the same additions in the same order as adding the uploads one by one."""
+        per row): the same additions in the same order as adding the uploads one by one. ``held``: ``(row ids,
+        weights)`` of the uploads' rows, once per upload, where ``rows`` may repeat a row of one upload."""
         self._flush()
         self.num.index_add_(0, rows, vals.to(self.dtype).mul_(weights.to(self.dtype).unsqueeze(1)))
-        self.den.index_add_(0, rows, weights)
+        self.den.index_add_(0, *((rows, weights) if held is None else held))
 
     def add_factors(self, coef: torch.Tensor, factor: torch.Tensor, rows: torch.Tensor, weights: torch.Tensor,
                     base: torch.Tensor | None = None) -> None:
@@ -123,9 +124,10 @@ class RunningSums:
 
     def add_summed(self, chunk, weights: torch.Tensor) -> None:
         """A :class:`~.summed_chunk.SummedChunk` with its clients' weights (float64, aligned with its clients)."""
-        for name, (rows, vals, client, real) in chunk.row_blocks.items():
+        for name, (rows, vals, client, real, held) in chunk.row_blocks.items():
             w = weights.index_select(0, client)
-            self.rows[name].add_block(rows, vals, w if real is None else w * real)
+            held = None if held is None else (held[0], weights.index_select(0, held[1]))
+            self.rows[name].add_block(rows, vals, w if real is None else w * real, held)
         for name, (coef, factor, columns, base, rows, client) in chunk.row_factors.items():
             w = weights.index_select(0, columns).to(factor.dtype).unsqueeze(1)
             self.rows[name].add_factors(coef, factor * w, rows, weights.index_select(0, client), base)

@@ -26,7 +26,9 @@ class SummedChunk:
     num_examples: np.ndarray        # [C]
     losses: np.ndarray              # [C]
     # table -> (row ids [R], values [R, width] (the sums may scale them in place), client index [R], real [R]
-    # bool: the rows that count, or None for all; the others are added with weight 0)
+    # bool: the rows that count, or None for all; the others are added with weight 0, held): ``held`` None
+    # where each client's entries are its uploaded rows, once each; else the values may repeat a row (sums of
+    # several gradients) and ``held = (row ids [H], client index [H])`` are the rows each client uploads
     row_blocks: dict = field(default_factory=dict)
     # table -> (coef [rows, K], factor [K, width], factor client [K], base [rows, width] or None, row ids [R],
     # client index [R]): client c uploads the rows ``row ids[client index == c]``, and the weighted sum of the
@@ -53,10 +55,11 @@ def check_summed(shared: dict[str, torch.Tensor], chunk: SummedChunk, kind: str)
     names = [*chunk.row_blocks, *chunk.row_factors, *chunk.dense]
     if sorted(names) != sorted(shared):
         raise ValueError(f"a chunk's uploads carry {sorted(names)}, expected the shared arrays {sorted(shared)}")
-    for name, (rows, vals, client, real) in chunk.row_blocks.items():
+    for name, (rows, vals, client, real, held) in chunk.row_blocks.items():
         if vals.shape[0] != rows.shape[0] or client.shape[0] != rows.shape[0] \
                 or tuple(vals.shape[1:]) != (int(np.prod(shared[name].shape[1:])),) \
-                or (real is not None and real.shape[0] != rows.shape[0]):
+                or (real is not None and real.shape[0] != rows.shape[0]) \
+                or (held is not None and held[0].shape != held[1].shape):
             raise ValueError(f"{name!r}: a chunk's row block of shape {tuple(vals.shape)} for {rows.shape[0]} rows")
     for name, (coef, factor, columns, base, rows, client) in chunk.row_factors.items():
         if coef.shape[0] != shared[name].shape[0] or coef.shape[1] != factor.shape[0] \
