@@ -182,6 +182,7 @@ class BatchedModuleSimulator(ModuleSimulator):
                                negatives=int(config["negatives"]), batch_size=int(config["batch_size"]))
         shared_t = {k: _tensor(v, dtype) for k, v in shared.items()}
         ex_order = example_order(sched)
+        ex_order = (ex_order, sched.ex_client[ex_order])   # (the clients in that order: read every step)
         per_client = np.bincount(sched.ex_client, minlength=len(rows))
         c0 = 0
         while c0 < len(rows):
@@ -225,7 +226,7 @@ class BatchedModuleSimulator(ModuleSimulator):
         steps = sched.n_steps[c0:c1]
         losses = [[] for _ in cids]
         for s in range(int(steps.max())):
-            lanes = step_lanes(sched, ex_order, c0, c1, s, pairwise=chunk.pairwise,
+            lanes = step_lanes(sched, ex_order[0], c0, c1, s, clients=ex_order[1], pairwise=chunk.pairwise,
                                negatives=int(config["negatives"]), fields=chunk.fields, t_max=chunk.t_max)
             grads, loss = chunk.gradients(lanes, dropout.step(lanes.rows))
             active = torch.from_numpy(steps > s)

@@ -49,8 +49,11 @@ def bpr_gradients(tables: dict, names: tuple[str, str, float], user, pos, neg, w
     loss = -torch.log(gamma + sig)
     g = ((-weight / (gamma + sig)) * ((1.0 - sig) * sig)).unsqueeze(1)
     g_users = torch.zeros_like(users).index_add_(0, user, apart.mul_(g))
+    if item_rows:   # written in place: positives' rows, then the negatives'
+        rows = torch.empty((2 * len(pos),) + tuple(e_u.shape[1:]), dtype=e_u.dtype, device=e_u.device)
+        torch.mul(e_u, g, out=rows[:len(pos)])
+        torch.neg(rows[:len(pos)], out=rows[len(pos):])
+        return {uname: g_users, iname: (torch.cat([pos, neg]), rows)}, loss * weight
     g_e = e_u.mul_(g)
-    if item_rows:
-        return {uname: g_users, iname: (torch.cat([pos, neg]), torch.cat([g_e, g_e.neg()]))}, loss * weight
     g_items = torch.zeros_like(items).index_add_(0, pos, g_e).index_add_(0, neg, g_e.neg_())
     return {uname: g_users, iname: g_items}, loss * weight

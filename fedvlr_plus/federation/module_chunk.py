@@ -298,7 +298,7 @@ def summed_chunk(chunk: "ChunkTraining", sched, cids, losses: list) -> SummedChu
                       num_examples=sched.n_pos[c0:c0 + c_n], losses=np.asarray(mean, dtype=np.float64))
     for name in chunk.base.shared_names:
         if chunk.direct is not None and name == chunk.bpr[1]:   # every step's rows; each client's rows counted once
-            ids, vals, owner = (torch.cat(x) for x in zip(*chunk.direct))
+            ids, vals, owner = (x[0] if len(x) == 1 else torch.cat(x) for x in zip(*chunk.direct))
             out.row_blocks[name] = (ids, vals, owner, None, (rows[real], client[real]))
             continue
         src = (chunk.acc if chunk.upload == "grads" else chunk.batched)[name]
