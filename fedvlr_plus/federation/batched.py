@@ -224,8 +224,10 @@ class BatchedSimulator:
         # the tests keep autograd): d(w BCE)/d logit = w (sigmoid(logit) - y)
         dot = bb.dot_head
         fast = self._dot_head_fast(set(sgd.names)) and dot[0] in sgd.flat_tables
+        # a fixed table's per-row sums kept by item where that record fits (the round's sums read it directly)
+        by_item = bb.n_items if fixed and bb.n_items * s_max * c_n <= self.chunk_floats else None
         mixture = None if kernel is None else kernel.local_steps(
-            kernel.router_input(ctx), sgd.leaves, sgd.lr, sgd.wd, (c_n, t_max, s_max) if fixed else None)
+            kernel.router_input(ctx), sgd.leaves, sgd.lr, sgd.wd, (c_n, t_max, s_max) if fixed else None, by_item)
         dots = self._dot_steps(shared, sgd, s_max) if fast and sgd.leaves[dot[0]] is None else None
         per_steps = []
         for s in range(s_max):
@@ -241,7 +243,7 @@ class BatchedSimulator:
             elif mixture is not None:
                 rows = mixture.rows(shared[kernel.table].to(dtype), sgd.flat_tables.get(kernel.table), fidx,
                                     global_all[:, s])
-                grads, per = mixture.step(rows, sgd.leaves, y, wt, active_all[:, s], fidx)
+                grads, per = mixture.step(rows, sgd.leaves, y, wt, active_all[:, s], fidx, global_all[:, s])
                 sgd.step([grads[n] for n in sgd.names], fidx, batch.mask[:, s], active_all[:, s])
             else:
                 ctx["items_global"] = global_all[:, s]
@@ -288,7 +290,7 @@ class BatchedSimulator:
             return
         (table, steps), sgd.deferred = sgd.deferred, None
         if isinstance(steps, MixtureSteps):
-            sgd.acc[table] = steps.table_grads()
+            sgd.acc[table] = steps.table_grads(touched)
             return
         grads = steps.row_grads(touched)
         if table in sgd.acc:
