@@ -62,6 +62,7 @@ def fit_streamed(sim, strategy, cids, shared: dict, specs: dict, config: dict, e
             _check_examples(chunk.cids, chunk.num_examples, examples[idx])
             losses[idx] = chunk.losses
             sums.add_summed(chunk, weights[torch.tensor(idx)])
+            del chunk   # (else it stays alive while the simulator trains the next chunk)
             continue
         check_updates(shared, chunk, strategy.upload)
         idx = [where[int(u.cid)] for u in chunk]
@@ -71,6 +72,7 @@ def fit_streamed(sim, strategy, cids, shared: dict, specs: dict, config: dict, e
             if on_upload is not None:
                 on_upload(config["round"], u)
         sums.add(chunk, weights[torch.tensor(idx)])
+        del chunk
     if sums.count != len(cids) or np.isnan(losses).any():
         raise RuntimeError(f"the simulator returned {sums.count} uploads for {len(cids)} clients")
     return StreamedUploads(sums=sums, num_examples=np.asarray(examples, dtype=np.float64), losses=losses)
