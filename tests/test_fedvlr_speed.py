@@ -139,3 +139,20 @@ def test_a_resumed_fedvlr_run_ends_with_the_same_numbers(tmp_path):
     figures = [[(h["round"], h["loss"], h.get("valid")) for h in r["history"]] for r in (full, resumed)]
     assert len(figures[0]) == 4 and figures[0] == figures[1]
     assert resumed["test"] == full["test"]
+
+
+def test_router_input_dense_and_gathered_agree(monkeypatch):
+    """The router's input as one product over a small catalogue equals the gathered mean of the history's rows."""
+    from fedvlr_plus.federation.batched import history_ctx
+    from fedvlr_plus.fedvlr import closed_form
+    from fedvlr_plus.fedvlr.router import VIEWS
+
+    indptr, indices = tiny_csr(N_USERS, N_ITEMS)
+    views = torch.randn(N_ITEMS, 24, generator=torch.Generator().manual_seed(0))
+    ctx = {VIEWS: views, **history_ctx(indptr, indices, np.arange(N_USERS))}
+    head = MixtureDotHead("F", "w", "b", 3, 8, 1.0)
+    dense = head.router_input(ctx)
+    monkeypatch.setattr(closed_form, "DENSE_HISTORY_RATIO", 0)
+    gathered = head.router_input(ctx)
+    want = torch.stack([views[indices[indptr[u]:indptr[u + 1]]].mean(0) for u in range(N_USERS)])
+    assert torch.allclose(dense, want, atol=1e-6) and torch.allclose(gathered, want, atol=1e-6)

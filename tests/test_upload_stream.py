@@ -142,7 +142,7 @@ def test_engine_streams_batched_recbole_rounds_with_the_whole_list_numbers(workd
         run.sim.lanes_per_chunk = 40            # several chunks per round on the tiny data
         chunks = []
         real = run.sim.fit_chunks
-        run.sim.fit_chunks = lambda *a: (chunks.append(len(c)) or c for c in real(*a))
+        run.sim.fit_chunks = lambda *a, **k: (chunks.append(len(c)) or c for c in real(*a, **k))
         with warnings.catch_warnings():
             warnings.simplefilter("error", RuntimeWarning)    # no fallback to the one-at-a-time client
             for _ in range(3):

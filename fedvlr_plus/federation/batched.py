@@ -21,11 +21,14 @@ import torch.nn.functional as F
 
 from ..adapters.base import Backbone
 from .client import RecClient, scoring_params
+from ..fedvlr.closed_form import MixtureSteps
+from .dot_steps import DotSteps
 from .messages import ClientUpdate
 from .privacy import privatise
 from .schedule import Schedule, build_schedule
 from .state import init_private_block, round_start
 from .store import load_block, save_block
+from .summed_chunk import SummedChunk
 
 
 def _chunks(order: np.ndarray, cost: np.ndarray, budget: float, overhead: float) -> list[np.ndarray]:
@@ -63,6 +66,7 @@ class BatchedSimulator:
     """Trains and scores many clients at once from the training CSR (``indptr``, ``indices``)."""
 
     name = "batched"
+    sums_chunks = True   # fit_chunks(..., summed=True) hands chunks over as blocks (:mod:`.summed_chunk`)
 
     def __init__(self, bb: Backbone, indptr: np.ndarray, indices: np.ndarray, store, *,
                  seed: int = 0, dtype=torch.float32, chunk_floats: int = 1 << 24, chunk_overhead: int = 1 << 18,
@@ -103,9 +107,9 @@ class BatchedSimulator:
         updates = {u.cid: u for chunk in self.fit_chunks(cids, shared, config) for u in chunk}
         return [updates[int(c)] for c in np.asarray(cids, dtype=np.int64)]
 
-    def fit_chunks(self, cids, shared: dict[str, torch.Tensor], config: dict):
+    def fit_chunks(self, cids, shared: dict[str, torch.Tensor], config: dict, summed: bool = False):
         """The round's uploads one chunk of clients at a time (the engine adds each chunk to the strategy's
-        running sums and drops it, :mod:`.upload_stream`)."""
+        running sums and drops it, :mod:`.upload_stream`); ``summed``: as a :class:`SummedChunk` each."""
         cids = np.asarray(cids, dtype=np.int64)
         n = self.indptr[cids + 1] - self.indptr[cids]
         k, epochs, bsz = int(config["negatives"]), int(config["epochs"]), int(config["batch_size"])
@@ -114,17 +118,21 @@ class BatchedSimulator:
         cost = (rows_est + slots_est) * max(self.table_width, 1) + self.dense_numel
         order = np.argsort(n, kind="stable")
         for idx in _chunks(order, cost, self.chunk_floats, self.chunk_overhead):
-            yield self._fit_chunk(cids[idx], shared, config)
+            yield self._fit_chunk(cids[idx], shared, config, summed)
 
-    def _fit_chunk(self, cids: np.ndarray, shared: dict[str, torch.Tensor], config: dict) -> list[ClientUpdate]:
+    def _fit_chunk(self, cids: np.ndarray, shared: dict[str, torch.Tensor], config: dict, summed: bool = False):
         """Every client of the chunk trains its local epochs in lock-step and yields its upload."""
         batch = self._chunk_batch(cids, config)
         private = {k: v.to(self.device) for k, v in round_start(self.bb, self._private_block(cids)).items()}
         cpu_shared, shared = shared, {k: v.to(self.device) for k, v in shared.items()}
         kernel, fixed = self._closed_form_plan(batch, config)
-        sgd = self._local_sgd(batch, shared, private, config, fixed)
+        # rank-one steps of a dot-product head read the broadcast table: the rows are gathered only if needed
+        lazy = (self.bb.dot_head[0],) if kernel is None and self._dot_steps_apply(batch, config, fixed) else ()
+        sgd = self._local_sgd(batch, shared, private, config, fixed, lazy)
         loss_sum, steps_done = self._local_steps(cids, batch, shared, sgd, config, kernel, fixed)
         private = {k: v.cpu() for k, v in private.items()}
+        if summed:
+            return self._summed_chunk(cids, batch, cpu_shared, private, sgd, loss_sum, steps_done, config)
         return self._chunk_updates(cids, batch, cpu_shared, private, sgd, loss_sum, steps_done, config)
 
     def _chunk_batch(self, cids: np.ndarray, config: dict) -> "_ChunkBatch":
@@ -154,10 +162,11 @@ class BatchedSimulator:
         return _ChunkBatch(sched, owner, pos, touched, items, labels, mask, c_n, t_max, s_max, l_max)
 
     def _local_sgd(self, batch: "_ChunkBatch", shared: dict, private: dict, config: dict,
-                   fixed: tuple[str, ...] = ()) -> "_LocalSGD":
+                   fixed: tuple[str, ...] = (), lazy: tuple[str, ...] = ()) -> "_LocalSGD":
         """The chunk's trainable tensors (shared parts copied per client, item tables as the touched rows) and
         the step rule, from the round's learning rates. ``fixed``: shared item tables the closed-form steps read
-        from the broadcast copy and whose uploaded gradient they make themselves (no copy, no accumulator)."""
+        from the broadcast copy and whose uploaded gradient they make themselves (no copy, no accumulator); ``lazy``:
+        shared item tables whose rows and gradient are formed at the end, if at all (None until then)."""
         bb, dtype, specs, c_n, t_max = self.bb, self.dtype, self.specs, batch.c_n, batch.t_max
         touched = batch.touched
         leaves: dict[str, torch.Tensor] = {}
@@ -165,7 +174,9 @@ class BatchedSimulator:
             if name in fixed:
                 continue
             g = shared[name].to(dtype)
-            if specs[name].item_table:  # index_select on the flat ids is much faster than g[touched]
+            if name in lazy:
+                leaves[name] = None
+            elif specs[name].item_table:  # index_select on the flat ids is much faster than g[touched]
                 leaves[name] = g.index_select(0, touched.view(-1)).view(c_n, t_max, *g.shape[1:])
             else:
                 leaves[name] = g.unsqueeze(0).expand(c_n, *g.shape).clone()
@@ -176,15 +187,16 @@ class BatchedSimulator:
                 leaves[s.name] = private[s.name]   # a fresh copy: trained in place
         tables = [nm for nm in leaves if specs[nm].item_table]
         for nm in leaves:
-            if nm not in tables:
+            if nm not in tables and leaves[nm] is not None:
                 leaves[nm].requires_grad_(True)
         # item tables are updated in place through a flat [C * T, d] view: a step gathers the rows of its
         # examples as a fresh leaf, and the SGD step scatters the gradient back with index_add (duplicates sum,
         # exactly as the gradient of the table would); no dense [C, T, d] gradient is ever materialised
-        flat_tables = {nm: leaves[nm].view(c_n * t_max, -1) for nm in tables}
+        flat_tables = {nm: None if nm in lazy else leaves[nm].view(c_n * t_max, -1) for nm in tables}
         grads_mode = config.get("upload", "params") == "grads"
-        acc = {name: torch.zeros_like(leaves[name]) for name in bb.shared_names if name in leaves} if grads_mode else {}
-        acc_flat = {nm: acc[nm].view(c_n * t_max, -1) for nm in tables if nm in acc}
+        acc = {name: None if name in lazy else torch.zeros_like(leaves[name])
+               for name in bb.shared_names if name in leaves} if grads_mode else {}
+        acc_flat = {nm: None if nm in lazy else acc[nm].view(c_n * t_max, -1) for nm in tables if nm in acc}
         lr = float(config["lr"])
         return _LocalSGD(leaves, flat_tables, acc, acc_flat, specs, lr=lr,
                          item_lr=lr * float(config.get("item_lr_scale", 1.0)),
@@ -211,31 +223,101 @@ class BatchedSimulator:
         # closed-form gradients for dot-product heads (same maths as autograd; the sequential reference and
         # the tests keep autograd): d(w BCE)/d logit = w (sigmoid(logit) - y)
         dot = bb.dot_head
-        fast = (dot is not None and type(bb).regulariser is Backbone.regulariser and not bb.uses_history
-                and set(sgd.names) == {n for n in dot if n is not None} and dot[0] in sgd.flat_tables)
+        fast = self._dot_head_fast(set(sgd.names)) and dot[0] in sgd.flat_tables
+        # a fixed table's per-row sums kept by item where that record fits (the round's sums read it directly)
+        by_item = bb.n_items if fixed and bb.n_items * s_max * c_n <= self.chunk_floats else None
         mixture = None if kernel is None else kernel.local_steps(
-            kernel.router_input(ctx), sgd.leaves, sgd.lr, sgd.wd, (c_n, t_max, s_max) if fixed else None)
+            kernel.router_input(ctx), sgd.leaves, sgd.lr, sgd.wd, (c_n, t_max, s_max) if fixed else None, by_item)
+        dots = self._dot_steps(shared, sgd, s_max) if fast and sgd.leaves[dot[0]] is None else None
         per_steps = []
         for s in range(s_max):
             y, wt, fidx = batch.labels[:, s], weight_all[:, s], fidx_all[s]
-            if fast:
+            if dots is not None:
+                _, wname, bname = dot
+                g_w, g_b, per = dots.step(sgd.leaves[wname], sgd.leaves[bname] if bname else None, global_all[:, s],
+                                          y, wt)
+                grads = {wname: g_w, bname: g_b}
+                sgd.step([grads.get(n) for n in sgd.names], fidx, batch.mask[:, s], active_all[:, s])
+            elif fast:
                 per = self._closed_form_step(sgd, fidx, y, wt, batch.mask[:, s], active_all[:, s])
             elif mixture is not None:
                 rows = mixture.rows(shared[kernel.table].to(dtype), sgd.flat_tables.get(kernel.table), fidx,
                                     global_all[:, s])
-                grads, per = mixture.step(rows, sgd.leaves, y, wt, active_all[:, s], fidx)
+                grads, per = mixture.step(rows, sgd.leaves, y, wt, active_all[:, s], fidx, global_all[:, s])
                 sgd.step([grads[n] for n in sgd.names], fidx, batch.mask[:, s], active_all[:, s])
             else:
                 ctx["items_global"] = global_all[:, s]
                 per = self._autograd_step(sgd, ctx, fidx, y, wt, batch.mask[:, s], active_all[:, s], config)
             per_steps.append(per)
+        if dots is not None:   # the rows are formed when the uploads are made (as rows, or as factors of sums)
+            sgd.deferred = (self.bb.dot_head[0], dots)
         if mixture is not None:
-            table_grads = mixture.finish(sgd.leaves)
-            if table_grads is not None:
-                sgd.acc[kernel.table] = table_grads
+            mixture.finish(sgd.leaves)
+            if fixed:   # (the same for the gradient of the fixed fused rows)
+                sgd.deferred = (kernel.table, mixture)
         steps_done = active_all.sum(1)
         loss_sum = (torch.stack(per_steps, 1) * active_all).sum(1) if per_steps else torch.zeros(c_n, dtype=dtype)
         return loss_sum.cpu(), steps_done.cpu()
+
+    def _dot_head_fast(self, names: set) -> bool:
+        """Whether the trained tensors ``names`` are a dot-product head's and nothing else (closed-form steps)."""
+        bb, dot = self.bb, self.bb.dot_head
+        return (dot is not None and type(bb).regulariser is Backbone.regulariser and not bb.uses_history
+                and names == {n for n in dot if n is not None})
+
+    def _dot_steps_apply(self, batch: "_ChunkBatch", config: dict, fixed: tuple[str, ...]) -> bool:
+        """Whether the chunk's steps are rank-one sums over the broadcast table (:mod:`.dot_steps`): a shared
+        item table of a dot-product head, no weight decay, and cheaper than stepping gathered rows."""
+        names = {n for n in self.bb.shared_names if n not in fixed} | {s.name for s in self.bb.private_specs()}
+        if not self._dot_head_fast(names) or float(config.get("weight_decay", 0.0)):
+            return False
+        table = self.bb.dot_head[0]
+        return (table in self.bb.shared_names and self.specs[table].item_table
+                and DotSteps.fits(self.bb.n_items, batch.c_n, batch.s_max, batch.l_max, self.chunk_floats))
+
+    def _dot_steps(self, shared: dict, sgd: "_LocalSGD", s_max: int) -> DotSteps:
+        """The chunk's steps of a dot-product head as rank-one sums over the broadcast table."""
+        table = self.bb.dot_head[0]
+        item_lr = sgd.item_lr if self.specs[table].scaled else sgd.lr
+        stepped = table not in sgd.acc or sgd.local_shared    # as _LocalSGD.step: a gradient upload steps only
+        return DotSteps(shared[table].to(self.dtype), sgd.c_n, s_max, item_lr, stepped)
+
+    def _form_deferred(self, sgd: "_LocalSGD", touched: torch.Tensor) -> None:
+        """Write what the chunk's closed-form steps left to the end into its tables: the clients' rows after
+        their :class:`DotSteps` (and their gradient, for a gradient upload), or the FedVLR layer's gradient of
+        the fixed fused rows."""
+        if sgd.deferred is None:
+            return
+        (table, steps), sgd.deferred = sgd.deferred, None
+        if isinstance(steps, MixtureSteps):
+            sgd.acc[table] = steps.table_grads(touched)
+            return
+        grads = steps.row_grads(touched)
+        if table in sgd.acc:
+            sgd.acc[table] = grads
+            sgd.acc_flat[table] = grads.view(-1, grads.shape[-1])
+        rows = steps.table.index_select(0, touched.reshape(-1)).view(*touched.shape, -1)   # the broadcast rows
+        if steps.stepped:
+            steps.write_rows(rows, grads)
+        sgd.leaves[table], sgd.flat_tables[table] = rows, rows.view(-1, rows.shape[-1])
+
+    def _deferred_factors(self, sgd: "_LocalSGD", batch: "_ChunkBatch", upload: str):
+        """``(table, (coef, factor, columns, base))``: the deferred table upload of the chunk as factors of the
+        round's sums (:class:`SummedChunk`), where it is a shared table no stored state needs as rows; else
+        None."""
+        if sgd.deferred is None:
+            return None
+        table, steps = sgd.deferred
+        if table not in self.bb.shared_names or self.bb.personal_copies:
+            return None
+        if isinstance(steps, MixtureSteps):
+            c_n, t_max, s_max = steps.defer
+            if self.bb.n_items * s_max * c_n > self.chunk_floats:
+                return None
+            real = torch.from_numpy(batch.owner * batch.t_max + batch.pos).to(self.device)
+            coef, factor, columns = steps.table_factors(batch.touched.view(-1)[real], real, self.bb.n_items)
+            return table, (coef, factor, columns, None)
+        return table, steps.factors(upload)
 
     def _closed_form_plan(self, batch: "_ChunkBatch", config: dict):
         """The backbone's closed-form step (the FedVLR layer's router and dot-product head), where it covers every
@@ -298,6 +380,7 @@ class BatchedSimulator:
         bb, specs, sched = self.bb, self.specs, batch.sched
         c_n, t_max, owner, pos = batch.c_n, batch.t_max, batch.owner, batch.pos
         upload = config.get("upload", "params")
+        self._form_deferred(sgd, batch.touched)
         acc = {k: v.cpu() for k, v in sgd.acc.items()}
         detached = {k: v.detach().cpu() for k, v in sgd.leaves.items()}
         sizes = sched.rows.tolist()
@@ -322,6 +405,39 @@ class BatchedSimulator:
             rws = {name: trows[c] for name in table_names}
             out.append(privatise(ClientUpdate(cid=cid, kind=upload, arrays=arrays, rows=rws, num_examples=n_pos[c],
                                               metrics={"loss": losses[c], "steps": steps_l[c]}), shared, config))
+        return out
+
+    def _summed_chunk(self, cids, batch: "_ChunkBatch", shared, private, sgd: "_LocalSGD", loss_sum, steps_done,
+                      config: dict) -> SummedChunk:
+        """Store the chunk's private states and hand its uploads over as blocks: each item table's real rows,
+        client after client (what :meth:`_chunk_updates` cuts into per-client views), dense arrays stacked."""
+        bb, specs, sched = self.bb, self.specs, batch.sched
+        upload = config.get("upload", "params")
+        out = SummedChunk(kind=upload, cids=cids, num_examples=sched.n_pos,
+                          losses=(loss_sum / steps_done.clamp(min=1.0)).numpy())
+        rows, client = torch.from_numpy(sched.touched), torch.from_numpy(batch.owner)
+        factors = self._deferred_factors(sgd, batch, upload)
+        if factors is not None:
+            name, parts = factors
+            out.row_factors[name] = (*(None if x is None else x.cpu() for x in parts), rows, client)
+            sgd.deferred = None
+        self._form_deferred(sgd, batch.touched)
+        detached = {k: v.detach().cpu() for k, v in sgd.leaves.items() if v is not None}   # (None: as factors)
+        self._store_chunk(cids, shared, private, detached, batch.owner, batch.pos, sched.touched, batch.t_max)
+        real = torch.from_numpy(batch.owner * batch.t_max + batch.pos)
+        # the padded rows of each client's T slots go with weight 0 (adding 0 changes no sum): no copy of the rows
+        real_mask = torch.zeros(batch.c_n * batch.t_max, dtype=torch.bool)
+        real_mask[real] = True
+        slot_client = torch.arange(batch.c_n).repeat_interleave(batch.t_max)
+        for name in bb.shared_names:
+            if name in out.row_factors:
+                continue
+            src = sgd.acc[name].cpu() if upload == "grads" else detached[name]
+            if specs[name].item_table:
+                out.row_blocks[name] = (batch.touched.cpu().view(-1), src.reshape(batch.c_n * batch.t_max, -1),
+                                        slot_client, real_mask, None)
+            else:
+                out.dense[name] = src
         return out
 
     def _store_chunk(self, cids, shared, private, detached, owner, pos, touched_rows, t_max) -> None:
@@ -426,6 +542,8 @@ class _LocalSGD:
     local_shared: bool
     c_n: int
     l_max: int
+    # (table, DotSteps | MixtureSteps): a table's rows or gradient upload the closed-form steps form at the end
+    deferred: tuple | None = None
 
     @property
     def names(self) -> list[str]:

@@ -76,6 +76,7 @@ class BatchedModuleSimulator(ModuleSimulator):
     reference simulator's. ``fallback`` is None while batching, else why the clients run one at a time."""
 
     name = "module-batched"
+    sums_chunks = True   # fit_chunks(..., summed=True) may hand chunks over as blocks (:mod:`.summed_chunk`)
 
     def __init__(self, bb: Backbone, indptr, indices, store, *, seed: int = 0, dtype=torch.float32,
                  lanes_per_chunk: int = LANES_PER_CHUNK, **kw):
@@ -136,16 +137,16 @@ class BatchedModuleSimulator(ModuleSimulator):
         self.checked = True
 
     # ------------------------------------------------------------------ the batched round
-    def fit_chunks(self, cids, shared, config):
+    def fit_chunks(self, cids, shared, config, summed: bool = False):
         """The round's uploads a chunk of clients at a time, each chunk's private states stored as it ends, so the
         engine can add a chunk to the strategy's sums and drop it (:mod:`.running_sum`). The self-checked first
         round and a model that falls back come as one chunk (:meth:`fit`); a chunk that fails hands the clients
-        not yet trained to the reference client."""
+        not yet trained to the reference client. ``summed``: the batched chunks as :class:`SummedChunk` blocks."""
         if self.fallback or not self.checked:
             yield self.fit(cids, shared, config)
             return
         cids = np.asarray(cids, dtype=np.int64)
-        chunks, left = self._chunks_batched(cids, shared, config), set(cids.tolist())
+        chunks, left = self._chunks_batched(cids, shared, config, summed), set(cids.tolist())
         while True:
             try:
                 with one_thread():
@@ -158,8 +159,8 @@ class BatchedModuleSimulator(ModuleSimulator):
                 yield super().fit([c for c in cids.tolist() if c in left], shared, config)
                 return
             save_block(self.store, chunk_cids, states)
-            left.difference_update(out)
-            yield list(out.values())
+            left.difference_update(chunk_cids.tolist())
+            yield out if summed else list(out.values())
 
     def _fit_batched(self, cids: np.ndarray, shared: dict, config: dict):
         out: dict[int, ClientUpdate] = {}
@@ -169,8 +170,9 @@ class BatchedModuleSimulator(ModuleSimulator):
             states.append((cids_c, st_c))
         return [out[int(c)] for c in cids], states
 
-    def _chunks_batched(self, cids: np.ndarray, shared: dict, config: dict):
-        """``(uploads {cid: ...}, client ids [C], private states {name: [C, ...]})`` of each chunk in turn."""
+    def _chunks_batched(self, cids: np.ndarray, shared: dict, config: dict, summed: bool = False):
+        """``(uploads {cid: ...} (a SummedChunk when ``summed``), client ids [C], private states {name: [C, ...]})``
+        of each chunk in turn."""
         base, dtype = self.base, self.dtype
         order = np.argsort(np.diff(self.indptr)[cids], kind="stable")
         rows = cids[order]                 # clients of similar size share a chunk
@@ -180,13 +182,14 @@ class BatchedModuleSimulator(ModuleSimulator):
                                negatives=int(config["negatives"]), batch_size=int(config["batch_size"]))
         shared_t = {k: _tensor(v, dtype) for k, v in shared.items()}
         ex_order = example_order(sched)
+        ex_order = (ex_order, sched.ex_client[ex_order])   # (the clients in that order: read every step)
         per_client = np.bincount(sched.ex_client, minlength=len(rows))
         c0 = 0
         while c0 < len(rows):
             c1 = _chunk_end(per_client, c0, self.lanes_per_chunk)
             base.template.train()
             try:
-                out, states = self._fit_chunk(sched, ex_order, rows, c0, c1, shared_t, config, seed)
+                out, states = self._fit_chunk(sched, ex_order, rows, c0, c1, shared_t, config, seed, summed)
             finally:
                 base.template.eval()
             yield out, rows[c0:c1], states
@@ -211,23 +214,27 @@ class BatchedModuleSimulator(ModuleSimulator):
             block[name] = vals
         return round_start(self.bb, block)
 
-    def _fit_chunk(self, sched, ex_order, rows, c0, c1, shared, config, seed):
-        from .module_chunk import ChunkTraining
+    def _fit_chunk(self, sched, ex_order, rows, c0, c1, shared, config, seed, summed: bool = False):
+        from .module_chunk import ChunkTraining, summed_chunk
 
         cids = rows[c0:c1]
         chunk = ChunkTraining.start(self.base, sched, c0, c1, shared, self._initial_states(cids), config,
                                     self.dtype)
+        if summed and chunk.upload == "grads" and not chunk.local_shared and chunk.bpr is not None:
+            chunk.direct = []   # the item gradients go to the sums as rows (the table is fixed in the round)
         dropout = LaneDropout(lambda: [_seed_of(seed, config["round"], int(c), 17) for c in cids], len(cids))
         steps = sched.n_steps[c0:c1]
         losses = [[] for _ in cids]
         for s in range(int(steps.max())):
-            lanes = step_lanes(sched, ex_order, c0, c1, s, pairwise=chunk.pairwise,
+            lanes = step_lanes(sched, ex_order[0], c0, c1, s, clients=ex_order[1], pairwise=chunk.pairwise,
                                negatives=int(config["negatives"]), fields=chunk.fields, t_max=chunk.t_max)
             grads, loss = chunk.gradients(lanes, dropout.step(lanes.rows))
             active = torch.from_numpy(steps > s)
             chunk.step(grads, lanes.used, active)
             for j in np.flatnonzero(steps > s):
                 losses[j].append(float(loss[j]))
+        if summed:
+            return summed_chunk(chunk, sched, cids, losses), chunk.states()
         return chunk.finish(sched, cids, losses, config, privatise)
 
 

@@ -18,6 +18,8 @@ import torch
 from torch.func import grad_and_value, vmap
 
 from .messages import ClientUpdate
+from .module_bpr import bpr_gradients, closed_form_bpr
+from .summed_chunk import SummedChunk
 
 
 @dataclass
@@ -36,6 +38,10 @@ class ChunkTraining:
     fields: dict
     t_max: int
     c0: int
+    item_ids: torch.Tensor | None = None   # [C * (1 + T)] global id of each flat item-table row (-1: padding)
+    # where set (a list), BPR's item gradients of a fixed item table go to the round's sums as rows
+    # (:func:`summed_chunk`): (global ids, gradients, client index) of every step, no per-client tables
+    direct: list | None = None
 
     @classmethod
     def start(cls, base, sched, c0: int, c1: int, shared: dict, states: dict, config: dict, dtype):
@@ -47,7 +53,7 @@ class ChunkTraining:
         ptr = sched.touched_ptr
         t_max = int((ptr[c0 + 1:c1 + 1] - ptr[c0:c1]).max())
         cids = [int(c) for c in sched.clients[c0:c1]]
-        batched, fixed = {}, {}
+        batched, fixed, item_ids = {}, {}, None
         for name, prm in base.template.named_parameters():
             kind, pad = base.kinds[name], prm.detach().to(dtype)
             if kind == "user":
@@ -56,7 +62,7 @@ class ChunkTraining:
             elif kind == "private":
                 batched[name] = states[name].to(dtype)
             elif kind == "item":
-                batched[name] = _gathered_rows(shared[name], pad[0], sched, c0, c1, t_max)
+                batched[name], item_ids = _gathered_rows(shared[name], pad[0], sched, c0, c1, t_max)
             elif upload == "grads" and not local_shared:
                 fixed[name] = shared[name].detach()
             else:
@@ -70,7 +76,8 @@ class ChunkTraining:
         lr = float(config["lr"])
         return cls(base=base, batched=batched, fixed=fixed, acc=acc, shared=shared, upload=upload, lr=lr,
                    item_lr=lr * float(config.get("item_lr_scale", 1.0)), wd=float(config.get("weight_decay", 0.0)),
-                   local_shared=local_shared, pairwise=pairwise, fields=fields, t_max=t_max, c0=c0)
+                   local_shared=local_shared, pairwise=pairwise, fields=fields, t_max=t_max, c0=c0,
+                   item_ids=item_ids)
 
     # ------------------------------------------------------------------ gradients
     def gradients(self, lanes, dropout) -> tuple[dict, torch.Tensor]:
@@ -88,6 +95,13 @@ class ChunkTraining:
         if self.fixed or any(self.base.kinds[n] not in ("user", "item") for n in self.batched):
             return self._nested_gradients(lanes, look, dropout)
         return self._flat_gradients(lanes, look, dropout)
+
+    @property
+    def bpr(self):
+        """RecBole's BPR, whose flat gradients have a closed form (:mod:`.module_bpr`), or None."""
+        if not hasattr(self, "_bpr"):
+            self._bpr = closed_form_bpr(self.base) if self.pairwise else None
+        return self._bpr
 
     @property
     def padded(self) -> bool:
@@ -166,18 +180,28 @@ class ChunkTraining:
             ids[f["neg"]] = cl * item_width + local[:, 1]
         else:
             ids[f["label"]] = self._labels(lanes)[cl, r]
-        tables = {n: v.detach().reshape((-1,) + tuple(v.shape[2:])).requires_grad_(True)
-                  for n, v in self.batched.items()}
-        row_loss = self._flat_row_loss(dropout)
-        with dropout, torch.enable_grad():
-            per_row = vmap(row_loss, in_dims=(None, 0, 0, 0))(tables, ids, cl, r)
-            weighted = per_row * weight
-            names = list(tables)
-            g_flat = torch.autograd.grad(weighted.sum(), [tables[n] for n in names], allow_unused=True)
-        dropout.lane = None
+        tables = {n: v.detach().reshape((-1,) + tuple(v.shape[2:])) for n, v in self.batched.items()}
+        names = list(tables)
+        if self.bpr is not None:
+            direct = self.direct is not None
+            g_named, weighted = bpr_gradients(tables, self.bpr, ids[f["user"]], ids[f["item"]], ids[f["neg"]],
+                                              weight, item_rows=direct)
+            if direct:
+                flat, g_rows = g_named.pop(self.bpr[1])
+                self.direct.append((self.item_ids.index_select(0, flat), g_rows,
+                                    torch.div(flat, item_width, rounding_mode="floor")))
+            g_flat = [g_named.get(n) for n in names]
+        else:
+            tables = {n: v.requires_grad_(True) for n, v in tables.items()}
+            row_loss = self._flat_row_loss(dropout)
+            with dropout, torch.enable_grad():
+                per_row = vmap(row_loss, in_dims=(None, 0, 0, 0))(tables, ids, cl, r)
+                weighted = per_row * weight
+                g_flat = torch.autograd.grad(weighted.sum(), [tables[n] for n in names], allow_unused=True)
+            dropout.lane = None
         loss = torch.zeros(n_c, dtype=weighted.dtype).index_add_(0, cl, weighted.detach())
         grads = {n: torch.zeros_like(self.batched[n]) if g is None else g.reshape(self.batched[n].shape)
-                 for n, g in zip(names, g_flat)}
+                 for n, g in zip(names, g_flat) if not (self.direct is not None and n == self.bpr[1])}
         return grads, loss
 
     def _flat_row_loss(self, dropout):
@@ -209,7 +233,8 @@ class ChunkTraining:
         for name, g in grads.items():
             if name in self.acc:
                 g_in = g if every else _where(active, g, 0.0)
-                self.acc[name] = g_in.clone() if self.acc[name] is None else self.acc[name] + g_in
+                # (the gradients are fresh tensors of this step: the first is kept, later ones added in place)
+                self.acc[name] = g_in if self.acc[name] is None else self.acc[name].add_(g_in)
                 if not self.local_shared:
                     continue
             kind, p = self.base.kinds[name], self.batched[name]
@@ -225,6 +250,11 @@ class ChunkTraining:
         return next(s for s in self.base.all_specs() if s.name == name).scaled
 
     # ------------------------------------------------------------------ uploads and private states
+    def states(self) -> dict:
+        """The chunk's new private states ``{name: [C, ...]}``."""
+        return {s.name: (self.batched[s.name][:, 1] if self.base.kinds[s.name] == "user"
+                         else self.batched[s.name]).clone() for s in self.base.private_specs()}
+
     def finish(self, sched, cids, losses: list, config: dict, privatise) -> tuple[dict, dict]:
         """The chunk's uploads ``{cid: ClientUpdate}`` and its new private states ``{name: [C, ...]}``."""
         updates = {}
@@ -246,14 +276,43 @@ class ChunkTraining:
                               metrics={"loss": float(np.mean(steps)) if len(steps) > 1 else
                                        (steps[0] if steps else 0.0), "steps": len(steps)})
             updates[cid] = privatise(up, self.shared, config)
-        states = {s.name: (self.batched[s.name][:, 1] if self.base.kinds[s.name] == "user"
-                           else self.batched[s.name]).clone() for s in self.base.private_specs()}
-        return updates, states
+        return updates, self.states()
+
+
+def summed_chunk(chunk: "ChunkTraining", sched, cids, losses: list) -> SummedChunk:
+    """The chunk's uploads as blocks for the round's sums (:mod:`.summed_chunk`): each item table's ``[C, 1 + T]``
+    rows as they are, the padding rows with weight 0 (no copy), dense arrays stacked."""
+    c_n, t_max, c0 = len(cids), chunk.t_max, chunk.c0
+    ptr = sched.touched_ptr
+    counts = ptr[c0 + 1:c0 + c_n + 1] - ptr[c0:c0 + c_n]
+    cl = np.repeat(np.arange(c_n), counts)
+    j = np.arange(int(counts.sum())) - np.repeat(ptr[c0:c0 + c_n] - ptr[c0], counts)
+    slot = torch.from_numpy(cl * (1 + t_max) + 1 + j)
+    rows = torch.zeros(c_n * (1 + t_max), dtype=torch.long)
+    rows[slot] = torch.from_numpy(sched.touched[ptr[c0]:ptr[c0 + c_n]])
+    real = torch.zeros(c_n * (1 + t_max), dtype=torch.bool)
+    real[slot] = True
+    client = torch.arange(c_n).repeat_interleave(1 + t_max)
+    mean = [float(np.mean(x)) if len(x) > 1 else (x[0] if x else 0.0) for x in losses]
+    out = SummedChunk(kind=chunk.upload, cids=np.asarray(cids, dtype=np.int64),
+                      num_examples=sched.n_pos[c0:c0 + c_n], losses=np.asarray(mean, dtype=np.float64))
+    for name in chunk.base.shared_names:
+        if chunk.direct is not None and name == chunk.bpr[1]:   # every step's rows; each client's rows counted once
+            ids, vals, owner = (x[0] if len(x) == 1 else torch.cat(x) for x in zip(*chunk.direct))
+            out.row_blocks[name] = (ids, vals, owner, None, (rows[real], client[real]))
+            continue
+        src = (chunk.acc if chunk.upload == "grads" else chunk.batched)[name]
+        if chunk.base.kinds[name] == "item":
+            out.row_blocks[name] = (rows, src.reshape(c_n * (1 + t_max), -1), client, real, None)
+        else:
+            out.dense[name] = src
+    return out
 
 
 def _gathered_rows(table: torch.Tensor, pad: torch.Tensor, sched, c0: int, c1: int, t_max: int) -> torch.Tensor:
     """``[C, 1 + T, ...]``: the padding row, then each client's touched rows of the shared ``table`` (and the
-    padding row again past a client's own rows, which it never looks up)."""
+    padding row again past a client's own rows, which it never looks up); and the global id of each of those
+    rows, flat (-1: a padding row)."""
     ptr = sched.touched_ptr
     counts = ptr[c0 + 1:c1 + 1] - ptr[c0:c1]
     cl = np.repeat(np.arange(c1 - c0), counts)
@@ -261,7 +320,9 @@ def _gathered_rows(table: torch.Tensor, pad: torch.Tensor, sched, c0: int, c1: i
     index = np.zeros((c1 - c0, 1 + t_max), dtype=np.int64)        # 0: the padding row
     index[cl, j + 1] = sched.touched[ptr[c0]:ptr[c1]] + 1
     padded = torch.cat([pad.unsqueeze(0), table.detach()])
-    return padded[torch.from_numpy(index)]
+    flat = torch.from_numpy(index).view(-1)
+    # (index_select on the flat ids is several times faster than advanced indexing with [C, 1 + T] ids)
+    return padded.index_select(0, flat).view(c1 - c0, 1 + t_max, *padded.shape[1:]), flat - 1
 
 
 def _expand(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

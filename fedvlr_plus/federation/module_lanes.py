@@ -33,10 +33,12 @@ def example_order(sched: Schedule) -> np.ndarray:
 
 
 def step_lanes(sched: Schedule, order: np.ndarray, c0: int, c1: int, step: int, *, pairwise: bool,
-               negatives: int, fields: dict[str, str], t_max: int) -> StepLanes:
-    """``fields`` names the model's columns: ``user``, ``item`` and ``neg`` (pairwise) or ``label``."""
-    lo = np.searchsorted(sched.ex_client[order], c0, side="left")
-    hi = np.searchsorted(sched.ex_client[order], c1, side="left")
+               negatives: int, fields: dict[str, str], t_max: int, clients: np.ndarray | None = None) -> StepLanes:
+    """``fields`` names the model's columns: ``user``, ``item`` and ``neg`` (pairwise) or ``label``;
+    ``clients``: ``sched.ex_client[order]``, where the caller keeps it for many calls."""
+    clients = sched.ex_client[order] if clients is None else clients
+    lo = np.searchsorted(clients, c0, side="left")
+    hi = np.searchsorted(clients, c1, side="left")
     sel = order[lo:hi]
     sel = sel[sched.ex_step[sel] == step]
     cl = sched.ex_client[sel] - c0

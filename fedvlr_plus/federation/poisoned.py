@@ -45,6 +45,8 @@ class PoisonedSimulator:
         return self.inner.scores(users, shared, *args, **kw)
 
     def __getattr__(self, name):   # everything else (client lookup, chunk sizes) is the real simulator's
-        if name == "inner":
+        # but not its chunked training: a round streamed through the real simulator's chunks would leave the
+        # attackers' uploads out, so the engine must call ``fit``
+        if name in ("inner", "fit_chunks", "sums_chunks"):
             raise AttributeError(name)
         return getattr(self.inner, name)

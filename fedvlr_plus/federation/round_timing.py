@@ -77,12 +77,23 @@ def _timed_repeats(run, repeats: int):
         run.store.begin_round(1)
         gc.collect()
         t, c = time.perf_counter(), time.process_time()
-        ups = run.sim.fit(run.eligible, run.shared, conf)
-        new = run.strategy.aggregate(run.shared, ups, run.specs)
+        new = _trained(run, run.shared, conf)
         best = min(best, time.perf_counter() - t)
         best_cpu = min(best_cpu, time.process_time() - c)
-        del ups
     return best, best_cpu, new
+
+
+def _trained(run, shared: dict, conf: dict) -> dict:
+    """The shared state after one round of every eligible client, trained and aggregated as the engine does:
+    streamed a chunk at a time where the simulator and strategy allow it (:mod:`.upload_stream`), else as one
+    list of uploads."""
+    from .upload_stream import can_stream, fit_streamed
+
+    if can_stream(run.sim, run.strategy):
+        examples = np.diff(run.indptr)[np.asarray(run.eligible, dtype=np.int64)]
+        streamed = fit_streamed(run.sim, run.strategy, run.eligible, shared, run.specs, conf, examples)
+        return run.strategy.from_sums(shared, streamed.sums, run.specs)
+    return run.strategy.aggregate(shared, run.sim.fit(run.eligible, shared, conf), run.specs)
 
 
 def _timed_rounds(run, rounds: int):
@@ -94,13 +105,11 @@ def _timed_rounds(run, rounds: int):
         run.store.begin_round(r)
         gc.collect()
         t, c = time.perf_counter(), time.process_time()
-        ups = run.sim.fit(run.eligible, run.shared, run.round_config(r))
-        run.shared = run.strategy.aggregate(run.shared, ups, run.specs)
+        run.shared = _trained(run, run.shared, run.round_config(r))
         walls.append(time.perf_counter() - t)
         cpus.append(time.process_time() - c)
         run.store.prepare(r)
         run.store.commit()
-        del ups
     return float(np.median(walls[1:])), float(np.median(cpus[1:])), run.shared
 
 

@@ -55,6 +55,25 @@ class RowSums:
         self.num.index_add_(0, rows, vals.mul_(ws.to(self.dtype).unsqueeze(1)))
         self.den.index_add_(0, rows, ws)
 
+    def add_block(self, rows: torch.Tensor, vals: torch.Tensor, weights: torch.Tensor, held=None) -> None:
+        """Many uploads' rows at once (``vals [len(rows), width]``, scaled here in place; ``weights`` float64, one
+        per row): the same additions in the same order as adding the uploads one by one. ``held``: ``(row ids,
+        weights)`` of the uploads' rows, once per upload, where ``rows`` may repeat a row of one upload."""
+        self._flush()
+        self.num.index_add_(0, rows, vals.to(self.dtype).mul_(weights.to(self.dtype).unsqueeze(1)))
+        self.den.index_add_(0, *((rows, weights) if held is None else held))
+
+    def add_factors(self, coef: torch.Tensor, factor: torch.Tensor, rows: torch.Tensor, weights: torch.Tensor,
+                    base: torch.Tensor | None = None) -> None:
+        """Uploads whose weighted sum is ``coef @ factor`` (weights applied) plus ``base`` times the weights of
+        the uploads holding each row, and which touch ``rows`` (``weights``: float64, one per entry of ``rows``)."""
+        self._flush()
+        if base is not None:
+            held = torch.zeros_like(self.den).index_add_(0, rows, weights)
+            self.num.addcmul_(held.to(self.dtype).unsqueeze(1), base.reshape(self.num.shape).to(self.dtype))
+        self.num.addmm_(coef.to(self.dtype), factor.to(self.dtype))
+        self.den.index_add_(0, rows, weights)
+
     def result(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(num [rows, width], den [rows])``."""
         self._flush()
@@ -68,7 +87,11 @@ class DenseSum:
         self.total = None
 
     def add(self, arrays: list[torch.Tensor], weights: torch.Tensor) -> None:
-        part = torch.tensordot(weights, torch.stack([a.to(torch.float64) for a in arrays]), dims=1)
+        self.add_stacked(torch.stack([a.to(torch.float64) for a in arrays]), weights)
+
+    def add_stacked(self, stacked: torch.Tensor, weights: torch.Tensor) -> None:
+        """The uploads of many clients stacked ``[C, ...]``."""
+        part = torch.tensordot(weights, stacked.to(torch.float64), dims=1)
         self.total = part if self.total is None else self.total + part
 
     def result(self) -> torch.Tensor:
@@ -98,6 +121,19 @@ class RunningSums:
         for name, acc in self.dense.items():
             acc.add([u.arrays[name] for u in updates], weights)
         self.count += len(updates)
+
+    def add_summed(self, chunk, weights: torch.Tensor) -> None:
+        """A :class:`~.summed_chunk.SummedChunk` with its clients' weights (float64, aligned with its clients)."""
+        for name, (rows, vals, client, real, held) in chunk.row_blocks.items():
+            w = weights.index_select(0, client)
+            held = None if held is None else (held[0], weights.index_select(0, held[1]))
+            self.rows[name].add_block(rows, vals, w if real is None else w * real, held)
+        for name, (coef, factor, columns, base, rows, client) in chunk.row_factors.items():
+            w = weights.index_select(0, columns).to(factor.dtype).unsqueeze(1)
+            self.rows[name].add_factors(coef, factor * w, rows, weights.index_select(0, client), base)
+        for name, stacked in chunk.dense.items():
+            self.dense[name].add_stacked(stacked, weights)
+        self.count += len(chunk)
 
     def row_sums(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
         return self.rows[name].result()

@@ -36,6 +36,9 @@ ROUTER = ("router.w1", "router.b1", "router.w2", "router.b2")
 #: a step reads the whole broadcast table when it has at most this many rows per example slot: reading a row in
 #: two matrix products costs about 1/30 of gathering it (one thread, J d = 192: equal at 25-30 rows a slot)
 ALL_ROWS_RATIO = 24
+#: the router's input as one [C, N] x [N, J d] product while the catalogue has at most this many items per real
+#: history entry of the chunk (a GEMM reads a row of the views for far less than a gather copies it)
+DENSE_HISTORY_RATIO = 32
 
 
 @dataclass(frozen=True)
@@ -66,9 +69,17 @@ class MixtureDotHead:
         w = mask.to(views.dtype)
         w = w / w.sum(-1, keepdim=True).clamp(min=1.0)
         real = mask.reshape(-1).nonzero().squeeze(1)
+        user = torch.div(real, hist.shape[1], rounding_mode="floor")
+        c_n, n_items = hist.shape[0], views.shape[0]
+        if c_n * n_items <= DENSE_HISTORY_RATIO * len(real):
+            # a small catalogue: the users' weights over it [C, N] and one product with the views, instead
+            # of gathering a row per history entry
+            dense = torch.zeros(c_n * n_items, dtype=views.dtype, device=views.device)
+            dense.index_add_(0, user * n_items + hist.reshape(-1)[real], w.reshape(-1)[real])
+            return dense.view(c_n, n_items) @ views
         rows = views.index_select(0, hist.reshape(-1)[real]) * w.reshape(-1)[real].unsqueeze(1)
-        out = torch.zeros(hist.shape[0], views.shape[-1], dtype=views.dtype, device=views.device)
-        return out.index_add_(0, torch.div(real, hist.shape[1], rounding_mode="floor"), rows)
+        out = torch.zeros(c_n, views.shape[-1], dtype=views.dtype, device=views.device)
+        return out.index_add_(0, user, rows)
 
     def _weights(self, pre: torch.Tensor, p: dict):
         """The router's hidden layer and weights ``[C, J]`` from its pre-activation (``router_weights``' ops)."""
@@ -109,9 +120,10 @@ class MixtureDotHead:
         """``w ⊗ h [..., J d]``: the vector a fused row is scored against (and its gradient's direction)."""
         return (w.unsqueeze(-1) * h.unsqueeze(-2)).reshape(*w.shape[:-1], self.experts * self.d)
 
-    def local_steps(self, x: torch.Tensor, p: dict, lr: float, wd: float, defer: tuple[int, int, int] | None):
+    def local_steps(self, x: torch.Tensor, p: dict, lr: float, wd: float, defer: tuple[int, int, int] | None,
+                    n_items: int | None = None):
         """The state of one chunk's local training (:class:`MixtureSteps`)."""
-        return MixtureSteps(self, x, p, lr, wd, defer)
+        return MixtureSteps(self, x, p, lr, wd, defer, n_items)
 
     def reads_all_rows(self, n_items: int, slots: int) -> bool:
         """Whether a step of ``slots`` examples per client reads the whole broadcast table (two matrix products
@@ -141,10 +153,11 @@ class MixtureSteps:
     The uploaded gradient of the fused rows (``defer``: the chunk's clients, touched rows and steps, when the rows
     are not stepped locally): each step's is ``δ_l (w ⊗ h)``, so their sum over steps is the product of the
     per-row sums of ``δ`` of each step ``[C, T, S]`` and the steps' ``w ⊗ h [C, S, J d]``, one batched product
-    at the end instead of a ``[C, L, J d]`` scatter every step."""
+    at the end instead of a ``[C, L, J d]`` scatter every step. With ``n_items`` the per-row sums are kept over
+    the whole catalogue (``[S, C N]``, by global item id), which the round's sums read without a scatter."""
 
     def __init__(self, head: MixtureDotHead, x: torch.Tensor, p: dict, lr: float, wd: float,
-                 defer: tuple[int, int, int] | None):
+                 defer: tuple[int, int, int] | None, n_items: int | None = None):
         self.head, self.x, self.lr, self.wd = head, x, float(lr), float(wd)
         with torch.no_grad():
             self.x_w1 = linear(x, p["router.w1"])
@@ -152,10 +165,11 @@ class MixtureSteps:
         c_n = x.shape[0]
         self.alpha = torch.ones(c_n, 1, dtype=x.dtype, device=x.device)
         self.g_sum = torch.zeros_like(self.x_w1)
-        self.defer = defer
+        self.defer, self.n_items = defer, n_items
         if defer is not None:
             _, t_max, s_max = defer
-            self.delta_rows = torch.zeros(s_max, c_n * t_max, dtype=x.dtype, device=x.device)
+            width = c_n * (t_max if n_items is None else n_items)
+            self.delta_rows = torch.zeros(s_max, width, dtype=x.dtype, device=x.device)
             self.directions = torch.zeros(s_max, c_n, head.experts * head.d, dtype=x.dtype, device=x.device)
         self.s = 0
 
@@ -174,9 +188,10 @@ class MixtureSteps:
 
     @torch.no_grad()
     def step(self, rows: "GatheredRows | AllRows", p: dict, y: torch.Tensor, a: torch.Tensor, active: torch.Tensor,
-             fidx: torch.Tensor):
+             fidx: torch.Tensor, items: torch.Tensor | None = None):
         """The step's gradients (None for what this object applies itself: ``router.w1``, and the fused rows
-        when deferred) and each client's loss; ``fidx``: the flat touched-row ids of the examples."""
+        when deferred) and each client's loss; ``fidx``: the flat touched-row ids of the examples, ``items``
+        their global ids ``[C, L]`` (needed with ``n_items``)."""
         pre = self.alpha * self.x_w1 - self.lr * self.x_sq * self.g_sum + p["router.b1"]
         grads, loss, w = self.head.step_from(rows, pre, p, y, a, with_table=self.defer is None)
         g_pre = grads.pop("router.pre")
@@ -187,24 +202,52 @@ class MixtureSteps:
             self.g_sum *= decay
         self.g_sum += g_pre
         if self.defer is not None:
-            self.delta_rows[self.s].index_add_(0, fidx, grads.pop("delta").reshape(-1))
+            if self.n_items is not None:
+                fidx = (items + torch.arange(items.shape[0], device=items.device).unsqueeze(1) * self.n_items)
+            self.delta_rows[self.s].index_add_(0, fidx.reshape(-1), grads.pop("delta").reshape(-1))
             self.directions[self.s] = self.head.row_direction(w, p[self.head.weight])
             grads[self.head.table] = None
         self.s += 1
         return grads, loss
 
     @torch.no_grad()
-    def finish(self, p: dict) -> torch.Tensor | None:
-        """Write ``router.w1`` in place; the summed gradient of the fused rows ``[C, T, J d]`` when deferred."""
+    def finish(self, p: dict) -> None:
+        """Write ``router.w1`` in place."""
         w1 = p["router.w1"]
         if self.wd:   # (without weight decay the scale stays 1)
             w1.mul_(self.alpha.unsqueeze(-1))
         w1.baddbmm_(self.x.unsqueeze(-1), self.g_sum.unsqueeze(1), alpha=-self.lr)
-        if self.defer is None:
-            return None
+
+    @torch.no_grad()
+    def table_grads(self, touched: torch.Tensor) -> torch.Tensor:
+        """The deferred, summed gradient of the clients' fused rows ``touched [C, T]`` (global ids): ``[C, T, J d]``."""
         c_n, t_max, s_max = self.defer
-        coef = self.delta_rows.view(s_max, c_n, t_max).permute(1, 2, 0)
+        if self.n_items is None:
+            coef = self.delta_rows.view(s_max, c_n, t_max).permute(1, 2, 0)
+        else:
+            flat = touched + torch.arange(c_n, device=touched.device).unsqueeze(1) * self.n_items
+            coef = self.delta_rows.index_select(1, flat.reshape(-1)).view(s_max, c_n, t_max).permute(1, 2, 0)
         return torch.bmm(coef, self.directions.transpose(0, 1))
+
+    @torch.no_grad()
+    def table_factors(self, items: torch.Tensor, real: torch.Tensor, n_items: int):
+        """The deferred gradient of the fused rows as two factors over the whole table, for the round's sums
+        without forming any client's rows: ``coef [n_items, S C] @ directions [S C, J d]`` is the sum over the
+        chunk's clients (column ``s C + c``: client ``c``'s step ``s``; weigh the columns by their client,
+        ``client [S C]``, to get a weighted sum). ``real``: the flat ids (``c T + t``) of the clients' real
+        touched rows, ``items`` their global ids."""
+        c_n, t_max, s_max = self.defer
+        k = s_max * c_n
+        columns = torch.arange(c_n, device=real.device).repeat(s_max)
+        if self.n_items is not None:   # kept by item already: column s C + c of row i is delta[s, c N + i]
+            coef = self.delta_rows.view(s_max, c_n, n_items).permute(2, 0, 1).reshape(n_items, k)
+            return coef, self.directions.reshape(k, -1), columns
+        client = torch.div(real, t_max, rounding_mode="floor")
+        steps = torch.arange(s_max, device=real.device).unsqueeze(1)
+        where = (items * k).unsqueeze(0) + steps * c_n + client.unsqueeze(0)            # [S, R] in coef
+        coef = torch.zeros(n_items * k, dtype=self.delta_rows.dtype, device=real.device)
+        coef.index_add_(0, where.reshape(-1), self.delta_rows.index_select(1, real).reshape(-1))
+        return coef.view(n_items, k), self.directions.reshape(k, -1), columns
 
 
 class GatheredRows:

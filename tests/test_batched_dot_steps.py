@@ -1,0 +1,65 @@
+"""A dot-product head's local steps as rank-one sums over the broadcast table (``federation/dot_steps.py``) give
+the sequential reference's uploads, private states and losses, and are taken only where they apply."""
+import numpy as np
+import pytest
+import torch
+
+from fedvlr_plus.adapters import make_backbone
+from fedvlr_plus.federation import BatchedSimulator, MemoryStore, SequentialSimulator
+from fedvlr_plus.federation.dot_steps import DotSteps
+from fedvlr_plus.federation.state import init_shared_state
+from test_simulator import tiny_csr
+
+CONFIG = dict(seed=0, round=3, epochs=2, negatives=2, lr=0.3, item_lr_scale=3.0, weight_decay=0.0)
+
+
+def _round(sim_cls, bb, config, monkeypatch=None):
+    calls = []
+    if monkeypatch is not None:
+        step = DotSteps.step
+        monkeypatch.setattr(DotSteps, "step", lambda self, *a: calls.append(1) or step(self, *a))
+    indptr, indices = tiny_csr()
+    store = MemoryStore()
+    sim = sim_cls(bb, indptr, indices, store, seed=0, chunk_floats=4096)   # several chunks
+    shared = init_shared_state(bb, 0)
+    shared = {k: v + 0.2 * torch.randn(v.shape, generator=torch.Generator().manual_seed(1)) for k, v in shared.items()}
+    ups = sim.fit(np.arange(len(indptr) - 1), shared, config)
+    return ups, store, len(calls), shared
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fcf", "pfedrec"])
+@pytest.mark.parametrize("mode", [dict(upload="params", batch_size=4), dict(upload="grads", batch_size=4),
+                                  dict(upload="grads", local_shared=True, batch_size=3),
+                                  dict(upload="params", batch_size=1)],    # many steps: every earlier step counts
+                         ids=["params", "grads", "local-shared", "many-steps"])
+def test_rank_one_steps_equal_the_sequential_reference(name, mode, monkeypatch):
+    bb = make_backbone(name, 40, 8)
+    config = {**CONFIG, **mode}
+    got, got_store, n_calls, shared = _round(BatchedSimulator, bb, config, monkeypatch)
+    want, want_store, _, _ = _round(SequentialSimulator, bb, config)
+    assert n_calls > 0
+    moved = 0.0
+    for a, b in zip(got, want):
+        assert a.cid == b.cid and set(a.arrays) == set(b.arrays)
+        for k in a.arrays:
+            assert torch.equal(a.rows[k], b.rows[k])
+            assert torch.allclose(a.arrays[k], b.arrays[k], atol=1e-5), (a.cid, k)
+            start = 0.0 if a.kind == "grads" else shared[k][a.rows[k]]
+            moved = max(moved, float((b.arrays[k] - start).abs().max()))
+        assert abs(a.metrics["loss"] - b.metrics["loss"]) < 1e-5
+    assert moved > 1e-3
+    for c in range(25):
+        x, y = got_store.load(c), want_store.load(c)
+        assert set(x) == set(y) and all(torch.allclose(x[k], y[k], atol=1e-5) for k in x), c
+
+
+@pytest.mark.parametrize("why", ["weight decay", "big catalogue", "regulariser"])
+def test_rank_one_steps_are_not_taken_where_they_do_not_apply(why, monkeypatch):
+    name = "fedrap" if why == "regulariser" else "fedavg"
+    bb = make_backbone(name, 40, 8)
+    config = {**CONFIG, "upload": "params", "batch_size": 4,
+              "weight_decay": 0.05 if why == "weight decay" else 0.0}
+    if why == "big catalogue":
+        monkeypatch.setattr("fedvlr_plus.federation.dot_steps.ALL_ROWS_RATIO", 0)
+    _, _, n_calls, _ = _round(BatchedSimulator, bb, config, monkeypatch)
+    assert n_calls == 0

@@ -1,0 +1,137 @@
+"""Chunks handed over as blocks (``federation/summed_chunk.py``) give the sums of the per-client uploads: bit for
+bit where they are the uploads' rows, to float rounding where they are the FedVLR layer's factors; and they are
+used only where nothing changes or reads single uploads."""
+import numpy as np
+import pytest
+import torch
+
+from fedvlr_plus.adapters import make_backbone
+from fedvlr_plus.federation import BatchedSimulator, MemoryStore
+from fedvlr_plus.federation.running_sum import RunningSums
+from fedvlr_plus.federation.state import init_shared_state
+from fedvlr_plus.federation.summed_chunk import SummedChunk, check_summed, may_sum
+from fedvlr_plus.federation.upload_stream import fit_streamed
+from test_fedvlr_speed import N_ITEMS, N_USERS, _layer, _shared
+from test_simulator import tiny_csr
+
+BASE = dict(seed=0, round=2, epochs=2, negatives=2, batch_size=4, lr=0.3, item_lr_scale=3.0)
+
+
+def _sums(bb, shared, config, summed: bool, chunk_floats: int = 4096):
+    """The round's running sums from the batched simulator's chunks (several, at this ``chunk_floats``)."""
+    indptr, indices = tiny_csr(N_USERS, N_ITEMS)
+    sim = BatchedSimulator(bb, indptr, indices, MemoryStore(), seed=0, chunk_floats=chunk_floats)
+    cids = np.arange(N_USERS)
+    n = torch.tensor(np.diff(indptr)[cids], dtype=torch.float64)
+    weights = n / n.sum()
+    specs = {s.name: s for s in bb.all_specs()}
+    sums = RunningSums(shared, [k for k in shared if specs[k].item_table])
+    kinds, where = [], {int(c): i for i, c in enumerate(cids)}
+    for chunk in sim.fit_chunks(cids, shared, config, summed=summed):
+        kinds.append(type(chunk))
+        if isinstance(chunk, SummedChunk):
+            check_summed(shared, chunk, config["upload"])
+            sums.add_summed(chunk, weights[torch.tensor([where[int(c)] for c in chunk.cids])])
+        else:
+            sums.add(chunk, weights[torch.tensor([where[u.cid] for u in chunk])])
+    assert len(kinds) > 2                                   # several chunks
+    return sums, kinds
+
+
+def _sum_of(sums, name):
+    return sums.row_sums(name) if name in sums.rows else (sums.dense_sum(name), None)
+
+
+# stepped gathered rows (weight decay: no rank-one steps), and FedNCF's generic path with dense shared towers
+@pytest.mark.parametrize("backbone,upload", [("fedavg", "params"), ("fcf", "grads"), ("fedncf", "params")])
+def test_row_blocks_give_the_per_client_sums_bit_for_bit(backbone, upload):
+    bb = make_backbone(backbone, N_ITEMS, 8)
+    shared = init_shared_state(bb, 0)
+    config = {**BASE, "upload": upload, "weight_decay": 0.01}
+    got, kinds = _sums(bb, shared, config, summed=True)
+    want, plain = _sums(bb, shared, config, summed=False)
+    assert set(kinds) == {SummedChunk} and SummedChunk not in plain
+    for name in shared:
+        (a, da), (b, db) = _sum_of(got, name), _sum_of(want, name)
+        assert torch.equal(a, b), name
+        assert da is None or torch.equal(da, db), name
+    assert any(float(_sum_of(got, n)[0].abs().max()) > 0 for n in shared)
+
+
+@pytest.mark.parametrize("backbone,extra", [("fedavg", dict(upload="params")), ("fcf", dict(upload="grads")),
+                                            ("fedavg", dict(upload="grads", local_shared=True))],
+                         ids=["fedavg-params", "fcf-grads", "fedavg-local-shared"])
+def test_dot_head_factors_give_the_per_client_sums(backbone, extra):
+    """A dot-product head's rank-one steps (``federation/dot_steps.py``) go to the sums as factors."""
+    bb = make_backbone(backbone, N_ITEMS, 8)
+    shared = init_shared_state(bb, 0)
+    config = {**BASE, "weight_decay": 0.0, **extra}
+    got, _ = _sums(bb, shared, config, summed=True)
+    want, _ = _sums(bb, shared, config, summed=False)
+    for name in shared:
+        (a, da), (b, db) = _sum_of(got, name), _sum_of(want, name)
+        assert float((b - (0 if extra["upload"] == "grads" else shared[name])).abs().max()) > 1e-4
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6), (name, float((a - b).abs().max()))
+        assert torch.equal(da, db), name
+
+
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("chunk_floats", [4096, 1024], ids=["factors", "rows"])
+def test_fedvlr_factors_give_the_per_client_sums(residual, chunk_floats):
+    """Gradient uploads of fixed fused views: as factors where ``coef`` fits in ``chunk_floats``, else as the
+    clients' rows; both the per-client sums to float rounding (the row counts exactly)."""
+    bb = _layer("fedavg", residual=residual, temperature=0.7)
+    shared = _shared(bb)
+    config = {**BASE, "upload": "grads", "weight_decay": 0.0}
+    got, _ = _sums(bb, shared, config, summed=True, chunk_floats=chunk_floats)
+    want, _ = _sums(bb, shared, config, summed=False, chunk_floats=chunk_floats)
+    for name in shared:
+        (a, da), (b, db) = _sum_of(got, name), _sum_of(want, name)
+        assert float(b.abs().max()) > 0
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-7), (name, float((a - b).abs().max()))
+        assert da is None or torch.allclose(da, db, rtol=1e-12, atol=0), name
+
+
+@pytest.mark.parametrize("model", ["fedvlr", "fedavg"])
+def test_factors_are_used_when_they_fit(model):
+    bb = _layer("fedavg") if model == "fedvlr" else make_backbone("fedavg", N_ITEMS, 8)
+    shared = _shared(bb) if model == "fedvlr" else init_shared_state(bb, 0)
+    indptr, indices = tiny_csr(N_USERS, N_ITEMS)
+    sim = BatchedSimulator(bb, indptr, indices, MemoryStore(), seed=0, chunk_floats=4096)
+    config = {**BASE, "upload": "grads" if model == "fedvlr" else "params"}
+    chunks = list(sim.fit_chunks(np.arange(N_USERS), shared, config, summed=True))
+    assert all(c.row_factors and not c.row_blocks for c in chunks)
+
+
+@pytest.mark.parametrize("change", [dict(upload_noise=0.5), dict(upload_clip=1.0), dict(pad_uploads=N_ITEMS),
+                                    "on_upload"], ids=["noise", "clip", "decoys", "inspected"])
+def test_uploads_changed_or_inspected_on_their_way_come_one_by_one(change):
+    config = {**BASE, "upload": "params"}
+    assert may_sum(config, None)
+    on_upload = (lambda r, u: None) if change == "on_upload" else None
+    if change != "on_upload":
+        config.update(change)
+    assert not may_sum(config, on_upload)
+    bb = make_backbone("fedavg", N_ITEMS, 8)
+    indptr, indices = tiny_csr(N_USERS, N_ITEMS)
+    sim = BatchedSimulator(bb, indptr, indices, MemoryStore(), seed=0, chunk_floats=4096)
+    seen = []
+    real = sim.fit_chunks
+    sim.fit_chunks = lambda *a, **k: (seen.append(type(c)) or c for c in real(*a, **k))
+    from fedvlr_plus.federation import make_strategy
+    shared = init_shared_state(bb, 0)
+    specs = {s.name: s for s in bb.all_specs()}
+    cids = np.arange(N_USERS)
+    fit_streamed(sim, make_strategy("fedavg"), cids, shared, specs, config, np.diff(indptr)[cids],
+                 on_upload=on_upload)
+    assert seen and SummedChunk not in seen
+
+
+def test_a_summed_chunk_missing_an_array_is_refused():
+    bb = make_backbone("fedavg", N_ITEMS, 8)
+    shared = init_shared_state(bb, 0)
+    chunk = SummedChunk(kind="params", cids=np.arange(2), num_examples=np.ones(2), losses=np.zeros(2))
+    with pytest.raises(ValueError, match="shared arrays"):
+        check_summed(shared, chunk, "params")
+    with pytest.raises(ValueError, match="aggregates 'grads'"):
+        check_summed(shared, chunk, "grads")
