@@ -15,7 +15,7 @@ from importlib import import_module
 from .config import FEDERATED_BACKBONES, STRATEGIES, FedConfig, config_from_options
 
 _LAZY = {
-    "BatchedSimulator": ".batched", "SequentialSimulator": ".batched",
+    "BatchedSimulator": ".batched", "SequentialSimulator": ".sequential",
     "Client": ".client", "RecClient": ".client",
     "FederatedRun": ".engine", "bench_round": ".round_timing", "combine_seeds": ".seed_results",
     "format_bench": ".round_timing",

@@ -29,7 +29,8 @@ import torch
 
 from ..adapters import Backbone, make_backbone, option_names
 from .accountant import run_clip, run_noise, run_privacy
-from .batched import BatchedSimulator, SequentialSimulator
+from .batched import BatchedSimulator
+from .sequential import SequentialSimulator
 from ..errors import ResumeMismatch, RunFolderError
 from .config import RESUMABLE_CHANGES, FedConfig
 from .rng import TAG_SAMPLE
