@@ -91,6 +91,19 @@ def test_sparse_checkpoints_resume_from_the_last_one_with_the_same_numbers(small
     assert SeedFolder(tmp_path / "cut" / "seed-0").read_checkpoint()["round"] == 7  # the end
 
 
+def test_each_seed_folder_keeps_its_test_users_metrics_for_paired_tests(small, tmp_path):
+    import pandas as pd
+
+    res = run_federated(small, "fedavg", FedConfig(**{**FAST, "seeds": 2}), out_dir=tmp_path / "run",
+                        progress=False)
+    for i, seed in enumerate(res["seeds"]):
+        folder = tmp_path / "run" / f"seed-{seed}"
+        per_user = pd.read_csv(folder / "per_user_test.csv")
+        assert "per_user_test.csv" in json.loads((folder / "manifest.json").read_text())["files"]
+        assert per_user["user"].is_unique and len(per_user) == res["per_seed"][i]["test_n_users"]
+        assert per_user["hr@10"].mean() == pytest.approx(res["per_seed"][i]["test"]["hr@10"], abs=1e-12)
+
+
 def test_resume_refuses_changed_settings(small, tmp_path):
     cfg = FedConfig(**FAST)
     run_federated(small, "fedavg", cfg, out_dir=tmp_path, progress=False)

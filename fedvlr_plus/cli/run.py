@@ -38,7 +38,7 @@ def register(sub) -> None:
     o = p_run.add_argument_group("output")
     o.add_argument("--out", metavar="RUN_DIR", default=None,
                    help="write result.json and per-user test metrics (CSV) into RUN_DIR (federated backbones "
-                        "also checkpoint there)")
+                        "checkpoint there too and write them per seed, in RUN_DIR/seed-<s>/)")
     o.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     add_run_arguments(p_run)
     add_fusion_arguments(p_run)

@@ -315,6 +315,9 @@ class FederatedRun:
         bar.close()
         result = self.result()
         if self.folder is not None:
+            # per user, so that two run folders can be compared with a paired test over the same users
+            per_user = self.best["test_full"].per_user.to_csv(index=False).encode()
+            self.folder.write_file("per_user_test.csv", per_user)
             self.folder.write_json("result.json", result)
         return result
 

@@ -5,6 +5,7 @@ Layout of one seed's folder (``RUN_DIR/seed-<s>/``)::
     checkpoint-000007.safetensors   tensors of the state after round 7 (shared, optimizer, private, RNG)
     checkpoint-000007.json          everything else, plain JSON, referring to those tensors by name
     result.json                     the seed's result, once it has finished
+    per_user_test.csv               every test user's metrics at the selected round (for paired tests)
     manifest.json                   every file above with its sha256: the commit point
 
 ``manifest.json`` is always written last (atomically), so it names only files that are complete. A checkpoint gets
@@ -184,7 +185,10 @@ class SeedFolder:
 
     def write_json(self, name: str, obj) -> None:
         """Write the JSON file ``name`` (a result a person reads) and list it."""
-        data = json.dumps(obj, indent=2, default=json_default).encode()
+        self.write_file(name, json.dumps(obj, indent=2, default=json_default).encode())
+
+    def write_file(self, name: str, data: bytes) -> None:
+        """Write the file ``name`` (a result a person reads: JSON, CSV) and list it."""
         m = self.manifest()
         if name in m["files"]:
             m = self._write_manifest(m, drop=[name])
