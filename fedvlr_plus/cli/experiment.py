@@ -76,7 +76,29 @@ def register(sub) -> argparse.ArgumentParser:
 
     register_poisoning(ex)
     register_privacy(ex)
+    pr = ex.add_parser("paired", help="two finished run folders compared over the same test users (paired tests)",
+                       description="Reads each seed's per_user_test.csv of two `run --out` folders, averages "
+                                   "each user over the seeds and pairs the runs over their common users: mean "
+                                   "difference A - B, paired t-test and Wilcoxon signed-rank test per metric.")
+    pr.add_argument("run_a", metavar="RUN_A", help="the --out folder of the first run")
+    pr.add_argument("run_b", metavar="RUN_B", help="the --out folder of the run it is compared with")
+    pr.add_argument("--metrics", type=metric_list, default=None,
+                    help="comma-separated metric@K list (default: every metric both runs have)")
+    pr.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    pr.set_defaults(func=cmd_paired)
     return p
+
+
+def cmd_paired(args) -> int:
+    from ..experiments.paired_runs import format_paired, paired_runs
+    from ..jsonio import json_default
+
+    metrics = [m.strip().lower() for m in args.metrics.split(",")] if args.metrics else None
+    result = paired_runs(args.run_a, args.run_b, metrics)
+    print(format_paired(result), file=sys.stderr if args.json else sys.stdout)
+    if args.json:
+        print(json.dumps(result, default=json_default))
+    return 0
 
 
 def parse_overrides(items: list[str]) -> tuple[tuple[str, str, str], ...]:
