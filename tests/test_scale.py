@@ -60,9 +60,9 @@ def _perturbed_cos(relative: float):
 def test_float32_normal_recomputes_the_draws_near_a_rounding_boundary(monkeypatch):
     keys = (4, 3, 1, np.arange(40)[:, None], np.arange(4096)[None, :])
     ref = (rng.normal(*keys) * 0.05).astype(np.float32)
-    # a wider interval and a cosine off by a quarter of it: hundreds of the 164k draws cross a float32 boundary,
-    # and all must be caught and recomputed
-    monkeypatch.setattr(rng, "_COS_SLACK", 2.0 ** -30)
+    # a wider window (2^22 units in the last place) and a cosine off by 2^-32 (2^20-2^21 units): hundreds of the
+    # 164k draws cross a float32 boundary, and all must be caught and recomputed
+    monkeypatch.setattr(rng, "_SLACK_ULPS", 1 << 22)
     monkeypatch.setattr(torch, "cos", _perturbed_cos(2.0 ** -32))
     assert np.array_equal(rng.normal_float32(*keys, scale=0.05).view(np.int32), ref.view(np.int32))
     monkeypatch.setattr(torch, "cos", _perturbed_cos(2.0 ** -28))   # outside it: the check cannot see it

@@ -95,8 +95,8 @@ def normal_float32(*keys, scale: float = 1.0) -> np.ndarray:
     """``(normal(*keys) * scale).astype(np.float32)``, bit for bit, for a fraction of the cost.
 
     numpy's float64 cosine is scalar library code and costs most of a draw; torch's vectorised one is within one
-    unit in the last place of it. A draw computed with torch's cosine is kept when the whole interval of
-    float64 values it could differ from numpy's by (a relative width far wider than that error) rounds to one
+    unit in the last place of it. A draw computed with torch's cosine is kept when every float64 within
+    ``_SLACK_ULPS`` units of it (far more than the two cosines can make the draws differ by) rounds to the same
     float32; the few that lie near a float32 rounding boundary are recomputed with numpy's cosine."""
     import torch   # the package's dependency; rng itself stays importable with numpy alone
 
@@ -109,17 +109,32 @@ def normal_float32(*keys, scale: float = 1.0) -> np.ndarray:
         fast = torch.cos(torch.from_numpy(ub)).numpy()
         fast *= radius
         fast *= scale
-        width = np.abs(fast) * _COS_SLACK
-        near = np.flatnonzero((fast - width).astype(np.float32) != (fast + width).astype(np.float32))
+        near = np.flatnonzero(_near_float32_boundary(fast.view(np.uint64), zb, tb))
         fast[near] = (radius[near] * np.cos(ub[near])) * scale     # the same operations as ``normal``
         out[i0:i1].reshape(-1)[:] = fast
     return out
 
 
-#: relative width of the interval a fast-cosine draw is checked over: torch's and numpy's cosines differ by at
-#: most one unit in the last place (2^-52 relative); 2^-40 leaves a wide margin and still flags only about one
-#: draw in 2^16 for recomputation
-_COS_SLACK = 2.0 ** -40
+#: how many float64 units in the last place a fast-cosine draw may be from numpy's and still be kept without a
+#: check: torch's and numpy's cosines differ by at most one, which the two products can make three; 2^12 leaves
+#: a wide margin and flags only about one draw in 2^16 for recomputation
+_SLACK_ULPS = 1 << 12
+_DROPPED = np.uint64((1 << 29) - 1)    # the 29 mantissa bits a float64 loses on rounding to float32
+_EXPONENT = np.uint64(0x7FF << 52)
+_SMALLEST = np.uint64((1023 - 125) << 52)   # below it, float32's grid is not 2^-23 of the binade (subnormals)
+
+
+def _near_float32_boundary(bits: np.ndarray, tmp: np.ndarray, tmp2: np.ndarray) -> np.ndarray:
+    """Whether each float64 (``bits``: its bit pattern) lies within ``_SLACK_ULPS`` units of a float32 rounding
+    boundary (a midpoint between two float32s: the dropped bits are 1 followed by zeros), or is too small for
+    that test; any float64 within that many units of it then rounds to the same float32 when it is False."""
+    half, slack = np.uint64(1 << 28), np.uint64(_SLACK_ULPS)
+    np.bitwise_and(bits, _DROPPED, out=tmp)
+    tmp -= half - slack                  # (wraps around below the window)
+    near = tmp < slack + slack
+    np.bitwise_and(bits, _EXPONENT, out=tmp2)
+    near |= tmp2 < _SMALLEST
+    return near
 
 
 def _key_blocks(keys):
@@ -135,12 +150,25 @@ def _key_blocks(keys):
     step = max(1, _BLOCK // max(row, 1))
     size = min(step, shape[0]) * row
     buffers = tuple(np.empty(size, dtype=t) for t in (np.uint64, np.uint64, np.float64))
+    # the last key is usually the element's position, the same for every block: its term of the chain is added
+    # to the other keys' chain in a reused buffer and mixed in place (the chain is as large as the draw)
+    last_fixed = len(arrays) > 1 and arrays[-1].shape[0] == 1
+    if last_fixed:
+        last_term = np.atleast_1d(arrays[-1]).astype(np.uint64) * _M2 + _GOLDEN
+        chain = np.empty(size, dtype=np.uint64)
 
     def blocks():
         for i0 in range(0, shape[0], step):
             i1 = min(i0 + step, shape[0])
             block = [a[i0:i1] if a.shape[0] > 1 else a for a in arrays]
-            a = np.broadcast_to(_chain(keys[:n_scalar] + block), (i1 - i0,) + tuple(shape[1:])).reshape(-1)
+            if last_fixed:
+                first = _chain(keys[:n_scalar] + block[:-1])
+                a = chain[:(i1 - i0) * row]
+                np.add(first.reshape(first.shape + (1,) * (len(shape) - first.ndim)), last_term,
+                       out=a.reshape((i1 - i0,) + tuple(shape[1:])))
+                _mix_inplace(a, buffers[0][:a.size])
+            else:
+                a = np.broadcast_to(_chain(keys[:n_scalar] + block), (i1 - i0,) + tuple(shape[1:])).reshape(-1)
             yield i0, i1, a, tuple(b[:a.size] for b in buffers)
     return shape, blocks()
 
