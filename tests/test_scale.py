@@ -54,7 +54,10 @@ def test_float32_normal_is_bitwise_the_rounded_float64_draw(keys, scale):
 def _perturbed_cos(relative: float):
     """torch's cosine off by ``relative`` (in place of its last-place differences from numpy's)."""
     real = torch.cos
-    return lambda x: real(x) * (1.0 + relative)
+
+    def cos(x, out=None):
+        return real(x, out=out).mul_(1.0 + relative)
+    return cos
 
 
 def test_float32_normal_recomputes_the_draws_near_a_rounding_boundary(monkeypatch):

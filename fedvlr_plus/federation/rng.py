@@ -102,11 +102,14 @@ def normal_float32(*keys, scale: float = 1.0) -> np.ndarray:
 
     shape, blocks = _key_blocks(keys)
     out = np.empty(shape, dtype=np.float32)
+    radius_buffer, fast_buffer = None, None
     for i0, i1, a, (zb, tb, ub) in blocks:
-        radius = np.empty_like(ub)
+        if radius_buffer is None:   # (reused: a population's draw is thousands of blocks)
+            radius_buffer, fast_buffer = np.empty_like(ub), np.empty_like(ub)
+        radius, fast = radius_buffer[:ub.size], fast_buffer[:ub.size]
         _radius(a, zb, tb, radius)
         _angle(a, zb, tb, ub)
-        fast = torch.cos(torch.from_numpy(ub)).numpy()
+        torch.cos(torch.from_numpy(ub), out=torch.from_numpy(fast))
         fast *= radius
         fast *= scale
         near = np.flatnonzero(_near_float32_boundary(fast.view(np.uint64), zb, tb))
