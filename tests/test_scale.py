@@ -42,6 +42,36 @@ def test_fast_normal_is_bitwise_the_two_uniform_box_muller(keys):
     assert got.shape == ref.shape and np.array_equal(got.view(np.uint64), ref.view(np.uint64))
 
 
+@pytest.mark.parametrize("keys,scale", [((11, 3, 1, np.array([0, 7, 35597, 123456])[:, None], np.arange(12288)[None, :]), 0.01),
+                                        ((0, 3, 0, np.arange(5)[:, None], np.arange(64)[None, :]), 0.3535533905932738),
+                                        ((2, np.arange(3000)), 1.0)])
+def test_float32_normal_is_bitwise_the_rounded_float64_draw(keys, scale):
+    ref = (rng.normal(*keys) * scale).astype(np.float32)
+    got = rng.normal_float32(*keys, scale=scale)
+    assert got.dtype == np.float32 and np.array_equal(got.view(np.int32), ref.view(np.int32))
+
+
+def _perturbed_cos(relative: float):
+    """torch's cosine off by ``relative`` (in place of its last-place differences from numpy's)."""
+    real = torch.cos
+
+    def cos(x, out=None):
+        return real(x, out=out).mul_(1.0 + relative)
+    return cos
+
+
+def test_float32_normal_recomputes_the_draws_near_a_rounding_boundary(monkeypatch):
+    keys = (4, 3, 1, np.arange(40)[:, None], np.arange(4096)[None, :])
+    ref = (rng.normal(*keys) * 0.05).astype(np.float32)
+    # a wider window (2^22 units in the last place) and a cosine off by 2^-32 (2^20-2^21 units): hundreds of the
+    # 164k draws cross a float32 boundary, and all must be caught and recomputed
+    monkeypatch.setattr(rng, "_SLACK_ULPS", 1 << 22)
+    monkeypatch.setattr(torch, "cos", _perturbed_cos(2.0 ** -32))
+    assert np.array_equal(rng.normal_float32(*keys, scale=0.05).view(np.int32), ref.view(np.int32))
+    monkeypatch.setattr(torch, "cos", _perturbed_cos(2.0 ** -28))   # outside it: the check cannot see it
+    assert not np.array_equal(rng.normal_float32(*keys, scale=0.05).view(np.int32), ref.view(np.int32))
+
+
 @pytest.mark.parametrize("backbone", ["fedavg", "fcf", "pfedrec"])
 def test_batched_initial_draw_equals_each_client_alone_bitwise(backbone):
     bb = make_backbone(backbone, 30, 8)

@@ -80,31 +80,115 @@ def normal(*keys) -> np.ndarray:
     for both uniforms, block by block along the first axis so that every temporary stays cache-sized, and the
     remaining mixes run in place (a client's initial router is tens of thousands of draws, a population's is
     hundreds of millions)."""
+    shape, blocks = _key_blocks(keys)
+    out = np.empty(shape, dtype=np.float64)
+    for i0, i1, a, (zb, tb, ub) in blocks:
+        ob = out[i0:i1].reshape(-1)
+        _radius(a, zb, tb, ob)
+        _angle(a, zb, tb, ub)
+        np.cos(ub, out=ub)
+        ob *= ub
+    return out
+
+
+def normal_float32(*keys, scale: float = 1.0) -> np.ndarray:
+    """``(normal(*keys) * scale).astype(np.float32)``, bit for bit, for a fraction of the cost.
+
+    numpy's float64 cosine is scalar library code and costs most of a draw; torch's vectorised one is within one
+    unit in the last place of it. A draw computed with torch's cosine is kept when every float64 within
+    ``_SLACK_ULPS`` units of it (far more than the two cosines can make the draws differ by) rounds to the same
+    float32; the few that lie near a float32 rounding boundary are recomputed with numpy's cosine."""
+    import torch   # the package's dependency; rng itself stays importable with numpy alone
+
+    shape, blocks = _key_blocks(keys)
+    out = np.empty(shape, dtype=np.float32)
+    radius_buffer, fast_buffer = None, None
+    for i0, i1, a, (zb, tb, ub) in blocks:
+        if radius_buffer is None:   # (reused: a population's draw is thousands of blocks)
+            radius_buffer, fast_buffer = np.empty_like(ub), np.empty_like(ub)
+        radius, fast = radius_buffer[:ub.size], fast_buffer[:ub.size]
+        _radius(a, zb, tb, radius)
+        _angle(a, zb, tb, ub)
+        torch.cos(torch.from_numpy(ub), out=torch.from_numpy(fast))
+        fast *= radius
+        fast *= scale
+        near = np.flatnonzero(_near_float32_boundary(fast.view(np.uint64), zb, tb))
+        fast[near] = (radius[near] * np.cos(ub[near])) * scale     # the same operations as ``normal``
+        out[i0:i1].reshape(-1)[:] = fast
+    return out
+
+
+#: how many float64 units in the last place a fast-cosine draw may be from numpy's and still be kept without a
+#: check: torch's and numpy's cosines differ by at most one, which the two products can make three; 2^12 leaves
+#: a wide margin and flags only about one draw in 2^16 for recomputation
+_SLACK_ULPS = 1 << 12
+_DROPPED = np.uint64((1 << 29) - 1)    # the 29 mantissa bits a float64 loses on rounding to float32
+_EXPONENT = np.uint64(0x7FF << 52)
+_SMALLEST = np.uint64((1023 - 125) << 52)   # below it, float32's grid is not 2^-23 of the binade (subnormals)
+
+
+def _near_float32_boundary(bits: np.ndarray, tmp: np.ndarray, tmp2: np.ndarray) -> np.ndarray:
+    """Whether each float64 (``bits``: its bit pattern) lies within ``_SLACK_ULPS`` units of a float32 rounding
+    boundary (a midpoint between two float32s: the dropped bits are 1 followed by zeros), or is too small for
+    that test; any float64 within that many units of it then rounds to the same float32 when it is False."""
+    half, slack = np.uint64(1 << 28), np.uint64(_SLACK_ULPS)
+    np.bitwise_and(bits, _DROPPED, out=tmp)
+    tmp -= half - slack                  # (wraps around below the window)
+    near = tmp < slack + slack
+    np.bitwise_and(bits, _EXPONENT, out=tmp2)
+    near |= tmp2 < _SMALLEST
+    return near
+
+
+def _key_blocks(keys):
+    """The broadcast shape of ``keys`` and an iterator over its blocks of whole rows along the first axis:
+    ``(i0, i1, chain, buffers)`` with the chain of every key but the two uniforms' own, flat, and three
+    reusable buffers (uint64, uint64, float64) of the block's size."""
     keys = list(keys)
     n_scalar = next((i for i, k in enumerate(keys) if np.ndim(k) > 0), len(keys))
     arrays = [np.asarray(k) for k in keys[n_scalar:]]
     shape = np.broadcast_shapes(*(a.shape for a in arrays)) if arrays else (1,)
     arrays = [a.reshape((1,) * (len(shape) - a.ndim) + a.shape) for a in arrays]
-    out = np.empty(shape, dtype=np.float64)
     row = int(np.prod(shape[1:], dtype=np.int64))
     step = max(1, _BLOCK // max(row, 1))
-    z, tmp, u = (np.empty(min(step, shape[0]) * row, dtype=t) for t in (np.uint64, np.uint64, np.float64))
-    for i0 in range(0, shape[0], step):
-        i1 = min(i0 + step, shape[0])
-        block = [a[i0:i1] if a.shape[0] > 1 else a for a in arrays]
-        a = np.broadcast_to(_chain(keys[:n_scalar] + block), (i1 - i0,) + tuple(shape[1:])).reshape(-1)
-        n = a.size
-        zb, tb, ub, ob = z[:n], tmp[:n], u[:n], out[i0:i1].reshape(-1)
-        _last_two(a, _TAIL[0], zb, tb, ub)      # u1
-        np.negative(ub, out=ub)
-        np.log1p(ub, out=ub)
-        ub *= -2.0
-        np.sqrt(ub, out=ob)
-        _last_two(a, _TAIL[1], zb, tb, ub)      # u2
-        ub *= 2.0 * np.pi
-        np.cos(ub, out=ub)
-        ob *= ub
-    return out
+    size = min(step, shape[0]) * row
+    buffers = tuple(np.empty(size, dtype=t) for t in (np.uint64, np.uint64, np.float64))
+    # the last key is usually the element's position, the same for every block: its term of the chain is added
+    # to the other keys' chain in a reused buffer and mixed in place (the chain is as large as the draw)
+    last_fixed = len(arrays) > 1 and arrays[-1].shape[0] == 1
+    if last_fixed:
+        last_term = np.atleast_1d(arrays[-1]).astype(np.uint64) * _M2 + _GOLDEN
+        chain = np.empty(size, dtype=np.uint64)
+
+    def blocks():
+        for i0 in range(0, shape[0], step):
+            i1 = min(i0 + step, shape[0])
+            block = [a[i0:i1] if a.shape[0] > 1 else a for a in arrays]
+            if last_fixed:
+                first = _chain(keys[:n_scalar] + block[:-1])
+                a = chain[:(i1 - i0) * row]
+                np.add(first.reshape(first.shape + (1,) * (len(shape) - first.ndim)), last_term,
+                       out=a.reshape((i1 - i0,) + tuple(shape[1:])))
+                _mix_inplace(a, buffers[0][:a.size])
+            else:
+                a = np.broadcast_to(_chain(keys[:n_scalar] + block), (i1 - i0,) + tuple(shape[1:])).reshape(-1)
+            yield i0, i1, a, tuple(b[:a.size] for b in buffers)
+    return shape, blocks()
+
+
+def _radius(a: np.ndarray, z: np.ndarray, tmp: np.ndarray, out: np.ndarray) -> None:
+    """Box-Muller's radius ``sqrt(-2 log(1 - u1))`` into ``out`` (``u1`` from the chain ``a``)."""
+    _last_two(a, _TAIL[0], z, tmp, out)
+    np.negative(out, out=out)
+    np.log1p(out, out=out)
+    out *= -2.0
+    np.sqrt(out, out=out)
+
+
+def _angle(a: np.ndarray, z: np.ndarray, tmp: np.ndarray, out: np.ndarray) -> None:
+    """Box-Muller's angle ``2π u2`` into ``out``."""
+    _last_two(a, _TAIL[1], z, tmp, out)
+    out *= 2.0 * np.pi
 
 
 #: elements per block of :func:`normal` (a few uint64 blocks fit in a core's L2 cache)

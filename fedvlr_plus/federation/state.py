@@ -46,8 +46,12 @@ def init_private_block(bb: Backbone, cids, seed: int, dtype=torch.float32) -> di
         if spec.init not in ("normal", "xavier"):
             raise ValueError(f"parameter {spec.name}: unknown init {spec.init!r}")
         numel = int(np.prod(shape)) if shape else 1
-        vals = rng.normal(seed, rng.TAG_INIT, index, cids[:, None], np.arange(numel)[None, :])
-        vals *= spec.init_std()
+        keys = (seed, rng.TAG_INIT, index, cids[:, None], np.arange(numel)[None, :])
+        if dtype == torch.float32:   # the same bits as the float64 draw below, rounded, at about 2/3 of its cost
+            vals = rng.normal_float32(*keys, scale=spec.init_std())
+        else:
+            vals = rng.normal(*keys)
+            vals *= spec.init_std()
         out[spec.name] = torch.from_numpy(vals).to(dtype).view((len(cids),) + shape)
     return out
 
