@@ -444,9 +444,5 @@ def fedvlr(backbone: RecBoleBackbone, views: dict[str, np.ndarray] | None = None
                            f"fuses 2-d embedding tables only")
     # the same builder (and cold-item rule) as every other backbone
     layer = build_fedvlr(data, backbone, replace(options or FedVLROptions(), **option_fields), views)
-    # the server side of a RecBole model steps its item tables with Adam (see RecBoleBackbone); the fusion layer's
-    # own defaults (SGD at 1.0) were chosen for our functional backbones, so the model's recipe carries over
-    layer.default_server_optimizer = backbone.default_server_optimizer
-    layer.default_server_lr = backbone.default_server_lr
-    layer.default_local_epochs = backbone.default_local_epochs
+    # (the layer takes the model's server recipe and local epochs itself: FusionLayer.__init__)
     return layer

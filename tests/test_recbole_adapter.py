@@ -431,6 +431,12 @@ def test_recbole_backbones_default_to_fedgrad_with_server_adam(workdir):
     run = FederatedRun(data, layer, small_cfg(strategy=None, local_epochs=None), progress=False)
     assert (run.strategy_name, run.server_optimizer, run.server_lr) == ("fedgrad", "adam", bb.default_server_lr)
     assert run.local_epochs == 1
+    # the layer built straight from the builder (as the Python API's FedVLR recipe does) keeps the model's recipe
+    from fedvlr_plus.fedvlr import FedVLROptions, build_fedvlr
+
+    direct = build_fedvlr(data, bb, FedVLROptions(), views={"text": np.ones((N_ITEMS, 4), np.float32)})
+    assert (direct.default_server_optimizer, direct.default_server_lr, direct.default_local_epochs) == (
+        "adam", bb.default_server_lr, 1)
     run = FederatedRun(data, "fcf", small_cfg(strategy="fedgrad", server_lr=1.0, local_epochs=None), progress=False)
     assert (run.server_optimizer, run.strategy.optimizer_name, run.local_epochs) == ("sgd", "sgd", 5)
     assert FederatedRun(data, "fcf", small_cfg(local_epochs=3), progress=False).round_config(2)["epochs"] == 3

@@ -101,6 +101,12 @@ class FusionLayer(Backbone):
         self.default_lr = base.default_lr
         self.default_local_epochs = base.default_local_epochs
         self.default_item_lr_scale = base.default_item_lr_scale
+        if getattr(base, "module_based", False):
+            # a RecBole model steps its item side with its own server recipe (Adam at 0.05); the layer's SGD at 1.0
+            # was chosen for the package's functional backbones. In the layer, not in one builder, so the command
+            # line and the Python API wrap a RecBole model alike
+            self.default_server_optimizer = base.default_server_optimizer
+            self.default_server_lr = base.default_server_lr
         self.uses_history = base.uses_history or mode == "fedvlr"
         self.view_names = list(views)
         self.views = _checked_views(views, base.n_items)
