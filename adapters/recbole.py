@@ -443,6 +443,4 @@ def fedvlr(backbone: RecBoleBackbone, views: dict[str, np.ndarray] | None = None
         raise RefusedModel(f"{backbone.name}: item tables {bad} are not [n_items, d] matrices; the FedVLR layer "
                            f"fuses 2-d embedding tables only")
     # the same builder (and cold-item rule) as every other backbone
-    layer = build_fedvlr(data, backbone, replace(options or FedVLROptions(), **option_fields), views)
-    # (the layer takes the model's server recipe and local epochs itself: FusionLayer.__init__)
-    return layer
+    return build_fedvlr(data, backbone, replace(options or FedVLROptions(), **option_fields), views)

@@ -93,8 +93,7 @@ def cmd_paired(args) -> int:
     from ..experiments.paired_runs import format_paired, paired_runs
     from ..jsonio import json_default
 
-    metrics = [m.strip().lower() for m in args.metrics.split(",")] if args.metrics else None
-    result = paired_runs(args.run_a, args.run_b, metrics)
+    result = paired_runs(args.run_a, args.run_b, args.metrics.split(",") if args.metrics else None)
     print(format_paired(result), file=sys.stderr if args.json else sys.stdout)
     if args.json:
         print(json.dumps(result, default=json_default))

@@ -24,6 +24,7 @@ import pandas as pd
 import torch
 
 from ..evaluation import bootstrap_ci, evaluate, reference_scorer
+from ..evaluation.stats import per_user_mean
 from .content import ContentRanker, RestrictedScorer
 from .rules import RULES, apply_to_tables, make_rule
 
@@ -49,8 +50,7 @@ def summarise(frames: list[pd.DataFrame], keys) -> dict:
     frames = [f for f in frames if f is not None]
     if not frames or not any(len(f) for f in frames):
         return {k: {"mean": None, "ci": [None, None], "sd_seeds": None, "n_users": 0} for k in keys}
-    both = pd.concat(frames, ignore_index=True)
-    per_user = both.groupby("user")[list(keys)].mean()
+    per_user = per_user_mean(frames, keys)
     out = {}
     for k in keys:
         v = per_user[k].to_numpy(np.float64)
@@ -325,7 +325,7 @@ def user_coldstart(full, warm, held_out: np.ndarray, make_model, cfg, views: dic
     epochs, or ``"auto"``: chosen per support size and seed on a third of them (:mod:`.support_epochs`), the
     figures then coming from the others. ``hold_valid``: set that third aside even with a fixed epoch count (it
     chose the recipe: ``--tune``), so no reported user took part in any choice."""
-    from .paired import PER_USER, per_user_means
+    from .paired import PER_USER
     from .splits import support_query
     from .support_epochs import only, split_joining_users
 
@@ -359,7 +359,7 @@ def user_coldstart(full, warm, held_out: np.ndarray, make_model, cfg, views: dic
            "curves": curves, "selected_round": rounds,
            "sparsity": sparsity_table(sparsity, trains, keys),
            "reported_users": int(len(report_users)),
-           PER_USER: {str(n): per_user_means(frames[("model", n)], keys) for n in supports}}
+           PER_USER: {str(n): per_user_mean(frames[("model", n)], keys) for n in supports}}
     if auto:
         out["support_epochs"] = {"valid_users": int(len(valid_users)), "reported_users": int(len(report_users)),
                                  "metric": select_metric, "chosen": chosen}

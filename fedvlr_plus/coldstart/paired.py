@@ -7,15 +7,8 @@ being their mean over the seeds.
 """
 from __future__ import annotations
 
-import pandas as pd
-
 #: the key under which :func:`~.experiment.user_coldstart` hands its per-user frames over (removed before JSON)
 PER_USER = "_per_user"
-
-
-def per_user_means(frames: list[pd.DataFrame], keys) -> pd.DataFrame:
-    """One row per user: the user's mean of each metric over the seeds' frames."""
-    return pd.concat(frames, ignore_index=True).groupby("user")[list(keys)].mean().reset_index()
 
 
 def paired_against_backbone(layer: dict, alone: dict, keys) -> dict:

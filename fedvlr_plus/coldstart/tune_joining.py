@@ -19,13 +19,17 @@ def joining_valid_score(run, joins: dict, valid_users: np.ndarray, spec, *, epoc
     """Mean over support sizes of the validation users' ``metric`` after they join ``run``; ``joins`` maps each
     support size to its support/query data."""
     from .experiment import local_private_training
-    from .support_epochs import EPOCH_GRID, only
+    from .support_epochs import EPOCH_GRID, choose_epochs, only
 
     grid = EPOCH_GRID if epochs == "auto" else (int(epochs),)
     per_support = []
     for data in joins.values():
-        best = max(float(only(spec.run(data, local_private_training(run, data, valid_users, epochs=e, start=start),
-                                       "test").frame("all"), valid_users)[metric].mean())
-                   for e in grid)
-        per_support.append(best)
+        def train(e, data=data):
+            return local_private_training(run, data, valid_users, epochs=e, start=start)
+
+        def score_valid(scorer, data=data):
+            return float(only(spec.run(data, scorer, "test").frame("all"), valid_users)[metric].mean())
+
+        best, _, scores = choose_epochs(train, score_valid, grid)
+        per_support.append(scores[best])
     return float(np.mean(per_support))

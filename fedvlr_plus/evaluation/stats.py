@@ -112,6 +112,14 @@ def paired_test(a: "EvalResult", b: "EvalResult", metric: str, which: str = "all
     return paired_frames(fa, fb, metric, which)
 
 
+def per_user_mean(frames, keys):
+    """One row per user (column ``user``): the user's mean of each metric of ``keys`` over ``frames`` (one
+    per-user frame per seed), the figure a paired test over users compares."""
+    import pandas as pd
+
+    return pd.concat(frames, ignore_index=True).groupby("user")[list(keys)].mean().reset_index()
+
+
 def paired_frames(fa, fb, metric: str, which: str = "all") -> dict:
     """:func:`paired_test` on two per-user frames (columns ``user`` and ``metric``), over their common users."""
     joined = fa[["user", metric]].merge(fb[["user", metric]], on="user", suffixes=("_a", "_b"))

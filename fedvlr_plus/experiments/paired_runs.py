@@ -24,10 +24,11 @@ def per_user_of_run(folder) -> tuple[pd.DataFrame, list[str]]:
     if not files:
         raise RunFolderError(str(folder), f"has no {PER_USER_FILE} (neither in seed-*/ nor at the top)",
                              "pass the --out folder of a finished run made by this version")
+    from ..evaluation.stats import per_user_mean
+
     frames = [pd.read_csv(f) for f in files]
     metrics = [c for c in frames[0].columns if "@" in c]
-    mean = pd.concat(frames, ignore_index=True).groupby("user")[metrics].mean().reset_index()
-    return mean, [str(f.parent) for f in files]
+    return per_user_mean(frames, metrics), [str(f.parent) for f in files]
 
 
 def paired_runs(folder_a, folder_b, metrics=None) -> dict:
