@@ -360,7 +360,11 @@ def test_coldstart_support_epochs_auto_chooses_on_validation_users_and_reports_t
         assert [c["seed"] for c in se["chosen"][n]] == [0, 1]
         for c in se["chosen"][n]:
             scores = {int(e): v for e, v in c["valid"].items()}
-            assert sorted(scores) == [1, 5, 20]
+            tried = sorted(scores)
+            assert tried[:3] == [1, 5, 20] and tried[3:] in ([], [50], [50, 100])
+            for i in range(3, len(tried)):   # an extension count only while the longest tried was the best
+                before = {e: scores[e] for e in tried[:i]}
+                assert max(before, key=lambda e: (before[e], -e)) == tried[i - 1]
             assert c["epochs"] == min(e for e, v in scores.items() if v == max(scores.values()))
         # every reported figure, the reference rankers' too, is over the users that did not choose
         assert {curve[n]["ndcg@5"]["n_users"] for curve in uc["curves"].values()} == {4}
@@ -376,6 +380,19 @@ def test_joining_users_split_is_seeded_and_disjoint():
     assert np.array_equal(valid, again)
     best, scorer, scores = choose_epochs(lambda e: e, lambda s: {1: 0.2, 5: 0.4, 20: 0.4}[s])
     assert (best, scorer) == (5, 5) and scores == {1: 0.2, 5: 0.4, 20: 0.4}   # a tie keeps the shorter training
+
+
+def test_choose_epochs_goes_past_the_grid_only_while_its_top_count_is_best():
+    from fedvlr_plus.coldstart.support_epochs import choose_epochs
+
+    rising = {1: 0.1, 5: 0.2, 20: 0.3, 50: 0.5, 100: 0.4}
+    best, _, scores = choose_epochs(lambda e: e, lambda e: rising[e])
+    assert best == 50 and scores == rising                     # 20 was best, so 50; 50 was best, so 100
+    peaked = {1: 0.1, 5: 0.3, 20: 0.2, 50: 0.9}
+    best, _, scores = choose_epochs(lambda e: e, lambda e: peaked[e])
+    assert best == 5 and sorted(scores) == [1, 5, 20]            # 20 was not the best: 50 is never trained
+    best, _, scores = choose_epochs(lambda e: e, lambda e: 1.0, extension=())
+    assert best == 1 and sorted(scores) == [1, 5, 20]
 
 
 @pytest.mark.parametrize("epochs", ["auto", "2"])

@@ -19,9 +19,9 @@ def joining_valid_score(run, joins: dict, valid_users: np.ndarray, spec, *, epoc
     """Mean over support sizes of the validation users' ``metric`` after they join ``run``; ``joins`` maps each
     support size to its support/query data."""
     from .experiment import local_private_training
-    from .support_epochs import EPOCH_GRID, choose_epochs, only
+    from .support_epochs import EPOCH_EXTENSION, EPOCH_GRID, choose_epochs, only
 
-    grid = EPOCH_GRID if epochs == "auto" else (int(epochs),)
+    grid, extension = (EPOCH_GRID, EPOCH_EXTENSION) if epochs == "auto" else ((int(epochs),), ())
     per_support = []
     for data in joins.values():
         def train(e, data=data):
@@ -30,6 +30,6 @@ def joining_valid_score(run, joins: dict, valid_users: np.ndarray, spec, *, epoc
         def score_valid(scorer, data=data):
             return float(only(spec.run(data, scorer, "test").frame("all"), valid_users)[metric].mean())
 
-        best, _, scores = choose_epochs(train, score_valid, grid)
+        best, _, scores = choose_epochs(train, score_valid, grid, extension)
         per_support.append(scores[best])
     return float(np.mean(per_support))
