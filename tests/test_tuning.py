@@ -19,8 +19,18 @@ def test_grid_keeps_the_values_a_user_fixed_and_drops_duplicates():
     assert all(r.residual for r in candidate_recipes(residual=True))
     assert len(candidate_recipes(residual=True)) == 3
     # a backbone that scores through its own module gets no content-preference recipe
-    assert not any(r.content_preference for r in candidate_recipes(preference_allowed=False))
+    assert not any(r.content_preference for r in candidate_recipes(backbone="recbole:BPR"))
     assert any(r.content_preference for r in candidate_recipes())
+
+
+def test_fast_recipe_triples_the_models_own_server_step():
+    fast = {r.name: r for r in candidate_recipes()}["fast"]
+    assert (fast.lr, fast.server_lr) == (None, 3.0)           # the layer's SGD step 1.0, client step its default
+    rb = {r.name: r for r in candidate_recipes(backbone="recbole:NeuMF")}
+    assert (rb["fast"].server_lr, rb["fast+residual"].server_lr) == (0.15, 0.15)   # the RecBole model's Adam 0.05
+    assert rb["default"].server_lr is None
+    # a server step the user fixed leaves fast nothing to change: it collapses into the defaults
+    assert [r.name for r in candidate_recipes(server_lr=0.5, backbone="recbole:BPR")] == ["default", "residual"]
 
 
 def test_selection_keeps_the_best_validation_score_and_ties_keep_the_earlier_recipe():

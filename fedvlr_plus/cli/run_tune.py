@@ -36,7 +36,7 @@ def _candidates(args):
 
     return candidate_recipes(lr=args.lr, server_lr=args.server_lr, residual=True if args.fusion_residual else None,
                              content_preference=True if getattr(args, "content_preference", False) else None,
-                             preference_allowed=not args.backbone.startswith("recbole:"))
+                             backbone=args.backbone)
 
 
 def tune_recipe(args, data, *, config_for, build_backbone):

@@ -160,7 +160,7 @@ def _tuned(opts: ColdStartOptions, fusion: str, cfg, data, log, parts: dict | No
 
     fo = opts.fedvlr
     points = candidate_recipes(lr=cfg.lr, server_lr=cfg.server_lr, residual=True if fo.residual else None,
-                               content_preference=True if fo.content_preference else None)
+                               content_preference=True if fo.content_preference else None, backbone=opts.backbone)
 
     def apply(point):
         o = replace(opts, fedvlr=replace(fo, residual=point.residual, content_preference=point.content_preference))

@@ -23,7 +23,7 @@ def _fixed(study, recipe: FedVLR) -> dict:
     return {"lr": settings.get("lr"), "server_lr": settings.get("server_lr"),
             "residual": True if recipe.options.residual else None,
             "content_preference": True if recipe.options.content_preference else None,
-            "preference_allowed": not recipe.backbone.startswith("recbole:")}
+            "backbone": recipe.backbone}
 
 
 def _candidate(recipe: FedVLR, point) -> FedVLR:

@@ -7,7 +7,10 @@ mixture is better; and the learning rates that suit a few hundred users overshoo
 best on every data set measured (docs/results.md), so the choice is made where it can be made honestly: on the
 validation split, before any test figure is read.
 
-The grid is deliberately small (five recipes), so tuning costs five single-seed runs. A flag the user passes is
+The grid is deliberately small (five recipes), so tuning costs five single-seed runs. ``fast`` is relative: three
+times the model's own server step (SGD at 1.0 for the package's backbones, so ``--server-lr 3``; Adam at 0.05 for
+a RecBole model, so ``--server-lr 0.15``), the client step left at the model's default. An absolute value cannot
+be fast for both: ``--server-lr 3`` fed to a RecBole model's Adam diverges. A flag the user passes is
 never overridden: recipes that differ only in a value the user fixed collapse into one. The content-preference
 recipe (a private VBPR-style preference over projected content) is left out for backbones that score through
 their own module (RecBole models), which the layer cannot give that term.
@@ -27,6 +30,8 @@ class Recipe:
     server_lr: float | None = None
     residual: bool = False
     content_preference: bool = False
+    #: the server step as a multiple of the model's default one (resolved by :func:`candidate_recipes`)
+    server_lr_scale: float | None = None
 
     def settings(self) -> dict:
         """The values this recipe sets, under the flag names a user would type."""
@@ -38,26 +43,39 @@ class Recipe:
         return out
 
 
-#: the grid: the layer's defaults, the residual ID path, larger client and server steps, both, and a private
-#: preference over content
+#: the grid: the layer's defaults, the residual ID path, a larger server step, both, and a private preference over
+#: content
 RECIPES: tuple[Recipe, ...] = (
     Recipe("default"),
     Recipe("residual", residual=True),
-    Recipe("fast", lr=0.5, server_lr=3.0),
-    Recipe("fast+residual", lr=0.5, server_lr=3.0, residual=True),
+    Recipe("fast", server_lr_scale=3.0),
+    Recipe("fast+residual", server_lr_scale=3.0, residual=True),
     Recipe("content", content_preference=True),
 )
 
 
+def layer_server_lr(backbone: str) -> float:
+    """The server step the FedVLR layer takes by default around ``backbone`` (a RecBole model keeps its own)."""
+    from .layer import FusionLayer
+
+    if backbone.startswith("recbole:"):
+        from ..adapters.recbole import RecBoleBackbone
+
+        return float(RecBoleBackbone.default_server_lr)
+    return float(FusionLayer.default_server_lr)
+
+
 def candidate_recipes(*, lr: float | None = None, server_lr: float | None = None, residual: bool | None = None,
-                      content_preference: bool | None = None, preference_allowed: bool = True) -> list[Recipe]:
-    """The grid with the values the user fixed put in place of the grid's; duplicates dropped, order kept.
-    ``preference_allowed=False`` (a backbone that scores through its own module) drops the content preference."""
+                      content_preference: bool | None = None, backbone: str = "fedavg") -> list[Recipe]:
+    """The grid for the layer around ``backbone`` with the values the user fixed put in place of the grid's;
+    duplicates dropped, order kept. A backbone that scores through its own module (``recbole:``) gets no content
+    preference."""
     seen, out = set(), []
     for r in RECIPES:
-        if r.content_preference and not preference_allowed:
+        if r.content_preference and backbone.startswith("recbole:"):
             continue
-        fixed = Recipe(r.name, lr=r.lr if lr is None else lr, server_lr=r.server_lr if server_lr is None else server_lr,
+        grid_slr = r.server_lr if r.server_lr_scale is None else round(r.server_lr_scale * layer_server_lr(backbone), 12)
+        fixed = Recipe(r.name, lr=r.lr if lr is None else lr, server_lr=grid_slr if server_lr is None else server_lr,
                        residual=r.residual if residual is None else residual,
                        content_preference=r.content_preference if content_preference is None else content_preference)
         key = (fixed.lr, fixed.server_lr, fixed.residual, fixed.content_preference)
