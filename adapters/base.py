@@ -124,6 +124,12 @@ class Backbone:
     #: values is refused
     options_type: type | None = None
 
+    def fused_item_norm(self) -> float:
+        """The norm the FedVLR layer gives its fused item vectors around this backbone: the size of item vector
+        the backbone's head and learning rates are made for. 1.0 for the package's own backbones, whose defaults
+        were chosen with unit-size fused views (their own rows start at a similar norm, 0.8)."""
+        return 1.0
+
     def wrap_strategy(self, inner, seed: int):
         """The strategy the server runs for this backbone: ``inner`` itself, unless the backbone has a server side
         of its own (the FedVLR layer wraps it to step its fusion)."""

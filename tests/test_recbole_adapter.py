@@ -442,6 +442,24 @@ def test_recbole_backbones_default_to_fedgrad_with_server_adam(workdir):
     assert FederatedRun(data, "fcf", small_cfg(local_epochs=3), progress=False).round_config(2)["epochs"] == 3
 
 
+def test_layer_scales_fused_views_to_the_wrapped_models_item_rows(workdir):
+    """Behind the layer a RecBole model sees item vectors of the size its own rows start at (NeuMF: N(0, 0.01)),
+    not unit vectors; the package's own backbones keep unit-size views."""
+    data = tiny_data()
+    bb, _ = federate("NeuMF", data=data, workdir=workdir)
+    rows = torch.cat([v for k, v in bb.initial_values(0).items() if bb.kinds[k] == "item"], -1)
+    own = float(rows.norm(dim=-1).mean())
+    assert bb.fused_item_norm() == pytest.approx(own, rel=0.15) and bb.fused_item_norm() < 0.3
+    layer = fedvlr(bb, {"text": np.random.default_rng(0).normal(size=(N_ITEMS, 4)).astype(np.float32)}, data)
+    fused = layer.fused_views(layer.init_server(0)).reshape(N_ITEMS, len(layer.experts), layer.d)
+    # each expert's LayerNorm-ed output (the sum expert adds two) scaled to the model's row size, not to 1
+    assert layer.out_scale * np.sqrt(layer.d) == pytest.approx(bb.fused_item_norm())
+    assert 0.7 < float(fused.norm(dim=-1).mean()) / bb.fused_item_norm() < 1.6
+    from fedvlr_plus.adapters import BACKBONES
+
+    assert BACKBONES["fedavg"](N_ITEMS, 8).fused_item_norm() == 1.0
+
+
 def test_align_views_reorders_by_token():
     data = tiny_data()
     ids = list(data.item_ids)[::-1]

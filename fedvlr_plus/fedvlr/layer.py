@@ -123,7 +123,7 @@ class FusionLayer(Backbone):
         # default: the score function and router stay personal without it, and it did worse on validation
         self.offset = bool(base.personal_copies) and bool(personal_offset)
         self.additive = tuple(base.additive_item_tables)
-        self.out_scale = 1.0 / float(np.sqrt(self.d))
+        self.out_scale = float(base.fused_item_norm()) / float(np.sqrt(self.d))
         # VBPR-style θ_u · P_i beside the fusion: P is broadcast as one more block of d columns after the experts
         self.content_preference = bool(content_preference)
         self.blocks = len(self.experts) + int(self.content_preference)
@@ -181,8 +181,9 @@ class FusionLayer(Backbone):
             inputs.append(x)
         inputs += [self.views[name] for name in self.view_names]
         outs = expert_outputs(project(inputs, self.keys, sp), self.keys, self.experts, sp)
-        # LayerNorm outputs have norm ~sqrt(d); scale the views to unit size, the scale of the ID embeddings the
-        # backbones' heads and learning rates are made for (without it FedNCF's MLP tower diverges)
+        # LayerNorm outputs have norm ~sqrt(d); scale the views to the size of item vector the backbone's head and
+        # learning rates are made for (Backbone.fused_item_norm; without it FedNCF's MLP tower diverges, and a
+        # RecBole NeuMF, whose rows start at norm 0.11, learns far slower behind unit-size views)
         fused = torch.cat(outs, -1) * self.out_scale
         if self.residual:
             # the raw ID row added to every expert's output: since the router's weights sum to one, the item the
