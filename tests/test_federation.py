@@ -183,22 +183,31 @@ def test_private_state_is_restored_and_personalises(small, tmp_path):
     run = FederatedRun(small, "fedavg", FedConfig(**{**FAST, "rounds": 2}), progress=False)
     saved, loaded = {}, {}
     store = run.store
-    orig_save, orig_load = store.save_block, store.load_block
+    orig_save, orig_load, orig_view = store.save_block, store.load_block, store.view_block
 
     def save(cids, block):   # the compact store reads and writes a chunk of clients at once
         for c, cid in enumerate(cids.tolist()):
             saved.setdefault(run.round + 1, {})[cid] = {k: v[c].clone() for k, v in block.items()}
         return orig_save(cids, block)
 
-    def load(cids, names):
-        got = orig_load(cids, names)
-        first = loaded.setdefault(run.round + 1, {})   # the first load of a round is the one training starts from
+    def first_read(cids, names, got):   # the first read of a round is the one training starts from
+        first = loaded.setdefault(run.round + 1, {})
         for c, cid in enumerate(cids.tolist()):
             if cid not in first:
                 has = all(got[n][1][c] for n in names)
                 first[cid] = {n: got[n][0][c].clone() for n in names} if has else None
+
+    def load(cids, names):
+        got = orig_load(cids, names)
+        first_read(cids, names, got)
         return got
-    store.save_block, store.load_block = save, load
+
+    def view(cids, names, dtype=None):   # a chunk handed out as the store's own rows, to train in place
+        got = orig_view(cids, names, dtype)
+        if got is not None:
+            first_read(cids, names, {n: (v, np.ones(len(cids), bool)) for n, v in got.items()})
+        return got
+    store.save_block, store.load_block, store.view_block = save, load, view
     run.run_round()
     run.run_round()
     # round 2 (and its evaluation) restored exactly what round 1 stored, for every client

@@ -115,6 +115,37 @@ def test_compact_store_round_trip_block_and_snapshot():
     assert len(again) == 1 and torch.equal(again.load(1)["w"], state["w"])
 
 
+def test_compact_store_hands_out_a_chunk_in_row_order_to_train_in_place():
+    """Clients get rows in the order first written, so a chunk written together reads back as the store's own
+    rows; training them in place and saving them back copies nothing and stores the trained values."""
+    store = CompactStore(capacity=8)
+    chunk = np.array([6, 1, 4])
+    store.begin_round(1)
+    store.save_block(chunk, {"w": torch.arange(6.0).view(3, 2)})
+    store.save_block(np.array([0, 2]), {"w": torch.zeros(2, 2)})
+    store.commit()
+    assert store.view_block(np.array([1, 6, 4]), ["w"]) is None        # not in row order
+    assert store.view_block(np.array([6, 1]), ["w", "missing"]) is None  # a parameter it does not hold
+    store.begin_round(2)
+    view = store.view_block(chunk, ["w"])["w"]
+    assert view.data_ptr() == store._cols["w"].data_ptr()               # the table's own rows 0..2
+    view += 10.0
+    store.save_block(chunk, {"w": view})
+    store.commit()
+    assert store.load(1)["w"].tolist() == [12.0, 13.0] and store.load(0)["w"].tolist() == [0.0, 0.0]
+    # a round that was handed rows to change in place cannot be undone in memory
+    store.begin_round(3)
+    store.view_block(chunk, ["w"])
+    with pytest.raises(RuntimeError, match="checkpoint"):
+        store.begin_round(3)
+    # the snapshot lists clients in row order, so a restore keeps the layout (and the in-place path)
+    snap = store.snapshot()
+    assert snap["params"]["w"]["clients"].tolist() == [6, 1, 4, 0, 2]
+    again = CompactStore()
+    again.restore(snap)
+    assert again.view_block(chunk, ["w"]) is not None and torch.equal(again.load(4)["w"], store.load(4)["w"])
+
+
 def test_compact_store_undoes_new_clients_and_refuses_a_half_overwritten_round():
     store = CompactStore()
     store.begin_round(1)
@@ -129,16 +160,31 @@ def test_compact_store_undoes_new_clients_and_refuses_a_half_overwritten_round()
         store.begin_round(2)
 
 
-def test_engine_uses_the_compact_store_and_gives_the_numbers_of_a_dict_store():
+@pytest.mark.parametrize("backbone", ["fcf", "fedncf", "fedrap"])
+def test_engine_uses_the_compact_store_and_gives_the_numbers_of_a_dict_store(backbone):
+    """The compact store hands later rounds' chunks out as its own rows (trained in place, no copy each way);
+    the numbers are those of a dict store, whose clients train on copies."""
     data = synthetic_data(40, 150, 10, seed=0)
-    cfg = FedConfig(rounds=2, local_epochs=2, batch_size=8, negatives=2, dim=8, ks=(5, 10), valid_metric="hr@10")
-    a = FederatedRun(data, "fcf", cfg, progress=False)
-    b = FederatedRun(data, "fcf", cfg, progress=False)
+    cfg = FedConfig(rounds=3, local_epochs=2, batch_size=8, negatives=2, dim=8, ks=(5, 10), valid_metric="hr@10",
+                    chunk_floats=4096)
+    a = FederatedRun(data, backbone, cfg, progress=False)
+    b = FederatedRun(data, backbone, cfg, progress=False)
     assert isinstance(a.store, CompactStore)
     b.store = b.sim.store = MemoryStore()
+    in_place, view_block = [], a.store.view_block
+
+    def counted(cids, names, dtype=None):
+        out = view_block(cids, names, dtype)
+        in_place.append(out is not None)
+        return out
+    a.store.view_block = counted
     ra, rb = a.run(), b.run()
+    assert sum(in_place) >= 4                      # several chunks, in rounds 2 and 3
     assert [h["loss"] for h in ra["history"]] == [h["loss"] for h in rb["history"]]
     assert ra["test"] == rb["test"]
+    for cid in a.eligible[:5]:
+        sa, sb = a.store.load(int(cid)), b.store.load(int(cid))
+        assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
 def test_device_cpu_and_auto_run_and_cuda_without_cuda_is_one_line(tmp_path, monkeypatch):

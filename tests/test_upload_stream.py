@@ -107,10 +107,10 @@ def test_compact_store_with_a_capacity_makes_its_tables_once():
         store.save_block(np.array([3]), vals(1))
         first = store._cols["h"]
         store.save_block(np.array([5]), vals(1))
-    assert len(grown._cols["h"]) == 8                       # doubled past the last client
+    assert len(grown._cols["h"]) == 2                       # one row per client written, doubled as they come
     assert len(sized._cols["h"]) == 6 and sized._cols["h"] is first   # made once, never regrown
-    sized.save_block(np.array([9]), vals(1))                # a client past the capacity still fits
-    assert len(sized._cols["h"]) == 10 and torch.equal(sized.load(9)["h"], torch.ones(2))
+    sized.save_block(np.array([9, 11, 12, 13, 14]), vals(5))   # seven clients: one past the capacity still fits
+    assert len(sized._cols["h"]) == 7 and torch.equal(sized.load(9)["h"], torch.ones(2))
     assert torch.equal(sized.load(3)["h"], torch.ones(2)) and sized.load(4) is None
 
 

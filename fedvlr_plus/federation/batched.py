@@ -84,10 +84,16 @@ class BatchedSimulator:
         self.dense_numel = sum(int(np.prod(s.shape)) if s.shape else 1 for s in bb.all_specs() if not s.item_table)
 
     # ------------------------------------------------------------------ private state
-    def _private_block(self, cids: np.ndarray) -> dict[str, torch.Tensor]:
-        """The stored private state of ``cids`` as one ``[C, ...]`` tensor per private parameter (fresh copies);
-        clients without one get their initial state, drawn for all of them in one call."""
+    def _private_block(self, cids: np.ndarray, *, in_place: bool = False) -> dict[str, torch.Tensor]:
+        """The stored private state of ``cids`` as one ``[C, ...]`` tensor per private parameter: fresh copies, or
+        with ``in_place`` (a chunk about to train) the store's own rows where it can hand them out
+        (:meth:`CompactStore.view_block`: a chunk it holds together, on the CPU in the simulator's dtype); clients
+        without one get their initial state, drawn for all of them in one call."""
         names = [s.name for s in self.bb.private_specs()]
+        if in_place and hasattr(self.store, "view_block") and self.device.type == "cpu":
+            own = self.store.view_block(cids, names, self.dtype)
+            if own is not None:
+                return own
         stored = load_block(self.store, cids, names)
         missing = np.flatnonzero(~np.logical_and.reduce([stored[n][1] for n in names])) if names else []
         fresh = init_private_block(self.bb, cids[missing], self.seed, self.dtype) if len(missing) else {}
@@ -123,7 +129,7 @@ class BatchedSimulator:
     def _fit_chunk(self, cids: np.ndarray, shared: dict[str, torch.Tensor], config: dict, summed: bool = False):
         """Every client of the chunk trains its local epochs in lock-step and yields its upload."""
         batch = self._chunk_batch(cids, config)
-        private = {k: v.to(self.device) for k, v in round_start(self.bb, self._private_block(cids)).items()}
+        private = {k: v.to(self.device) for k, v in round_start(self.bb, self._private_block(cids, in_place=True)).items()}
         cpu_shared, shared = shared, {k: v.to(self.device) for k, v in shared.items()}
         kernel, fixed = self._closed_form_plan(batch, config)
         # rank-one steps of a dot-product head read the broadcast table: the rows are gathered only if needed
@@ -184,7 +190,7 @@ class BatchedSimulator:
             if s.item_table:
                 leaves[s.name] = private[s.name][torch.arange(c_n).unsqueeze(1), touched]
             else:
-                leaves[s.name] = private[s.name]   # a fresh copy: trained in place
+                leaves[s.name] = private[s.name]   # a fresh copy or the store's own rows: trained in place
         tables = [nm for nm in leaves if specs[nm].item_table]
         for nm in leaves:
             if nm not in tables and leaves[nm] is not None:
