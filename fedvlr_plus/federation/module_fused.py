@@ -1,0 +1,198 @@
+"""One chunk of module clients (a RecBole model) under the FedVLR layer, trained together: the layer's per-client
+item table made from the chunk's rows of the broadcast fused views, in front of the model's own batched training
+(:class:`~fedvlr_plus.federation.module_chunk.ChunkTraining`).
+
+The one-at-a-time client (:class:`~fedvlr_plus.federation.module_client.ModuleClient`) replaces the model's item
+tables by ``Σ_j w_uj F_ij`` over every item, ``w_u`` its router's weights of the round's history input. A step's
+loss reads only the rows it looks up, so here each client holds just the rows of ``F`` it touches this round
+(``[C, 1 + T, blocks * d]``, the local ids of :mod:`.module_lanes`) and its router (``[C, ...]``). Every local step
+
+1. mixes each client's rows by its own router weights (one autograd graph for the chunk: the routers differ
+   per client and change every step), split by columns into the model's item tables (row 0: the model's padding
+   row, as the reference keeps it);
+2. runs the model's batched gradient on those tables (:meth:`ChunkTraining.gradients`, the model's own
+   ``calculate_loss`` under ``vmap``), which gives the gradient of each client's loss with respect to its mixed
+   rows, its user row and the model's dense parameters;
+3. pulls the mixed rows' gradient back through the mixture (one vector-Jacobian product) to the rows of ``F``
+   and the routers, with the layer's router balance term, and steps everything as
+   :class:`~fedvlr_plus.federation.client.LocalTraining` does (``F`` accumulated for a ``grads`` upload, and
+   stepped only with ``local_shared`` or a ``params`` upload).
+
+The router's input (the mean broadcast view of the client's positives) is fixed in a round, as in the reference.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..fedvlr.experts import mix
+from ..fedvlr.layer import FUSED
+from ..fedvlr.router import entropy, router_weights
+from .messages import ClientUpdate
+from .module_chunk import ChunkTraining, _expand, _gathered_rows, _where, summed_blocks
+
+
+def layer_refusal(layer) -> str | None:
+    """Why the clients of the FedVLR layer ``layer`` cannot be batched by its structure (None when they can)."""
+    if layer.content_preference:
+        return "the FedVLR layer's content preference is not batched"
+    if layer.offset or layer.additive:
+        return "the FedVLR layer adds personal item parts to the fused vector"
+    return None
+
+
+class FusedChunk:
+    """The chunk's layer parameters around the model's :class:`ChunkTraining` (``inner``), with the same
+    interface (``gradients``, ``step``, ``finish``, ``states``, ``summed``) for the simulator's loop."""
+
+    def __init__(self, layer, inner: ChunkTraining, rows: torch.Tensor, router: dict, history: torch.Tensor,
+                 config: dict):
+        self.layer, self.inner = layer, inner
+        self.rows = rows            # [C, 1 + T, blocks * d] the client's rows of F (row 0: never looked up)
+        self.router = router        # name -> [C, ...]
+        self.history = history      # [C, J * d] the router's input
+        self.pairwise, self.fields, self.t_max, self.c0 = inner.pairwise, inner.fields, inner.t_max, inner.c0
+        self.upload, self.local_shared = inner.upload, inner.local_shared
+        self.lr, self.item_lr, self.wd = inner.lr, inner.item_lr, inner.wd
+        self.acc = {FUSED: None} if self.upload == "grads" else {}
+        self.specs = {s.name: s for s in layer.all_specs()}
+        self.tables = [n for n, k in layer.base.kinds.items() if k == "item"]
+        self.widths = [int(inner.batched[n].shape[-1]) for n in self.tables]
+        self.pads = {n: layer.base.template.get_parameter(n).detach()[0].to(rows.dtype) for n in self.tables}
+
+    @classmethod
+    def start(cls, layer, sched, c0: int, c1: int, shared: dict, states: dict, config: dict, dtype,
+              positives) -> "FusedChunk":
+        """``positives``: each client's training items (sorted, unique), aligned with ``sched.clients[c0:c1]``."""
+        base = layer.base
+        # the model's item tables are filled from the mixture every step: zeros stand in for them at the start
+        stand_in = {n: torch.zeros((layer.n_items,) + tuple(p.shape[1:]), dtype=dtype)
+                    for n, p in base.template.named_parameters() if base.kinds[n] == "item"}
+        base_states = {n: v for n, v in states.items() if n in base.kinds}
+        inner = ChunkTraining.start(base, sched, c0, c1, {**shared, **stand_in}, base_states, config, dtype)
+        f = shared[FUSED]
+        rows, _ = _gathered_rows(f, torch.zeros(f.shape[1:], dtype=f.dtype), sched, c0, c1, inner.t_max)
+        router = {n: states[n].to(dtype) for n in states if n.startswith("router.")}
+        return cls(layer, inner, rows, router, _history_input(layer, f, positives), config)
+
+    # ------------------------------------------------------------------ the mixture
+    def _mixed(self, rows: torch.Tensor, router: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``[C, 1 + T, d]`` each client's rows mixed as :meth:`FusionLayer._fused_part` mixes them, and the router
+        weights ``[C, J]`` (None without a router)."""
+        layer = self.layer
+        n_j = len(layer.experts)
+        f = rows.reshape(*rows.shape[:-1], layer.blocks, layer.d)[..., :n_j, :]
+        if n_j == 1:
+            return f.squeeze(-2), None
+        if layer.mode == "uniform":
+            return f.mean(-2), None
+        w = router_weights(self.history, router, layer.temperature)
+        return mix(w, f), w
+
+    def _write_tables(self, mixed: torch.Tensor) -> None:
+        """The model's item tables of the chunk from the mixed rows (split by columns; the padding row first)."""
+        c = 0
+        for name, width in zip(self.tables, self.widths):
+            table = mixed[..., c:c + width].clone()
+            table[:, 0] = self.pads[name]
+            self.inner.batched[name] = table
+            c += width
+
+    # ------------------------------------------------------------------ gradients and the local step
+    def gradients(self, lanes, dropout) -> tuple[dict, torch.Tensor]:
+        """Per-client gradients of the model's parameters, of the rows of ``F`` and of the routers, and the losses
+        ``[C]`` (the model's loss plus the layer's router balance term) of one local step."""
+        rows = self.rows.detach().requires_grad_(True)
+        router = {n: v.detach().requires_grad_(True) for n, v in self.router.items()}
+        with torch.enable_grad():
+            mixed, w = self._mixed(rows, router)
+            balance = None
+            if self.layer.balance and w is not None:
+                balance = self.layer.balance * (float(np.log(w.shape[-1])) - entropy(w))
+        self._write_tables(mixed.detach())
+        grads, loss = self.inner.gradients(lanes, dropout)
+        g_mixed = torch.cat([grads.pop(n) for n in self.tables], -1)
+        g_mixed[:, 0] = 0.0      # the padding row is the model's own, not a row of F
+        outs, g_outs = [mixed], [g_mixed]
+        if balance is not None:
+            outs.append(balance.sum())
+            g_outs.append(torch.ones((), dtype=balance.dtype))
+            loss = loss + balance.detach()
+        leaves = [rows, *router.values()]
+        g_leaves = torch.autograd.grad(outs, leaves, g_outs, allow_unused=True)
+        own = dict(zip([FUSED, *router], g_leaves))
+        grads.update({n: torch.zeros_like(v) if own[n] is None else own[n]
+                      for n, v in [(FUSED, rows), *router.items()]})
+        return grads, loss
+
+    @torch.no_grad()
+    def step(self, grads: dict, used: torch.Tensor, active: torch.Tensor) -> None:
+        """The model's step (:meth:`ChunkTraining.step`), then :meth:`LocalTraining.step` of the rows of ``F``
+        and of the routers; clients not ``active`` keep their values."""
+        own = {n: grads.pop(n) for n in [FUSED, *self.router]}
+        self.inner.step(grads, used, active)
+        every = bool(active.all())
+        for name, g in own.items():
+            if name in self.acc:
+                g_in = g if every else _where(active, g, 0.0)
+                self.acc[name] = g_in if self.acc[name] is None else self.acc[name].add_(g_in)
+                if not self.local_shared:
+                    continue
+            p = self.rows if name == FUSED else self.router[name]
+            if self.wd:
+                g = g + self.wd * (p * _expand(used, p) if name == FUSED else p)
+            lr = self.item_lr if self.specs[name].scaled else self.lr
+            p -= lr * g if every else _where(active, lr * g, 0.0)
+
+    # ------------------------------------------------------------------ uploads and private states
+    def _uploaded(self) -> dict[str, torch.Tensor]:
+        """``{shared name: [C, ...]}`` what each client uploads (``F``: its ``[C, 1 + T, ...]`` rows)."""
+        inner, grads = self.inner, self.upload == "grads"
+        acc = self.acc.get(FUSED)
+        out = {FUSED: (torch.zeros_like(self.rows) if acc is None else acc) if grads else self.rows}
+        for name in self.layer.shared_names:
+            if name != FUSED:
+                out[name] = (inner.acc if grads else inner.batched)[name]
+        return out
+
+    def states(self) -> dict:
+        """The chunk's new private states ``{name: [C, ...]}`` (the model's and the routers)."""
+        out = {n: v.clone() for n, v in self.router.items()}
+        for s in self.layer.private_specs():
+            if s.name not in out:
+                table = self.inner.batched[s.name]
+                out[s.name] = (table[:, 1] if self.layer.base.kinds[s.name] == "user" else table).clone()
+        return out
+
+    def finish(self, sched, cids, losses: list, config: dict, privatise) -> tuple[dict, dict]:
+        """The chunk's uploads ``{cid: ClientUpdate}`` and its new private states ``{name: [C, ...]}``."""
+        uploaded, updates = self._uploaded(), {}
+        for j, cid in enumerate(int(c) for c in cids):
+            idx = self.c0 + j
+            touched = torch.from_numpy(sched.touched_of(idx))
+            arrays = {n: (v[j][1:1 + len(touched)] if n == FUSED else v[j]) for n, v in uploaded.items()}
+            steps = losses[j]
+            up = ClientUpdate(cid=cid, kind=self.upload, arrays=arrays, rows={FUSED: touched},
+                              num_examples=int(sched.n_pos[idx]),
+                              metrics={"loss": float(np.mean(steps)) if steps else 0.0, "steps": len(steps)})
+            updates[cid] = privatise(up, self.inner.shared, config)
+        return updates, self.states()
+
+    def summed(self, sched, cids, losses: list):
+        """The chunk's uploads as blocks for the round's sums (:mod:`.summed_chunk`)."""
+        uploaded = self._uploaded()
+        rows = {FUSED: uploaded.pop(FUSED)}
+        return summed_blocks(self.upload, sched, cids, self.c0, self.t_max, losses, rows, uploaded)
+
+
+def _history_input(layer, views: torch.Tensor, positives: list) -> torch.Tensor:
+    """``[C, J * d]``: the mean broadcast view (the experts' blocks) of each client's positives, as
+    :func:`~fedvlr_plus.fedvlr.router.history_input` computes it for one client."""
+    views = views[:, :len(layer.experts) * layer.d]
+    counts = np.array([len(p) for p in positives])
+    index = np.zeros((len(positives), max(1, int(counts.max()))), dtype=np.int64)
+    mask = np.arange(index.shape[1])[None, :] < counts[:, None]
+    index[mask] = np.concatenate(positives) if len(positives) else []
+    w = torch.from_numpy(mask).to(torch.float32)
+    w = w / w.sum(-1, keepdim=True).clamp(min=1.0)
+    return (views[torch.from_numpy(index)] * w.unsqueeze(-1)).sum(-2)
