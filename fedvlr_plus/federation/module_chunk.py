@@ -44,8 +44,10 @@ class ChunkTraining:
     direct: list | None = None
 
     @classmethod
-    def start(cls, base, sched, c0: int, c1: int, shared: dict, states: dict, config: dict, dtype):
-        """``states``: the chunk's private states as they start the round, ``{name: [C, ...]}``."""
+    def start(cls, base, sched, c0: int, c1: int, shared: dict, states: dict, config: dict, dtype,
+              fills_items: bool = False):
+        """``states``: the chunk's private states as they start the round, ``{name: [C, ...]}``; ``fills_items``:
+        the caller puts the item tables into ``batched`` before every step (the FedVLR layer's mixture)."""
         from recbole.utils import InputType
 
         upload = config.get("upload", "params")
@@ -61,6 +63,8 @@ class ChunkTraining:
                 batched[name] = torch.cat([pad[:1].expand(len(cids), *pad[:1].shape), own], 1)
             elif kind == "private":
                 batched[name] = states[name].to(dtype)
+            elif kind == "item" and fills_items:
+                continue
             elif kind == "item":
                 batched[name], item_ids = _gathered_rows(shared[name], pad[0], sched, c0, c1, t_max)
             elif upload == "grads" and not local_shared:

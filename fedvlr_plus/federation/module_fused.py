@@ -25,7 +25,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..fedvlr.experts import mix
 from ..fedvlr.layer import FUSED
 from ..fedvlr.router import entropy, router_weights
 from .messages import ClientUpdate
@@ -57,7 +56,7 @@ class FusedChunk:
         self.acc = {FUSED: None} if self.upload == "grads" else {}
         self.specs = {s.name: s for s in layer.all_specs()}
         self.tables = [n for n, k in layer.base.kinds.items() if k == "item"]
-        self.widths = [int(inner.batched[n].shape[-1]) for n in self.tables]
+        self.widths = [int(layer.base.template.get_parameter(n).shape[1]) for n in self.tables]
         self.pads = {n: layer.base.template.get_parameter(n).detach()[0].to(rows.dtype) for n in self.tables}
 
     @classmethod
@@ -65,29 +64,61 @@ class FusedChunk:
               positives) -> "FusedChunk":
         """``positives``: each client's training items (sorted, unique), aligned with ``sched.clients[c0:c1]``."""
         base = layer.base
-        # the model's item tables are filled from the mixture every step: zeros stand in for them at the start
-        stand_in = {n: torch.zeros((layer.n_items,) + tuple(p.shape[1:]), dtype=dtype)
-                    for n, p in base.template.named_parameters() if base.kinds[n] == "item"}
         base_states = {n: v for n, v in states.items() if n in base.kinds}
-        inner = ChunkTraining.start(base, sched, c0, c1, {**shared, **stand_in}, base_states, config, dtype)
+        inner = ChunkTraining.start(base, sched, c0, c1, shared, base_states, config, dtype, fills_items=True)
         f = shared[FUSED]
         rows, _ = _gathered_rows(f, torch.zeros(f.shape[1:], dtype=f.dtype), sched, c0, c1, inner.t_max)
         router = {n: states[n].to(dtype) for n in states if n.startswith("router.")}
         return cls(layer, inner, rows, router, _history_input(layer, f, positives), config)
 
     # ------------------------------------------------------------------ the mixture
-    def _mixed(self, rows: torch.Tensor, router: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``[C, 1 + T, d]`` each client's rows mixed as :meth:`FusionLayer._fused_part` mixes them, and the router
-        weights ``[C, J]`` (None without a router)."""
+    def _experts(self) -> torch.Tensor:
+        """``[C, 1 + T, J, d]``: the experts' blocks of the client's rows (a view)."""
         layer = self.layer
-        n_j = len(layer.experts)
-        f = rows.reshape(*rows.shape[:-1], layer.blocks, layer.d)[..., :n_j, :]
+        f = self.rows.view(*self.rows.shape[:-1], layer.blocks, layer.d)
+        return f[..., :len(layer.experts), :]
+
+    def _weights(self, router: dict) -> torch.Tensor | None:
+        """``[C, J]`` each client's router weights (None where the layer has no router)."""
+        layer = self.layer
+        if len(layer.experts) == 1 or layer.mode == "uniform":
+            return None
+        return router_weights(self.history, router, layer.temperature)
+
+    def _mix(self, w: torch.Tensor | None) -> torch.Tensor:
+        """``[C, 1 + T, d]`` each client's rows mixed as :meth:`FusionLayer._fused_part` mixes them: ``Σ_j w_j f_j``
+        (an expert at a time, not the broadcast product: a third of the memory traffic)."""
+        f = self._experts()
+        if f.shape[-2] == 1:
+            return f[..., 0, :]
+        if w is None:   # uniform
+            return f.mean(-2)
+        out = f[..., 0, :] * w[:, 0, None, None]
+        for j in range(1, f.shape[-2]):
+            out.addcmul_(f[..., j, :], w[:, j, None, None])
+        return out
+
+    def _mix_backward(self, g: torch.Tensor, w: torch.Tensor | None):
+        """The mixture's vector-Jacobian product: the gradient ``[C, 1 + T, blocks * d]`` of the rows for the mixed
+        rows' gradient ``g [C, 1 + T, d]``, and that of the router weights ``[C, J]`` (None without a router)."""
+        f = self._experts()
+        n_c, n_l, n_j, d = f.shape
         if n_j == 1:
-            return f.squeeze(-2), None
-        if layer.mode == "uniform":
-            return f.mean(-2), None
-        w = router_weights(self.history, router, layer.temperature)
-        return mix(w, f), w
+            g_f = g.unsqueeze(-2)
+        elif w is None:
+            g_f = (g / n_j).unsqueeze(-2).expand(n_c, n_l, n_j, d)
+        else:
+            g_f = g.unsqueeze(-2) * w[:, None, :, None]
+        if self.layer.blocks == n_j:    # (always, as long as the content preference block is refused)
+            g_rows = g_f.reshape(self.rows.shape)
+        else:
+            g_rows = torch.zeros_like(self.rows)
+            g_rows.view(n_c, n_l, self.layer.blocks, d)[..., :n_j, :] = g_f
+        if w is None:
+            return g_rows, None
+        # Σ_{l, k} g[c, l, k] f[c, l, j, k]: one small matrix-vector product per row
+        g_w = torch.bmm(f.reshape(n_c * n_l, n_j, d), g.reshape(n_c * n_l, d, 1)).view(n_c, n_l, n_j).sum(1)
+        return g_rows, g_w
 
     def _write_tables(self, mixed: torch.Tensor) -> None:
         """The model's item tables of the chunk from the mixed rows (split by columns; the padding row first)."""
@@ -102,27 +133,27 @@ class FusedChunk:
     def gradients(self, lanes, dropout) -> tuple[dict, torch.Tensor]:
         """Per-client gradients of the model's parameters, of the rows of ``F`` and of the routers, and the losses
         ``[C]`` (the model's loss plus the layer's router balance term) of one local step."""
-        rows = self.rows.detach().requires_grad_(True)
         router = {n: v.detach().requires_grad_(True) for n, v in self.router.items()}
         with torch.enable_grad():
-            mixed, w = self._mixed(rows, router)
+            w = self._weights(router)
             balance = None
             if self.layer.balance and w is not None:
                 balance = self.layer.balance * (float(np.log(w.shape[-1])) - entropy(w))
-        self._write_tables(mixed.detach())
+        self._write_tables(self._mix(None if w is None else w.detach()))
         grads, loss = self.inner.gradients(lanes, dropout)
         g_mixed = torch.cat([grads.pop(n) for n in self.tables], -1)
         g_mixed[:, 0] = 0.0      # the padding row is the model's own, not a row of F
-        outs, g_outs = [mixed], [g_mixed]
-        if balance is not None:
-            outs.append(balance.sum())
-            g_outs.append(torch.ones((), dtype=balance.dtype))
-            loss = loss + balance.detach()
-        leaves = [rows, *router.values()]
-        g_leaves = torch.autograd.grad(outs, leaves, g_outs, allow_unused=True)
-        own = dict(zip([FUSED, *router], g_leaves))
-        grads.update({n: torch.zeros_like(v) if own[n] is None else own[n]
-                      for n, v in [(FUSED, rows), *router.items()]})
+        grads[FUSED], g_w = self._mix_backward(g_mixed, None if w is None else w.detach())
+        if router:
+            outs, g_outs = ([w], [g_w]) if w is not None else ([], [])
+            if balance is not None:
+                outs.append(balance.sum())
+                g_outs.append(torch.ones((), dtype=balance.dtype))
+                loss = loss + balance.detach()
+            g_router = torch.autograd.grad(outs, list(router.values()), g_outs, allow_unused=True) if outs \
+                else [None] * len(router)
+            grads.update({n: torch.zeros_like(v) if g is None else g
+                          for (n, v), g in zip(router.items(), g_router)})
         return grads, loss
 
     @torch.no_grad()
@@ -187,12 +218,11 @@ class FusedChunk:
 
 def _history_input(layer, views: torch.Tensor, positives: list) -> torch.Tensor:
     """``[C, J * d]``: the mean broadcast view (the experts' blocks) of each client's positives, as
-    :func:`~fedvlr_plus.fedvlr.router.history_input` computes it for one client."""
+    :func:`~fedvlr_plus.fedvlr.router.history_input` computes it for one client (here one sparse product)."""
     views = views[:, :len(layer.experts) * layer.d]
-    counts = np.array([len(p) for p in positives])
-    index = np.zeros((len(positives), max(1, int(counts.max()))), dtype=np.int64)
-    mask = np.arange(index.shape[1])[None, :] < counts[:, None]
-    index[mask] = np.concatenate(positives) if len(positives) else []
-    w = torch.from_numpy(mask).to(torch.float32)
-    w = w / w.sum(-1, keepdim=True).clamp(min=1.0)
-    return (views[torch.from_numpy(index)] * w.unsqueeze(-1)).sum(-2)
+    counts = np.array([len(p) for p in positives], dtype=np.int64)
+    crow = torch.from_numpy(np.concatenate([[0], np.cumsum(counts)]))
+    cols = torch.from_numpy(np.concatenate(positives).astype(np.int64))
+    vals = torch.from_numpy(np.repeat(1.0 / np.maximum(counts, 1), counts).astype(np.float32)).to(views.dtype)
+    mean = torch.sparse_csr_tensor(crow, cols, vals, size=(len(positives), views.shape[0]))
+    return mean @ views
