@@ -219,10 +219,11 @@ class FusedChunk:
 def _history_input(layer, views: torch.Tensor, positives: list) -> torch.Tensor:
     """``[C, J * d]``: the mean broadcast view (the experts' blocks) of each client's positives, as
     :func:`~fedvlr_plus.fedvlr.router.history_input` computes it for one client (here one sparse product)."""
+    import scipy.sparse as sp
+
     views = views[:, :len(layer.experts) * layer.d]
     counts = np.array([len(p) for p in positives], dtype=np.int64)
-    crow = torch.from_numpy(np.concatenate([[0], np.cumsum(counts)]))
-    cols = torch.from_numpy(np.concatenate(positives).astype(np.int64))
-    vals = torch.from_numpy(np.repeat(1.0 / np.maximum(counts, 1), counts).astype(np.float32)).to(views.dtype)
-    mean = torch.sparse_csr_tensor(crow, cols, vals, size=(len(positives), views.shape[0]))
-    return mean @ views
+    crow = np.concatenate([[0], np.cumsum(counts)])
+    vals = np.repeat(1.0 / np.maximum(counts, 1), counts).astype(np.float32)
+    mean = sp.csr_matrix((vals, np.concatenate(positives), crow), shape=(len(positives), views.shape[0]))
+    return torch.from_numpy(np.ascontiguousarray(mean @ views.numpy())).to(views.dtype)
