@@ -21,12 +21,16 @@ reference (to floating-point rounding):
 - **Local SGD** as :class:`~fedvlr_plus.federation.client.LocalTraining` steps it (lr, item lr, lazy weight
   decay of the rows used, gradient accumulation of a ``grads`` upload), clients without a step masked out.
 
+- **The FedVLR layer** around the model: each client holds its touched rows of the broadcast fused views and its
+  router, and every step mixes them into the model's item tables in front of the model's own batched step
+  (:mod:`.module_fused`).
+
 The first round checks itself: two of its clients (the smallest and the largest) are also trained by the
 reference client, and the uploads, private states and losses are compared. Models that cannot be batched fall
 back to the reference simulator, said once (a ``RuntimeWarning``) and recorded as ``fallback``: graph models (each
-client has its own graph), the FedVLR layer (each client has its own fused item table), a forward that ``vmap``
-cannot run (data-dependent control flow, ``.item()``, unsupported in-place or random ops), and any model whose
-numbers differ from the reference's.
+client has its own graph), layer parts the chunk does not compute (personal item parts, a content preference),
+a forward that ``vmap`` cannot run (data-dependent control flow, ``.item()``, unsupported in-place or random
+ops), and any model whose numbers differ from the reference's.
 """
 from __future__ import annotations
 

@@ -7,16 +7,15 @@ tables by ``Σ_j w_uj F_ij`` over every item, ``w_u`` its router's weights of th
 loss reads only the rows it looks up, so here each client holds just the rows of ``F`` it touches this round
 (``[C, 1 + T, blocks * d]``, the local ids of :mod:`.module_lanes`) and its router (``[C, ...]``). Every local step
 
-1. mixes each client's rows by its own router weights (one autograd graph for the chunk: the routers differ
-   per client and change every step), split by columns into the model's item tables (row 0: the model's padding
-   row, as the reference keeps it);
+1. mixes each client's rows by its own router weights (the routers differ per client and change every step),
+   split by columns into the model's item tables (row 0: the model's padding row, as the reference keeps it);
 2. runs the model's batched gradient on those tables (:meth:`ChunkTraining.gradients`, the model's own
    ``calculate_loss`` under ``vmap``), which gives the gradient of each client's loss with respect to its mixed
    rows, its user row and the model's dense parameters;
-3. pulls the mixed rows' gradient back through the mixture (one vector-Jacobian product) to the rows of ``F``
-   and the routers, with the layer's router balance term, and steps everything as
-   :class:`~fedvlr_plus.federation.client.LocalTraining` does (``F`` accumulated for a ``grads`` upload, and
-   stepped only with ``local_shared`` or a ``params`` upload).
+3. pulls the mixed rows' gradient back through the mixture in closed form (``w_j g`` for the rows of expert
+   ``j``; ``Σ <g, F_j>`` for the weight ``w_j``) and from the weights by autograd through the router (with the
+   layer's router balance term), and steps everything as :class:`~fedvlr_plus.federation.client.LocalTraining`
+   does (``F`` summed for a ``grads`` upload, and stepped only with ``local_shared`` or a ``params`` upload).
 
 The router's input (the mean broadcast view of the client's positives) is fixed in a round, as in the reference.
 """
@@ -44,8 +43,7 @@ class FusedChunk:
     """The chunk's layer parameters around the model's :class:`ChunkTraining` (``inner``), with the same
     interface (``gradients``, ``step``, ``finish``, ``states``, ``summed``) for the simulator's loop."""
 
-    def __init__(self, layer, inner: ChunkTraining, rows: torch.Tensor, router: dict, history: torch.Tensor,
-                 config: dict):
+    def __init__(self, layer, inner: ChunkTraining, rows: torch.Tensor, router: dict, history: torch.Tensor):
         self.layer, self.inner = layer, inner
         self.rows = rows            # [C, 1 + T, blocks * d] the client's rows of F (row 0: never looked up)
         self.router = router        # name -> [C, ...]
@@ -68,8 +66,9 @@ class FusedChunk:
         inner = ChunkTraining.start(base, sched, c0, c1, shared, base_states, config, dtype, fills_items=True)
         f = shared[FUSED]
         rows, _ = _gathered_rows(f, torch.zeros(f.shape[1:], dtype=f.dtype), sched, c0, c1, inner.t_max)
-        router = {n: states[n].to(dtype) for n in states if n.startswith("router.")}
-        return cls(layer, inner, rows, router, _history_input(layer, f, positives), config)
+        # the layer's own private parameters (the router): the model's are in ``inner``
+        router = {s.name: states[s.name].to(dtype) for s in layer.private_specs() if s.name not in base.kinds}
+        return cls(layer, inner, rows, router, _history_input(layer, f, positives))
 
     # ------------------------------------------------------------------ the mixture
     def _experts(self) -> torch.Tensor:
@@ -144,14 +143,13 @@ class FusedChunk:
         g_mixed = torch.cat([grads.pop(n) for n in self.tables], -1)
         g_mixed[:, 0] = 0.0      # the padding row is the model's own, not a row of F
         grads[FUSED], g_w = self._mix_backward(g_mixed, None if w is None else w.detach())
-        if router:
-            outs, g_outs = ([w], [g_w]) if w is not None else ([], [])
+        if w is not None:    # on through the router, by autograd (small: [C, J * d] inputs)
+            outs, g_outs = [w], [g_w]
             if balance is not None:
                 outs.append(balance.sum())
                 g_outs.append(torch.ones((), dtype=balance.dtype))
                 loss = loss + balance.detach()
-            g_router = torch.autograd.grad(outs, list(router.values()), g_outs, allow_unused=True) if outs \
-                else [None] * len(router)
+            g_router = torch.autograd.grad(outs, list(router.values()), g_outs, allow_unused=True)
             grads.update({n: torch.zeros_like(v) if g is None else g
                           for (n, v), g in zip(router.items(), g_router)})
         return grads, loss
