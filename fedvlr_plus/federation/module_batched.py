@@ -21,12 +21,16 @@ reference (to floating-point rounding):
 - **Local SGD** as :class:`~fedvlr_plus.federation.client.LocalTraining` steps it (lr, item lr, lazy weight
   decay of the rows used, gradient accumulation of a ``grads`` upload), clients without a step masked out.
 
+- **The FedVLR layer** around the model: each client holds its touched rows of the broadcast fused views and its
+  router, and every step mixes them into the model's item tables in front of the model's own batched step
+  (:mod:`.module_fused`).
+
 The first round checks itself: two of its clients (the smallest and the largest) are also trained by the
 reference client, and the uploads, private states and losses are compared. Models that cannot be batched fall
 back to the reference simulator, said once (a ``RuntimeWarning``) and recorded as ``fallback``: graph models (each
-client has its own graph), the FedVLR layer (each client has its own fused item table), a forward that ``vmap``
-cannot run (data-dependent control flow, ``.item()``, unsupported in-place or random ops), and any model whose
-numbers differ from the reference's.
+client has its own graph), layer parts the chunk does not compute (personal item parts, a content preference),
+a forward that ``vmap`` cannot run (data-dependent control flow, ``.item()``, unsupported in-place or random
+ops), and any model whose numbers differ from the reference's.
 """
 from __future__ import annotations
 
@@ -59,12 +63,16 @@ def batch_refusal(bb: Backbone) -> str | None:
     """Why ``bb``'s clients cannot be batched by their structure, or None."""
     from .module_client import module_base
 
+    from .module_fused import layer_refusal
+
     base = module_base(bb)
     if base is not bb:
-        return "the FedVLR layer gives every client its own fused item table"
+        why = layer_refusal(bb)
+        if why:
+            return why
     if getattr(base, "graph", False):
         return "a graph model runs each client on its own graph"
-    if bb.personal_copies or bb.uses_history or type(bb).regulariser is not Backbone.regulariser:
+    if base.personal_copies or base.uses_history or type(base).regulariser is not Backbone.regulariser:
         return "the backbone has personal copies, a history context or a regulariser"
     if any(s.per_round for s in bb.private_specs()):
         return "the backbone restarts private parameters every round"
@@ -216,11 +224,18 @@ class BatchedModuleSimulator(ModuleSimulator):
 
     def _fit_chunk(self, sched, ex_order, rows, c0, c1, shared, config, seed, summed: bool = False):
         from .module_chunk import ChunkTraining, summed_chunk
+        from .module_fused import FusedChunk
 
         cids = rows[c0:c1]
-        chunk = ChunkTraining.start(self.base, sched, c0, c1, shared, self._initial_states(cids), config,
-                                    self.dtype)
-        if summed and chunk.upload == "grads" and not chunk.local_shared and chunk.bpr is not None:
+        fused = self.bb is not self.base
+        if fused:
+            positives = [np.unique(self.indices[self.indptr[c]:self.indptr[c + 1]]) for c in cids.tolist()]
+            chunk = FusedChunk.start(self.bb, sched, c0, c1, shared, self._initial_states(cids), config,
+                                     self.dtype, positives)
+        else:
+            chunk = ChunkTraining.start(self.base, sched, c0, c1, shared, self._initial_states(cids), config,
+                                        self.dtype)
+        if summed and not fused and chunk.upload == "grads" and not chunk.local_shared and chunk.bpr is not None:
             chunk.direct = []   # the item gradients go to the sums as rows (the table is fixed in the round)
         dropout = LaneDropout(lambda: [_seed_of(seed, config["round"], int(c), 17) for c in cids], len(cids))
         steps = sched.n_steps[c0:c1]
@@ -234,7 +249,8 @@ class BatchedModuleSimulator(ModuleSimulator):
             for j in np.flatnonzero(steps > s):
                 losses[j].append(float(loss[j]))
         if summed:
-            return summed_chunk(chunk, sched, cids, losses), chunk.states()
+            return (chunk.summed(sched, cids, losses) if fused else summed_chunk(chunk, sched, cids, losses)), \
+                chunk.states()
         return chunk.finish(sched, cids, losses, config, privatise)
 
 

@@ -44,8 +44,10 @@ class ChunkTraining:
     direct: list | None = None
 
     @classmethod
-    def start(cls, base, sched, c0: int, c1: int, shared: dict, states: dict, config: dict, dtype):
-        """``states``: the chunk's private states as they start the round, ``{name: [C, ...]}``."""
+    def start(cls, base, sched, c0: int, c1: int, shared: dict, states: dict, config: dict, dtype,
+              fills_items: bool = False):
+        """``states``: the chunk's private states as they start the round, ``{name: [C, ...]}``; ``fills_items``:
+        the caller puts the item tables into ``batched`` before every step (the FedVLR layer's mixture)."""
         from recbole.utils import InputType
 
         upload = config.get("upload", "params")
@@ -61,6 +63,8 @@ class ChunkTraining:
                 batched[name] = torch.cat([pad[:1].expand(len(cids), *pad[:1].shape), own], 1)
             elif kind == "private":
                 batched[name] = states[name].to(dtype)
+            elif kind == "item" and fills_items:
+                continue
             elif kind == "item":
                 batched[name], item_ids = _gathered_rows(shared[name], pad[0], sched, c0, c1, t_max)
             elif upload == "grads" and not local_shared:
@@ -282,7 +286,22 @@ class ChunkTraining:
 def summed_chunk(chunk: "ChunkTraining", sched, cids, losses: list) -> SummedChunk:
     """The chunk's uploads as blocks for the round's sums (:mod:`.summed_chunk`): each item table's ``[C, 1 + T]``
     rows as they are, the padding rows with weight 0 (no copy), dense arrays stacked."""
-    c_n, t_max, c0 = len(cids), chunk.t_max, chunk.c0
+    tables, dense, direct = {}, {}, None
+    for name in chunk.base.shared_names:
+        if chunk.direct is not None and name == chunk.bpr[1]:   # every step's rows; each client's rows counted once
+            direct = (name, chunk.direct)
+            continue
+        src = (chunk.acc if chunk.upload == "grads" else chunk.batched)[name]
+        (tables if chunk.base.kinds[name] == "item" else dense)[name] = src
+    return summed_blocks(chunk.upload, sched, cids, chunk.c0, chunk.t_max, losses, tables, dense, direct)
+
+
+def summed_blocks(kind: str, sched, cids, c0: int, t_max: int, losses: list, tables: dict, dense: dict,
+                  direct: tuple | None = None) -> SummedChunk:
+    """A :class:`SummedChunk` of a chunk's uploads: ``tables`` ``{name: [C, 1 + T, ...]}`` item rows in the
+    chunk's local layout, ``dense`` ``{name: [C, ...]}``; ``direct``: ``(name, [(global ids, gradients, client
+    index) of every step])`` an item table's gradients handed over as rows."""
+    c_n = len(cids)
     ptr = sched.touched_ptr
     counts = ptr[c0 + 1:c0 + c_n + 1] - ptr[c0:c0 + c_n]
     cl = np.repeat(np.arange(c_n), counts)
@@ -294,18 +313,15 @@ def summed_chunk(chunk: "ChunkTraining", sched, cids, losses: list) -> SummedChu
     real[slot] = True
     client = torch.arange(c_n).repeat_interleave(1 + t_max)
     mean = [float(np.mean(x)) if len(x) > 1 else (x[0] if x else 0.0) for x in losses]
-    out = SummedChunk(kind=chunk.upload, cids=np.asarray(cids, dtype=np.int64),
+    out = SummedChunk(kind=kind, cids=np.asarray(cids, dtype=np.int64),
                       num_examples=sched.n_pos[c0:c0 + c_n], losses=np.asarray(mean, dtype=np.float64))
-    for name in chunk.base.shared_names:
-        if chunk.direct is not None and name == chunk.bpr[1]:   # every step's rows; each client's rows counted once
-            ids, vals, owner = (x[0] if len(x) == 1 else torch.cat(x) for x in zip(*chunk.direct))
-            out.row_blocks[name] = (ids, vals, owner, None, (rows[real], client[real]))
-            continue
-        src = (chunk.acc if chunk.upload == "grads" else chunk.batched)[name]
-        if chunk.base.kinds[name] == "item":
-            out.row_blocks[name] = (rows, src.reshape(c_n * (1 + t_max), -1), client, real, None)
-        else:
-            out.dense[name] = src
+    if direct is not None:
+        name, steps = direct
+        ids, vals, owner = (x[0] if len(x) == 1 else torch.cat(x) for x in zip(*steps))
+        out.row_blocks[name] = (ids, vals, owner, None, (rows[real], client[real]))
+    for name, src in tables.items():
+        out.row_blocks[name] = (rows, src.reshape(c_n * (1 + t_max), -1), client, real, None)
+    out.dense.update(dense)
     return out
 
 
