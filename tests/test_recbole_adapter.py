@@ -564,6 +564,11 @@ def test_cli_fusion_options_reach_the_recbole_layer(workdir):
                                       "--fusion-residual", "--router-temperature", "2.0"])
     layer = cli_backbone(args, data)
     assert layer.residual and layer.temperature == 2.0
+    assert layer.view_scale == "model" and layer.out_scale * np.sqrt(layer.d) == pytest.approx(
+        layer.base.fused_item_norm())
+    unit = cli_backbone(build_parser().parse_args(["run", "unused", "--backbone", "recbole:BPR", "--fusion",
+                                                   "fedvlr", "--fusion-view-scale", "unit"]), data)
+    assert unit.view_scale == "unit" and unit.out_scale * np.sqrt(unit.d) == pytest.approx(1.0)
     sp = layer.init_server(0)
     plain = dict(vars(args), fusion_residual=False)
     import argparse

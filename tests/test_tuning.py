@@ -9,9 +9,10 @@ from fedvlr_plus.fedvlr.tuning import RECIPES, Recipe, candidate_recipes, select
 
 
 def test_grid_keeps_the_values_a_user_fixed_and_drops_duplicates():
-    assert [r.name for r in candidate_recipes()] == [r.name for r in RECIPES]
+    own = [r.name for r in RECIPES if not r.unit_scale]   # the package's backbones: one view size
+    assert [r.name for r in candidate_recipes()] == own
     fixed_lr = candidate_recipes(lr=0.2)
-    assert {r.lr for r in fixed_lr} == {0.2} and len(fixed_lr) == len(RECIPES)
+    assert {r.lr for r in fixed_lr} == {0.2} and len(fixed_lr) == len(own)
     # everything fixed: one recipe is left
     only = candidate_recipes(lr=0.2, server_lr=2.0, residual=True, content_preference=False)
     assert [(r.lr, r.server_lr, r.residual, r.content_preference) for r in only] == [(0.2, 2.0, True, False)]
@@ -30,7 +31,17 @@ def test_fast_recipe_triples_the_models_own_server_step():
     assert (rb["fast"].server_lr, rb["fast+residual"].server_lr) == (0.15, 0.15)   # the RecBole model's Adam 0.05
     assert rb["default"].server_lr is None
     # a server step the user fixed leaves fast nothing to change: it collapses into the defaults
-    assert [r.name for r in candidate_recipes(server_lr=0.5, backbone="recbole:BPR")] == ["default", "residual"]
+    assert [r.name for r in candidate_recipes(server_lr=0.5, backbone="recbole:BPR")] == [
+        "default", "residual", "unit", "unit+residual"]
+
+
+def test_a_recbole_model_also_tries_unit_size_views_unless_the_user_fixed_the_size():
+    names = [r.name for r in candidate_recipes(backbone="recbole:NeuMF")]
+    assert names == ["default", "residual", "fast", "fast+residual", "unit", "unit+residual"]
+    unit = {r.name: r for r in candidate_recipes(backbone="recbole:NeuMF")}["unit"]
+    assert unit.settings()["--fusion-view-scale"] == "unit" and not unit.residual
+    assert all(r.unit_scale for r in candidate_recipes(view_scale="unit", backbone="recbole:BPR"))
+    assert len(candidate_recipes(view_scale="model", backbone="recbole:BPR")) == 4
 
 
 def test_selection_keeps_the_best_validation_score_and_ties_keep_the_earlier_recipe():
@@ -88,14 +99,14 @@ def test_run_tune_trains_the_grid_on_valid_and_runs_the_chosen_recipe(tmp_path, 
     res = _last_json(capsys)
     tune = res["tuning"]
     scores = {c["name"]: c["valid"] for c in tune["candidates"]}
-    assert list(scores) == [r.name for r in RECIPES]
+    assert list(scores) == [r.name for r in RECIPES if not r.unit_scale]
     best = max(scores.values())
     assert tune["selected"] == next(n for n, s in scores.items() if s == best)
     chosen = next(c for c in tune["candidates"] if c["name"] == tune["selected"])
     # the run trained the chosen recipe: the same seed and settings give the candidate's validation score again
     assert res["valid"]["ndcg@10"] == pytest.approx(chosen["valid"])
     assert sorted(p.name for p in (tmp_path / "run" / "tuning").iterdir()) == sorted(
-        r.name.replace("+", "-") for r in RECIPES)
+        r.name.replace("+", "-") for r in RECIPES if not r.unit_scale)
     # resumed: every candidate and the run are read back, the same choice and figures
     assert main(["run", str(src), *FLAGS, "--tune", "--resume", str(tmp_path / "run")]) == 0
     again = _last_json(capsys)

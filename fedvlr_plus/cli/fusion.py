@@ -13,6 +13,7 @@ def options_from_args(args, mode: str | None = None) -> FedVLROptions:
     ``mode`` replaces ``--fusion`` (a command that trains several fusion variants)."""
     return FedVLROptions(mode=mode or args.fusion, temperature=args.router_temperature, balance=args.router_balance,
                          residual=getattr(args, "fusion_residual", False),
+                         view_scale=getattr(args, "fusion_view_scale", None) or "model",
                          personal_offset=getattr(args, "personal_offset", False),
                          content_preference=getattr(args, "content_preference", False),
                          cold_neighbours=args.cold_neighbours, views=args.views,

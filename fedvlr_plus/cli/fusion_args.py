@@ -31,6 +31,9 @@ def add_fusion_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--fusion-residual", action="store_true",
                    help="add the raw ID row to the fused item vector (D_i + Σ_j w_uj F_ij) instead of passing ID "
                         "only through the projected, LayerNorm-ed fusion")
+    g.add_argument("--fusion-view-scale", choices=("model", "unit"), default=None,
+                   help="size of the fused item vectors: model (default), the norm of the backbone's own initial "
+                        "item rows (a RecBole model's; 1 for the package's backbones), or unit vectors")
     g.add_argument("--content-preference", action="store_true",
                    help="add a VBPR-style private user preference over projected content (θ_u · P_i) to every "
                         "logit; θ_u starts at zero, so the layer starts as the paper's form")

@@ -23,6 +23,7 @@ def _fixed(study, recipe: FedVLR) -> dict:
     return {"lr": settings.get("lr"), "server_lr": settings.get("server_lr"),
             "residual": True if recipe.options.residual else None,
             "content_preference": True if recipe.options.content_preference else None,
+            "view_scale": "unit" if recipe.options.view_scale == "unit" else None,
             "backbone": recipe.backbone}
 
 
@@ -30,7 +31,8 @@ def _candidate(recipe: FedVLR, point) -> FedVLR:
     train = {k: v for k, v in (("lr", point.lr), ("server_lr", point.server_lr)) if v is not None}
     return FedVLR(recipe.inner, recipe.views, label=recipe.label,
                   options=replace(recipe.options, residual=point.residual,
-                                  content_preference=point.content_preference), **train)
+                                  content_preference=point.content_preference,
+                                  view_scale="unit" if point.unit_scale else "model"), **train)
 
 
 def _valid_score(study, model: FedVLR, folder) -> float:

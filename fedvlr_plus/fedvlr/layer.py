@@ -78,9 +78,12 @@ class FusionLayer(Backbone):
     def __init__(self, base: Backbone, views: dict[str, np.ndarray], *, mode: str = "fedvlr",
                  temperature: float = 1.0, router_hidden: int = 64, use_id: bool = True,
                  balance: float = 0.0, cold_items: ColdItemRule | None = None,
-                 residual: bool = False, personal_offset: bool = False, content_preference: bool = False):
+                 residual: bool = False, personal_offset: bool = False, content_preference: bool = False,
+                 view_scale: str = "model"):
         if mode not in MODES:
             raise ValueError(f"fusion mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if view_scale not in ("model", "unit"):
+            raise ValueError(f"view scale must be 'model' or 'unit', got {view_scale!r}")
         if not views and not use_id:
             raise ValueError("the fusion layer needs at least one modality (content views or the ID embedding)")
         refusal = wrap_refusal(base)
@@ -123,7 +126,9 @@ class FusionLayer(Backbone):
         # default: the score function and router stay personal without it, and it did worse on validation
         self.offset = bool(base.personal_copies) and bool(personal_offset)
         self.additive = tuple(base.additive_item_tables)
-        self.out_scale = float(base.fused_item_norm()) / float(np.sqrt(self.d))
+        self.view_scale = view_scale
+        size = float(base.fused_item_norm()) if view_scale == "model" else 1.0
+        self.out_scale = size / float(np.sqrt(self.d))
         # VBPR-style θ_u · P_i beside the fusion: P is broadcast as one more block of d columns after the experts
         self.content_preference = bool(content_preference)
         self.blocks = len(self.experts) + int(self.content_preference)
@@ -286,6 +291,7 @@ class FusionLayer(Backbone):
         out = self.base.describe()
         out.update(backbone=self.name, fusion=self.mode, views=self.view_names, experts=self.experts,
                    use_id=self.use_id, residual=self.residual, temperature=self.temperature,
+                   view_scale=self.view_scale, view_norm=round(self.out_scale * float(np.sqrt(self.d)), 6),
                    personal_offset=self.offset, content_preference=self.content_preference,
                    client_item_parts=list(self.additive) + ([OFFSET] if self.offset else []),
                    server={s.name: list(s.shape) for s in self.server_specs()},

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+#: what the fused item vectors are scaled to (FedVLROptions.view_scale)
+VIEW_SCALES = ("model", "unit")
+
 
 @dataclass(frozen=True)
 class FedVLROptions:
@@ -21,6 +24,9 @@ class FedVLROptions:
     router_hidden: int = 64
     #: add the raw ID row to the fused item vector (``D_i + Σ_j w_uj F_ij``)
     residual: bool = False
+    #: size of the fused item vectors: ``model``, the norm of the backbone's own initial item rows
+    #: (``Backbone.fused_item_norm``); ``unit``, unit vectors (the same for the package's own backbones)
+    view_scale: str = "model"
     #: VBPR-style private user preference over projected content, ``θ_u · P_i``, added to the head's logit
     content_preference: bool = False
     #: PFedRec: its personalised item embedding as a private offset on the fused vector
@@ -43,6 +49,8 @@ class FedVLROptions:
             raise ValueError(f"fusion mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         if self.temperature <= 0:
             raise ValueError(f"router temperature must be positive, got {self.temperature}")
+        if self.view_scale not in VIEW_SCALES:
+            raise ValueError(f"view scale must be one of {', '.join(VIEW_SCALES)}, got {self.view_scale!r}")
         if self.balance < 0 or self.cold_neighbours < 0:
             raise ValueError("router balance and cold neighbours must not be negative")
         object.__setattr__(self, "drop_modality", tuple(self.drop_modality))

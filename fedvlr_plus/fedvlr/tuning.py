@@ -10,7 +10,12 @@ validation split, before any test figure is read.
 The grid is deliberately small (five recipes), so tuning costs five single-seed runs. ``fast`` is relative: three
 times the model's own server step (SGD at 1.0 for the package's backbones, so ``--server-lr 3``; Adam at 0.05 for
 a RecBole model, so ``--server-lr 0.15``), the client step left at the model's default. An absolute value cannot
-be fast for both: ``--server-lr 3`` fed to a RecBole model's Adam diverges. A flag the user passes is
+be fast for both: ``--server-lr 3`` fed to a RecBole model's Adam diverges.
+
+A RecBole model also gets the two ``unit`` recipes: the fused views as unit vectors instead of the size of the
+model's own initial item rows (``--fusion-view-scale``). Neither size was best for every model: NeuMF's towers,
+made for rows of norm 0.11, learn far better behind views of that size, while BPR on lfm2k did better behind unit
+vectors. For the package's own backbones the two sizes are the same, and those recipes are left out. A flag the user passes is
 never overridden: recipes that differ only in a value the user fixed collapse into one. The content-preference
 recipe (a private VBPR-style preference over projected content) is left out for backbones that score through
 their own module (RecBole models), which the layer cannot give that term.
@@ -32,10 +37,14 @@ class Recipe:
     content_preference: bool = False
     #: the server step as a multiple of the model's default one (resolved by :func:`candidate_recipes`)
     server_lr_scale: float | None = None
+    #: fused views as unit vectors (``--fusion-view-scale unit``) instead of the model's own row size
+    unit_scale: bool = False
 
     def settings(self) -> dict:
         """The values this recipe sets, under the flag names a user would type."""
         out = {"--fusion-residual": self.residual, "--content-preference": self.content_preference}
+        if self.unit_scale:
+            out["--fusion-view-scale"] = "unit"
         if self.lr is not None:
             out["--lr"] = self.lr
         if self.server_lr is not None:
@@ -51,6 +60,8 @@ RECIPES: tuple[Recipe, ...] = (
     Recipe("fast", server_lr_scale=3.0),
     Recipe("fast+residual", server_lr_scale=3.0, residual=True),
     Recipe("content", content_preference=True),
+    Recipe("unit", unit_scale=True),
+    Recipe("unit+residual", residual=True, unit_scale=True),
 )
 
 
@@ -66,19 +77,22 @@ def layer_server_lr(backbone: str) -> float:
 
 
 def candidate_recipes(*, lr: float | None = None, server_lr: float | None = None, residual: bool | None = None,
-                      content_preference: bool | None = None, backbone: str = "fedavg") -> list[Recipe]:
+                      content_preference: bool | None = None, view_scale: str | None = None,
+                      backbone: str = "fedavg") -> list[Recipe]:
     """The grid for the layer around ``backbone`` with the values the user fixed put in place of the grid's;
     duplicates dropped, order kept. A backbone that scores through its own module (``recbole:``) gets no content
-    preference."""
+    preference; only such a backbone gets the ``unit`` recipes (for the others both view sizes are one)."""
+    module = backbone.startswith("recbole:")
     seen, out = set(), []
     for r in RECIPES:
-        if r.content_preference and backbone.startswith("recbole:"):
+        if (r.content_preference and module) or (r.unit_scale and not module):
             continue
         grid_slr = r.server_lr if r.server_lr_scale is None else round(r.server_lr_scale * layer_server_lr(backbone), 12)
         fixed = Recipe(r.name, lr=r.lr if lr is None else lr, server_lr=grid_slr if server_lr is None else server_lr,
                        residual=r.residual if residual is None else residual,
-                       content_preference=r.content_preference if content_preference is None else content_preference)
-        key = (fixed.lr, fixed.server_lr, fixed.residual, fixed.content_preference)
+                       content_preference=r.content_preference if content_preference is None else content_preference,
+                       unit_scale=r.unit_scale if view_scale is None else view_scale == "unit")
+        key = (fixed.lr, fixed.server_lr, fixed.residual, fixed.content_preference, fixed.unit_scale)
         if key not in seen:
             seen.add(key)
             out.append(fixed)
