@@ -77,7 +77,7 @@ def _with_recipe(args, recipe, *, seeds: int) -> argparse.Namespace:
     ns = argparse.Namespace(**vars(args))
     ns.lr, ns.server_lr, ns.fusion_residual, ns.seeds = recipe.lr, recipe.server_lr, recipe.residual, seeds
     ns.content_preference = recipe.content_preference
-    ns.fusion_view_scale = "unit" if recipe.unit_scale else "model"
+    ns.fusion_view_scale = recipe.view_scale
     return ns
 
 

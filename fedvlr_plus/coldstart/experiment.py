@@ -371,17 +371,25 @@ def _joined(run, support, held_out, epochs, start, spec, valid_users, metric, ch
     users, recorded in ``chosen[str(n)]``)."""
     if epochs != "auto":
         return local_private_training(run, support, held_out, epochs=int(epochs), start=start)
-    from .support_epochs import choose_epochs, only
+    best, scorer, scores = joining_epochs(run, support, held_out, valid_users, spec, start=start, metric=metric)
+    chosen.setdefault(str(n), []).append({"seed": int(run.cfg.seed), "epochs": best, "valid": scores})
+    return scorer
+
+
+def joining_epochs(run, support, users: np.ndarray, valid_users: np.ndarray, spec: EvalSpec, *, start: str,
+                   metric: str, grid=None, extension=None):
+    """:func:`~.support_epochs.choose_epochs` for joining ``users`` trained on ``support``, scored by the mean
+    ``metric`` of ``valid_users`` (default grid and extension: those of :mod:`.support_epochs`)."""
+    from .support_epochs import EPOCH_EXTENSION, EPOCH_GRID, choose_epochs, only
 
     def train(e):
-        return local_private_training(run, support, held_out, epochs=e, start=start)
+        return local_private_training(run, support, users, epochs=e, start=start)
 
     def score_valid(scorer):
         return float(only(spec.run(support, scorer, "test").frame("all"), valid_users)[metric].mean())
 
-    best, scorer, scores = choose_epochs(train, score_valid)
-    chosen.setdefault(str(n), []).append({"seed": int(run.cfg.seed), "epochs": best, "valid": scores})
-    return scorer
+    return choose_epochs(train, score_valid, EPOCH_GRID if grid is None else grid,
+                         EPOCH_EXTENSION if extension is None else extension)
 
 
 def _reference_frames(frames: dict, n: int, data, pop_counts, views, spec: EvalSpec, users) -> None:

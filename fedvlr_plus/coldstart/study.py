@@ -154,7 +154,8 @@ def _pair_joining_users(result: dict, keys) -> None:
 def _tuned(opts: ColdStartOptions, fusion: str, cfg, data, log, parts: dict | None = None):
     """The layer's recipe chosen for the first seed on ``data``'s validation split (the study's training data: the
     cold-item split, else the warm users'), or, in a new-user study, on its validation joining users; returns the
-    options and config the study then trains with, and the tuning report. Flags the user passed stay fixed; the backbone alone keeps its own settings."""
+    options and config the study then trains with, and the tuning report. Flags the user passed stay fixed; the
+    backbone alone keeps its own settings."""
     from ..fedvlr.tuning import candidate_recipes, select_recipe
     from .experiment import train_selected
 
@@ -165,7 +166,7 @@ def _tuned(opts: ColdStartOptions, fusion: str, cfg, data, log, parts: dict | No
 
     def apply(point):
         o = replace(opts, fedvlr=replace(fo, residual=point.residual, content_preference=point.content_preference,
-                                         view_scale="unit" if point.unit_scale else "model"))
+                                         view_scale=point.view_scale))
         return o, replace(cfg, lr=point.lr, server_lr=point.server_lr)
 
     joining = _joining_validation(opts, parts, cfg) if parts is not None else None

@@ -18,18 +18,12 @@ def joining_valid_score(run, joins: dict, valid_users: np.ndarray, spec, *, epoc
                         metric: str) -> float:
     """Mean over support sizes of the validation users' ``metric`` after they join ``run``; ``joins`` maps each
     support size to its support/query data."""
-    from .experiment import local_private_training
-    from .support_epochs import EPOCH_EXTENSION, EPOCH_GRID, choose_epochs, only
+    from .experiment import joining_epochs
 
-    grid, extension = (EPOCH_GRID, EPOCH_EXTENSION) if epochs == "auto" else ((int(epochs),), ())
+    fixed = {} if epochs == "auto" else {"grid": (int(epochs),), "extension": ()}
     per_support = []
     for data in joins.values():
-        def train(e, data=data):
-            return local_private_training(run, data, valid_users, epochs=e, start=start)
-
-        def score_valid(scorer, data=data):
-            return float(only(spec.run(data, scorer, "test").frame("all"), valid_users)[metric].mean())
-
-        best, _, scores = choose_epochs(train, score_valid, grid, extension)
+        best, _, scores = joining_epochs(run, data, valid_users, valid_users, spec, start=start, metric=metric,
+                                         **fixed)
         per_support.append(scores[best])
     return float(np.mean(per_support))

@@ -32,7 +32,7 @@ def _candidate(recipe: FedVLR, point) -> FedVLR:
     return FedVLR(recipe.inner, recipe.views, label=recipe.label,
                   options=replace(recipe.options, residual=point.residual,
                                   content_preference=point.content_preference,
-                                  view_scale="unit" if point.unit_scale else "model"), **train)
+                                  view_scale=point.view_scale), **train)
 
 
 def _valid_score(study, model: FedVLR, folder) -> float:

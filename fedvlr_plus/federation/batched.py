@@ -129,7 +129,8 @@ class BatchedSimulator:
     def _fit_chunk(self, cids: np.ndarray, shared: dict[str, torch.Tensor], config: dict, summed: bool = False):
         """Every client of the chunk trains its local epochs in lock-step and yields its upload."""
         batch = self._chunk_batch(cids, config)
-        private = {k: v.to(self.device) for k, v in round_start(self.bb, self._private_block(cids, in_place=True)).items()}
+        own = round_start(self.bb, self._private_block(cids, in_place=True))
+        private = {k: v.to(self.device) for k, v in own.items()}
         cpu_shared, shared = shared, {k: v.to(self.device) for k, v in shared.items()}
         kernel, fixed = self._closed_form_plan(batch, config)
         # rank-one steps of a dot-product head read the broadcast table: the rows are gathered only if needed

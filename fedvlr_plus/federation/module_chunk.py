@@ -236,9 +236,7 @@ class ChunkTraining:
         every = bool(active.all())
         for name, g in grads.items():
             if name in self.acc:
-                g_in = g if every else _where(active, g, 0.0)
-                # (the gradients are fresh tensors of this step: the first is kept, later ones added in place)
-                self.acc[name] = g_in if self.acc[name] is None else self.acc[name].add_(g_in)
+                accumulate(self.acc, name, g, active, every)
                 if not self.local_shared:
                     continue
             kind, p = self.base.kinds[name], self.batched[name]
@@ -339,6 +337,14 @@ def _gathered_rows(table: torch.Tensor, pad: torch.Tensor, sched, c0: int, c1: i
     flat = torch.from_numpy(index).view(-1)
     # (index_select on the flat ids is several times faster than advanced indexing with [C, 1 + T] ids)
     return padded.index_select(0, flat).view(c1 - c0, 1 + t_max, *padded.shape[1:]), flat - 1
+
+
+def accumulate(acc: dict, name: str, g: torch.Tensor, active: torch.Tensor, every: bool) -> None:
+    """Add one local step's gradient ``g`` of ``name`` to the upload sum ``acc[name]`` (None before the first),
+    nothing for clients not ``active``. A step's gradients are fresh tensors: the first is kept, later ones are
+    added to it in place."""
+    g_in = g if every else _where(active, g, 0.0)
+    acc[name] = g_in if acc[name] is None else acc[name].add_(g_in)
 
 
 def _expand(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

@@ -27,7 +27,7 @@ import torch
 from ..fedvlr.layer import FUSED
 from ..fedvlr.router import entropy, router_weights
 from .messages import ClientUpdate
-from .module_chunk import ChunkTraining, _expand, _gathered_rows, _where, summed_blocks
+from .module_chunk import ChunkTraining, _expand, _gathered_rows, _where, accumulate, summed_blocks
 
 
 def layer_refusal(layer) -> str | None:
@@ -163,8 +163,7 @@ class FusedChunk:
         every = bool(active.all())
         for name, g in own.items():
             if name in self.acc:
-                g_in = g if every else _where(active, g, 0.0)
-                self.acc[name] = g_in if self.acc[name] is None else self.acc[name].add_(g_in)
+                accumulate(self.acc, name, g, active, every)
                 if not self.local_shared:
                     continue
             p = self.rows if name == FUSED else self.router[name]

@@ -30,6 +30,7 @@ from ..adapters.base import Backbone, ParamSpec, init_shared, take_rows
 from .closed_form import MixtureDotHead
 from .cold import NO_COLD_RULE, ColdItemRule
 from .experts import EXPERTS, expert_outputs, fusion_specs, mix, project
+from .options import VIEW_SCALES
 from . import preference
 from .router import VIEWS, entropy, history_input, router_specs, router_weights
 
@@ -82,8 +83,8 @@ class FusionLayer(Backbone):
                  view_scale: str = "model"):
         if mode not in MODES:
             raise ValueError(f"fusion mode must be one of {', '.join(MODES)}, got {mode!r}")
-        if view_scale not in ("model", "unit"):
-            raise ValueError(f"view scale must be 'model' or 'unit', got {view_scale!r}")
+        if view_scale not in VIEW_SCALES:
+            raise ValueError(f"view scale must be one of {', '.join(VIEW_SCALES)}, got {view_scale!r}")
         if not views and not use_id:
             raise ValueError("the fusion layer needs at least one modality (content views or the ID embedding)")
         refusal = wrap_refusal(base)

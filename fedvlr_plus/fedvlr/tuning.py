@@ -7,18 +7,19 @@ mixture is better; and the learning rates that suit a few hundred users overshoo
 best on every data set measured (docs/results.md), so the choice is made where it can be made honestly: on the
 validation split, before any test figure is read.
 
-The grid is deliberately small (five recipes), so tuning costs five single-seed runs. ``fast`` is relative: three
-times the model's own server step (SGD at 1.0 for the package's backbones, so ``--server-lr 3``; Adam at 0.05 for
-a RecBole model, so ``--server-lr 0.15``), the client step left at the model's default. An absolute value cannot
-be fast for both: ``--server-lr 3`` fed to a RecBole model's Adam diverges.
+The grid is deliberately small (five recipes), so tuning costs five single-seed runs. A flag the user passes is
+never overridden: recipes that differ only in a value the user fixed collapse into one. The content-preference
+recipe (a private VBPR-style preference over projected content) is left out for backbones that score through
+their own module (RecBole models), which the layer cannot give that term.
+
+``fast`` is relative: three times the model's own server step (SGD at 1.0 for the package's backbones, so
+``--server-lr 3``; Adam at 0.05 for a RecBole model, so ``--server-lr 0.15``), the client step left at the model's
+default. An absolute value cannot be fast for both: ``--server-lr 3`` fed to a RecBole model's Adam diverges.
 
 A RecBole model also gets the two ``unit`` recipes: the fused views as unit vectors instead of the size of the
 model's own initial item rows (``--fusion-view-scale``). Neither size was best for every model: NeuMF's towers,
 made for rows of norm 0.11, learn far better behind views of that size, while BPR on lfm2k did better behind unit
-vectors. For the package's own backbones the two sizes are the same, and those recipes are left out. A flag the user passes is
-never overridden: recipes that differ only in a value the user fixed collapse into one. The content-preference
-recipe (a private VBPR-style preference over projected content) is left out for backbones that score through
-their own module (RecBole models), which the layer cannot give that term.
+vectors. For the package's own backbones the two sizes are the same, and those recipes are left out.
 """
 from __future__ import annotations
 
@@ -39,6 +40,11 @@ class Recipe:
     server_lr_scale: float | None = None
     #: fused views as unit vectors (``--fusion-view-scale unit``) instead of the model's own row size
     unit_scale: bool = False
+
+    @property
+    def view_scale(self) -> str:
+        """The ``FedVLROptions.view_scale`` this recipe trains with."""
+        return "unit" if self.unit_scale else "model"
 
     def settings(self) -> dict:
         """The values this recipe sets, under the flag names a user would type."""
@@ -87,7 +93,8 @@ def candidate_recipes(*, lr: float | None = None, server_lr: float | None = None
     for r in RECIPES:
         if (r.content_preference and module) or (r.unit_scale and not module):
             continue
-        grid_slr = r.server_lr if r.server_lr_scale is None else round(r.server_lr_scale * layer_server_lr(backbone), 12)
+        grid_slr = (r.server_lr if r.server_lr_scale is None
+                    else round(r.server_lr_scale * layer_server_lr(backbone), 12))
         fixed = Recipe(r.name, lr=r.lr if lr is None else lr, server_lr=grid_slr if server_lr is None else server_lr,
                        residual=r.residual if residual is None else residual,
                        content_preference=r.content_preference if content_preference is None else content_preference,
