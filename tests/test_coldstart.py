@@ -304,6 +304,14 @@ def test_coldstart_command_natural_cold_targets(tmp_path, capsys):
     for name in ("cold_items.csv", "cold_items.png", "sparsity.csv", "sparsity.png", "report.md", "result.json"):
         assert (out / name).exists(), name
     assert "Item cold-start" in (out / "report.md").read_text()
+    # the layer's headline paired with the backbone alone's every variant and content only, over the same users
+    paired = res["paired_cold_items"]
+    assert set(paired) == {"content only", "backbone alone, trained"} | {
+        f"backbone alone, {r}" for r in ("none", "neighbours", "mapping", "both")}
+    test = paired["content only"]["cold_among_cold"]["ndcg@5"]
+    head, content = res["cold_among_cold"]["ndcg@5"], res["baselines"]["content"]["cold_among_cold"]["ndcg@5"]
+    assert test["n"] == head["n_users"] and test["mean_diff"] == pytest.approx(head["mean"] - content["mean"])
+    assert "Paired over the same users" in (out / "report.md").read_text()
 
 
 def test_coldstart_command_user_cold_start(tmp_path, capsys):

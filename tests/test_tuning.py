@@ -24,6 +24,23 @@ def test_grid_keeps_the_values_a_user_fixed_and_drops_duplicates():
     assert any(r.content_preference for r in candidate_recipes())
 
 
+def test_a_cold_item_study_adds_an_id_dropout_twin_of_every_recipe_after_the_others():
+    from fedvlr_plus.fedvlr import FedVLROptions
+    from fedvlr_plus.fedvlr.tuning import COLD_ITEM_DROPOUT
+
+    own = [r.name for r in candidate_recipes()]
+    cold = candidate_recipes(cold_items=True)
+    assert [r.name for r in cold] == own + [f"{n}+dropout" for n in own]
+    assert all(r.id_dropout == (COLD_ITEM_DROPOUT if r.name.endswith("+dropout") else 0.0) for r in cold)
+    twin = {r.name: r for r in cold}["content+dropout"]
+    assert twin.content_preference and twin.settings()["--id-dropout"] == COLD_ITEM_DROPOUT
+    assert twin.layer_options(FedVLROptions()).id_dropout == COLD_ITEM_DROPOUT
+    # a dropout the user fixed applies to every recipe, and the twins collapse into them
+    fixed = candidate_recipes(cold_items=True, id_dropout=0.5)
+    assert [r.name for r in fixed] == own and all(r.id_dropout == 0.5 for r in fixed)
+    assert all(r.id_dropout == 0.0 for r in candidate_recipes())
+
+
 def test_fast_recipe_triples_the_models_own_server_step():
     fast = {r.name: r for r in candidate_recipes()}["fast"]
     assert (fast.lr, fast.server_lr) == (None, 3.0)           # the layer's SGD step 1.0, client step its default

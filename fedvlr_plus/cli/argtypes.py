@@ -54,6 +54,7 @@ positive_float = bounded(float, 0, low_open=True, name="positive_float")
 non_negative_float = bounded(float, 0, name="non_negative_float")
 probability = bounded(float, 0, 1, name="probability")
 open_fraction = bounded(float, 0, 1, low_open=True, high_open=True, name="open_fraction")
+share_below_one = bounded(float, 0, 1, high_open=True, name="share_below_one")
 port = bounded(int, 1, 65535, name="port")
 
 

@@ -16,7 +16,8 @@ def options_from_args(args, mode: str | None = None) -> FedVLROptions:
                          view_scale=getattr(args, "fusion_view_scale", None) or "model",
                          personal_offset=getattr(args, "personal_offset", False),
                          content_preference=getattr(args, "content_preference", False),
-                         cold_neighbours=args.cold_neighbours, views=args.views,
+                         cold_neighbours=args.cold_neighbours, id_dropout=getattr(args, "id_dropout", 0.0),
+                         views=args.views,
                          fusion_views=tuple(args.fusion_views.split(",")) if args.fusion_views else None,
                          drop_modality=tuple(args.drop_modality), progress=not getattr(args, "no_progress", False))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from .argtypes import non_negative_float, non_negative_int, positive_float
+from .argtypes import non_negative_float, non_negative_int, positive_float, share_below_one
 
 #: the fusion modes of :class:`fedvlr_plus.fedvlr.FusionLayer`
 FUSION_MODES = ("sum", "mlp", "gate", "fedvlr", "uniform")
@@ -43,3 +43,7 @@ def add_fusion_arguments(parser: argparse.ArgumentParser) -> None:
                         "ml-100k; the score function and router are personal either way)")
     g.add_argument("--cold-neighbours", type=non_negative_int, default=10, metavar="K",
                    help="cold items take the mean ID row of their K nearest warm content neighbours (0: off)")
+    g.add_argument("--id-dropout", type=share_below_one, default=0.0, metavar="P",
+                   help="each round the server's backward reads a random share P of the warm items through their "
+                        "content neighbours' mean ID row instead of their own (DropoutNet-style), so the fusion "
+                        "learns to rank items whose ID row is a content estimate, as cold items' is (default 0)")

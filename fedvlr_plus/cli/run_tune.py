@@ -36,7 +36,8 @@ def _candidates(args):
 
     return candidate_recipes(lr=args.lr, server_lr=args.server_lr, residual=True if args.fusion_residual else None,
                              content_preference=True if getattr(args, "content_preference", False) else None,
-                             view_scale=getattr(args, "fusion_view_scale", None), backbone=args.backbone)
+                             view_scale=getattr(args, "fusion_view_scale", None),
+                             id_dropout=getattr(args, "id_dropout", 0.0) or None, backbone=args.backbone)
 
 
 def tune_recipe(args, data, *, config_for, build_backbone):
@@ -78,6 +79,7 @@ def _with_recipe(args, recipe, *, seeds: int) -> argparse.Namespace:
     ns.lr, ns.server_lr, ns.fusion_residual, ns.seeds = recipe.lr, recipe.server_lr, recipe.residual, seeds
     ns.content_preference = recipe.content_preference
     ns.fusion_view_scale = recipe.view_scale
+    ns.id_dropout = recipe.id_dropout
     return ns
 
 

@@ -26,6 +26,7 @@ import torch
 from ..evaluation import bootstrap_ci, evaluate, reference_scorer
 from ..evaluation.stats import per_user_mean
 from .content import ContentRanker, RestrictedScorer
+from .paired import PER_USER
 from .rules import RULES, apply_to_tables, make_rule
 
 BUCKETS = (0, 10, 20, 50, 100, 200, 500)
@@ -211,6 +212,23 @@ def item_result(state: ItemColdStart, data, spec: EvalSpec, select_metric: str, 
     part = "warm" if any(len(f) for f in state.frames.get(("trained", "warm"), [])) else "all"
     out["sparsity_targets"] = part
     out["sparsity"] = sparsity_table(state.sparsity, trains, keys, reference=state.frames.get(("ref:pop", part)))
+    out[PER_USER] = _item_per_user(state, chosen, keys)
+    return out
+
+
+def _item_per_user(state: ItemColdStart, chosen: str, keys) -> dict:
+    """``{variant: {part: per-user frame}}`` (each user averaged over seeds) for the paired tests of
+    :mod:`.paired`: the headline variant, every rule, the model as trained and the content-only ranker."""
+    out = {}
+    names = {"headline": chosen, "trained": "trained", "content only": "ref:content",
+             **{r: r for r in state.rules}}
+    for label, name in names.items():
+        parts = {}
+        for part in ("cold_among_cold", "cold_among_all", "warm"):
+            frames = [f for f in state.frames.get((name, part), []) if f is not None and len(f)]
+            if frames:
+                parts[part] = per_user_mean(frames, keys)
+        out[label] = parts
     return out
 
 

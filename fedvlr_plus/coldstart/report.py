@@ -166,6 +166,7 @@ def markdown(result: dict) -> str:
                 n = next((c["n_users"] for c in cell.values()), 0)
                 out.append(f"| {label} | " + " | ".join(_fmt(cell.get(k)) for k in keys) + f" | {n} |")
             out.append("")
+        out += _paired_item_lines(result, keys)
     for label, res in _models(result):
         uc = res.get("user_coldstart")
         if uc:
@@ -345,4 +346,18 @@ def _paired_lines(uc: dict, keys) -> list[str]:
     for n, by_metric in paired.items():
         cells = [f"{k} {t['mean_diff']:+.4f} (p = {t['t_pvalue']:.2g})" for k, t in by_metric.items() if k in keys]
         out.append(f"- N = {n}: " + ", ".join(cells))
+    return out + [""]
+
+
+def _paired_item_lines(result: dict, keys) -> list[str]:
+    """The layer's cold-item headline against the backbone alone and content only (paired over users), if run."""
+    paired = result.get("paired_cold_items")
+    if not paired:
+        return []
+    out = [f"### Paired over the same users, layer ({result['cold_rule']}) − other (t-test p)", ""]
+    for other, by_part in paired.items():
+        for part, by_metric in by_part.items():
+            cells = [f"{k} {t['mean_diff']:+.4f} (p = {t['t_pvalue']:.2g})" for k, t in by_metric.items()
+                     if k in keys]
+            out.append(f"- {other}, {part.replace('_', ' ')}: " + ", ".join(cells))
     return out + [""]

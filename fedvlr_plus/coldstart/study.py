@@ -134,7 +134,20 @@ def run_coldstart(opts: ColdStartOptions, log=None) -> dict:
             model_opts, model_cfg, result["tuning"] = _tuned(opts, fusion, cfg, any_data, log, parts)
         _study_one_model(model_opts, fusion, parts, views, spec, model_cfg, target, log)
     _pair_joining_users(result, spec.keys)
+    _pair_cold_items(result, spec.keys)
     return result
+
+
+def _pair_cold_items(result: dict, keys) -> None:
+    """Paired tests of the layer's cold-item headline against the backbone alone and the content-only ranker, and
+    the per-user frames they came from taken out of the result."""
+    from .paired import PER_USER, paired_cold_items
+
+    alone = result.get("backbone_alone")
+    if PER_USER in result and result.get("fusion", "none") != "none":
+        result["paired_cold_items"] = paired_cold_items(result, alone, keys)
+    for res in (result, alone or {}):
+        res.pop(PER_USER, None)
 
 
 def _pair_joining_users(result: dict, keys) -> None:
@@ -160,14 +173,14 @@ def _tuned(opts: ColdStartOptions, fusion: str, cfg, data, log, parts: dict | No
     from .experiment import train_selected
 
     fo = opts.fedvlr
+    cold_items = parts is not None and "items" in parts and bool(parts["items"][0].cold_items().any())
     points = candidate_recipes(lr=cfg.lr, server_lr=cfg.server_lr, residual=True if fo.residual else None,
                                content_preference=True if fo.content_preference else None,
-                               view_scale="unit" if fo.view_scale == "unit" else None, backbone=opts.backbone)
+                               view_scale="unit" if fo.view_scale == "unit" else None,
+                               id_dropout=fo.id_dropout or None, cold_items=cold_items, backbone=opts.backbone)
 
     def apply(point):
-        o = replace(opts, fedvlr=replace(fo, residual=point.residual, content_preference=point.content_preference,
-                                         view_scale=point.view_scale))
-        return o, replace(cfg, lr=point.lr, server_lr=point.server_lr)
+        return replace(opts, fedvlr=point.layer_options(fo)), replace(cfg, lr=point.lr, server_lr=point.server_lr)
 
     joining = _joining_validation(opts, parts, cfg) if parts is not None else None
 

@@ -11,7 +11,6 @@ fusion row on its own.
 """
 from __future__ import annotations
 
-from dataclasses import replace
 
 from ..api import FedVLR
 from ..errors import RunFolderError
@@ -24,15 +23,13 @@ def _fixed(study, recipe: FedVLR) -> dict:
             "residual": True if recipe.options.residual else None,
             "content_preference": True if recipe.options.content_preference else None,
             "view_scale": "unit" if recipe.options.view_scale == "unit" else None,
-            "backbone": recipe.backbone}
+            "id_dropout": recipe.options.id_dropout or None, "backbone": recipe.backbone}
 
 
 def _candidate(recipe: FedVLR, point) -> FedVLR:
     train = {k: v for k, v in (("lr", point.lr), ("server_lr", point.server_lr)) if v is not None}
     return FedVLR(recipe.inner, recipe.views, label=recipe.label,
-                  options=replace(recipe.options, residual=point.residual,
-                                  content_preference=point.content_preference,
-                                  view_scale=point.view_scale), **train)
+                  options=point.layer_options(recipe.options), **train)
 
 
 def _valid_score(study, model: FedVLR, folder) -> float:

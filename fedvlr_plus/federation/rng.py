@@ -20,6 +20,9 @@ _S30, _S27, _S31, _S11 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(
 
 # stream tags keep draws for different purposes independent
 TAG_PERM, TAG_NEG, TAG_INIT, TAG_SAMPLE, TAG_NOISE = 1, 2, 3, 4, 5
+#: which warm items the FedVLR server reads through their content neighbours in a round (fedvlr.layer); 6 is
+#: federation.decoys'
+TAG_DROP = 8
 
 
 def _mix(z: np.ndarray) -> np.ndarray:

@@ -26,23 +26,48 @@ def content_neighbours(views: dict[str, np.ndarray], cold: np.ndarray, k: int = 
     ``cold`` is a boolean mask over items. Returns ``[n_cold, k]`` item ids. Exact inner-product search with
     faiss on L2-normalised vectors concatenated over views (each view weighted equally).
     """
-    import faiss
-
     if not views:
         raise ValueError("content_neighbours needs at least one content view")
     cold = np.asarray(cold, dtype=bool)
     warm_ids, cold_ids = np.flatnonzero(~cold), np.flatnonzero(cold)
     if len(cold_ids) == 0 or len(warm_ids) == 0:
         return np.zeros((len(cold_ids), 0), dtype=np.int64)
+    x = _content_rows(views)
+    return warm_ids[_search(x[warm_ids], x[cold_ids], min(k, len(warm_ids)))]
+
+
+def warm_neighbours(views: dict[str, np.ndarray], cold: np.ndarray, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
+    """Each warm item's ``k`` nearest *other* warm items, searched as :func:`content_neighbours` searches:
+    ``(warm_ids [W], neighbours [W, k])``, what a warm item's ID row would be estimated from were it cold."""
+    warm_ids = np.flatnonzero(~np.asarray(cold, dtype=bool))
+    k = min(k, len(warm_ids) - 1)
+    if not views or k < 1:
+        return warm_ids, np.zeros((len(warm_ids), 0), dtype=np.int64)
+    x = _content_rows(views)[warm_ids]
+    found = _search(x, x, k + 1)
+    # drop each item's own row (its best match, unless an exact duplicate came first)
+    own = found == np.arange(len(warm_ids))[:, None]
+    own[~own.any(1), -1] = True
+    return warm_ids, warm_ids[found[~own].reshape(len(warm_ids), k)]
+
+
+def _content_rows(views: dict[str, np.ndarray]) -> np.ndarray:
+    """Views concatenated, each row L2-normalised and weighted by 1/sqrt(#views), as float32."""
     parts = []
     for v in views.values():
         v = np.asarray(v, dtype=np.float32)
         parts.append(v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12) / np.sqrt(len(views)))
-    x = np.ascontiguousarray(np.concatenate(parts, axis=1))
-    index = faiss.IndexFlatIP(x.shape[1])
-    index.add(x[warm_ids])
-    _, nn = index.search(x[cold_ids], min(k, len(warm_ids)))
-    return warm_ids[nn]
+    return np.ascontiguousarray(np.concatenate(parts, axis=1))
+
+
+def _search(base: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
+    """Row numbers of ``base`` with the ``k`` largest inner products with each query (exact, faiss)."""
+    import faiss
+
+    index = faiss.IndexFlatIP(base.shape[1])
+    index.add(np.ascontiguousarray(base))
+    _, nn = index.search(np.ascontiguousarray(queries), k)
+    return nn
 
 
 class NeighbourFill:

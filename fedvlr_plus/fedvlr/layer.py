@@ -28,7 +28,8 @@ import torch
 
 from ..adapters.base import Backbone, ParamSpec, init_shared, take_rows
 from .closed_form import MixtureDotHead
-from .cold import NO_COLD_RULE, ColdItemRule
+from ..federation import rng
+from .cold import NO_COLD_RULE, ColdItemRule, warm_neighbours
 from .experts import EXPERTS, expert_outputs, fusion_specs, mix, project
 from .options import VIEW_SCALES
 from . import preference
@@ -80,7 +81,7 @@ class FusionLayer(Backbone):
                  temperature: float = 1.0, router_hidden: int = 64, use_id: bool = True,
                  balance: float = 0.0, cold_items: ColdItemRule | None = None,
                  residual: bool = False, personal_offset: bool = False, content_preference: bool = False,
-                 view_scale: str = "model"):
+                 view_scale: str = "model", id_dropout: float = 0.0):
         if mode not in MODES:
             raise ValueError(f"fusion mode must be one of {', '.join(MODES)}, got {mode!r}")
         if view_scale not in VIEW_SCALES:
@@ -92,6 +93,8 @@ class FusionLayer(Backbone):
             raise ValueError(refusal)
         if residual and not use_id:
             raise ValueError("a residual ID path needs the ID modality (do not drop 'id')")
+        if id_dropout and not (use_id and views):
+            raise ValueError("ID dropout needs the ID modality and at least one content view to estimate it from")
         if content_preference and not views:
             raise ValueError("a content preference needs at least one content view")
         if content_preference and hasattr(base, "module_params"):
@@ -122,6 +125,7 @@ class FusionLayer(Backbone):
         self.experts = list(EXPERTS) if mode in ("fedvlr", "uniform") else [mode]
         # the rule only has an ID row to fill when the ID modality takes part
         self.cold_items = cold_items.fit(views, base.n_items) if cold_items is not None and use_id else None
+        self._init_id_dropout(float(id_dropout), views, cold_items)
         # PFedRec's personalised item embedding cannot be a copy of ``F`` (Algorithm 1 keeps the shared parts fixed
         # during the round): it becomes a private offset on the fused vector, restarted every round. Off by
         # default: the score function and router stay personal without it, and it did worse on validation
@@ -133,6 +137,16 @@ class FusionLayer(Backbone):
         # VBPR-style θ_u · P_i beside the fusion: P is broadcast as one more block of d columns after the experts
         self.content_preference = bool(content_preference)
         self.blocks = len(self.experts) + int(self.content_preference)
+
+    def _init_id_dropout(self, share: float, views: dict[str, np.ndarray], cold_items: ColdItemRule | None) -> None:
+        """The warm items a round may drop and the content neighbours each is then read through (:meth:`dropout_rows`),
+        searched as the cold-item rule searches."""
+        self.id_dropout = share
+        if share:
+            cold = cold_items.cold if cold_items is not None else np.zeros(self.n_items, dtype=bool)
+            k = cold_items.neighbours if cold_items is not None and cold_items.neighbours > 0 else 10
+            ids, nbrs = warm_neighbours(views, cold, k)
+            self.dropout_pool, self.dropout_fill = torch.as_tensor(ids), torch.as_tensor(nbrs)
 
     def _probe_dim(self) -> int:
         g = torch.Generator().manual_seed(0)
@@ -174,16 +188,20 @@ class FusionLayer(Backbone):
         g = torch.Generator().manual_seed(int(seed) + 7919)
         return {s.name: init_shared(s, g) for s in self.server_specs()}
 
-    def server_forward(self, sp: dict[str, torch.Tensor], cold_rule=None) -> torch.Tensor:
+    def server_forward(self, sp: dict[str, torch.Tensor], cold_rule=None, dropped=None) -> torch.Tensor:
         """Fused views of every item, ``[N, J * d]`` (differentiable in the server parameters ``sp``).
 
-        ``cold_rule`` (``[N, d] -> [N, d]``, cold rows replaced) stands in for the layer's own cold-item rule."""
+        ``cold_rule`` (``[N, d] -> [N, d]``, cold rows replaced) stands in for the layer's own cold-item rule;
+        ``dropped`` (rows of ``dropout_pool``) are warm items read through their content neighbours' mean ID row
+        (:meth:`dropout_rows`)."""
         inputs, x = [], None
         if self.use_id:
             x = self.base.shared_item_repr(sp, None, {"items_global": torch.arange(self.n_items)})
             fill = self.cold_items if cold_rule is None else cold_rule
             if fill is not None:
                 x = fill(x)
+            if dropped is not None and len(dropped):
+                x = x.index_copy(0, self.dropout_pool[dropped], x[self.dropout_fill[dropped]].mean(1))
             inputs.append(x)
         inputs += [self.views[name] for name in self.view_names]
         outs = expert_outputs(project(inputs, self.keys, sp), self.keys, self.experts, sp)
@@ -200,6 +218,14 @@ class FusionLayer(Backbone):
             content = preference.projected_content(preference.unit_rows(self.views), sp)
             fused = torch.cat([fused, content], -1)
         return fused
+
+    def dropout_rows(self, seed: int, round_index: int) -> torch.Tensor | None:
+        """The warm items (rows of ``dropout_pool``) whose ID input a round's server backward estimates from content:
+        a share ``id_dropout`` drawn by (seed, round), so a resumed run draws the same; None when off."""
+        if not self.id_dropout or not self.dropout_fill.shape[1]:
+            return None
+        u = rng.uniform(int(seed), rng.TAG_DROP, int(round_index), np.arange(len(self.dropout_pool)))
+        return torch.as_tensor(np.flatnonzero(u < self.id_dropout))
 
     def fused_views(self, sp: dict[str, torch.Tensor], cold_rule=None) -> torch.Tensor:
         """What the server broadcasts: :meth:`server_forward` without a graph."""
@@ -293,6 +319,7 @@ class FusionLayer(Backbone):
         out.update(backbone=self.name, fusion=self.mode, views=self.view_names, experts=self.experts,
                    use_id=self.use_id, residual=self.residual, temperature=self.temperature,
                    view_scale=self.view_scale, view_norm=round(self.out_scale * float(np.sqrt(self.d)), 6),
+                   id_dropout=self.id_dropout,
                    personal_offset=self.offset, content_preference=self.content_preference,
                    client_item_parts=list(self.additive) + ([OFFSET] if self.offset else []),
                    server={s.name: list(s.shape) for s in self.server_specs()},

@@ -33,6 +33,9 @@ class FedVLROptions:
     personal_offset: bool = False
     #: cold items take the mean ID row of their K nearest warm content neighbours (0: off)
     cold_neighbours: int = 10
+    #: share of warm items whose ID input the server's backward replaces, each round, by their content neighbours'
+    #: mean ID row (DropoutNet-style), so the fusion learns to rank an item whose ID row is a content estimate
+    id_dropout: float = 0.0
     #: a view store folder (None: the data's own features, else the cache under $FEDVLR_CACHE)
     views: str | None = None
     #: names of the store's views to fuse (None: its raw modalities)
@@ -51,6 +54,8 @@ class FedVLROptions:
             raise ValueError(f"router temperature must be positive, got {self.temperature}")
         if self.view_scale not in VIEW_SCALES:
             raise ValueError(f"view scale must be one of {', '.join(VIEW_SCALES)}, got {self.view_scale!r}")
+        if not 0.0 <= self.id_dropout < 1.0:
+            raise ValueError(f"ID dropout must be in [0, 1), got {self.id_dropout}")
         if self.balance < 0 or self.cold_neighbours < 0:
             raise ValueError("router balance and cold neighbours must not be negative")
         object.__setattr__(self, "drop_modality", tuple(self.drop_modality))

@@ -34,6 +34,7 @@ class ServerFusion(Strategy):
         self.server_specs = {s.name: s for s in layer.server_specs()}
         self.opt = FedGradStrategy(inner.server_lr, inner.optimizer_name, item_lr_scale=inner.item_lr_scale)
         self._graph = None
+        self.seed, self.steps = int(seed), 0   # steps: server steps taken, which key a round's ID dropout
 
     def _forward(self) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """The server parameters as graph leaves and the fused views of every item computed from them. The graph
@@ -58,8 +59,16 @@ class ServerFusion(Strategy):
         rest = {k: v for k, v in shared.items() if k != FUSED}
         out = self.inner.from_sums(rest, sums, specs) if rest else {}
         params, fused = self._forward()
+        dropped = self.layer.dropout_rows(self.seed, self.steps)
+        if dropped is not None:
+            # the clients' gradient of the broadcast views taken back through views whose dropped warm items read a
+            # content estimate of their ID row: the fusion learns to rank an item from that estimate (DropoutNet,
+            # Volkovs et al., NeurIPS 2017), while every client trains and every evaluation scores the real views
+            with torch.enable_grad():
+                fused = self.layer.server_forward(params, dropped=dropped)
         grads = torch.autograd.grad(fused, list(params.values()), g_fused, allow_unused=True)
         self._graph = None
+        self.steps += 1
         grads = {k: torch.zeros_like(v) if g is None else g for (k, v), g in zip(params.items(), grads)}
         # one aggregated "update" with the exact average gradient; the optimizer rule is shared with fedgrad
         step = ClientUpdate(cid=-1, kind="grads", arrays=grads, num_examples=1)
@@ -69,7 +78,7 @@ class ServerFusion(Strategy):
 
     def state_dict(self) -> dict:
         return {"server": {k: v.clone() for k, v in self.server.items()}, "server_opt": self.opt.state_dict(),
-                "inner": self.inner.state_dict()}
+                "inner": self.inner.state_dict(), "steps": self.steps}
 
     def load_state_dict(self, state: dict) -> None:
         if not state:
@@ -77,3 +86,4 @@ class ServerFusion(Strategy):
         self.server = {k: v.clone() for k, v in state["server"].items()}
         self.opt.load_state_dict(state["server_opt"])
         self.inner.load_state_dict(state["inner"])
+        self.steps = int(state.get("steps", 0))

@@ -23,7 +23,7 @@ vectors. For the package's own backbones the two sizes are the same, and those r
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
 
@@ -40,17 +40,26 @@ class Recipe:
     server_lr_scale: float | None = None
     #: fused views as unit vectors (``--fusion-view-scale unit``) instead of the model's own row size
     unit_scale: bool = False
+    #: share of warm items the server reads through a content estimate of their ID row (``--id-dropout``)
+    id_dropout: float = 0.0
 
     @property
     def view_scale(self) -> str:
         """The ``FedVLROptions.view_scale`` this recipe trains with."""
         return "unit" if self.unit_scale else "model"
 
+    def layer_options(self, options):
+        """``options`` (:class:`~fedvlr_plus.fedvlr.FedVLROptions`) with this recipe's layer settings."""
+        return replace(options, residual=self.residual, content_preference=self.content_preference,
+                       view_scale=self.view_scale, id_dropout=self.id_dropout)
+
     def settings(self) -> dict:
         """The values this recipe sets, under the flag names a user would type."""
         out = {"--fusion-residual": self.residual, "--content-preference": self.content_preference}
         if self.unit_scale:
             out["--fusion-view-scale"] = "unit"
+        if self.id_dropout:
+            out["--id-dropout"] = self.id_dropout
         if self.lr is not None:
             out["--lr"] = self.lr
         if self.server_lr is not None:
@@ -71,6 +80,10 @@ RECIPES: tuple[Recipe, ...] = (
 )
 
 
+#: the ID dropout of the grid's twins in a cold-item study (``candidate_recipes(cold_items=True)``)
+COLD_ITEM_DROPOUT = 0.5
+
+
 def layer_server_lr(backbone: str) -> float:
     """The server step the FedVLR layer takes by default around ``backbone`` (a RecBole model keeps its own)."""
     from .layer import FusionLayer
@@ -84,22 +97,29 @@ def layer_server_lr(backbone: str) -> float:
 
 def candidate_recipes(*, lr: float | None = None, server_lr: float | None = None, residual: bool | None = None,
                       content_preference: bool | None = None, view_scale: str | None = None,
+                      id_dropout: float | None = None, cold_items: bool = False,
                       backbone: str = "fedavg") -> list[Recipe]:
     """The grid for the layer around ``backbone`` with the values the user fixed put in place of the grid's;
     duplicates dropped, order kept. A backbone that scores through its own module (``recbole:``) gets no content
-    preference; only such a backbone gets the ``unit`` recipes (for the others both view sizes are one)."""
+    preference; only such a backbone gets the ``unit`` recipes (for the others both view sizes are one).
+
+    ``cold_items``: the study ranks items nobody trained on, so each recipe also gets an ID-dropout twin
+    (``+dropout``, :data:`COLD_ITEM_DROPOUT`), after all the others so that a tie keeps the recipe without it."""
     module = backbone.startswith("recbole:")
+    grid = [r for r in RECIPES if not ((r.content_preference and module) or (r.unit_scale and not module))]
+    if cold_items:
+        grid += [replace(r, name=f"{r.name}+dropout", id_dropout=COLD_ITEM_DROPOUT) for r in grid]
     seen, out = set(), []
-    for r in RECIPES:
-        if (r.content_preference and module) or (r.unit_scale and not module):
-            continue
+    for r in grid:
         grid_slr = (r.server_lr if r.server_lr_scale is None
                     else round(r.server_lr_scale * layer_server_lr(backbone), 12))
         fixed = Recipe(r.name, lr=r.lr if lr is None else lr, server_lr=grid_slr if server_lr is None else server_lr,
                        residual=r.residual if residual is None else residual,
                        content_preference=r.content_preference if content_preference is None else content_preference,
-                       unit_scale=r.unit_scale if view_scale is None else view_scale == "unit")
-        key = (fixed.lr, fixed.server_lr, fixed.residual, fixed.content_preference, fixed.unit_scale)
+                       unit_scale=r.unit_scale if view_scale is None else view_scale == "unit",
+                       id_dropout=r.id_dropout if id_dropout is None else id_dropout)
+        key = (fixed.lr, fixed.server_lr, fixed.residual, fixed.content_preference, fixed.unit_scale,
+               fixed.id_dropout)
         if key not in seen:
             seen.add(key)
             out.append(fixed)
