@@ -158,3 +158,17 @@ def test_paper_table_tune_chooses_the_fusion_row_recipe_on_valid(tmp_path, capsy
     assert [p.name for p in (tmp_path / "table" / "runs").glob("*/tuning")] == ["tuning"]
     text = (tmp_path / "table" / "table.md").read_text()
     assert "chosen on valid" in text and "the one fedavg+fedvlr chose" in text
+
+
+def test_run_tune_adds_the_id_dropout_twins_where_the_data_has_cold_items(tmp_path, capsys):
+    src = _folder(tmp_path / "data")
+    # three test rows on an item nobody trained on: the data now has a cold item
+    lines = (src / "inter.csv").read_text().splitlines()
+    (src / "inter.csv").write_text("\n".join(lines + [f"{u},48,1,9,2" for u in range(3)]) + "\n")
+    np.save(src / "text_features.npy", np.vstack([np.load(src / "text_features.npy"),
+                                                  np.ones((1, 8), dtype=np.float16)]))
+    assert main(["run", str(src), *FLAGS, "--fusion-residual", "--content-preference", "--tune"]) == 0
+    tune = _last_json(capsys)["tuning"]
+    assert [c["name"] for c in tune["candidates"]] == ["default", "fast", "default+dropout", "fast+dropout"]
+    assert [c["id_dropout"] for c in tune["candidates"]] == [0.0, 0.0, 0.5, 0.5]
+    assert all(c["residual"] and c["content_preference"] for c in tune["candidates"])

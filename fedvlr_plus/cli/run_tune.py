@@ -31,10 +31,10 @@ def resolve_tune(args) -> bool:
     return len(_candidates(args)) > 1
 
 
-def _candidates(args):
+def _candidates(args, cold_items: bool = False):
     from ..fedvlr.tuning import candidate_recipes
 
-    return candidate_recipes(lr=args.lr, server_lr=args.server_lr, residual=True if args.fusion_residual else None,
+    return candidate_recipes(cold_items=cold_items, lr=args.lr, server_lr=args.server_lr, residual=True if args.fusion_residual else None,
                              content_preference=True if getattr(args, "content_preference", False) else None,
                              view_scale=getattr(args, "fusion_view_scale", None),
                              id_dropout=getattr(args, "id_dropout", 0.0) or None, backbone=args.backbone)
@@ -49,7 +49,7 @@ def tune_recipe(args, data, *, config_for, build_backbone):
     from ..federation.engine import run_federated
     from ..fedvlr.tuning import select_recipe
 
-    recipes = _candidates(args)
+    recipes = _candidates(args, cold_items=bool(data.cold_items().any()))
     run_dir = args.resume or args.out
     metric = config_for(args).valid_metric
 

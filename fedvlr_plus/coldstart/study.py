@@ -173,7 +173,9 @@ def _tuned(opts: ColdStartOptions, fusion: str, cfg, data, log, parts: dict | No
     from .experiment import train_selected
 
     fo = opts.fedvlr
-    cold_items = parts is not None and "items" in parts and bool(parts["items"][0].cold_items().any())
+    # a new-user study scores joining users, not items: the warm users' data may lack items only newcomers touched,
+    # but ranking those is not what it measures
+    cold_items = "items" in (parts or {}) and bool(data.cold_items().any())
     points = candidate_recipes(lr=cfg.lr, server_lr=cfg.server_lr, residual=True if fo.residual else None,
                                content_preference=True if fo.content_preference else None,
                                view_scale="unit" if fo.view_scale == "unit" else None,

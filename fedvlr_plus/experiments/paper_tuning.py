@@ -23,7 +23,8 @@ def _fixed(study, recipe: FedVLR) -> dict:
             "residual": True if recipe.options.residual else None,
             "content_preference": True if recipe.options.content_preference else None,
             "view_scale": "unit" if recipe.options.view_scale == "unit" else None,
-            "id_dropout": recipe.options.id_dropout or None, "backbone": recipe.backbone}
+            "id_dropout": recipe.options.id_dropout or None, "cold_items": bool(study.cold.any()),
+            "backbone": recipe.backbone}
 
 
 def _candidate(recipe: FedVLR, point) -> FedVLR:

@@ -20,6 +20,10 @@ A RecBole model also gets the two ``unit`` recipes: the fused views as unit vect
 model's own initial item rows (``--fusion-view-scale``). Neither size was best for every model: NeuMF's towers,
 made for rows of norm 0.11, learn far better behind views of that size, while BPR on lfm2k did better behind unit
 vectors. For the package's own backbones the two sizes are the same, and those recipes are left out.
+
+Where the training data has cold items (no training interaction), every recipe also gets an ID-dropout twin
+(``--id-dropout``): ranking a cold item from a content estimate of its ID row is what the fusion must then do, and
+whether training it for that costs the warm items more than it gives the cold ones differs between data sets.
 """
 from __future__ import annotations
 
@@ -80,7 +84,7 @@ RECIPES: tuple[Recipe, ...] = (
 )
 
 
-#: the ID dropout of the grid's twins in a cold-item study (``candidate_recipes(cold_items=True)``)
+#: the ID dropout of the grid's twins where the data has cold items (``candidate_recipes(cold_items=True)``)
 COLD_ITEM_DROPOUT = 0.5
 
 
@@ -103,8 +107,9 @@ def candidate_recipes(*, lr: float | None = None, server_lr: float | None = None
     duplicates dropped, order kept. A backbone that scores through its own module (``recbole:``) gets no content
     preference; only such a backbone gets the ``unit`` recipes (for the others both view sizes are one).
 
-    ``cold_items``: the study ranks items nobody trained on, so each recipe also gets an ID-dropout twin
-    (``+dropout``, :data:`COLD_ITEM_DROPOUT`), after all the others so that a tie keeps the recipe without it."""
+    ``cold_items``: the training data has items nobody trained on, which the layer must rank from a content
+    estimate of their ID row, so each recipe also gets an ID-dropout twin (``+dropout``, :data:`COLD_ITEM_DROPOUT`),
+    after all the others so that a tie keeps the recipe without it."""
     module = backbone.startswith("recbole:")
     grid = [r for r in RECIPES if not ((r.content_preference and module) or (r.unit_scale and not module))]
     if cold_items:
