@@ -118,6 +118,9 @@ def _register_feddtl(methods) -> None:
     d.add_argument("--server-steps", type=non_negative_int, default=10,
                    help="server Adam steps per round on the uploaded prototypes (default 10; 0 = the item tower "
                         "stays as it started)")
+    d.add_argument("--anchor-weight", type=non_negative_float, default=0.0,
+                   help="decoupled methods: weight of the server's penalty keeping every item's adapted vector "
+                        "near its frozen content vector, novel items included (default 0: none)")
     d.add_argument("--prototypes", choices=("item", "example"), default="item",
                    help="what decoupled clients upload for the server's item-tower alignment: per trained item the "
                         "normalised mean of its user embeddings (item; default) or every example's user embedding "
@@ -227,7 +230,7 @@ def cli_feddtl(args) -> int:
 
     cfg = DTLConfig(rank=args.rank, sigma=args.sigma, group=args.group, beta=args.beta, epochs=args.epochs,
                     per_user=args.per_user, server_steps=args.server_steps, rank_among=args.rank_among,
-                    user_tower=args.user_tower, prototypes=args.prototypes)
+                    user_tower=args.user_tower, prototypes=args.prototypes, anchor_weight=args.anchor_weight)
     log = (lambda s: print(s, file=sys.stderr)) if args.json else print
     report = run_feddtl(args.source, cfg, seeds=args.seeds, clients=args.clients, alpha=args.alpha,
                         rounds=args.rounds, sft_rounds=args.sft_rounds, cold_share=args.cold_share,
