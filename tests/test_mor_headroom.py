@@ -1,8 +1,13 @@
 """MoR's routing headroom: the simplex grid, re-ranking hits, oracle weights and the own-group summary."""
 import numpy as np
+import torch
 
-from fedvlr_plus.alignment.mor_headroom import best_weights, rerank_bound, rerank_hits, simplex_grid
-from fedvlr_plus.alignment.mor_headroom_table import own_group_summary, summarise_headroom
+from fedvlr_plus.alignment.mor_headroom import (best_weights, own_fit, own_fit_row, rerank_bound, rerank_hits,
+                                                simplex_grid)
+from fedvlr_plus.alignment.mor_headroom_table import headroom_markdown, own_group_summary, summarise_headroom
+from fedvlr_plus.alignment.mor_router import Standardiser
+from fedvlr_plus.alignment.pairs import PreferencePairs
+from fedvlr_plus.federation.messages import ClientUpdate
 
 
 def test_simplex_grid_sums_to_one_and_holds_uniform_and_the_corners():
@@ -66,9 +71,13 @@ def test_own_group_summary_counts_clients_best_on_their_own_group():
 def test_summary_tests_oracles_against_uniform_per_seed():
     runs = [_run([[0.9, 0.5, 0.5], [0.5, 0.9, 0.5], [0.5, 0.5, 0.9]], seed) for seed in range(3)]
     out = summarise_headroom(runs)
-    assert set(out["tests"]) == {f"{r}-vs-uniform/{p}" for r in ("reference", "oracle_global", "oracle_per_group", "own_fit")
+    rows = ("reference", "oracle_global", "oracle_per_group", "own_fit")
+    assert set(out["tests"]) == {f"{r}-vs-uniform/{p}" for r in rows
                                  for p in ("valid", "test")}
     assert abs(out["stats"]["uniform/valid"]["mean"] - 0.11) < 1e-9 and len(out["own_group"]) == 3
+    md = headroom_markdown({"seeds": [0, 1, 2], "summary": out}, "CMD")
+    assert md.startswith("`CMD` (3 seeds)") and "| uniform | 11.00 ± 1.00 | 10.00 ± 0.00 | — |" in md
+    assert "| client_2 |" in md and "3/3, 3/3, 3/3" in md
 
 
 class _SignClient:
@@ -79,18 +88,11 @@ class _SignClient:
         self.cid, self.sign = cid, sign
 
     def fit(self, shared, config):
-        from fedvlr_plus.federation.messages import ClientUpdate
-        import torch
         s = torch.as_tensor(np.asarray(shared["query.items"])[..., 0] * self.sign, dtype=torch.float32)
         return ClientUpdate(cid=self.cid, kind="params", arrays={"scores": s}, num_examples=1)
 
 
 def test_own_fit_is_each_clients_accuracy_on_each_users_pairs_and_routes_to_the_better_one():
-    import torch
-    from fedvlr_plus.alignment.mor_headroom import own_fit, own_fit_row
-    from fedvlr_plus.alignment.mor_router import Standardiser
-    from fedvlr_plus.alignment.pairs import PreferencePairs
-
     n = 4
     pairs = PreferencePairs(context=np.zeros((n, 2), np.float32), chosen=np.ones((n, 1), np.float32),
                             rejected=np.zeros((n, 1), np.float32), client=np.zeros(n, np.int64),

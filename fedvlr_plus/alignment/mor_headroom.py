@@ -9,8 +9,9 @@ A router only beats uniform averaging where the clients differ in *where* they a
    routing if that difference exists.
 2. **Re-ranking bound** (:func:`rerank_bound`): every participating user's reference top-C re-ordered by a fused
    reward alone: uniform weights, each single client, the best global simplex weights and the best weights per
-   group. The last two are chosen on the users' VALIDATION items themselves, an oracle that no router trained on
-   public pairs can beat on validation; their TEST HR@10 says whether even that choice carries over. Beside them a
+   group. The last two are chosen on the users' VALIDATION items themselves, an oracle that no router with
+   global or per-group weights (on the grid) can beat on validation; their TEST HR@10 says whether even that
+   choice carries over. Beside them a
    per-user router that is not an oracle (:func:`own_fit_row`): each user's weights from how well each client
    ranked that user's own training pairs, its temperature chosen on validation.
 

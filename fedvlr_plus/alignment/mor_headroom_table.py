@@ -61,7 +61,8 @@ def run_headroom_seeds(data, *, seeds: int = 5, first_seed: int = 0, cfg=None, s
 def headroom_markdown(result: dict, command: str) -> str:
     st, tests = result["summary"]["stats"], result["summary"]["tests"]
     lines = [f"`{command}` ({len(result['seeds'])} seeds)", "",
-             "| re-ranking of the reference's top candidates by | valid HR@10 | test HR@10 | p vs uniform (valid / test) |",
+             "| re-ranking of the reference's top candidates by | valid HR@10 | test HR@10 | "
+             "p vs uniform (valid / test) |",
              "|---|---|---|---|"]
     rows = ROWS + tuple(k.split("/")[0] for k in st if k.startswith("client_") and k.endswith("/test"))
     for row in rows:
