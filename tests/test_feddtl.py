@@ -321,3 +321,19 @@ def test_example_prototypes_upload_every_example_with_its_item():
     assert all(h["server_loss_last"] <= h["server_loss_first"] + 1e-6 for h in res.history)
     with pytest.raises(ValueError):
         T.DTLConfig(prototypes="class")
+
+
+def test_anchor_penalty_is_zero_at_the_start_and_holds_the_items_near_their_content():
+    task = _task()
+    p = T.init_params(task.dim, 4, 0)
+    content = torch.from_numpy(task.content)
+    assert abs(float(T.anchor_penalty(p, content))) < 1e-6           # up = 0: every item is its content
+    g = torch.Generator().manual_seed(0)
+    rows = torch.arange(0, 32)
+    proto = F.normalize(torch.randn(32, task.dim, generator=g), dim=-1)
+    free, _ = T.server_align(p, [(proto, rows)], task, T.DTLConfig(server_steps=30, server_lr=5e-2))
+    held, _ = T.server_align(p, [(proto, rows)], task, T.DTLConfig(server_steps=30, server_lr=5e-2,
+                                                                    anchor_weight=100.0))
+    assert float(T.anchor_penalty(held, content)) < 0.5 * float(T.anchor_penalty(free, content))
+    with pytest.raises(ValueError):
+        T.DTLConfig(anchor_weight=-1.0)

@@ -43,10 +43,18 @@ class DTLConfig:
     #: "private" (each client keeps its own user adapter in its store and restores it every round; the uploads
     #: and the averaged global user adapter, used by the hybrid reference and the global-model evaluation, stay)
     user_tower: str = "fedavg"
+    #: server alignment: weight of a penalty keeping every item's adapted vector near its frozen content vector,
+    #: mean_i (1 - cos(v_i, e_i)) over the whole catalogue, novel (cold) items included (the server knows their
+    #: content). 0 = none (the earlier behaviour). Why: cross-entropy on base-class uploads pulls the shared item
+    #: adapter towards the base classes; the anchor is what novel classes generalise from (KgCoOp's argument,
+    #: Yao et al., CVPR 2023)
+    anchor_weight: float = 0.0
 
     def __post_init__(self):
         if self.user_tower not in ("fedavg", "private"):
             raise ValueError(f"user_tower must be 'fedavg' or 'private', got {self.user_tower!r}")
+        if self.anchor_weight < 0:
+            raise ValueError(f"anchor_weight must be >= 0, got {self.anchor_weight}")
         if self.prototypes not in ("item", "example"):
             raise ValueError(f"prototypes must be 'item' or 'example', got {self.prototypes!r}")
 

@@ -56,10 +56,10 @@ from .dtl_model import (ITEM_PARAMS, METHODS, USER_PARAMS, DTLConfig, evaluate_u
 from .dtl_task import (RecTask, build_task, dirichlet_split, dominant_labels, item_label_weights, item_texts,
                        label_skew, minilm_content)
 
-__all__ = ["DTLClient", "DTLConfig", "DTLResult", "ITEM_PARAMS", "METHODS", "RecTask", "USER_PARAMS", "build_task",
-           "dirichlet_split", "dominant_labels", "evaluate_users", "init_params", "item_label_weights", "item_texts",
-           "item_vectors", "label_skew", "lora", "minilm_content", "noisy_candidates", "param_specs", "run_feddtl",
-           "server_align", "train", "user_vectors"]
+__all__ = ["DTLClient", "DTLConfig", "DTLResult", "ITEM_PARAMS", "METHODS", "RecTask", "USER_PARAMS",
+           "anchor_penalty", "build_task", "dirichlet_split", "dominant_labels", "evaluate_users", "init_params",
+           "item_label_weights", "item_texts", "item_vectors", "label_skew", "lora", "minilm_content",
+           "noisy_candidates", "param_specs", "run_feddtl", "server_align", "train", "user_vectors"]
 
 
 def server_align(p: dict, protos: list[tuple], task: RecTask, cfg: DTLConfig,
@@ -81,17 +81,25 @@ def server_align(p: dict, protos: list[tuple], task: RecTask, cfg: DTLConfig,
     q = {k: v.clone().requires_grad_(k in ITEM_PARAMS) for k, v in p.items()}
     opt = torch.optim.Adam([q[k] for k in ITEM_PARAMS], lr=cfg.server_lr)
     warm_content = torch.from_numpy(task.content[task.warm_items])
+    all_content = torch.from_numpy(task.content)
     losses = []
     gen = torch.Generator().manual_seed(int(seed))
     for _ in range(cfg.server_steps):
         b = torch.multinomial(n, cfg.server_batch, replacement=True, generator=gen) if counted \
             else torch.randperm(len(y), generator=gen)[:cfg.server_batch]
         loss = F.cross_entropy(x[b] @ item_vectors(q, warm_content).T / cfg.tau, y[b])
+        if cfg.anchor_weight:
+            loss = loss + cfg.anchor_weight * anchor_penalty(q, all_content)
         opt.zero_grad()
         loss.backward()
         opt.step()
         losses.append(float(loss.detach()))
     return {k: v.detach() for k, v in q.items()}, losses
+
+
+def anchor_penalty(p: dict, content: torch.Tensor) -> torch.Tensor:
+    """mean_i (1 - cos(v_i, e_i)): how far the item adapter moved the items from their frozen (unit) content."""
+    return (1.0 - (item_vectors(p, content) * F.normalize(content, dim=-1)).sum(-1)).mean()
 
 
 @dataclass
@@ -242,7 +250,7 @@ def run_feddtl(source: str, cfg: DTLConfig, *, seeds, clients: int, alpha: float
               "dominant": dominant, "user_tower": cfg.user_tower, "prototypes": cfg.prototypes,
               "rounds": rounds, "sft_rounds": sft_rounds, "cold_share": cold_share,
               "rank_among": cfg.rank_among, "epochs": cfg.epochs, "per_user": cfg.per_user,
-              "server_steps": cfg.server_steps,
+              "server_steps": cfg.server_steps, "anchor_weight": cfg.anchor_weight,
               "n_warm_items": int(len(task.warm_items)), "n_cold_items": int(len(task.cold_items)),
               "content": content, "classes": described, "novel_classes": novel,
               "evaluated_on": "valid" if valid else "test"}

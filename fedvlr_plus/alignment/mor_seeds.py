@@ -146,6 +146,17 @@ def seed_pairs(s: ImplicitSetting, cfg: MoRConfig, test_fraction: float, negativ
     return train, public, test, outside
 
 
+def seed_clients(s: ImplicitSetting, cfg: MoRConfig, test_fraction: float, negatives: str, view: str):
+    """This seed's pairs (:func:`seed_pairs`), the participating clients' rewards of ``view`` and the query
+    arrays a pair set needs (None for the features view): (train, public, test, outside, clients, extra_for)."""
+    train, public, test, outside = seed_pairs(s, cfg, test_fraction, negatives, view)
+    if view == "items":
+        clients = make_item_clients(train, test, cfg.architectures, sequences=s.sequences, n_items=s.split.n_items,
+                                    recent=s.recent, seed=cfg.seed)
+        return train, public, test, outside, clients, pair_queries(s.recent)
+    return train, public, test, outside, make_clients(train, test, cfg), None
+
+
 def run_seed(s: ImplicitSetting, cfg: MoRConfig, *, test_fraction: float = 0.2, fedavg_kind: str = "bilinear",
              fedavg_rounds: int = 10, fedavg_epochs: int = 3, negatives: str = "uniform",
              view: str = "features") -> dict:
@@ -156,10 +167,7 @@ def run_seed(s: ImplicitSetting, cfg: MoRConfig, *, test_fraction: float = 0.2, 
     items = view == "items"
     if items:   # the router's initial weights come from torch's global generator: make a seed its own run
         torch.manual_seed(cfg.seed)
-    train, public, test, outside = seed_pairs(s, cfg, test_fraction, negatives, view)
-    extra_for = pair_queries(s.recent) if items else None
-    clients = (make_item_clients(train, test, cfg.architectures, sequences=s.sequences, n_items=s.split.n_items,
-                                 recent=s.recent, seed=cfg.seed) if items else make_clients(train, test, cfg))
+    train, public, test, outside, clients, extra_for = seed_clients(s, cfg, test_fraction, negatives, view)
     report, router, std = reward_report(clients, public, test, cfg, extra_for=extra_for)
     fused = {"mor": (clients, router, std)}
     base = reward_baselines(clients, train, public, cfg, fedavg_kind=fedavg_kind, fedavg_rounds=fedavg_rounds,

@@ -115,14 +115,7 @@ def _register_feddtl(methods) -> None:
                    help="local passes over each round's examples, the same for every method and stage (default 1)")
     d.add_argument("--per-user", type=positive_int, default=8,
                    help="training examples drawn per user and round (default 8)")
-    d.add_argument("--server-steps", type=non_negative_int, default=10,
-                   help="server Adam steps per round on the uploaded prototypes (default 10; 0 = the item tower "
-                        "stays as it started)")
-    d.add_argument("--prototypes", choices=("item", "example"), default="item",
-                   help="what decoupled clients upload for the server's item-tower alignment: per trained item the "
-                        "normalised mean of its user embeddings (item; default) or every example's user embedding "
-                        "with its item (example: the paper's per-sample uploads, one vector per (user, item) "
-                        "example; chosen on validation for the skewed lfm2k split)")
+    _add_dtl_server_arguments(d)
     d.add_argument("--rank-among", choices=("own", "all"), default="own",
                    help="rank warm targets among warm items and cold among cold (own, the base-to-novel "
                         "protocol; default) or both among all items (all)")
@@ -142,6 +135,22 @@ def _register_feddtl(methods) -> None:
                    help="write result.json and table.md (the per-seed table, paired tests, split skew) here")
     _output_arguments(d)
     d.set_defaults(func=cli_feddtl)
+
+
+
+def _add_dtl_server_arguments(d) -> None:
+    """The server alignment flags of ``align feddtl``: its steps, what the clients upload for it, its anchor."""
+    d.add_argument("--server-steps", type=non_negative_int, default=10,
+                   help="server Adam steps per round on the uploaded prototypes (default 10; 0 = the item tower "
+                        "stays as it started)")
+    d.add_argument("--anchor-weight", type=non_negative_float, default=0.0,
+                   help="decoupled methods: weight of the server's penalty keeping every item's adapted vector "
+                        "near its frozen content vector, novel items included (default 0: none)")
+    d.add_argument("--prototypes", choices=("item", "example"), default="item",
+                   help="what decoupled clients upload for the server's item-tower alignment: per trained item the "
+                        "normalised mean of its user embeddings (item; default) or every example's user embedding "
+                        "with its item (example: the paper's per-sample uploads, one vector per (user, item) "
+                        "example; chosen on validation for the skewed lfm2k split)")
 
 
 def _emit(report: dict, args) -> int:
@@ -227,7 +236,7 @@ def cli_feddtl(args) -> int:
 
     cfg = DTLConfig(rank=args.rank, sigma=args.sigma, group=args.group, beta=args.beta, epochs=args.epochs,
                     per_user=args.per_user, server_steps=args.server_steps, rank_among=args.rank_among,
-                    user_tower=args.user_tower, prototypes=args.prototypes)
+                    user_tower=args.user_tower, prototypes=args.prototypes, anchor_weight=args.anchor_weight)
     log = (lambda s: print(s, file=sys.stderr)) if args.json else print
     report = run_feddtl(args.source, cfg, seeds=args.seeds, clients=args.clients, alpha=args.alpha,
                         rounds=args.rounds, sft_rounds=args.sft_rounds, cold_share=args.cold_share,
