@@ -433,3 +433,24 @@ def test_coldstart_tune_chooses_the_layer_recipe_on_validation_joining_users(tmp
                                               - alone["curves"]["model"]["1"]["ndcg@5"]["mean"], abs=1e-12)
     assert "_per_user" not in users and "_per_user" not in alone
     assert n_valid >= 1 and users["reported_users"] == alone["reported_users"] == users["held_out_users"] - n_valid
+
+
+def test_item_study_tune_chooses_the_recipe_on_the_figure_it_reports(tmp_path, capsys):
+    """In an item study --tune rates each recipe by its validation cold-select metric among cold items under the
+    best cold rule, which is how the study then picks its headline rule: the kept recipe's score reappears."""
+    from fedvlr_plus.cli import main
+
+    folder = _feature_folder(tmp_path / "fx")
+    code = main(["coldstart", str(folder), "--backbone", "fcf", "--fusion", "fedvlr", "--fusion-residual",
+                 "--content-preference", "--tune", "--rounds", "2", "--seeds", "1", "--dim", "8",
+                 "--local-epochs", "1", "--no-progress", "--metrics", "hr@5,ndcg@5", "--cold-select", "ndcg@5",
+                 "--json"])
+    assert code == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    tune = res["tuning"]
+    assert "among cold items" in tune["metric"]
+    assert [c["name"] for c in tune["candidates"]] == ["default", "fast", "default+dropout", "fast+dropout"]
+    kept = next(c["valid"] for c in tune["candidates"] if c["name"] == tune["selected"])
+    rules = ("none", "neighbours", "mapping", "both")
+    assert kept == pytest.approx(max(res["variants"][r]["valid_ndcg_at_5_among_cold"] for r in rules))
+    assert res["variants"][res["cold_rule"]]["valid_ndcg_at_5_among_cold"] == pytest.approx(kept)

@@ -165,8 +165,7 @@ def item_coldstart(data, make_model, cfg, views: dict, *, spec: EvalSpec, rules=
             sh = shared_with_rule(run, fitted[r])
             sc = _scorer(run, sh)
             if has_valid_cold:
-                v = spec.run(data, RestrictedScorer(sc, cold), "valid").frame("cold")
-                state.valid.setdefault(r, []).append(float(v[select_metric].mean()) if len(v) else float("nan"))
+                state.valid.setdefault(r, []).append(valid_among_cold(data, spec, sc, cold, select_metric))
             for part, f in _parts(spec, data, sc, cold).items():
                 state.add(r, part, f)
     refs = {name: reference_scorer(name, data, seed=spec.seed) for name in ("pop", "random", "antipop")}
@@ -175,6 +174,24 @@ def item_coldstart(data, make_model, cfg, views: dict, *, spec: EvalSpec, rules=
         for part, f in _parts(spec, data, sc, cold).items():
             state.add(f"ref:{name}", part, f)
     return item_result(state, data, spec, select_metric, default_rule)
+
+
+def valid_among_cold(data, spec: EvalSpec, scorer, cold: np.ndarray, metric: str) -> float:
+    """Mean validation ``metric`` of the cold targets ranked among the cold items only (NaN without any)."""
+    v = spec.run(data, RestrictedScorer(scorer, cold), "valid").frame("cold")
+    return float(v[metric].mean()) if len(v) else float("nan")
+
+
+def best_rule_valid_score(data, views: dict, spec: EvalSpec, metric: str, neighbours_k: int = 10):
+    """``run -> score`` that rates a trained model as the item study will report it: its best validation
+    ``metric`` among cold items over the cold rules (the study's headline rule is chosen the same way); None when
+    the validation split has no cold target to rate with."""
+    cold = data.cold_items()
+    if not cold.any() or not cold[data.valid()["item"].to_numpy()].any():
+        return None
+    fitted = [make_rule(r, views, cold, k=neighbours_k, seed=spec.seed) for r in RULES]
+    return lambda run: max(valid_among_cold(data, spec, _scorer(run, shared_with_rule(run, rule)), cold, metric)
+                           for rule in fitted)
 
 
 def item_result(state: ItemColdStart, data, spec: EvalSpec, select_metric: str, default_rule) -> dict:

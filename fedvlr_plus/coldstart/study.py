@@ -131,7 +131,7 @@ def run_coldstart(opts: ColdStartOptions, log=None) -> dict:
         target = result if fusion == opts.fusion else result.setdefault("backbone_alone", {"model": opts.backbone})
         model_opts, model_cfg = opts, cfg
         if opts.tune and fusion != "none":
-            model_opts, model_cfg, result["tuning"] = _tuned(opts, fusion, cfg, any_data, log, parts)
+            model_opts, model_cfg, result["tuning"] = _tuned(opts, fusion, cfg, any_data, log, parts, views)
         _study_one_model(model_opts, fusion, parts, views, spec, model_cfg, target, log)
     _pair_joining_users(result, spec.keys)
     _pair_cold_items(result, spec.keys)
@@ -164,11 +164,12 @@ def _pair_joining_users(result: dict, keys) -> None:
             uc.pop(PER_USER, None)
 
 
-def _tuned(opts: ColdStartOptions, fusion: str, cfg, data, log, parts: dict | None = None):
+def _tuned(opts: ColdStartOptions, fusion: str, cfg, data, log, parts: dict | None = None, views=None):
     """The layer's recipe chosen for the first seed on ``data``'s validation split (the study's training data: the
-    cold-item split, else the warm users'), or, in a new-user study, on its validation joining users; returns the
-    options and config the study then trains with, and the tuning report. Flags the user passed stay fixed; the
-    backbone alone keeps its own settings."""
+    cold-item split, else the warm users'): in an item study with cold validation targets, on the figure the study
+    reports (the ``cold_select`` metric among cold items, best cold rule); in a new-user study, on its validation
+    joining users; else on the run's own validation metric. Returns the options and config the study then trains
+    with, and the tuning report. Flags the user passed stay fixed; the backbone alone keeps its own settings."""
     from ..fedvlr.tuning import candidate_recipes, select_recipe
     from .experiment import train_selected
 
@@ -185,19 +186,23 @@ def _tuned(opts: ColdStartOptions, fusion: str, cfg, data, log, parts: dict | No
         return replace(opts, fedvlr=point.layer_options(fo)), replace(cfg, lr=point.lr, server_lr=point.server_lr)
 
     joining = _joining_validation(opts, parts, cfg) if parts is not None else None
+    among_cold = _cold_item_validation(opts, parts, views) if joining is None else None
+    rate = joining or among_cold
 
     def score(point) -> float:
         o, c = apply(point)
         c = replace(c, seeds=1)
         run = train_selected(data, _recipe(o, fusion, c)(data), c, progress=opts.progress)
-        return float(run.best["metric"]) if joining is None else joining(run)
+        return float(run.best["metric"]) if rate is None else rate(run)
+
+    metric = (f"{opts.cold_select.lower()} of validation joining users" if joining is not None else
+              f"valid {opts.cold_select.lower()} among cold items (best cold rule)" if among_cold is not None else
+              cfg.valid_metric)
 
     def announce(i, point) -> None:
         if log:
-            where = f"{data.name}'s valid" if joining is None else "the validation joining users"
-            log(f"tuning {i + 1}/{len(points)}: recipe {point.name}, seed {cfg.seed}, on {where}")
+            log(f"tuning {i + 1}/{len(points)}: recipe {point.name}, seed {cfg.seed}, on {metric}")
 
-    metric = cfg.valid_metric if joining is None else f"{opts.cold_select.lower()} of validation joining users"
     report = select_recipe(points, score, metric=metric, seed=cfg.seed, on_candidate=announce)
     if log:
         log(f"tuning: kept recipe {report.selected}")
@@ -205,6 +210,19 @@ def _tuned(opts: ColdStartOptions, fusion: str, cfg, data, log, parts: dict | No
     if joining is not None:
         out["split"] = "validation joining users (a seeded third of the held-out users, never reported)"
     return (*apply(report.chosen), out)
+
+
+def _cold_item_validation(opts: ColdStartOptions, parts: dict | None, views):
+    """``run -> score`` of a recipe for an item study: the figure it reports, validation ``cold_select`` among cold
+    items under the best cold rule (:func:`.experiment.best_rule_valid_score`); None without an item study,
+    content views or cold validation targets."""
+    if not parts or "items" not in parts or not views:
+        return None
+    from .experiment import best_rule_valid_score
+
+    spec, _ = _spec_and_config(opts)
+    return best_rule_valid_score(parts["items"][0], views, spec, opts.cold_select.lower(),
+                                 max(opts.fedvlr.cold_neighbours, 1))
 
 
 def _joining_validation(opts: ColdStartOptions, parts: dict, cfg):
