@@ -97,6 +97,11 @@ def test_table_has_every_model_and_reference_with_cis_and_paired_tests(table):
     vs = res["paired_tests"]["fedavg+fedvlr vs fedavg (fedgrad)"]["all"]["ndcg@10"]
     assert vs["mean_b"] == pytest.approx(row[("fedavg (fedgrad)", "all")]["ndcg@10"])
     assert row[("fedavg (fedgrad)", "all")]["ndcg@10"] != row[("fedavg", "all")]["ndcg@10"]
+    # the layer against the content-only ranker on every part, and among cold items against the cold-rule rows too
+    c = res["paired_tests"]["fedavg+fedvlr vs content"]["all"]["ndcg@10"]
+    assert c["mean_b"] == pytest.approx(row[("content", "all")]["ndcg@10"]) and c["n"] == n_test
+    among = res["paired_tests"]["fedavg+fedvlr vs fedavg (fedgrad) + cold rule (cold among cold)"]["cold"]["ndcg@10"]
+    assert among["mean_b"] == pytest.approx(row[("fedavg (fedgrad) + cold rule", "cold_among_cold")]["ndcg@10"])
 
 
 @pytest.mark.parametrize("backbone", ["fedavg", "pfedrec", "fedrap"])

@@ -346,7 +346,8 @@ def _rows(study: _Study, tests: ExperimentResult, among: ExperimentResult) -> li
 
 def _paired_tests(study: _Study, tests: ExperimentResult, among: ExperimentResult) -> dict:
     """FedVLR (and the single MLP) against the backbone alone, its fedgrad twin and their cold-rule rows; FedVLR
-    against the content-only ranker on cold targets among cold items."""
+    against the content-only ranker (every part), and on cold targets among cold items against the content-only
+    ranker and the cold-rule rows."""
     keys, out = tests.metrics, {}
 
     def has(result, model, which):
@@ -362,8 +363,15 @@ def _paired_tests(study: _Study, tests: ExperimentResult, among: ExperimentResul
             if a in study.selected and b in study.selected:
                 out[f"{a} vs {b}"] = {part: {k: tests.paired(a, b, k, part) for k in keys}
                                       for part in ("all", "warm", "cold") if has(tests, a, part) and has(tests, b, part)}
-        if fedvlr in study.selected and has(among, fedvlr, "cold") and has(among, "content", "cold"):
-            out[f"{fedvlr} vs content (cold among cold)"] = {"cold": {k: among.paired(fedvlr, "content", k, "cold")
+        if fedvlr not in study.selected:
+            continue
+        against_content = {part: {k: tests.paired(fedvlr, "content", k, part) for k in keys}
+                           for part in ("all", "warm", "cold") if has(tests, fedvlr, part) and has(tests, "content", part)}
+        if against_content:
+            out[f"{fedvlr} vs content"] = against_content
+        for b in ["content"] + [rule_label(row_label(backbone, v)) for v in ("none", "fedgrad")]:
+            if has(among, fedvlr, "cold") and has(among, b, "cold"):
+                out[f"{fedvlr} vs {b} (cold among cold)"] = {"cold": {k: among.paired(fedvlr, b, k, "cold")
                                                                       for k in keys}}
     return out
 
