@@ -286,8 +286,7 @@ def cmd_mor_seeds(args) -> int:
     """The implicit-feedback comparison over seeds: MoR vs FedAvg reward vs uniform vs the reference."""
     from ..alignment.mor_seeds import run_mor_seeds
     from ..alignment.mor_table import markdown_table
-    from ..atomic_write import atomic_write_text
-    from ..jsonio import json_default, write_json_atomic
+    from ..jsonio import json_default
     from fedvlr_plus.datasets import load
 
     _check_seeds_flags(args)
@@ -311,11 +310,7 @@ def cmd_mor_seeds(args) -> int:
                + (f" --router-holdout {cfg.router_holdout}" if cfg.router_holdout else "")
                + (" --reference-per-seed" if args.reference_per_seed else ""))
     table = markdown_table(res, command)
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(out / "result.json", res)
-        atomic_write_text(out / "table.md", table)
+    _write_table(args.out, res, table, "result.json", "table.md")
     if args.json:
         print(json.dumps(res, default=json_default))
     else:
@@ -326,8 +321,7 @@ def cmd_mor_seeds(args) -> int:
 def _mor_headroom(args, cfg, data, setting: dict, seed_kw: dict) -> int:
     """``--routing-headroom``: the bound of :mod:`..alignment.mor_headroom` over the seeds."""
     from ..alignment.mor_headroom_table import headroom_markdown, run_headroom_seeds
-    from ..atomic_write import atomic_write_text
-    from ..jsonio import json_default, write_json_atomic
+    from ..jsonio import json_default
 
     res = run_headroom_seeds(data, seeds=args.seeds, first_seed=args.seed, cfg=cfg, setting_kw=setting,
                              seed_kw=seed_kw)
@@ -335,11 +329,7 @@ def _mor_headroom(args, cfg, data, setting: dict, seed_kw: dict) -> int:
                f"--reward-view {args.reward_view} --negatives {args.negatives} --groups {args.groups} "
                f"--held-out-clients {args.held_out_clients} --architectures {','.join(cfg.architectures)}")
     table = headroom_markdown(res, command)
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(out / "headroom.json", res)
-        atomic_write_text(out / "headroom.md", table)
+    _write_table(args.out, res, table, "headroom.json", "headroom.md")
     print(json.dumps(res, default=json_default) if args.json else table, end="" if not args.json else "\n")
     return 0
 
@@ -402,3 +392,16 @@ def _fedvpa_gp_lines(rep: dict) -> list[str]:
     if "swap" in rep:
         lines.append(f"swapping z between types flips {_pct(rep['swap']['flip_rate'])}% of predictions")
     return lines
+
+
+def _write_table(folder, res: dict, table: str, json_name: str, md_name: str) -> None:
+    """With ``--out``: the result as JSON and the table as Markdown in ``folder``, each written atomically."""
+    if not folder:
+        return
+    from ..atomic_write import atomic_write_text
+    from ..jsonio import write_json_atomic
+
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / json_name, res)
+    atomic_write_text(out / md_name, table)
