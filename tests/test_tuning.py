@@ -41,6 +41,27 @@ def test_a_cold_item_study_adds_an_id_dropout_twin_of_every_recipe_after_the_oth
     assert all(r.id_dropout == 0.0 for r in candidate_recipes())
 
 
+def test_the_twins_are_tried_where_validation_sees_cold_items():
+    from fedvlr_plus.fedvlr.tuning import COLD_VALID_SHARE, tries_id_dropout
+
+    class Data:   # the two facts the rule reads
+        def __init__(self, cold, valid_items):
+            self._cold, self._valid = np.asarray(cold), valid_items
+
+        def cold_items(self):
+            return self._cold
+
+        def valid(self):
+            import pandas as pd
+            return pd.DataFrame({"item": self._valid})
+
+    cold = np.array([False, False, True])
+    assert not tries_id_dropout(Data(cold, [0, 1] * 100 + [2]))       # 0.5% of validation targets: no
+    assert tries_id_dropout(Data(cold, [0, 1] * 40 + [2]))            # 1.2%: yes
+    assert not tries_id_dropout(Data(cold, []))
+    assert COLD_VALID_SHARE == 0.01
+
+
 def test_fast_recipe_triples_the_models_own_server_step():
     fast = {r.name: r for r in candidate_recipes()}["fast"]
     assert (fast.lr, fast.server_lr) == (None, 3.0)           # the layer's SGD step 1.0, client step its default
@@ -162,9 +183,9 @@ def test_paper_table_tune_chooses_the_fusion_row_recipe_on_valid(tmp_path, capsy
 
 def test_run_tune_adds_the_id_dropout_twins_where_the_data_has_cold_items(tmp_path, capsys):
     src = _folder(tmp_path / "data")
-    # three test rows on an item nobody trained on: the data now has a cold item
+    # validation and test rows on an item nobody trained on: the data now has a cold item that validation sees
     lines = (src / "inter.csv").read_text().splitlines()
-    (src / "inter.csv").write_text("\n".join(lines + [f"{u},48,1,9,2" for u in range(3)]) + "\n")
+    (src / "inter.csv").write_text("\n".join(lines + [f"{u},48,1,9,{1 + u % 2}" for u in range(4)]) + "\n")
     np.save(src / "text_features.npy", np.vstack([np.load(src / "text_features.npy"),
                                                   np.ones((1, 8), dtype=np.float16)]))
     assert main(["run", str(src), *FLAGS, "--fusion-residual", "--content-preference", "--tune"]) == 0

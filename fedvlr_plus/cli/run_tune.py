@@ -47,9 +47,9 @@ def tune_recipe(args, data, *, config_for, build_backbone):
     and seed count. With a run folder each candidate checkpoints under ``RUN_DIR/tuning/<recipe>/`` and a resumed
     run resumes them (a finished candidate is read back, not retrained)."""
     from ..federation.engine import run_federated
-    from ..fedvlr.tuning import select_recipe
+    from ..fedvlr.tuning import select_recipe, tries_id_dropout
 
-    recipes = _candidates(args, cold_items=bool(data.cold_items().any()))
+    recipes = _candidates(args, cold_items=tries_id_dropout(data))
     run_dir = args.resume or args.out
     metric = config_for(args).valid_metric
 

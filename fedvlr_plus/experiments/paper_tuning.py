@@ -18,12 +18,14 @@ from ..errors import RunFolderError
 
 def _fixed(study, recipe: FedVLR) -> dict:
     """The recipe values the table's flags or ``--override`` already fix (the grid leaves those alone)."""
+    from ..fedvlr.tuning import tries_id_dropout
+
     settings = {**study.experiment.training, **recipe.train}
     return {"lr": settings.get("lr"), "server_lr": settings.get("server_lr"),
             "residual": True if recipe.options.residual else None,
             "content_preference": True if recipe.options.content_preference else None,
             "view_scale": "unit" if recipe.options.view_scale == "unit" else None,
-            "id_dropout": recipe.options.id_dropout or None, "cold_items": bool(study.cold.any()),
+            "id_dropout": recipe.options.id_dropout or None, "cold_items": tries_id_dropout(study.data),
             "backbone": recipe.backbone}
 
 

@@ -21,9 +21,10 @@ model's own initial item rows (``--fusion-view-scale``). Neither size was best f
 made for rows of norm 0.11, learn far better behind views of that size, while BPR on lfm2k did better behind unit
 vectors. For the package's own backbones the two sizes are the same, and those recipes are left out.
 
-Where the training data has cold items (no training interaction), every recipe also gets an ID-dropout twin
-(``--id-dropout``): ranking a cold item from a content estimate of its ID row is what the fusion must then do, and
-whether training it for that costs the warm items more than it gives the cold ones differs between data sets.
+Where the data has cold items (no training interaction) among at least 1% of its validation targets, every recipe
+also gets an ID-dropout twin (``--id-dropout``): ranking a cold item from a content estimate of its ID row is what
+the fusion must then do, and whether training it for that costs the warm items more than it gives the cold ones
+differs between data sets.
 """
 from __future__ import annotations
 
@@ -86,6 +87,17 @@ RECIPES: tuple[Recipe, ...] = (
 
 #: the ID dropout of the grid's twins where the data has cold items (``candidate_recipes(cold_items=True)``)
 COLD_ITEM_DROPOUT = 0.5
+#: the share of validation targets on cold items from which the grid holds the twins: below it validation can
+#: hardly judge what they are for, and they would double the cost of tuning (ml-100k's split: 1 of 943)
+COLD_VALID_SHARE = 0.01
+
+
+def tries_id_dropout(data) -> bool:
+    """Whether the grid for ``data`` holds the ID-dropout twins: at least :data:`COLD_VALID_SHARE` of its
+    validation targets are cold items (no training interaction)."""
+    cold = data.cold_items()
+    items = data.valid()["item"].to_numpy()
+    return bool(len(items)) and float(cold[items].mean()) >= COLD_VALID_SHARE
 
 
 def layer_server_lr(backbone: str) -> float:
