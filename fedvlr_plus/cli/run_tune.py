@@ -35,6 +35,7 @@ def _candidates(args):
     from ..fedvlr.tuning import candidate_recipes
 
     return candidate_recipes(lr=args.lr, server_lr=args.server_lr, residual=True if args.fusion_residual else None,
+                             residual_gate=True if getattr(args, "fusion_residual_gate", False) else None,
                              content_preference=True if getattr(args, "content_preference", False) else None,
                              view_scale=getattr(args, "fusion_view_scale", None), backbone=args.backbone)
 
@@ -77,6 +78,7 @@ def _with_recipe(args, recipe, *, seeds: int) -> argparse.Namespace:
     ns = argparse.Namespace(**vars(args))
     ns.lr, ns.server_lr, ns.fusion_residual, ns.seeds = recipe.lr, recipe.server_lr, recipe.residual, seeds
     ns.content_preference = recipe.content_preference
+    ns.fusion_residual_gate = recipe.residual_gate
     ns.fusion_view_scale = recipe.view_scale
     return ns
 

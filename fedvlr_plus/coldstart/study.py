@@ -162,11 +162,12 @@ def _tuned(opts: ColdStartOptions, fusion: str, cfg, data, log, parts: dict | No
     fo = opts.fedvlr
     points = candidate_recipes(lr=cfg.lr, server_lr=cfg.server_lr, residual=True if fo.residual else None,
                                content_preference=True if fo.content_preference else None,
-                               view_scale="unit" if fo.view_scale == "unit" else None, backbone=opts.backbone)
+                               view_scale="unit" if fo.view_scale == "unit" else None,
+                               residual_gate=True if fo.residual_gate else None, backbone=opts.backbone)
 
     def apply(point):
         o = replace(opts, fedvlr=replace(fo, residual=point.residual, content_preference=point.content_preference,
-                                         view_scale=point.view_scale))
+                                         view_scale=point.view_scale, residual_gate=point.residual_gate))
         return o, replace(cfg, lr=point.lr, server_lr=point.server_lr)
 
     joining = _joining_validation(opts, parts, cfg) if parts is not None else None

@@ -24,6 +24,7 @@ def _fixed(study, recipe: FedVLR) -> dict:
             "residual": True if recipe.options.residual else None,
             "content_preference": True if recipe.options.content_preference else None,
             "view_scale": "unit" if recipe.options.view_scale == "unit" else None,
+            "residual_gate": True if recipe.options.residual_gate else None,
             "backbone": recipe.backbone}
 
 
@@ -32,7 +33,7 @@ def _candidate(recipe: FedVLR, point) -> FedVLR:
     return FedVLR(recipe.inner, recipe.views, label=recipe.label,
                   options=replace(recipe.options, residual=point.residual,
                                   content_preference=point.content_preference,
-                                  view_scale=point.view_scale), **train)
+                                  view_scale=point.view_scale, residual_gate=point.residual_gate), **train)
 
 
 def _valid_score(study, model: FedVLR, folder) -> float:

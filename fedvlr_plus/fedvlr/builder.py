@@ -37,4 +37,5 @@ def build_fedvlr(data, backbone: Backbone | str, options: FedVLROptions | None =
     return FusionLayer(backbone, views, mode=options.mode, temperature=options.temperature,
                        router_hidden=options.router_hidden, use_id=use_id, balance=options.balance,
                        cold_items=cold, residual=options.residual, personal_offset=options.personal_offset,
-                       content_preference=options.content_preference, view_scale=options.view_scale)
+                       content_preference=options.content_preference, view_scale=options.view_scale,
+                       residual_gate=options.residual_gate)

@@ -37,6 +37,8 @@ from .router import VIEWS, entropy, history_input, router_specs, router_weights
 #: ``uniform``: the three experts mixed with fixed equal weights (no router): the router ablation
 MODES = ("sum", "mlp", "gate", "fedvlr", "uniform")
 FUSED = "fusion.F"
+#: the residual gate (server): one scale per expert and item table on the fused part, ``[J, tables]``, zero at start
+GATE = "fusion.residual_gate"
 OFFSET = "personal.offset"
 #: ctx key where ``item_repr`` records ``(fused part, router weights)`` for the regulariser of the same forward
 _FORWARD = "fusion.forward"
@@ -80,7 +82,7 @@ class FusionLayer(Backbone):
                  temperature: float = 1.0, router_hidden: int = 64, use_id: bool = True,
                  balance: float = 0.0, cold_items: ColdItemRule | None = None,
                  residual: bool = False, personal_offset: bool = False, content_preference: bool = False,
-                 view_scale: str = "model"):
+                 view_scale: str = "model", residual_gate: bool = False):
         if mode not in MODES:
             raise ValueError(f"fusion mode must be one of {', '.join(MODES)}, got {mode!r}")
         if view_scale not in VIEW_SCALES:
@@ -92,6 +94,9 @@ class FusionLayer(Backbone):
             raise ValueError(refusal)
         if residual and not use_id:
             raise ValueError("a residual ID path needs the ID modality (do not drop 'id')")
+        if residual_gate and not residual:
+            raise ValueError("the residual gate scales the fused part of the residual path: it needs residual=True "
+                             "(--fusion-residual)")
         if content_preference and not views:
             raise ValueError("a content preference needs at least one content view")
         if content_preference and hasattr(base, "module_params"):
@@ -133,6 +138,27 @@ class FusionLayer(Backbone):
         # VBPR-style θ_u · P_i beside the fusion: P is broadcast as one more block of d columns after the experts
         self.content_preference = bool(content_preference)
         self.blocks = len(self.experts) + int(self.content_preference)
+        # the residual gate: the fused part scaled per expert and per item table of the backbone (NeuMF: its MF and
+        # MLP tables), each scale starting at zero, so the item vectors start as the backbone's own rows
+        self.residual_gate = bool(residual_gate)
+        self.table_widths = self._table_widths()
+
+    def _table_widths(self) -> list[int]:
+        """Column widths of the backbone's item tables inside the ID row (one block of ``d`` when it has one
+        table or does not say)."""
+        split = getattr(self.base, "split_item_repr", None)
+        if split is None or not self.use_id:
+            return [self.d]
+        try:
+            widths = [int(v.shape[-1]) for v in split(torch.zeros(1, self.d)).values()]
+        except (NotImplementedError, AttributeError):
+            return [self.d]
+        return widths if widths and sum(widths) == self.d else [self.d]
+
+    def gate_columns(self, sp: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``[J * d]``: the residual gate's scale of every column of the broadcast experts' blocks."""
+        widths = torch.tensor(self.table_widths)
+        return torch.repeat_interleave(sp[GATE], widths, dim=1).reshape(-1)
 
     def _probe_dim(self) -> int:
         g = torch.Generator().manual_seed(0)
@@ -168,6 +194,8 @@ class FusionLayer(Backbone):
         out = list(self.id_specs) + fusion_specs(self.keys, self.in_dims, self.d, self.experts)
         if self.content_preference:
             out += preference.server_specs([v.shape[1] for v in self.views.values()], self.d)
+        if self.residual_gate:   # last and zero-initialised: the other parameters draw the same values either way
+            out.append(ParamSpec(GATE, (len(self.experts), len(self.table_widths)), shared=True, init="zeros"))
         return out
 
     def init_server(self, seed: int) -> dict[str, torch.Tensor]:
@@ -191,6 +219,10 @@ class FusionLayer(Backbone):
         # learning rates are made for (Backbone.fused_item_norm; without it FedNCF's MLP tower diverges, and a
         # RecBole NeuMF, whose rows start at norm 0.11, learns far slower behind unit-size views)
         fused = torch.cat(outs, -1) * self.out_scale
+        if self.residual_gate:
+            # ReZero-style (Bachlechner et al., 2020): the fused part enters the item vector only as far as the
+            # server learns it should, per item table; at zero the client scores the backbone's own item rows
+            fused = fused * self.gate_columns(sp)
         if self.residual:
             # the raw ID row added to every expert's output: since the router's weights sum to one, the item the
             # client scores is ``D_i + Σ_j w_uj F_ij`` — the backbone's own item vector (norm and all, which is
@@ -291,7 +323,8 @@ class FusionLayer(Backbone):
     def describe(self) -> dict:
         out = self.base.describe()
         out.update(backbone=self.name, fusion=self.mode, views=self.view_names, experts=self.experts,
-                   use_id=self.use_id, residual=self.residual, temperature=self.temperature,
+                   use_id=self.use_id, residual=self.residual, residual_gate=self.residual_gate,
+                   temperature=self.temperature,
                    view_scale=self.view_scale, view_norm=round(self.out_scale * float(np.sqrt(self.d)), 6),
                    personal_offset=self.offset, content_preference=self.content_preference,
                    client_item_parts=list(self.additive) + ([OFFSET] if self.offset else []),

@@ -40,6 +40,8 @@ class Recipe:
     server_lr_scale: float | None = None
     #: fused views as unit vectors (``--fusion-view-scale unit``) instead of the model's own row size
     unit_scale: bool = False
+    #: the residual path's fused part behind a learnt per-table scale that starts at zero (``--fusion-residual-gate``)
+    residual_gate: bool = False
 
     @property
     def view_scale(self) -> str:
@@ -51,6 +53,8 @@ class Recipe:
         out = {"--fusion-residual": self.residual, "--content-preference": self.content_preference}
         if self.unit_scale:
             out["--fusion-view-scale"] = "unit"
+        if self.residual_gate:
+            out["--fusion-residual-gate"] = True
         if self.lr is not None:
             out["--lr"] = self.lr
         if self.server_lr is not None:
@@ -68,6 +72,7 @@ RECIPES: tuple[Recipe, ...] = (
     Recipe("content", content_preference=True),
     Recipe("unit", unit_scale=True),
     Recipe("unit+residual", residual=True, unit_scale=True),
+    Recipe("residual+gate", residual=True, residual_gate=True),
 )
 
 
@@ -84,22 +89,24 @@ def layer_server_lr(backbone: str) -> float:
 
 def candidate_recipes(*, lr: float | None = None, server_lr: float | None = None, residual: bool | None = None,
                       content_preference: bool | None = None, view_scale: str | None = None,
-                      backbone: str = "fedavg") -> list[Recipe]:
+                      residual_gate: bool | None = None, backbone: str = "fedavg") -> list[Recipe]:
     """The grid for the layer around ``backbone`` with the values the user fixed put in place of the grid's;
     duplicates dropped, order kept. A backbone that scores through its own module (``recbole:``) gets no content
     preference; only such a backbone gets the ``unit`` recipes (for the others both view sizes are one)."""
     module = backbone.startswith("recbole:")
     seen, out = set(), []
     for r in RECIPES:
-        if (r.content_preference and module) or (r.unit_scale and not module):
+        if (r.content_preference and module) or ((r.unit_scale or r.residual_gate) and not module):
             continue
         grid_slr = (r.server_lr if r.server_lr_scale is None
                     else round(r.server_lr_scale * layer_server_lr(backbone), 12))
+        gate = r.residual_gate if residual_gate is None else residual_gate
         fixed = Recipe(r.name, lr=r.lr if lr is None else lr, server_lr=grid_slr if server_lr is None else server_lr,
-                       residual=r.residual if residual is None else residual,
+                       residual=(r.residual if residual is None else residual) or gate, residual_gate=gate,
                        content_preference=r.content_preference if content_preference is None else content_preference,
                        unit_scale=r.unit_scale if view_scale is None else view_scale == "unit")
-        key = (fixed.lr, fixed.server_lr, fixed.residual, fixed.content_preference, fixed.unit_scale)
+        key = (fixed.lr, fixed.server_lr, fixed.residual, fixed.content_preference, fixed.unit_scale,
+               fixed.residual_gate)
         if key not in seen:
             seen.add(key)
             out.append(fixed)
