@@ -20,6 +20,11 @@ A RecBole model also gets the two ``unit`` recipes: the fused views as unit vect
 model's own initial item rows (``--fusion-view-scale``). Neither size was best for every model: NeuMF's towers,
 made for rows of norm 0.11, learn far better behind views of that size, while BPR on lfm2k did better behind unit
 vectors. For the package's own backbones the two sizes are the same, and those recipes are left out.
+
+A RecBole model also gets ``residual+gate``: the residual path with its fused part behind a server-learnt scale per
+expert and item table that starts at zero (``--fusion-residual-gate``). NeuMF behind the ungated residual path
+lagged NeuMF alone on validation while its towers learned (docs/method.md, "Residual gate"); measured on NeuMF
+only, so the package's own backbones do not get it.
 """
 from __future__ import annotations
 
