@@ -152,3 +152,20 @@ def test_paper_table_tune_chooses_the_fusion_row_recipe_on_valid(tmp_path, capsy
     assert [p.name for p in (tmp_path / "table" / "runs").glob("*/tuning")] == ["tuning"]
     text = (tmp_path / "table" / "table.md").read_text()
     assert "chosen on valid" in text and "the one fedavg+fedvlr chose" in text
+
+
+def test_the_gate_recipe_reaches_the_layer_options_and_a_passed_gate_stays_on():
+    from fedvlr_plus.cli.fusion import options_from_args
+    from fedvlr_plus.cli.main import build_parser
+    from fedvlr_plus.cli.run_tune import _candidates, _with_recipe
+
+    def options(argv):
+        args = build_parser().parse_args(
+            ["run", "ml-100k", "--backbone", "recbole:NeuMF", "--fusion", "fedvlr", *argv])
+        return {r.name: options_from_args(_with_recipe(args, r, seeds=1)) for r in _candidates(args)}
+
+    grid = options([])
+    assert grid["residual+gate"].residual and grid["residual+gate"].residual_gate
+    assert not any(o.residual_gate for n, o in grid.items() if n != "residual+gate")
+    fixed = options(["--fusion-residual-gate"])
+    assert list(fixed) == ["default", "fast", "unit"] and all(o.residual and o.residual_gate for o in fixed.values())
