@@ -579,3 +579,48 @@ def test_cli_fusion_options_reach_the_recbole_layer(workdir):
         ids = layer.base.item_repr(sp, None, {"items_global": torch.arange(N_ITEMS)})
         warm = torch.as_tensor(~data.cold_items())     # cold rows hold their content neighbours' mean ID row
         assert warm.any() and torch.allclose(diff[warm, :d], ids[warm], atol=1e-6)
+
+
+def test_residual_gate_starts_the_layer_as_the_models_own_item_rows_and_scales_each_table(workdir):
+    """--fusion-residual-gate (implies the residual path): one server scale per expert and NeuMF item table (MF,
+    MLP), zero at start, so the broadcast rows are the model's own; each scale moves only its table's columns."""
+    from fedvlr_plus.cli.recbole import cli_backbone
+    from fedvlr_plus.cli import build_parser
+    from fedvlr_plus.fedvlr.layer import GATE
+
+    data = tiny_data()
+    data.features = {"text": np.random.default_rng(0).normal(size=(N_ITEMS, 5)).astype(np.float32)}
+    args = build_parser().parse_args(["run", "unused", "--backbone", "recbole:NeuMF", "--fusion", "fedvlr",
+                                      "--fusion-residual-gate", "--cold-neighbours", "0"])
+    layer = cli_backbone(args, data)
+    assert layer.residual and layer.residual_gate and layer.describe()["residual_gate"]
+    widths = [int(layer.base.template.get_parameter(n).shape[1]) for n in layer.base.item_table_names]
+    assert len(widths) == 2 and layer.table_widths == widths and sum(widths) == layer.d
+    sp = layer.init_server(0)
+    assert sp[GATE].shape == (3, 2) and not sp[GATE].any()
+    ungated = cli_backbone(build_parser().parse_args(["run", "unused", "--backbone", "recbole:NeuMF", "--fusion",
+                                                      "fedvlr", "--fusion-residual", "--cold-neighbours", "0"]),
+                           data)
+    plain_sp = ungated.init_server(0)      # the gate draws nothing: every other server parameter is the same
+    assert set(sp) - set(plain_sp) == {GATE} and all(torch.equal(sp[k], plain_sp[k]) for k in plain_sp)
+    ids = layer.base.item_repr(sp, None, {"items_global": torch.arange(N_ITEMS)})
+    d, w0 = layer.d, widths[0]
+    with torch.no_grad():
+        f = layer.server_forward(sp)
+        assert torch.equal(f, ids.repeat(1, 3))                        # the model's own rows, every expert
+        full = ungated.server_forward(plain_sp) - ids.repeat(1, 3)     # the ungated fused part
+        sp[GATE] = torch.tensor([[1.0, 0.0], [0.0, 2.0], [0.5, 0.5]])
+        g = layer.server_forward(sp) - ids.repeat(1, 3)
+        assert torch.allclose(g[:, :w0], full[:, :w0], atol=1e-6) and not g[:, w0:d].any()
+        assert not g[:, d:d + w0].any() and torch.allclose(g[:, d + w0:2 * d], 2 * full[:, d + w0:2 * d], atol=1e-6)
+        assert torch.allclose(g[:, 2 * d:], 0.5 * full[:, 2 * d:], atol=1e-6)
+    # the server step reaches the gate (the fusion parameters' gradient is zero while it is zero)
+    sp[GATE].zero_()
+    params = {k: v.clone().requires_grad_(True) for k, v in sp.items()}
+    out = layer.server_forward(params)
+    grads = dict(zip(params, torch.autograd.grad(out, list(params.values()), torch.randn_like(out),
+                                                 allow_unused=True)))
+    assert grads[GATE].abs().min() > 0 and grads["proj.v0.w"] is not None and not grads["proj.v0.w"].any()
+    with pytest.raises(ValueError, match="residual"):
+        from fedvlr_plus.fedvlr import FedVLROptions
+        FedVLROptions(residual_gate=True)

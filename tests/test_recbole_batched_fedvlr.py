@@ -36,10 +36,12 @@ CASES = [("BPR", {}, FEDGRAD),
          ("BPR", dict(residual=True), FEDGRAD),
          ("NeuMF", {}, FEDGRAD),
          ("NeuMF", dict(residual=True), FEDGRAD),
+         ("NeuMF", dict(residual=True, residual_gate=True), FEDGRAD),
          ("NeuMF", dict(balance=0.1), dict(FEDGRAD, local_shared=True, weight_decay=0.01)),
          ("BPR", dict(mode="uniform"), FEDGRAD),
          ("NeuMF", dict(mode="sum"), FEDGRAD)]
-IDS = ["BPR", "BPR-residual", "NeuMF", "NeuMF-residual", "NeuMF-balance-local-wd", "BPR-uniform", "NeuMF-sum"]
+IDS = ["BPR", "BPR-residual", "NeuMF", "NeuMF-residual", "NeuMF-residual-gate", "NeuMF-balance-local-wd",
+       "BPR-uniform", "NeuMF-sum"]
 
 
 def _layer(workdir, model: str, **options):

@@ -9,7 +9,7 @@ from fedvlr_plus.fedvlr.tuning import RECIPES, Recipe, candidate_recipes, select
 
 
 def test_grid_keeps_the_values_a_user_fixed_and_drops_duplicates():
-    own = [r.name for r in RECIPES if not r.unit_scale]   # the package's backbones: one view size
+    own = [r.name for r in RECIPES if not (r.unit_scale or r.residual_gate)]   # the package's backbones: one view size
     assert [r.name for r in candidate_recipes()] == own
     fixed_lr = candidate_recipes(lr=0.2)
     assert {r.lr for r in fixed_lr} == {0.2} and len(fixed_lr) == len(own)
@@ -70,16 +70,27 @@ def test_fast_recipe_triples_the_models_own_server_step():
     assert rb["default"].server_lr is None
     # a server step the user fixed leaves fast nothing to change: it collapses into the defaults
     assert [r.name for r in candidate_recipes(server_lr=0.5, backbone="recbole:BPR")] == [
-        "default", "residual", "unit", "unit+residual"]
+        "default", "residual", "unit", "unit+residual", "residual+gate"]
 
 
 def test_a_recbole_model_also_tries_unit_size_views_unless_the_user_fixed_the_size():
     names = [r.name for r in candidate_recipes(backbone="recbole:NeuMF")]
-    assert names == ["default", "residual", "fast", "fast+residual", "unit", "unit+residual"]
+    assert names == ["default", "residual", "fast", "fast+residual", "unit", "unit+residual", "residual+gate"]
     unit = {r.name: r for r in candidate_recipes(backbone="recbole:NeuMF")}["unit"]
     assert unit.settings()["--fusion-view-scale"] == "unit" and not unit.residual
     assert all(r.unit_scale for r in candidate_recipes(view_scale="unit", backbone="recbole:BPR"))
-    assert len(candidate_recipes(view_scale="model", backbone="recbole:BPR")) == 4
+    assert len(candidate_recipes(view_scale="model", backbone="recbole:BPR")) == 5
+
+
+def test_a_recbole_model_also_tries_the_residual_gate_and_a_fixed_gate_fixes_the_residual_path():
+    gate = {r.name: r for r in candidate_recipes(backbone="recbole:NeuMF")}["residual+gate"]
+    assert gate.residual and gate.residual_gate and not gate.unit_scale and gate.server_lr is None
+    assert gate.settings() == {"--fusion-residual": True, "--content-preference": False,
+                               "--fusion-residual-gate": True}
+    assert not any(r.residual_gate for r in candidate_recipes())     # the package's own backbones: not in the grid
+    fixed = candidate_recipes(residual_gate=True, backbone="recbole:NeuMF")
+    assert fixed and all(r.residual and r.residual_gate for r in fixed)
+    assert [r.name for r in fixed] == ["default", "fast", "unit"]    # the rest collapse into these three
 
 
 def test_selection_keeps_the_best_validation_score_and_ties_keep_the_earlier_recipe():
@@ -137,14 +148,14 @@ def test_run_tune_trains_the_grid_on_valid_and_runs_the_chosen_recipe(tmp_path, 
     res = _last_json(capsys)
     tune = res["tuning"]
     scores = {c["name"]: c["valid"] for c in tune["candidates"]}
-    assert list(scores) == [r.name for r in RECIPES if not r.unit_scale]
+    assert list(scores) == [r.name for r in RECIPES if not (r.unit_scale or r.residual_gate)]
     best = max(scores.values())
     assert tune["selected"] == next(n for n, s in scores.items() if s == best)
     chosen = next(c for c in tune["candidates"] if c["name"] == tune["selected"])
     # the run trained the chosen recipe: the same seed and settings give the candidate's validation score again
     assert res["valid"]["ndcg@10"] == pytest.approx(chosen["valid"])
     assert sorted(p.name for p in (tmp_path / "run" / "tuning").iterdir()) == sorted(
-        r.name.replace("+", "-") for r in RECIPES if not r.unit_scale)
+        r.name.replace("+", "-") for r in RECIPES if not (r.unit_scale or r.residual_gate))
     # resumed: every candidate and the run are read back, the same choice and figures
     assert main(["run", str(src), *FLAGS, "--tune", "--resume", str(tmp_path / "run")]) == 0
     again = _last_json(capsys)
@@ -193,3 +204,18 @@ def test_run_tune_adds_the_id_dropout_twins_where_the_data_has_cold_items(tmp_pa
     assert [c["name"] for c in tune["candidates"]] == ["default", "fast", "default+dropout", "fast+dropout"]
     assert [c["id_dropout"] for c in tune["candidates"]] == [0.0, 0.0, 0.5, 0.5]
     assert all(c["residual"] and c["content_preference"] for c in tune["candidates"])
+def test_the_gate_recipe_reaches_the_layer_options_and_a_passed_gate_stays_on():
+    from fedvlr_plus.cli.fusion import options_from_args
+    from fedvlr_plus.cli.main import build_parser
+    from fedvlr_plus.cli.run_tune import _candidates, _with_recipe
+
+    def options(argv):
+        args = build_parser().parse_args(
+            ["run", "ml-100k", "--backbone", "recbole:NeuMF", "--fusion", "fedvlr", *argv])
+        return {r.name: options_from_args(_with_recipe(args, r, seeds=1)) for r in _candidates(args)}
+
+    grid = options([])
+    assert grid["residual+gate"].residual and grid["residual+gate"].residual_gate
+    assert not any(o.residual_gate for n, o in grid.items() if n != "residual+gate")
+    fixed = options(["--fusion-residual-gate"])
+    assert list(fixed) == ["default", "fast", "unit"] and all(o.residual and o.residual_gate for o in fixed.values())

@@ -12,7 +12,9 @@ def options_from_args(args, mode: str | None = None) -> FedVLROptions:
     """The layer's options from parsed ``--fusion ...`` flags (see :func:`~fedvlr_plus.cli.fusion_args.add_fusion_arguments`);
     ``mode`` replaces ``--fusion`` (a command that trains several fusion variants)."""
     return FedVLROptions(mode=mode or args.fusion, temperature=args.router_temperature, balance=args.router_balance,
-                         residual=getattr(args, "fusion_residual", False),
+                         residual=bool(getattr(args, "fusion_residual", False)
+                                       or getattr(args, "fusion_residual_gate", False)),
+                         residual_gate=getattr(args, "fusion_residual_gate", False),
                          view_scale=getattr(args, "fusion_view_scale", None) or "model",
                          personal_offset=getattr(args, "personal_offset", False),
                          content_preference=getattr(args, "content_preference", False),

@@ -31,6 +31,10 @@ def add_fusion_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--fusion-residual", action="store_true",
                    help="add the raw ID row to the fused item vector (D_i + Σ_j w_uj F_ij) instead of passing ID "
                         "only through the projected, LayerNorm-ed fusion")
+    g.add_argument("--fusion-residual-gate", action="store_true",
+                   help="the residual ID path (implies --fusion-residual) with the fused part scaled by a "
+                        "server-learnt factor per expert and item table of the backbone, starting at zero, so the "
+                        "layer starts as the backbone's own item rows (D_i + Σ_j w_uj a_j ⊙ F_ij)")
     g.add_argument("--fusion-view-scale", choices=("model", "unit"), default=None,
                    help="size of the fused item vectors: model (default), the norm of the backbone's own initial "
                         "item rows (a RecBole model's; 1 for the package's backbones), or unit vectors")

@@ -46,8 +46,8 @@ def register(sub) -> None:
         "--tune", action=argparse.BooleanOptionalAction, default=None,
         help="choose the fusion layer's recipe on validation: train each of a small grid (the layer's defaults, "
              "--fusion-residual, three times the model's server step, both, --content-preference; RecBole models: "
-             "no content preference, unit-size views with and without the residual path) on the first seed, keep the "
-             "best by --valid-metric, then run every seed with it; flags you pass stay fixed. Reported under "
+             "no content preference, unit-size views with and without the residual path, and the residual path "
+             "with --fusion-residual-gate) on the first seed, keep the best by --valid-metric, then run every seed with it; flags you pass stay fixed. Reported under "
              "'tuning' in the JSON. On by default with --fusion (a resumed run tunes only if its folder did); "
              "--no-tune trains the layer's defaults alone")
     p_run.set_defaults(func=cmd_run)

@@ -34,7 +34,9 @@ def resolve_tune(args) -> bool:
 def _candidates(args, cold_items: bool = False):
     from ..fedvlr.tuning import candidate_recipes
 
-    return candidate_recipes(cold_items=cold_items, lr=args.lr, server_lr=args.server_lr, residual=True if args.fusion_residual else None,
+    return candidate_recipes(cold_items=cold_items, lr=args.lr, server_lr=args.server_lr,
+                             residual=True if args.fusion_residual else None,
+                             residual_gate=True if getattr(args, "fusion_residual_gate", False) else None,
                              content_preference=True if getattr(args, "content_preference", False) else None,
                              view_scale=getattr(args, "fusion_view_scale", None),
                              id_dropout=getattr(args, "id_dropout", 0.0) or None, backbone=args.backbone)
@@ -78,6 +80,7 @@ def _with_recipe(args, recipe, *, seeds: int) -> argparse.Namespace:
     ns = argparse.Namespace(**vars(args))
     ns.lr, ns.server_lr, ns.fusion_residual, ns.seeds = recipe.lr, recipe.server_lr, recipe.residual, seeds
     ns.content_preference = recipe.content_preference
+    ns.fusion_residual_gate = recipe.residual_gate
     ns.fusion_view_scale = recipe.view_scale
     ns.id_dropout = recipe.id_dropout
     return ns

@@ -180,6 +180,7 @@ def _tuned(opts: ColdStartOptions, fusion: str, cfg, data, log, parts: dict | No
     points = candidate_recipes(lr=cfg.lr, server_lr=cfg.server_lr, residual=True if fo.residual else None,
                                content_preference=True if fo.content_preference else None,
                                view_scale="unit" if fo.view_scale == "unit" else None,
+                               residual_gate=True if fo.residual_gate else None,
                                id_dropout=fo.id_dropout or None, cold_items=cold_items, backbone=opts.backbone)
 
     def apply(point):

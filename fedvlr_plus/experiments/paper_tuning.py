@@ -26,6 +26,7 @@ def _fixed(study, recipe: FedVLR) -> dict:
             "content_preference": True if recipe.options.content_preference else None,
             "view_scale": "unit" if recipe.options.view_scale == "unit" else None,
             "id_dropout": recipe.options.id_dropout or None, "cold_items": tries_id_dropout(study.data),
+            "residual_gate": True if recipe.options.residual_gate else None,
             "backbone": recipe.backbone}
 
 

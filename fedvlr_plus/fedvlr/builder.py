@@ -38,4 +38,4 @@ def build_fedvlr(data, backbone: Backbone | str, options: FedVLROptions | None =
                        router_hidden=options.router_hidden, use_id=use_id, balance=options.balance,
                        cold_items=cold, residual=options.residual, personal_offset=options.personal_offset,
                        content_preference=options.content_preference, view_scale=options.view_scale,
-                       id_dropout=options.id_dropout)
+                       id_dropout=options.id_dropout, residual_gate=options.residual_gate)

@@ -38,6 +38,8 @@ from .router import VIEWS, entropy, history_input, router_specs, router_weights
 #: ``uniform``: the three experts mixed with fixed equal weights (no router): the router ablation
 MODES = ("sum", "mlp", "gate", "fedvlr", "uniform")
 FUSED = "fusion.F"
+#: the residual gate (server): one scale per expert and item table on the fused part, ``[J, tables]``, zero at start
+GATE = "fusion.residual_gate"
 OFFSET = "personal.offset"
 #: ctx key where ``item_repr`` records ``(fused part, router weights)`` for the regulariser of the same forward
 _FORWARD = "fusion.forward"
@@ -66,6 +68,32 @@ def _checked_views(views: dict[str, np.ndarray], n_items: int) -> dict[str, torc
     return out
 
 
+def _check_options(base: Backbone, views: dict, *, mode: str, view_scale: str, use_id: bool, residual: bool,
+                   id_dropout: float, residual_gate: bool, content_preference: bool) -> None:
+    """A ``ValueError`` naming the first option of :class:`FusionLayer` that cannot hold around ``base``."""
+    if mode not in MODES:
+        raise ValueError(f"fusion mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if view_scale not in VIEW_SCALES:
+        raise ValueError(f"view scale must be one of {', '.join(VIEW_SCALES)}, got {view_scale!r}")
+    if not views and not use_id:
+        raise ValueError("the fusion layer needs at least one modality (content views or the ID embedding)")
+    refusal = wrap_refusal(base)
+    if refusal:
+        raise ValueError(refusal)
+    if residual and not use_id:
+        raise ValueError("a residual ID path needs the ID modality (do not drop 'id')")
+    if id_dropout and not (use_id and views):
+        raise ValueError("ID dropout needs the ID modality and at least one content view to estimate it from")
+    if residual_gate and not residual:
+        raise ValueError("the residual gate scales the fused part of the residual path: it needs residual=True "
+                         "(--fusion-residual)")
+    if content_preference and not views:
+        raise ValueError("a content preference needs at least one content view")
+    if content_preference and hasattr(base, "module_params"):
+        raise ValueError(f"backbone {base.name!r} scores through its own module; the content preference "
+                         "term is for adapter backbones")
+
+
 class FusionLayer(Backbone):
     """Wrap ``base``: its item representation becomes a (router-weighted) mixture of server-fused views.
 
@@ -81,25 +109,9 @@ class FusionLayer(Backbone):
                  temperature: float = 1.0, router_hidden: int = 64, use_id: bool = True,
                  balance: float = 0.0, cold_items: ColdItemRule | None = None,
                  residual: bool = False, personal_offset: bool = False, content_preference: bool = False,
-                 view_scale: str = "model", id_dropout: float = 0.0):
-        if mode not in MODES:
-            raise ValueError(f"fusion mode must be one of {', '.join(MODES)}, got {mode!r}")
-        if view_scale not in VIEW_SCALES:
-            raise ValueError(f"view scale must be one of {', '.join(VIEW_SCALES)}, got {view_scale!r}")
-        if not views and not use_id:
-            raise ValueError("the fusion layer needs at least one modality (content views or the ID embedding)")
-        refusal = wrap_refusal(base)
-        if refusal:
-            raise ValueError(refusal)
-        if residual and not use_id:
-            raise ValueError("a residual ID path needs the ID modality (do not drop 'id')")
-        if id_dropout and not (use_id and views):
-            raise ValueError("ID dropout needs the ID modality and at least one content view to estimate it from")
-        if content_preference and not views:
-            raise ValueError("a content preference needs at least one content view")
-        if content_preference and hasattr(base, "module_params"):
-            raise ValueError(f"backbone {base.name!r} scores through its own module; the content preference "
-                             "term is for adapter backbones")
+                 view_scale: str = "model", id_dropout: float = 0.0, residual_gate: bool = False):
+        _check_options(base, views, mode=mode, view_scale=view_scale, use_id=use_id, residual=residual,
+                       id_dropout=id_dropout, residual_gate=residual_gate, content_preference=content_preference)
         super().__init__(base.n_items, base.dim)
         self.base, self.mode = base, mode
         self.temperature, self.router_hidden = float(temperature), int(router_hidden)
@@ -137,6 +149,27 @@ class FusionLayer(Backbone):
         # VBPR-style θ_u · P_i beside the fusion: P is broadcast as one more block of d columns after the experts
         self.content_preference = bool(content_preference)
         self.blocks = len(self.experts) + int(self.content_preference)
+        # the residual gate: the fused part scaled per expert and per item table of the backbone (NeuMF: its MF and
+        # MLP tables), each scale starting at zero, so the item vectors start as the backbone's own rows
+        self.residual_gate = bool(residual_gate)
+        self.table_widths = self._table_widths()
+
+    def _table_widths(self) -> list[int]:
+        """Column widths of the backbone's item tables inside the ID row (one block of ``d`` when it has one
+        table or does not say)."""
+        split = getattr(self.base, "split_item_repr", None)
+        if split is None or not self.use_id:
+            return [self.d]
+        try:
+            widths = [int(v.shape[-1]) for v in split(torch.zeros(1, self.d)).values()]
+        except (NotImplementedError, AttributeError):
+            return [self.d]
+        return widths if widths and sum(widths) == self.d else [self.d]
+
+    def gate_columns(self, sp: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``[J * d]``: the residual gate's scale of every column of the broadcast experts' blocks."""
+        widths = torch.tensor(self.table_widths)
+        return torch.repeat_interleave(sp[GATE], widths, dim=1).reshape(-1)
 
     def _init_id_dropout(self, share: float, views: dict[str, np.ndarray], cold_items: ColdItemRule | None) -> None:
         """The warm items a round may drop and the content neighbours each is then read through (:meth:`dropout_rows`),
@@ -182,6 +215,8 @@ class FusionLayer(Backbone):
         out = list(self.id_specs) + fusion_specs(self.keys, self.in_dims, self.d, self.experts)
         if self.content_preference:
             out += preference.server_specs([v.shape[1] for v in self.views.values()], self.d)
+        if self.residual_gate:   # last and zero-initialised: the other parameters draw the same values either way
+            out.append(ParamSpec(GATE, (len(self.experts), len(self.table_widths)), shared=True, init="zeros"))
         return out
 
     def init_server(self, seed: int) -> dict[str, torch.Tensor]:
@@ -209,6 +244,10 @@ class FusionLayer(Backbone):
         # learning rates are made for (Backbone.fused_item_norm; without it FedNCF's MLP tower diverges, and a
         # RecBole NeuMF, whose rows start at norm 0.11, learns far slower behind unit-size views)
         fused = torch.cat(outs, -1) * self.out_scale
+        if self.residual_gate:
+            # ReZero-style (Bachlechner et al., 2020): the fused part enters the item vector only as far as the
+            # server learns it should, per item table; at zero the client scores the backbone's own item rows
+            fused = fused * self.gate_columns(sp)
         if self.residual:
             # the raw ID row added to every expert's output: since the router's weights sum to one, the item the
             # client scores is ``D_i + Σ_j w_uj F_ij`` — the backbone's own item vector (norm and all, which is
@@ -317,7 +356,8 @@ class FusionLayer(Backbone):
     def describe(self) -> dict:
         out = self.base.describe()
         out.update(backbone=self.name, fusion=self.mode, views=self.view_names, experts=self.experts,
-                   use_id=self.use_id, residual=self.residual, temperature=self.temperature,
+                   use_id=self.use_id, residual=self.residual, residual_gate=self.residual_gate,
+                   temperature=self.temperature,
                    view_scale=self.view_scale, view_norm=round(self.out_scale * float(np.sqrt(self.d)), 6),
                    id_dropout=self.id_dropout,
                    personal_offset=self.offset, content_preference=self.content_preference,

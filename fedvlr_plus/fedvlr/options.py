@@ -24,6 +24,9 @@ class FedVLROptions:
     router_hidden: int = 64
     #: add the raw ID row to the fused item vector (``D_i + Σ_j w_uj F_ij``)
     residual: bool = False
+    #: with ``residual``: the fused part scaled by a learnt factor per expert and item table of the backbone,
+    #: starting at zero (the layer starts as the backbone's own item rows)
+    residual_gate: bool = False
     #: size of the fused item vectors: ``model``, the norm of the backbone's own initial item rows
     #: (``Backbone.fused_item_norm``); ``unit``, unit vectors (the same for the package's own backbones)
     view_scale: str = "model"
@@ -56,6 +59,8 @@ class FedVLROptions:
             raise ValueError(f"view scale must be one of {', '.join(VIEW_SCALES)}, got {self.view_scale!r}")
         if not 0.0 <= self.id_dropout < 1.0:
             raise ValueError(f"ID dropout must be in [0, 1), got {self.id_dropout}")
+        if self.residual_gate and not self.residual:
+            raise ValueError("the residual gate needs the residual ID path (residual=True, --fusion-residual)")
         if self.balance < 0 or self.cold_neighbours < 0:
             raise ValueError("router balance and cold neighbours must not be negative")
         object.__setattr__(self, "drop_modality", tuple(self.drop_modality))

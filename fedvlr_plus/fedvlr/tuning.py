@@ -25,6 +25,11 @@ Where the data has cold items (no training interaction) among at least 1% of its
 also gets an ID-dropout twin (``--id-dropout``): ranking a cold item from a content estimate of its ID row is what
 the fusion must then do, and whether training it for that costs the warm items more than it gives the cold ones
 differs between data sets.
+
+A RecBole model also gets ``residual+gate``: the residual path with its fused part behind a server-learnt scale per
+expert and item table that starts at zero (``--fusion-residual-gate``). NeuMF behind the ungated residual path
+lagged NeuMF alone on validation while its towers learned (docs/method.md, "Residual gate"); measured on NeuMF
+only, so the package's own backbones do not get it.
 """
 from __future__ import annotations
 
@@ -47,6 +52,8 @@ class Recipe:
     unit_scale: bool = False
     #: share of warm items the server reads through a content estimate of their ID row (``--id-dropout``)
     id_dropout: float = 0.0
+    #: the residual path's fused part behind a learnt per-table scale that starts at zero (``--fusion-residual-gate``)
+    residual_gate: bool = False
 
     @property
     def view_scale(self) -> str:
@@ -56,7 +63,7 @@ class Recipe:
     def layer_options(self, options):
         """``options`` (:class:`~fedvlr_plus.fedvlr.FedVLROptions`) with this recipe's layer settings."""
         return replace(options, residual=self.residual, content_preference=self.content_preference,
-                       view_scale=self.view_scale, id_dropout=self.id_dropout)
+                       view_scale=self.view_scale, id_dropout=self.id_dropout, residual_gate=self.residual_gate)
 
     def settings(self) -> dict:
         """The values this recipe sets, under the flag names a user would type."""
@@ -65,6 +72,8 @@ class Recipe:
             out["--fusion-view-scale"] = "unit"
         if self.id_dropout:
             out["--id-dropout"] = self.id_dropout
+        if self.residual_gate:
+            out["--fusion-residual-gate"] = True
         if self.lr is not None:
             out["--lr"] = self.lr
         if self.server_lr is not None:
@@ -82,6 +91,7 @@ RECIPES: tuple[Recipe, ...] = (
     Recipe("content", content_preference=True),
     Recipe("unit", unit_scale=True),
     Recipe("unit+residual", residual=True, unit_scale=True),
+    Recipe("residual+gate", residual=True, residual_gate=True),
 )
 
 
@@ -113,8 +123,8 @@ def layer_server_lr(backbone: str) -> float:
 
 def candidate_recipes(*, lr: float | None = None, server_lr: float | None = None, residual: bool | None = None,
                       content_preference: bool | None = None, view_scale: str | None = None,
-                      id_dropout: float | None = None, cold_items: bool = False,
-                      backbone: str = "fedavg") -> list[Recipe]:
+                      residual_gate: bool | None = None, id_dropout: float | None = None,
+                      cold_items: bool = False, backbone: str = "fedavg") -> list[Recipe]:
     """The grid for the layer around ``backbone`` with the values the user fixed put in place of the grid's;
     duplicates dropped, order kept. A backbone that scores through its own module (``recbole:``) gets no content
     preference; only such a backbone gets the ``unit`` recipes (for the others both view sizes are one).
@@ -123,20 +133,22 @@ def candidate_recipes(*, lr: float | None = None, server_lr: float | None = None
     estimate of their ID row, so each recipe also gets an ID-dropout twin (``+dropout``, :data:`COLD_ITEM_DROPOUT`),
     after all the others so that a tie keeps the recipe without it."""
     module = backbone.startswith("recbole:")
-    grid = [r for r in RECIPES if not ((r.content_preference and module) or (r.unit_scale and not module))]
+    grid = [r for r in RECIPES
+            if not ((r.content_preference and module) or ((r.unit_scale or r.residual_gate) and not module))]
     if cold_items:
         grid += [replace(r, name=f"{r.name}+dropout", id_dropout=COLD_ITEM_DROPOUT) for r in grid]
     seen, out = set(), []
     for r in grid:
         grid_slr = (r.server_lr if r.server_lr_scale is None
                     else round(r.server_lr_scale * layer_server_lr(backbone), 12))
+        gate = r.residual_gate if residual_gate is None else residual_gate
         fixed = Recipe(r.name, lr=r.lr if lr is None else lr, server_lr=grid_slr if server_lr is None else server_lr,
-                       residual=r.residual if residual is None else residual,
+                       residual=(r.residual if residual is None else residual) or gate, residual_gate=gate,
                        content_preference=r.content_preference if content_preference is None else content_preference,
                        unit_scale=r.unit_scale if view_scale is None else view_scale == "unit",
                        id_dropout=r.id_dropout if id_dropout is None else id_dropout)
         key = (fixed.lr, fixed.server_lr, fixed.residual, fixed.content_preference, fixed.unit_scale,
-               fixed.id_dropout)
+               fixed.residual_gate, fixed.id_dropout)
         if key not in seen:
             seen.add(key)
             out.append(fixed)
