@@ -90,7 +90,8 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help="with --fusion: also train the backbone alone on the same split and report it beside")
     c.add_argument("--tune", action="store_true",
                    help="with --fusion: choose the layer's recipe on the training data's validation split first "
-                        "(the grid of 'run --tune', first seed); reported under 'tuning'")
+                        "(the grid of 'run --tune', first seed; an item study rates each recipe by its valid "
+                        "--cold-select among cold items under the best cold rule); reported under 'tuning'")
     c.add_argument("--split-seed", type=non_negative_int, default=0, help="seed of the cold-item / cold-user draw")
     o = p.add_argument_group("evaluation and output")
     o.add_argument("--metrics", type=metric_list, default=DEFAULT_METRICS, help="metric@K list")

@@ -47,7 +47,9 @@ def register(sub) -> None:
         help="choose the fusion layer's recipe on validation: train each of a small grid (the layer's defaults, "
              "--fusion-residual, three times the model's server step, both, --content-preference; RecBole models: "
              "no content preference, unit-size views with and without the residual path, and the residual path "
-             "with --fusion-residual-gate) on the first seed, keep the best by --valid-metric, then run every seed with it; flags you pass stay fixed. Reported under "
+             "with --fusion-residual-gate; where at least 1%% of the validation targets are cold items, each also "
+             "with --id-dropout 0.5) on the first seed, keep the best by --valid-metric, then run every seed with "
+             "it; flags you pass stay fixed. Reported under "
              "'tuning' in the JSON. On by default with --fusion (a resumed run tunes only if its folder did); "
              "--no-tune trains the layer's defaults alone")
     p_run.set_defaults(func=cmd_run)
