@@ -150,7 +150,7 @@ def item_coldstart(data, make_model, cfg, views: dict, *, spec: EvalSpec, rules=
         rules = ()   # no cold rows to fill: the trained model is the only variant, and the notes say why
     state = ItemColdStart(tuple(rules))
     fitted = {r: make_rule(r, views, cold, k=neighbours_k, seed=spec.seed) for r in rules}
-    has_valid_cold = bool(cold[data.valid()["item"].to_numpy()].any())
+    has_valid_cold = valid_cold_targets(data, cold) > 0
     for i in range(cfg.seeds):
         scfg = replace(cfg, seed=cfg.seed + i, seeds=1)
         run = train_selected(data, make_model(data), scfg, progress=progress)
@@ -176,6 +176,11 @@ def item_coldstart(data, make_model, cfg, views: dict, *, spec: EvalSpec, rules=
     return item_result(state, data, spec, select_metric, default_rule)
 
 
+def valid_cold_targets(data, cold: np.ndarray) -> int:
+    """How many validation targets are cold items (``cold``: the boolean mask over items)."""
+    return int(cold[data.valid()["item"].to_numpy()].sum())
+
+
 def valid_among_cold(data, spec: EvalSpec, scorer, cold: np.ndarray, metric: str) -> float:
     """Mean validation ``metric`` of the cold targets ranked among the cold items only (NaN without any)."""
     v = spec.run(data, RestrictedScorer(scorer, cold), "valid").frame("cold")
@@ -187,7 +192,7 @@ def best_rule_valid_score(data, views: dict, spec: EvalSpec, metric: str, neighb
     ``metric`` among cold items over the cold rules (the study's headline rule is chosen the same way); None when
     the validation split has no cold target to rate with."""
     cold = data.cold_items()
-    if not cold.any() or not cold[data.valid()["item"].to_numpy()].any():
+    if not valid_cold_targets(data, cold):
         return None
     fitted = [make_rule(r, views, cold, k=neighbours_k, seed=spec.seed) for r in RULES]
     return lambda run: max(valid_among_cold(data, spec, _scorer(run, shared_with_rule(run, rule)), cold, metric)
@@ -216,7 +221,7 @@ def item_result(state: ItemColdStart, data, spec: EvalSpec, select_metric: str, 
     out = {
         "n_items": int(data.n_items), "n_cold_items": int(cold.sum()),
         "test_targets": int(len(test)), "test_cold_targets": int(cold[test["item"].to_numpy()].sum()),
-        "valid_cold_targets": int(cold[data.valid()["item"].to_numpy()].sum()),
+        "valid_cold_targets": valid_cold_targets(data, cold),
         "cold_rule": chosen, "cold_rule_selected_on": _rule_choice(state, sel, default_rule, select_metric),
         "cold_among_cold": head["cold_among_cold"], "cold_among_all": head["cold_among_all"],
         "warm": head["warm"], "all": head["all"], "variants": variants,

@@ -344,8 +344,7 @@ def _paired_lines(uc: dict, keys) -> list[str]:
         return []
     out = ["Paired over the same joining users, layer − backbone alone (t-test p):", ""]
     for n, by_metric in paired.items():
-        cells = [f"{k} {t['mean_diff']:+.4f} (p = {t['t_pvalue']:.2g})" for k, t in by_metric.items() if k in keys]
-        out.append(f"- N = {n}: " + ", ".join(cells))
+        out.append(f"- N = {n}: " + _paired_cells(by_metric, keys))
     return out + [""]
 
 
@@ -357,7 +356,10 @@ def _paired_item_lines(result: dict, keys) -> list[str]:
     out = [f"### Paired over the same users, layer ({result['cold_rule']}) − other (t-test p)", ""]
     for other, by_part in paired.items():
         for part, by_metric in by_part.items():
-            cells = [f"{k} {t['mean_diff']:+.4f} (p = {t['t_pvalue']:.2g})" for k, t in by_metric.items()
-                     if k in keys]
-            out.append(f"- {other}, {part.replace('_', ' ')}: " + ", ".join(cells))
+            out.append(f"- {other}, {part.replace('_', ' ')}: " + _paired_cells(by_metric, keys))
     return out + [""]
+
+
+def _paired_cells(by_metric: dict, keys) -> str:
+    """``metric +diff (p = ...)`` for each metric of ``keys`` in one comparison's paired tests."""
+    return ", ".join(f"{k} {t['mean_diff']:+.4f} (p = {t['t_pvalue']:.2g})" for k, t in by_metric.items() if k in keys)

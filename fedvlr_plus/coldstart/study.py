@@ -170,18 +170,15 @@ def _tuned(opts: ColdStartOptions, fusion: str, cfg, data, log, parts: dict | No
     reports (the ``cold_select`` metric among cold items, best cold rule); in a new-user study, on its validation
     joining users; else on the run's own validation metric. Returns the options and config the study then trains
     with, and the tuning report. Flags the user passed stay fixed; the backbone alone keeps its own settings."""
-    from ..fedvlr.tuning import candidate_recipes, select_recipe, tries_id_dropout
+    from ..fedvlr.tuning import candidate_recipes, fixed_by, select_recipe, tries_id_dropout
     from .experiment import train_selected
 
     fo = opts.fedvlr
     # a new-user study scores joining users, not items: the warm users' data may lack items only newcomers touched,
     # but ranking those is not what it measures
     cold_items = "items" in (parts or {}) and tries_id_dropout(data)
-    points = candidate_recipes(lr=cfg.lr, server_lr=cfg.server_lr, residual=True if fo.residual else None,
-                               content_preference=True if fo.content_preference else None,
-                               view_scale="unit" if fo.view_scale == "unit" else None,
-                               residual_gate=True if fo.residual_gate else None,
-                               id_dropout=fo.id_dropout or None, cold_items=cold_items, backbone=opts.backbone)
+    points = candidate_recipes(lr=cfg.lr, server_lr=cfg.server_lr, **fixed_by(fo), cold_items=cold_items,
+                               backbone=opts.backbone)
 
     def apply(point):
         return replace(opts, fedvlr=point.layer_options(fo)), replace(cfg, lr=point.lr, server_lr=point.server_lr)

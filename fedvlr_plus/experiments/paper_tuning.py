@@ -11,23 +11,17 @@ fusion row on its own.
 """
 from __future__ import annotations
 
-
 from ..api import FedVLR
 from ..errors import RunFolderError
 
 
 def _fixed(study, recipe: FedVLR) -> dict:
     """The recipe values the table's flags or ``--override`` already fix (the grid leaves those alone)."""
-    from ..fedvlr.tuning import tries_id_dropout
+    from ..fedvlr.tuning import fixed_by, tries_id_dropout
 
     settings = {**study.experiment.training, **recipe.train}
-    return {"lr": settings.get("lr"), "server_lr": settings.get("server_lr"),
-            "residual": True if recipe.options.residual else None,
-            "content_preference": True if recipe.options.content_preference else None,
-            "view_scale": "unit" if recipe.options.view_scale == "unit" else None,
-            "id_dropout": recipe.options.id_dropout or None, "cold_items": tries_id_dropout(study.data),
-            "residual_gate": True if recipe.options.residual_gate else None,
-            "backbone": recipe.backbone}
+    return {"lr": settings.get("lr"), "server_lr": settings.get("server_lr"), **fixed_by(recipe.options),
+            "cold_items": tries_id_dropout(study.data), "backbone": recipe.backbone}
 
 
 def _candidate(recipe: FedVLR, point) -> FedVLR:

@@ -110,6 +110,16 @@ def tries_id_dropout(data) -> bool:
     return bool(len(items)) and float(cold[items].mean()) >= COLD_VALID_SHARE
 
 
+def fixed_by(options) -> dict:
+    """The grid's layer values that ``options`` (:class:`~fedvlr_plus.fedvlr.FedVLROptions`) already fixes, as
+    :func:`candidate_recipes` takes them (None: left to the grid); the inverse of :meth:`Recipe.layer_options`."""
+    return {"residual": True if options.residual else None,
+            "content_preference": True if options.content_preference else None,
+            "view_scale": "unit" if options.view_scale == "unit" else None,
+            "residual_gate": True if options.residual_gate else None,
+            "id_dropout": options.id_dropout or None}
+
+
 def layer_server_lr(backbone: str) -> float:
     """The server step the FedVLR layer takes by default around ``backbone`` (a RecBole model keeps its own)."""
     from .layer import FusionLayer
