@@ -72,6 +72,78 @@ def test_float32_normal_recomputes_the_draws_near_a_rounding_boundary(monkeypatc
     assert not np.array_equal(rng.normal_float32(*keys, scale=0.05).view(np.int32), ref.view(np.int32))
 
 
+def _compiled_kernels_or_skip(monkeypatch):
+    pytest.importorskip("numba", reason="numba is not installed here: normal_float32 uses its numpy path")
+    monkeypatch.setattr(rng, "COMPILED_AFTER_DRAWS", 0)
+    kernels = rng._compiled_kernels()
+    assert kernels is not None
+    return kernels
+
+
+@pytest.mark.parametrize("keys,scale", [((11, 3, 1, np.array([0, 7, 35597, 123456])[:, None], np.arange(12288)[None, :]), 0.01),
+                                        ((0, 3, 0, np.arange(5)[:, None], np.arange(64)[None, :]), 0.3535533905932738),
+                                        ((np.arange(3)[:, None], np.array([[2]]), np.arange(40000)[None, :]), 1.0),
+                                        ((7, np.arange(9)[:, None], np.array([[5, 0, 99999]])), 2.5)])
+def test_compiled_float32_normal_is_bitwise_the_rounded_float64_draw(keys, scale, monkeypatch):
+    _compiled_kernels_or_skip(monkeypatch)
+    ref = (rng.normal(*keys) * scale).astype(np.float32)
+    assert rng._row_layout(keys) is not None
+    got = rng.normal_float32(*keys, scale=scale)
+    assert got.dtype == np.float32 and np.array_equal(got.view(np.int32), ref.view(np.int32))
+
+
+def test_compiled_cosine_is_within_a_few_units_in_the_last_place_of_numpys(monkeypatch):
+    kernels = _compiled_kernels_or_skip(monkeypatch)
+    angles = np.random.default_rng(0).random(200_000) * 2.0 * np.pi
+    # the hardest angles: the float64 neighbours of every multiple of π/2 in [0, 2π), where the cosine is nearest 0
+    near_zeros = [np.nextafter(k * np.pi / 2, side) for k in range(1, 5) for side in (0.0, 10.0)]
+    angles = np.concatenate([angles, near_zeros, [k * np.pi / 2 for k in range(4)]])
+    fast = np.empty_like(angles)
+    kernels.cos_times(angles, np.ones_like(angles), 1.0, fast)
+    exact = np.cos(angles)
+    ulps = np.abs(fast - exact) / np.spacing(np.abs(exact))
+    assert ulps.max() <= 4, ulps.max()
+
+
+def test_compiled_float32_normal_recomputes_the_draws_near_a_rounding_boundary(monkeypatch):
+    kernels = _compiled_kernels_or_skip(monkeypatch)
+    keys = (4, 3, 1, np.arange(40)[:, None], np.arange(4096)[None, :])
+    ref = (rng.normal(*keys) * 0.05).astype(np.float32)
+    real = kernels.cos_times
+
+    def perturbed(relative):
+        def cos_times(angle, radius, scale, out):
+            real(angle, radius, scale, out)
+            out *= 1.0 + relative
+        return cos_times
+    # as for the torch cosine: a 2^22-unit window and an error of 2^20-2^21 units are all caught; 2^24 units are not
+    monkeypatch.setattr(rng, "_SLACK_ULPS", 1 << 22)
+    monkeypatch.setattr(kernels, "cos_times", perturbed(2.0 ** -32))
+    assert np.array_equal(rng.normal_float32(*keys, scale=0.05).view(np.int32), ref.view(np.int32))
+    monkeypatch.setattr(kernels, "cos_times", perturbed(2.0 ** -28))
+    assert not np.array_equal(rng.normal_float32(*keys, scale=0.05).view(np.int32), ref.view(np.int32))
+
+
+def test_float32_normal_switches_to_the_kernels_after_enough_draws(monkeypatch):
+    _compiled_kernels_or_skip(monkeypatch)
+    monkeypatch.setattr(rng, "COMPILED_AFTER_DRAWS", 500)
+    monkeypatch.setattr(rng, "_drawn_in_layout", 0)
+    compiled = []
+    real = rng._normal_float32_compiled
+    monkeypatch.setattr(rng, "_normal_float32_compiled", lambda *a: compiled.append(a[1].size) or real(*a))
+    keys = (0, 3, 0, np.arange(5)[:, None], np.arange(64)[None, :])    # 320 draws a call
+    first, second = rng.normal_float32(*keys), rng.normal_float32(*keys)
+    assert compiled == [5] and np.array_equal(first.view(np.int32), second.view(np.int32))
+
+
+def test_float32_normal_without_numba_uses_the_numpy_path(monkeypatch):
+    monkeypatch.setattr(rng, "COMPILED_AFTER_DRAWS", 0)
+    monkeypatch.setattr(rng, "_kernel_module", False)    # as where numba does not import
+    keys = (0, 3, 0, np.arange(5)[:, None], np.arange(64)[None, :])
+    assert np.array_equal(rng.normal_float32(*keys, scale=0.2).view(np.int32),
+                          (rng.normal(*keys) * 0.2).astype(np.float32).view(np.int32))
+
+
 @pytest.mark.parametrize("backbone", ["fedavg", "fcf", "pfedrec"])
 def test_batched_initial_draw_equals_each_client_alone_bitwise(backbone):
     bb = make_backbone(backbone, 30, 8)

@@ -103,6 +103,10 @@ def normal_float32(*keys, scale: float = 1.0) -> np.ndarray:
     float32; the few that lie near a float32 rounding boundary are recomputed with numpy's cosine."""
     import torch   # the package's dependency; rng itself stays importable with numpy alone
 
+    rows = _row_layout(keys)
+    kernels = _compiled_kernels_for(rows[0].size * rows[1].size) if rows is not None else None
+    if kernels is not None:
+        return _normal_float32_compiled(kernels, *rows, scale)
     shape, blocks = _key_blocks(keys)
     out = np.empty(shape, dtype=np.float32)
     radius_buffer, fast_buffer = None, None
@@ -118,6 +122,78 @@ def normal_float32(*keys, scale: float = 1.0) -> np.ndarray:
         near = np.flatnonzero(_near_float32_boundary(fast.view(np.uint64), zb, tb))
         fast[near] = (radius[near] * np.cos(ub[near])) * scale     # the same operations as ``normal``
         out[i0:i1].reshape(-1)[:] = fast
+    return out
+
+
+#: values a process draws in the matrix layout (:func:`_row_layout`) before :func:`normal_float32` switches to the
+#: compiled kernels: importing numba and loading them costs about 0.6 s CPU, what numpy takes for some 25 M draws,
+#: so a small run (ml-100k's 943 routers are 11.6 M draws) never imports numba, and a population does after a few
+#: chunks
+COMPILED_AFTER_DRAWS = 1 << 24
+_drawn_in_layout = 0
+_kernel_module = None
+
+
+def _compiled_kernels_for(n_draws: int):
+    """The compiled kernels for a draw of ``n_draws`` in the matrix layout, or None (then numpy draws it)."""
+    global _drawn_in_layout
+    _drawn_in_layout += n_draws
+    return _compiled_kernels() if _drawn_in_layout >= COMPILED_AFTER_DRAWS else None
+
+
+def _compiled_kernels():
+    """The ``rng_kernels`` module, or None where numba does not import (the numpy path then gives the same bits)."""
+    global _kernel_module
+    if _kernel_module is None:
+        try:
+            from . import rng_kernels
+            _kernel_module = rng_kernels
+        except Exception:   # a missing or broken numba must cost speed, never a draw
+            _kernel_module = False
+    return _kernel_module or None
+
+
+def _row_layout(keys):
+    """``(first, last_term)`` when ``keys`` lay out a matrix whose last key is its column (the layout of a
+    population's initial draw, ``(..., clients[:, None], positions[None, :])``): the chain of every other key per
+    row, and the last key's term of the chain per column. None for any other layout."""
+    keys = list(keys)
+    n_scalar = next((i for i, k in enumerate(keys) if np.ndim(k) > 0), len(keys))
+    arrays = [np.asarray(k) for k in keys[n_scalar:]]
+    if len(arrays) < 2 or any(a.ndim != 2 for a in arrays):
+        return None
+    last, others = arrays[-1], arrays[:-1]
+    row_shape = np.broadcast_shapes(*(a.shape for a in others))
+    if last.shape[0] != 1 or row_shape[1] != 1:
+        return None
+    first = np.ascontiguousarray(_chain(keys[:n_scalar] + others).reshape(-1))
+    last_term = last.reshape(-1).astype(np.uint64) * _M2 + _GOLDEN
+    return first, last_term
+
+
+def _normal_float32_compiled(kernels, first, last_term, scale: float) -> np.ndarray:
+    """:func:`normal_float32` of a matrix layout (:func:`_row_layout`) with the compiled kernels, block by block
+    of whole rows; the same bits as the numpy path."""
+    n_rows, n_cols = first.size, last_term.size
+    out = np.empty((n_rows, n_cols), dtype=np.float32)
+    step = max(1, _BLOCK // max(n_cols, 1))
+    size = min(step, n_rows) * n_cols
+    neg_u1, angle, fast = np.empty(size), np.empty(size), np.empty(size)
+    near = np.empty(size, dtype=np.int64)
+    slack = np.uint64(_SLACK_ULPS)
+    for r0 in range(0, n_rows, step):
+        r1 = min(r0 + step, n_rows)
+        n = (r1 - r0) * n_cols
+        radius, a, f = neg_u1[:n], angle[:n], fast[:n]
+        kernels.uniforms(first[r0:r1], last_term, radius, a)
+        np.log1p(radius, out=radius)           # numpy's operations of ``_radius``, for the recomputed draws
+        radius *= -2.0
+        np.sqrt(radius, out=radius)
+        kernels.cos_times(a, radius, float(scale), f)
+        block = out[r0:r1].reshape(-1)
+        count = kernels.round_checked(f, f.view(np.uint64), slack, block, near)
+        redo = near[:count]
+        block[redo] = (radius[redo] * np.cos(a[redo])) * scale
     return out
 
 
