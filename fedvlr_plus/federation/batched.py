@@ -97,6 +97,8 @@ class BatchedSimulator:
         stored = load_block(self.store, cids, names)
         missing = np.flatnonzero(~np.logical_and.reduce([stored[n][1] for n in names])) if names else []
         fresh = init_private_block(self.bb, cids[missing], self.seed, self.dtype) if len(missing) else {}
+        if len(missing) and len(missing) == len(cids):   # nothing stored (a chunk of round 1): the draw is the block
+            return {name: fresh[name] for name in names}
         out = {}
         for name in names:
             vals, has = stored[name]
