@@ -231,6 +231,9 @@ def test_population_start_is_the_trained_clients_mean_private_state(fusion):
     fresh = torch.as_tensor(local_private_training(run, sq, held, epochs=2)(held[:3]))
     pop = torch.as_tensor(local_private_training(run, sq, held, epochs=2, start="population")(held[:3]))
     assert pop.shape == fresh.shape and not torch.allclose(pop, fresh)
+    # no local epochs: every joining user is served by the start itself, the same scores for each of them
+    start = torch.as_tensor(local_private_training(run, sq, held, epochs=0, start="population")(held[:3]))
+    assert torch.equal(start[0], start[1]) and torch.equal(start[0], start[2]) and not torch.allclose(start, pop)
 
 
 def test_population_router_routes_every_input_to_the_trained_users_mean_mixture():
@@ -369,8 +372,8 @@ def test_coldstart_support_epochs_auto_chooses_on_validation_users_and_reports_t
         for c in se["chosen"][n]:
             scores = {int(e): v for e, v in c["valid"].items()}
             tried = sorted(scores)
-            assert tried[:3] == [1, 5, 20] and tried[3:] in ([], [50], [50, 100])
-            for i in range(3, len(tried)):   # an extension count only while the longest tried was the best
+            assert tried[:4] == [0, 1, 5, 20] and tried[4:] in ([], [50], [50, 100])
+            for i in range(4, len(tried)):   # an extension count only while the longest tried was the best
                 before = {e: scores[e] for e in tried[:i]}
                 assert max(before, key=lambda e: (before[e], -e)) == tried[i - 1]
             assert c["epochs"] == min(e for e, v in scores.items() if v == max(scores.values()))
@@ -386,21 +389,21 @@ def test_joining_users_split_is_seeded_and_disjoint():
     assert len(valid) == 2 and not set(valid) & set(rest) and set(valid) | set(rest) == set(held)
     again, _ = split_joining_users(held, seed=4)
     assert np.array_equal(valid, again)
-    best, scorer, scores = choose_epochs(lambda e: e, lambda s: {1: 0.2, 5: 0.4, 20: 0.4}[s])
-    assert (best, scorer) == (5, 5) and scores == {1: 0.2, 5: 0.4, 20: 0.4}   # a tie keeps the shorter training
+    best, scorer, scores = choose_epochs(lambda e: e, lambda s: {0: 0.1, 1: 0.2, 5: 0.4, 20: 0.4}[s])
+    assert (best, scorer) == (5, 5) and scores == {0: 0.1, 1: 0.2, 5: 0.4, 20: 0.4}   # a tie keeps the shorter
 
 
 def test_choose_epochs_goes_past_the_grid_only_while_its_top_count_is_best():
     from fedvlr_plus.coldstart.support_epochs import choose_epochs
 
-    rising = {1: 0.1, 5: 0.2, 20: 0.3, 50: 0.5, 100: 0.4}
+    rising = {0: 0.0, 1: 0.1, 5: 0.2, 20: 0.3, 50: 0.5, 100: 0.4}
     best, _, scores = choose_epochs(lambda e: e, lambda e: rising[e])
     assert best == 50 and scores == rising                     # 20 was best, so 50; 50 was best, so 100
-    peaked = {1: 0.1, 5: 0.3, 20: 0.2, 50: 0.9}
+    peaked = {0: 0.0, 1: 0.1, 5: 0.3, 20: 0.2, 50: 0.9}
     best, _, scores = choose_epochs(lambda e: e, lambda e: peaked[e])
-    assert best == 5 and sorted(scores) == [1, 5, 20]            # 20 was not the best: 50 is never trained
+    assert best == 5 and sorted(scores) == [0, 1, 5, 20]         # 20 was not the best: 50 is never trained
     best, _, scores = choose_epochs(lambda e: e, lambda e: 1.0, extension=())
-    assert best == 1 and sorted(scores) == [1, 5, 20]
+    assert best == 0 and sorted(scores) == [0, 1, 5, 20]
 
 
 @pytest.mark.parametrize("epochs", ["auto", "2"])

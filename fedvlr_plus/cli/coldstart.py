@@ -72,8 +72,9 @@ def register(subparsers) -> argparse.ArgumentParser:
     c.add_argument("--support", type=_supports, default=(1, 3, 5), metavar="N[,N...]",
                    help="support sizes of the joining users")
     c.add_argument("--support-epochs", type=_support_epochs, default=20, metavar="N|auto",
-                   help="local epochs a joining user trains its private parts for; auto: chosen per support size "
-                        "among 1, 5, 20 on a third of the joining users by --cold-select, the figures then "
+                   help="local epochs a joining user trains its private parts for (0: none, the start alone "
+                        "serves it); auto: chosen per support size among 0, 1, 5, 20 (then 50, 100 while the "
+                        "longest tried is best) on a third of the joining users by --cold-select, the figures then "
                         "coming from the other two thirds")
     c.add_argument("--new-user-start", choices=NEW_USER_STARTS, default="population",
                    help="where a joining user's private state starts: the mean private state of the trained "
@@ -155,7 +156,7 @@ def cmd_coldstart(args) -> int:
 
 
 def _support_epochs(text: str):
-    """``auto`` or a positive epoch count."""
-    from .argtypes import positive_int
+    """``auto`` or an epoch count (0: no local training)."""
+    from .argtypes import non_negative_int
 
-    return "auto" if text.strip().lower() == "auto" else positive_int(text)
+    return "auto" if text.strip().lower() == "auto" else non_negative_int(text)

@@ -346,10 +346,11 @@ def local_private_training(run, support, users: np.ndarray, *, epochs: int, lr: 
     if start in ("population", "mean-params"):
         state = population_state(run.bb, run.store, run.eligible)
         start_from(sim.store, users, population_router(run, state) if start == "population" else state)
-    sim.store.begin_round(1)
-    sim.fit(users, run.shared, conf)
-    sim.store.prepare(1)
-    sim.store.commit()
+    if epochs > 0:   # 0: the start itself serves the newcomer (with one interaction, training may only add noise)
+        sim.store.begin_round(1)
+        sim.fit(users, run.shared, conf)
+        sim.store.prepare(1)
+        sim.store.commit()
     assert all(torch.equal(frozen[k], run.shared[k]) for k in frozen), "shared state changed during local training"
 
     def score(u):
