@@ -184,16 +184,14 @@ def _normal_float32_compiled(kernels, first, last_term, scale: float) -> np.ndar
     for r0 in range(0, n_rows, step):
         r1 = min(r0 + step, n_rows)
         n = (r1 - r0) * n_cols
-        radius, a, f = neg_u1[:n], angle[:n], fast[:n]
-        kernels.uniforms(first[r0:r1], last_term, radius, a)
-        np.log1p(radius, out=radius)           # numpy's operations of ``_radius``, for the recomputed draws
-        radius *= -2.0
-        np.sqrt(radius, out=radius)
-        kernels.cos_times(a, radius, float(scale), f)
+        log_y, a, f = neg_u1[:n], angle[:n], fast[:n]
+        kernels.uniforms(first[r0:r1], last_term, log_y, a)
+        np.log1p(log_y, out=log_y)             # numpy's vectorised log1p, as in ``_radius``
+        kernels.cos_times(a, log_y, float(scale), f)
         block = out[r0:r1].reshape(-1)
         count = kernels.round_checked(f, f.view(np.uint64), slack, block, near)
         redo = near[:count]
-        block[redo] = (radius[redo] * np.cos(a[redo])) * scale
+        block[redo] = (np.sqrt(log_y[redo] * -2.0) * np.cos(a[redo])) * scale   # ``normal``'s operations
     return out
 
 

@@ -69,8 +69,10 @@ def uniforms(first, last_term, neg_u1, angle):
 
 
 @numba.njit(cache=True)
-def cos_times(angle, radius, scale, out):
-    """``(radius · cos(angle)) · scale`` with a cosine within a few units in the last place of numpy's."""
+def cos_times(angle, log_y, scale, out):
+    """``(sqrt(-2 log_y) · cos(angle)) · scale``: Box-Muller's radius from ``log_y = log1p(-u1)`` (the same
+    correctly rounded operations as ``rng._radius``), times a cosine within a few units in the last place of
+    numpy's."""
     for i in range(angle.shape[0]):
         x = angle[i]
         k = np.floor(x * _INV_PIO2 + 0.5)
@@ -82,7 +84,7 @@ def cos_times(angle, radius, scale, out):
         quadrant = np.int64(k) & 3
         v = cos_y if (quadrant & 1) == 0 else sin_y
         v = -v if (quadrant == 1 or quadrant == 2) else v
-        out[i] = (radius[i] * v) * scale
+        out[i] = (np.sqrt(log_y[i] * -2.0) * v) * scale
 
 
 @numba.njit(cache=True)
