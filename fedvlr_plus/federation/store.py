@@ -148,7 +148,8 @@ class CompactStore:
 
     # ------------------------------------------------------------------ a block of clients
     def load_block(self, cids, names) -> dict[str, tuple[torch.Tensor | None, np.ndarray]]:
-        """``{name: (values [C, ...] with zeros where absent, present mask [C])}``; values are copies."""
+        """``{name: (values [C, ...] with zeros where absent, present mask [C])}``; values are copies, None where
+        no client of ``cids`` holds the parameter."""
         cids = np.asarray(cids, dtype=np.int64)
         rows = self._rows_of(cids)
         out = {}
@@ -158,6 +159,9 @@ class CompactStore:
                 out[name] = (None, np.zeros(len(cids), dtype=bool))
                 continue
             mask = self._present(name, rows)
+            if not mask.any():   # as for a parameter never stored (round 1's chunks): nothing to gather
+                out[name] = (None, mask)
+                continue
             vals = col.index_select(0, torch.from_numpy(np.where(mask, rows, 0)))
             if not mask.all():
                 vals[torch.from_numpy(~mask)] = 0
