@@ -100,7 +100,9 @@ def normal_float32(*keys, scale: float = 1.0) -> np.ndarray:
     numpy's float64 cosine is scalar library code and costs most of a draw; torch's vectorised one is within one
     unit in the last place of it. A draw computed with torch's cosine is kept when every float64 within
     ``_SLACK_ULPS`` units of it (far more than the two cosines can make the draws differ by) rounds to the same
-    float32; the few that lie near a float32 rounding boundary are recomputed with numpy's cosine."""
+    float32; the few that lie near a float32 rounding boundary are recomputed with numpy's cosine. A population's
+    draw (the matrix layout of :func:`_row_layout`, once a process has drawn ``COMPILED_AFTER_DRAWS`` values in it)
+    runs through the compiled kernels of ``rng_kernels`` instead, with the same check and the same bits."""
     import torch   # the package's dependency; rng itself stays importable with numpy alone
 
     rows = _row_layout(keys)
