@@ -72,10 +72,9 @@ def register(subparsers) -> argparse.ArgumentParser:
     c.add_argument("--support", type=_supports, default=(1, 3, 5), metavar="N[,N...]",
                    help="support sizes of the joining users")
     c.add_argument("--support-epochs", type=_support_epochs, default=20, metavar="N|auto",
-                   help="local epochs a joining user trains its private parts for (0: none, the start alone "
-                        "serves it); auto: chosen per support size among 0, 1, 5, 20 (then 50, 100 while the "
-                        "longest tried is best) on a third of the joining users by --cold-select, the figures then "
-                        "coming from the other two thirds")
+                   help="local epochs a joining user trains its private parts for (0: none); auto: chosen per "
+                        "support size among 0, 1, 5, 20 (then 50, 100 while the longest is best) on a third of the "
+                        "joining users by --cold-select, the figures then from the other two thirds")
     c.add_argument("--new-user-start", choices=NEW_USER_STARTS, default="population",
                    help="where a joining user's private state starts: the mean private state of the trained "
                         "clients with the router as their mean mixture (one aggregate sent to newcomers; "
