@@ -270,3 +270,24 @@ def test_a_few_rounds_on_real_data_beat_random():
     assert res["test"]["hr@50"] > 2.0 * random_hr50
     first = next(h for h in res["history"] if "valid" in h)
     assert first["valid"]["hr@50"] < res["valid"]["hr@50"]   # it learnt; not a lucky first evaluation
+
+
+def test_a_checkpoint_file_is_the_safetensors_bytes_and_reads_back(tmp_path):
+    import os
+
+    from safetensors.torch import save
+
+    from fedvlr_plus.federation.plain_state import split_tensors
+
+    folder = SeedFolder(tmp_path / "seed-0")
+    state = {"round": 3, "private": {"w": torch.arange(12.0).view(3, 4), "b": torch.ones(2)}, "shared": torch.zeros(5)}
+    folder.write_state("checkpoint-000003", state, checkpoint=True)
+    tensor_file = tmp_path / "seed-0" / "checkpoint-000003.safetensors"
+    # written from the tensors' memory, byte for byte what safetensors' in-memory serialiser gives
+    assert tensor_file.read_bytes() == save(split_tensors(state)[1])
+    umask = os.umask(0)
+    os.umask(umask)
+    assert os.stat(tensor_file).st_mode & 0o777 == 0o666 & ~umask
+    back = folder.read_checkpoint()
+    assert back["round"] == 3 and torch.equal(back["private"]["w"], state["private"]["w"])
+    assert torch.equal(back["shared"], state["shared"]) and folder.verify()["checkpoint"] == "checkpoint-000003"

@@ -21,10 +21,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import re
 from pathlib import Path
 
-from ..atomic_write import atomic_write_bytes, is_temp_file, make_dirs, output_error
+from ..atomic_write import atomic_write, atomic_write_bytes, is_temp_file, make_dirs, output_error
 from ..errors import RunFolderError
 from ..jsonio import json_default
 from .plain_state import join_tensors, split_tensors
@@ -40,6 +41,15 @@ _UNTRUSTED = "the folder was changed after the run wrote it; start a new run in 
 
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path) -> str:
+    """The sha256 of a file, read in blocks (a checkpoint of a large population's private states is gigabytes)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 @contextlib.contextmanager
@@ -107,21 +117,40 @@ class SeedFolder:
         """Check every file the manifest lists against its sha256; return the manifest."""
         m = self.manifest()
         for name in m["files"]:
-            self._verified_bytes(name, m)
+            self._verified_path(name, m)
         return m
 
     def _verified_bytes(self, name: str, manifest: dict) -> bytes:
-        path = self.path / name
-        if "/" in name or name.startswith("."):
-            raise RunFolderError(str(self.manifest_path), f"lists a file outside the folder ({name!r})", _UNTRUSTED)
+        """The contents of the listed file ``name``, checked against its sha256 (read once: for small files)."""
+        path = self._listed_path(name)
         try:
             data = path.read_bytes()
         except FileNotFoundError:
             raise RunFolderError(str(path), f"listed in {MANIFEST} but missing", _UNTRUSTED) from None
-        if sha256_bytes(data) != manifest["files"][name]:
+        self._check_digest(path, sha256_bytes(data), manifest["files"][name])
+        return data
+
+    def _verified_path(self, name: str, manifest: dict) -> Path:
+        """The listed file ``name``, its sha256 checked by reading it in blocks (for tensor files, which are then
+        loaded from the path without a second copy in memory)."""
+        path = self._listed_path(name)
+        try:
+            digest = sha256_file(path)
+        except FileNotFoundError:
+            raise RunFolderError(str(path), f"listed in {MANIFEST} but missing", _UNTRUSTED) from None
+        self._check_digest(path, digest, manifest["files"][name])
+        return path
+
+    def _listed_path(self, name: str) -> Path:
+        if "/" in name or name.startswith("."):
+            raise RunFolderError(str(self.manifest_path), f"lists a file outside the folder ({name!r})", _UNTRUSTED)
+        return self.path / name
+
+    @staticmethod
+    def _check_digest(path: Path, digest: str, listed: str) -> None:
+        if digest != listed:
             raise RunFolderError(str(path), f"does not match its sha256 in {MANIFEST} (changed or truncated after "
                                  "it was written)", _UNTRUSTED)
-        return data
 
     def read_json(self, name: str):
         """The JSON file ``name`` if the manifest lists it (checked), else None."""
@@ -135,7 +164,7 @@ class SeedFolder:
 
     def read_state(self, stem: str):
         """The state written by :meth:`write_state` under ``stem`` (checked), or None if the manifest lacks it."""
-        from safetensors.torch import load as load_tensors
+        from safetensors.torch import load_file as load_tensors
 
         m = self.manifest()
         if f"{stem}.json" not in m["files"]:
@@ -143,7 +172,7 @@ class SeedFolder:
         doc = self.read_json(f"{stem}.json")
         tensor_file = self.path / f"{stem}.safetensors"
         try:
-            tensors = load_tensors(self._verified_bytes(tensor_file.name, m)) if tensor_file.name in m["files"] else {}
+            tensors = load_tensors(self._verified_path(tensor_file.name, m)) if tensor_file.name in m["files"] else {}
         except RunFolderError:
             raise
         except Exception as exc:  # safetensors' own parse error: not a tensor file at all
@@ -163,21 +192,16 @@ class SeedFolder:
     def write_state(self, stem: str, state, *, checkpoint: bool = False) -> None:
         """Write ``state`` as ``stem.json`` + ``stem.safetensors`` and list them (``checkpoint``: as the latest
         checkpoint, whose predecessor is deleted once the manifest no longer names it)."""
-        from safetensors.torch import save as save_tensors
-
         skeleton, tensors = split_tensors(state)
-        try:
-            data = save_tensors(tensors)
-        except RuntimeError:  # safetensors refuses tensors whose memory overlaps (one referenced twice): copy them
-            data = save_tensors({k: v.clone() for k, v in tensors.items()})
-        files = {f"{stem}.safetensors": data,
-                 f"{stem}.json": json.dumps({"state": skeleton}, indent=1).encode()}
+        tensor_name, json_name = f"{stem}.safetensors", f"{stem}.json"
+        doc = json.dumps({"state": skeleton}, indent=1).encode()
         old = self.manifest()
-        if f"{stem}.json" in old["files"]:  # rewriting a listed name: unlist it first
-            old = self._write_manifest(old, drop=files,
+        if json_name in old["files"]:  # rewriting a listed name: unlist it first
+            old = self._write_manifest(old, drop=(tensor_name, json_name),
                                        checkpoint=None if old["checkpoint"] == stem else old["checkpoint"])
-        for name, data in files.items():
-            atomic_write_bytes(self.path / name, data)
+        atomic_write(self.path / tensor_name, lambda tmp: _save_tensors(tensors, tmp))
+        atomic_write_bytes(self.path / json_name, doc)
+        files = {tensor_name: sha256_file(self.path / tensor_name), json_name: sha256_bytes(doc)}
         stale = [n for n in old["files"] if checkpoint and _CHECKPOINT_FILE.fullmatch(n) and n not in files]
         self._write_manifest(old, add=files, drop=stale, checkpoint=stem if checkpoint else old["checkpoint"])
         for name in stale:
@@ -193,11 +217,12 @@ class SeedFolder:
         if name in m["files"]:
             m = self._write_manifest(m, drop=[name])
         atomic_write_bytes(self.path / name, data)
-        self._write_manifest(m, add={name: data})
+        self._write_manifest(m, add={name: sha256_bytes(data)})
 
     def _write_manifest(self, old: dict, *, add: dict | None = None, drop=(), checkpoint=...) -> dict:
+        """``old`` with the files ``add`` (name: sha256) listed and ``drop`` unlisted, written as the manifest."""
         files = {n: h for n, h in old["files"].items() if n not in drop}
-        files.update({n: sha256_bytes(data) for n, data in (add or {}).items()})
+        files.update(add or {})
         m = {"format": MANIFEST_FORMAT, "checkpoint": old["checkpoint"] if checkpoint is ... else checkpoint,
              "files": dict(sorted(files.items()))}
         atomic_write_bytes(self.manifest_path, json.dumps(m, indent=2).encode())
@@ -209,3 +234,18 @@ class SeedFolder:
         for p in self.path.iterdir() if self.path.is_dir() else ():
             if p.is_file() and (is_temp_file(p) or (_CHECKPOINT_FILE.fullmatch(p.name) and p.name not in listed)):
                 p.unlink(missing_ok=True)
+
+
+def _save_tensors(tensors: dict, path: Path) -> None:
+    """``tensors`` as a safetensors file at ``path``. ``save_file`` writes from the tensors' own memory (safetensors
+    0.8 passes pointers); ``save`` builds the whole file in memory, twice over, which at a large population's
+    private states doubled the process's peak at every checkpoint."""
+    from safetensors.torch import save_file
+
+    try:
+        save_file(tensors, str(path))
+    except RuntimeError:  # safetensors refuses tensors whose memory overlaps (one referenced twice): copy them
+        save_file({k: v.clone() for k, v in tensors.items()}, str(path))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)   # the permissions of every other file we write (safetensors makes it 0600)
