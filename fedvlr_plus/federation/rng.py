@@ -204,13 +204,14 @@ _SLACK_ULPS = 1 << 12
 _DROPPED = np.uint64((1 << 29) - 1)    # the 29 mantissa bits a float64 loses on rounding to float32
 _EXPONENT = np.uint64(0x7FF << 52)
 _SMALLEST = np.uint64((1023 - 125) << 52)   # below it, float32's grid is not 2^-23 of the binade (subnormals)
+_HALF = np.uint64(1 << 28)                   # the dropped bits of a float32 rounding boundary: 1 and then zeros
 
 
 def _near_float32_boundary(bits: np.ndarray, tmp: np.ndarray, tmp2: np.ndarray) -> np.ndarray:
     """Whether each float64 (``bits``: its bit pattern) lies within ``_SLACK_ULPS`` units of a float32 rounding
     boundary (a midpoint between two float32s: the dropped bits are 1 followed by zeros), or is too small for
     that test; any float64 within that many units of it then rounds to the same float32 when it is False."""
-    half, slack = np.uint64(1 << 28), np.uint64(_SLACK_ULPS)
+    half, slack = _HALF, np.uint64(_SLACK_ULPS)
     np.bitwise_and(bits, _DROPPED, out=tmp)
     tmp -= half - slack                  # (wraps around below the window)
     near = tmp < slack + slack

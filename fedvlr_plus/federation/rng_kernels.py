@@ -17,12 +17,10 @@ import math
 import numba
 import numpy as np
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-#: ``φ + k · M2`` for the trailing key k = 0, 1 of Box-Muller's two uniforms (as ``rng._TAIL``)
-_TAIL0 = np.uint64(0x9E3779B97F4A7C15)
-_TAIL1 = np.uint64((0x9E3779B97F4A7C15 + 0x94D049BB133111EB) & ((1 << 64) - 1))
+from .rng import _DROPPED, _EXPONENT, _GOLDEN, _HALF, _M1, _M2, _SMALLEST, _TAIL
+
+#: ``φ + k · M2`` for the trailing key k = 0, 1 of Box-Muller's two uniforms (numba reads scalars, not the tuple)
+_TAIL0, _TAIL1 = _TAIL
 _INV_2_53 = 1.0 / 9007199254740992.0
 _TWO_PI = 2.0 * np.pi
 
@@ -35,11 +33,6 @@ _INV_PIO2 = 6.36619772367581382433e-01
 # Taylor coefficients of sin and cos: on |y| <= π/4 the first omitted term is below 2^-60 of the value
 _S = tuple((-1.0) ** i / math.factorial(2 * i + 1) for i in range(1, 9))
 _C = tuple((-1.0) ** i / math.factorial(2 * i) for i in range(1, 10))
-
-_DROPPED = np.uint64((1 << 29) - 1)
-_HALF = np.uint64(1 << 28)
-_EXPONENT = np.uint64(0x7FF << 52)
-_SMALLEST = np.uint64((1023 - 125) << 52)
 
 _S1, _S2, _S3, _S4, _S5, _S6, _S7, _S8 = _S
 _C1, _C2, _C3, _C4, _C5, _C6, _C7, _C8, _C9 = _C
