@@ -353,6 +353,11 @@ def _paired_tests(study: _Study, tests: ExperimentResult, among: ExperimentResul
     def has(result, model, which):
         return model in result.per_seed and len(result.per_user(model, which)) > 0
 
+    def by_part(a, b):
+        """``a`` against ``b`` on every part both have targets in."""
+        return {part: {k: tests.paired(a, b, k, part) for k in keys}
+                for part in ("all", "warm", "cold") if has(tests, a, part) and has(tests, b, part)}
+
     for backbone in study.opts.backbones:
         fedvlr = row_label(backbone, "fedvlr")
         pairs = [(row_label(backbone, v), backbone) for v in FUSION_VARIANTS]
@@ -361,12 +366,10 @@ def _paired_tests(study: _Study, tests: ExperimentResult, among: ExperimentResul
         pairs += [(fedvlr, rule_label(row_label(backbone, v))) for v in ("none", "fedgrad")]
         for a, b in pairs:
             if a in study.selected and b in study.selected:
-                out[f"{a} vs {b}"] = {part: {k: tests.paired(a, b, k, part) for k in keys}
-                                      for part in ("all", "warm", "cold") if has(tests, a, part) and has(tests, b, part)}
+                out[f"{a} vs {b}"] = by_part(a, b)
         if fedvlr not in study.selected:
             continue
-        against_content = {part: {k: tests.paired(fedvlr, "content", k, part) for k in keys}
-                           for part in ("all", "warm", "cold") if has(tests, fedvlr, part) and has(tests, "content", part)}
+        against_content = by_part(fedvlr, "content")
         if against_content:
             out[f"{fedvlr} vs content"] = against_content
         for b in ["content"] + [rule_label(row_label(backbone, v)) for v in ("none", "fedgrad")]:
