@@ -8,8 +8,9 @@ reads from the operating system belongs to that case alone.
 
 A case is a dict: ``source`` (a data source, ``synthetic:UxI`` included), ``backbone`` (a federated backbone or
 ``recbole:<Model>``), ``fusion`` (None, or ``{"residual": bool}`` for the FedVLR layer), ``rounds``,
-``sequential_rounds`` (0: no reference), ``evaluate`` (full-sort passes after training), ``device``, and
-``chunk_floats`` (the batched simulator's memory bound of a chunk, when not the default).
+``sequential_rounds`` (0: no reference), ``evaluate`` (full-sort passes after training), ``device``,
+``chunk_floats`` (the batched simulator's memory bound of a chunk, when not the default) and ``private_store``
+(``memory`` by default, ``file`` for the tables in files).
 """
 from __future__ import annotations
 
@@ -91,11 +92,12 @@ def measure(case: dict) -> dict:
     model = _model(case, data)
     out = {"setup_cpu_s": time.process_time() - c0, "setup_wall_s": time.perf_counter() - t0,
            "clients": int(data.n_users), "items": int(data.n_items), "threads": torch.get_num_threads()}
-    extra = {k: case[k] for k in ("device", "chunk_floats") if case.get(k)}
+    extra = {k: case[k] for k in ("device", "chunk_floats", "private_store") if case.get(k)}
     cfg = FedConfig(rounds=10 ** 6, eval_every=10 ** 6, seed=0, **extra)
     times, run = _timed_rounds(data, model, replace(cfg, simulator="batched"), int(case.get("rounds", 3)))
     out["batched"] = _summary(times)
     out["simulator"] = getattr(run.sim, "name", "batched")
+    out["private_store"] = run.store.kind
     for split in ("valid",) * int(bool(case.get("evaluate"))):
         t, c = time.perf_counter(), time.process_time()
         run.evaluate(split, "full")

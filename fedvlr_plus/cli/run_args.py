@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import ConfigError
-from ..federation.config import FEDERATED_BACKBONES, STRATEGIES, FedConfig, config_from_options
+from ..federation.config import FEDERATED_BACKBONES, PRIVATE_STORES, STRATEGIES, FedConfig, config_from_options
 from .argtypes import (bounded, clients_per_round, int_list, non_negative_float, non_negative_int, one_metric,
                        positive_float, positive_int)
 
@@ -128,9 +128,10 @@ def _add_schedule_arguments(g, parser) -> None:
     g.add_argument("--simulator", choices=("batched", "sequential"), default=d.simulator,
                    help="batched (all clients of a round as stacked tensors, default) or sequential (the plain "
                         "one-client-at-a-time reference; same numbers, slower)")
-    g.add_argument("--private-store", choices=("memory", "disk"), default=d.private_store,
-                   help="where clients keep their private state between rounds: memory (default) or disk "
-                        "(one file per client under RUN_DIR/seed-<s>/private)")
+    g.add_argument("--private-store", choices=PRIVATE_STORES, default=d.private_store,
+                   help="where clients keep their private state between rounds: memory (default); file (the same "
+                        "tables in files under $TMPDIR, read a chunk at a time, so memory grows with a chunk, not "
+                        "with the population); disk (one file per client under RUN_DIR/seed-<s>/private)")
     g.add_argument("--checkpoint-every", type=positive_int, default=d.checkpoint_every, metavar="N",
                    help="write the run's checkpoint every N rounds, at every evaluation and at the end (default 1); "
                         "with a memory store each checkpoint holds every client's private state, so a larger N "

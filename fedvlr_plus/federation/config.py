@@ -9,6 +9,8 @@ from ..backbones import FEDERATED_BACKBONES  # noqa: F401  (named with the engin
 #: aggregation strategies (fedvlr_plus.federation.make_strategy), named here so that building the CLI does not
 #: import torch
 STRATEGIES = ("fedavg", "sparse-avg", "fedgrad", "median", "trimmed-mean")
+PRIVATE_STORES = ("memory", "file", "disk")
+COMPACT_STORES = ("memory", "file")   # one table per parameter over all clients, in memory or in files
 
 #: config fields that may differ between a checkpoint and the run that resumes it (they do not change numbers
 #: already computed: more rounds or patience extend a run; the simulator and chunking only change speed). The
@@ -109,7 +111,7 @@ class RuntimeConfig:
     seed: int = 0
     seeds: int = 1                    # run seeds seed, seed+1, ..., seed+seeds-1
     simulator: str = "batched"        # batched | sequential (the plain reference)
-    private_store: str = "memory"     # memory | disk (under RUN_DIR/seed-<s>/private)
+    private_store: str = "memory"     # memory | file (tables in $TMPDIR) | disk (under RUN_DIR/seed-<s>/private)
     checkpoint_every: int = 1         # rounds between checkpoints (also at every evaluation and at the end)
     chunk_floats: int = 1 << 24       # memory bound of one batched chunk, in floats
     device: str = "cpu"               # where the batched simulator trains and scores: cpu | cuda | auto
@@ -117,7 +119,7 @@ class RuntimeConfig:
     def _checks(self):
         return [(self.seeds >= 1, "seeds must be >= 1"),
                 (self.simulator in ("batched", "sequential"), "simulator must be batched or sequential"),
-                (self.private_store in ("memory", "disk"), "private_store must be memory or disk"),
+                (self.private_store in PRIVATE_STORES, f"private_store must be one of {', '.join(PRIVATE_STORES)}"),
                 (self.checkpoint_every >= 1, "checkpoint_every must be >= 1"),
                 (self.chunk_floats >= 1024, "chunk_floats must be >= 1024"),
                 (self.device in ("cpu", "cuda", "auto"), "device must be cpu, cuda or auto")]

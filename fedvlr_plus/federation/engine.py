@@ -32,7 +32,7 @@ from .accountant import run_clip, run_noise, run_privacy
 from .batched import BatchedSimulator
 from .sequential import SequentialSimulator
 from ..errors import ResumeMismatch, RunFolderError
-from .config import RESUMABLE_CHANGES, FedConfig
+from .config import COMPACT_STORES, RESUMABLE_CHANGES, FedConfig
 from .rng import TAG_SAMPLE
 from ..jsonio import write_json_atomic
 from .rounds import RoundLoop
@@ -40,6 +40,7 @@ from .round_timing import bench_round, format_bench  # noqa: F401  (named here b
 from .run_folder import SeedFolder, locked, seed_folders
 from .seed_results import SEED_PARTS, combine_seeds  # noqa: F401  (named here before)
 from .state import init_shared_state
+from .file_store import FileStore
 from .store import CompactStore, make_store
 from .strategy import make_strategy
 from .upload_stream import StreamedUploads, can_stream, fit_streamed
@@ -141,6 +142,8 @@ class FederatedRun:
         if self.cfg.private_store == "disk":
             root = self.run_dir / "private" if self.run_dir else Path(self._tmpdir()) / "private"
             return make_store("disk", root)
+        if self.cfg.private_store == "file":   # working tables, not a record: the checkpoints hold the states
+            return FileStore(Path(self._tmpdir()) / "tables", capacity=self.data.n_users)
         return CompactStore(capacity=self.data.n_users)
 
     def _start_simulator(self):
@@ -283,7 +286,7 @@ class FederatedRun:
         """Every ``checkpoint_every`` rounds, at evaluations and at the end; every round with a disk store (it
         commits each round's private states, which only the latest checkpoint can recover)."""
         r = record["round"]
-        return (self.store.kind != "memory" or r % self.cfg.checkpoint_every == 0 or "valid" in record
+        return (self.store.kind == "disk" or r % self.cfg.checkpoint_every == 0 or "valid" in record
                 or r >= self.cfg.rounds or self.stopped_early)
 
     def done(self) -> bool:
@@ -396,7 +399,7 @@ class FederatedRun:
         self.round = self._checkpointed_round = int(ck["round"])
         self.shared = ck["shared"]
         self.strategy.load_state_dict(ck["strategy"])
-        if self.store.kind == "memory":
+        if isinstance(self.store, CompactStore):   # memory or file tables: the checkpoint holds the states
             self.store.restore(ck["private"])
         else:
             self.store.recover(self.round)
@@ -424,7 +427,8 @@ class FederatedRun:
         # runs recorded when every config carried FedRAP's penalties list them for other backbones too
         foreign = option_names() - set(new)
         diff = sorted(k for k in set(old) | set(new)
-                      if old.get(k) != new.get(k) and k not in RESUMABLE_CHANGES and k not in foreign)
+                      if old.get(k) != new.get(k) and k not in RESUMABLE_CHANGES and k not in foreign
+                      and not _same_checkpointed_states(k, old.get(k), new.get(k)))
         if diff:
             raise ResumeMismatch(where, "cannot resume with different settings: " + "; ".join(
                 f"{_flag(k)}: the run used {old.get(k)!r}, this call {new.get(k)!r}" for k in diff), hint)
@@ -435,6 +439,12 @@ class FederatedRun:
         if self.cfg.rounds < int(ck["round"]):
             raise ResumeMismatch(where, f"--rounds: the run has already trained {ck['round']} rounds, this call "
                                  f"asks for {self.cfg.rounds}", f"pass --rounds {ck['round']} or more")
+
+
+def _same_checkpointed_states(setting: str, old, new) -> bool:
+    """Whether a changed setting keeps the checkpoint's meaning: the memory and file stores checkpoint the same
+    tables (a run that ran out of memory resumes with ``--private-store file``); a disk store's are its folder."""
+    return setting == "private_store" and {old, new} <= set(COMPACT_STORES)
 
 
 def _flag(setting: str) -> str:

@@ -17,6 +17,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from .streamed_safetensors import StreamedTensor
+
 # safetensors has no unsigned types wider than a byte for torch: such arrays are stored as their signed twin
 # (same bytes) and viewed back
 _SIGNED_TWIN = {"uint16": "int16", "uint32": "int32", "uint64": "int64"}
@@ -42,6 +44,10 @@ class _Writer:
             return float(obj) if math.isfinite(obj) else {"$float": repr(float(obj))}
         if isinstance(obj, torch.Tensor):
             return {"$tensor": self.tensor(obj)}
+        if isinstance(obj, StreamedTensor):   # written from its source in blocks; read back as a tensor
+            name = f"t{len(self.tensors)}"
+            self.tensors[name] = obj
+            return {"$tensor": name}
         if isinstance(obj, np.ndarray):
             return self._array(obj)
         if isinstance(obj, tuple):

@@ -29,6 +29,7 @@ from ..atomic_write import atomic_write, atomic_write_bytes, is_temp_file, make_
 from ..errors import RunFolderError
 from ..jsonio import json_default
 from .plain_state import join_tensors, split_tensors
+from .streamed_safetensors import StreamedTensor, save_streamed
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 1
@@ -242,10 +243,13 @@ def _save_tensors(tensors: dict, path: Path) -> None:
     private states doubled the process's peak at every checkpoint."""
     from safetensors.torch import save_file
 
-    try:
-        save_file(tensors, str(path))
-    except RuntimeError:  # safetensors refuses tensors whose memory overlaps (one referenced twice): copy them
-        save_file({k: v.clone() for k, v in tensors.items()}, str(path))
+    if any(isinstance(t, StreamedTensor) for t in tensors.values()):
+        save_streamed(tensors, path)   # some are not in memory (private states in files): written in blocks
+    else:
+        try:
+            save_file(tensors, str(path))
+        except RuntimeError:  # safetensors refuses tensors whose memory overlaps (one referenced twice): copy
+            save_file({k: v.clone() for k, v in tensors.items()}, str(path))
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(path, 0o666 & ~umask)   # the permissions of every other file we write (safetensors makes it 0600)

@@ -139,8 +139,8 @@ class CompactStore:
 
     # ------------------------------------------------------------------ one client
     def load(self, cid: int) -> State | None:
-        row = int(self._rows_of(np.array([int(cid)]))[0])
-        out = {k: col[row].clone() for k, col in self._cols.items() if self._present(k, np.array([row]))[0]}
+        row = self._rows_of(np.array([int(cid)]))
+        out = {k: self._read_rows(k, row)[0] for k in self._has if self._present(k, row)[0]}
         return out or None
 
     def save(self, cid: int, state: State, *, copy: bool = True) -> None:
@@ -154,15 +154,11 @@ class CompactStore:
         rows = self._rows_of(cids)
         out = {}
         for name in names:
-            col = self._cols.get(name)
-            if col is None:
-                out[name] = (None, np.zeros(len(cids), dtype=bool))
-                continue
             mask = self._present(name, rows)
-            if not mask.any():   # as for a parameter never stored (round 1's chunks): nothing to gather
+            if not mask.any():   # a parameter never stored, or none of these clients' (round 1's chunks)
                 out[name] = (None, mask)
                 continue
-            vals = col.index_select(0, torch.from_numpy(np.where(mask, rows, 0)))
+            vals = self._read_rows(name, np.where(mask, rows, 0))
             if not mask.all():
                 vals[torch.from_numpy(~mask)] = 0
             out[name] = (vals, mask)
@@ -193,13 +189,25 @@ class CompactStore:
         rows = self._assign_rows(cids)
         for name, vals in block.items():
             self._reserve(name, vals, int(rows.max()) + 1)
-            has, col = self._has[name], self._cols[name]
+            has = self._has[name]
             if self._in_round:
                 self._overwrote |= bool(has[rows].any())
                 self._created.update(int(c) for c in cids[~has[rows]])
-            if not _is_rows_of(vals, col, rows):
-                col.index_copy_(0, torch.from_numpy(rows), vals.detach().to(col.dtype))
+            self._write_rows(name, rows, vals)
             has[rows] = True
+
+    # ------------------------------------------------------------------ where the rows live (here: memory)
+    def _read_rows(self, name: str, rows: np.ndarray) -> torch.Tensor:
+        """A fresh tensor of ``name``'s values at ``rows``."""
+        return self._cols[name].index_select(0, torch.from_numpy(np.asarray(rows, dtype=np.int64)))
+
+    def _write_rows(self, name: str, rows: np.ndarray, vals: torch.Tensor) -> None:
+        col = self._cols[name]
+        if not _is_rows_of(vals, col, rows):
+            col.index_copy_(0, torch.from_numpy(rows), vals.detach().to(col.dtype))
+
+    def _clear_tables(self) -> None:
+        self._cols, self._has = {}, {}
 
     def _reserve(self, name: str, vals: torch.Tensor, top: int) -> None:
         col = self._cols.get(name)
@@ -260,19 +268,20 @@ class CompactStore:
         [len(ids), ...]}}}``, clients in row order, so that :meth:`restore` gives them the same rows back.
         ``copy=False`` (a checkpoint written at once) avoids copying where it can."""
         params = {}
-        for name, col in self._cols.items():
+        for name in self._has:
             ids, rows = self._clients_with(name)
-            if np.array_equal(rows, np.arange(len(rows))):   # every row from row 0 holds one: a slice
-                vals = col[:len(rows)]
-                vals = vals.clone() if copy else vals
-            else:
-                vals = col.index_select(0, torch.from_numpy(rows))
-            params[name] = {"clients": torch.from_numpy(ids), "values": vals}
+            params[name] = {"clients": torch.from_numpy(ids), "values": self._snapshot_rows(name, rows, copy)}
         return {"format": "compact", "params": params}
+
+    def _snapshot_rows(self, name: str, rows: np.ndarray, copy: bool) -> torch.Tensor:
+        col = self._cols[name]
+        if np.array_equal(rows, np.arange(len(rows))):   # every row from row 0 holds one: a slice
+            return col[:len(rows)].clone() if copy else col[:len(rows)]
+        return col.index_select(0, torch.from_numpy(rows))
 
     def restore(self, snapshot) -> None:
         """Restore what :meth:`snapshot` (or a :class:`MemoryStore`'s ``{cid: state}``) held."""
-        self._cols, self._has = {}, {}
+        self._clear_tables()
         self._row, self._rows = np.full(0, -1, dtype=np.int64), 0
         self._created, self._overwrote, self._in_round = set(), False, False
         if isinstance(snapshot, dict) and snapshot.get("format") == "compact":
