@@ -81,6 +81,21 @@ def test_a_truncated_table_file_is_one_line_naming_it(tmp_path):
         disk.load(5)
 
 
+def test_a_full_disk_is_one_line_naming_the_table(tmp_path, monkeypatch):
+    import errno
+
+    from fedvlr_plus.errors import UserError
+
+    disk = _fill(FileStore(tmp_path / "t"))
+
+    def full(fd, data, offset):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(os, "pwrite", full)
+    with pytest.raises(UserError, match="a.rows.*No space left") as err:
+        disk.save(5, {"a": torch.zeros(4)})
+    assert "\n" not in str(err.value)
+
+
 def _fedvlr(data):
     return build_fedvlr(data, make_backbone("fedavg", data.n_items, 8), FedVLROptions(progress=False))
 

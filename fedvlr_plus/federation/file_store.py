@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..atomic_write import make_dirs
+from ..atomic_write import make_dirs, output_error
 from ..errors import RunFolderError
 from .store import CompactStore
 from .streamed_safetensors import StreamedTensor, tensor_bytes
@@ -43,6 +43,26 @@ class _Table:
     dtype: torch.dtype
     row_bytes: int
     rows: int = field(default=0)
+
+
+def _read_exactly(table: _Table, view: memoryview, offset: int) -> None:
+    """Fill ``view`` from ``offset`` of the table's file (one read may return less: Linux stops at 2 GB)."""
+    while len(view):
+        got = os.preadv(table.fd, [view], offset)
+        if got == 0:
+            raise RunFolderError(str(table.path), "a private-state table ends before the rows it should hold",
+                                 "resume the run from its checkpoint (--resume RUN_DIR)")
+        view, offset = view[got:], offset + got
+
+
+def _write_fully(table: _Table, view: memoryview, offset: int) -> None:
+    """Write ``view`` at ``offset`` of the table's file; a full disk is one line naming the file."""
+    try:
+        while len(view):   # a positioned write may write less than asked: go on from where it stopped
+            n = os.pwrite(table.fd, view, offset)
+            view, offset = view[n:], offset + n
+    except OSError as exc:
+        raise output_error(table.path, exc) from None
 
 
 def consecutive_runs(rows: np.ndarray) -> list[tuple[int, int]]:
@@ -81,7 +101,10 @@ class FileStore(CompactStore):
             return
         # the population's size where known, else doubling; the file only grows on paper until rows are written
         rows = self.capacity if top <= self.capacity else max(top, 2 * table.rows)
-        os.ftruncate(table.fd, rows * table.row_bytes)   # a sparse extension: nothing is written or copied
+        try:   # a sparse extension: nothing is written or copied
+            os.ftruncate(table.fd, rows * table.row_bytes)
+        except OSError as exc:
+            raise output_error(table.path, exc) from None
         has = np.zeros(rows, dtype=bool)
         has[:len(self._has[name])] = self._has[name]
         self._has[name], table.rows = has, rows
@@ -100,11 +123,7 @@ class FileStore(CompactStore):
         out = torch.empty((len(rows),) + table.shape, dtype=table.dtype)
         buf = memoryview(out.view(-1).view(torch.uint8).numpy()) if out.numel() else None
         for a, b in consecutive_runs(rows):
-            want = (b - a) * table.row_bytes
-            got = os.preadv(table.fd, [buf[a * table.row_bytes:b * table.row_bytes]], int(rows[a]) * table.row_bytes)
-            if got != want:
-                raise RunFolderError(str(table.path), f"read {got} of {want} bytes of a private-state table",
-                                     "resume the run from its checkpoint (--resume RUN_DIR)")
+            _read_exactly(table, buf[a * table.row_bytes:b * table.row_bytes], int(rows[a]) * table.row_bytes)
         return out
 
     def _write_rows(self, name: str, rows: np.ndarray, vals: torch.Tensor) -> None:
@@ -112,10 +131,7 @@ class FileStore(CompactStore):
         data = vals.detach().to(device="cpu", dtype=table.dtype).contiguous()
         buf = memoryview(data.view(-1).view(torch.uint8).numpy()) if data.numel() else None
         for a, b in consecutive_runs(np.asarray(rows, dtype=np.int64)):
-            view, offset = buf[a * table.row_bytes:b * table.row_bytes], int(rows[a]) * table.row_bytes
-            while len(view):   # a positioned write may write less than asked: go on from where it stopped
-                n = os.pwrite(table.fd, view, offset)
-                view, offset = view[n:], offset + n
+            _write_fully(table, buf[a * table.row_bytes:b * table.row_bytes], int(rows[a]) * table.row_bytes)
 
     def _snapshot_rows(self, name: str, rows: np.ndarray, copy: bool):
         """A fresh tensor; with ``copy=False`` (a checkpoint written at once) a source that reads the rows in
