@@ -200,3 +200,18 @@ def test_bench_suite_measures_the_file_store_case(tmp_path):
     case = json.loads((out / "suite.json").read_text())["cases"][0]
     assert case["status"] == "ok" and case["private_store"] == "file" and len(case["batched"]["rounds"]) == 2
     assert "private states in files" in (out / "suite.md").read_text()
+
+
+def test_a_cold_start_training_keeps_its_selected_round_with_file_tables():
+    """The cold-start study restores the selected round's states into the store it trained with: the file
+    store ends with the states of the memory store (a disk store is replaced by memory there)."""
+    from fedvlr_plus.coldstart.experiment import train_selected
+
+    data = synthetic_data(40, 150, 10, seed=0)
+    cfg = FedConfig(**{**FAST, "rounds": 4, "eval_every": 1})
+    mem = train_selected(data, "fcf", cfg)
+    disk = train_selected(data, "fcf", FedConfig(**{**cfg.to_dict(), "private_store": "file"}))
+    assert isinstance(disk.store, FileStore) and disk.best["round"] == mem.best["round"]
+    for cid in mem.eligible[:5]:
+        a, b = disk.store.load(int(cid)), mem.store.load(int(cid))
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

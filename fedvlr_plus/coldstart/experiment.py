@@ -78,7 +78,7 @@ def train_selected(data, model, cfg, *, progress: bool = False):
             snap.update(shared={k: v.clone() for k, v in run.shared.items()}, strategy=run.strategy.state_dict(),
                         private=run.store.snapshot(), round=record["round"])
 
-    if cfg.private_store != "memory":
+    if cfg.private_store == "disk":   # the selected round's states are kept as a snapshot: a table store's
         cfg = replace(cfg, private_store="memory")
     run = FederatedRun(data, model, cfg, progress=progress, on_round=keep)
     run.run()
