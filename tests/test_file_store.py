@@ -145,7 +145,10 @@ def test_a_streamed_safetensors_file_reads_back_with_safetensors(tmp_path):
     rows = disk._row[np.array([7, 2, 9])]
     tensors = {"t0": torch.randn(3, 4), "t1": torch.arange(5), "t2": torch.tensor(2.5, dtype=torch.float64),
                "t3": torch.zeros(0, 3), "t4": torch.tensor([True, False]), "t5": TableRows(disk, "a", rows)}
-    save_streamed(tensors, tmp_path / "s.safetensors")
+    from fedvlr_plus.federation.run_folder import sha256_file
+
+    digest = save_streamed(tensors, tmp_path / "s.safetensors")
+    assert digest == sha256_file(tmp_path / "s.safetensors")   # taken while writing: the run folder lists it
     back = load_file(tmp_path / "s.safetensors")
     assert back.keys() == tensors.keys()
     assert all(torch.equal(back[k], v) for k, v in tensors.items() if k != "t5")

@@ -200,9 +200,11 @@ class SeedFolder:
         if json_name in old["files"]:  # rewriting a listed name: unlist it first
             old = self._write_manifest(old, drop=(tensor_name, json_name),
                                        checkpoint=None if old["checkpoint"] == stem else old["checkpoint"])
-        atomic_write(self.path / tensor_name, lambda tmp: _save_tensors(tensors, tmp))
+        written = {}
+        atomic_write(self.path / tensor_name, lambda tmp: written.update(sha256=_save_tensors(tensors, tmp)))
         atomic_write_bytes(self.path / json_name, doc)
-        files = {tensor_name: sha256_file(self.path / tensor_name), json_name: sha256_bytes(doc)}
+        files = {tensor_name: written.get("sha256") or sha256_file(self.path / tensor_name),
+                 json_name: sha256_bytes(doc)}
         stale = [n for n in old["files"] if checkpoint and _CHECKPOINT_FILE.fullmatch(n) and n not in files]
         self._write_manifest(old, add=files, drop=stale, checkpoint=stem if checkpoint else old["checkpoint"])
         for name in stale:
@@ -237,14 +239,16 @@ class SeedFolder:
                 p.unlink(missing_ok=True)
 
 
-def _save_tensors(tensors: dict, path: Path) -> None:
-    """``tensors`` as a safetensors file at ``path``. ``save_file`` writes from the tensors' own memory (safetensors
-    0.8 passes pointers); ``save`` builds the whole file in memory, twice over, which at a large population's
-    private states doubled the process's peak at every checkpoint."""
+def _save_tensors(tensors: dict, path: Path) -> str | None:
+    """``tensors`` as a safetensors file at ``path``; the file's sha256 where it was taken while writing, else
+    None. ``save_file`` writes from the tensors' own memory (safetensors 0.8 passes pointers); ``save`` builds the
+    whole file in memory, twice over, which at a large population's private states doubled the process's peak at
+    every checkpoint."""
     from safetensors.torch import save_file
 
+    digest = None
     if any(isinstance(t, StreamedTensor) for t in tensors.values()):
-        save_streamed(tensors, path)   # some are not in memory (private states in files): written in blocks
+        digest = save_streamed(tensors, path)   # some are not in memory (private states in files): in blocks
     else:
         try:
             save_file(tensors, str(path))
@@ -253,3 +257,4 @@ def _save_tensors(tensors: dict, path: Path) -> None:
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(path, 0o666 & ~umask)   # the permissions of every other file we write (safetensors makes it 0600)
+    return digest

@@ -9,6 +9,7 @@ tensors. The file is read back with safetensors itself, like every other checkpo
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import struct
 
@@ -54,16 +55,24 @@ def _header(tensors: dict) -> bytes:
     return header + b" " * (-len(header) % 8)   # the data starts 8-byte aligned, as safetensors writes it
 
 
-def save_streamed(tensors: dict, path) -> None:
-    """Write ``tensors`` ({name: torch.Tensor or StreamedTensor}) as a safetensors file at ``path``."""
+def save_streamed(tensors: dict, path) -> str:
+    """Write ``tensors`` ({name: torch.Tensor or StreamedTensor}) as a safetensors file at ``path``; returns the
+    file's sha256, taken as it is written (a run folder lists it without reading gigabytes back)."""
     header = _header(tensors)
+    digest = hashlib.sha256()
+
+    def put(f, data) -> int:
+        digest.update(data)
+        return f.write(data)
+
     with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(header)))
-        f.write(header)
+        put(f, struct.pack("<Q", len(header)))
+        put(f, header)
         for name, t in tensors.items():
             expected = t.nbytes if isinstance(t, StreamedTensor) else t.numel() * t.element_size()
             written = 0
             for block in (t.blocks() if isinstance(t, StreamedTensor) else (tensor_bytes(t),)):
-                written += f.write(block)
+                written += put(f, block)
             if written != expected:   # a source that lies about its size would corrupt every later tensor
                 raise ValueError(f"tensor {name!r}: its source gave {written} bytes, {expected} expected")
+    return digest.hexdigest()
