@@ -291,3 +291,17 @@ def test_a_checkpoint_file_is_the_safetensors_bytes_and_reads_back(tmp_path):
     back = folder.read_checkpoint()
     assert back["round"] == 3 and torch.equal(back["private"]["w"], state["private"]["w"])
     assert torch.equal(back["shared"], state["shared"]) and folder.verify()["checkpoint"] == "checkpoint-000003"
+
+
+def test_a_checkpoint_file_takes_the_umask_of_the_process(tmp_path):
+    import os
+
+    from fedvlr_plus.federation.run_folder import process_umask
+
+    old = os.umask(0o027)
+    try:
+        assert process_umask() == 0o027 and os.umask(0o027) == 0o027   # read without changing it
+        SeedFolder(tmp_path / "seed-0").write_state("checkpoint-000001", {"w": torch.ones(2)}, checkpoint=True)
+    finally:
+        os.umask(old)
+    assert os.stat(tmp_path / "seed-0" / "checkpoint-000001.safetensors").st_mode & 0o777 == 0o640

@@ -254,7 +254,20 @@ def _save_tensors(tensors: dict, path: Path) -> str | None:
             save_file(tensors, str(path))
         except RuntimeError:  # safetensors refuses tensors whose memory overlaps (one referenced twice): copy
             save_file({k: v.clone() for k, v in tensors.items()}, str(path))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, 0o666 & ~umask)   # the permissions of every other file we write (safetensors makes it 0600)
+    os.chmod(path, 0o666 & ~process_umask())   # as every other file we write (safetensors makes it 0600)
     return digest
+
+
+def process_umask() -> int:
+    """The process's umask, read where Linux shows it (``os.umask`` can only read it by setting it, and between
+    the two calls another thread would create its files with the wrong mode)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return umask
