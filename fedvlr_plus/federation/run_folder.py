@@ -123,24 +123,25 @@ class SeedFolder:
 
     def _verified_bytes(self, name: str, manifest: dict) -> bytes:
         """The contents of the listed file ``name``, checked against its sha256 (read once: for small files)."""
-        path = self._listed_path(name)
-        try:
+        def read(path: Path):
             data = path.read_bytes()
-        except FileNotFoundError:
-            raise RunFolderError(str(path), f"listed in {MANIFEST} but missing", _UNTRUSTED) from None
-        self._check_digest(path, sha256_bytes(data), manifest["files"][name])
-        return data
+            return data, sha256_bytes(data)
+        return self._verified(name, manifest, read)
 
     def _verified_path(self, name: str, manifest: dict) -> Path:
         """The listed file ``name``, its sha256 checked by reading it in blocks (for tensor files, which are then
         loaded from the path without a second copy in memory)."""
+        return self._verified(name, manifest, lambda path: (path, sha256_file(path)))
+
+    def _verified(self, name: str, manifest: dict, read):
+        """``read(path) -> (value, sha256)`` of the listed file ``name``; the value once the digest matches."""
         path = self._listed_path(name)
         try:
-            digest = sha256_file(path)
+            value, digest = read(path)
         except FileNotFoundError:
             raise RunFolderError(str(path), f"listed in {MANIFEST} but missing", _UNTRUSTED) from None
         self._check_digest(path, digest, manifest["files"][name])
-        return path
+        return value
 
     def _listed_path(self, name: str) -> Path:
         if "/" in name or name.startswith("."):
