@@ -305,3 +305,19 @@ def test_a_checkpoint_file_takes_the_umask_of_the_process(tmp_path):
     finally:
         os.umask(old)
     assert os.stat(tmp_path / "seed-0" / "checkpoint-000001.safetensors").st_mode & 0o777 == 0o640
+
+
+def test_a_listed_file_that_is_missing_or_changed_is_refused_naming_it(tmp_path):
+    folder = SeedFolder(tmp_path / "seed-0")
+    folder.write_state("checkpoint-000001", {"w": torch.ones(3)}, checkpoint=True)
+    tensors = tmp_path / "seed-0" / "checkpoint-000001.safetensors"
+    doc = tmp_path / "seed-0" / "checkpoint-000001.json"
+    doc.write_text(doc.read_text() + " ")          # a file read whole, as bytes
+    with pytest.raises(RunFolderError, match="checkpoint-000001.json: does not match its sha256"):
+        folder.read_checkpoint()
+    folder = SeedFolder(tmp_path / "again")
+    folder.write_state("checkpoint-000001", {"w": torch.ones(3)}, checkpoint=True)
+    (tmp_path / "again" / "checkpoint-000001.safetensors").unlink()   # read in blocks, by path
+    with pytest.raises(RunFolderError, match="checkpoint-000001.safetensors: listed in manifest.json but missing"):
+        folder.read_checkpoint()
+    assert tensors.exists()
