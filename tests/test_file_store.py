@@ -218,3 +218,24 @@ def test_a_cold_start_training_keeps_its_selected_round_with_file_tables():
     for cid in mem.eligible[:5]:
         a, b = disk.store.load(int(cid)), mem.store.load(int(cid))
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_memory_file_system_under_tmpdir_is_named():
+    from fedvlr_plus.federation.file_store import memory_file_system
+
+    mounts = ("/dev/vda1 / ext4 rw 0 0\ntmpfs /tmp tmpfs rw 0 0\n/dev/vdb /tmp/disk xfs rw 0 0\n"
+              "tmpfs /run/user\\0401 tmpfs rw 0 0\n")
+    assert memory_file_system("/tmp/fedvlr-private-x/tables", mounts) == "tmpfs"
+    assert memory_file_system("/tmp/disk/tables", mounts) is None       # the deepest mount point decides
+    assert memory_file_system("/tmpfoo/tables", mounts) is None         # a name that only starts like /tmp
+    assert memory_file_system("/run/user 1/x", mounts) == "tmpfs"       # octal-escaped spaces in mount points
+    assert memory_file_system("/home/x", mounts) is None
+
+
+def test_the_run_warns_when_its_state_files_would_sit_in_memory(monkeypatch):
+    from fedvlr_plus.federation import engine
+
+    monkeypatch.setattr(engine, "memory_file_system", lambda path: "tmpfs")
+    data = synthetic_data(20, 40, 6, seed=0)
+    with pytest.warns(RuntimeWarning, match="tmpfs.*set TMPDIR"):
+        FederatedRun(data, "fedavg", FedConfig(**{**FAST, "rounds": 1}, private_store="file"), progress=False)

@@ -65,6 +65,26 @@ def _write_fully(table: _Table, view: memoryview, offset: int) -> None:
         raise output_error(table.path, exc) from None
 
 
+def memory_file_system(path, mounts: str | None = None) -> str | None:
+    """The type of the file system holding ``path`` when it keeps its files in memory (``tmpfs``, ``ramfs``: a
+    ``/tmp`` on many systems), where files save no memory; else None. ``mounts``: ``/proc/mounts``' text."""
+    if mounts is None:
+        try:
+            mounts = Path("/proc/mounts").read_text()
+        except OSError:   # not Linux: nothing to say
+            return None
+    where, best = str(Path(path).resolve()), ("", None)
+    for line in mounts.splitlines():
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        inside = where == point or where.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best[0]):
+            best = (point, fields[2])
+    return best[1] if best[1] in ("tmpfs", "ramfs") else None
+
+
 def consecutive_runs(rows: np.ndarray) -> list[tuple[int, int]]:
     """``(start, end)`` positions of ``rows`` whose values go up by one from ``rows[start]`` to ``rows[end - 1]``:
     each run is one contiguous byte range of a table's file."""
