@@ -94,6 +94,10 @@ def test_a_full_disk_is_one_line_naming_the_table(tmp_path, monkeypatch):
     with pytest.raises(UserError, match="a.rows.*No space left") as err:
         disk.save(5, {"a": torch.zeros(4)})
     assert "\n" not in str(err.value)
+    # the tables' disk space is reserved when they are made: a disk too small stops the run at its start
+    monkeypatch.setattr(os, "posix_fallocate", lambda fd, offset, length: full(fd, b"", offset))
+    with pytest.raises(UserError, match="c.rows.*No space left"):
+        FileStore(tmp_path / "u", capacity=1000).save(0, {"c": torch.zeros(4)})
 
 
 def _fedvlr(data):

@@ -16,6 +16,7 @@ stored either way, so a run gives the same numbers with either store.
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
@@ -43,6 +44,23 @@ class _Table:
     dtype: torch.dtype
     row_bytes: int
     rows: int = field(default=0)
+
+
+def _grow(table: _Table, rows: int) -> None:
+    """Make the table's file ``rows`` rows long and reserve its disk space now, so that a disk too small for the
+    population's states stops the run at its start, not rounds later (where a file system cannot reserve, the
+    file is extended sparsely)."""
+    old, new = table.rows * table.row_bytes, rows * table.row_bytes
+    try:
+        os.ftruncate(table.fd, new)
+        if new > old and hasattr(os, "posix_fallocate"):
+            try:
+                os.posix_fallocate(table.fd, old, new - old)
+            except OSError as exc:
+                if exc.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                    raise
+    except OSError as exc:
+        raise output_error(table.path, exc) from None
 
 
 def _read_exactly(table: _Table, view: memoryview, offset: int) -> None:
@@ -121,10 +139,7 @@ class FileStore(CompactStore):
             return
         # the population's size where known, else doubling; the file only grows on paper until rows are written
         rows = self.capacity if top <= self.capacity else max(top, 2 * table.rows)
-        try:   # a sparse extension: nothing is written or copied
-            os.ftruncate(table.fd, rows * table.row_bytes)
-        except OSError as exc:
-            raise output_error(table.path, exc) from None
+        _grow(table, rows)
         has = np.zeros(rows, dtype=bool)
         has[:len(self._has[name])] = self._has[name]
         self._has[name], table.rows = has, rows
