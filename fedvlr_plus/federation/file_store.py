@@ -137,7 +137,7 @@ class FileStore(CompactStore):
             self._has[name] = np.zeros(0, dtype=bool)
         if table.rows >= top:
             return
-        # the population's size where known, else doubling; the file only grows on paper until rows are written
+        # the population's size where known (one reservation), else doubling as clients come
         rows = self.capacity if top <= self.capacity else max(top, 2 * table.rows)
         _grow(table, rows)
         has = np.zeros(rows, dtype=bool)
