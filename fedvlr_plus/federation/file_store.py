@@ -10,9 +10,10 @@ through the page cache, which the kernel may keep or drop; it is not the process
 
 Everything else is the compact store's: rows in first-write order, the round bookkeeping (writes are in place;
 ``begin_round`` after an interrupted round that had changed stored states refuses, and the run resumes from its
-checkpoint), the snapshot's layout. The files are working files, not a record: a checkpoint holds the states
-(:meth:`snapshot` reads them into memory for it), and a resumed run restores them from there. The same bytes are
-stored either way, so a run gives the same numbers with either store.
+checkpoint), the snapshot's layout. The files are working files, not a record: they have no name on disk once
+opened (the space goes back when the process ends, however it ends), a checkpoint holds the states (written from
+the files in blocks, :class:`TableRows`), and a resumed run restores them from there. The same bytes are stored
+either way, so a run gives the same numbers with either store.
 """
 from __future__ import annotations
 
@@ -148,6 +149,9 @@ class FileStore(CompactStore):
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name)
         path = self.root / f"{len(self._tables):03d}-{safe}.rows"
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        # unlinked at once: the file lives while the process holds it open, so a run that is killed leaves no
+        # gigabytes behind in $TMPDIR (the name stays in messages, for the folder it was in)
+        os.unlink(path)
         row_bytes = int(np.prod(shape, dtype=np.int64)) * torch.empty(0, dtype=dtype).element_size()
         self._tables[name] = table = _Table(path, fd, shape, dtype, row_bytes)
         return table
