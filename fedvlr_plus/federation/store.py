@@ -1,6 +1,6 @@
 """Per-client private state: named tensors that never leave the client, kept between rounds.
 
-Three stores with one protocol:
+Three stores with one protocol (and :class:`~.file_store.FileStore`, the compact store with its tables in files):
 
 - :class:`CompactStore` keeps one tensor per parameter over all clients (the engine's in-memory store: memory is
   the states' own bytes, with no per-client objects, and a chunk of clients is read and written in one call);
