@@ -28,9 +28,11 @@ class _Writer:
     def __init__(self):
         self.tensors: dict[str, torch.Tensor] = {}
 
-    def tensor(self, t: torch.Tensor) -> str:
+    def tensor(self, t) -> str:
+        """The name of ``t`` in the table (a tensor, or a :class:`StreamedTensor` written from its source)."""
         name = f"t{len(self.tensors)}"
-        self.tensors[name] = t.detach().cpu().contiguous()   # no copy for a CPU tensor (the common case)
+        # no copy for a CPU tensor (the common case)
+        self.tensors[name] = t if isinstance(t, StreamedTensor) else t.detach().cpu().contiguous()
         return name
 
     def encode(self, obj):
@@ -42,12 +44,8 @@ class _Writer:
             return bool(obj)
         if isinstance(obj, (float, np.floating)):
             return float(obj) if math.isfinite(obj) else {"$float": repr(float(obj))}
-        if isinstance(obj, torch.Tensor):
+        if isinstance(obj, (torch.Tensor, StreamedTensor)):   # a streamed one is read back as a tensor
             return {"$tensor": self.tensor(obj)}
-        if isinstance(obj, StreamedTensor):   # written from its source in blocks; read back as a tensor
-            name = f"t{len(self.tensors)}"
-            self.tensors[name] = obj
-            return {"$tensor": name}
         if isinstance(obj, np.ndarray):
             return self._array(obj)
         if isinstance(obj, tuple):

@@ -22,6 +22,11 @@ DTYPE_NAMES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16",
                torch.bool: "BOOL"}
 
 
+def bytes_of(shape: tuple, dtype: torch.dtype) -> int:
+    """The bytes of a C-ordered tensor of ``shape`` and ``dtype``."""
+    return int(np.prod(shape, dtype=np.int64)) * torch.empty(0, dtype=dtype).element_size()
+
+
 class StreamedTensor:
     """A tensor's shape and dtype, and its bytes (C order) in blocks: subclasses implement :meth:`blocks`."""
 
@@ -29,8 +34,8 @@ class StreamedTensor:
         self.shape, self.dtype = tuple(int(s) for s in shape), dtype
 
     @property
-    def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * torch.empty(0, dtype=self.dtype).element_size()
+    def nbytes(self) -> int:   # as ``torch.Tensor.nbytes``, so the writer reads either the same way
+        return bytes_of(self.shape, self.dtype)
 
     def blocks(self):
         """Yield the tensor's bytes in order, as bytes-like objects."""
@@ -48,7 +53,7 @@ def _header(tensors: dict) -> bytes:
     for name, t in tensors.items():
         if t.dtype not in DTYPE_NAMES:
             raise TypeError(f"tensor {name!r}: dtype {t.dtype} cannot be stored in a checkpoint")
-        nbytes = t.nbytes if isinstance(t, StreamedTensor) else t.numel() * t.element_size()
+        nbytes = t.nbytes
         entries[name] = {"dtype": DTYPE_NAMES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + nbytes]}
         offset += nbytes
     header = json.dumps(entries, separators=(",", ":")).encode()
@@ -69,7 +74,7 @@ def save_streamed(tensors: dict, path) -> str:
         put(f, struct.pack("<Q", len(header)))
         put(f, header)
         for name, t in tensors.items():
-            expected = t.nbytes if isinstance(t, StreamedTensor) else t.numel() * t.element_size()
+            expected = t.nbytes
             written = 0
             for block in (t.blocks() if isinstance(t, StreamedTensor) else (tensor_bytes(t),)):
                 written += put(f, block)
