@@ -238,9 +238,9 @@ def test_a_memory_file_system_under_tmpdir_is_named():
 
 
 def test_the_run_warns_when_its_state_files_would_sit_in_memory(monkeypatch):
-    from fedvlr_plus.federation import engine
+    from fedvlr_plus.federation import file_store
 
-    monkeypatch.setattr(engine, "memory_file_system", lambda path: "tmpfs")
+    monkeypatch.setattr(file_store, "memory_file_system", lambda path: "tmpfs")
     data = synthetic_data(20, 40, 6, seed=0)
     with pytest.warns(RuntimeWarning, match="tmpfs.*set TMPDIR"):
         FederatedRun(data, "fedavg", FedConfig(**{**FAST, "rounds": 1}, private_store="file"), progress=False)

@@ -21,7 +21,6 @@ import os
 import sys
 import tempfile
 import time
-import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -41,7 +40,7 @@ from .round_timing import bench_round, format_bench  # noqa: F401  (named here b
 from .run_folder import SeedFolder, locked, seed_folders
 from .seed_results import SEED_PARTS, combine_seeds  # noqa: F401  (named here before)
 from .state import init_shared_state
-from .file_store import FileStore, memory_file_system
+from .file_store import FileStore
 from .store import CompactStore, make_store
 from .strategy import make_strategy
 from .upload_stream import StreamedUploads, can_stream, fit_streamed
@@ -144,12 +143,7 @@ class FederatedRun:
             root = self.run_dir / "private" if self.run_dir else Path(self._tmpdir()) / "private"
             return make_store("disk", root)
         if self.cfg.private_store == "file":   # working tables, not a record: the checkpoints hold the states
-            root = Path(self._tmpdir()) / "tables"
-            kind = memory_file_system(root)
-            if kind is not None:
-                warnings.warn(f"--private-store file: {root.parent} is on a {kind} (memory), so the state files save "
-                              "no memory there; set TMPDIR to a folder on disk", RuntimeWarning, stacklevel=2)
-            return FileStore(root, capacity=self.data.n_users)
+            return FileStore(Path(self._tmpdir()) / "tables", capacity=self.data.n_users)
         return CompactStore(capacity=self.data.n_users)
 
     def _start_simulator(self):

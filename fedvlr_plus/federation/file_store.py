@@ -20,7 +20,7 @@ from __future__ import annotations
 import errno
 import os
 import re
-import shutil
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,7 +30,7 @@ import torch
 from ..atomic_write import make_dirs, output_error
 from ..errors import RunFolderError
 from .store import CompactStore
-from .streamed_safetensors import StreamedTensor, tensor_bytes
+from .streamed_safetensors import StreamedTensor, bytes_of, tensor_bytes
 
 #: the most bytes a streamed snapshot reads at once
 SNAPSHOT_BLOCK_BYTES = 1 << 26
@@ -123,6 +123,10 @@ class FileStore(CompactStore):
         self.root = Path(root)
         make_dirs(self.root)
         self._tables: dict[str, _Table] = {}
+        kind = memory_file_system(self.root)
+        if kind is not None:
+            warnings.warn(f"--private-store file: {self.root.parent} is on a {kind} (memory), so the state files "
+                          "save no memory there; set TMPDIR to a folder on disk", RuntimeWarning, stacklevel=2)
 
     def view_block(self, cids, names, dtype: torch.dtype | None = None):
         return None   # rows live in files: a chunk trains a copy and hands it back to save_block
@@ -152,8 +156,7 @@ class FileStore(CompactStore):
         # unlinked at once: the file lives while the process holds it open, so a run that is killed leaves no
         # gigabytes behind in $TMPDIR (the name stays in messages, for the folder it was in)
         os.unlink(path)
-        row_bytes = int(np.prod(shape, dtype=np.int64)) * torch.empty(0, dtype=dtype).element_size()
-        self._tables[name] = table = _Table(path, fd, shape, dtype, row_bytes)
+        self._tables[name] = table = _Table(path, fd, shape, dtype, bytes_of(shape, dtype))
         return table
 
     def _read_rows(self, name: str, rows: np.ndarray) -> torch.Tensor:
@@ -181,12 +184,10 @@ class FileStore(CompactStore):
 
     def _clear_tables(self) -> None:
         self.close()
-        shutil.rmtree(self.root, ignore_errors=True)
-        make_dirs(self.root)
-        self._cols, self._has, self._tables = {}, {}, {}
+        self._has = {}
 
     def close(self) -> None:
-        """Close the tables' files (they stay on disk until :meth:`_clear_tables` or the folder goes)."""
+        """Close the tables' files, which gives their space back (they have no name on disk)."""
         for table in getattr(self, "_tables", {}).values():
             try:
                 os.close(table.fd)
