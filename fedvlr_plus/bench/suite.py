@@ -34,9 +34,9 @@ def cases(shared_data: Path, scale_source: str = SCALE_SOURCE) -> list[dict]:
              backbone="recbole:BPR", rounds=3, sequential_rounds=2),
         dict(id="scale-fedavg-fedvlr", title=f"{scale_source}, FedAvg + FedVLR (+ full-sort evaluation)",
              source=scale_source, backbone="fedavg", fusion=fvlr, rounds=2, evaluate=True, big=True),
-        dict(id="scale-fedavg-fedvlr-file", title=f"{scale_source}, FedAvg + FedVLR, private states in files "
+        dict(id="scale-fedavg-fedvlr-memory", title=f"{scale_source}, FedAvg + FedVLR, private states in memory "
              "(+ full-sort evaluation)", source=scale_source, backbone="fedavg", fusion=fvlr, rounds=2,
-             evaluate=True, private_store="file", big=True),
+             evaluate=True, private_store="memory", big=True),
         dict(id="scale-fedavg", title=f"{scale_source}, FedAvg alone", source=scale_source, backbone="fedavg",
              rounds=3, big=True),
     ]

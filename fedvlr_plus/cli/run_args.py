@@ -129,9 +129,11 @@ def _add_schedule_arguments(g, parser) -> None:
                    help="batched (all clients of a round as stacked tensors, default) or sequential (the plain "
                         "one-client-at-a-time reference; same numbers, slower)")
     g.add_argument("--private-store", choices=PRIVATE_STORES, default=d.private_store,
-                   help="where clients keep their private state between rounds: memory (default); file (the same "
-                        "tables in files under $TMPDIR, read a chunk at a time, so memory grows with a chunk, not "
-                        "with the population); disk (one file per client under RUN_DIR/seed-<s>/private)")
+                   help="where clients keep their private state between rounds: auto (default: file once the "
+                        "population's states reach 1 GiB and $TMPDIR is on a disk with room, else memory); memory; "
+                        "file (the same tables in files under $TMPDIR, read a chunk at a time, so memory grows with "
+                        "a chunk, not with the population; the same numbers); disk (one file per client under "
+                        "RUN_DIR/seed-<s>/private)")
     g.add_argument("--checkpoint-every", type=positive_int, default=d.checkpoint_every, metavar="N",
                    help="write the run's checkpoint every N rounds, at every evaluation and at the end (default 1); "
                         "with a memory store each checkpoint holds every client's private state, so a larger N "

@@ -9,7 +9,7 @@ from ..backbones import FEDERATED_BACKBONES  # noqa: F401  (named with the engin
 #: aggregation strategies (fedvlr_plus.federation.make_strategy), named here so that building the CLI does not
 #: import torch
 STRATEGIES = ("fedavg", "sparse-avg", "fedgrad", "median", "trimmed-mean")
-PRIVATE_STORES = ("memory", "file", "disk")
+PRIVATE_STORES = ("auto", "memory", "file", "disk")
 COMPACT_STORES = ("memory", "file")   # one table per parameter over all clients, in memory or in files
 
 #: config fields that may differ between a checkpoint and the run that resumes it (they do not change numbers
@@ -111,7 +111,7 @@ class RuntimeConfig:
     seed: int = 0
     seeds: int = 1                    # run seeds seed, seed+1, ..., seed+seeds-1
     simulator: str = "batched"        # batched | sequential (the plain reference)
-    private_store: str = "memory"     # memory | file (tables in $TMPDIR) | disk (under RUN_DIR/seed-<s>/private)
+    private_store: str = "auto"       # auto (file for large populations) | memory | file (tables in $TMPDIR) | disk
     checkpoint_every: int = 1         # rounds between checkpoints (also at every evaluation and at the end)
     chunk_floats: int = 1 << 24       # memory bound of one batched chunk, in floats
     device: str = "cpu"               # where the batched simulator trains and scores: cpu | cuda | auto

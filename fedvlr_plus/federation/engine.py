@@ -42,6 +42,7 @@ from .seed_results import SEED_PARTS, combine_seeds  # noqa: F401  (named here b
 from .state import init_shared_state
 from .file_store import FileStore
 from .store import CompactStore, make_store
+from .store_choice import choose_private_store, private_state_bytes
 from .strategy import make_strategy
 from .upload_stream import StreamedUploads, can_stream, fit_streamed
 
@@ -138,11 +139,13 @@ class FederatedRun:
                                       chunk_floats=cfg.chunk_floats, item_lr_scale=self.item_lr_scale)
 
     def _private_store(self):
-        """Where the clients' private states live between rounds: memory, or a folder (under the run folder)."""
-        if self.cfg.private_store == "disk":
+        """Where the clients' private states live between rounds: memory, files, or a folder (under the run
+        folder); ``auto`` picks memory or files by the population's state size (:mod:`.store_choice`)."""
+        kind = choose_private_store(self.cfg.private_store, private_state_bytes(self.bb, self.data.n_users))
+        if kind == "disk":
             root = self.run_dir / "private" if self.run_dir else Path(self._tmpdir()) / "private"
             return make_store("disk", root)
-        if self.cfg.private_store == "file":   # working tables, not a record: the checkpoints hold the states
+        if kind == "file":   # working tables, not a record: the checkpoints hold the states
             return FileStore(Path(self._tmpdir()) / "tables", capacity=self.data.n_users)
         return CompactStore(capacity=self.data.n_users)
 
@@ -362,7 +365,7 @@ class FederatedRun:
         return {"lr": self.lr, "item_lr_scale": self.item_lr_scale, "strategy": self.strategy_name,
                 "local_epochs": self.local_epochs, "server_lr": self.server_lr if grads else None,
                 "server_optimizer": self.server_optimizer if grads else None,
-                "clients_per_round": int(self.per_round)}
+                "clients_per_round": int(self.per_round), "private_store": self.store.kind}
 
     def recorded_config(self) -> dict:
         """The run's settings as results and checkpoints record them: the config's fields, then the backbone's
@@ -443,8 +446,9 @@ class FederatedRun:
 
 def _same_checkpointed_states(setting: str, old, new) -> bool:
     """Whether a changed setting keeps the checkpoint's meaning: the memory and file stores checkpoint the same
-    tables (a run that ran out of memory resumes with ``--private-store file``); a disk store's are its folder."""
-    return setting == "private_store" and {old, new} <= set(COMPACT_STORES)
+    tables (a run that ran out of memory resumes with ``--private-store file``), and ``auto`` picks one of them;
+    a disk store's are its folder."""
+    return setting == "private_store" and {old, new} <= {"auto", *COMPACT_STORES}
 
 
 def _flag(setting: str) -> str:

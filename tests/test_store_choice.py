@@ -1,0 +1,83 @@
+"""``--private-store auto`` (the default): the file store for a population whose states reach the threshold and
+whose temporary folder is on a disk with room; the memory store otherwise. Either way the same numbers."""
+import math
+from collections import namedtuple
+
+import pytest
+
+from fedvlr_plus.adapters import make_backbone
+from fedvlr_plus.federation import FedConfig, FederatedRun, run_federated
+from fedvlr_plus.federation import store_choice
+from fedvlr_plus.federation.store_choice import FILE_STORE_FROM_BYTES, choose_private_store, private_state_bytes
+from fedvlr_plus.federation.synthetic import synthetic_data
+
+FAST = dict(rounds=2, local_epochs=1, batch_size=8, negatives=2, dim=8, patience=10, ks=(5, 10),
+            valid_metric="hr@10", chunk_floats=4096)
+Usage = namedtuple("Usage", "total used free")
+
+
+def test_a_setting_other_than_auto_is_kept_whatever_the_size():
+    for kind in ("memory", "file", "disk"):
+        assert choose_private_store(kind, 10 * FILE_STORE_FROM_BYTES) == kind
+        assert choose_private_store(kind, 0) == kind
+
+
+def test_auto_keeps_small_populations_in_memory_and_large_ones_in_files(tmp_path, monkeypatch):
+    monkeypatch.setattr(store_choice, "memory_file_system", lambda path: None)
+    monkeypatch.setattr(store_choice.shutil, "disk_usage", lambda path: Usage(1 << 40, 0, 1 << 40))
+    assert choose_private_store("auto", FILE_STORE_FROM_BYTES - 1, str(tmp_path)) == "memory"
+    assert choose_private_store("auto", FILE_STORE_FROM_BYTES, str(tmp_path)) == "file"
+
+
+def test_auto_stays_in_memory_where_files_would_not_help_or_not_fit(tmp_path, monkeypatch):
+    big = 2 * FILE_STORE_FROM_BYTES
+    monkeypatch.setattr(store_choice.shutil, "disk_usage", lambda path: Usage(1 << 40, 0, 1 << 40))
+    monkeypatch.setattr(store_choice, "memory_file_system", lambda path: "tmpfs")
+    assert choose_private_store("auto", big, str(tmp_path)) == "memory"      # files there are memory
+    monkeypatch.setattr(store_choice, "memory_file_system", lambda path: None)
+    monkeypatch.setattr(store_choice.shutil, "disk_usage", lambda path: Usage(big, big, big))
+    assert choose_private_store("auto", big, str(tmp_path)) == "memory"      # no room beyond the tables
+    monkeypatch.setattr(store_choice.shutil, "disk_usage", lambda path: Usage(4 * big, 0, 2 * big))
+    assert choose_private_store("auto", big, str(tmp_path)) == "file"
+
+
+def test_private_state_bytes_counts_every_private_parameter():
+    bb = make_backbone("fedavg", 30, 8)
+    per_client = sum(math.prod(s.shape) for s in bb.all_specs() if not s.shared)
+    assert per_client > 0
+    assert private_state_bytes(bb, 10) == 10 * per_client * 4
+
+
+@pytest.fixture
+def data():
+    return synthetic_data(40, 150, 10, seed=0)
+
+
+def test_auto_picks_files_at_the_threshold_with_the_same_numbers(data, monkeypatch, tmp_path):
+    """The threshold lowered to one byte: an auto run trains with the file store, records what it chose, and
+    reports what the memory store reports."""
+    memory = run_federated(data, "fcf", FedConfig(**FAST, private_store="memory"), progress=False)
+    monkeypatch.setattr(store_choice, "FILE_STORE_FROM_BYTES", 1)
+    run = FederatedRun(data, "fcf", FedConfig(**FAST), progress=False)
+    assert run.cfg.private_store == "auto" and run.store.kind == "file"
+    auto = run_federated(data, "fcf", FedConfig(**FAST), out_dir=tmp_path / "run", progress=False)
+    assert auto["resolved"]["private_store"] == "file"
+    assert [h["loss"] for h in auto["history"]] == [h["loss"] for h in memory["history"]]
+    assert auto["test"] == memory["test"] and memory["resolved"]["private_store"] == "memory"
+
+
+def test_a_run_interrupted_with_the_memory_store_resumes_under_auto_in_files(data, monkeypatch, tmp_path):
+    cfg = FedConfig(**{**FAST, "rounds": 4})
+    whole = run_federated(data, "fcf", cfg, progress=False)
+
+    def interrupt(run, record):
+        if record["round"] == 2:
+            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        run_federated(data, "fcf", FedConfig(**{**cfg.to_dict(), "private_store": "memory"}),
+                      out_dir=tmp_path / "cut", progress=False, on_round=interrupt)
+    monkeypatch.setattr(store_choice, "FILE_STORE_FROM_BYTES", 1)
+    resumed = run_federated(data, "fcf", cfg, out_dir=tmp_path / "cut", resume=True, progress=False)
+    assert resumed["resolved"]["private_store"] == "file"
+    assert [h["loss"] for h in resumed["history"]] == [h["loss"] for h in whole["history"]]
+    assert resumed["test"] == whole["test"]
