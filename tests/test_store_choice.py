@@ -18,27 +18,31 @@ Usage = namedtuple("Usage", "total used free")
 
 def test_a_setting_other_than_auto_is_kept_whatever_the_size():
     for kind in ("memory", "file", "disk"):
-        assert choose_private_store(kind, 10 * FILE_STORE_FROM_BYTES) == kind
-        assert choose_private_store(kind, 0) == kind
+        assert choose_private_store(kind, 10 * FILE_STORE_FROM_BYTES) == (kind, None)
+        assert choose_private_store(kind, 0) == (kind, None)
 
 
 def test_auto_keeps_small_populations_in_memory_and_large_ones_in_files(tmp_path, monkeypatch):
     monkeypatch.setattr(store_choice, "memory_file_system", lambda path: None)
     monkeypatch.setattr(store_choice.shutil, "disk_usage", lambda path: Usage(1 << 40, 0, 1 << 40))
-    assert choose_private_store("auto", FILE_STORE_FROM_BYTES - 1, str(tmp_path)) == "memory"
-    assert choose_private_store("auto", FILE_STORE_FROM_BYTES, str(tmp_path)) == "file"
+    assert choose_private_store("auto", FILE_STORE_FROM_BYTES - 1, str(tmp_path)) == ("memory", None)
+    kind, why = choose_private_store("auto", FILE_STORE_FROM_BYTES, str(tmp_path))
+    assert kind == "file" and why == (f"private states: 1.00 GiB in files under {tmp_path} (--private-store auto; "
+                                      "--private-store memory keeps them in memory)")
 
 
 def test_auto_stays_in_memory_where_files_would_not_help_or_not_fit(tmp_path, monkeypatch):
     big = 2 * FILE_STORE_FROM_BYTES
     monkeypatch.setattr(store_choice.shutil, "disk_usage", lambda path: Usage(1 << 40, 0, 1 << 40))
     monkeypatch.setattr(store_choice, "memory_file_system", lambda path: "tmpfs")
-    assert choose_private_store("auto", big, str(tmp_path)) == "memory"      # files there are memory
+    kind, why = choose_private_store("auto", big, str(tmp_path))   # files there are memory
+    assert kind == "memory" and f"{tmp_path} is a tmpfs (memory); set TMPDIR" in why
     monkeypatch.setattr(store_choice, "memory_file_system", lambda path: None)
     monkeypatch.setattr(store_choice.shutil, "disk_usage", lambda path: Usage(big, big, big))
-    assert choose_private_store("auto", big, str(tmp_path)) == "memory"      # no room beyond the tables
+    kind, why = choose_private_store("auto", big, str(tmp_path))   # no room beyond the tables
+    assert kind == "memory" and why.startswith("private states: 2.00 GiB kept in memory") and "2.00 GiB free" in why
     monkeypatch.setattr(store_choice.shutil, "disk_usage", lambda path: Usage(4 * big, 0, 2 * big))
-    assert choose_private_store("auto", big, str(tmp_path)) == "file"
+    assert choose_private_store("auto", big, str(tmp_path))[0] == "file"
 
 
 def test_private_state_bytes_counts_every_private_parameter():
@@ -53,13 +57,15 @@ def data():
     return synthetic_data(40, 150, 10, seed=0)
 
 
-def test_auto_picks_files_at_the_threshold_with_the_same_numbers(data, monkeypatch, tmp_path):
+def test_auto_picks_files_at_the_threshold_with_the_same_numbers(data, monkeypatch, tmp_path, capsys):
     """The threshold lowered to one byte: an auto run trains with the file store, records what it chose, and
     reports what the memory store reports."""
     memory = run_federated(data, "fcf", FedConfig(**FAST, private_store="memory"), progress=False)
     monkeypatch.setattr(store_choice, "FILE_STORE_FROM_BYTES", 1)
-    run = FederatedRun(data, "fcf", FedConfig(**FAST), progress=False)
+    monkeypatch.setattr(store_choice, "memory_file_system", lambda path: None)
+    run = FederatedRun(data, "fcf", FedConfig(**FAST), progress=True)
     assert run.cfg.private_store == "auto" and run.store.kind == "file"
+    assert "in files under" in capsys.readouterr().err   # the run says where its states go
     auto = run_federated(data, "fcf", FedConfig(**FAST), out_dir=tmp_path / "run", progress=False)
     assert auto["resolved"]["private_store"] == "file"
     assert [h["loss"] for h in auto["history"]] == [h["loss"] for h in memory["history"]]
@@ -77,6 +83,7 @@ def test_a_run_interrupted_with_the_memory_store_resumes_under_auto_in_files(dat
         run_federated(data, "fcf", FedConfig(**{**cfg.to_dict(), "private_store": "memory"}),
                       out_dir=tmp_path / "cut", progress=False, on_round=interrupt)
     monkeypatch.setattr(store_choice, "FILE_STORE_FROM_BYTES", 1)
+    monkeypatch.setattr(store_choice, "memory_file_system", lambda path: None)
     resumed = run_federated(data, "fcf", cfg, out_dir=tmp_path / "cut", resume=True, progress=False)
     assert resumed["resolved"]["private_store"] == "file"
     assert [h["loss"] for h in resumed["history"]] == [h["loss"] for h in whole["history"]]

@@ -41,7 +41,9 @@ from .run_folder import SeedFolder, locked, seed_folders
 from .seed_results import SEED_PARTS, combine_seeds  # noqa: F401  (named here before)
 from .state import init_shared_state
 from .file_store import FileStore
+from . import store as stores
 from .store import CompactStore, make_store
+from .streamed_safetensors import loaded
 from .store_choice import choose_private_store, private_state_bytes
 from .strategy import make_strategy
 from .upload_stream import StreamedUploads, can_stream, fit_streamed
@@ -101,6 +103,7 @@ class FederatedRun:
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.folder = SeedFolder(self.run_dir) if self.run_dir is not None else None
         self._tmp = None
+        self.progress = progress
         self.store = self._private_store()
         base = self._start_simulator()
         self.strategy = self.bb.wrap_strategy(self.strategy, cfg.seed)  # the FedVLR layer adds its server side
@@ -108,7 +111,6 @@ class FederatedRun:
         if base is not None:  # shared parameters as the wrapped model initialises them under this seed
             self.shared.update({k: v for k, v in base.initial_values(cfg.seed).items() if k in self.shared})
         self.shared = self.strategy.prepare_shared(self.shared)
-        self.progress = progress
         self.on_round, self.on_upload = on_round, on_upload
         self.round = self._checkpointed_round = 0
         self.history: list[dict] = []
@@ -141,7 +143,9 @@ class FederatedRun:
     def _private_store(self):
         """Where the clients' private states live between rounds: memory, files, or a folder (under the run
         folder); ``auto`` picks memory or files by the population's state size (:mod:`.store_choice`)."""
-        kind = choose_private_store(self.cfg.private_store, private_state_bytes(self.bb, self.data.n_users))
+        kind, why = choose_private_store(self.cfg.private_store, private_state_bytes(self.bb, self.data.n_users))
+        if why and self.progress:
+            print(why, file=sys.stderr)
         if kind == "disk":
             root = self.run_dir / "private" if self.run_dir else Path(self._tmpdir()) / "private"
             return make_store("disk", root)
@@ -393,17 +397,20 @@ class FederatedRun:
 
     def load_checkpoint(self) -> None:
         """Continue from the folder's latest checkpoint (checksums checked; a changed setting is refused)."""
-        ck = self.folder.read_checkpoint()
+        # the clients' state tables stay in the checkpoint's file and are restored a block at a time
+        ck = self.folder.read_checkpoint(on_disk_from=stores.RESTORE_BLOCK_BYTES)
         where = str(self.run_dir)
         if not isinstance(ck, dict) or ck.get("format") != CHECKPOINT_FORMAT:
             raise RunFolderError(where, f"no checkpoint of format {CHECKPOINT_FORMAT} to resume",
                                  "start a new run in another folder")
+        private = ck.pop("private", None)
+        ck = loaded(ck)
         self._check_same_run(ck)
         self.round = self._checkpointed_round = int(ck["round"])
         self.shared = ck["shared"]
         self.strategy.load_state_dict(ck["strategy"])
         if isinstance(self.store, CompactStore):   # memory or file tables: the checkpoint holds the states
-            self.store.restore(ck["private"])
+            self.store.restore(private)
         else:
             self.store.recover(self.round)
         self.history = ck["history"]

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .streamed_safetensors import StreamedTensor
+from .streamed_safetensors import StreamedTensor, loaded
 
 # safetensors has no unsigned types wider than a byte for torch: such arrays are stored as their signed twin
 # (same bytes) and viewed back
@@ -133,7 +133,7 @@ class _Reader:
         raise ValueError(f"unknown marker {tag!r}")
 
     def _array(self, obj: dict) -> np.ndarray:
-        a = self.tensors[obj["$ndarray"]].numpy()
+        a = loaded(self.tensors[obj["$ndarray"]]).numpy()   # (a tensor may have been left in its file)
         dtype = obj["dtype"]
         return a.view(dtype) if dtype in _SIGNED_TWIN else a.astype(dtype, copy=False)
 

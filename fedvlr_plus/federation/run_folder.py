@@ -29,7 +29,7 @@ from ..atomic_write import atomic_write, atomic_write_bytes, is_temp_file, make_
 from ..errors import RunFolderError
 from ..jsonio import json_default
 from .plain_state import join_tensors, split_tensors
-from .streamed_safetensors import StreamedTensor, save_streamed
+from .streamed_safetensors import StreamedTensor, load_streamed, save_streamed
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 1
@@ -164,17 +164,20 @@ class SeedFolder:
         except ValueError as exc:
             raise RunFolderError(str(self.path / name), f"not valid JSON ({exc})", _UNTRUSTED) from None
 
-    def read_state(self, stem: str):
-        """The state written by :meth:`write_state` under ``stem`` (checked), or None if the manifest lacks it."""
-        from safetensors.torch import load_file as load_tensors
+    def read_state(self, stem: str, on_disk_from: int | None = None):
+        """The state written by :meth:`write_state` under ``stem`` (checked), or None if the manifest lacks it.
+        ``on_disk_from``: tensors of at least that many bytes are left in the file as
+        :class:`~.streamed_safetensors.StoredTensor` (read a block of rows at a time by the caller)."""
+        from safetensors.torch import load_file
 
         m = self.manifest()
         if f"{stem}.json" not in m["files"]:
             return None
         doc = self.read_json(f"{stem}.json")
         tensor_file = self.path / f"{stem}.safetensors"
+        load = load_file if on_disk_from is None else (lambda path: load_streamed(path, on_disk_from))
         try:
-            tensors = load_tensors(self._verified_path(tensor_file.name, m)) if tensor_file.name in m["files"] else {}
+            tensors = load(self._verified_path(tensor_file.name, m)) if tensor_file.name in m["files"] else {}
         except RunFolderError:
             raise
         except Exception as exc:  # safetensors' own parse error: not a tensor file at all
@@ -185,10 +188,11 @@ class SeedFolder:
             raise RunFolderError(str(self.path / f"{stem}.json"), f"does not fit its tensors ({exc!r})",
                                  _UNTRUSTED) from None
 
-    def read_checkpoint(self) -> dict | None:
-        """The latest checkpoint's state (checked), or None when the folder has none."""
+    def read_checkpoint(self, on_disk_from: int | None = None) -> dict | None:
+        """The latest checkpoint's state (checked), or None when the folder has none (``on_disk_from``: as
+        :meth:`read_state`)."""
         m = self.manifest()
-        return self.read_state(m["checkpoint"]) if m["checkpoint"] else None
+        return self.read_state(m["checkpoint"], on_disk_from) if m["checkpoint"] else None
 
     # ------------------------------------------------------------------ writing
     def write_state(self, stem: str, state, *, checkpoint: bool = False) -> None:

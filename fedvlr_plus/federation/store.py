@@ -27,8 +27,11 @@ import torch
 
 from ..atomic_write import atomic_write, atomic_write_text, make_dirs
 from ..errors import RunFolderError
+from .streamed_safetensors import StoredTensor, loaded
 
 State = dict[str, torch.Tensor]
+#: a checkpoint's table of this many bytes or more is left in its file and restored this many bytes at a time
+RESTORE_BLOCK_BYTES = 1 << 26
 
 
 def atomic_torch_save(obj, path: Path) -> None:
@@ -286,11 +289,25 @@ class CompactStore:
         self._created, self._overwrote, self._in_round = set(), False, False
         if isinstance(snapshot, dict) and snapshot.get("format") == "compact":
             for name, part in snapshot["params"].items():
-                self.save_block(part["clients"].numpy(), {name: part["values"]})
+                cids = loaded(part["clients"]).numpy()
+                for start, vals in _row_blocks(part["values"]):
+                    self.save_block(cids[start:start + len(vals)], {name: vals})
         else:
             for cid, state in (snapshot or {}).items():
                 self.save(int(cid), state)
         self.commit()
+
+
+def _row_blocks(values):
+    """``(first row, rows)`` of a snapshot's values: a tensor whole; a table left in the checkpoint's file
+    (:class:`StoredTensor`) :data:`RESTORE_BLOCK_BYTES` at a time, so a resumed run never holds it whole."""
+    if not isinstance(values, StoredTensor):
+        yield 0, values
+        return
+    n = values.shape[0]
+    per_block = max(1, RESTORE_BLOCK_BYTES * n // max(values.nbytes, 1))
+    for start in range(0, n, per_block):
+        yield start, values.rows(start, min(n, start + per_block))
 
 
 def _is_rows_of(vals: torch.Tensor, col: torch.Tensor, rows: np.ndarray) -> bool:

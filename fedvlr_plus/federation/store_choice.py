@@ -31,19 +31,27 @@ def private_state_bytes(bb, n_clients: int, dtype_bytes: int = 4) -> int:
     return int(per_client) * int(n_clients) * int(dtype_bytes)
 
 
-def choose_private_store(setting: str, state_bytes: int, folder: str | None = None) -> str:
-    """The store a run uses: ``setting`` itself unless it is ``auto``; then ``file`` where the states reach
-    :data:`FILE_STORE_FROM_BYTES` and ``folder`` (default: the temporary folder) can hold them on disk, else
-    ``memory``."""
-    if setting != "auto":
-        return setting
+def choose_private_store(setting: str, state_bytes: int, folder: str | None = None) -> tuple[str, str | None]:
+    """The store a run uses and, where ``auto`` decided on a population of :data:`FILE_STORE_FROM_BYTES` or more,
+    one line saying where its states go and why (None otherwise). ``setting`` itself unless it is ``auto``; then
+    ``file`` where the states reach the threshold and ``folder`` (default: the temporary folder) can hold them on
+    disk, else ``memory``."""
+    if setting != "auto" or state_bytes < FILE_STORE_FROM_BYTES:
+        return ("memory" if setting == "auto" else setting), None
     folder = folder or tempfile.gettempdir()
-    if state_bytes < FILE_STORE_FROM_BYTES or not hasattr(os, "preadv"):
-        return "memory"
-    if memory_file_system(folder) is not None:
-        return "memory"
+    size = f"{state_bytes / 2 ** 30:.2f} GiB"
+    memory = f"private states: {size} kept in memory (--private-store auto), as"
+    if not hasattr(os, "preadv"):
+        return "memory", f"{memory} this platform has no positioned file reads"
+    kind = memory_file_system(folder)
+    if kind is not None:
+        return "memory", f"{memory} {folder} is a {kind} (memory); set TMPDIR to a folder on a disk to keep them in files"
     try:
         free = shutil.disk_usage(folder).free
-    except OSError:
-        return "memory"
-    return "file" if free >= DISK_HEADROOM * state_bytes else "memory"
+    except OSError as exc:
+        return "memory", f"{memory} {folder} cannot be read ({exc.strerror})"
+    if free < DISK_HEADROOM * state_bytes:
+        return "memory", (f"{memory} {folder} has {free / 2 ** 30:.2f} GiB free; set TMPDIR to a folder with more "
+                          "room to keep them in files")
+    return "file", (f"private states: {size} in files under {folder} (--private-store auto; --private-store memory "
+                    "keeps them in memory)")

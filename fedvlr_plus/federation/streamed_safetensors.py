@@ -5,12 +5,16 @@ live in files (:class:`.file_store.FileStore`) would then read all of them into 
 which is what keeping them in files avoids. :func:`save_streamed` writes the same file format (an 8-byte
 little-endian header length, a JSON header naming each tensor's dtype, shape and byte range, then the tensors'
 bytes back to back) from :class:`StreamedTensor` sources that hand over their bytes in blocks, and from ordinary
-tensors. The file is read back with safetensors itself, like every other checkpoint.
+tensors. The file is read back with safetensors itself, like every other checkpoint, or, to resume such a run
+without the states in memory, with :func:`load_streamed`: its large tensors stay on disk as :class:`StoredTensor`
+and are read a block of rows at a time (positioned reads, not a memory map, whose pages would count as the
+process's memory while it is open).
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import struct
 
 import numpy as np
@@ -20,6 +24,9 @@ import torch
 DTYPE_NAMES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
                torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
                torch.bool: "BOOL"}
+DTYPES = {name: dtype for dtype, name in DTYPE_NAMES.items()}
+#: a header longer than this is not one this package wrote (safetensors' own limit is 100 MB)
+MAX_HEADER_BYTES = 100_000_000
 
 
 def bytes_of(shape: tuple, dtype: torch.dtype) -> int:
@@ -81,3 +88,80 @@ def save_streamed(tensors: dict, path) -> str:
             if written != expected:   # a source that lies about its size would corrupt every later tensor
                 raise ValueError(f"tensor {name!r}: its source gave {written} bytes, {expected} expected")
     return digest.hexdigest()
+
+
+class StoredTensor:
+    """A tensor left in a safetensors file: its shape and dtype, read whole or a range of rows (along the first
+    dimension) at a time."""
+
+    def __init__(self, path, shape: tuple, dtype: torch.dtype, offset: int):
+        self.path, self.shape, self.dtype, self.offset = path, tuple(shape), dtype, int(offset)
+
+    @property
+    def nbytes(self) -> int:
+        return bytes_of(self.shape, self.dtype)
+
+    def rows(self, start: int, stop: int) -> torch.Tensor:
+        """Rows ``[start, stop)`` as a fresh tensor."""
+        out = torch.empty((stop - start,) + self.shape[1:], dtype=self.dtype)
+        return self._fill(out, start * bytes_of(self.shape[1:], self.dtype))
+
+    def load(self) -> torch.Tensor:
+        return self._fill(torch.empty(self.shape, dtype=self.dtype), 0)
+
+    def _fill(self, out: torch.Tensor, skip: int) -> torch.Tensor:
+        view = tensor_bytes(out)
+        with open(self.path, "rb", buffering=0) as f:
+            f.seek(self.offset + skip)
+            while len(view):   # a raw read may return less than asked (Linux stops at 2 GB)
+                got = f.readinto(view)
+                if not got:
+                    raise ValueError(f"{self.path}: the file ends inside a tensor")
+                view = view[got:]
+        return out
+
+
+def read_header(path) -> tuple[dict, int]:
+    """A safetensors file's tensor entries (``__metadata__`` left out) and where its data starts; ``ValueError``
+    when the header is not a safetensors header or names bytes outside the file."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise ValueError("shorter than a safetensors header")
+        (n,) = struct.unpack("<Q", head)
+        if n > min(MAX_HEADER_BYTES, size - 8):
+            raise ValueError(f"header length {n} does not fit the file")
+        entries = json.loads(f.read(n))
+    if not isinstance(entries, dict):
+        raise ValueError("the header is not a JSON object")
+    entries.pop("__metadata__", None)
+    start = 8 + n
+    for name, e in entries.items():
+        a, b = e["data_offsets"]
+        if e["dtype"] not in DTYPES or not 0 <= a <= b <= size - start \
+                or b - a != bytes_of(tuple(e["shape"]), DTYPES[e["dtype"]]):
+            raise ValueError(f"tensor {name!r}: its entry does not fit the file")
+    return entries, start
+
+
+def load_streamed(path, on_disk_from: int) -> dict:
+    """The tensors of a safetensors file: those of at least ``on_disk_from`` bytes as :class:`StoredTensor`
+    (nothing read yet), the others read into memory."""
+    entries, start = read_header(path)
+    out = {}
+    for name, e in entries.items():
+        stored = StoredTensor(path, tuple(e["shape"]), DTYPES[e["dtype"]], start + e["data_offsets"][0])
+        out[name] = stored if stored.nbytes >= on_disk_from else stored.load()
+    return out
+
+
+def loaded(obj):
+    """``obj`` with every :class:`StoredTensor` in it (in dicts, lists and tuples) read into memory."""
+    if isinstance(obj, StoredTensor):
+        return obj.load()
+    if isinstance(obj, dict):
+        return {k: loaded(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(loaded(v) for v in obj)
+    return obj
