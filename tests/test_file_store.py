@@ -196,20 +196,6 @@ def test_a_checkpoint_of_file_tables_is_written_from_the_files_in_blocks(tmp_pat
         assert torch.equal(part["values"], load_block(run.store, cids, [name])[name][0])
 
 
-def test_bench_suite_measures_the_memory_store_beside_the_default(tmp_path):
-    import json
-
-    from _bad_input import run_cli
-
-    out = tmp_path / "suite"
-    res = run_cli("bench", "suite", "--out", str(out), "--scale-source", "synthetic:40x30",
-                  "--cases", "scale-fedavg-fedvlr-memory")
-    assert res.code == 0, res.err
-    case = json.loads((out / "suite.json").read_text())["cases"][0]
-    assert case["status"] == "ok" and case["private_store"] == "memory" and len(case["batched"]["rounds"]) == 2
-    assert "private states in memory" in (out / "suite.md").read_text()
-
-
 def test_a_cold_start_training_keeps_its_selected_round_with_file_tables():
     """The cold-start study restores the selected round's states into the store it trained with: the file
     store ends with the states of the memory store (a disk store is replaced by memory there)."""

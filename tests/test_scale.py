@@ -295,12 +295,16 @@ def test_bench_suite_quick_writes_json_and_markdown(tmp_path, monkeypatch):
     assert "KU round, FedAvg alone" in md and "skipped" in md
 
 
-def test_bench_suite_measures_a_tiny_case_in_its_own_process(tmp_path):
+def test_bench_suite_measures_tiny_cases_each_in_its_own_process(tmp_path):
     out = tmp_path / "suite"
     res = run_cli("bench", "suite", "--out", str(out), "--scale-source", "synthetic:40x30",
-                  "--cases", "scale-fedavg")
+                  "--cases", "scale-fedavg,scale-fedavg-fedvlr-memory")
     assert res.code == 0, res.err
-    case = json.loads((out / "suite.json").read_text())["cases"][0]
+    by_id = {c["id"]: c for c in json.loads((out / "suite.json").read_text())["cases"]}
+    case, layer = by_id["scale-fedavg"], by_id["scale-fedavg-fedvlr-memory"]
     assert case["status"] == "ok" and case["clients"] == 40 and len(case["batched"]["rounds"]) == 3
     assert case["peak_rss_mb"] > 0 and case["process_cpu_s"] > 0
-    assert "synthetic:40x30, FedAvg alone" in (out / "suite.md").read_text()
+    # the large FedVLR case beside the default store: its states forced into memory, and its store recorded
+    assert layer["status"] == "ok" and layer["private_store"] == "memory" and len(layer["batched"]["rounds"]) == 2
+    md = (out / "suite.md").read_text()
+    assert "synthetic:40x30, FedAvg alone" in md and "private states in memory" in md

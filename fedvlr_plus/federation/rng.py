@@ -173,13 +173,18 @@ def _row_layout(keys):
     return first, last_term
 
 
+def _rows_per_block(n_rows: int, row: int) -> tuple[int, int]:
+    """Whole rows of ``row`` draws per block of about ``_BLOCK`` draws, and the buffer size that block needs."""
+    step = max(1, _BLOCK // max(row, 1))
+    return step, min(step, n_rows) * row
+
+
 def _normal_float32_compiled(kernels, first, last_term, scale: float) -> np.ndarray:
     """:func:`normal_float32` of a matrix layout (:func:`_row_layout`) with the compiled kernels, block by block
     of whole rows; the same bits as the numpy path."""
     n_rows, n_cols = first.size, last_term.size
     out = np.empty((n_rows, n_cols), dtype=np.float32)
-    step = max(1, _BLOCK // max(n_cols, 1))
-    size = min(step, n_rows) * n_cols
+    step, size = _rows_per_block(n_rows, n_cols)
     neg_u1, angle, fast = np.empty(size), np.empty(size), np.empty(size)
     near = np.empty(size, dtype=np.int64)
     slack = np.uint64(_SLACK_ULPS)
@@ -230,8 +235,7 @@ def _key_blocks(keys):
     shape = np.broadcast_shapes(*(a.shape for a in arrays)) if arrays else (1,)
     arrays = [a.reshape((1,) * (len(shape) - a.ndim) + a.shape) for a in arrays]
     row = int(np.prod(shape[1:], dtype=np.int64))
-    step = max(1, _BLOCK // max(row, 1))
-    size = min(step, shape[0]) * row
+    step, size = _rows_per_block(shape[0], row)
     buffers = tuple(np.empty(size, dtype=t) for t in (np.uint64, np.uint64, np.float64))
     # the last key is usually the element's position, the same for every block: its term of the chain is added
     # to the other keys' chain in a reused buffer and mixed in place (the chain is as large as the draw)
