@@ -45,6 +45,16 @@ def test_auto_stays_in_memory_where_files_would_not_help_or_not_fit(tmp_path, mo
     assert choose_private_store("auto", big, str(tmp_path))[0] == "file"
 
 
+def test_files_are_refused_in_one_line_where_the_platform_cannot_read_them(tmp_path, monkeypatch):
+    from fedvlr_plus.federation.file_store import FileStore
+
+    monkeypatch.delattr(store_choice.os, "preadv")
+    with pytest.raises(ValueError, match="no positioned file reads.*--private-store memory"):
+        FileStore(tmp_path / "t")
+    kind, why = choose_private_store("auto", 2 * FILE_STORE_FROM_BYTES, str(tmp_path))
+    assert kind == "memory" and "no positioned file reads" in why
+
+
 def test_private_state_bytes_counts_every_private_parameter():
     bb = make_backbone("fedavg", 30, 8)
     per_client = sum(math.prod(s.shape) for s in bb.all_specs() if not s.shared)
@@ -63,9 +73,12 @@ def test_auto_picks_files_at_the_threshold_with_the_same_numbers(data, monkeypat
     memory = run_federated(data, "fcf", FedConfig(**FAST, private_store="memory"), progress=False)
     monkeypatch.setattr(store_choice, "FILE_STORE_FROM_BYTES", 1)
     monkeypatch.setattr(store_choice, "memory_file_system", lambda path: None)
+    monkeypatch.setattr(store_choice, "_SAID", set())
     run = FederatedRun(data, "fcf", FedConfig(**FAST), progress=True)
     assert run.cfg.private_store == "auto" and run.store.kind == "file"
-    assert "in files under" in capsys.readouterr().err   # the run says where its states go
+    assert "in files under" in capsys.readouterr().err   # the run says where its states go, once a process
+    FederatedRun(data, "fcf", FedConfig(**FAST), progress=True)
+    assert "in files under" not in capsys.readouterr().err
     auto = run_federated(data, "fcf", FedConfig(**FAST), out_dir=tmp_path / "run", progress=False)
     assert auto["resolved"]["private_store"] == "file"
     assert [h["loss"] for h in auto["history"]] == [h["loss"] for h in memory["history"]]

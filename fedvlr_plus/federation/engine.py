@@ -44,7 +44,7 @@ from .file_store import FileStore
 from . import store as stores
 from .store import CompactStore, make_store
 from .streamed_safetensors import loaded
-from .store_choice import choose_private_store, private_state_bytes
+from .store_choice import choose_private_store, private_state_bytes, say_once
 from .strategy import make_strategy
 from .upload_stream import StreamedUploads, can_stream, fit_streamed
 
@@ -145,7 +145,7 @@ class FederatedRun:
         folder); ``auto`` picks memory or files by the population's state size (:mod:`.store_choice`)."""
         kind, why = choose_private_store(self.cfg.private_store, private_state_bytes(self.bb, self.data.n_users))
         if why and self.progress:
-            print(why, file=sys.stderr)
+            say_once(why)
         if kind == "disk":
             root = self.run_dir / "private" if self.run_dir else Path(self._tmpdir()) / "private"
             return make_store("disk", root)

@@ -119,6 +119,9 @@ class FileStore(CompactStore):
     kind = "file"
 
     def __init__(self, root: str | os.PathLike, capacity: int = 0):
+        if not hasattr(os, "preadv"):
+            raise ValueError("--private-store file: this platform has no positioned file reads (os.preadv); "
+                             "use --private-store memory")
         super().__init__(capacity)
         self.root = Path(root)
         make_dirs(self.root)

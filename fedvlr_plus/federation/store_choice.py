@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 
 import numpy as np
@@ -23,6 +24,8 @@ from .file_store import memory_file_system
 FILE_STORE_FROM_BYTES = 1 << 30
 #: disk room ``auto`` wants beyond the tables themselves before it puts them in files
 DISK_HEADROOM = 1.1
+#: the lines :func:`say_once` has printed in this process
+_SAID: set[str] = set()
 
 
 def private_state_bytes(bb, n_clients: int, dtype_bytes: int = 4) -> int:
@@ -55,3 +58,11 @@ def choose_private_store(setting: str, state_bytes: int, folder: str | None = No
                           "room to keep them in files")
     return "file", (f"private states: {size} in files under {folder} (--private-store auto; --private-store memory "
                     "keeps them in memory)")
+
+
+def say_once(line: str) -> None:
+    """Print ``line`` on stderr unless this process already has (a run of several seeds, or a tuning grid,
+    makes the same choice for every run)."""
+    if line not in _SAID:
+        _SAID.add(line)
+        print(line, file=sys.stderr)
