@@ -49,7 +49,9 @@ def test_files_are_refused_in_one_line_where_the_platform_cannot_read_them(tmp_p
     from fedvlr_plus.federation.file_store import FileStore
 
     monkeypatch.delattr(store_choice.os, "preadv")
-    with pytest.raises(ValueError, match="no positioned file reads.*--private-store memory"):
+    from fedvlr_plus.errors import UserError
+
+    with pytest.raises(UserError, match="no positioned file reads.*use --private-store memory"):
         FileStore(tmp_path / "t")
     kind, why = choose_private_store("auto", 2 * FILE_STORE_FROM_BYTES, str(tmp_path))
     assert kind == "memory" and "no positioned file reads" in why

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from ..atomic_write import make_dirs, output_error
-from ..errors import RunFolderError
+from ..errors import RunFolderError, UserError
 from .store import CompactStore
 from .streamed_safetensors import StreamedTensor, bytes_of, tensor_bytes
 
@@ -120,8 +120,8 @@ class FileStore(CompactStore):
 
     def __init__(self, root: str | os.PathLike, capacity: int = 0):
         if not hasattr(os, "preadv"):
-            raise ValueError("--private-store file: this platform has no positioned file reads (os.preadv); "
-                             "use --private-store memory")
+            raise UserError("--private-store file", "this platform has no positioned file reads (os.preadv)",
+                            "use --private-store memory")
         super().__init__(capacity)
         self.root = Path(root)
         make_dirs(self.root)
