@@ -151,6 +151,14 @@ def test_float32_normal_without_numba_uses_the_numpy_path(monkeypatch):
                           (rng.normal(*keys) * 0.2).astype(np.float32).view(np.int32))
 
 
+def test_preparing_the_kernels_draws_nothing_that_counts_and_says_whether_they_exist(monkeypatch):
+    _compiled_kernels_or_skip(monkeypatch)
+    monkeypatch.setattr(rng, "_drawn_in_layout", 0)
+    assert rng.prepare_kernels() is True and rng._drawn_in_layout == 0   # the switch to kernels is unchanged
+    monkeypatch.setattr(rng, "_kernel_module", False)    # as where numba does not import
+    assert rng.prepare_kernels() is False
+
+
 @pytest.mark.parametrize("backbone", ["fedavg", "fcf", "pfedrec"])
 def test_batched_initial_draw_equals_each_client_alone_bitwise(backbone):
     bb = make_backbone(backbone, 30, 8)
@@ -293,6 +301,7 @@ def test_bench_suite_quick_writes_json_and_markdown(tmp_path, monkeypatch):
     assert by_id["scale-fedavg"]["status"] == "skipped" and "--quick" in by_id["scale-fedavg"]["reason"]
     md = (out / "suite.md").read_text()
     assert "KU round, FedAvg alone" in md and "skipped" in md
+    assert doc["kernels"] is None and "kernels" not in md   # no case ran a population's draw
 
 
 def test_bench_suite_measures_tiny_cases_each_in_its_own_process(tmp_path):
@@ -300,11 +309,15 @@ def test_bench_suite_measures_tiny_cases_each_in_its_own_process(tmp_path):
     res = run_cli("bench", "suite", "--out", str(out), "--scale-source", "synthetic:40x30",
                   "--cases", "scale-fedavg,scale-fedavg-fedvlr-memory")
     assert res.code == 0, res.err
-    by_id = {c["id"]: c for c in json.loads((out / "suite.json").read_text())["cases"]}
+    doc = json.loads((out / "suite.json").read_text())
+    by_id = {c["id"]: c for c in doc["cases"]}
     case, layer = by_id["scale-fedavg"], by_id["scale-fedavg-fedvlr-memory"]
+    # the population's draw kernels are prepared (compiled once per installation) before the FedVLR case
+    assert doc["kernels"]["available"] is True and doc["kernels"]["cpu_s"] > 0
     assert case["status"] == "ok" and case["clients"] == 40 and len(case["batched"]["rounds"]) == 3
     assert case["peak_rss_mb"] > 0 and case["process_cpu_s"] > 0
     # the large FedVLR case beside the default store: its states forced into memory, and its store recorded
     assert layer["status"] == "ok" and layer["private_store"] == "memory" and len(layer["batched"]["rounds"]) == 2
     md = (out / "suite.md").read_text()
     assert "synthetic:40x30, FedAvg alone" in md and "private states in memory" in md
+    assert "kernels were prepared before the cases (compiled or loaded" in md
