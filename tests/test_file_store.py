@@ -10,6 +10,7 @@ from fedvlr_plus.adapters import make_backbone
 from fedvlr_plus.errors import RunFolderError
 from fedvlr_plus.federation import FedConfig, FederatedRun, run_federated
 from fedvlr_plus.federation.file_store import FileStore, consecutive_runs
+from fedvlr_plus.federation.kept_states import KeptStates
 from fedvlr_plus.federation.store import CompactStore, load_block
 from fedvlr_plus.federation.synthetic import synthetic_data
 from fedvlr_plus.fedvlr import FedVLROptions, build_fedvlr
@@ -202,10 +203,20 @@ def test_a_cold_start_training_keeps_its_selected_round_with_file_tables():
     from fedvlr_plus.coldstart.experiment import train_selected
 
     data = synthetic_data(40, 150, 10, seed=0)
-    cfg = FedConfig(**{**FAST, "rounds": 4, "eval_every": 1})
+    cfg = FedConfig(**{**FAST, "rounds": 8, "eval_every": 1})   # selects round 6 of 8
     mem = train_selected(data, "fcf", cfg)
-    disk = train_selected(data, "fcf", FedConfig(**{**cfg.to_dict(), "private_store": "file"}))
+    kept = []
+    real = KeptStates.__init__
+
+    def keeping(self, store, path):   # the selected round's states are kept in a file, not in memory
+        kept.append(path)
+        real(self, store, path)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(KeptStates, "__init__", keeping)
+        disk = train_selected(data, "fcf", FedConfig(**{**cfg.to_dict(), "private_store": "file"}))
     assert isinstance(disk.store, FileStore) and disk.best["round"] == mem.best["round"]
+    assert kept and not any(p.exists() for p in kept)   # and the file is gone once the states are back
+    assert disk.best["round"] < disk.round   # (the run trained past its selected round, so the restore mattered)
     for cid in mem.eligible[:5]:
         a, b = disk.store.load(int(cid)), mem.store.load(int(cid))
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -106,3 +106,33 @@ def test_the_resume_at_scale_example_trains_then_resumes(tmp_path):
     assert (train["step"], train["rounds"], resume["step"], resume["rounds"]) == ("train", 1, "resume", 2)
     assert train["store"] == resume["store"] == "file" and resume["peak_rss_gb"] > 0
     assert json.loads((tmp_path / "run" / "seed-0" / "result.json").read_text())["rounds_run"] == 2
+
+
+def test_states_kept_in_a_file_come_back_after_the_store_moved_on(tmp_path):
+    from fedvlr_plus.federation.file_store import FileStore
+    from fedvlr_plus.federation.kept_states import KeptStates
+
+    store = FileStore(tmp_path / "t", capacity=6)
+    store.save_block(np.array([4, 1, 5]), {"w.a/b": torch.arange(12.0).reshape(3, 4),
+                                           "n": torch.tensor([1, 2, 3])})
+    store.commit()
+    before = {c: store.load(c) for c in (4, 1, 5)}
+    kept = KeptStates(store, tmp_path / "kept.safetensors")
+    store.save_block(np.array([1, 0]), {"w.a/b": -torch.ones(2, 4), "n": torch.tensor([9, 9])})
+    store.commit()
+    kept.restore_into(store)
+    assert 0 not in store and len(store) == 3
+    for c, state in before.items():
+        got = store.load(c)
+        assert got.keys() == state.keys() and all(torch.equal(got[k], v) for k, v in state.items())
+
+
+def test_a_file_written_over_in_place_holds_only_the_new_tensors(tmp_path):
+    from safetensors.torch import load_file
+
+    path = tmp_path / "t.safetensors"
+    assert save_streamed({"a": torch.randn(50, 4), "b": torch.arange(7)}, path) is not None
+    small = {"c": torch.ones(2, 2)}
+    assert save_streamed(small, path, with_digest=False) is None
+    back = load_file(path)
+    assert back.keys() == {"c"} and torch.equal(back["c"], small["c"])

@@ -67,17 +67,20 @@ def _header(tensors: dict) -> bytes:
     return header + b" " * (-len(header) % 8)   # the data starts 8-byte aligned, as safetensors writes it
 
 
-def save_streamed(tensors: dict, path) -> str:
+def save_streamed(tensors: dict, path, with_digest: bool = True) -> str | None:
     """Write ``tensors`` ({name: torch.Tensor or StreamedTensor}) as a safetensors file at ``path``; returns the
-    file's sha256, taken as it is written (a run folder lists it without reading gigabytes back)."""
+    file's sha256, taken as it is written (a run folder lists it without reading gigabytes back), or None without
+    ``with_digest``. A file already at ``path`` is written over in place and cut to the new length: rewriting
+    pages the kernel already holds costs far less than filling new ones (a kept copy is rewritten often)."""
     header = _header(tensors)
-    digest = hashlib.sha256()
+    digest = hashlib.sha256() if with_digest else None
 
     def put(f, data) -> int:
-        digest.update(data)
+        if digest is not None:
+            digest.update(data)
         return f.write(data)
 
-    with open(path, "wb") as f:
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o666), "wb") as f:
         put(f, struct.pack("<Q", len(header)))
         put(f, header)
         for name, t in tensors.items():
@@ -87,7 +90,8 @@ def save_streamed(tensors: dict, path) -> str:
                 written += put(f, block)
             if written != expected:   # a source that lies about its size would corrupt every later tensor
                 raise ValueError(f"tensor {name!r}: its source gave {written} bytes, {expected} expected")
-    return digest.hexdigest()
+        f.truncate()
+    return digest.hexdigest() if digest is not None else None
 
 
 class StoredTensor:
