@@ -100,9 +100,10 @@ def test_the_resume_at_scale_example_trains_then_resumes(tmp_path):
 
     script = Path(__file__).resolve().parents[1] / "examples" / "resume_at_scale.py"
     res = subprocess.run([sys.executable, str(script), "--out", str(tmp_path / "run"), "--clients", "60",
-                          "--items", "40", "--store", "file"], capture_output=True, text=True, timeout=300)
+                          "--items", "40", "--store", "file", "--study"], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
-    train, resume = (json.loads(line) for line in res.stdout.strip().splitlines())
+    train, resume, study = (json.loads(line) for line in res.stdout.strip().splitlines())
+    assert (study["step"], study["rounds"], study["store"]) == ("study", 3, "file")
     assert (train["step"], train["rounds"], resume["step"], resume["rounds"]) == ("train", 1, "resume", 2)
     assert train["store"] == resume["store"] == "file" and resume["peak_rss_gb"] > 0
     assert json.loads((tmp_path / "run" / "seed-0" / "result.json").read_text())["rounds_run"] == 2

@@ -48,7 +48,8 @@ def choose_private_store(setting: str, state_bytes: int, folder: str | None = No
         return "memory", f"{memory} this platform has no positioned file reads"
     kind = memory_file_system(folder)
     if kind is not None:
-        return "memory", f"{memory} {folder} is a {kind} (memory); set TMPDIR to a folder on a disk to keep them in files"
+        return "memory", (f"{memory} {folder} is a {kind} (memory); set TMPDIR to a folder on a disk to keep them "
+                          "in files")
     try:
         free = shutil.disk_usage(folder).free
     except OSError as exc:
