@@ -170,10 +170,10 @@ def test_a_streamed_safetensors_file_reads_back_with_safetensors(tmp_path):
 def test_a_checkpoint_of_file_tables_is_written_from_the_files_in_blocks(tmp_path, monkeypatch):
     """The engine's checkpoint takes the file store's rows as sources read a block at a time (never the whole
     population in memory), and the checkpoint reads back to the stored states."""
-    from fedvlr_plus.federation import file_store
+    from fedvlr_plus.federation import file_store, streamed_safetensors
     from fedvlr_plus.federation.run_folder import SeedFolder
 
-    monkeypatch.setattr(file_store, "SNAPSHOT_BLOCK_BYTES", 64)   # several blocks per table even at this size
+    monkeypatch.setattr(streamed_safetensors, "ROW_BLOCK_BYTES", 64)   # several blocks per table even at this size
     reads = []
     original = FileStore._read_rows
 

@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import save_file
 
 from fedvlr_plus.federation import FedConfig, run_federated
-from fedvlr_plus.federation import store as stores
+from fedvlr_plus.federation import streamed_safetensors
 from fedvlr_plus.federation.store import CompactStore
 from fedvlr_plus.federation.streamed_safetensors import (StoredTensor, load_streamed, loaded, read_header,
                                                          save_streamed)
@@ -64,7 +64,7 @@ def test_a_store_restores_a_table_left_on_disk_block_by_block(tmp_path, monkeypa
     values = torch.arange(40.0).reshape(10, 4)
     path = tmp_path / "t.safetensors"
     save_streamed({"v": values}, path)
-    monkeypatch.setattr(stores, "RESTORE_BLOCK_BYTES", 48)   # three rows of 16 bytes a block
+    monkeypatch.setattr(streamed_safetensors, "ROW_BLOCK_BYTES", 48)   # three rows of 16 bytes a block
     store = CompactStore(capacity=10)
     cids = np.array([9, 3, 5, 0, 1, 2, 4, 6, 7, 8])
     store.restore({"format": "compact", "params": {"v": {"clients": torch.from_numpy(cids),
@@ -85,7 +85,7 @@ def test_a_run_resumed_from_blocks_gives_the_uninterrupted_numbers(tmp_path, mon
             raise KeyboardInterrupt
     with pytest.raises(KeyboardInterrupt):
         run_federated(data, "fcf", cfg, out_dir=tmp_path / "cut", progress=False, on_round=interrupt)
-    monkeypatch.setattr(stores, "RESTORE_BLOCK_BYTES", 64)
+    monkeypatch.setattr(streamed_safetensors, "ROW_BLOCK_BYTES", 64)
     resumed = run_federated(data, "fcf", cfg, out_dir=tmp_path / "cut", resume=True, progress=False)
     assert len(reads) > 1 and max(reads) < 40   # the tables came in blocks, never a whole population's
     assert [h["loss"] for h in resumed["history"]] == [h["loss"] for h in full["history"]]

@@ -41,7 +41,7 @@ from .run_folder import SeedFolder, locked, seed_folders
 from .seed_results import SEED_PARTS, combine_seeds  # noqa: F401  (named here before)
 from .state import init_shared_state
 from .file_store import FileStore
-from . import store as stores
+from . import streamed_safetensors
 from .store import CompactStore, make_store
 from .streamed_safetensors import loaded
 from .store_choice import choose_private_store, private_state_bytes, say_once
@@ -397,8 +397,8 @@ class FederatedRun:
 
     def load_checkpoint(self) -> None:
         """Continue from the folder's latest checkpoint (checksums checked; a changed setting is refused)."""
-        # the clients' state tables stay in the checkpoint's file and are restored a block at a time
-        ck = self.folder.read_checkpoint(on_disk_from=stores.RESTORE_BLOCK_BYTES)
+        # the clients' state tables (a block or more) stay in the checkpoint's file and are restored a block at a time
+        ck = self.folder.read_checkpoint(on_disk_from=streamed_safetensors.ROW_BLOCK_BYTES)
         where = str(self.run_dir)
         if not isinstance(ck, dict) or ck.get("format") != CHECKPOINT_FORMAT:
             raise RunFolderError(where, f"no checkpoint of format {CHECKPOINT_FORMAT} to resume",

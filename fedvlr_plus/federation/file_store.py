@@ -30,10 +30,7 @@ import torch
 from ..atomic_write import make_dirs, output_error
 from ..errors import RunFolderError, UserError
 from .store import CompactStore
-from .streamed_safetensors import StreamedTensor, bytes_of, tensor_bytes
-
-#: the most bytes a streamed snapshot reads at once
-SNAPSHOT_BLOCK_BYTES = 1 << 26
+from .streamed_safetensors import StreamedTensor, bytes_of, rows_per_block, tensor_bytes
 
 
 @dataclass
@@ -203,7 +200,7 @@ class FileStore(CompactStore):
 
 
 class TableRows(StreamedTensor):
-    """Rows ``rows`` of a file store's table, read ``SNAPSHOT_BLOCK_BYTES`` at a time when written out."""
+    """Rows ``rows`` of a file store's table, read ``ROW_BLOCK_BYTES`` at a time when written out."""
 
     def __init__(self, store: FileStore, name: str, rows: np.ndarray):
         table = store._tables[name]
@@ -211,6 +208,6 @@ class TableRows(StreamedTensor):
         self.store, self.name, self.rows = store, name, np.asarray(rows, dtype=np.int64)
 
     def blocks(self):
-        per_block = max(1, SNAPSHOT_BLOCK_BYTES // max(self.store._tables[self.name].row_bytes, 1))
+        per_block = rows_per_block(self.store._tables[self.name].row_bytes)
         for a in range(0, len(self.rows), per_block):
             yield tensor_bytes(self.store._read_rows(self.name, self.rows[a:a + per_block]))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import store as stores
+from . import streamed_safetensors
 from .streamed_safetensors import load_streamed, save_streamed
 
 
@@ -30,7 +30,7 @@ class KeptStates:
 
     def restore_into(self, store) -> None:
         """Put the kept states back into ``store`` (what it held since is dropped)."""
-        tensors = load_streamed(self.path, on_disk_from=stores.RESTORE_BLOCK_BYTES)
+        tensors = load_streamed(self.path, on_disk_from=streamed_safetensors.ROW_BLOCK_BYTES)
         params = {name: {"clients": tensors[f"{i}.clients"], "values": tensors[f"{i}.values"]}
                   for i, name in enumerate(self.names)}
         store.restore({"format": "compact", "params": params})

@@ -27,11 +27,9 @@ import torch
 
 from ..atomic_write import atomic_write, atomic_write_text, make_dirs
 from ..errors import RunFolderError
-from .streamed_safetensors import StoredTensor, loaded
+from .streamed_safetensors import StoredTensor, bytes_of, loaded, rows_per_block
 
 State = dict[str, torch.Tensor]
-#: a checkpoint's table of this many bytes or more is left in its file and restored this many bytes at a time
-RESTORE_BLOCK_BYTES = 1 << 26
 
 
 def atomic_torch_save(obj, path: Path) -> None:
@@ -300,12 +298,12 @@ class CompactStore:
 
 def _row_blocks(values):
     """``(first row, rows)`` of a snapshot's values: a tensor whole; a table left in the checkpoint's file
-    (:class:`StoredTensor`) :data:`RESTORE_BLOCK_BYTES` at a time, so a resumed run never holds it whole."""
+    (:class:`StoredTensor`) a block of rows at a time, so a resumed run never holds it whole."""
     if not isinstance(values, StoredTensor):
         yield 0, values
         return
     n = values.shape[0]
-    per_block = max(1, RESTORE_BLOCK_BYTES * n // max(values.nbytes, 1))
+    per_block = rows_per_block(bytes_of(values.shape[1:], values.dtype))
     for start in range(0, n, per_block):
         yield start, values.rows(start, min(n, start + per_block))
 

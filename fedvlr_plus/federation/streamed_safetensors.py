@@ -27,11 +27,19 @@ DTYPE_NAMES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16",
 DTYPES = {name: dtype for dtype, name in DTYPE_NAMES.items()}
 #: a header longer than this is not one this package wrote (safetensors' own limit is 100 MB)
 MAX_HEADER_BYTES = 100_000_000
+#: the most bytes of a state table read at once while it is written to or restored from a file (a population's
+#: table is never held whole: it is streamed this many bytes of rows at a time)
+ROW_BLOCK_BYTES = 1 << 26
 
 
 def bytes_of(shape: tuple, dtype: torch.dtype) -> int:
     """The bytes of a C-ordered tensor of ``shape`` and ``dtype``."""
     return int(np.prod(shape, dtype=np.int64)) * torch.empty(0, dtype=dtype).element_size()
+
+
+def rows_per_block(row_bytes: int) -> int:
+    """How many rows of ``row_bytes`` bytes make one block of at most :data:`ROW_BLOCK_BYTES` (at least one)."""
+    return max(1, ROW_BLOCK_BYTES // max(int(row_bytes), 1))
 
 
 class StreamedTensor:
