@@ -86,6 +86,27 @@ def test_closed_form_round_equals_autograd_and_sequential(residual, backbone, mo
     _assert_same(fast, _fit(SequentialSimulator, _layer(backbone, residual=residual, temperature=0.7), config))
 
 
+@pytest.mark.parametrize("kernel", ["compiled", "torch"])
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("mode", ["grads", "params"])
+def test_rows_read_by_id_give_the_autograd_round(kernel, residual, mode, monkeypatch):
+    """A catalogue too large to read whole a step: the step reads its examples' rows by id (:class:`IndexedRows`),
+    with the compiled kernel and with its torch fallback, and gives autograd's numbers."""
+    from fedvlr_plus.fedvlr import closed_form
+
+    monkeypatch.setattr(closed_form, "ALL_ROWS_RATIO", 0)
+    monkeypatch.setattr(closed_form, "_kernel_module", None if kernel == "compiled" else False)
+    seen = []
+    dot = closed_form.IndexedRows.dot
+    monkeypatch.setattr(closed_form.IndexedRows, "dot", lambda self, h: seen.append(1) or dot(self, h))
+    config = {**dict(seed=0, round=2, epochs=2, negatives=2, batch_size=4, lr=0.3, item_lr_scale=3.0),
+              **CONFIGS[mode]}
+    fast = _fit(BatchedSimulator, _layer(residual=residual, temperature=0.7), config, chunk_floats=4096)
+    assert seen, "no step read its rows by id"
+    assert (closed_form._kernel_module is not False) == (kernel == "compiled")
+    _assert_same(fast, _fit(BatchedSimulator, _layer(residual=residual, temperature=0.7), config, closed_form=False))
+
+
 @pytest.mark.parametrize("kw", [dict(mode="sum"), dict(mode="uniform"), dict(balance=0.1),
                                 dict(content_preference=True)])
 def test_closed_form_is_declined_where_it_does_not_hold(kw):

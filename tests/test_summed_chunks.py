@@ -11,6 +11,7 @@ from fedvlr_plus.federation.running_sum import RunningSums
 from fedvlr_plus.federation.state import init_shared_state
 from fedvlr_plus.federation.summed_chunk import SummedChunk, check_summed, may_sum
 from fedvlr_plus.federation.upload_stream import fit_streamed
+from fedvlr_plus.fedvlr import FUSED
 from test_fedvlr_speed import N_ITEMS, N_USERS, _layer, _shared
 from test_simulator import tiny_csr
 
@@ -76,10 +77,10 @@ def test_dot_head_factors_give_the_per_client_sums(backbone, extra):
 
 
 @pytest.mark.parametrize("residual", [False, True])
-@pytest.mark.parametrize("chunk_floats", [4096, 1024], ids=["factors", "rows"])
+@pytest.mark.parametrize("chunk_floats", [4096, 1024], ids=["larger-chunks", "smaller-chunks"])
 def test_fedvlr_factors_give_the_per_client_sums(residual, chunk_floats):
-    """Gradient uploads of fixed fused views: as factors where ``coef`` fits in ``chunk_floats``, else as the
-    clients' rows; both the per-client sums to float rounding (the row counts exactly)."""
+    """Gradient uploads of fixed fused views go to the sums as a sparse ``coef`` and the steps' directions, at
+    any chunk size: the per-client sums to float rounding (the row counts exactly)."""
     bb = _layer("fedavg", residual=residual, temperature=0.7)
     shared = _shared(bb)
     config = {**BASE, "upload": "grads", "weight_decay": 0.0}
@@ -92,15 +93,20 @@ def test_fedvlr_factors_give_the_per_client_sums(residual, chunk_floats):
         assert da is None or torch.allclose(da, db, rtol=1e-12, atol=0), name
 
 
-@pytest.mark.parametrize("model", ["fedvlr", "fedavg"])
-def test_factors_are_used_when_they_fit(model):
+@pytest.mark.parametrize("model,chunk_floats", [("fedvlr", 4096), ("fedvlr", 1024), ("fedavg", 4096)])
+def test_factors_are_used_when_they_fit(model, chunk_floats):
     bb = _layer("fedavg") if model == "fedvlr" else make_backbone("fedavg", N_ITEMS, 8)
     shared = _shared(bb) if model == "fedvlr" else init_shared_state(bb, 0)
     indptr, indices = tiny_csr(N_USERS, N_ITEMS)
-    sim = BatchedSimulator(bb, indptr, indices, MemoryStore(), seed=0, chunk_floats=4096)
+    sim = BatchedSimulator(bb, indptr, indices, MemoryStore(), seed=0, chunk_floats=chunk_floats)
     config = {**BASE, "upload": "grads" if model == "fedvlr" else "params"}
     chunks = list(sim.fit_chunks(np.arange(N_USERS), shared, config, summed=True))
     assert all(c.row_factors and not c.row_blocks for c in chunks)
+    if model == "fedvlr":   # the layer's coef holds the steps' nonzero per-row sums only
+        for c in chunks:
+            coef, factor = c.row_factors[FUSED][:2]
+            assert coef.layout == torch.sparse_csr
+            assert 0 < coef._nnz() <= len(c.row_factors[FUSED][4]) * factor.shape[0] // len(c.cids)
 
 
 @pytest.mark.parametrize("change", [dict(upload_noise=0.5), dict(upload_clip=1.0), dict(pad_uploads=N_ITEMS),

@@ -233,10 +233,8 @@ class BatchedSimulator:
         # the tests keep autograd): d(w BCE)/d logit = w (sigmoid(logit) - y)
         dot = bb.dot_head
         fast = self._dot_head_fast(set(sgd.names)) and dot[0] in sgd.flat_tables
-        # a fixed table's per-row sums kept by item where that record fits (the round's sums read it directly)
-        by_item = bb.n_items if fixed and bb.n_items * s_max * c_n <= self.chunk_floats else None
         mixture = None if kernel is None else kernel.local_steps(
-            kernel.router_input(ctx), sgd.leaves, sgd.lr, sgd.wd, (c_n, t_max, s_max) if fixed else None, by_item)
+            kernel.router_input(ctx), sgd.leaves, sgd.lr, sgd.wd, (c_n, t_max, s_max) if fixed else None)
         dots = self._dot_steps(shared, sgd, s_max) if fast and sgd.leaves[dot[0]] is None else None
         per_steps = []
         for s in range(s_max):
@@ -252,7 +250,7 @@ class BatchedSimulator:
             elif mixture is not None:
                 rows = mixture.rows(shared[kernel.table].to(dtype), sgd.flat_tables.get(kernel.table), fidx,
                                     global_all[:, s])
-                grads, per = mixture.step(rows, sgd.leaves, y, wt, active_all[:, s], fidx, global_all[:, s])
+                grads, per = mixture.step(rows, sgd.leaves, y, wt, active_all[:, s], fidx)
                 sgd.step([grads[n] for n in sgd.names], fidx, batch.mask[:, s], active_all[:, s])
             else:
                 ctx["items_global"] = global_all[:, s]
@@ -320,9 +318,6 @@ class BatchedSimulator:
         if table not in self.bb.shared_names or self.bb.personal_copies:
             return None
         if isinstance(steps, MixtureSteps):
-            c_n, t_max, s_max = steps.defer
-            if self.bb.n_items * s_max * c_n > self.chunk_floats:
-                return None
             real = torch.from_numpy(batch.owner * batch.t_max + batch.pos).to(self.device)
             coef, factor, columns = steps.table_factors(batch.touched.view(-1)[real], real, self.bb.n_items)
             return table, (coef, factor, columns, None)

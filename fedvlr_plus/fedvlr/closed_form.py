@@ -24,6 +24,7 @@ before ``F`` is broadcast, so they do not stand in the way.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -86,7 +87,7 @@ class MixtureDotHead:
         hidden = torch.relu(pre)
         return hidden, torch.softmax(linear(hidden, p["router.w2"], p["router.b2"]) / self.temperature, dim=-1)
 
-    def step_from(self, rows: "GatheredRows | AllRows", pre, p: dict, y, a, with_table: bool = True):
+    def step_from(self, rows: "IndexedRows | AllRows", pre, p: dict, y, a, with_table: bool = True):
         """One step of every client of a chunk from its router's pre-activation ``pre [C, H]``.
 
         ``rows``: the fused views of the step's examples (gathered, or read from the whole broadcast table);
@@ -120,10 +121,9 @@ class MixtureDotHead:
         """``w ⊗ h [..., J d]``: the vector a fused row is scored against (and its gradient's direction)."""
         return (w.unsqueeze(-1) * h.unsqueeze(-2)).reshape(*w.shape[:-1], self.experts * self.d)
 
-    def local_steps(self, x: torch.Tensor, p: dict, lr: float, wd: float, defer: tuple[int, int, int] | None,
-                    n_items: int | None = None):
+    def local_steps(self, x: torch.Tensor, p: dict, lr: float, wd: float, defer: tuple[int, int, int] | None):
         """The state of one chunk's local training (:class:`MixtureSteps`)."""
-        return MixtureSteps(self, x, p, lr, wd, defer, n_items)
+        return MixtureSteps(self, x, p, lr, wd, defer)
 
     def reads_all_rows(self, n_items: int, slots: int) -> bool:
         """Whether a step of ``slots`` examples per client reads the whole broadcast table (two matrix products
@@ -153,11 +153,11 @@ class MixtureSteps:
     The uploaded gradient of the fused rows (``defer``: the chunk's clients, touched rows and steps, when the rows
     are not stepped locally): each step's is ``δ_l (w ⊗ h)``, so their sum over steps is the product of the
     per-row sums of ``δ`` of each step ``[C, T, S]`` and the steps' ``w ⊗ h [C, S, J d]``, one batched product
-    at the end instead of a ``[C, L, J d]`` scatter every step. With ``n_items`` the per-row sums are kept over
-    the whole catalogue (``[S, C N]``, by global item id), which the round's sums read without a scatter."""
+    at the end instead of a ``[C, L, J d]`` scatter every step; for the round's sums, one sparse product with
+    the nonzero per-row sums only (:meth:`table_factors`)."""
 
     def __init__(self, head: MixtureDotHead, x: torch.Tensor, p: dict, lr: float, wd: float,
-                 defer: tuple[int, int, int] | None, n_items: int | None = None):
+                 defer: tuple[int, int, int] | None):
         self.head, self.x, self.lr, self.wd = head, x, float(lr), float(wd)
         with torch.no_grad():
             self.x_w1 = linear(x, p["router.w1"])
@@ -165,33 +165,30 @@ class MixtureSteps:
         c_n = x.shape[0]
         self.alpha = torch.ones(c_n, 1, dtype=x.dtype, device=x.device)
         self.g_sum = torch.zeros_like(self.x_w1)
-        self.defer, self.n_items = defer, n_items
+        self.defer = defer
         if defer is not None:
             _, t_max, s_max = defer
-            width = c_n * (t_max if n_items is None else n_items)
-            self.delta_rows = torch.zeros(s_max, width, dtype=x.dtype, device=x.device)
+            self.delta_rows = torch.zeros(s_max, c_n * t_max, dtype=x.dtype, device=x.device)
             self.directions = torch.zeros(s_max, c_n, head.experts * head.d, dtype=x.dtype, device=x.device)
         self.s = 0
 
     def rows(self, fused: torch.Tensor, chunk_rows: torch.Tensor, fidx: torch.Tensor, items: torch.Tensor):
         """The fused rows of a step. While they are fixed in the round, from the broadcast table ``fused [N, blocks
         d]`` by the examples' item ids ``items [C, L]`` (the whole table where it is small beside the step, else the
-        examples' rows); else gathered from the chunk's stepped copy of its touched rows ``chunk_rows [C T, blocks
-        d]`` by their flat ids ``fidx``."""
+        examples' rows); else from the chunk's stepped copy of its touched rows ``chunk_rows [C T, blocks d]`` by
+        their flat ids ``fidx``."""
         head, (c_n, l_n) = self.head, items.shape
         if self.defer is None:
-            return GatheredRows(chunk_rows.index_select(0, fidx).view(c_n, l_n, -1), head.experts)
-        fused = fused[:, :head.experts * head.d]
+            return IndexedRows(chunk_rows, fidx.view(c_n, l_n), head.experts, head.d)
         if head.reads_all_rows(fused.shape[0], l_n):
-            return AllRows(fused, items, head.experts)
-        return GatheredRows(fused.index_select(0, items.reshape(-1)).view(c_n, l_n, -1), head.experts)
+            return AllRows(fused[:, :head.experts * head.d], items, head.experts)
+        return IndexedRows(fused, items, head.experts, head.d)
 
     @torch.no_grad()
-    def step(self, rows: "GatheredRows | AllRows", p: dict, y: torch.Tensor, a: torch.Tensor, active: torch.Tensor,
-             fidx: torch.Tensor, items: torch.Tensor | None = None):
+    def step(self, rows: "IndexedRows | AllRows", p: dict, y: torch.Tensor, a: torch.Tensor, active: torch.Tensor,
+             fidx: torch.Tensor):
         """The step's gradients (None for what this object applies itself: ``router.w1``, and the fused rows
-        when deferred) and each client's loss; ``fidx``: the flat touched-row ids of the examples, ``items``
-        their global ids ``[C, L]`` (needed with ``n_items``)."""
+        when deferred) and each client's loss; ``fidx``: the flat touched-row ids of the examples."""
         pre = self.alpha * self.x_w1 - self.lr * self.x_sq * self.g_sum + p["router.b1"]
         grads, loss, w = self.head.step_from(rows, pre, p, y, a, with_table=self.defer is None)
         g_pre = grads.pop("router.pre")
@@ -202,8 +199,6 @@ class MixtureSteps:
             self.g_sum *= decay
         self.g_sum += g_pre
         if self.defer is not None:
-            if self.n_items is not None:
-                fidx = (items + torch.arange(items.shape[0], device=items.device).unsqueeze(1) * self.n_items)
             self.delta_rows[self.s].index_add_(0, fidx.reshape(-1), grads.pop("delta").reshape(-1))
             self.directions[self.s] = self.head.row_direction(w, p[self.head.weight])
             grads[self.head.table] = None
@@ -222,11 +217,7 @@ class MixtureSteps:
     def table_grads(self, touched: torch.Tensor) -> torch.Tensor:
         """The deferred, summed gradient of the clients' fused rows ``touched [C, T]`` (global ids): ``[C, T, J d]``."""
         c_n, t_max, s_max = self.defer
-        if self.n_items is None:
-            coef = self.delta_rows.view(s_max, c_n, t_max).permute(1, 2, 0)
-        else:
-            flat = touched + torch.arange(c_n, device=touched.device).unsqueeze(1) * self.n_items
-            coef = self.delta_rows.index_select(1, flat.reshape(-1)).view(s_max, c_n, t_max).permute(1, 2, 0)
+        coef = self.delta_rows.view(s_max, c_n, t_max).permute(1, 2, 0)
         return torch.bmm(coef, self.directions.transpose(0, 1))
 
     @torch.no_grad()
@@ -235,36 +226,72 @@ class MixtureSteps:
         without forming any client's rows: ``coef [n_items, S C] @ directions [S C, J d]`` is the sum over the
         chunk's clients (column ``s C + c``: client ``c``'s step ``s``; weigh the columns by their client,
         ``client [S C]``, to get a weighted sum). ``real``: the flat ids (``c T + t``) of the clients' real
-        touched rows, ``items`` their global ids."""
+        touched rows, ``items`` their global ids.
+
+        ``coef`` is sparse (CSR): a client's step touches a few of its rows, so most of its ``[S, R]`` per-row
+        sums are zero, and a dense ``[n_items, S C]`` product would spend nearly all its work on zeros."""
         c_n, t_max, s_max = self.defer
-        k = s_max * c_n
         columns = torch.arange(c_n, device=real.device).repeat(s_max)
-        if self.n_items is not None:   # kept by item already: column s C + c of row i is delta[s, c N + i]
-            coef = self.delta_rows.view(s_max, c_n, n_items).permute(2, 0, 1).reshape(n_items, k)
-            return coef, self.directions.reshape(k, -1), columns
         client = torch.div(real, t_max, rounding_mode="floor")
-        steps = torch.arange(s_max, device=real.device).unsqueeze(1)
-        where = (items * k).unsqueeze(0) + steps * c_n + client.unsqueeze(0)            # [S, R] in coef
-        coef = torch.zeros(n_items * k, dtype=self.delta_rows.dtype, device=real.device)
-        coef.index_add_(0, where.reshape(-1), self.delta_rows.index_select(1, real).reshape(-1))
-        return coef.view(n_items, k), self.directions.reshape(k, -1), columns
+        values = self.delta_rows.index_select(1, real)                                     # [S, R]
+        step, entry = values.nonzero(as_tuple=True)      # step-major, then client: columns ascending
+        row = items.index_select(0, entry)
+        order = torch.sort(row, stable=True).indices     # by item; within an item the columns stay ascending
+        crow = torch.zeros(n_items + 1, dtype=torch.long, device=real.device)
+        crow[1:] = torch.bincount(row, minlength=n_items).cumsum(0)
+        col = (step * c_n + client.index_select(0, entry)).index_select(0, order)
+        coef = sparse_csr(crow, col, values[step, entry].index_select(0, order), (n_items, s_max * c_n))
+        return coef, self.directions.reshape(s_max * c_n, -1), columns
 
 
-class GatheredRows:
-    """A step's fused rows gathered per example, ``[C, L, J d]`` (``experts`` blocks of ``d``)."""
+def sparse_csr(crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """A CSR matrix built from sorted indices (no checks: they are sorted by construction), without PyTorch's
+    one-time notice that its CSR support is in beta (a user should not read it on every run)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        return torch.sparse_csr_tensor(crow, col, values, size, check_invariants=False)
 
-    def __init__(self, rows: torch.Tensor, experts: int):
-        self.rows, self.experts = rows, experts
+
+class IndexedRows:
+    """A step's fused rows as the rows ``ids [C, L]`` of a table ``[M, >= J d]`` (the broadcast views, or the
+    chunk's stepped copy of its rows), read where they are: the scores by a compiled kernel, the weighted sums by
+    ``embedding_bag``; no ``[C, L, J d]`` copy is made (it would be written once and read twice a step)."""
+
+    def __init__(self, table: torch.Tensor, ids: torch.Tensor, experts: int, d: int):
+        self.table, self.ids, self.experts, self.d = table, ids, experts, d
 
     def dot(self, h: torch.Tensor) -> torch.Tensor:
         """``<h_c, F_lj>`` -> ``[C, L, J]``."""
-        c_n, l_n, width = self.rows.shape
-        d = width // self.experts
-        return torch.bmm(self.rows.reshape(c_n, l_n * self.experts, d), h.unsqueeze(-1)).view(c_n, l_n, -1)
+        c_n, l_n = self.ids.shape
+        kernels = _row_kernels() if self.table.device.type == "cpu" else None
+        if kernels is not None:
+            out = torch.empty(c_n, l_n, self.experts, dtype=self.table.dtype)
+            kernels.indexed_dot(self.table.detach().numpy(), self.ids.numpy(), h.detach().to(self.table.dtype)
+                                .numpy(), out.numpy())
+            return out
+        width = self.experts * self.d   # (torch: gathered, then a reduction kernel, 2-3x faster than a bmm here)
+        rows = self.table.index_select(0, self.ids.reshape(-1))[:, :width]
+        return torch.linalg.vecdot(rows.reshape(c_n, l_n * self.experts, self.d), h.unsqueeze(1)).view(c_n, l_n, -1)
 
     def weighted_sum(self, delta: torch.Tensor) -> torch.Tensor:
         """``Σ_l delta_cl F_l`` -> ``[C, J d]``."""
-        return torch.bmm(delta.unsqueeze(1), self.rows).squeeze(1)
+        out = F.embedding_bag(self.ids, self.table, per_sample_weights=delta.to(self.table.dtype), mode="sum")
+        return out[:, :self.experts * self.d]
+
+
+_kernel_module = None
+
+
+def _row_kernels():
+    """The ``row_kernels`` module, or None where numba does not import (the torch path then scores the rows)."""
+    global _kernel_module
+    if _kernel_module is None:
+        try:
+            from . import row_kernels
+            _kernel_module = row_kernels
+        except Exception:   # a missing or broken numba must cost speed, never a step
+            _kernel_module = False
+    return _kernel_module or None
 
 
 class AllRows:
