@@ -177,3 +177,20 @@ def test_router_input_dense_and_gathered_agree(monkeypatch):
     gathered = head.router_input(ctx)
     want = torch.stack([views[indices[indptr[u]:indptr[u + 1]]].mean(0) for u in range(N_USERS)])
     assert torch.allclose(dense, want, atol=1e-6) and torch.allclose(gathered, want, atol=1e-6)
+
+
+def test_preparing_the_step_kernel_says_whether_it_exists(monkeypatch):
+    from fedvlr_plus.fedvlr import closed_form
+
+    monkeypatch.setattr(closed_form, "_kernel_module", None)
+    assert closed_form.prepare_kernels() is (closed_form._row_kernels() is not None)
+    monkeypatch.setattr(closed_form, "_kernel_module", False)    # as where numba does not import
+    assert closed_form.prepare_kernels() is False
+
+
+def test_bench_markdown_shows_the_system_part_of_a_round_where_it_is_large():
+    from fedvlr_plus.bench.suite import _cpu
+
+    assert _cpu({"round1_cpu_s": 12.0, "round1_sys_s": 4.0}, "round1") == "12.0 s (4.000 s sys)"
+    assert _cpu({"later_cpu_s": 6.0, "later_sys_s": 0.2}, "later") == "6.000 s"
+    assert _cpu({"later_cpu_s": 6.0}, "later") == "6.000 s"   # a suite.json written before the split

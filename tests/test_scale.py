@@ -315,9 +315,12 @@ def test_bench_suite_measures_tiny_cases_each_in_its_own_process(tmp_path):
     # the population's draw kernels are prepared (compiled once per installation) before the FedVLR case
     assert doc["kernels"]["available"] is True and doc["kernels"]["cpu_s"] > 0
     assert case["status"] == "ok" and case["clients"] == 40 and len(case["batched"]["rounds"]) == 3
+    # the system part of each round's CPU time (the kernel's share: first touches of fresh memory, file writes)
+    assert all(0 <= r["sys_s"] <= r["cpu_s"] + 0.01 for r in case["batched"]["rounds"])
+    assert case["batched"]["round1_sys_s"] == case["batched"]["rounds"][0]["sys_s"]
     assert case["peak_rss_mb"] > 0 and case["process_cpu_s"] > 0
     # the large FedVLR case beside the default store: its states forced into memory, and its store recorded
     assert layer["status"] == "ok" and layer["private_store"] == "memory" and len(layer["batched"]["rounds"]) == 2
     md = (out / "suite.md").read_text()
     assert "synthetic:40x30, FedAvg alone" in md and "private states in memory" in md
-    assert "kernels were prepared before the cases (compiled or loaded" in md
+    assert "were prepared before the cases (compiled or loaded" in md

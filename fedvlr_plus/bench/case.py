@@ -1,9 +1,9 @@
 """One case of ``fedvlr-plus bench suite``, measured inside its own process.
 
 ``python -m fedvlr_plus.bench.case '<case JSON>'`` loads the case's data, builds its model, trains the
-asked-for rounds (every client, no evaluation) and prints one JSON line: the CPU and wall time of each round, the
-median of the later rounds, the same for the sequential reference where the case asks for it, and the time of
-full-sort evaluation passes where asked. The suite runs each case in a fresh process so that the peak RSS it
+asked-for rounds (every client, no evaluation) and prints one JSON line: the CPU (and its system part) and wall
+time of each round, the median of the later rounds, the same for the sequential reference where the case asks
+for it, and the time of full-sort evaluation passes where asked. The suite runs each case in a fresh process so that the peak RSS it
 reads from the operating system belongs to that case alone.
 
 A case is a dict: ``source`` (a data source, ``synthetic:UxI`` included), ``backbone`` (a federated backbone or
@@ -65,9 +65,10 @@ def _timed_rounds(data, model, cfg, rounds: int) -> tuple[list[dict], object]:
     run = FederatedRun(data, model, cfg, progress=False)
     times = []
     for _ in range(rounds):
-        t, c = time.perf_counter(), time.process_time()
+        t, c, k = time.perf_counter(), time.process_time(), resource.getrusage(resource.RUSAGE_SELF).ru_stime
         run.run_round()
-        times.append({"wall_s": time.perf_counter() - t, "cpu_s": time.process_time() - c})
+        times.append({"wall_s": time.perf_counter() - t, "cpu_s": time.process_time() - c,
+                      "sys_s": resource.getrusage(resource.RUSAGE_SELF).ru_stime - k})
     return times, run
 
 
@@ -75,8 +76,9 @@ def _summary(times: list[dict]) -> dict:
     """Round 1, and the median of the later rounds (round 1 itself when it is the only one)."""
     later = times[1:] or times
     return {"rounds": times, "round1_cpu_s": times[0]["cpu_s"], "round1_wall_s": times[0]["wall_s"],
-            "later_cpu_s": statistics.median(t["cpu_s"] for t in later),
-            "later_wall_s": statistics.median(t["wall_s"] for t in later)}
+            "round1_sys_s": times[0]["sys_s"], "later_cpu_s": statistics.median(t["cpu_s"] for t in later),
+            "later_wall_s": statistics.median(t["wall_s"] for t in later),
+            "later_sys_s": statistics.median(t["sys_s"] for t in later)}
 
 
 def measure(case: dict) -> dict:

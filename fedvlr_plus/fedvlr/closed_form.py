@@ -263,11 +263,12 @@ class IndexedRows:
     def dot(self, h: torch.Tensor) -> torch.Tensor:
         """``<h_c, F_lj>`` -> ``[C, L, J]``."""
         c_n, l_n = self.ids.shape
-        kernels = _row_kernels() if self.table.device.type == "cpu" else None
-        if kernels is not None:
+        on_cpu = self.table.device.type == "cpu" and self.table.is_contiguous()
+        kernels = _row_kernels() if on_cpu else None
+        if kernels is not None:   # (contiguous inputs: one compiled version per dtype)
             out = torch.empty(c_n, l_n, self.experts, dtype=self.table.dtype)
-            kernels.indexed_dot(self.table.detach().numpy(), self.ids.numpy(), h.detach().to(self.table.dtype)
-                                .numpy(), out.numpy())
+            kernels.indexed_dot(self.table.detach().numpy(), self.ids.contiguous().numpy(),
+                                h.detach().to(self.table.dtype).contiguous().numpy(), out.numpy())
             return out
         width = self.experts * self.d   # (torch: gathered, then a reduction kernel, 2-3x faster than a bmm here)
         rows = self.table.index_select(0, self.ids.reshape(-1))[:, :width]
@@ -292,6 +293,16 @@ def _row_kernels():
         except Exception:   # a missing or broken numba must cost speed, never a step
             _kernel_module = False
     return _kernel_module or None
+
+
+def prepare_kernels() -> bool:
+    """Compile the step's kernel, or load it from numba's cache, with one tiny call (float32, as a run calls it);
+    False where numba is missing (steps then take the torch path). ``bench suite`` calls this before its cases."""
+    if _row_kernels() is None:
+        return False
+    rows = IndexedRows(torch.zeros(2, 4), torch.zeros(1, 1, dtype=torch.long), 2, 2)
+    rows.dot(torch.zeros(1, 2))
+    return True
 
 
 class AllRows:
