@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..compiled import load_compiled
+
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -147,11 +149,7 @@ def _compiled_kernels():
     """The ``rng_kernels`` module, or None where numba does not import (the numpy path then gives the same bits)."""
     global _kernel_module
     if _kernel_module is None:
-        try:
-            from . import rng_kernels
-            _kernel_module = rng_kernels
-        except Exception:   # a missing or broken numba must cost speed, never a draw
-            _kernel_module = False
+        _kernel_module = load_compiled("fedvlr_plus.federation.rng_kernels")
     return _kernel_module or None
 
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..compiled import load_compiled
 from ..nn import linear
 from .router import VIEWS, history_input
 
@@ -287,11 +288,7 @@ def _row_kernels():
     """The ``row_kernels`` module, or None where numba does not import (the torch path then scores the rows)."""
     global _kernel_module
     if _kernel_module is None:
-        try:
-            from . import row_kernels
-            _kernel_module = row_kernels
-        except Exception:   # a missing or broken numba must cost speed, never a step
-            _kernel_module = False
+        _kernel_module = load_compiled("fedvlr_plus.fedvlr.row_kernels")
     return _kernel_module or None
 
 
