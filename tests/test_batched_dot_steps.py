@@ -63,3 +63,33 @@ def test_rank_one_steps_are_not_taken_where_they_do_not_apply(why, monkeypatch):
         monkeypatch.setattr("fedvlr_plus.federation.dot_steps.ALL_ROWS_RATIO", 0)
     _, _, n_calls, _ = _round(BatchedSimulator, bb, config, monkeypatch)
     assert n_calls == 0
+
+
+@pytest.mark.parametrize("kernel", ["compiled", "torch"])
+@pytest.mark.parametrize("name,mode", [("fedavg", dict(upload="params")), ("fcf", dict(upload="grads")),
+                                       ("pfedrec", dict(upload="params", weight_decay=0.05))])
+def test_row_by_id_steps_of_a_big_catalogue_equal_the_sequential_reference(kernel, name, mode, monkeypatch):
+    """Where the catalogue is too big for rank-one steps, a dot-product head's step reads its rows by id (the
+    compiled scores or their torch fallback, ``embedding_bag`` sums) and gives the sequential reference's numbers."""
+    from fedvlr_plus.federation import indexed_rows
+
+    monkeypatch.setattr("fedvlr_plus.federation.dot_steps.ALL_ROWS_RATIO", 0)
+    monkeypatch.setattr(indexed_rows, "_kernel_module", None if kernel == "compiled" else False)
+    seen = []
+    dot = indexed_rows.IndexedRows.dot
+    monkeypatch.setattr(indexed_rows.IndexedRows, "dot", lambda self, h: seen.append(1) or dot(self, h))
+    bb = make_backbone(name, 40, 8)
+    config = {**CONFIG, "batch_size": 4, **mode}
+    got, got_store, n_calls, shared = _round(BatchedSimulator, bb, config, monkeypatch)
+    want, want_store, _, _ = _round(SequentialSimulator, bb, config)
+    assert n_calls == 0 and seen, "the steps did not read rows by id"
+    assert (indexed_rows._kernel_module is not False) == (kernel == "compiled")
+    for a, b in zip(got, want):
+        assert a.cid == b.cid
+        for k in a.arrays:
+            assert torch.equal(a.rows[k], b.rows[k])
+            assert torch.allclose(a.arrays[k], b.arrays[k], atol=1e-5), (a.cid, k)
+        assert abs(a.metrics["loss"] - b.metrics["loss"]) < 1e-5
+    for c in range(25):
+        x, y = got_store.load(c), want_store.load(c)
+        assert all(torch.allclose(x[k], y[k], atol=1e-5) for k in x), c

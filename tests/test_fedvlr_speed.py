@@ -92,18 +92,19 @@ def test_closed_form_round_equals_autograd_and_sequential(residual, backbone, mo
 def test_rows_read_by_id_give_the_autograd_round(kernel, residual, mode, monkeypatch):
     """A catalogue too large to read whole a step: the step reads its examples' rows by id (:class:`IndexedRows`),
     with the compiled kernel and with its torch fallback, and gives autograd's numbers."""
+    from fedvlr_plus.federation import indexed_rows
     from fedvlr_plus.fedvlr import closed_form
 
     monkeypatch.setattr(closed_form, "ALL_ROWS_RATIO", 0)
-    monkeypatch.setattr(closed_form, "_kernel_module", None if kernel == "compiled" else False)
+    monkeypatch.setattr(indexed_rows, "_kernel_module", None if kernel == "compiled" else False)
     seen = []
-    dot = closed_form.IndexedRows.dot
-    monkeypatch.setattr(closed_form.IndexedRows, "dot", lambda self, h: seen.append(1) or dot(self, h))
+    dot = indexed_rows.IndexedRows.dot
+    monkeypatch.setattr(indexed_rows.IndexedRows, "dot", lambda self, h: seen.append(1) or dot(self, h))
     config = {**dict(seed=0, round=2, epochs=2, negatives=2, batch_size=4, lr=0.3, item_lr_scale=3.0),
               **CONFIGS[mode]}
     fast = _fit(BatchedSimulator, _layer(residual=residual, temperature=0.7), config, chunk_floats=4096)
     assert seen, "no step read its rows by id"
-    assert (closed_form._kernel_module is not False) == (kernel == "compiled")
+    assert (indexed_rows._kernel_module is not False) == (kernel == "compiled")
     _assert_same(fast, _fit(BatchedSimulator, _layer(residual=residual, temperature=0.7), config, closed_form=False))
 
 
@@ -180,12 +181,12 @@ def test_router_input_dense_and_gathered_agree(monkeypatch):
 
 
 def test_preparing_the_step_kernel_says_whether_it_exists(monkeypatch):
-    from fedvlr_plus.fedvlr import closed_form
+    from fedvlr_plus.federation import indexed_rows
 
-    monkeypatch.setattr(closed_form, "_kernel_module", None)
-    assert closed_form.prepare_kernels() is (closed_form._row_kernels() is not None)
-    monkeypatch.setattr(closed_form, "_kernel_module", False)    # as where numba does not import
-    assert closed_form.prepare_kernels() is False
+    monkeypatch.setattr(indexed_rows, "_kernel_module", None)
+    assert indexed_rows.prepare_kernels() is (indexed_rows._row_kernels() is not None)
+    monkeypatch.setattr(indexed_rows, "_kernel_module", False)    # as where numba does not import
+    assert indexed_rows.prepare_kernels() is False
 
 
 def test_bench_markdown_shows_the_system_part_of_a_round_where_it_is_large():

@@ -90,7 +90,7 @@ def run_suite(out_dir: Path, *, shared_data: Path, quick: bool = False, only=Non
             entry.update(status="skipped", reason=reason)
         else:
             if kernels is None and case.get("big") and case.get("fusion"):   # a population's initial draw
-                progress("bench suite: preparing the compiled kernels (initial draw, FedVLR steps) ...")
+                progress("bench suite: preparing the compiled kernels (initial draw, steps) ...")
                 kernels = prepare_kernels()
             progress(f"bench suite: {case['id']} ...")
             entry.update(run_case(case))
@@ -107,12 +107,11 @@ def run_suite(out_dir: Path, *, shared_data: Path, quick: bool = False, only=Non
 
 
 def prepare_kernels() -> dict:
-    """Compile (once per installation) or load the numba kernels of the initial draw and of the FedVLR layer's
-    steps in a process of their own, before the cases: a case's round 1 then shows what every run pays, and the
+    """Compile (once per installation) or load the numba kernels of the initial draw and of the steps in a process of their own, before the cases: a case's round 1 then shows what every run pays, and the
     one-time compilation is reported apart."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run([sys.executable, "-c", "from fedvlr_plus.federation.rng import prepare_kernels as p; "
-                           "from fedvlr_plus.fedvlr.closed_form import prepare_kernels as q; "
+                           "from fedvlr_plus.federation.indexed_rows import prepare_kernels as q; "
                            "print(p() and q())"], capture_output=True, text=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -146,7 +145,7 @@ def markdown(doc: dict) -> str:
     if k:
         state = ("compiled or loaded from numba's cache" if k["available"]
                  else "not available: numba is missing, so numpy draws and torch steps")
-        lines += ["", f"The compiled kernels (the initial draw's and the FedVLR layer's steps) were prepared before "
+        lines += ["", f"The compiled kernels (the initial draw's and the steps') were prepared before "
                   f"the cases ({state}; {k['cpu_s']:.1f} s CPU in their own process, most of it when they are "
                   "compiled, once per installation)."]
     return "\n".join(lines) + "\n"

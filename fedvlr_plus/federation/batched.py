@@ -23,6 +23,7 @@ from ..adapters.base import Backbone
 from .client import scoring_params
 from ..fedvlr.closed_form import MixtureSteps
 from .dot_steps import DotSteps
+from .indexed_rows import IndexedRows
 from .messages import ClientUpdate
 from .privacy import privatise
 from .schedule import Schedule, build_schedule
@@ -342,14 +343,13 @@ class BatchedSimulator:
         tname, wname, bname = self.bb.dot_head
         c_n, l_max, leaves = sgd.c_n, sgd.l_max, sgd.leaves
         with torch.no_grad():
-            vecs = sgd.flat_tables[tname].index_select(0, fidx).view(c_n, l_max, -1)
             w = leaves[wname]
-            logits = (vecs * w.unsqueeze(1)).sum(-1)   # (elementwise beats bmm with one column)
+            rows = IndexedRows(sgd.flat_tables[tname], fidx.view(c_n, l_max), 1, w.shape[-1])   # (not gathered)
+            logits = rows.dot(w).squeeze(-1)
             if bname is not None:
                 logits = logits + leaves[bname].unsqueeze(-1)
             dlog = (torch.sigmoid(logits) - y) * wt
-            fast_grads = {tname: dlog.unsqueeze(-1) * w.unsqueeze(1),
-                          wname: torch.bmm(dlog.unsqueeze(1), vecs).squeeze(1)}
+            fast_grads = {tname: dlog.unsqueeze(-1) * w.unsqueeze(1), wname: rows.weighted_sum(dlog)}
             if bname is not None:
                 fast_grads[bname] = dlog.sum(1)
             per = F.binary_cross_entropy_with_logits(logits, y, weight=wt, reduction="none").sum(1)

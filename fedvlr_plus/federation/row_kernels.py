@@ -1,13 +1,14 @@
-"""Compiled kernel (numba) for the FedVLR layer's per-example scores ``<h_c, F_{i, j}>`` read straight from a table.
+"""Compiled kernel (numba) for a step's per-example scores ``<h_c, V_{i, j}>`` read straight from a table.
 
-A local step of the closed form (:mod:`.closed_form`) scores every example of every client of a chunk against
-its client's head, one score per expert block of the example's fused row. In torch that is a gather of the rows
-(``[C, L, J d]``, written once and read back) and a batched reduction; here each row is read once from the
-table, where it sits, and reduced in registers. The sums are reassociated (so that the compiler vectorises them),
-which changes the last bits against torch's reduction, never the value beyond float rounding; NaN and infinity
-propagate as in torch (no "finite math" assumption), so a diverged step is still seen as one.
+A batched local step (:mod:`.indexed_rows`) scores every example of every client of a chunk against its client's
+head, one score per block of the example's row (the FedVLR layer's experts; one block for a plain item table).
+In torch that is a gather of the rows (``[C, L, width]``, written once and read back) and a batched reduction;
+here each row is read once from the table, where it sits, and reduced in registers. The sums are reassociated (so
+that the compiler vectorises them), which changes the last bits against torch's reduction, never the value beyond
+float rounding; NaN and infinity propagate as in torch (no "finite math" assumption), so a diverged step is still
+seen as one.
 
-:mod:`.closed_form` imports this module only for a step that reads rows by id on the CPU, and keeps its torch
+:mod:`.indexed_rows` imports this module only for a step that reads rows by id on the CPU, and keeps its torch
 path where numba does not import. The kernel compiles on first use and is cached next to this file.
 """
 from __future__ import annotations
