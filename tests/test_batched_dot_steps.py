@@ -75,6 +75,7 @@ def test_row_by_id_steps_of_a_big_catalogue_equal_the_sequential_reference(kerne
 
     monkeypatch.setattr("fedvlr_plus.federation.dot_steps.ALL_ROWS_RATIO", 0)
     monkeypatch.setattr(indexed_rows, "_kernel_module", None if kernel == "compiled" else False)
+    monkeypatch.setattr(indexed_rows, "KERNEL_FROM_FLOATS", 0)   # (these tables are small)
     seen = []
     dot = indexed_rows.IndexedRows.dot
     monkeypatch.setattr(indexed_rows.IndexedRows, "dot", lambda self, h: seen.append(1) or dot(self, h))

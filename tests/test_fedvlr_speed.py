@@ -97,6 +97,7 @@ def test_rows_read_by_id_give_the_autograd_round(kernel, residual, mode, monkeyp
 
     monkeypatch.setattr(closed_form, "ALL_ROWS_RATIO", 0)
     monkeypatch.setattr(indexed_rows, "_kernel_module", None if kernel == "compiled" else False)
+    monkeypatch.setattr(indexed_rows, "KERNEL_FROM_FLOATS", 0)   # (these tables are small)
     seen = []
     dot = indexed_rows.IndexedRows.dot
     monkeypatch.setattr(indexed_rows.IndexedRows, "dot", lambda self, h: seen.append(1) or dot(self, h))
@@ -187,6 +188,23 @@ def test_preparing_the_step_kernel_says_whether_it_exists(monkeypatch):
     assert indexed_rows.prepare_kernels() is (indexed_rows._row_kernels() is not None)
     monkeypatch.setattr(indexed_rows, "_kernel_module", False)    # as where numba does not import
     assert indexed_rows.prepare_kernels() is False
+
+
+def test_small_steps_score_with_torch_and_never_import_numba(monkeypatch):
+    """A small table (KU, ml-100k) costs no numba import: its steps stay on the torch path, with the same scores."""
+    from fedvlr_plus.federation import indexed_rows
+
+    monkeypatch.setattr(indexed_rows, "_kernel_module", None)
+    g = torch.Generator().manual_seed(0)
+    table, ids, h = torch.randn(30, 6, generator=g), torch.randint(0, 30, (4, 5), generator=g), torch.randn(4, 3)
+    rows = indexed_rows.IndexedRows(table, ids, 2, 3)
+    got = rows.dot(h)
+    assert indexed_rows._kernel_module is None   # not imported
+    want = torch.einsum("clje,ce->clj", table[ids].view(4, 5, 2, 3), h)
+    assert torch.allclose(got, want, atol=1e-6)
+    monkeypatch.setattr(indexed_rows, "KERNEL_FROM_FLOATS", 0)
+    assert torch.allclose(rows.dot(h), want, atol=1e-5)
+    assert torch.allclose(rows.weighted_sum(torch.ones(4, 5)), table[ids].sum(1), atol=1e-5)
 
 
 def test_bench_markdown_shows_the_system_part_of_a_round_where_it_is_large():

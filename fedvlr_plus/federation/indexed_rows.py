@@ -27,8 +27,9 @@ class IndexedRows:
     def dot(self, h: torch.Tensor) -> torch.Tensor:
         """``<h_c, F_lj>`` -> ``[C, L, J]``."""
         c_n, l_n = self.ids.shape
+        big = self.table.numel() >= KERNEL_FROM_FLOATS
         on_cpu = self.table.device.type == "cpu" and self.table.is_contiguous()
-        kernels = _row_kernels() if on_cpu else None
+        kernels = _row_kernels() if big and on_cpu else None
         if kernels is not None:   # (contiguous inputs: one compiled version per dtype)
             out = torch.empty(c_n, l_n, self.experts, dtype=self.table.dtype)
             kernels.indexed_dot(self.table.detach().numpy(), self.ids.contiguous().numpy(),
@@ -44,6 +45,10 @@ class IndexedRows:
         return out[:, :self.experts * self.d]
 
 
+#: the scores come from the compiled kernel where the table has this many floats (8 MB): it no longer sits in the
+#: cache, so reading rows in place saves a pass through memory, and a run with such tables repays numba's import
+#: (0.4-0.6 s CPU, once per process), which a small run (KU, ml-100k: tables of 0.3-0.7 M floats) would not
+KERNEL_FROM_FLOATS = 1 << 21
 _kernel_module = None
 
 
@@ -60,6 +65,6 @@ def prepare_kernels() -> bool:
     False where numba is missing (steps then take the torch path). ``bench suite`` calls this before its cases."""
     if _row_kernels() is None:
         return False
-    rows = IndexedRows(torch.zeros(2, 4), torch.zeros(1, 1, dtype=torch.long), 2, 2)
+    rows = IndexedRows(torch.zeros(KERNEL_FROM_FLOATS // 4, 4), torch.zeros(1, 1, dtype=torch.long), 2, 2)
     rows.dot(torch.zeros(1, 2))
     return True
