@@ -4,8 +4,8 @@ A batched local step scores every example of every client of a chunk against its
 examples' rows weighted by their loss gradients. Gathering the rows first writes a ``[C, L, width]`` copy that
 the two operations then read back; reading the rows in place saves the copy and, for the scores, a batched
 product with one column (slow on CPU). The scores come from a numba kernel (:mod:`.row_kernels`) where numba
-imports and the table is on the CPU, else from the gathered rows and ``torch.linalg.vecdot``; the weighted sums
-from ``embedding_bag``. Both agree with the gathered form to float rounding.
+imports and the table is large and on the CPU, else from the gathered rows and a batched product; the weighted
+sums from ``embedding_bag``. Both agree with the gathered form to float rounding.
 """
 from __future__ import annotations
 
@@ -35,9 +35,14 @@ class IndexedRows:
             kernels.indexed_dot(self.table.detach().numpy(), self.ids.contiguous().numpy(),
                                 h.detach().to(self.table.dtype).contiguous().numpy(), out.numpy())
             return out
-        width = self.experts * self.d   # (torch: gathered, then a reduction kernel, 2-3x faster than a bmm here)
-        rows = self.table.index_select(0, self.ids.reshape(-1))[:, :width]
-        return torch.linalg.vecdot(rows.reshape(c_n, l_n * self.experts, self.d), h.unsqueeze(1)).view(c_n, l_n, -1)
+        # torch: gathered, then an elementwise product for one block (it beats a batched product with one column),
+        # else one batched product (a reduction such as vecdot allocates a product as large as the rows, which
+        # costs more than it saves inside a run)
+        rows = self.table.index_select(0, self.ids.reshape(-1))[:, :self.experts * self.d]
+        h = h.to(self.table.dtype)
+        if self.experts == 1:
+            return (rows.view(c_n, l_n, self.d) * h.unsqueeze(1)).sum(-1, keepdim=True)
+        return torch.bmm(rows.reshape(c_n, l_n * self.experts, self.d), h.unsqueeze(-1)).view(c_n, l_n, -1)
 
     def weighted_sum(self, delta: torch.Tensor) -> torch.Tensor:
         """``Σ_l delta_cl F_l`` -> ``[C, J d]``."""
