@@ -30,10 +30,10 @@ class SummedChunk:
     # where each client's entries are its uploaded rows, once each; else the values may repeat a row (sums of
     # several gradients) and ``held = (row ids [H], client index [H])`` are the rows each client uploads
     row_blocks: dict = field(default_factory=dict)
-    # table -> (coef [rows, K], factor [K, width], factor client [K], base [rows, width] or None, row ids [R],
-    # client index [R]): client c uploads the rows ``row ids[client index == c]``, and the weighted sum of the
-    # uploads is ``coef @ factor`` (factor row k weighed by its client's weight) plus ``base`` times the summed
-    # weight of the clients uploading each row
+    # table -> (coef [rows, K] (dense, or sparse CSR), factor [K, width], factor client [K], base [rows, width]
+    # or None, row ids [R], client index [R]): client c uploads the rows ``row ids[client index == c]``, and the
+    # weighted sum of the uploads is ``coef @ factor`` (factor row k weighed by its client's weight) plus ``base``
+    # times the summed weight of the clients uploading each row
     row_factors: dict = field(default_factory=dict)
     dense: dict = field(default_factory=dict)     # dense shared array -> [C, ...]
 

@@ -91,7 +91,7 @@ class MixtureDotHead:
     def step_from(self, rows: "IndexedRows | AllRows", pre, p: dict, y, a, with_table: bool = True):
         """One step of every client of a chunk from its router's pre-activation ``pre [C, H]``.
 
-        ``rows``: the fused views of the step's examples (gathered, or read from the whole broadcast table);
+        ``rows``: the fused views of the step's examples (read by id, or from the whole broadcast table);
         ``p``: the clients' stacked parameters; ``y``/``a [C, L]``: labels and example weights (zero on padding).
         Returns the gradients of the clients' weighted losses with respect to everything after ``pre``
         (``router.pre`` for ``pre`` itself; the table's as ``[C, L, J d]`` rows, or as ``delta [C, L]`` with
