@@ -3,8 +3,8 @@
 ``python -m fedvlr_plus.bench.case '<case JSON>'`` loads the case's data, builds its model, trains the
 asked-for rounds (every client, no evaluation) and prints one JSON line: the CPU (and its system part) and wall
 time of each round, the median of the later rounds, the same for the sequential reference where the case asks
-for it, and the time of full-sort evaluation passes where asked. The suite runs each case in a fresh process so that the peak RSS it
-reads from the operating system belongs to that case alone.
+for it, and the time of full-sort evaluation passes where asked. The suite runs each case in a fresh process so
+that the peak RSS it reads from the operating system belongs to that case alone.
 
 A case is a dict: ``source`` (a data source, ``synthetic:UxI`` included), ``backbone`` (a federated backbone or
 ``recbole:<Model>``), ``fusion`` (None, or ``{"residual": bool}`` for the FedVLR layer), ``rounds``,

@@ -107,8 +107,9 @@ def run_suite(out_dir: Path, *, shared_data: Path, quick: bool = False, only=Non
 
 
 def prepare_kernels() -> dict:
-    """Compile (once per installation) or load the numba kernels of the initial draw and of the steps in a process of their own, before the cases: a case's round 1 then shows what every run pays, and the
-    one-time compilation is reported apart."""
+    """Compile (once per installation) or load the numba kernels of the initial draw and of the steps in a process
+    of their own, before the cases: a case's round 1 then shows what every run pays, and the one-time compilation
+    is reported apart."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run([sys.executable, "-c", "from fedvlr_plus.federation.rng import prepare_kernels as p; "
                            "from fedvlr_plus.federation.indexed_rows import prepare_kernels as q; "

@@ -9,6 +9,7 @@ sums from ``embedding_bag``. Both agree with the gathered form to float rounding
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -68,8 +69,11 @@ def _row_kernels():
 def prepare_kernels() -> bool:
     """Compile the steps' kernel, or load it from numba's cache, with one tiny call (float32, as a run calls it);
     False where numba is missing (steps then take the torch path). ``bench suite`` calls this before its cases."""
-    if _row_kernels() is None:
+    kernels = _row_kernels()
+    if kernels is None:
         return False
-    rows = IndexedRows(torch.zeros(KERNEL_FROM_FLOATS // 4, 4), torch.zeros(1, 1, dtype=torch.long), 2, 2)
-    rows.dot(torch.zeros(1, 2))
+    # the argument types :meth:`IndexedRows.dot` passes (contiguous float32 and int64), without a table large
+    # enough to pass its size rule
+    kernels.indexed_dot(np.zeros((2, 4), np.float32), np.zeros((1, 1), np.int64), np.zeros((1, 2), np.float32),
+                        np.empty((1, 1, 2), np.float32))
     return True
