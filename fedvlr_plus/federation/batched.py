@@ -508,6 +508,8 @@ class BatchedSimulator:
                 else:
                     logits = self.bb.logits(p, None, ctx)
                 out.append(logits.cpu())
+        if len(out) == 1:   # (a batch of one chunk: torch.cat would copy it)
+            return out[0]
         return torch.cat(out) if out else torch.zeros(0, n_items, dtype=self.dtype)
 
 
