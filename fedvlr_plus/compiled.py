@@ -14,3 +14,18 @@ def load_compiled(module: str):
         return importlib.import_module(module)
     except Exception:
         return False
+
+
+class LazyKernels:
+    """A module of kernels imported on first use. :meth:`get` returns it, or None where it does not import; the
+    outcome is kept in ``module`` (None: not tried yet, False: failed), so a process imports numba at most once,
+    and only when a large enough piece of work asks for a kernel. Tests set ``module`` to either state."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.module = None
+
+    def get(self):
+        if self.module is None:
+            self.module = load_compiled(self.name)
+        return self.module or None

@@ -74,7 +74,7 @@ def test_row_by_id_steps_of_a_big_catalogue_equal_the_sequential_reference(kerne
     from fedvlr_plus.federation import indexed_rows
 
     monkeypatch.setattr("fedvlr_plus.federation.dot_steps.ALL_ROWS_RATIO", 0)
-    monkeypatch.setattr(indexed_rows, "_kernel_module", None if kernel == "compiled" else False)
+    monkeypatch.setattr(indexed_rows._KERNELS, "module", None if kernel == "compiled" else False)
     monkeypatch.setattr(indexed_rows, "KERNEL_FROM_FLOATS", 0)   # (these tables are small)
     seen = []
     dot = indexed_rows.IndexedRows.dot
@@ -84,7 +84,7 @@ def test_row_by_id_steps_of_a_big_catalogue_equal_the_sequential_reference(kerne
     got, got_store, n_calls, shared = _round(BatchedSimulator, bb, config, monkeypatch)
     want, want_store, _, _ = _round(SequentialSimulator, bb, config)
     assert n_calls == 0 and seen, "the steps did not read rows by id"
-    assert (indexed_rows._kernel_module is not False) == (kernel == "compiled")
+    assert (indexed_rows._KERNELS.module is not False) == (kernel == "compiled")
     for a, b in zip(got, want):
         assert a.cid == b.cid
         for k in a.arrays:

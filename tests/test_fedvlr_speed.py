@@ -96,7 +96,7 @@ def test_rows_read_by_id_give_the_autograd_round(kernel, residual, mode, monkeyp
     from fedvlr_plus.fedvlr import closed_form
 
     monkeypatch.setattr(closed_form, "ALL_ROWS_RATIO", 0)
-    monkeypatch.setattr(indexed_rows, "_kernel_module", None if kernel == "compiled" else False)
+    monkeypatch.setattr(indexed_rows._KERNELS, "module", None if kernel == "compiled" else False)
     monkeypatch.setattr(indexed_rows, "KERNEL_FROM_FLOATS", 0)   # (these tables are small)
     seen = []
     dot = indexed_rows.IndexedRows.dot
@@ -105,7 +105,7 @@ def test_rows_read_by_id_give_the_autograd_round(kernel, residual, mode, monkeyp
               **CONFIGS[mode]}
     fast = _fit(BatchedSimulator, _layer(residual=residual, temperature=0.7), config, chunk_floats=4096)
     assert seen, "no step read its rows by id"
-    assert (indexed_rows._kernel_module is not False) == (kernel == "compiled")
+    assert (indexed_rows._KERNELS.module is not False) == (kernel == "compiled")
     _assert_same(fast, _fit(BatchedSimulator, _layer(residual=residual, temperature=0.7), config, closed_form=False))
 
 
@@ -184,9 +184,9 @@ def test_router_input_dense_and_gathered_agree(monkeypatch):
 def test_preparing_the_step_kernel_says_whether_it_exists(monkeypatch):
     from fedvlr_plus.federation import indexed_rows
 
-    monkeypatch.setattr(indexed_rows, "_kernel_module", None)
+    monkeypatch.setattr(indexed_rows._KERNELS, "module", None)
     assert indexed_rows.prepare_kernels() is (indexed_rows._row_kernels() is not None)
-    monkeypatch.setattr(indexed_rows, "_kernel_module", False)    # as where numba does not import
+    monkeypatch.setattr(indexed_rows._KERNELS, "module", False)    # as where numba does not import
     assert indexed_rows.prepare_kernels() is False
 
 
@@ -194,12 +194,12 @@ def test_small_steps_score_with_torch_and_never_import_numba(monkeypatch):
     """A small table (KU, ml-100k) costs no numba import: its steps stay on the torch path, with the same scores."""
     from fedvlr_plus.federation import indexed_rows
 
-    monkeypatch.setattr(indexed_rows, "_kernel_module", None)
+    monkeypatch.setattr(indexed_rows._KERNELS, "module", None)
     g = torch.Generator().manual_seed(0)
     table, ids, h = torch.randn(30, 6, generator=g), torch.randint(0, 30, (4, 5), generator=g), torch.randn(4, 3)
     rows = indexed_rows.IndexedRows(table, ids, 2, 3)
     got = rows.dot(h)
-    assert indexed_rows._kernel_module is None   # not imported
+    assert indexed_rows._KERNELS.module is None   # not imported
     want = torch.einsum("clje,ce->clj", table[ids].view(4, 5, 2, 3), h)
     assert torch.allclose(got, want, atol=1e-6)
     monkeypatch.setattr(indexed_rows, "KERNEL_FROM_FLOATS", 0)

@@ -115,8 +115,8 @@ def test_full_protocol_batches_keep_a_large_catalogue_within_the_score_budget():
 
 
 def test_preparing_the_kernel_says_whether_it_exists(monkeypatch):
-    monkeypatch.setattr(row_ranks, "_kernel_module", False)   # as where numba does not import
+    monkeypatch.setattr(row_ranks._KERNELS, "module", False)   # as where numba does not import
     assert row_ranks.prepare_kernels() is False
     pytest.importorskip("numba", reason="numba is not installed here")
-    monkeypatch.setattr(row_ranks, "_kernel_module", None)
+    monkeypatch.setattr(row_ranks._KERNELS, "module", None)
     assert row_ranks.prepare_kernels() is True

@@ -46,7 +46,7 @@ def test_fast_normal_is_bitwise_the_two_uniform_box_muller(keys):
 def numpy_path(monkeypatch):
     """normal_float32's numpy path, whatever this process has drawn before (a population's draw switches to the
     compiled kernels once the process has drawn enough)."""
-    monkeypatch.setattr(rng, "_kernel_module", False)
+    monkeypatch.setattr(rng._KERNELS, "module", False)
 
 
 @pytest.mark.parametrize("keys,scale", [((11, 3, 1, np.array([0, 7, 35597, 123456])[:, None], np.arange(12288)[None, :]), 0.01),
@@ -145,7 +145,7 @@ def test_float32_normal_switches_to_the_kernels_after_enough_draws(monkeypatch):
 
 def test_float32_normal_without_numba_uses_the_numpy_path(monkeypatch):
     monkeypatch.setattr(rng, "COMPILED_AFTER_DRAWS", 0)
-    monkeypatch.setattr(rng, "_kernel_module", False)    # as where numba does not import
+    monkeypatch.setattr(rng._KERNELS, "module", False)    # as where numba does not import
     keys = (0, 3, 0, np.arange(5)[:, None], np.arange(64)[None, :])
     assert np.array_equal(rng.normal_float32(*keys, scale=0.2).view(np.int32),
                           (rng.normal(*keys) * 0.2).astype(np.float32).view(np.int32))
@@ -155,7 +155,7 @@ def test_preparing_the_kernels_draws_nothing_that_counts_and_says_whether_they_e
     _compiled_kernels_or_skip(monkeypatch)
     monkeypatch.setattr(rng, "_drawn_in_layout", 0)
     assert rng.prepare_kernels() is True and rng._drawn_in_layout == 0   # the switch to kernels is unchanged
-    monkeypatch.setattr(rng, "_kernel_module", False)    # as where numba does not import
+    monkeypatch.setattr(rng._KERNELS, "module", False)    # as where numba does not import
     assert rng.prepare_kernels() is False
 
 

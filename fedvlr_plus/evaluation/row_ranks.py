@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..compiled import load_compiled
+from ..compiled import LazyKernels
 
 #: compare instead of sorting while a batch has at most this many targets per user on average: a row sort costs
 #: about as much as 80 comparison passes over the row (one thread, 18k items), so this keeps a wide margin
@@ -22,15 +22,12 @@ COMPARE_UP_TO_TARGETS = 32
 #: the kernel serves evaluations of at least this many scores (8 MB of float32): below it sorting them takes a few
 #: milliseconds, and a small run's evaluation would not repay numba's import (0.4-0.6 s CPU once per process)
 KERNEL_FROM_SCORES = 1 << 21
-_kernel_module = None
+_KERNELS = LazyKernels("fedvlr_plus.evaluation.rank_kernels")
 
 
 def _rank_kernels():
     """The ``rank_kernels`` module, or None where numba does not import."""
-    global _kernel_module
-    if _kernel_module is None:
-        _kernel_module = load_compiled("fedvlr_plus.evaluation.rank_kernels")
-    return _kernel_module or None
+    return _KERNELS.get()
 
 
 def compared_rank_counts(scores: torch.Tensor, mask_rows, pair_rows: np.ndarray, pair_items: np.ndarray, *,

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..compiled import load_compiled
+from ..compiled import LazyKernels
 
 
 class IndexedRows:
@@ -55,15 +55,12 @@ class IndexedRows:
 #: cache, so reading rows in place saves a pass through memory, and a run with such tables repays numba's import
 #: (0.4-0.6 s CPU, once per process), which a small run (KU, ml-100k: tables of 0.3-0.7 M floats) would not
 KERNEL_FROM_FLOATS = 1 << 21
-_kernel_module = None
+_KERNELS = LazyKernels("fedvlr_plus.federation.row_kernels")
 
 
 def _row_kernels():
     """The ``row_kernels`` module, or None where numba does not import (the torch path then scores the rows)."""
-    global _kernel_module
-    if _kernel_module is None:
-        _kernel_module = load_compiled("fedvlr_plus.federation.row_kernels")
-    return _kernel_module or None
+    return _KERNELS.get()
 
 
 def prepare_kernels() -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..compiled import load_compiled
+from ..compiled import LazyKernels
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -135,7 +135,7 @@ def normal_float32(*keys, scale: float = 1.0) -> np.ndarray:
 #: chunks
 COMPILED_AFTER_DRAWS = 1 << 24
 _drawn_in_layout = 0
-_kernel_module = None
+_KERNELS = LazyKernels("fedvlr_plus.federation.rng_kernels")
 
 
 def _compiled_kernels_for(n_draws: int):
@@ -147,10 +147,7 @@ def _compiled_kernels_for(n_draws: int):
 
 def _compiled_kernels():
     """The ``rng_kernels`` module, or None where numba does not import (the numpy path then gives the same bits)."""
-    global _kernel_module
-    if _kernel_module is None:
-        _kernel_module = load_compiled("fedvlr_plus.federation.rng_kernels")
-    return _kernel_module or None
+    return _KERNELS.get()
 
 
 def prepare_kernels() -> bool:
