@@ -40,6 +40,8 @@ def _fraction(text: str) -> float:
 COLD_RULES = ("none", "neighbours", "mapping", "both")
 #: where a joining user's private state starts (:mod:`fedvlr_plus.coldstart.population`, likewise)
 NEW_USER_STARTS = ("population", "mean-params", "fresh")
+#: what a joining user's scores add (:mod:`fedvlr_plus.coldstart.popularity_prior`, likewise)
+NEW_USER_PRIORS = ("none", "popularity")
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -75,11 +77,7 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help="local epochs a joining user trains its private parts for (0: none); auto: chosen per "
                         "support size among 0, 1, 5, 20 (then 50, 100 while the longest is best) on a third of the "
                         "joining users by --cold-select, the figures then from the other two thirds")
-    c.add_argument("--new-user-start", choices=NEW_USER_STARTS, default="population",
-                   help="where a joining user's private state starts: the mean private state of the trained "
-                        "clients with the router as their mean mixture (one aggregate sent to newcomers; "
-                        "docs/coldstart.md), every parameter averaged, the router's too (mean-params, its "
-                        "ablation), or its own initial draw (fresh, the earlier protocol)")
+    _add_new_user_arguments(c)
     c.add_argument("--cold-rule", choices=("auto",) + COLD_RULES, default="auto",
                    help="ID rows of cold items for the headline figure: auto = the rule with the best validation "
                         "--cold-select among cold items (FedVLR), 'none' for the backbone alone; every rule is "
@@ -104,6 +102,20 @@ def register(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+def _add_new_user_arguments(c) -> None:
+    """How a joining user is served: where its private state starts, and what its scores add."""
+    c.add_argument("--new-user-start", choices=NEW_USER_STARTS, default="population",
+                   help="where a joining user's private state starts: the mean private state of the trained "
+                        "clients with the router as their mean mixture (one aggregate sent to newcomers; "
+                        "docs/coldstart.md), every parameter averaged, the router's too (mean-params, its "
+                        "ablation), or its own initial draw (fresh, the earlier protocol)")
+    c.add_argument("--new-user-prior", choices=NEW_USER_PRIORS, default="none",
+                   help="popularity: add the trained users' log item counts, weighted, to a joining user's scores, "
+                        "the weight (0, 0.5, 1, 2 or 4, then 8, 16, 32 while the largest tried is best) chosen with "
+                        "the local epochs on the validation joining users (needs --support-epochs auto or --tune); "
+                        "none: the model's scores alone")
+
+
 def coldstart_options(args):
     """The study's typed options from the parsed flags."""
     from ..adapters import backbone_options
@@ -113,6 +125,7 @@ def coldstart_options(args):
     from .run_tune import check_tune_flags
 
     check_tune_flags(args)
+    _check_prior_flags(args)
     split = StudySplit(args.source, cold_items=args.cold_items, cold_users=args.cold_users,
                        min_history=max(args.support) + 1, implicit_threshold=args.implicit_threshold,
                        k_core=args.k_core, split_seed=args.split_seed)
@@ -124,6 +137,7 @@ def coldstart_options(args):
         fedvlr=options_from_args(args, mode=args.fusion if args.fusion != "none" else "fedvlr"),
         metrics=keys, fusion=args.fusion, with_backbone=args.with_backbone,
         support=args.support, support_epochs=args.support_epochs, new_user_start=args.new_user_start,
+        new_user_prior=args.new_user_prior,
         backbone_options=backbone_options(args.backbone, args),
         cold_rule=args.cold_rule,
         cold_select=args.cold_select, tune=args.tune, progress=not args.no_progress, command=command)
@@ -159,3 +173,15 @@ def _support_epochs(text: str):
     from .argtypes import non_negative_int
 
     return "auto" if text.strip().lower() == "auto" else non_negative_int(text)
+
+
+def _check_prior_flags(args) -> None:
+    """The prior's weight is chosen on validation joining users: they are set aside only by ``--support-epochs
+    auto`` or ``--tune`` in a new-user study."""
+    from ..errors import ConfigError
+
+    if args.new_user_prior == "none":
+        return
+    if args.cold_users is None or not (args.support_epochs == "auto" or args.tune):
+        raise ConfigError("--new-user-prior", "chooses the prior's weight on validation joining users, which this "
+                          "study does not set aside", "add --cold-users F and --support-epochs auto (or --tune)")

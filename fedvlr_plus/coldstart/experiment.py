@@ -370,13 +370,17 @@ def local_private_training(run, support, users: np.ndarray, *, epochs: int, lr: 
 
 def user_coldstart(full, warm, held_out: np.ndarray, make_model, cfg, views: dict | None, *, spec: EvalSpec,
                    supports=(1, 3, 5), epochs: int | str = 20, start: str = "population", progress: bool = False,
-                   log=None, select_metric: str = "ndcg@10", hold_valid: bool = False) -> dict:
+                   log=None, select_metric: str = "ndcg@10", hold_valid: bool = False,
+                   prior: str = "none") -> dict:
     """Train on ``warm`` (held-out users absent), then let ``held_out`` users join with each support size, their
     private state starting from ``start`` (:func:`local_private_training`). ``epochs``: the joining users' local
     epochs, or ``"auto"``: chosen per support size and seed on a third of them (:mod:`.support_epochs`), the
     figures then coming from the others. ``hold_valid``: set that third aside even with a fixed epoch count (it
-    chose the recipe: ``--tune``), so no reported user took part in any choice."""
+    chose the recipe: ``--tune``), so no reported user took part in any choice. ``prior``: ``popularity`` adds
+    the warm users' log-popularity to the joining users' logits, its weight chosen on that third
+    (:mod:`.popularity_prior`)."""
     from .paired import PER_USER
+    from .popularity_prior import log_popularity
     from .splits import support_query
     from .support_epochs import only, split_joining_users
 
@@ -388,6 +392,10 @@ def user_coldstart(full, warm, held_out: np.ndarray, make_model, cfg, views: dic
     auto = epochs == "auto"
     valid_users, report_users = (split_joining_users(held_out, spec.seed) if auto or hold_valid
                                  else (None, held_out))
+    if prior != "none" and valid_users is None:
+        raise ValueError("a popularity prior's weight is chosen on validation joining users: it needs "
+                         "epochs='auto' or hold_valid=True")
+    prior_row = log_popularity(pop_counts) if prior == "popularity" else None
     for i in range(cfg.seeds):
         scfg = replace(cfg, seed=cfg.seed + i, seeds=1)
         run = train_selected(warm, make_model(warm), scfg, progress=progress)
@@ -396,7 +404,8 @@ def user_coldstart(full, warm, held_out: np.ndarray, make_model, cfg, views: dic
             log(f"seed {scfg.seed}: selected round {run.best['round']} of {run.round}")
         sparsity.append(run.best["test_full"].per_user)
         for n in supports:
-            scorer = _joined(run, sq[n], held_out, epochs, start, spec, valid_users, select_metric, chosen, n)
+            scorer = _joined(run, sq[n], held_out, epochs, start, spec, valid_users, select_metric, chosen, n,
+                             prior_row)
             frames.setdefault(("model", n), []).append(only(spec.run(sq[n], scorer, "test").frame("all"),
                                                             report_users))
     for n in supports:
@@ -405,39 +414,57 @@ def user_coldstart(full, warm, held_out: np.ndarray, make_model, cfg, views: dic
               for name in ("model", "pop", "random", "content") if (name, supports[0]) in frames}
     trains = np.bincount(warm.train()["user"].to_numpy(), minlength=warm.n_users)
     out = {"supports": list(supports), "held_out_users": int(len(held_out)), "local_epochs": epochs,
-           "new_user_start": start,
+           "new_user_start": start, **({"new_user_prior": prior} if prior != "none" else {}),
            "query_targets": {str(n): int(len(sq[n].test())) for n in supports},
            "curves": curves, "selected_round": rounds,
            "sparsity": sparsity_table(sparsity, trains, keys),
            "reported_users": int(len(report_users)),
            PER_USER: {str(n): per_user_mean(frames[("model", n)], keys) for n in supports}}
-    if auto:
+    if auto or prior != "none":
         out["support_epochs"] = {"valid_users": int(len(valid_users)), "reported_users": int(len(report_users)),
                                  "metric": select_metric, "chosen": chosen}
     return out
 
 
-def _joined(run, support, held_out, epochs, start, spec, valid_users, metric, chosen: dict, n: int):
+def _joined(run, support, held_out, epochs, start, spec, valid_users, metric, chosen: dict, n: int, prior=None):
     """The joining users' scorer after local training (with ``auto``, the epoch count chosen on validation
-    users, recorded in ``chosen[str(n)]``)."""
-    if epochs != "auto":
+    users; with a ``prior``, its weight too), the choice recorded in ``chosen[str(n)]``."""
+    if epochs != "auto" and prior is None:
         return local_private_training(run, support, held_out, epochs=int(epochs), start=start)
-    best, scorer, scores = joining_epochs(run, support, held_out, valid_users, spec, start=start, metric=metric)
-    chosen.setdefault(str(n), []).append({"seed": int(run.cfg.seed), "epochs": best, "valid": scores})
+    fixed = {} if epochs == "auto" else {"grid": (int(epochs),), "extension": ()}
+    best, scorer, scores = joining_epochs(run, support, held_out, valid_users, spec, start=start, metric=metric,
+                                         prior=prior, **fixed)
+    record = {"seed": int(run.cfg.seed), "epochs": best, "valid": scores}
+    if prior is not None:
+        record["prior_weight"] = scorer.weight
+    chosen.setdefault(str(n), []).append(record)
     return scorer
 
 
 def joining_epochs(run, support, users: np.ndarray, valid_users: np.ndarray, spec: EvalSpec, *, start: str,
-                   metric: str, grid=None, extension=None):
+                   metric: str, grid=None, extension=None, prior=None):
     """:func:`~.support_epochs.choose_epochs` for joining ``users`` trained on ``support``, scored by the mean
-    ``metric`` of ``valid_users`` (default grid and extension: those of :mod:`.support_epochs`)."""
+    ``metric`` of ``valid_users`` (default grid and extension: those of :mod:`.support_epochs`). With a ``prior``
+    (``[N]``, :mod:`.popularity_prior`) each epoch count is scored at its best prior weight, and the scorer
+    returned carries that weight."""
+    from .popularity_prior import best_weight
     from .support_epochs import EPOCH_EXTENSION, EPOCH_GRID, choose_epochs, only
 
+    def valid_score(scorer):
+        return float(only(spec.run(support, scorer, "test").frame("all"), valid_users)[metric].mean())
+
+    weighed = {}   # id of a prior-added scorer -> its validation score (computed while choosing its weight)
+
     def train(e):
-        return local_private_training(run, support, users, epochs=e, start=start)
+        scorer = local_private_training(run, support, users, epochs=e, start=start)
+        if prior is None:
+            return scorer
+        _, with_prior, value = best_weight(scorer, prior, valid_score)
+        weighed[id(with_prior)] = value
+        return with_prior
 
     def score_valid(scorer):
-        return float(only(spec.run(support, scorer, "test").frame("all"), valid_users)[metric].mean())
+        return weighed[id(scorer)] if prior is not None else valid_score(scorer)
 
     return choose_epochs(train, score_valid, EPOCH_GRID if grid is None else grid,
                          EPOCH_EXTENSION if extension is None else extension)

@@ -75,6 +75,9 @@ class ColdStartOptions:
     support_epochs: int | str = 20
     #: a joining user's private state starts from its own draw or the trained clients' mean (.population)
     new_user_start: str = "population"
+    #: ``popularity``: a log-popularity prior added to a joining user's logits, its weight chosen on validation
+    #: joining users (.popularity_prior); ``none``: the model's scores alone
+    new_user_prior: str = "none"
     #: the backbone's own options (FedRAP's penalties)
     backbone_options: dict = field(default_factory=dict)
     cold_rule: str = "auto"
@@ -229,15 +232,17 @@ def _joining_validation(opts: ColdStartOptions, parts: dict, cfg):
     if "users" not in parts or "items" in parts:
         return None
     from .splits import support_query
+    from .popularity_prior import log_popularity
     from .support_epochs import split_joining_users
     from .tune_joining import joining_valid_score
 
-    full, _, held = parts["users"]
+    full, warm, held = parts["users"]
     spec, _ = _spec_and_config(opts)
     valid_users, _ = split_joining_users(held, spec.seed)
     joins = {n: support_query(full, held, n) for n in opts.support}
+    prior = log_popularity(warm.item_popularity("train")) if opts.new_user_prior == "popularity" else None
     return lambda run: joining_valid_score(run, joins, valid_users, spec, epochs=opts.support_epochs,
-                                           start=opts.new_user_start, metric=opts.cold_select.lower())
+                                           start=opts.new_user_start, metric=opts.cold_select.lower(), prior=prior)
 
 
 def _study_one_model(opts, fusion: str, parts: dict, views: dict, spec, cfg, target: dict, log) -> None:
@@ -264,7 +269,8 @@ def _study_one_model(opts, fusion: str, parts: dict, views: dict, spec, cfg, tar
         target["user_coldstart"] = user_coldstart(full, warm, held, make, cfg, views, spec=spec,
                                                   supports=opts.support, epochs=opts.support_epochs,
                                                   start=opts.new_user_start, progress=opts.progress, log=log,
-                                                  select_metric=opts.cold_select.lower(), hold_valid=opts.tune)
+                                                  select_metric=opts.cold_select.lower(), hold_valid=opts.tune,
+                                                  prior=opts.new_user_prior)
         if "items" not in parts:
             target["sparsity"] = target["user_coldstart"]["sparsity"]
             target["sparsity_targets"] = "all"

@@ -15,15 +15,16 @@ import numpy as np
 
 
 def joining_valid_score(run, joins: dict, valid_users: np.ndarray, spec, *, epochs, start: str,
-                        metric: str) -> float:
+                        metric: str, prior=None) -> float:
     """Mean over support sizes of the validation users' ``metric`` after they join ``run``; ``joins`` maps each
-    support size to its support/query data."""
+    support size to its support/query data; ``prior``: the popularity prior the users are served with (its
+    weight chosen as the study chooses it, :mod:`.popularity_prior`), or None."""
     from .experiment import joining_epochs
 
     fixed = {} if epochs == "auto" else {"grid": (int(epochs),), "extension": ()}
     per_support = []
     for data in joins.values():
         best, _, scores = joining_epochs(run, data, valid_users, valid_users, spec, start=start, metric=metric,
-                                         **fixed)
+                                         prior=prior, **fixed)
         per_support.append(scores[best])
     return float(np.mean(per_support))
