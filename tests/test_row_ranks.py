@@ -7,7 +7,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from fedvlr_plus.evaluation import evaluate, metrics, protocols, row_ranks
+from fedvlr_plus.evaluation import evaluate, metrics, protocols, reference_scorer, row_ranks
 from fedvlr_plus.evaluation.protocols import _mask_tensor
 
 from test_evaluation_metrics import matrix_scorer
@@ -120,3 +120,19 @@ def test_preparing_the_kernel_says_whether_it_exists(monkeypatch):
     pytest.importorskip("numba", reason="numba is not installed here")
     monkeypatch.setattr(row_ranks._KERNELS, "module", None)
     assert row_ranks.prepare_kernels() is True
+
+
+@pytest.mark.parametrize("ranker", ["pop", "random"])
+def test_real_catalogue_gives_the_same_metrics_with_either_path(ranker, monkeypatch):
+    """lfm2k (real data, 1,858 users): popularity's many ties and random scores, ranked both ways."""
+    pytest.importorskip("numba", reason="numba is not installed here: evaluation keeps its sorting path")
+    from _shared import shared_data
+    from fedvlr_plus.run_data import load_and_split
+
+    data = load_and_split(str(shared_data("lfm2k")))[0]
+    scorer = reference_scorer(ranker, data)
+    monkeypatch.setattr(row_ranks, "KERNEL_FROM_SCORES", 1 << 60)
+    sorted_ = evaluate(data, scorer, ks=(10, 50), mask_history="all")
+    monkeypatch.setattr(row_ranks, "KERNEL_FROM_SCORES", 0)
+    compared = evaluate(data, scorer, ks=(10, 50), mask_history="all")
+    pd.testing.assert_frame_equal(sorted_.per_user, compared.per_user)
