@@ -24,8 +24,15 @@ class LazyKernels:
     def __init__(self, name: str):
         self.name = name
         self.module = None
+        self.work_done = 0   # units of the work the kernels serve, done so far without them
 
     def get(self):
         if self.module is None:
             self.module = load_compiled(self.name)
         return self.module or None
+
+    def once_worth_it(self, work: int, threshold: int):
+        """The module once this process has done ``threshold`` units of the work the kernels serve (``work`` more
+        now), else None: importing numba costs about half a second of CPU once, which a small run never repays."""
+        self.work_done += int(work)
+        return self.get() if self.work_done >= threshold else None

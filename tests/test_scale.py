@@ -134,7 +134,7 @@ def test_compiled_float32_normal_recomputes_the_draws_near_a_rounding_boundary(m
 def test_float32_normal_switches_to_the_kernels_after_enough_draws(monkeypatch):
     _compiled_kernels_or_skip(monkeypatch)
     monkeypatch.setattr(rng, "COMPILED_AFTER_DRAWS", 500)
-    monkeypatch.setattr(rng, "_drawn_in_layout", 0)
+    monkeypatch.setattr(rng._KERNELS, "work_done", 0)
     compiled = []
     real = rng._normal_float32_compiled
     monkeypatch.setattr(rng, "_normal_float32_compiled", lambda *a: compiled.append(a[1].size) or real(*a))
@@ -153,8 +153,8 @@ def test_float32_normal_without_numba_uses_the_numpy_path(monkeypatch):
 
 def test_preparing_the_kernels_draws_nothing_that_counts_and_says_whether_they_exist(monkeypatch):
     _compiled_kernels_or_skip(monkeypatch)
-    monkeypatch.setattr(rng, "_drawn_in_layout", 0)
-    assert rng.prepare_kernels() is True and rng._drawn_in_layout == 0   # the switch to kernels is unchanged
+    monkeypatch.setattr(rng._KERNELS, "work_done", 0)
+    assert rng.prepare_kernels() is True and rng._KERNELS.work_done == 0   # the switch to kernels is unchanged
     monkeypatch.setattr(rng._KERNELS, "module", False)    # as where numba does not import
     assert rng.prepare_kernels() is False
 

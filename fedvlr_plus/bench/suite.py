@@ -107,14 +107,16 @@ def run_suite(out_dir: Path, *, shared_data: Path, quick: bool = False, only=Non
 
 
 def prepare_kernels() -> dict:
-    """Compile (once per installation) or load the numba kernels of the initial draw, the steps and the evaluation
-    in a process of their own, before the cases: a case's round 1 and evaluation then show what every run pays,
+    """Compile (once per installation) or load the numba kernels of the initial draw, the steps, the schedule, the
+    layer's factor and the evaluation in a process of their own, before the cases: a case's round 1 and evaluation then show what every run pays,
     and the one-time compilation is reported apart."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run([sys.executable, "-c", "from fedvlr_plus.federation.rng import prepare_kernels as p; "
                            "from fedvlr_plus.federation.indexed_rows import prepare_kernels as q; "
                            "from fedvlr_plus.evaluation.row_ranks import prepare_kernels as r; "
-                           "print(p() and q() and r())"], capture_output=True, text=True)
+                           "from fedvlr_plus.federation.schedule import prepare_kernels as s; "
+                           "from fedvlr_plus.fedvlr.closed_form import prepare_kernels as t; "
+                           "print(p() and q() and r() and s() and t())"], capture_output=True, text=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return {"available": proc.returncode == 0 and proc.stdout.strip() == "True", "cpu_s": cpu}
@@ -146,8 +148,8 @@ def markdown(doc: dict) -> str:
     k = doc.get("kernels")
     if k:
         state = ("compiled or loaded from numba's cache" if k["available"]
-                 else "not available: numba is missing, so numpy draws, torch steps and sorted ranks")
-        lines += ["", f"The compiled kernels (the initial draw's, the steps' and the evaluation's) were prepared before "
-                  f"the cases ({state}; {k['cpu_s']:.1f} s CPU in their own process, most of it when they are "
-                  "compiled, once per installation)."]
+                 else "not available: numba is missing, so every one of them takes its numpy or torch path")
+        lines += ["", "The compiled kernels (the initial draw's, the steps', the schedule's, the factor's and the "
+                  f"evaluation's) were prepared before the cases ({state}; {k['cpu_s']:.1f} s CPU in their own "
+                  "process, most of it when they are compiled, once per installation)."]
     return "\n".join(lines) + "\n"

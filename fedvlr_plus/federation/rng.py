@@ -134,15 +134,12 @@ def normal_float32(*keys, scale: float = 1.0) -> np.ndarray:
 #: so a small run (ml-100k's 943 routers are 11.6 M draws) never imports numba, and a population does after a few
 #: chunks
 COMPILED_AFTER_DRAWS = 1 << 24
-_drawn_in_layout = 0
 _KERNELS = LazyKernels("fedvlr_plus.federation.rng_kernels")
 
 
 def _compiled_kernels_for(n_draws: int):
     """The compiled kernels for a draw of ``n_draws`` in the matrix layout, or None (then numpy draws it)."""
-    global _drawn_in_layout
-    _drawn_in_layout += n_draws
-    return _compiled_kernels() if _drawn_in_layout >= COMPILED_AFTER_DRAWS else None
+    return _KERNELS.once_worth_it(n_draws, COMPILED_AFTER_DRAWS)
 
 
 def _compiled_kernels():

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..compiled import LazyKernels
 from . import rng
 
 
@@ -79,7 +80,7 @@ def build_schedule(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray, n_
     if k:
         _add_negatives(ex, e_pos, q_e, pos, clients, n, n_items, seed=seed, round=round, negatives=k)
     ex = {name: np.concatenate(v) for name, v in ex.items()}
-    ukey, inv = _touched_keys(ex["client"] * n_items + ex["item"], c_n, n_items)
+    ukey, inv = _touched_keys(ex["client"], ex["item"], c_n, n_items)
     counts = np.bincount(ukey // n_items, minlength=c_n)
     ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     return Schedule(
@@ -172,8 +173,9 @@ def _add_negatives(ex: dict, e_pos, q_e, pos: _Positives, clients, n, n_items: i
     ex["label"].append(np.zeros(len(ncl), np.float32))
 
 
-def _touched_keys(keys: np.ndarray, c_n: int, n_items: int) -> tuple[np.ndarray, np.ndarray]:
+def _touched_keys(client: np.ndarray, item: np.ndarray, c_n: int, n_items: int) -> tuple[np.ndarray, np.ndarray]:
     """The sorted unique (client * n_items + item) keys of the round's examples and each example's rank."""
+    keys = client * n_items + item
     if c_n * n_items <= max(1 << 16, 8 * len(keys)):
         # dense key space: a bitmap gives the sorted unique keys and each key's rank without sorting
         flag = np.zeros(c_n * n_items, dtype=bool)
@@ -181,4 +183,25 @@ def _touched_keys(keys: np.ndarray, c_n: int, n_items: int) -> tuple[np.ndarray,
         ukey = np.flatnonzero(flag)
         rank = np.cumsum(flag, dtype=np.int64) - 1
         return ukey, rank[keys]
+    kernels = _KERNELS.once_worth_it(len(keys), KERNEL_AFTER_KEYS)
+    if kernels is not None:
+        return kernels.touched_keys(client, item, c_n, n_items)
     return np.unique(keys, return_inverse=True)
+
+
+#: examples a process ranks with ``numpy.unique`` before it loads the compiled kernel: numba's import (0.4-0.6 s
+#: CPU once per process) is what ``numpy.unique`` spends on about 8 M examples, a round of 35,598 clients (a small
+#: catalogue takes the bitmap above and never counts)
+KERNEL_AFTER_KEYS = 1 << 23
+_KERNELS = LazyKernels("fedvlr_plus.federation.schedule_kernels")
+
+
+def prepare_kernels() -> bool:
+    """Compile the touched rows' kernel, or load it from numba's cache, with one tiny call (the argument types a
+    round passes); False where numba is missing. ``bench suite`` calls this before its cases."""
+    kernels = _KERNELS.get()
+    if kernels is None:
+        return False
+    one = np.zeros(1, np.int64)
+    kernels.touched_keys(one, one, 1, 1)
+    return True

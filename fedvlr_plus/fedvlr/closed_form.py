@@ -27,9 +27,11 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..compiled import LazyKernels
 from ..federation.indexed_rows import IndexedRows
 from ..nn import linear
 from .router import VIEWS, history_input
@@ -233,6 +235,20 @@ class MixtureSteps:
         sums are zero, and a dense ``[n_items, S C]`` product would spend nearly all its work on zeros."""
         c_n, t_max, s_max = self.defer
         columns = torch.arange(c_n, device=real.device).repeat(s_max)
+        on_cpu = self.delta_rows.device.type == "cpu"
+        kernels = _KERNELS.once_worth_it(s_max * len(real), KERNEL_AFTER_CELLS) if on_cpu else None
+        if kernels is not None:
+            crow, col, values = (torch.from_numpy(a) for a in kernels.factor_csr(
+                self.delta_rows.numpy(), real.contiguous().numpy(), items.contiguous().numpy(), c_n, t_max,
+                n_items))
+        else:
+            crow, col, values = self._factor_csr(items, real, n_items)
+        coef = sparse_csr(crow, col, values, (n_items, s_max * c_n))
+        return coef, self.directions.reshape(s_max * c_n, -1), columns
+
+    def _factor_csr(self, items: torch.Tensor, real: torch.Tensor, n_items: int):
+        """``(crow, col, values)`` of :meth:`table_factors`' matrix in torch (the compiled kernel's reference)."""
+        c_n, t_max, _ = self.defer
         client = torch.div(real, t_max, rounding_mode="floor")
         values = self.delta_rows.index_select(1, real)                                     # [S, R]
         step, entry = values.nonzero(as_tuple=True)      # step-major, then client: columns ascending
@@ -241,8 +257,24 @@ class MixtureSteps:
         crow = torch.zeros(n_items + 1, dtype=torch.long, device=real.device)
         crow[1:] = torch.bincount(row, minlength=n_items).cumsum(0)
         col = (step * c_n + client.index_select(0, entry)).index_select(0, order)
-        coef = sparse_csr(crow, col, values[step, entry].index_select(0, order), (n_items, s_max * c_n))
-        return coef, self.directions.reshape(s_max * c_n, -1), columns
+        return crow, col, values[step, entry].index_select(0, order)
+
+
+#: per-row sums a process turns into factors in torch before it loads the compiled kernel: numba's import (0.4-0.6
+#: s CPU once per process) is what torch spends on about 16 M of them: about a dozen rounds at ml-100k's size, a
+#: fraction of one at 35,598 clients
+KERNEL_AFTER_CELLS = 1 << 24
+_KERNELS = LazyKernels("fedvlr_plus.fedvlr.factor_kernels")
+
+
+def prepare_kernels() -> bool:
+    """Compile the factor's kernel, or load it from numba's cache, with one tiny call (float32 sums and int64 ids, as
+    a round passes them); False where numba is missing. ``bench suite`` calls this before its cases."""
+    kernels = _KERNELS.get()
+    if kernels is None:
+        return False
+    kernels.factor_csr(np.zeros((1, 1), np.float32), np.zeros(1, np.int64), np.zeros(1, np.int64), 1, 1, 1)
+    return True
 
 
 def sparse_csr(crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:

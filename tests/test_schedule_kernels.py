@@ -1,0 +1,55 @@
+"""The touched rows of a round's schedule: the compiled counting sort against numpy.unique."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedvlr_plus.federation import schedule
+from fedvlr_plus.federation.schedule import build_schedule
+
+from _kernels import compiled_or_skip
+from test_simulator import tiny_csr
+
+
+@pytest.fixture
+def kernels():
+    return compiled_or_skip(schedule._KERNELS)
+
+
+@pytest.mark.parametrize("c_n,n_items,n", [(1, 7, 30), (13, 5000, 2000), (300, 20000, 40000), (4, 9, 0)])
+def test_counting_sort_gives_numpy_uniques_arrays(kernels, c_n, n_items, n):
+    g = np.random.default_rng(c_n)
+    client = g.integers(0, c_n, n).astype(np.int64)
+    item = np.minimum(g.zipf(1.3, n), n_items) - 1   # many repeats of a few items, as positives over epochs
+    want_keys, want_rank = np.unique(client * n_items + item, return_inverse=True)
+    keys, rank = kernels.touched_keys(client, item, c_n, n_items)
+    assert np.array_equal(keys, want_keys) and np.array_equal(rank, want_rank.reshape(-1))
+
+
+def _schedule(n_items: int):
+    indptr, indices = tiny_csr(n_users=25, n_items=n_items)
+    return build_schedule(indptr, indices, np.arange(25), n_items, seed=3, round=2, epochs=3, negatives=4,
+                          batch_size=4)
+
+
+def test_schedule_is_the_same_with_the_kernel(monkeypatch, kernels):
+    n_items = 5000   # a sparse key space: the bitmap is not used
+    monkeypatch.setattr(schedule, "KERNEL_AFTER_KEYS", 1 << 60)
+    plain = _schedule(n_items)
+    calls = []
+    real_get = schedule._KERNELS.get
+    monkeypatch.setattr(schedule, "KERNEL_AFTER_KEYS", 0)
+    monkeypatch.setattr(schedule._KERNELS, "get", lambda: calls.append(1) or real_get())
+    compiled = _schedule(n_items)
+    assert calls
+    for name in ("touched_ptr", "touched", "ex_local", "ex_item", "ex_client"):
+        assert np.array_equal(getattr(plain, name), getattr(compiled, name)), name
+
+
+def test_the_kernel_waits_until_enough_examples_are_ranked(monkeypatch):
+    monkeypatch.setattr(schedule._KERNELS, "work_done", 0)
+    monkeypatch.setattr(schedule._KERNELS, "module", None)
+    assert schedule._KERNELS.once_worth_it(60, 100) is None
+    assert schedule._KERNELS.module is None   # not even imported
+    monkeypatch.setattr(schedule._KERNELS, "module", False)   # as where numba does not import
+    assert schedule._KERNELS.once_worth_it(60, 100) is None
