@@ -36,3 +36,13 @@ class LazyKernels:
         now), else None: importing numba costs about half a second of CPU once, which a small run never repays."""
         self.work_done += int(work)
         return self.get() if self.work_done >= threshold else None
+
+    def prepare(self, tiny_call) -> bool:
+        """Compile the kernels, or load them from numba's cache, by ``tiny_call(module)`` with the argument types a
+        run passes (numba compiles per type signature); False where they do not import. ``bench suite`` prepares
+        every module before its cases, so that a case's figures hold no one-time compilation."""
+        kernels = self.get()
+        if kernels is None:
+            return False
+        tiny_call(kernels)
+        return True

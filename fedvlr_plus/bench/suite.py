@@ -108,8 +108,8 @@ def run_suite(out_dir: Path, *, shared_data: Path, quick: bool = False, only=Non
 
 def prepare_kernels() -> dict:
     """Compile (once per installation) or load the numba kernels of the initial draw, the steps, the schedule, the
-    layer's factor and the evaluation in a process of their own, before the cases: a case's round 1 and evaluation then show what every run pays,
-    and the one-time compilation is reported apart."""
+    layer's factor and the evaluation in a process of their own, before the cases: a case's round 1 and evaluation
+    then show what every run pays, and the one-time compilation is reported apart."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run([sys.executable, "-c", "from fedvlr_plus.federation.rng import prepare_kernels as p; "
                            "from fedvlr_plus.federation.indexed_rows import prepare_kernels as q; "

@@ -431,9 +431,8 @@ def _joined(run, support, held_out, epochs, start, spec, valid_users, metric, ch
     users; with a ``prior``, its weight too), the choice recorded in ``chosen[str(n)]``."""
     if epochs != "auto" and prior is None:
         return local_private_training(run, support, held_out, epochs=int(epochs), start=start)
-    fixed = {} if epochs == "auto" else {"grid": (int(epochs),), "extension": ()}
     best, scorer, scores = joining_epochs(run, support, held_out, valid_users, spec, start=start, metric=metric,
-                                         prior=prior, **fixed)
+                                         epochs=epochs, prior=prior)
     record = {"seed": int(run.cfg.seed), "epochs": best, "valid": scores}
     if prior is not None:
         record["prior_weight"] = scorer.weight
@@ -442,9 +441,10 @@ def _joined(run, support, held_out, epochs, start, spec, valid_users, metric, ch
 
 
 def joining_epochs(run, support, users: np.ndarray, valid_users: np.ndarray, spec: EvalSpec, *, start: str,
-                   metric: str, grid=None, extension=None, prior=None):
+                   metric: str, epochs: int | str = "auto", prior=None):
     """:func:`~.support_epochs.choose_epochs` for joining ``users`` trained on ``support``, scored by the mean
-    ``metric`` of ``valid_users`` (default grid and extension: those of :mod:`.support_epochs`). With a ``prior``
+    ``metric`` of ``valid_users``: among the grid and extension of :mod:`.support_epochs` with ``epochs="auto"``,
+    else that one count (scored all the same, for a recipe's or a prior weight's choice). With a ``prior``
     (``[N]``, :mod:`.popularity_prior`) each epoch count is scored at its best prior weight, and the scorer
     returned carries that weight."""
     from .popularity_prior import best_weight
@@ -453,21 +453,22 @@ def joining_epochs(run, support, users: np.ndarray, valid_users: np.ndarray, spe
     def valid_score(scorer):
         return float(only(spec.run(support, scorer, "test").frame("all"), valid_users)[metric].mean())
 
-    weighed = {}   # id of a prior-added scorer -> its validation score (computed while choosing its weight)
+    weighed = {}   # a prior-added scorer -> its validation score (computed while choosing its weight)
 
     def train(e):
         scorer = local_private_training(run, support, users, epochs=e, start=start)
         if prior is None:
             return scorer
         _, with_prior, value = best_weight(scorer, prior, valid_score)
-        weighed[id(with_prior)] = value
+        weighed[with_prior] = value
         return with_prior
 
     def score_valid(scorer):
-        return weighed[id(scorer)] if prior is not None else valid_score(scorer)
+        return weighed[scorer] if prior is not None else valid_score(scorer)
 
-    return choose_epochs(train, score_valid, EPOCH_GRID if grid is None else grid,
-                         EPOCH_EXTENSION if extension is None else extension)
+    if epochs == "auto":
+        return choose_epochs(train, score_valid, EPOCH_GRID, EPOCH_EXTENSION)
+    return choose_epochs(train, score_valid, (int(epochs),), ())
 
 
 def _reference_frames(frames: dict, n: int, data, pop_counts, views, spec: EvalSpec, users) -> None:

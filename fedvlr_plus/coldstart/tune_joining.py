@@ -21,10 +21,9 @@ def joining_valid_score(run, joins: dict, valid_users: np.ndarray, spec, *, epoc
     weight chosen as the study chooses it, :mod:`.popularity_prior`), or None."""
     from .experiment import joining_epochs
 
-    fixed = {} if epochs == "auto" else {"grid": (int(epochs),), "extension": ()}
     per_support = []
     for data in joins.values():
         best, _, scores = joining_epochs(run, data, valid_users, valid_users, spec, start=start, metric=metric,
-                                         prior=prior, **fixed)
+                                         epochs=epochs, prior=prior)
         per_support.append(scores[best])
     return float(np.mean(per_support))

@@ -25,11 +25,6 @@ KERNEL_FROM_SCORES = 1 << 21
 _KERNELS = LazyKernels("fedvlr_plus.evaluation.rank_kernels")
 
 
-def _rank_kernels():
-    """The ``rank_kernels`` module, or None where numba does not import."""
-    return _KERNELS.get()
-
-
 def compared_rank_counts(scores: torch.Tensor, mask_rows, pair_rows: np.ndarray, pair_items: np.ndarray, *,
                          total_scores: int | None = None):
     """``(greater, ties, n_candidates)`` as :func:`~.metrics.masked_rank_counts` gives them, counted by comparison,
@@ -45,7 +40,7 @@ def compared_rank_counts(scores: torch.Tensor, mask_rows, pair_rows: np.ndarray,
     large = (scores.numel() if total_scores is None else total_scores) >= KERNEL_FROM_SCORES
     if not (usable and few and large):
         return None
-    kernels = _rank_kernels()
+    kernels = _KERNELS.get()
     if kernels is None:
         return None
     mask_ptr, mask_idx = _csr_rows(mask_rows, b_n)
@@ -71,10 +66,7 @@ def _csr_rows(mask_rows, b_n: int) -> tuple[np.ndarray, np.ndarray]:
 def prepare_kernels() -> bool:
     """Compile the evaluation's kernel, or load it from numba's cache, with one tiny call (float32 scores, as a run
     passes them); False where numba is missing (evaluation then sorts). ``bench suite`` calls this before its cases."""
-    kernels = _rank_kernels()
-    if kernels is None:
-        return False
     one = np.zeros(1, np.int64)
-    kernels.target_counts(np.zeros((1, 2), np.float32), one, one, np.zeros(2, np.int64), np.zeros(0, np.int64),
-                          np.empty(1, np.int64), np.empty(1, np.int64), np.empty(1, np.bool_))
-    return True
+    return _KERNELS.prepare(lambda kernels: kernels.target_counts(
+        np.zeros((1, 2), np.float32), one, one, np.zeros(2, np.int64), np.zeros(0, np.int64), np.empty(1, np.int64),
+        np.empty(1, np.int64), np.empty(1, np.bool_)))

@@ -66,11 +66,8 @@ def _row_kernels():
 def prepare_kernels() -> bool:
     """Compile the steps' kernel, or load it from numba's cache, with one tiny call (float32, as a run calls it);
     False where numba is missing (steps then take the torch path). ``bench suite`` calls this before its cases."""
-    kernels = _row_kernels()
-    if kernels is None:
-        return False
     # the argument types :meth:`IndexedRows.dot` passes (contiguous float32 and int64), without a table large
     # enough to pass its size rule
-    kernels.indexed_dot(np.zeros((2, 4), np.float32), np.zeros((1, 1), np.int64), np.zeros((1, 2), np.float32),
-                        np.empty((1, 1, 2), np.float32))
-    return True
+    return _KERNELS.prepare(lambda kernels: kernels.indexed_dot(
+        np.zeros((2, 4), np.float32), np.zeros((1, 1), np.int64), np.zeros((1, 2), np.float32),
+        np.empty((1, 1, 2), np.float32)))

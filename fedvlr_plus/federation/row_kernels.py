@@ -9,7 +9,8 @@ float rounding; NaN and infinity propagate as in torch (no "finite math" assumpt
 seen as one.
 
 :mod:`.indexed_rows` imports this module only for a step that reads the rows of a large table by id on the CPU
-(``KERNEL_FROM_FLOATS``), and keeps its torch path where numba does not import. The kernel compiles on first use and is cached next to this file.
+(``KERNEL_FROM_FLOATS``), and keeps its torch path where numba does not import. The kernel compiles on first use
+and is cached next to this file.
 """
 from __future__ import annotations
 

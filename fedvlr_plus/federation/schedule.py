@@ -199,9 +199,5 @@ _KERNELS = LazyKernels("fedvlr_plus.federation.schedule_kernels")
 def prepare_kernels() -> bool:
     """Compile the touched rows' kernel, or load it from numba's cache, with one tiny call (the argument types a
     round passes); False where numba is missing. ``bench suite`` calls this before its cases."""
-    kernels = _KERNELS.get()
-    if kernels is None:
-        return False
     one = np.zeros(1, np.int64)
-    kernels.touched_keys(one, one, 1, 1)
-    return True
+    return _KERNELS.prepare(lambda kernels: kernels.touched_keys(one, one, 1, 1))

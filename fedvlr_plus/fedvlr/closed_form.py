@@ -270,11 +270,8 @@ _KERNELS = LazyKernels("fedvlr_plus.fedvlr.factor_kernels")
 def prepare_kernels() -> bool:
     """Compile the factor's kernel, or load it from numba's cache, with one tiny call (float32 sums and int64 ids, as
     a round passes them); False where numba is missing. ``bench suite`` calls this before its cases."""
-    kernels = _KERNELS.get()
-    if kernels is None:
-        return False
-    kernels.factor_csr(np.zeros((1, 1), np.float32), np.zeros(1, np.int64), np.zeros(1, np.int64), 1, 1, 1)
-    return True
+    ids = np.zeros(1, np.int64)
+    return _KERNELS.prepare(lambda kernels: kernels.factor_csr(np.zeros((1, 1), np.float32), ids, ids, 1, 1, 1))
 
 
 def sparse_csr(crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
