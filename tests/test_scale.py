@@ -9,6 +9,7 @@ import torch
 
 from _bad_input import assert_user_error, run_cli
 from fedvlr_plus.adapters import make_backbone
+from fedvlr_plus.compiled import LazyKernels
 from fedvlr_plus.federation import FedConfig, FederatedRun, rng
 from fedvlr_plus.federation.state import init_private_block, init_private_states
 from fedvlr_plus.federation.store import CompactStore, MemoryStore, load_block
@@ -135,6 +136,7 @@ def test_float32_normal_switches_to_the_kernels_after_enough_draws(monkeypatch):
     _compiled_kernels_or_skip(monkeypatch)
     monkeypatch.setattr(rng, "COMPILED_AFTER_DRAWS", 500)
     monkeypatch.setattr(rng._KERNELS, "work_done", 0)
+    monkeypatch.setattr(LazyKernels, "numba_started", False)   # as in a process that has loaded no kernel yet
     compiled = []
     real = rng._normal_float32_compiled
     monkeypatch.setattr(rng, "_normal_float32_compiled", lambda *a: compiled.append(a[1].size) or real(*a))

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fedvlr_plus.compiled import LOADED_DISCOUNT, LazyKernels
 from fedvlr_plus.federation import schedule
 from fedvlr_plus.federation.schedule import build_schedule
 
@@ -47,9 +48,31 @@ def test_schedule_is_the_same_with_the_kernel(monkeypatch, kernels):
 
 
 def test_the_kernel_waits_until_enough_examples_are_ranked(monkeypatch):
+    monkeypatch.setattr(LazyKernels, "numba_started", False)   # as in a process that has loaded no kernel yet
     monkeypatch.setattr(schedule._KERNELS, "work_done", 0)
     monkeypatch.setattr(schedule._KERNELS, "module", None)
     assert schedule._KERNELS.once_worth_it(60, 100) is None
     assert schedule._KERNELS.module is None   # not even imported
     monkeypatch.setattr(schedule._KERNELS, "module", False)   # as where numba does not import
     assert schedule._KERNELS.once_worth_it(60, 100) is None
+
+
+def test_the_kernel_waits_for_far_less_work_once_numba_has_started(monkeypatch):
+    """Another module's kernels have paid numba's start-up: this one's own cached code is cheap to load."""
+    compiled_or_skip(schedule._KERNELS)
+    monkeypatch.setattr(schedule._KERNELS, "work_done", 0)
+    monkeypatch.setattr(LazyKernels, "numba_started", False)
+    assert schedule._KERNELS.once_worth_it(LOADED_DISCOUNT, 100 * LOADED_DISCOUNT) is None
+    monkeypatch.setattr(LazyKernels, "numba_started", True)
+    assert schedule._KERNELS.once_worth_it(0, 100 * LOADED_DISCOUNT) is None                 # 64 of 100
+    assert schedule._KERNELS.once_worth_it(LOADED_DISCOUNT, 100 * LOADED_DISCOUNT) is not None   # 128 of 100
+
+
+def test_a_loaded_module_marks_numba_as_started(monkeypatch):
+    compiled_or_skip(schedule._KERNELS)
+    monkeypatch.setattr(LazyKernels, "numba_started", False)
+    monkeypatch.setattr(schedule._KERNELS, "module", None)
+    assert schedule._KERNELS.get() is not None and LazyKernels.numba_started
+    failing = LazyKernels("fedvlr_plus.no_such_kernels")
+    monkeypatch.setattr(LazyKernels, "numba_started", False)
+    assert failing.get() is None and not LazyKernels.numba_started
