@@ -333,6 +333,14 @@ def test_coldstart_command_user_cold_start(tmp_path, capsys):
     assert set(uc["curves"]) == {"model", "pop", "random", "content"}
     assert uc["query_targets"]["1"] == 6 * 6 and uc["query_targets"]["3"] == 6 * 4
     assert (out / "user_coldstart.png").exists() and (out / "user_coldstart.csv").exists()
+    # each support size's joining users, one row per user, in the layout `experiment paired` reads
+    per_user = pd.read_csv(out / "joining" / "fedavg-N1" / "per_user_test.csv")
+    assert list(per_user.columns) == ["user", "hr@5", "ndcg@5"] and len(per_user) == 6
+    assert per_user["ndcg@5"].mean() == pytest.approx(uc["curves"]["model"]["1"]["ndcg@5"]["mean"])
+    assert main(["experiment", "paired", str(out / "joining" / "fedavg-N1"), str(out / "joining" / "fedavg-N3"),
+                 "--json"]) == 0
+    paired = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert paired["tests"]["ndcg@5"]["n"] == 6
 
 
 # ---------------------------------------------------------------------- real data

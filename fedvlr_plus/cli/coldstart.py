@@ -39,7 +39,7 @@ def _fraction(text: str) -> float:
 #: the cold-item rules of :mod:`fedvlr_plus.coldstart.rules` (named here: that module imports torch)
 COLD_RULES = ("none", "neighbours", "mapping", "both")
 #: where a joining user's private state starts (:mod:`fedvlr_plus.coldstart.population`, likewise)
-NEW_USER_STARTS = ("population", "mean-params", "fresh")
+NEW_USER_STARTS = ("population", "mean-params", "items", "auto", "fresh")
 #: what a joining user's scores add (:mod:`fedvlr_plus.coldstart.popularity_prior`, likewise)
 NEW_USER_PRIORS = ("none", "popularity")
 
@@ -108,7 +108,10 @@ def _add_new_user_arguments(c) -> None:
                    help="where a joining user's private state starts: the mean private state of the trained "
                         "clients with the router as their mean mixture (one aggregate sent to newcomers; "
                         "docs/coldstart.md), every parameter averaged, the router's too (mean-params, its "
-                        "ablation), or its own initial draw (fresh, the earlier protocol)")
+                        "ablation), the mean over its support items of each item's users' mean state (items), "
+                        "whichever of population and items its validation joining users rank better (auto, "
+                        "needs --support-epochs auto or --tune), or its own initial draw (fresh, the earlier "
+                        "protocol)")
     c.add_argument("--new-user-prior", choices=NEW_USER_PRIORS, default="none",
                    help="popularity: add the trained users' log item counts, weighted, to a joining user's scores, "
                         "the weight (0, 0.5, 1, 2 or 4, then 8, 16, 32 while the largest tried is best) chosen with "
@@ -144,7 +147,8 @@ def coldstart_options(args):
 
 
 def cmd_coldstart(args) -> int:
-    from ..coldstart.report import format_summary, write_report
+    from ..coldstart.paired import JOINING_FRAMES
+    from ..coldstart.report import format_summary, write_joining_per_user, write_report
     from ..coldstart.study import run_coldstart
     from ..jsonio import json_default, write_json_atomic
 
@@ -159,8 +163,10 @@ def cmd_coldstart(args) -> int:
     log(f"cold-start study of {model} on {args.source}: {studies}; {len(seeds)} seed{'s' * (len(seeds) > 1)} ({', '.join(map(str, seeds))}; "
         f"change with --seeds), up to {args.rounds} rounds" + (f"; writing to {args.out}" if args.out else ""))
     result = run_coldstart(coldstart_options(args), log=log)
+    joining_frames = result.pop(JOINING_FRAMES, {})
     if args.out:
         write_report(result, Path(args.out))
+        write_joining_per_user(joining_frames, Path(args.out))
         write_json_atomic(Path(args.out) / "result.json", result)
     print(format_summary(result), file=sys.stderr if args.json else sys.stdout)
     if args.json:
@@ -176,12 +182,14 @@ def _support_epochs(text: str):
 
 
 def _check_prior_flags(args) -> None:
-    """The prior's weight is chosen on validation joining users: they are set aside only by ``--support-epochs
-    auto`` or ``--tune`` in a new-user study."""
+    """The prior's weight and an automatic start are chosen on validation joining users: they are set aside only
+    by ``--support-epochs auto`` or ``--tune`` in a new-user study."""
     from ..errors import ConfigError
 
-    if args.new_user_prior == "none":
-        return
-    if args.cold_users is None or not (args.support_epochs == "auto" or args.tune):
-        raise ConfigError("--new-user-prior", "chooses the prior's weight on validation joining users, which this "
-                          "study does not set aside", "add --cold-users F and --support-epochs auto (or --tune)")
+    chosen = [(flag, what) for flag, what, on in (
+        ("--new-user-prior", "the prior's weight", args.new_user_prior != "none"),
+        ("--new-user-start auto", "the start", args.new_user_start == "auto")) if on]
+    if chosen and (args.cold_users is None or not (args.support_epochs == "auto" or args.tune)):
+        flag, what = chosen[0]
+        raise ConfigError(flag, f"chooses {what} on validation joining users, which this study does not set aside",
+                          "add --cold-users F and --support-epochs auto (or --tune)")

@@ -338,12 +338,15 @@ def local_private_training(run, support, users: np.ndarray, *, epochs: int, lr: 
     Uses the batched simulator with ``upload="grads"``: shared parameters are then never stepped locally (their
     gradients are only accumulated, and here discarded). ``start``: each user's own initial draw (``fresh``) or the
     mean private state of the trained clients, the router as their mean mixture (``population``; ``mean-params``
-    averages the router's parameters too; :mod:`.population`). Returns a scorer over the
+    averages the router's parameters too; :mod:`.population`), or the mean over its support items of each item's
+    users' mean state (``items``, :mod:`.item_start`). Returns a scorer over the
     trained private states."""
     from ..federation.batched import BatchedSimulator
     from ..federation.store import MemoryStore
     from .population import population_router, population_state, start_from
 
+    if start not in ("fresh", "population", "mean-params", "items"):   # ("auto" is a choice among these)
+        raise ValueError(f"unknown start {start!r} for joining users' local training")
     indptr, indices = _csr(support)
     sim = BatchedSimulator(run.bb, indptr, indices, MemoryStore(), seed=run.cfg.seed,
                            chunk_floats=run.cfg.chunk_floats)
@@ -353,9 +356,12 @@ def local_private_training(run, support, users: np.ndarray, *, epochs: int, lr: 
     users = np.asarray(users, np.int64)
     users = users[np.diff(indptr)[users] > 0]
     frozen = {k: v.clone() for k, v in run.shared.items()}
-    if start in ("population", "mean-params"):
+    if start in ("population", "mean-params", "items"):
         state = population_state(run.bb, run.store, run.eligible)
-        start_from(sim.store, users, population_router(run, state) if start == "population" else state)
+        if start == "items":
+            _start_from_items(run, sim.store, state, indptr, indices, users)
+        else:
+            start_from(sim.store, users, population_router(run, state) if start == "population" else state)
     if epochs > 0:   # 0: the start itself serves the newcomer (with one interaction, training may only add noise)
         sim.store.begin_round(1)
         sim.fit(users, run.shared, conf)
@@ -366,6 +372,16 @@ def local_private_training(run, support, users: np.ndarray, *, epochs: int, lr: 
     def score(u):
         return sim.scores(np.asarray(u, dtype=np.int64), run.shared)
     return score
+
+
+def _start_from_items(run, store, population: dict, indptr, indices, users) -> None:
+    """Every one of ``users`` starts from its support items' mean states (:mod:`.item_start`), committed."""
+    from .item_start import item_mean_states, item_start_states
+
+    means = item_mean_states(run, population)
+    for u, state in item_start_states(run, population, means, indptr, indices, users).items():
+        store.save(u, state)
+    store.commit()
 
 
 def user_coldstart(full, warm, held_out: np.ndarray, make_model, cfg, views: dict | None, *, spec: EvalSpec,
@@ -392,9 +408,9 @@ def user_coldstart(full, warm, held_out: np.ndarray, make_model, cfg, views: dic
     auto = epochs == "auto"
     valid_users, report_users = (split_joining_users(held_out, spec.seed) if auto or hold_valid
                                  else (None, held_out))
-    if prior != "none" and valid_users is None:
-        raise ValueError("a popularity prior's weight is chosen on validation joining users: it needs "
-                         "epochs='auto' or hold_valid=True")
+    if (prior != "none" or start == "auto") and valid_users is None:
+        raise ValueError("a popularity prior's weight and an automatic start are chosen on validation joining "
+                         "users: they need epochs='auto' or hold_valid=True")
     prior_row = log_popularity(pop_counts) if prior == "popularity" else None
     for i in range(cfg.seeds):
         scfg = replace(cfg, seed=cfg.seed + i, seeds=1)
@@ -420,7 +436,7 @@ def user_coldstart(full, warm, held_out: np.ndarray, make_model, cfg, views: dic
            "sparsity": sparsity_table(sparsity, trains, keys),
            "reported_users": int(len(report_users)),
            PER_USER: {str(n): per_user_mean(frames[("model", n)], keys) for n in supports}}
-    if auto or prior != "none":
+    if auto or prior != "none" or start == "auto":
         out["support_epochs"] = {"valid_users": int(len(valid_users)), "reported_users": int(len(report_users)),
                                  "metric": select_metric, "chosen": chosen}
     return out
@@ -429,15 +445,22 @@ def user_coldstart(full, warm, held_out: np.ndarray, make_model, cfg, views: dic
 def _joined(run, support, held_out, epochs, start, spec, valid_users, metric, chosen: dict, n: int, prior=None):
     """The joining users' scorer after local training (with ``auto``, the epoch count chosen on validation
     users; with a ``prior``, its weight too), the choice recorded in ``chosen[str(n)]``."""
-    if epochs != "auto" and prior is None:
+    if epochs != "auto" and prior is None and start != "auto":
         return local_private_training(run, support, held_out, epochs=int(epochs), start=start)
     best, scorer, scores = joining_epochs(run, support, held_out, valid_users, spec, start=start, metric=metric,
                                          epochs=epochs, prior=prior)
-    record = {"seed": int(run.cfg.seed), "epochs": best, "valid": scores}
+    record = {"seed": int(run.cfg.seed), "epochs": best, "valid": scores, "start": _start_of(scorer)}
     if prior is not None:
         record["prior_weight"] = scorer.weight
     chosen.setdefault(str(n), []).append(record)
     return scorer
+
+
+def _start_of(scorer) -> str:
+    """Where a kept scorer's users started (through a prior-added wrapper, :mod:`.popularity_prior`)."""
+    while not isinstance(scorer, StartedScorer):
+        scorer = scorer.scorer
+    return scorer.start
 
 
 def joining_epochs(run, support, users: np.ndarray, valid_users: np.ndarray, spec: EvalSpec, *, start: str,
@@ -453,22 +476,41 @@ def joining_epochs(run, support, users: np.ndarray, valid_users: np.ndarray, spe
     def valid_score(scorer):
         return float(only(spec.run(support, scorer, "test").frame("all"), valid_users)[metric].mean())
 
-    weighed = {}   # a prior-added scorer -> its validation score (computed while choosing its weight)
+    weighed = {}   # a kept scorer -> its validation score (computed while choosing its start and prior weight)
 
     def train(e):
-        scorer = local_private_training(run, support, users, epochs=e, start=start)
-        if prior is None:
-            return scorer
-        _, with_prior, value = best_weight(scorer, prior, valid_score)
-        weighed[with_prior] = value
-        return with_prior
+        best = None
+        for s in (START_CHOICES if start == "auto" else (start,)):   # a tie keeps the earlier start
+            scorer = StartedScorer(local_private_training(run, support, users, epochs=e, start=s), s)
+            if prior is None:
+                value = valid_score(scorer)
+            else:
+                _, scorer, value = best_weight(scorer, prior, valid_score)
+            if best is None or value > best[1]:
+                best = (scorer, value)
+        weighed[best[0]] = best[1]
+        return best[0]
 
     def score_valid(scorer):
-        return weighed[scorer] if prior is not None else valid_score(scorer)
+        return weighed[scorer]
 
     if epochs == "auto":
         return choose_epochs(train, score_valid, EPOCH_GRID, EPOCH_EXTENSION)
     return choose_epochs(train, score_valid, (int(epochs),), ())
+
+
+#: the starts ``start="auto"`` chooses between on the validation joining users (:mod:`.item_start`)
+START_CHOICES = ("population", "items")
+
+
+class StartedScorer:
+    """A joining users' scorer that says where their states started (``start``), for the study's record."""
+
+    def __init__(self, score, start: str):
+        self.score, self.start = score, start
+
+    def __call__(self, users):
+        return self.score(users)
 
 
 def _reference_frames(frames: dict, n: int, data, pop_counts, views, spec: EvalSpec, users) -> None:

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 #: the key under which :func:`~.experiment.user_coldstart` hands its per-user frames over (removed before JSON)
 PER_USER = "_per_user"
+#: the key under which a study's result holds its joining users' per-user frames until the report folder is
+#: written (``{model: {support: frame}}``; never in the JSON)
+JOINING_FRAMES = "_joining_per_user"
 
 
 def paired_against_backbone(layer: dict, alone: dict, keys) -> dict:

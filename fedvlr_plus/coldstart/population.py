@@ -21,8 +21,10 @@ import torch
 from ..federation.store import load_block
 
 #: ``population``: the trained clients' mean private state, the router as their mean mixture; ``mean-params``:
-#: every parameter averaged, the router's too (the ablation of the router's start); ``fresh``: the user's own draw
-STARTS = ("population", "mean-params", "fresh")
+#: every parameter averaged, the router's too (the ablation of the router's start); ``items``: conditioned on the
+#: user's support items (:mod:`.item_start`); ``auto``: whichever of ``population`` and ``items`` the validation
+#: joining users rank better (``experiment.joining_epochs``); ``fresh``: the user's own draw
+STARTS = ("population", "mean-params", "items", "auto", "fresh")
 
 
 def population_state(bb, store, cids) -> dict[str, torch.Tensor]:

@@ -303,6 +303,20 @@ def _savefig(fig, path: Path) -> None:
     plt.close(fig)
 
 
+def write_joining_per_user(frames: dict, out: Path) -> list[Path]:
+    """Each model's and support size's joining users, one row per reported user with their metrics averaged over
+    the seeds, as ``out/joining/<model>-N<support>/per_user_test.csv``: the layout ``fedvlr-plus experiment
+    paired`` reads, so two studies' joining users pair over the same users."""
+    written = []
+    for model, per_support in frames.items():
+        for n, frame in per_support.items():
+            path = Path(out) / "joining" / f"{model}-N{n}" / "per_user_test.csv"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _atomic_csv(path, frame)
+            written.append(path)
+    return written
+
+
 def write_report(result: dict, out: Path) -> list[Path]:
     """Write the CSV tables, ``report.md`` and the plots into ``out``; returns the files written."""
     out = Path(out)
@@ -332,9 +346,14 @@ def _joining(uc: dict) -> str:
     if not se:
         return (f"{uc.get('reported_users', uc['held_out_users'])} of {uc['held_out_users']} joining users reported, "
                 f"{uc['local_epochs']} local epochs, state started from {uc.get('new_user_start', 'population')}")
-    picks = "; ".join(f"N={n}: " + ", ".join(str(c["epochs"]) for c in per) for n, per in se["chosen"].items())
+    picks = "; ".join(f"N={n}: " + ", ".join(_pick(c, uc) for c in per) for n, per in se["chosen"].items())
     return (f"{se['reported_users']} joining users reported, local epochs chosen per seed on {se['valid_users']} "
             f"others by valid {se['metric']} ({picks})")
+
+
+def _pick(choice: dict, uc: dict) -> str:
+    """One seed's choice: its epoch count, and with ``--new-user-start auto`` the start it kept."""
+    return f"{choice['epochs']} from {choice['start']}" if uc.get("new_user_start") == "auto" else str(choice["epochs"])
 
 
 def _paired_lines(uc: dict, keys) -> list[str]:

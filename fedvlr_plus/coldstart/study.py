@@ -155,16 +155,17 @@ def _pair_cold_items(result: dict, keys) -> None:
 
 def _pair_joining_users(result: dict, keys) -> None:
     """Paired tests of the layer against the backbone alone on the joining users (when both were trained), and
-    the per-user frames they came from taken out of the result."""
-    from .paired import PER_USER, paired_against_backbone
+    the per-user frames they came from moved out of the JSON result to ``result[JOINING_FRAMES]`` (the report
+    folder keeps them, so that two studies can be paired too)."""
+    from .paired import JOINING_FRAMES, PER_USER, paired_against_backbone
 
     layer = result.get("user_coldstart")
     alone = result.get("backbone_alone", {}).get("user_coldstart")
     if layer is not None and alone is not None:
         layer["paired_vs_backbone"] = paired_against_backbone(layer, alone, keys)
-    for uc in (layer, alone):
-        if uc is not None:
-            uc.pop(PER_USER, None)
+    for name, uc in ((result.get("model", "model"), layer), (result.get("backbone", "backbone") + "-alone", alone)):
+        if uc is not None and PER_USER in uc:
+            result.setdefault(JOINING_FRAMES, {})[name] = uc.pop(PER_USER)
 
 
 def _tuned(opts: ColdStartOptions, fusion: str, cfg, data, log, parts: dict | None = None, views=None):
