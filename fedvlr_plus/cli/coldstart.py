@@ -128,7 +128,7 @@ def coldstart_options(args):
     from .run_tune import check_tune_flags
 
     check_tune_flags(args)
-    _check_prior_flags(args)
+    _check_validation_choices(args)
     split = StudySplit(args.source, cold_items=args.cold_items, cold_users=args.cold_users,
                        min_history=max(args.support) + 1, implicit_threshold=args.implicit_threshold,
                        k_core=args.k_core, split_seed=args.split_seed)
@@ -181,7 +181,7 @@ def _support_epochs(text: str):
     return "auto" if text.strip().lower() == "auto" else non_negative_int(text)
 
 
-def _check_prior_flags(args) -> None:
+def _check_validation_choices(args) -> None:
     """The prior's weight and an automatic start are chosen on validation joining users: they are set aside only
     by ``--support-epochs auto`` or ``--tune`` in a new-user study."""
     from ..errors import ConfigError

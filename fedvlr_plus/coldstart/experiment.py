@@ -332,20 +332,20 @@ class _PopFrom:
 
 
 def local_private_training(run, support, users: np.ndarray, *, epochs: int, lr: float | None = None,
-                           start: str = "fresh"):
+                           start: str = "fresh", item_means: dict | None = None):
     """Held-out ``users`` train only their private parts on their ``support`` data with the shared state frozen.
 
     Uses the batched simulator with ``upload="grads"``: shared parameters are then never stepped locally (their
     gradients are only accumulated, and here discarded). ``start``: each user's own initial draw (``fresh``) or the
     mean private state of the trained clients, the router as their mean mixture (``population``; ``mean-params``
     averages the router's parameters too; :mod:`.population`), or the mean over its support items of each item's
-    users' mean state (``items``, :mod:`.item_start`). Returns a scorer over the
-    trained private states."""
+    users' mean state (``items``, :mod:`.item_start`; ``item_means``: those item means when the caller has them
+    already). Returns a scorer over the trained private states."""
     from ..federation.batched import BatchedSimulator
     from ..federation.store import MemoryStore
-    from .population import population_router, population_state, start_from
+    from .population import STARTS, population_router, population_state, start_from
 
-    if start not in ("fresh", "population", "mean-params", "items"):   # ("auto" is a choice among these)
+    if start not in STARTS or start == "auto":   # ("auto" is a choice among the others: joining_epochs)
         raise ValueError(f"unknown start {start!r} for joining users' local training")
     indptr, indices = _csr(support)
     sim = BatchedSimulator(run.bb, indptr, indices, MemoryStore(), seed=run.cfg.seed,
@@ -359,7 +359,8 @@ def local_private_training(run, support, users: np.ndarray, *, epochs: int, lr: 
     if start in ("population", "mean-params", "items"):
         state = population_state(run.bb, run.store, run.eligible)
         if start == "items":
-            _start_from_items(run, sim.store, state, indptr, indices, users)
+            means = item_means if item_means is not None else _item_means(run, state)
+            _start_from_items(run, sim.store, state, means, indptr, indices, users)
         else:
             start_from(sim.store, users, population_router(run, state) if start == "population" else state)
     if epochs > 0:   # 0: the start itself serves the newcomer (with one interaction, training may only add noise)
@@ -374,11 +375,22 @@ def local_private_training(run, support, users: np.ndarray, *, epochs: int, lr: 
     return score
 
 
-def _start_from_items(run, store, population: dict, indptr, indices, users) -> None:
-    """Every one of ``users`` starts from its support items' mean states (:mod:`.item_start`), committed."""
-    from .item_start import item_mean_states, item_start_states
+def _item_means(run, population: dict | None = None) -> dict:
+    """The per-item mean states of :mod:`.item_start` for ``run``'s trained clients (``population``: their mean
+    state, computed here if not given)."""
+    from .item_start import item_mean_states
+    from .population import population_state
 
-    means = item_mean_states(run, population)
+    if population is None:
+        population = population_state(run.bb, run.store, run.eligible)
+    return item_mean_states(run, population)
+
+
+def _start_from_items(run, store, population: dict, means: dict, indptr, indices, users) -> None:
+    """Every one of ``users`` starts from its support items' mean states ``means`` (:mod:`.item_start`),
+    committed."""
+    from .item_start import item_start_states
+
     for u, state in item_start_states(run, population, means, indptr, indices, users).items():
         store.save(u, state)
     store.commit()
@@ -477,11 +489,15 @@ def joining_epochs(run, support, users: np.ndarray, valid_users: np.ndarray, spe
         return float(only(spec.run(support, scorer, "test").frame("all"), valid_users)[metric].mean())
 
     weighed = {}   # a kept scorer -> its validation score (computed while choosing its start and prior weight)
+    item_means = {}   # the trained clients' per-item means: the same for every epoch count, so computed once
 
     def train(e):
         best = None
         for s in (START_CHOICES if start == "auto" else (start,)):   # a tie keeps the earlier start
-            scorer = StartedScorer(local_private_training(run, support, users, epochs=e, start=s), s)
+            if s == "items" and not item_means:
+                item_means.update(_item_means(run))
+            scorer = StartedScorer(local_private_training(run, support, users, epochs=e, start=s,
+                                                          item_means=item_means or None), s)
             if prior is None:
                 value = valid_score(scorer)
             else:
