@@ -111,3 +111,28 @@ def test_the_auto_start_needs_validation_joining_users(tmp_path):
     assert_user_error(run_cli("coldstart", "synthetic:40x120", "--cold-users", "0.2", "--support", "1",
                               "--backbone", "fedavg", "--new-user-start", "auto", "--out", str(tmp_path / "o")),
                       "--new-user-start auto")
+
+
+def test_a_runs_starts_are_computed_once_and_score_as_computed_afresh(monkeypatch):
+    from fedvlr_plus.coldstart import population
+    from fedvlr_plus.coldstart.population import PopulationStarts
+
+    full, held, run = _trained(True)
+    sq = support_query(full, held, 3)
+    fresh = {s: torch.as_tensor(local_private_training(run, sq, held, epochs=1, start=s)(held))
+             for s in ("population", "mean-params", "items")}
+    calls = {"state": 0, "router": 0}
+
+    def counted(name, fn):
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return fn(*args, **kwargs)
+        return wrapper
+    monkeypatch.setattr(population, "population_state", counted("state", population.population_state))
+    monkeypatch.setattr(population, "population_router", counted("router", population.population_router))
+    starts = PopulationStarts(run)
+    for _ in range(2):
+        for s in ("population", "mean-params", "items"):
+            shared = torch.as_tensor(local_private_training(run, sq, held, epochs=1, start=s, starts=starts)(held))
+            assert torch.equal(shared, fresh[s]), s
+    assert calls == {"state": 1, "router": 1}

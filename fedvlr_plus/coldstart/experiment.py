@@ -332,18 +332,19 @@ class _PopFrom:
 
 
 def local_private_training(run, support, users: np.ndarray, *, epochs: int, lr: float | None = None,
-                           start: str = "fresh", item_means: dict | None = None):
+                           start: str = "fresh", starts=None):
     """Held-out ``users`` train only their private parts on their ``support`` data with the shared state frozen.
 
     Uses the batched simulator with ``upload="grads"``: shared parameters are then never stepped locally (their
     gradients are only accumulated, and here discarded). ``start``: each user's own initial draw (``fresh``) or the
     mean private state of the trained clients, the router as their mean mixture (``population``; ``mean-params``
     averages the router's parameters too; :mod:`.population`), or the mean over its support items of each item's
-    users' mean state (``items``, :mod:`.item_start`; ``item_means``: those item means when the caller has them
-    already). Returns a scorer over the trained private states."""
+    users' mean state (``items``, :mod:`.item_start`). ``starts``: the run's
+    :class:`~.population.PopulationStarts` when the caller trains from it more than once. Returns a scorer over
+    the trained private states."""
     from ..federation.batched import BatchedSimulator
     from ..federation.store import MemoryStore
-    from .population import STARTS, population_router, population_state, start_from
+    from .population import STARTS, PopulationStarts, start_from
 
     if start not in STARTS or start == "auto":   # ("auto" is a choice among the others: joining_epochs)
         raise ValueError(f"unknown start {start!r} for joining users' local training")
@@ -356,13 +357,11 @@ def local_private_training(run, support, users: np.ndarray, *, epochs: int, lr: 
     users = np.asarray(users, np.int64)
     users = users[np.diff(indptr)[users] > 0]
     frozen = {k: v.clone() for k, v in run.shared.items()}
-    if start in ("population", "mean-params", "items"):
-        state = population_state(run.bb, run.store, run.eligible)
-        if start == "items":
-            means = item_means if item_means is not None else _item_means(run, state)
-            _start_from_items(run, sim.store, state, means, indptr, indices, users)
-        else:
-            start_from(sim.store, users, population_router(run, state) if start == "population" else state)
+    starts = starts if starts is not None else PopulationStarts(run)
+    if start == "items":
+        _start_from_items(run, sim.store, starts, indptr, indices, users)
+    elif start in ("population", "mean-params"):
+        start_from(sim.store, users, starts.router if start == "population" else starts.state)
     if epochs > 0:   # 0: the start itself serves the newcomer (with one interaction, training may only add noise)
         sim.store.begin_round(1)
         sim.fit(users, run.shared, conf)
@@ -375,23 +374,12 @@ def local_private_training(run, support, users: np.ndarray, *, epochs: int, lr: 
     return score
 
 
-def _item_means(run, population: dict | None = None) -> dict:
-    """The per-item mean states of :mod:`.item_start` for ``run``'s trained clients (``population``: their mean
-    state, computed here if not given)."""
-    from .item_start import item_mean_states
-    from .population import population_state
-
-    if population is None:
-        population = population_state(run.bb, run.store, run.eligible)
-    return item_mean_states(run, population)
-
-
-def _start_from_items(run, store, population: dict, means: dict, indptr, indices, users) -> None:
-    """Every one of ``users`` starts from its support items' mean states ``means`` (:mod:`.item_start`),
-    committed."""
+def _start_from_items(run, store, starts, indptr, indices, users) -> None:
+    """Every one of ``users`` starts from its support items' mean states (:mod:`.item_start`; ``starts``: the
+    run's :class:`~.population.PopulationStarts`), committed."""
     from .item_start import item_start_states
 
-    for u, state in item_start_states(run, population, means, indptr, indices, users).items():
+    for u, state in item_start_states(run, starts.state, starts.item_means, indptr, indices, users).items():
         store.save(u, state)
     store.commit()
 
@@ -408,6 +396,7 @@ def user_coldstart(full, warm, held_out: np.ndarray, make_model, cfg, views: dic
     the warm users' log-popularity to the joining users' logits, its weight chosen on that third
     (:mod:`.popularity_prior`)."""
     from .paired import PER_USER
+    from .population import PopulationStarts
     from .popularity_prior import log_popularity
     from .splits import support_query
     from .support_epochs import only, split_joining_users
@@ -431,9 +420,10 @@ def user_coldstart(full, warm, held_out: np.ndarray, make_model, cfg, views: dic
         if log:
             log(f"seed {scfg.seed}: selected round {run.best['round']} of {run.round}")
         sparsity.append(run.best["test_full"].per_user)
+        starts = PopulationStarts(run)   # the same for every support size
         for n in supports:
             scorer = _joined(run, sq[n], held_out, epochs, start, spec, valid_users, select_metric, chosen, n,
-                             prior_row)
+                             prior_row, starts)
             frames.setdefault(("model", n), []).append(only(spec.run(sq[n], scorer, "test").frame("all"),
                                                             report_users))
     for n in supports:
@@ -454,13 +444,15 @@ def user_coldstart(full, warm, held_out: np.ndarray, make_model, cfg, views: dic
     return out
 
 
-def _joined(run, support, held_out, epochs, start, spec, valid_users, metric, chosen: dict, n: int, prior=None):
+def _joined(run, support, held_out, epochs, start, spec, valid_users, metric, chosen: dict, n: int, prior=None,
+            starts=None):
     """The joining users' scorer after local training (with ``auto``, the epoch count chosen on validation
-    users; with a ``prior``, its weight too), the choice recorded in ``chosen[str(n)]``."""
+    users; with a ``prior``, its weight too), the choice recorded in ``chosen[str(n)]``. ``starts``: the run's
+    :class:`~.population.PopulationStarts`."""
     if epochs != "auto" and prior is None and start != "auto":
-        return local_private_training(run, support, held_out, epochs=int(epochs), start=start)
+        return local_private_training(run, support, held_out, epochs=int(epochs), start=start, starts=starts)
     best, scorer, scores = joining_epochs(run, support, held_out, valid_users, spec, start=start, metric=metric,
-                                         epochs=epochs, prior=prior)
+                                         epochs=epochs, prior=prior, starts=starts)
     record = {"seed": int(run.cfg.seed), "epochs": best, "valid": scores, "start": _start_of(scorer)}
     if prior is not None:
         record["prior_weight"] = scorer.weight
@@ -476,12 +468,14 @@ def _start_of(scorer) -> str:
 
 
 def joining_epochs(run, support, users: np.ndarray, valid_users: np.ndarray, spec: EvalSpec, *, start: str,
-                   metric: str, epochs: int | str = "auto", prior=None):
+                   metric: str, epochs: int | str = "auto", prior=None, starts=None):
     """:func:`~.support_epochs.choose_epochs` for joining ``users`` trained on ``support``, scored by the mean
     ``metric`` of ``valid_users``: among the grid and extension of :mod:`.support_epochs` with ``epochs="auto"``,
     else that one count (scored all the same, for a recipe's or a prior weight's choice). With a ``prior``
     (``[N]``, :mod:`.popularity_prior`) each epoch count is scored at its best prior weight, and the scorer
-    returned carries that weight."""
+    returned carries that weight. ``starts``: the run's :class:`~.population.PopulationStarts` (made here when
+    not given, and shared by every epoch count)."""
+    from .population import PopulationStarts
     from .popularity_prior import best_weight
     from .support_epochs import EPOCH_EXTENSION, EPOCH_GRID, choose_epochs, only
 
@@ -489,15 +483,12 @@ def joining_epochs(run, support, users: np.ndarray, valid_users: np.ndarray, spe
         return float(only(spec.run(support, scorer, "test").frame("all"), valid_users)[metric].mean())
 
     weighed = {}   # a kept scorer -> its validation score (computed while choosing its start and prior weight)
-    item_means = {}   # the trained clients' per-item means: the same for every epoch count, so computed once
+    starts = starts if starts is not None else PopulationStarts(run)
 
     def train(e):
         best = None
         for s in (START_CHOICES if start == "auto" else (start,)):   # a tie keeps the earlier start
-            if s == "items" and not item_means:
-                item_means.update(_item_means(run))
-            scorer = StartedScorer(local_private_training(run, support, users, epochs=e, start=s,
-                                                          item_means=item_means or None), s)
+            scorer = StartedScorer(local_private_training(run, support, users, epochs=e, start=s, starts=starts), s)
             if prior is None:
                 value = valid_score(scorer)
             else:

@@ -57,3 +57,39 @@ def population_router(run, state: dict[str, torch.Tensor]) -> dict[str, torch.Te
     mean_w = torch.tensor(router_report(run)["mean_weights"], dtype=state["router.b2"].dtype)
     return {**state, "router.w2": torch.zeros_like(state["router.w2"]),
             "router.b2": run.bb.temperature * torch.log(mean_w.clamp_min(1e-6))}
+
+
+class PopulationStarts:
+    """The starts a trained run offers its joining users, each computed once, when first asked for.
+
+    A new-user study trains joining users from the same trained run many times (every support size, epoch
+    count, start and prior weight), and the population's mean state, its mean mixture (a pass of every trained
+    user's router) and the per-item means do not change between those trainings. Build one per trained run, after
+    its training ended; it does not notice later training."""
+
+    def __init__(self, run):
+        self.run = run
+        self._state = self._router = self._item_means = None
+
+    @property
+    def state(self) -> dict[str, torch.Tensor]:
+        """The trained clients' mean private state (``mean-params``)."""
+        if self._state is None:
+            self._state = population_state(self.run.bb, self.run.store, self.run.eligible)
+        return self._state
+
+    @property
+    def router(self) -> dict[str, torch.Tensor]:
+        """:attr:`state` with the router as the trained users' mean mixture (``population``)."""
+        if self._router is None:
+            self._router = population_router(self.run, self.state)
+        return self._router
+
+    @property
+    def item_means(self) -> dict:
+        """Each item's users' mean state, for the ``items`` start (:mod:`.item_start`)."""
+        if self._item_means is None:
+            from .item_start import item_mean_states
+
+            self._item_means = item_mean_states(self.run, self.state)
+        return self._item_means
