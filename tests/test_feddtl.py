@@ -337,3 +337,29 @@ def test_anchor_penalty_is_zero_at_the_start_and_holds_the_items_near_their_cont
     assert float(T.anchor_penalty(held, content)) < 0.5 * float(T.anchor_penalty(free, content))
     with pytest.raises(ValueError):
         T.DTLConfig(anchor_weight=-1.0)
+
+
+def test_few_shot_keeps_at_most_k_labelled_examples_per_item_and_the_whole_history_as_input():
+    task = _task(n_items=40, n_users=24)
+    labelled = T.few_shot_targets(task.histories, 2, seed=3)
+    assert len(labelled) == len(task.histories)
+    per_item = np.bincount(np.concatenate(labelled), minlength=task.n_items)
+    in_history = np.bincount(np.concatenate(task.histories), minlength=task.n_items)
+    assert (per_item == np.minimum(in_history, 2)).all()            # K per item, or all an item has
+    assert all(np.isin(x, h).all() for x, h in zip(labelled, task.histories))
+    again = T.few_shot_targets(task.histories, 2, seed=3)
+    other = T.few_shot_targets(task.histories, 2, seed=4)
+    assert all(np.array_equal(a, b) for a, b in zip(labelled, again))
+    assert not all(np.array_equal(a, b) for a, b in zip(labelled, other))
+    task.labelled = labelled
+    client = T.DTLClient(0, task, np.arange(24), T.DTLConfig(per_user=50), seed=0)
+    ctx, tgt = client.examples(0)
+    warm = task.warm_items
+    assert np.array_equal(np.sort(warm[tgt]), np.sort(np.concatenate(
+        [x for u, x in enumerate(labelled) if len(task.histories[u]) >= 2])))
+    # the context of an example is still the mean of the user's other history items, labelled or not
+    u = next(u for u in range(24) if len(task.histories[u]) >= 2 and len(labelled[u]))
+    first = int(sum(len(x) for v, x in enumerate(labelled[:u]) if len(task.histories[v]) >= 2))
+    h, i = task.histories[u], int(warm[tgt[first]])
+    want = (task.content[h].sum(0) - task.content[i]) / (len(h) - 1)
+    assert np.allclose(ctx[first], want, atol=1e-6)

@@ -138,3 +138,24 @@ def test_table_shows_the_per_seed_numbers_and_the_tests():
     row = rep["paired"]["FedDTL - FedAvg both"]["cold hr@10"]
     assert row["mean"] == pytest.approx(0.04) and f"{row['mean']:+.4f}" in md and "3/3" in md
     assert "TV 0.300 / 0.100 / 0.500" in md
+
+
+def test_the_few_shot_regime_is_reported_and_limits_each_items_training_examples(tmp_path):
+    folder, _ = _folder(tmp_path)
+    cfg = T.DTLConfig(per_user=2, server_steps=2)
+    kw = dict(seeds=[0, 1], clients=3, alpha=0.1, rounds=2, sft_rounds=1, cold_share=0.2, dominant="count",
+              content="vec", classes=3, novel=1, log=lambda s: None)
+    full = T.run_feddtl(str(folder), cfg, **kw)
+    few = T.run_feddtl(str(folder), cfg, shots=1, **kw)
+    assert full["shots"] == 0 and "labelled_examples" not in full["per_seed"][0]
+    data = datasets.load(str(folder))
+    for seed, row in zip(few["seeds"], few["per_seed"]):
+        item_class = kmeans_classes(data.features["vec"], 3, seed)
+        task = T.build_task(data, data.features["vec"], seed=seed, item_class=item_class,
+                            novel=novel_classes(item_class, 1, seed))
+        assert row["labelled_examples"] == len(np.unique(np.concatenate(task.histories)))   # one per trained item
+        assert row["client_genre_tv"] == full["per_seed"][few["seeds"].index(seed)]["client_genre_tv"]
+    assert few["feddtl"] != full["feddtl"]
+    md = markdown(few, "fedvlr-plus align feddtl x --shots 1")
+    counts = [r["labelled_examples"] for r in few["per_seed"]]
+    assert f"at most 1 training examples per item ({min(counts)}-{max(counts)} in all)" in md

@@ -33,15 +33,16 @@ class DTLClient:
         self._hist_sum = {int(u): task.content[task.histories[u]].sum(0) for u in self.users}
 
     def examples(self, rnd: int) -> tuple[np.ndarray, np.ndarray]:
-        """(context [n, d], target column [n]): up to ``per_user`` train items per user, each predicted from the
-        mean of the user's other train items."""
+        """(context [n, d], target column [n]): up to ``per_user`` train items per user (its labelled ones in the
+        few-shot regime), each predicted from the mean of the user's other train items."""
         rng = np.random.default_rng([self.seed, self.cid, rnd])
         ctx, tgt = [], []
         for u in self.users:
             h = self.task.histories[u]
-            if len(h) < 2:
+            targets = h if self.task.labelled is None else self.task.labelled[u]
+            if len(h) < 2 or not len(targets):
                 continue
-            pick = rng.choice(h, size=min(self.cfg.per_user, len(h)), replace=False)
+            pick = rng.choice(targets, size=min(self.cfg.per_user, len(targets)), replace=False)
             s = self._hist_sum[int(u)]
             ctx.append((s[None] - self.task.content[pick]) / (len(h) - 1))
             tgt.append(self._col[pick])

@@ -32,6 +32,15 @@ def _count(report: dict, key: str) -> str:
     return str(min(values)) if min(values) == max(values) else f"{min(values)}–{max(values)}"
 
 
+def _shots(report: dict) -> str:
+    """The few-shot regime's clause of the table's caption (empty with every training interaction)."""
+    shots = report.get("shots", 0)
+    if not shots:
+        return ""
+    counts = [s["labelled_examples"] for s in report["per_seed"]]
+    return f"few-shot: at most {shots} training examples per item ({min(counts)}-{max(counts)} in all); "
+
+
 def markdown(report: dict, command: str) -> str:
     """The table a reader gets: the methods per seed, the paired tests, and each seed's split skew."""
     seeds, per_seed = report["seeds"], report["per_seed"]
@@ -40,7 +49,7 @@ def markdown(report: dict, command: str) -> str:
              f"{_count(report, 'n_cold_items')} cold (novel) items; classes: {report['classes']}; "
              f"{report['clients']} clients, Dirichlet alpha "
              f"{report['alpha']} over each user's dominant class ({report['dominant']}); "
-             f"evaluated on {report['evaluated_on']}. Cells: seed {' / '.join(map(str, seeds))} (**mean**); "
+             f"{_shots(report)}evaluated on {report['evaluated_on']}. Cells: seed {' / '.join(map(str, seeds))} (**mean**); "
              "headline evaluation (global model for FedAvg of both towers, each client's own tower for the "
              "decoupled methods).", "",
              "| Method | base (warm) HR@10 | novel (cold) HR@10 | base NDCG@10 | novel NDCG@10 |",

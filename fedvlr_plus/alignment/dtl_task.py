@@ -18,6 +18,8 @@ class RecTask:
     warm_items: np.ndarray              #: ids of the items with training interactions
     cold_items: np.ndarray
     user_genre: np.ndarray              #: [n_users] dominant genre index (for the label-skewed split)
+    #: per user: the train items that may be a training target (few-shot: :func:`few_shot_targets`); None = all
+    labelled: list[np.ndarray] | None = None
 
     @property
     def n_items(self) -> int:
@@ -126,6 +128,24 @@ def build_task(data, content: np.ndarray, *, cold_share: float = 0.2, seed: int 
     return RecTask(content=content, histories=histories, warm_target=wt, cold_target=ct,
                    warm_items=warm_items, cold_items=cold,
                    user_genre=dominant_labels(data, histories, dominant, item_class=item_class))
+
+
+def few_shot_targets(histories: list[np.ndarray], shots: int, seed: int) -> list[np.ndarray]:
+    """Per user, the train items that stay labelled when every item (a class here) keeps at most ``shots``
+    training examples over all users, drawn with ``seed``: the few-shot regime of base-to-novel prompt learning
+    (K labelled examples per class). A user's whole history stays its input (the context of every example and
+    what evaluation masks); only which of its items may be a training target is limited."""
+    users = np.repeat(np.arange(len(histories)), [len(h) for h in histories])
+    items = np.concatenate([np.asarray(h, np.int64) for h in histories] + [np.zeros(0, np.int64)])
+    rng = np.random.default_rng([int(seed), 13])
+    order = rng.permutation(len(items))
+    order = order[np.argsort(items[order], kind="stable")]   # each item's examples in a seeded random order
+    start = np.searchsorted(items[order], items[order], side="left")
+    keep = order[np.arange(len(order)) - start < shots]
+    kept = np.zeros(len(items), bool)
+    kept[keep] = True
+    bounds = np.cumsum([0] + [len(h) for h in histories])
+    return [items[bounds[u]:bounds[u + 1]][kept[bounds[u]:bounds[u + 1]]] for u in range(len(histories))]
 
 
 def _ordered(inter, seed: int):

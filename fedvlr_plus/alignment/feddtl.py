@@ -53,12 +53,12 @@ from ..federation.strategy import make_strategy
 from .dtl_client import DTLClient
 from .dtl_model import (ITEM_PARAMS, METHODS, USER_PARAMS, DTLConfig, evaluate_users, init_params, item_vectors, lora,
                         noisy_candidates, param_specs, user_vectors)
-from .dtl_task import (RecTask, build_task, dirichlet_split, dominant_labels, item_label_weights, item_texts,
-                       label_skew, minilm_content)
+from .dtl_task import (RecTask, build_task, dirichlet_split, dominant_labels, few_shot_targets, item_label_weights,
+                       item_texts, label_skew, minilm_content)
 
 __all__ = ["DTLClient", "DTLConfig", "DTLResult", "ITEM_PARAMS", "METHODS", "RecTask", "USER_PARAMS",
-           "anchor_penalty", "build_task", "dirichlet_split", "dominant_labels", "evaluate_users", "init_params",
-           "item_label_weights", "item_texts", "item_vectors", "label_skew", "lora", "minilm_content",
+           "anchor_penalty", "build_task", "dirichlet_split", "dominant_labels", "evaluate_users", "few_shot_targets",
+           "init_params", "item_label_weights", "item_texts", "item_vectors", "label_skew", "lora", "minilm_content",
            "noisy_candidates", "param_specs", "run_feddtl", "server_align", "train", "user_vectors"]
 
 
@@ -208,18 +208,18 @@ def _classes(data, vectors: np.ndarray, classes: int, content: str, seed: int):
 
 def run_feddtl(source: str, cfg: DTLConfig, *, seeds, clients: int, alpha: float, rounds: int, sft_rounds: int,
                cold_share: float, dominant: str, device: str = "cpu", cache_dir: str | None = None,
-               content: str = "text", classes: int = 0, novel: int = 0, valid: bool = False,
+               content: str = "text", classes: int = 0, novel: int = 0, valid: bool = False, shots: int = 0,
                log=print) -> dict:
     """``align feddtl``: every method for every seed on ``source``; mean and per-seed figures, paired tests.
 
     ``classes`` > 0: item classes are a k-means of the content vectors (seeded per seed) instead of the
     catalogue's categories; ``novel`` > 0: that many classes are novel (all their items cold) instead of a random
-    ``cold_share`` of the items. ``valid``: held-out targets one step earlier, the test targets unused."""
+    ``cold_share`` of the items. ``valid``: held-out targets one step earlier, the test targets unused. ``shots``
+    > 0: the few-shot regime, at most that many training examples per item (:func:`few_shot_targets`)."""
     import time
 
     from .. import datasets
     from ..errors import ConfigError
-    from .dtl_classes import novel_classes
     from .dtl_table import paired_tests, tv_summary
 
     if novel and not classes:
@@ -230,17 +230,16 @@ def run_feddtl(source: str, cfg: DTLConfig, *, seeds, clients: int, alpha: float
     vectors = _content(data, content, device, cache_dir)
     per_seed = []
     for seed in seeds:
-        item_class, weights, described = _classes(data, vectors, classes, content, seed)
-        novel_ids = novel_classes(item_class, novel, seed) if novel and item_class is not None else None
-        task = build_task(data, vectors, cold_share=cold_share, seed=seed, dominant=dominant, item_class=item_class,
-                          novel=novel_ids, valid=valid)
+        task, weights, described, novel_ids = _seed_task(data, vectors, seed, classes=classes, content=content,
+                                                         novel=novel, cold_share=cold_share, dominant=dominant,
+                                                         valid=valid, shots=shots)
         assign = dirichlet_split(task.user_genre, clients, alpha, seed)
         tv = label_skew(weights, task, assign)
         row = {"client_users": np.bincount(assign, minlength=clients).tolist(),
                "client_genre_tv": [round(x, 4) for x in tv], "client_class_tv": tv_summary(tv),
                "n_warm_items": int(len(task.warm_items)), "n_cold_items": int(len(task.cold_items))}
-        if novel_ids is not None:
-            row["novel_classes"] = novel_ids.tolist()
+        row.update({"novel_classes": novel_ids.tolist()} if novel_ids is not None else {},
+                   **({"labelled_examples": sum(map(len, task.labelled))} if task.labelled is not None else {}))
         log(f"seed {seed}: users per client {row['client_users']}, class-mix TV to the global mix "
             f"{row['client_genre_tv']}")
         for m in METHODS:
@@ -252,7 +251,7 @@ def run_feddtl(source: str, cfg: DTLConfig, *, seeds, clients: int, alpha: float
               "rank_among": cfg.rank_among, "epochs": cfg.epochs, "per_user": cfg.per_user,
               "server_steps": cfg.server_steps, "anchor_weight": cfg.anchor_weight,
               "n_warm_items": int(len(task.warm_items)), "n_cold_items": int(len(task.cold_items)),
-              "content": content, "classes": described, "novel_classes": novel,
+              "content": content, "classes": described, "novel_classes": novel, "shots": shots,
               "evaluated_on": "valid" if valid else "test"}
     mean = lambda rows: {kind: {k: float(np.mean([r[kind][k] for r in rows])) for k in ("hr@10", "ndcg@10")}  # noqa: E731
                          for kind in ("warm", "cold")}
@@ -266,6 +265,21 @@ def run_feddtl(source: str, cfg: DTLConfig, *, seeds, clients: int, alpha: float
     report["seconds"] = round(time.time() - t0, 1)
     report["cpu_seconds"] = round(time.process_time() - c0, 1)
     return report
+
+
+def _seed_task(data, vectors, seed: int, *, classes: int, content: str, novel: int, cold_share: float,
+               dominant: str, valid: bool, shots: int):
+    """One seed's task (its classes, novel classes, split and, with ``shots``, its labelled examples), the class
+    weights for the skew report, the classes' description and the novel class ids (or None)."""
+    from .dtl_classes import novel_classes
+
+    item_class, weights, described = _classes(data, vectors, classes, content, seed)
+    novel_ids = novel_classes(item_class, novel, seed) if novel and item_class is not None else None
+    task = build_task(data, vectors, cold_share=cold_share, seed=seed, dominant=dominant, item_class=item_class,
+                      novel=novel_ids, valid=valid)
+    if shots:
+        task.labelled = few_shot_targets(task.histories, shots, seed)
+    return task, weights, described, novel_ids
 
 
 def _one_method(task, m, cfg, clients, alpha, rounds, sft_rounds, seed, log) -> dict:

@@ -131,6 +131,9 @@ def _register_feddtl(methods) -> None:
     d.add_argument("--valid", action="store_true",
                    help="tuning mode: each user's test targets are dropped and the next latest are held out and "
                         "reported; the test targets are not used at all")
+    d.add_argument("--shots", type=non_negative_int, default=0,
+                   help="few-shot regime: at most this many training examples per item over all users (a user's "
+                        "whole history stays its input); 0 = every training interaction (default)")
     d.add_argument("--out-dir", default=None,
                    help="write result.json and table.md (the per-seed table, paired tests, split skew) here")
     _output_arguments(d)
@@ -242,7 +245,7 @@ def cli_feddtl(args) -> int:
                         rounds=args.rounds, sft_rounds=args.sft_rounds, cold_share=args.cold_share,
                         dominant=args.dominant, device=args.device, cache_dir=args.cache_dir,
                         content=args.content, classes=args.classes, novel=args.novel_classes, valid=args.valid,
-                        log=log)
+                        shots=args.shots, log=log)
     if args.out_dir:
         write_table(report, args.out_dir, markdown)
     return _emit(report, args)
