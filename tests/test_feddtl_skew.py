@@ -158,4 +158,4 @@ def test_the_few_shot_regime_is_reported_and_limits_each_items_training_examples
     assert few["feddtl"] != full["feddtl"]
     md = markdown(few, "fedvlr-plus align feddtl x --shots 1")
     counts = [r["labelled_examples"] for r in few["per_seed"]]
-    assert f"at most 1 training examples per item ({min(counts)}-{max(counts)} in all)" in md
+    assert f"at most 1 training example per item ({min(counts)}-{max(counts)} in all)" in md

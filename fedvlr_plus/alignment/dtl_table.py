@@ -38,7 +38,8 @@ def _shots(report: dict) -> str:
     if not shots:
         return ""
     counts = [s["labelled_examples"] for s in report["per_seed"]]
-    return f"few-shot: at most {shots} training examples per item ({min(counts)}-{max(counts)} in all); "
+    noun = "example" if shots == 1 else "examples"
+    return f"few-shot: at most {shots} training {noun} per item ({min(counts)}-{max(counts)} in all); "
 
 
 def markdown(report: dict, command: str) -> str:
