@@ -50,7 +50,8 @@ def markdown(report: dict, command: str) -> str:
              f"{_count(report, 'n_cold_items')} cold (novel) items; classes: {report['classes']}; "
              f"{report['clients']} clients, Dirichlet alpha "
              f"{report['alpha']} over each user's dominant class ({report['dominant']}); "
-             f"{_shots(report)}evaluated on {report['evaluated_on']}. Cells: seed {' / '.join(map(str, seeds))} (**mean**); "
+             f"{_shots(report)}evaluated on {report['evaluated_on']}. "
+             f"Cells: seed {' / '.join(map(str, seeds))} (**mean**); "
              "headline evaluation (global model for FedAvg of both towers, each client's own tower for the "
              "decoupled methods).", "",
              "| Method | base (warm) HR@10 | novel (cold) HR@10 | base NDCG@10 | novel NDCG@10 |",

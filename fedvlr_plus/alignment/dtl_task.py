@@ -135,7 +135,6 @@ def few_shot_targets(histories: list[np.ndarray], shots: int, seed: int) -> list
     training examples over all users, drawn with ``seed``: the few-shot regime of base-to-novel prompt learning
     (K labelled examples per class). A user's whole history stays its input (the context of every example and
     what evaluation masks); only which of its items may be a training target is limited."""
-    users = np.repeat(np.arange(len(histories)), [len(h) for h in histories])
     items = np.concatenate([np.asarray(h, np.int64) for h in histories] + [np.zeros(0, np.int64)])
     rng = np.random.default_rng([int(seed), 13])
     order = rng.permutation(len(items))
