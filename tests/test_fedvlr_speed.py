@@ -67,29 +67,33 @@ CONFIGS = {
 }
 
 
-@pytest.mark.parametrize("residual", [False, True])
+#: the layer's options the closed form covers: the paper's form, the residual ID path, the content preference
+VARIANTS = {"plain": {}, "residual": dict(residual=True), "content": dict(content_preference=True)}
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
 @pytest.mark.parametrize("backbone", ["fedavg", "fcf"])
 @pytest.mark.parametrize("mode", list(CONFIGS))
-def test_closed_form_round_equals_autograd_and_sequential(residual, backbone, mode, monkeypatch):
+def test_closed_form_round_equals_autograd_and_sequential(variant, backbone, mode, monkeypatch):
     config = {**dict(seed=0, round=2, epochs=2, negatives=2, batch_size=4, lr=0.3, item_lr_scale=3.0),
               **CONFIGS[mode]}
     calls = []
     step = MixtureDotHead.step_from
     monkeypatch.setattr(MixtureDotHead, "step_from", lambda self, *a, **k: calls.append(1) or step(self, *a, **k))
-    fast = _fit(BatchedSimulator, _layer(backbone, residual=residual, temperature=0.7), config,
-                chunk_floats=4096)   # several chunks
+    kw = dict(VARIANTS[variant], temperature=0.7)
+    fast = _fit(BatchedSimulator, _layer(backbone, **kw), config, chunk_floats=4096)   # several chunks
     assert calls, "the closed form did not run"
     n_fast = len(calls)
-    slow = _fit(BatchedSimulator, _layer(backbone, residual=residual, temperature=0.7), config, closed_form=False)
+    slow = _fit(BatchedSimulator, _layer(backbone, **kw), config, closed_form=False)
     assert len(calls) == n_fast, "the autograd path ran the closed form"
     _assert_same(fast, slow)
-    _assert_same(fast, _fit(SequentialSimulator, _layer(backbone, residual=residual, temperature=0.7), config))
+    _assert_same(fast, _fit(SequentialSimulator, _layer(backbone, **kw), config))
 
 
 @pytest.mark.parametrize("kernel", ["compiled", "torch"])
-@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("variant", list(VARIANTS))
 @pytest.mark.parametrize("mode", ["grads", "params"])
-def test_rows_read_by_id_give_the_autograd_round(kernel, residual, mode, monkeypatch):
+def test_rows_read_by_id_give_the_autograd_round(kernel, variant, mode, monkeypatch):
     """A catalogue too large to read whole a step: the step reads its examples' rows by id (:class:`IndexedRows`),
     with the compiled kernel and with its torch fallback, and gives autograd's numbers."""
     from fedvlr_plus.federation import indexed_rows
@@ -103,14 +107,14 @@ def test_rows_read_by_id_give_the_autograd_round(kernel, residual, mode, monkeyp
     monkeypatch.setattr(indexed_rows.IndexedRows, "dot", lambda self, h: seen.append(1) or dot(self, h))
     config = {**dict(seed=0, round=2, epochs=2, negatives=2, batch_size=4, lr=0.3, item_lr_scale=3.0),
               **CONFIGS[mode]}
-    fast = _fit(BatchedSimulator, _layer(residual=residual, temperature=0.7), config, chunk_floats=4096)
+    kw = dict(VARIANTS[variant], temperature=0.7)
+    fast = _fit(BatchedSimulator, _layer(**kw), config, chunk_floats=4096)
     assert seen, "no step read its rows by id"
     assert (indexed_rows._KERNELS.module is not False) == (kernel == "compiled")
-    _assert_same(fast, _fit(BatchedSimulator, _layer(residual=residual, temperature=0.7), config, closed_form=False))
+    _assert_same(fast, _fit(BatchedSimulator, _layer(**kw), config, closed_form=False))
 
 
-@pytest.mark.parametrize("kw", [dict(mode="sum"), dict(mode="uniform"), dict(balance=0.1),
-                                dict(content_preference=True)])
+@pytest.mark.parametrize("kw", [dict(mode="sum"), dict(mode="uniform"), dict(balance=0.1)])
 def test_closed_form_is_declined_where_it_does_not_hold(kw):
     assert _layer(**kw).closed_form() is None
     assert _layer().closed_form() is not None

@@ -56,11 +56,20 @@ class MixtureDotHead:
     experts: int
     d: int
     temperature: float
+    #: the private content-preference vector ``θ_u`` (the layer's ``content_preference``; None: off): it scores the
+    #: table's last block of ``d``, ``logit += <θ_u, P_l>``, so ``∂J/∂θ = Σ_l δ_l P_l`` and ``∂J/∂P_l = δ_l θ``
+    preference: str | None = None
 
     @property
     def names(self) -> set[str]:
         """Every trained parameter this closed form covers (a step with any other one needs autograd)."""
-        return {self.table, self.weight, *ROUTER} | ({self.bias} if self.bias else set())
+        return ({self.table, self.weight, *ROUTER} | ({self.bias} if self.bias else set())
+                | ({self.preference} if self.preference else set()))
+
+    @property
+    def width(self) -> int:
+        """The fused table's width: the experts' blocks, and the projected content's with a preference."""
+        return (self.experts + int(self.preference is not None)) * self.d
 
     def router_input(self, ctx: dict) -> torch.Tensor:
         """``r_u [C, J d]``: the round's constant router input of the users in ``ctx`` (``history_input``'s mean of
@@ -90,18 +99,22 @@ class MixtureDotHead:
         hidden = torch.relu(pre)
         return hidden, torch.softmax(linear(hidden, p["router.w2"], p["router.b2"]) / self.temperature, dim=-1)
 
-    def step_from(self, rows: "IndexedRows | AllRows", pre, p: dict, y, a, with_table: bool = True):
+    def step_from(self, rows: "IndexedRows | AllRows", pre, p: dict, y, a, with_table: bool = True,
+                  content: "ContentRows | None" = None):
         """One step of every client of a chunk from its router's pre-activation ``pre [C, H]``.
 
         ``rows``: the fused views of the step's examples (read by id, or from the whole broadcast table);
         ``p``: the clients' stacked parameters; ``y``/``a [C, L]``: labels and example weights (zero on padding).
         Returns the gradients of the clients' weighted losses with respect to everything after ``pre``
         (``router.pre`` for ``pre`` itself; the table's as ``[C, L, J d]`` rows, or as ``delta [C, L]`` with
-        ``with_table=False``), each client's loss ``[C]`` and its router weights ``[C, J]``."""
+        ``with_table=False``), each client's loss ``[C]`` and its router weights ``[C, J]``. ``content``: the
+        examples' projected content, with a preference."""
         h = p[self.weight]
         hidden, w = self._weights(pre, p)
         s = rows.dot(h)                                                         # <h, F_lj>  [C, L, J]
         logits = (s * w.unsqueeze(1)).sum(-1)
+        if content is not None:
+            logits = logits + content.dot(p[self.preference])
         if self.bias is not None:
             logits = logits + p[self.bias].unsqueeze(-1)
         delta = (torch.sigmoid(logits) - y) * a
@@ -111,8 +124,10 @@ class MixtureDotHead:
         g_pre = torch.bmm(g_out.unsqueeze(1), p["router.w2"].transpose(1, 2)).squeeze(1) * (pre > 0)
         grads = {self.weight: (w.unsqueeze(-1) * per_client).sum(1), "router.pre": g_pre, "router.b1": g_pre,
                  "router.w2": hidden.unsqueeze(-1) * g_out.unsqueeze(1), "router.b2": g_out}
+        if content is not None:
+            grads[self.preference] = content.weighted_sum(delta)
         if with_table:
-            grads[self.table] = delta.unsqueeze(-1) * self.row_direction(w, h).unsqueeze(1)
+            grads[self.table] = delta.unsqueeze(-1) * self.full_direction(w, p).unsqueeze(1)
         else:
             grads["delta"] = delta
         if self.bias is not None:
@@ -123,6 +138,14 @@ class MixtureDotHead:
     def row_direction(self, w: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         """``w ⊗ h [..., J d]``: the vector a fused row is scored against (and its gradient's direction)."""
         return (w.unsqueeze(-1) * h.unsqueeze(-2)).reshape(*w.shape[:-1], self.experts * self.d)
+
+    def full_direction(self, w: torch.Tensor, p: dict) -> torch.Tensor:
+        """``[w ⊗ h, θ] [..., width]``: the direction of a fused row's gradient, every block of it."""
+        direction = self.row_direction(w, p[self.weight])
+        if self.preference is None:
+            return direction
+        theta = p[self.preference].expand(*direction.shape[:-1], self.d)
+        return torch.cat([direction, theta], -1)
 
     def local_steps(self, x: torch.Tensor, p: dict, lr: float, wd: float, defer: tuple[int, int, int] | None):
         """The state of one chunk's local training (:class:`MixtureSteps`)."""
@@ -140,6 +163,8 @@ class MixtureDotHead:
         ``fused [N, J d]``: the broadcast views)."""
         _, w = self._weights(linear(self.router_input(ctx), p["router.w1"], p["router.b1"]), p)
         out = self.row_direction(w, p[self.weight]) @ fused[:, :self.experts * self.d].T
+        if self.preference is not None:
+            out = out + p[self.preference] @ fused[:, self.experts * self.d:self.width].T
         if self.bias is not None:
             out = out + p[self.bias].unsqueeze(-1)
         return out
@@ -172,8 +197,9 @@ class MixtureSteps:
         if defer is not None:
             _, t_max, s_max = defer
             self.delta_rows = torch.zeros(s_max, c_n * t_max, dtype=x.dtype, device=x.device)
-            self.directions = torch.zeros(s_max, c_n, head.experts * head.d, dtype=x.dtype, device=x.device)
+            self.directions = torch.zeros(s_max, c_n, head.width, dtype=x.dtype, device=x.device)
         self.s = 0
+        self._experts = None   # (the broadcast table, its experts' columns) when they are not contiguous in it
 
     def rows(self, fused: torch.Tensor, chunk_rows: torch.Tensor, fidx: torch.Tensor, items: torch.Tensor):
         """The fused rows of a step. While they are fixed in the round, from the broadcast table ``fused [N, blocks
@@ -181,11 +207,24 @@ class MixtureSteps:
         examples' rows); else from the chunk's stepped copy of its touched rows ``chunk_rows [C T, blocks d]`` by
         their flat ids ``fidx``."""
         head, (c_n, l_n) = self.head, items.shape
-        if self.defer is None:
-            return IndexedRows(chunk_rows, fidx.view(c_n, l_n), head.experts, head.d)
-        if head.reads_all_rows(fused.shape[0], l_n):
-            return AllRows(fused[:, :head.experts * head.d], items, head.experts)
-        return IndexedRows(fused, items, head.experts, head.d)
+        table, ids = (chunk_rows, fidx.view(c_n, l_n)) if self.defer is None else (fused, items)
+        if self.defer is not None and head.reads_all_rows(fused.shape[0], l_n):
+            rows = AllRows(self._experts_block(fused), items, head.experts)
+        else:
+            rows = IndexedRows(table, ids, head.experts, head.d)
+        if head.preference is not None:   # (read by :meth:`step`)
+            rows.content = ContentRows(table, ids, head)
+        return rows
+
+    def _experts_block(self, fused: torch.Tensor) -> torch.Tensor:
+        """The experts' columns of the broadcast table, contiguous (copied once per table when a content block
+        follows them)."""
+        experts = fused[:, :self.head.experts * self.head.d]
+        if experts.is_contiguous():
+            return experts
+        if self._experts is None or self._experts[0] is not fused:
+            self._experts = (fused, experts.contiguous())
+        return self._experts[1]
 
     @torch.no_grad()
     def step(self, rows: "IndexedRows | AllRows", p: dict, y: torch.Tensor, a: torch.Tensor, active: torch.Tensor,
@@ -193,7 +232,8 @@ class MixtureSteps:
         """The step's gradients (None for what this object applies itself: ``router.w1``, and the fused rows
         when deferred) and each client's loss; ``fidx``: the flat touched-row ids of the examples."""
         pre = self.alpha * self.x_w1 - self.lr * self.x_sq * self.g_sum + p["router.b1"]
-        grads, loss, w = self.head.step_from(rows, pre, p, y, a, with_table=self.defer is None)
+        grads, loss, w = self.head.step_from(rows, pre, p, y, a, with_table=self.defer is None,
+                                             content=getattr(rows, "content", None))
         g_pre = grads.pop("router.pre")
         grads["router.w1"] = None
         if self.wd:
@@ -203,7 +243,7 @@ class MixtureSteps:
         self.g_sum += g_pre
         if self.defer is not None:
             self.delta_rows[self.s].index_add_(0, fidx.reshape(-1), grads.pop("delta").reshape(-1))
-            self.directions[self.s] = self.head.row_direction(w, p[self.head.weight])
+            self.directions[self.s] = self.head.full_direction(w, p)
             grads[self.head.table] = None
         self.s += 1
         return grads, loss
@@ -280,6 +320,24 @@ def sparse_csr(crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor, size
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
         return torch.sparse_csr_tensor(crow, col, values, size, check_invariants=False)
+
+
+class ContentRows:
+    """A step's projected content ``P_l [C, L, d]``: the last block of the fused rows ``ids [C, L]`` of ``table``,
+    which the content preference ``θ_u`` scores."""
+
+    def __init__(self, table: torch.Tensor, ids: torch.Tensor, head: MixtureDotHead):
+        start = head.experts * head.d
+        # (the block's columns only: gathering whole rows would copy the experts' blocks too)
+        self.rows = table[:, start:start + head.d].index_select(0, ids.reshape(-1)).view(*ids.shape, head.d)
+
+    def dot(self, theta: torch.Tensor) -> torch.Tensor:
+        """``<θ_c, P_l>`` -> ``[C, L]``."""
+        return (self.rows * theta.to(self.rows.dtype).unsqueeze(1)).sum(-1)
+
+    def weighted_sum(self, delta: torch.Tensor) -> torch.Tensor:
+        """``Σ_l delta_cl P_l`` -> ``[C, d]``."""
+        return torch.bmm(delta.to(self.rows.dtype).unsqueeze(1), self.rows).squeeze(1)
 
 
 class AllRows:

@@ -289,11 +289,12 @@ class FusionLayer(Backbone):
         base = self.base
         plain = (self.mode == "fedvlr" and base.dot_head is not None and not base.uses_history
                  and type(base).regulariser is Backbone.regulariser and not self.additive and not self.offset
-                 and not self.content_preference and not self.balance)
+                 and not self.balance)
         if not plain:
             return None
         _, weight, bias = base.dot_head
-        return MixtureDotHead(FUSED, weight, bias, len(self.experts), self.d, self.temperature)
+        return MixtureDotHead(FUSED, weight, bias, len(self.experts), self.d, self.temperature,
+                              preference.THETA if self.content_preference else None)
 
     # ------------------------------------------------------------------ the client's forward
     def weights(self, p: dict, ctx: dict) -> torch.Tensor:
