@@ -139,8 +139,9 @@ def few_shot_targets(histories: list[np.ndarray], shots: int, seed: int) -> list
     rng = np.random.default_rng([int(seed), 13])
     order = rng.permutation(len(items))
     order = order[np.argsort(items[order], kind="stable")]   # each item's examples in a seeded random order
-    start = np.searchsorted(items[order], items[order], side="left")
-    keep = order[np.arange(len(order)) - start < shots]
+    by_item = items[order]
+    rank = np.arange(len(order)) - np.searchsorted(by_item, by_item, side="left")   # position among its item's
+    keep = order[rank < shots]
     kept = np.zeros(len(items), bool)
     kept[keep] = True
     bounds = np.cumsum([0] + [len(h) for h in histories])

@@ -234,12 +234,7 @@ def run_feddtl(source: str, cfg: DTLConfig, *, seeds, clients: int, alpha: float
                                                          novel=novel, cold_share=cold_share, dominant=dominant,
                                                          valid=valid, shots=shots)
         assign = dirichlet_split(task.user_genre, clients, alpha, seed)
-        tv = label_skew(weights, task, assign)
-        row = {"client_users": np.bincount(assign, minlength=clients).tolist(),
-               "client_genre_tv": [round(x, 4) for x in tv], "client_class_tv": tv_summary(tv),
-               "n_warm_items": int(len(task.warm_items)), "n_cold_items": int(len(task.cold_items))}
-        row.update({"novel_classes": novel_ids.tolist()} if novel_ids is not None else {},
-                   **({"labelled_examples": sum(map(len, task.labelled))} if task.labelled is not None else {}))
+        row = _split_row(task, assign, weights, clients, novel_ids)
         log(f"seed {seed}: users per client {row['client_users']}, class-mix TV to the global mix "
             f"{row['client_genre_tv']}")
         for m in METHODS:
@@ -265,6 +260,22 @@ def run_feddtl(source: str, cfg: DTLConfig, *, seeds, clients: int, alpha: float
     report["seconds"] = round(time.time() - t0, 1)
     report["cpu_seconds"] = round(time.process_time() - c0, 1)
     return report
+
+
+def _split_row(task, assign: np.ndarray, weights, clients: int, novel_ids) -> dict:
+    """A seed's row of the report before its methods run: the split's client sizes and class skew, the warm and
+    cold item counts, the novel classes and, in the few-shot regime, the number of labelled examples."""
+    from .dtl_table import tv_summary
+
+    tv = label_skew(weights, task, assign)
+    row = {"client_users": np.bincount(assign, minlength=clients).tolist(),
+           "client_genre_tv": [round(x, 4) for x in tv], "client_class_tv": tv_summary(tv),
+           "n_warm_items": int(len(task.warm_items)), "n_cold_items": int(len(task.cold_items))}
+    if novel_ids is not None:
+        row["novel_classes"] = novel_ids.tolist()
+    if task.labelled is not None:
+        row["labelled_examples"] = sum(map(len, task.labelled))
+    return row
 
 
 def _seed_task(data, vectors, seed: int, *, classes: int, content: str, novel: int, cold_share: float,

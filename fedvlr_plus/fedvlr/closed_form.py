@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -205,16 +206,14 @@ class MixtureSteps:
         """The fused rows of a step. While they are fixed in the round, from the broadcast table ``fused [N, blocks
         d]`` by the examples' item ids ``items [C, L]`` (the whole table where it is small beside the step, else the
         examples' rows); else from the chunk's stepped copy of its touched rows ``chunk_rows [C T, blocks d]`` by
-        their flat ids ``fidx``."""
+        their flat ids ``fidx``. With a content preference, the examples' projected content beside them."""
         head, (c_n, l_n) = self.head, items.shape
         table, ids = (chunk_rows, fidx.view(c_n, l_n)) if self.defer is None else (fused, items)
         if self.defer is not None and head.reads_all_rows(fused.shape[0], l_n):
             rows = AllRows(self._experts_block(fused), items, head.experts)
         else:
             rows = IndexedRows(table, ids, head.experts, head.d)
-        if head.preference is not None:   # (read by :meth:`step`)
-            rows.content = ContentRows(table, ids, head)
-        return rows
+        return StepRows(rows, ContentRows(table, ids, head) if head.preference is not None else None)
 
     def _experts_block(self, fused: torch.Tensor) -> torch.Tensor:
         """The experts' columns of the broadcast table, contiguous (copied once per table when a content block
@@ -227,13 +226,13 @@ class MixtureSteps:
         return self._experts[1]
 
     @torch.no_grad()
-    def step(self, rows: "IndexedRows | AllRows", p: dict, y: torch.Tensor, a: torch.Tensor, active: torch.Tensor,
+    def step(self, rows: "StepRows", p: dict, y: torch.Tensor, a: torch.Tensor, active: torch.Tensor,
              fidx: torch.Tensor):
         """The step's gradients (None for what this object applies itself: ``router.w1``, and the fused rows
         when deferred) and each client's loss; ``fidx``: the flat touched-row ids of the examples."""
         pre = self.alpha * self.x_w1 - self.lr * self.x_sq * self.g_sum + p["router.b1"]
-        grads, loss, w = self.head.step_from(rows, pre, p, y, a, with_table=self.defer is None,
-                                             content=getattr(rows, "content", None))
+        grads, loss, w = self.head.step_from(rows.experts, pre, p, y, a, with_table=self.defer is None,
+                                             content=rows.content)
         g_pre = grads.pop("router.pre")
         grads["router.w1"] = None
         if self.wd:
@@ -320,6 +319,14 @@ def sparse_csr(crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor, size
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
         return torch.sparse_csr_tensor(crow, col, values, size, check_invariants=False)
+
+
+class StepRows(NamedTuple):
+    """A step's fused rows (:meth:`MixtureSteps.rows`): the experts' blocks, and the projected content (None
+    without a content preference)."""
+
+    experts: "IndexedRows | AllRows"
+    content: "ContentRows | None"
 
 
 class ContentRows:
