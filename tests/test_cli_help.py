@@ -73,11 +73,11 @@ def test_building_the_parser_imports_no_heavy_library():
 def test_torch_free_names_match_the_modules_that_define_them():
     from fedvlr_plus.cli.coldstart import COLD_RULES, NEW_USER_STARTS
     from fedvlr_plus.coldstart.population import STARTS
-    from fedvlr_plus.coldstart.rules import RULES
+    from fedvlr_plus.coldstart.rules import FUSED_RULES, RULES
     from fedvlr_plus.fedvlr import MODES
     from fedvlr_plus.cli.fusion_args import FUSION_MODES
 
-    assert FUSION_MODES == MODES and COLD_RULES == RULES and NEW_USER_STARTS == STARTS
+    assert FUSION_MODES == MODES and COLD_RULES == RULES + FUSED_RULES and NEW_USER_STARTS == STARTS
 
 
 def test_run_says_what_it_does_and_what_to_try_next(tmp_path):

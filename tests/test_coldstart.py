@@ -127,6 +127,42 @@ def test_a_study_rule_replaces_the_layers_cold_rule_and_touches_only_cold_items(
     assert torch.equal(before, again)                         # the default behaviour is back
 
 
+def test_a_fused_rule_estimates_the_layers_output_rows_of_cold_items_from_their_neighbours():
+    from fedvlr_plus.adapters import make_backbone
+    from fedvlr_plus.coldstart.experiment import fused_with_rule
+    from fedvlr_plus.fedvlr import FusionLayer
+
+    g = np.random.default_rng(0)
+    views = {"text": g.standard_normal((20, 6)).astype(np.float32)}
+    cold = np.zeros(20, bool)
+    cold[[2, 7]] = True
+    bb = FusionLayer(make_backbone("fedavg", 20, 4), views, mode="fedvlr", content_preference=True)
+    fused = bb.fused_views(bb.init_server(0))
+    rule = make_rule("fused-neighbours", views, cold, k=3)
+    assert rule.on_fused and rule.name == "fused-neighbours" and rule.rule == "neighbours"
+    out = fused_with_rule(bb, fused, rule)
+    cols = len(bb.experts) * bb.d
+    assert out.shape == fused.shape and cols < fused.shape[1]
+    assert torch.equal(out[~cold], fused[~cold])               # warm items as broadcast
+    assert torch.equal(out[:, cols:], fused[:, cols:])         # the content-preference block is content's own
+    for k, item in enumerate(np.flatnonzero(cold)):            # every expert's block: the neighbours' mean
+        assert torch.allclose(out[item, :cols], fused[rule.neighbours[k], :cols].mean(0))
+        assert not cold[rule.neighbours[k]].any()
+
+
+def test_a_fused_rule_is_refused_for_a_model_without_fused_views():
+    from types import SimpleNamespace
+
+    from fedvlr_plus.coldstart.experiment import rules_for, shared_with_rule
+    from fedvlr_plus.coldstart.rules import FUSED_RULES, RULES
+
+    assert rules_for(False) == RULES and rules_for(True) == RULES + FUSED_RULES
+    views = {"text": np.eye(4)[np.arange(8) % 4]}
+    run = SimpleNamespace(bb=object(), shared={})
+    with pytest.raises(ValueError, match="fused views"):
+        shared_with_rule(run, make_rule("fused-mapping", views, np.arange(8) == 3))
+
+
 # ---------------------------------------------------------------------- rankers and restricted ranking
 def test_content_ranker_is_the_cosine_with_the_mean_profile():
     data = tiny(2, 3, rows=[(0, 0, 1), (0, 1, 2), (1, 2, 1), (0, 2, 3), (1, 0, 4)],
@@ -297,8 +333,13 @@ def test_coldstart_command_natural_cold_targets(tmp_path, capsys):
         assert key in res, key
     assert res["n_cold_items"] >= 4 and res["test_cold_targets"] == 30
     assert set(res["baselines"]) == {"pop", "random", "antipop", "content"}
-    assert res["cold_rule"] in ("none", "neighbours", "mapping", "both")
+    assert res["cold_rule"] in ("none", "neighbours", "mapping", "both", "fused-neighbours", "fused-mapping",
+                                "fused-both")
     assert res["backbone_alone"]["cold_rule"] == "none"
+    # the layer is scored under every rule in both forms, the backbone alone under the plain rules only
+    assert set(res["variants"]) == {"trained", "none", "neighbours", "mapping", "both", "fused-neighbours",
+                                    "fused-mapping", "fused-both"}
+    assert set(res["backbone_alone"]["variants"]) == {"trained", "none", "neighbours", "mapping", "both"}
     # antipop puts the never-trained items first: among all items it equals its figure among cold items
     anti = res["baselines"]["antipop"]
     assert anti["cold_among_all"]["hr@5"]["mean"] == pytest.approx(anti["cold_among_cold"]["hr@5"]["mean"])
@@ -462,6 +503,6 @@ def test_item_study_tune_chooses_the_recipe_on_the_figure_it_reports(tmp_path, c
     assert "among cold items" in tune["metric"]
     assert [c["name"] for c in tune["candidates"]] == ["default", "fast", "default+dropout", "fast+dropout"]
     kept = next(c["valid"] for c in tune["candidates"] if c["name"] == tune["selected"])
-    rules = ("none", "neighbours", "mapping", "both")
+    rules = ("none", "neighbours", "mapping", "both", "fused-neighbours", "fused-mapping", "fused-both")
     assert kept == pytest.approx(max(res["variants"][r]["valid_ndcg_at_5_among_cold"] for r in rules))
     assert res["variants"][res["cold_rule"]]["valid_ndcg_at_5_among_cold"] == pytest.approx(kept)

@@ -37,7 +37,7 @@ def _fraction(text: str) -> float:
 
 
 #: the cold-item rules of :mod:`fedvlr_plus.coldstart.rules` (named here: that module imports torch)
-COLD_RULES = ("none", "neighbours", "mapping", "both")
+COLD_RULES = ("none", "neighbours", "mapping", "both", "fused-neighbours", "fused-mapping", "fused-both")
 #: where a joining user's private state starts (:mod:`fedvlr_plus.coldstart.population`, likewise)
 NEW_USER_STARTS = ("population", "mean-params", "items", "auto", "fresh")
 #: what a joining user's scores add (:mod:`fedvlr_plus.coldstart.popularity_prior`, likewise)
@@ -80,8 +80,9 @@ def register(subparsers) -> argparse.ArgumentParser:
     _add_new_user_arguments(c)
     c.add_argument("--cold-rule", choices=("auto",) + COLD_RULES, default="auto",
                    help="ID rows of cold items for the headline figure: auto = the rule with the best validation "
-                        "--cold-select among cold items (FedVLR), 'none' for the backbone alone; every rule is "
-                        "reported either way")
+                        "--cold-select among cold items (FedVLR), 'none' for the backbone alone; fused-*: the rule "
+                        "applied to the layer's fused views instead of its ID input (the backbone alone takes the "
+                        "plain rule); every rule is reported either way")
     c.add_argument("--cold-select", type=one_metric, default="ndcg@10",
                    help="validation metric that picks the cold rule")
     c.add_argument("--with-backbone", action="store_true",

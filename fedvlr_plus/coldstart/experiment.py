@@ -29,7 +29,7 @@ from ..evaluation import bootstrap_ci, evaluate, reference_scorer
 from ..evaluation.stats import per_user_mean
 from .content import ContentRanker, RestrictedScorer
 from .paired import PER_USER
-from .rules import RULES, apply_to_tables, make_rule
+from .rules import FUSED_RULES, RULES, apply_to_tables, make_rule
 
 BUCKETS = (0, 10, 20, 50, 100, 200, 500)
 
@@ -112,9 +112,27 @@ def shared_with_rule(run, rule) -> dict:
 
     if rule is None:
         return run.shared
+    if is_fusion(run) and rule.on_fused:
+        return {**run.shared, FUSED: fused_with_rule(run.bb, run.bb.fused_views(run.strategy.server), rule)}
     if is_fusion(run):
         return {**run.shared, FUSED: run.bb.fused_views(run.strategy.server, cold_rule=rule)}
+    if rule.on_fused:
+        raise ValueError(f"cold rule {rule.name!r} acts on the FedVLR layer's fused views; this model has none")
     return apply_to_tables(run.bb, run.shared, rule)
+
+
+def fused_with_rule(layer, fused: torch.Tensor, rule) -> torch.Tensor:
+    """The layer's broadcast views ``fused`` with the cold items' expert blocks filled by ``rule`` from the warm
+    items' (the content-preference block, computed from content alone, is kept)."""
+    cols = len(layer.experts) * layer.d
+    out = fused.clone()
+    out[:, :cols] = rule.apply(fused[:, :cols])
+    return out
+
+
+def rules_for(fusion: bool) -> tuple[str, ...]:
+    """The cold rules a model is scored under: the layer's also in their output form."""
+    return RULES + FUSED_RULES if fusion else RULES
 
 
 def _scorer(run, shared):
@@ -204,9 +222,9 @@ def best_rule_valid_score(data, views: dict, spec: EvalSpec, metric: str, neighb
     cold = data.cold_items()
     if not valid_cold_targets(data, cold):
         return None
-    fitted = [make_rule(r, views, cold, k=neighbours_k, seed=spec.seed) for r in RULES]
+    fitted = [make_rule(r, views, cold, k=neighbours_k, seed=spec.seed) for r in RULES + FUSED_RULES]
     return lambda run: max(valid_among_cold(data, spec, _scorer(run, shared_with_rule(run, rule)), cold, metric)
-                           for rule in fitted)
+                           for rule in fitted if is_fusion(run) or not rule.on_fused)
 
 
 def item_result(state: ItemColdStart, data, spec: EvalSpec, select_metric: str, default_rule) -> dict:

@@ -17,6 +17,12 @@ cold rows from content:
 The rules act on a ``[N, d]`` tensor and only touch the cold rows, so they serve both the backbone's shared item
 tables and the FedVLR layer's ID input (``FusionLayer.fused_views(..., cold_rule=rule)``, in place of the
 layer's own :class:`~fedvlr_plus.fedvlr.cold.ColdItemRule`).
+
+Under the layer each rule also comes in a ``fused-`` form (:data:`FUSED_RULES`) that acts on the layer's output
+instead: the experts' fused views of a cold item become the mean of its warm neighbours' fused views, or the ridge
+map from content to fused views. The input form asks the fusion to turn an estimated ID row into an item vector;
+the output form estimates the item vector itself, in the space the clients' heads were trained on, exactly as the
+rule does for a backbone's own item rows.
 """
 from __future__ import annotations
 
@@ -26,6 +32,10 @@ import numpy as np
 import torch
 
 RULES = ("none", "neighbours", "mapping", "both")
+#: prefix of a rule applied to the FedVLR layer's fused views (its output) instead of its ID input
+FUSED_PREFIX = "fused-"
+#: the rules in their output form, for the FedVLR layer only
+FUSED_RULES = tuple(FUSED_PREFIX + r for r in RULES[1:])
 LAMBDAS = (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
 
 
@@ -76,13 +86,20 @@ class ColdRule:
     """A fitted rule: ``apply(table)`` returns ``table`` with the cold rows replaced (differentiable in the warm
     rows for ``neighbours``; the ridge map is refitted on the detached warm rows at every call)."""
 
-    rule: str
+    rule: str                        # one of RULES
     cold: np.ndarray                 # bool [N]
     content: np.ndarray              # [N, f] (content_matrix)
     neighbours: np.ndarray | None    # [n_cold, k] warm item ids
     lambdas: tuple = LAMBDAS
     seed: int = 0
     last_lambda: float | None = None
+    #: applied to the FedVLR layer's fused views (its output), not to its ID input (:data:`FUSED_RULES`)
+    on_fused: bool = False
+
+    @property
+    def name(self) -> str:
+        """The rule as the command line and the reports name it."""
+        return FUSED_PREFIX + self.rule if self.on_fused else self.rule
 
     def mapped(self, table: torch.Tensor) -> torch.Tensor:
         warm = ~self.cold
@@ -113,16 +130,19 @@ class ColdRule:
 
 
 def make_rule(rule: str, views: dict[str, np.ndarray], cold: np.ndarray, *, k: int = 10, seed: int = 0) -> ColdRule:
-    """A :class:`ColdRule` for the boolean ``cold`` mask over items, from the content ``views``."""
+    """A :class:`ColdRule` for the boolean ``cold`` mask over items, from the content ``views`` (``rule``: one of
+    :data:`RULES` or :data:`FUSED_RULES`)."""
     from ..fedvlr.cold import content_neighbours
 
-    if rule not in RULES:
-        raise ValueError(f"cold-item rule must be one of {', '.join(RULES)}, got {rule!r}")
+    if rule not in RULES + FUSED_RULES:
+        raise ValueError(f"cold-item rule must be one of {', '.join(RULES + FUSED_RULES)}, got {rule!r}")
+    on_fused = rule.startswith(FUSED_PREFIX)
+    rule = rule[len(FUSED_PREFIX):] if on_fused else rule
     cold = np.asarray(cold, dtype=bool)
     if cold.all():
         raise ValueError("every item is cold: nothing to borrow an ID row from")
     nbrs = content_neighbours(views, cold, k) if rule in ("neighbours", "both") else None
-    return ColdRule(rule, cold, content_matrix(views), nbrs, seed=seed)
+    return ColdRule(rule, cold, content_matrix(views), nbrs, seed=seed, on_fused=on_fused)
 
 
 def apply_to_tables(bb, shared: dict[str, torch.Tensor], rule: ColdRule) -> dict[str, torch.Tensor]:

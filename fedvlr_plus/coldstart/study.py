@@ -248,7 +248,8 @@ def _joining_validation(opts: ColdStartOptions, parts: dict, cfg):
 
 def _study_one_model(opts, fusion: str, parts: dict, views: dict, spec, cfg, target: dict, log) -> None:
     """The item and/or user experiments of one model, written into ``target``."""
-    from .experiment import item_coldstart, user_coldstart
+    from .experiment import item_coldstart, rules_for, user_coldstart
+    from .rules import FUSED_PREFIX
 
     make = _recipe(opts, fusion, cfg)
     who = fusion if fusion != "none" else "backbone alone"
@@ -256,9 +257,12 @@ def _study_one_model(opts, fusion: str, parts: dict, views: dict, spec, cfg, tar
         data, how = parts["items"]
         rule = None if opts.cold_rule == "auto" and fusion != "none" else (
             "none" if opts.cold_rule == "auto" else opts.cold_rule)
+        if fusion == "none" and rule.startswith(FUSED_PREFIX):
+            rule = rule[len(FUSED_PREFIX):]   # a backbone's item rows are its output: the same estimate
         if log:
             log(f"item cold-start, {who}: {how}")
-        res = item_coldstart(data, make, cfg, views, spec=spec, neighbours_k=max(opts.fedvlr.cold_neighbours, 1),
+        res = item_coldstart(data, make, cfg, views, spec=spec, rules=rules_for(fusion != "none"),
+                             neighbours_k=max(opts.fedvlr.cold_neighbours, 1),
                              select_metric=opts.cold_select.lower(), default_rule=rule, progress=opts.progress,
                              log=log)
         res["split"] = how
