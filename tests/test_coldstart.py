@@ -358,6 +358,20 @@ def test_coldstart_command_natural_cold_targets(tmp_path, capsys):
     assert "Paired over the same users" in (out / "report.md").read_text()
 
 
+def test_coldstart_command_fixed_fused_rule_gives_the_backbone_its_plain_rule(tmp_path, capsys):
+    from fedvlr_plus.cli import main
+
+    folder = _feature_folder(tmp_path / "fx")
+    code = main(["coldstart", str(folder), "--backbone", "fcf", "--fusion", "fedvlr", "--with-backbone",
+                 "--cold-rule", "fused-both", "--rounds", "1", "--seeds", "1", "--dim", "8", "--local-epochs", "1",
+                 "--no-progress", "--metrics", "hr@5,ndcg@5", "--cold-select", "ndcg@5", "--json"])
+    assert code == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert res["cold_rule"] == "fused-both" and res["cold_rule_selected_on"] == "fixed by --cold-rule"
+    assert res["backbone_alone"]["cold_rule"] == "both"
+    assert res["cold_among_cold"] == res["variants"]["fused-both"]["cold_among_cold"]
+
+
 def test_coldstart_command_user_cold_start(tmp_path, capsys):
     from fedvlr_plus.cli import main
 
