@@ -39,6 +39,11 @@ FUSED_RULES = tuple(FUSED_PREFIX + r for r in RULES[1:])
 LAMBDAS = (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
 
 
+def plain_rule(name: str) -> str:
+    """The rule ``name`` names without its ``fused-`` prefix (the same estimate, made in the space it is given)."""
+    return name[len(FUSED_PREFIX):] if name.startswith(FUSED_PREFIX) else name
+
+
 def content_matrix(views: dict[str, np.ndarray]) -> np.ndarray:
     """Views concatenated, each row-normalised and weighted by 1/sqrt(#views) (so rows have unit norm)."""
     if not views:
@@ -136,8 +141,7 @@ def make_rule(rule: str, views: dict[str, np.ndarray], cold: np.ndarray, *, k: i
 
     if rule not in RULES + FUSED_RULES:
         raise ValueError(f"cold-item rule must be one of {', '.join(RULES + FUSED_RULES)}, got {rule!r}")
-    on_fused = rule.startswith(FUSED_PREFIX)
-    rule = rule[len(FUSED_PREFIX):] if on_fused else rule
+    on_fused, rule = rule in FUSED_RULES, plain_rule(rule)
     cold = np.asarray(cold, dtype=bool)
     if cold.all():
         raise ValueError("every item is cold: nothing to borrow an ID row from")

@@ -249,7 +249,7 @@ def _joining_validation(opts: ColdStartOptions, parts: dict, cfg):
 def _study_one_model(opts, fusion: str, parts: dict, views: dict, spec, cfg, target: dict, log) -> None:
     """The item and/or user experiments of one model, written into ``target``."""
     from .experiment import item_coldstart, rules_for, user_coldstart
-    from .rules import FUSED_PREFIX
+    from .rules import plain_rule
 
     make = _recipe(opts, fusion, cfg)
     who = fusion if fusion != "none" else "backbone alone"
@@ -257,8 +257,8 @@ def _study_one_model(opts, fusion: str, parts: dict, views: dict, spec, cfg, tar
         data, how = parts["items"]
         rule = None if opts.cold_rule == "auto" and fusion != "none" else (
             "none" if opts.cold_rule == "auto" else opts.cold_rule)
-        if fusion == "none" and rule.startswith(FUSED_PREFIX):
-            rule = rule[len(FUSED_PREFIX):]   # a backbone's item rows are its output: the same estimate
+        if fusion == "none":
+            rule = plain_rule(rule)   # a backbone's item rows are its output: the same estimate
         if log:
             log(f"item cold-start, {who}: {how}")
         res = item_coldstart(data, make, cfg, views, spec=spec, rules=rules_for(fusion != "none"),
