@@ -76,6 +76,18 @@ def _has_content(data) -> bool:
     return bool(data.features) or _has_text(getattr(data, "items", None))
 
 
+def _content_remedy(data) -> str:
+    """Where content comes from for ``data``'s format: each loader reads item content from a different place."""
+    fmt = getattr(data, "format", "") or ""
+    source = getattr(data, "source", "") or data.name
+    if fmt.startswith("amazon"):
+        return (f"put the category's metadata file (meta_<Category>.json.gz: titles, descriptions, features) "
+                f"beside {source}")
+    if fmt == "recbole-atomic":
+        return f"add a {data.name}.item file with a title or description field to its folder"
+    return f"add image_features.npy / text_features.npy ([{data.n_items}, d], row = item id) beside its interactions"
+
+
 def _store_path(data, store: str | None, purpose: str) -> tuple[Path, bool]:
     """Where the view store is and whether it exists; a ``--views`` path that cannot be meant is refused."""
     from ..views import ViewStoreError
@@ -120,8 +132,7 @@ def _build_views(data, path: Path, store: str | None, progress: bool, purpose: s
         flag = f"--views {store}" if store else purpose
         raise ViewStoreError(
             f"{flag}: {data.name} has no item content to make views from (no precomputed features, no item text); "
-            f"add image_features.npy / text_features.npy ([{data.n_items}, d], row = item id) beside its "
-            "interactions, pass --views DIR with a view store of the same items, or use --fusion none")
+            f"{_content_remedy(data)}, pass --views DIR with a view store of the same items, or use --fusion none")
     where = "" if store else " (the cache: later runs reuse it; $FEDVLR_CACHE moves it)"
     _say(f"building view store in {path} from {data.name}{where}")
     try:

@@ -238,3 +238,17 @@ def test_run_views_builds_a_missing_store_and_says_so(tmp_path, cache):
     ViewStore(target)  # complete and verified
     second = run_cli("run", src, *RUN, "--views", target)
     assert second.code == 0 and f"views: reusing view store {target}" in second.err
+
+
+def test_no_content_remedy_names_where_each_format_keeps_content():
+    # the advice in the "no item content" line must be one the user's loader will actually read
+    from types import SimpleNamespace
+
+    from fedvlr_plus.fedvlr.views import _content_remedy
+
+    amazon = SimpleNamespace(format="amazon-2018", source="/d/All_Beauty_5.json.gz", name="All_Beauty_5", n_items=85)
+    assert "meta_<Category>.json.gz" in _content_remedy(amazon) and "All_Beauty_5.json.gz" in _content_remedy(amazon)
+    atomic = SimpleNamespace(format="recbole-atomic", source="/d/x", name="x", n_items=9)
+    assert "x.item" in _content_remedy(atomic)
+    folder = SimpleNamespace(format="feature-folder", source="/d/y", name="y", n_items=7)
+    assert "image_features.npy" in _content_remedy(folder) and "[7, d]" in _content_remedy(folder)
