@@ -78,12 +78,11 @@ def _has_content(data) -> bool:
 
 def _content_remedy(data) -> str:
     """Where content comes from for ``data``'s format: each loader reads item content from a different place."""
-    fmt = getattr(data, "format", "") or ""
-    source = getattr(data, "source", "") or data.name
-    if fmt.startswith("amazon"):
+    source = data.source or data.name
+    if data.format.startswith("amazon"):
         return (f"put the category's metadata file (meta_<Category>.json.gz: titles, descriptions, features) "
                 f"beside {source}")
-    if fmt == "recbole-atomic":
+    if data.format == "recbole-atomic":
         return f"add a {data.name}.item file with a title or description field to its folder"
     return f"add image_features.npy / text_features.npy ([{data.n_items}, d], row = item id) beside its interactions"
 
