@@ -363,3 +363,29 @@ def test_few_shot_keeps_at_most_k_labelled_examples_per_item_and_the_whole_histo
     h, i = task.histories[u], int(warm[tgt[first]])
     want = (task.content[h].sum(0) - task.content[i]) / (len(h) - 1)
     assert np.allclose(ctx[first], want, atol=1e-6)
+
+
+@pytest.mark.parametrize("stage", ["sft", "rl"])
+def test_frozen_item_tower_is_computed_once_with_the_same_numbers(stage, monkeypatch):
+    """A decoupled client computes the item vectors once per fit instead of once per batch; the uploads and
+    metrics are the ones the per-batch computation gives."""
+    from fedvlr_plus.alignment import dtl_client
+
+    task = _task(n_items=40, n_users=24)
+    cfg = T.DTLConfig(per_user=6, batch_size=8, rl_candidates=10, sigma=0.3)
+    p = T.init_params(task.dim, cfg.rank, 0)
+    p = {k: v + 0.05 for k, v in p.items()}                # a non-zero item adapter
+    config = {"round": 2, "stage": stage}
+    calls = []
+    counted = lambda q, c: calls.append(1) or T.item_vectors(q, c)  # noqa: E731
+    monkeypatch.setattr(dtl_client, "item_vectors", counted)
+    cached = T.DTLClient(0, task, np.arange(24), cfg, seed=3).fit(p, config)
+    assert len(calls) == 1 and cached.metrics["steps"] > 2
+    per_batch = T.DTLClient(0, task, np.arange(24), cfg, seed=3)
+    plain_loss = per_batch._batch_loss
+    monkeypatch.setattr(per_batch, "_batch_loss", lambda *a: plain_loss(*a[:7], None))
+    reference = per_batch.fit(p, config)
+    assert len(calls) > 1 + cached.metrics["steps"]       # the reference path recomputed them per batch
+    assert cached.metrics == reference.metrics
+    for k in reference.arrays:
+        assert torch.equal(cached.arrays[k], reference.arrays[k]), k
