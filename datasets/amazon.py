@@ -97,24 +97,22 @@ def detect_amazon_version(path: str | Path) -> str:
                     f"(user_id,parent_asin,rating,timestamp); found {s[:80]!r}")
 
 
-def find_meta(reviews: str | Path, version: str | None = None) -> Path | None:
-    """The metadata file beside ``reviews`` (``meta_<Category>...``), or None."""
+def meta_candidates(reviews: str | Path, version: str | None = None) -> list[Path]:
+    """Where the metadata of ``reviews`` may be (``meta_<Category>...`` beside it), most likely first."""
     reviews = Path(reviews)
     version = version or detect_amazon_version(reviews)
     stem = _strip_ext(reviews.name).split(".")[0]  # 2023 benchmark files: Category.train.csv.gz
     if stem.startswith("reviews_"):
         stem = stem[len("reviews_"):]
-    candidates = [stem]
-    if stem.endswith("_5"):
-        candidates.append(stem[:-2])
+    categories = [stem, stem[:-2]] if stem.endswith("_5") else [stem]
     exts = (".jsonl.gz", ".jsonl", ".json.gz", ".json") if version == "amazon-2023" else \
            (".json.gz", ".json", ".jsonl.gz", ".jsonl")
-    for cat in candidates:
-        for ext in exts:
-            p = reviews.parent / f"meta_{cat}{ext}"
-            if p.is_file():
-                return p
-    return None
+    return [reviews.parent / f"meta_{cat}{ext}" for cat in categories for ext in exts]
+
+
+def find_meta(reviews: str | Path, version: str | None = None) -> Path | None:
+    """The metadata file beside ``reviews`` (``meta_<Category>...``), or None."""
+    return next((p for p in meta_candidates(reviews, version) if p.is_file()), None)
 
 
 def _number(value, path, lineno, field):

@@ -80,11 +80,22 @@ def _content_remedy(data) -> str:
     """Where content comes from for ``data``'s format: each loader reads item content from a different place."""
     source = data.source or data.name
     if data.format.startswith("amazon"):
-        return (f"put the category's metadata file (meta_<Category>.json.gz: titles, descriptions, features) "
-                f"beside {source}")
+        return (f"put the category's metadata file {_meta_name(data)} (titles, descriptions, features; a .json or "
+                f".jsonl of the same name is read too) beside {source}")
     if data.format == "recbole-atomic":
         return f"add a {data.name}.item file with a title or description field to its folder"
     return f"add image_features.npy / text_features.npy ([{data.n_items}, d], row = item id) beside its interactions"
+
+
+def _meta_name(data) -> str:
+    """The metadata file name the Amazon loader looks for first beside ``data``'s reviews file."""
+    from ..datasets.amazon import meta_candidates
+
+    if not data.source:
+        return "meta_<Category>.json.gz"
+    names = [p.name for p in meta_candidates(data.source, data.format)]
+    # a 5-core file (<Category>_5) shares its category's metadata, which Amazon publishes without the _5
+    return next((n for n in names if "_5." not in n), names[0])
 
 
 def _store_path(data, store: str | None, purpose: str) -> tuple[Path, bool]:

@@ -240,14 +240,23 @@ def test_run_views_builds_a_missing_store_and_says_so(tmp_path, cache):
     assert second.code == 0 and f"views: reusing view store {target}" in second.err
 
 
-def test_no_content_remedy_names_where_each_format_keeps_content():
+def test_no_content_remedy_names_where_each_format_keeps_content(tmp_path):
     # the advice in the "no item content" line must be one the user's loader will actually read
     from types import SimpleNamespace
 
     from fedvlr_plus.fedvlr.views import _content_remedy
 
-    amazon = SimpleNamespace(format="amazon-2018", source="/d/All_Beauty_5.json.gz", name="All_Beauty_5", n_items=85)
-    assert "meta_<Category>.json.gz" in _content_remedy(amazon) and "All_Beauty_5.json.gz" in _content_remedy(amazon)
+    from fedvlr_plus.datasets.amazon import find_meta
+
+    for reviews, meta in (("All_Beauty_5.json.gz", "meta_All_Beauty.json.gz"),
+                          ("reviews_Toys_and_Games.json.gz", "meta_Toys_and_Games.json.gz")):
+        source = tmp_path / reviews
+        amazon = SimpleNamespace(format="amazon-2018", source=str(source), name="x", n_items=85)
+        line = _content_remedy(amazon)
+        assert f"{meta} " in line and str(source) in line, line
+        assert find_meta(source, "amazon-2018") is None
+        (tmp_path / meta).write_text("")      # the file the line names is the one the loader reads
+        assert find_meta(source, "amazon-2018") == tmp_path / meta
     atomic = SimpleNamespace(format="recbole-atomic", source="/d/x", name="x", n_items=9)
     assert "x.item" in _content_remedy(atomic)
     folder = SimpleNamespace(format="feature-folder", source="/d/y", name="y", n_items=7)
