@@ -130,6 +130,19 @@ def test_evaluate_users_hand_computed():
         T.evaluate_users(p, task, np.array([0]), T.DTLConfig(), among="some")
 
 
+@pytest.mark.parametrize("among", ["own", "all"])
+def test_evaluation_in_blocks_of_users_gives_the_figures_of_one_block(among):
+    task = _task(n_items=40, n_users=24)
+    task.cold_target[::5] = -1                       # some users without a cold target
+    g = torch.Generator().manual_seed(1)
+    p = {k: v + 0.2 * torch.randn(v.shape, generator=g) for k, v in T.init_params(task.dim, 4, 0).items()}
+    users = np.arange(24)
+    whole = T.evaluate_users(p, task, users, T.DTLConfig(), ks=(1, 5), among=among, block=len(users))
+    for block in (1, 5, 7):
+        assert T.evaluate_users(p, task, users, T.DTLConfig(), ks=(1, 5), among=among, block=block) == whole
+    assert whole["cold"]["n"] == 19 and 0 < whole["warm"]["hr@5"] < 1
+
+
 def test_build_task_keeps_cold_items_out_of_training():
     from fedvlr_plus.datasets import InteractionData
 

@@ -99,38 +99,57 @@ def noisy_candidates(u: torch.Tensor, items: torch.Tensor, group: int, sigma: fl
     return sims.argmax(-1)
 
 
-def evaluate_users(p: dict, task: RecTask, users: np.ndarray, cfg: DTLConfig, ks=(10,), among: str | None = None) -> dict:
+#: users scored at once by :func:`evaluate_users`: its memory grows with this block (a [block, items] float64
+#: score table), not with the population (19,412 users × 11,924 items would be 1.9 GB, twice over when masked)
+EVAL_USERS_PER_BLOCK = 2048
+
+
+def evaluate_users(p: dict, task: RecTask, users: np.ndarray, cfg: DTLConfig, ks=(10,), among: str | None = None,
+                   block: int = EVAL_USERS_PER_BLOCK) -> dict:
     """Warm and cold targets apart, the user's train items masked.
 
     ``among`` (default ``cfg.rank_among``): ``"own"`` ranks a warm target among the warm items and a cold target
     among the cold items (the base-to-novel protocol of prompt learning: base classes are scored among base
-    classes, novel among novel); ``"all"`` ranks both among every item.
+    classes, novel among novel); ``"all"`` ranks both among every item. Users are scored ``block`` at a time.
     """
     among = among or cfg.rank_among
     if among not in ("own", "all"):
         raise ValueError(f"among must be 'own' or 'all', got {among!r}")
     users = np.asarray([u for u in users if len(task.histories[u])], dtype=np.int64)
+    kinds = {"warm": task.warm_target, "cold": task.cold_target}
     if not len(users):
-        return {kind: {"n": 0, **{f"{m}@{k}": 0.0 for k in ks for m in ("hr", "ndcg")}} for kind in ("warm", "cold")}
+        return {kind: {"n": 0, **{f"{m}@{k}": 0.0 for k in ks for m in ("hr", "ndcg")}} for kind in kinds}
+    with torch.no_grad():
+        items = item_vectors(p, torch.from_numpy(task.content))
+    hidden = {"warm": task.cold_items, "cold": np.setdiff1d(np.arange(task.n_items), task.cold_items)}
+    ranks = {kind: [] for kind in kinds}
+    for a in range(0, len(users), block):
+        part = users[a:a + block]
+        scores = _masked_scores(p, task, part, items)
+        for kind, targets in kinds.items():
+            ok = targets[part] >= 0
+            s = scores[torch.from_numpy(ok)]
+            if among == "own":
+                s[:, torch.from_numpy(hidden[kind])] = -torch.inf   # (boolean indexing made s a copy)
+            tt = torch.from_numpy(targets[part][ok])
+            ranks[kind].append((s > s.gather(1, tt[:, None])).sum(1).numpy())
+    return {kind: _rank_metrics(np.concatenate(r), ks) for kind, r in ranks.items()}
+
+
+def _masked_scores(p: dict, task: RecTask, users: np.ndarray, items: torch.Tensor) -> torch.Tensor:
+    """``[len(users), n_items]`` float64 scores, each user's training items at -inf."""
     ctx = torch.from_numpy(np.stack([task.content[task.histories[u]].mean(0) for u in users]))
     with torch.no_grad():
-        scores = (user_vectors(p, ctx) @ item_vectors(p, torch.from_numpy(task.content)).T).double()
+        scores = (user_vectors(p, ctx) @ items.T).double()
     for row, u in enumerate(users):
         scores[row, torch.from_numpy(task.histories[u])] = -torch.inf
-    out = {}
-    for kind, targets in (("warm", task.warm_target), ("cold", task.cold_target)):
-        t = targets[users]
-        ok = t >= 0
-        tt = torch.from_numpy(t[ok])
-        s = scores[torch.from_numpy(ok)]
-        if among == "own":
-            other = task.cold_items if kind == "warm" else np.setdiff1d(np.arange(task.n_items), task.cold_items)
-            s = s.clone()
-            s[:, torch.from_numpy(other)] = -torch.inf
-        ranks = (s > s.gather(1, tt[:, None])).sum(1).numpy()
-        res = {"n": int(ok.sum())}
-        for k in ks:
-            res[f"hr@{k}"] = float(np.mean(ranks < k)) if len(ranks) else 0.0
-            res[f"ndcg@{k}"] = float(np.mean(np.where(ranks < k, 1 / np.log2(ranks + 2), 0))) if len(ranks) else 0.0
-        out[kind] = res
-    return out
+    return scores
+
+
+def _rank_metrics(ranks: np.ndarray, ks) -> dict:
+    """HR@k and NDCG@k of 0-based target ranks, with the number of targets."""
+    res = {"n": int(len(ranks))}
+    for k in ks:
+        res[f"hr@{k}"] = float(np.mean(ranks < k)) if len(ranks) else 0.0
+        res[f"ndcg@{k}"] = float(np.mean(np.where(ranks < k, 1 / np.log2(ranks + 2), 0))) if len(ranks) else 0.0
+    return res
