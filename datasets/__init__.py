@@ -32,7 +32,7 @@ from pathlib import Path
 
 from .core import (CONTENT_COLUMNS, INTER_COLUMNS, SPLIT_CODES, SPLIT_NAMES, TEST, TRAIN, UNSPLIT, VALID,
                    DataError, InteractionData, check_features, compact)
-from .amazon import AMAZON_FORMATS, detect_amazon_version, find_meta, load_amazon, meta_candidates
+from .amazon import AMAZON_FORMATS, detect_amazon_version, expected_meta, find_meta, load_amazon, meta_candidates
 from .feature_folder import interactions_file, load_feature_folder
 from .movielens import MOVIELENS_FORMATS, load_ml1m, load_ml100k_raw, load_movielens, load_movielens_csv
 from .recbole_atomic import load_ml100k, ml100k_folder, read_atomic, write_atomic
@@ -43,7 +43,7 @@ __all__ = [
     "CONTENT_COLUMNS", "INTER_COLUMNS", "SPLIT_CODES", "SPLIT_NAMES", "TEST", "TRAIN", "UNSPLIT", "VALID",
     "DataError", "InteractionData", "check_features", "compact",
     "FORMATS", "detect_format", "load",
-    "load_amazon", "detect_amazon_version", "find_meta", "meta_candidates",
+    "load_amazon", "detect_amazon_version", "find_meta", "meta_candidates", "expected_meta",
     "load_feature_folder",
     "load_movielens", "load_movielens_csv", "load_ml1m", "load_ml100k_raw",
     "read_atomic", "write_atomic", "load_ml100k", "ml100k_folder",

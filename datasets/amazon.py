@@ -97,17 +97,32 @@ def detect_amazon_version(path: str | Path) -> str:
                     f"(user_id,parent_asin,rating,timestamp); found {s[:80]!r}")
 
 
-def meta_candidates(reviews: str | Path, version: str | None = None) -> list[Path]:
-    """Where the metadata of ``reviews`` may be (``meta_<Category>...`` beside it), most likely first."""
-    reviews = Path(reviews)
-    version = version or detect_amazon_version(reviews)
+def _meta_categories(reviews: Path) -> list[str]:
+    """The categories whose metadata may describe ``reviews``: its own name's, then, for a 5-core file
+    (``<Category>_5``), its category's, which is the name Amazon publishes the metadata under."""
     stem = _strip_ext(reviews.name).split(".")[0]  # 2023 benchmark files: Category.train.csv.gz
     if stem.startswith("reviews_"):
         stem = stem[len("reviews_"):]
-    categories = [stem, stem[:-2]] if stem.endswith("_5") else [stem]
-    exts = (".jsonl.gz", ".jsonl", ".json.gz", ".json") if version == "amazon-2023" else \
+    return [stem, stem[:-2]] if stem.endswith("_5") else [stem]
+
+
+def _meta_exts(version: str) -> tuple[str, ...]:
+    return (".jsonl.gz", ".jsonl", ".json.gz", ".json") if version == "amazon-2023" else \
            (".json.gz", ".json", ".jsonl.gz", ".jsonl")
-    return [reviews.parent / f"meta_{cat}{ext}" for cat in categories for ext in exts]
+
+
+def meta_candidates(reviews: str | Path, version: str | None = None) -> list[Path]:
+    """Where the metadata of ``reviews`` may be (``meta_<Category>...`` beside it), in the order it is looked for."""
+    reviews = Path(reviews)
+    exts = _meta_exts(version or detect_amazon_version(reviews))
+    return [reviews.parent / f"meta_{cat}{ext}" for cat in _meta_categories(reviews) for ext in exts]
+
+
+def expected_meta(reviews: str | Path, version: str | None = None) -> Path:
+    """The metadata file to put beside ``reviews`` when there is none: its category's, in the loader's first form."""
+    reviews = Path(reviews)
+    exts = _meta_exts(version or detect_amazon_version(reviews))
+    return reviews.parent / f"meta_{_meta_categories(reviews)[-1]}{exts[0]}"
 
 
 def find_meta(reviews: str | Path, version: str | None = None) -> Path | None:

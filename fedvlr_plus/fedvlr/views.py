@@ -88,14 +88,10 @@ def _content_remedy(data) -> str:
 
 
 def _meta_name(data) -> str:
-    """The metadata file name the Amazon loader looks for first beside ``data``'s reviews file."""
-    from ..datasets.amazon import meta_candidates
+    """The metadata file name the Amazon loader reads beside ``data``'s reviews file."""
+    from ..datasets.amazon import expected_meta
 
-    if not data.source:
-        return "meta_<Category>.json.gz"
-    names = [p.name for p in meta_candidates(data.source, data.format)]
-    # a 5-core file (<Category>_5) shares its category's metadata, which Amazon publishes without the _5
-    return next((n for n in names if "_5." not in n), names[0])
+    return expected_meta(data.source, data.format).name if data.source else "meta_<Category>.json.gz"
 
 
 def _store_path(data, store: str | None, purpose: str) -> tuple[Path, bool]:

@@ -244,9 +244,8 @@ def test_no_content_remedy_names_where_each_format_keeps_content(tmp_path):
     # the advice in the "no item content" line must be one the user's loader will actually read
     from types import SimpleNamespace
 
-    from fedvlr_plus.fedvlr.views import _content_remedy
-
     from fedvlr_plus.datasets.amazon import find_meta
+    from fedvlr_plus.fedvlr.views import _content_remedy
 
     for reviews, meta in (("All_Beauty_5.json.gz", "meta_All_Beauty.json.gz"),
                           ("reviews_Toys_and_Games.json.gz", "meta_Toys_and_Games.json.gz")):
