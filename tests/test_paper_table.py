@@ -147,6 +147,38 @@ def test_report_files_are_written(table):
     assert json.loads((out / "result.json").read_text())["rows"] == json.loads(json.dumps(res["rows"]))
 
 
+def test_history_length_section_buckets_every_tested_user_and_pairs_fedvlr_with_its_backbones(table):
+    from fedvlr_plus.coldstart.experiment import bucket_labels, history_bucket
+
+    data, _, res, out = table
+    train = np.bincount(data.train()["user"].to_numpy(), minlength=data.n_users)
+    assert res["sparsity"]["targets"] == "warm"      # the fixture's split has cold test targets
+    tested = np.unique(data.test()["user"].to_numpy()[~data.cold_items()[data.test()["item"].to_numpy()]])
+    sections = res["sparsity"]["buckets"]
+    assert sum(s["n_users"] for s in sections) == len(tested)
+    labels = bucket_labels()
+    for s in sections:
+        users = tested[history_bucket(train, tested) == labels.index(s["bucket"])]
+        assert s["n_users"] == len(users)
+        low, _, high = s["bucket"].lstrip(">").partition("-")   # "a+1-b": a < count <= b; ">b": count > b
+        assert (train[users] >= int(low) + (s["bucket"][0] == ">")).all()
+        assert not high or (train[users] <= int(high)).all()
+        for cmp in ("fedavg+fedvlr vs fedavg (fedgrad)", "fedavg+fedvlr vs fedavg"):
+            t = s["paired"][cmp]["ndcg@10"]
+            assert t["n"] == len(users)
+            assert t["mean_a"] == pytest.approx(s["means"]["fedavg+fedvlr"]["ndcg@10"])
+    # the buckets' means, weighted by their users, are the table's figure over all users
+    row = {(r["model"], r["part"]): r for r in res["rows"]}
+    for model in ("fedavg", "fedavg+fedvlr", "pop"):
+        pooled = sum(s["n_users"] * s["means"][model]["ndcg@10"] for s in sections) / len(tested)
+        assert pooled == pytest.approx(row[(model, "warm")]["ndcg@10"])
+    md = (out / "table.md").read_text()
+    assert "## By history length (warm test targets" in md
+    assert "fedavg+fedvlr vs fedavg (fedgrad): diff (t-test p)" in md
+    lines = list(csv.DictReader(open(out / "sparsity.csv")))
+    assert {ln["bucket"] for ln in lines} == {s["bucket"] for s in sections}
+
+
 def test_resume_reads_finished_runs_back_and_refuses_to_overwrite(table):
     data, args, res, out = table
     args.out = None

@@ -311,14 +311,19 @@ def bucket_labels(edges=BUCKETS) -> list[str]:
     return lab + [f">{edges[-1]}"]
 
 
+def history_bucket(train_counts: np.ndarray, users: np.ndarray, edges=BUCKETS) -> np.ndarray:
+    """Index into :func:`bucket_labels` of each user's training-interaction count (``a < count <= b``)."""
+    bins = np.asarray(list(edges) + [np.inf])
+    return np.searchsorted(bins, train_counts[users], side="left") - 1
+
+
 def sparsity_table(frames: list[pd.DataFrame], train_counts: np.ndarray, keys, *, edges=BUCKETS,
                    reference: list[pd.DataFrame] | None = None) -> list[dict]:
     """One row per bucket of training-interaction counts: users, model metrics (mean, CI), and the reference's."""
     labels = bucket_labels(edges)
-    bins = np.asarray(list(edges) + [np.inf])
 
     def bucket_of(f):
-        return np.searchsorted(bins, train_counts[f["user"].to_numpy()], side="left") - 1
+        return history_bucket(train_counts, f["user"].to_numpy(), edges)
 
     rows = []
     for b, label in enumerate(labels):

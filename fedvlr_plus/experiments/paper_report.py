@@ -11,6 +11,7 @@ import numpy as np
 
 from ..atomic_write import atomic_write, atomic_write_text
 from ..jsonio import write_json_atomic
+from .paper_sparsity import sparsity_frame, sparsity_markdown
 
 #: the parts of the table, in the order they are reported
 PARTS = ("all", "warm", "cold", "cold_among_cold")
@@ -82,11 +83,19 @@ def markdown_table(result: dict) -> str:
                 for k, t in per.items():
                     lines.append(f"| {name} | {part} | {k} | {t['mean_a']:.4f} | {t['mean_b']:.4f} | "
                                  f"{t['mean_diff']:+.4f} | {t['t_pvalue']:.3g} | {t['wilcoxon_pvalue']:.3g} |")
+    lines += sparsity_markdown(result.get("sparsity", {}), headline_metric(keys))
     return "\n".join(lines) + "\n"
 
 
+def headline_metric(keys: list[str]) -> str:
+    """The metric the plot and the history-length section show: NDCG at the largest cut-off, if any."""
+    ndcg = [k for k in keys if k.startswith("ndcg")]
+    return max(ndcg or keys, key=lambda k: int(k.split("@")[1]))
+
+
 def write_report(result: dict, out: Path) -> None:
-    """table.csv, table.md, result.json and table.png (NDCG at the largest K, by part, with CIs)."""
+    """table.csv, table.md, result.json, table.png (NDCG at the largest K, by part, with CIs) and sparsity.csv
+    (every row by users' history length)."""
     out.mkdir(parents=True, exist_ok=True)
     keys = result["metrics"]
     buf = io.StringIO()
@@ -98,6 +107,8 @@ def write_report(result: dict, out: Path) -> None:
                    + [c for k in keys for c in (r.get(k), r.get(f"{k}_std"), *r.get(f"{k}_ci", [None, None]))])
     atomic_write_text(out / "table.csv", buf.getvalue())
     atomic_write_text(out / "table.md", markdown_table(result))
+    if result.get("sparsity", {}).get("buckets"):
+        atomic_write_text(out / "sparsity.csv", sparsity_frame(result["sparsity"]).to_csv(index=False))
     write_json_atomic(out / "result.json", result)
     plot_table(result, out / "table.png")
 
@@ -108,8 +119,7 @@ def plot_table(result: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ndcg = [k for k in result["metrics"] if k.startswith("ndcg")]
-    key = max(ndcg or result["metrics"], key=lambda k: int(k.split("@")[1]))
+    key = headline_metric(result["metrics"])
     parts = [p for p in PARTS if any(r["part"] == p for r in result["rows"])]
     models = list(dict.fromkeys(r["model"] for r in result["rows"]))
     fig, axes = plt.subplots(1, len(parts), figsize=(4.2 * len(parts), 0.32 * len(models) + 1.6), squeeze=False)

@@ -33,6 +33,7 @@ from ..api import Experiment, ExperimentResult, FedVLR, Model, Pop, Random, Anti
 from ..coldstart.content import ContentRanker, RestrictedScorer
 from ..errors import ConfigError, RunFolderError
 from .paper_report import PARTS, table_notes, write_report
+from .paper_sparsity import sparsity_section
 from .variants import FUSION_VARIANTS, ROUTER_ABLATION, VARIANTS
 
 
@@ -379,6 +380,13 @@ def _paired_tests(study: _Study, tests: ExperimentResult, among: ExperimentResul
     return out
 
 
+def _sparsity(study: _Study, tests: ExperimentResult) -> dict:
+    """Every row by users' history length, each FedVLR row paired with its fedgrad twin and its backbone alone."""
+    train_counts = np.bincount(study.data.train()["user"].to_numpy(), minlength=study.data.n_users)
+    pairs = [(row_label(b, "fedvlr"), row_label(b, v)) for b in study.opts.backbones for v in ("fedgrad", "none")]
+    return sparsity_section(tests, train_counts, [p for p in pairs if set(p) <= set(study.selected)])
+
+
 def _result(study: _Study, skipped: dict, row_configs: dict) -> dict:
     tests, among = _results(study)
     exp, opts = study.experiment, study.opts
@@ -390,6 +398,7 @@ def _result(study: _Study, skipped: dict, row_configs: dict) -> dict:
               "selected_round": study.selected,
               "router": {k: v[0] if len(v) == 1 else v for k, v in study.routers.items()},
               "config": base.to_dict(), "row_configs": row_configs, "overrides": [list(o) for o in opts.overrides],
-              "n_cold_items": int(study.cold.sum()), "skipped": skipped}
+              "n_cold_items": int(study.cold.sum()), "skipped": skipped,
+              "sparsity": _sparsity(study, tests)}
     result["notes"] = table_notes(result)
     return result
