@@ -9,7 +9,7 @@ sees no single client's). ``λ`` is chosen among :data:`PRIOR_WEIGHTS` with the 
 size and seed, on the validation joining users (:mod:`.support_epochs`); ``λ = 0`` is the model alone, and a tie
 keeps the smaller weight. A best weight at the grid's top is not an optimum, only the largest weight tried: there
 the grid goes on with :data:`PRIOR_EXTENSION`, one weight at a time, while the largest weight tried is still the
-best (as the epoch grid does). On ml-100k the short grid kept its top, 4, in 11 of 18 choices. The prior is the
+best (as the epoch grid does), up to the weight where the prior alone orders the items. The prior is the
 same for every model, so the layer and its backbone each get it only as far as their own validation users ask
 for it. Off (``none``) by default.
 """
@@ -22,10 +22,11 @@ import torch
 PRIORS = ("none", "popularity")
 #: the prior's weights a joining user's validation may choose among (0: no prior); logits are O(1) in size
 PRIOR_WEIGHTS = (0.0, 0.5, 1.0, 2.0, 4.0)
-#: tried in order after the grid, each only while the largest weight tried so far is the best; it stops at 32,
-#: where the prior's spread (centred log counts span units) is tens of times the logits' and the model's scores
-#: mostly only break the near-ties among items of similar counts
-PRIOR_EXTENSION = (8.0, 16.0, 32.0)
+#: tried in order after the grid, each only while the largest weight tried so far is the best. Past about 32 the
+#: prior's spread (centred log counts span units) is tens of times the logits', and each doubling leaves the model
+#: fewer ties to break: at 1024 a logit gap of 10 outweighs only a count ratio under 1%, so the ranking is
+#: popularity's with the model as the tie-breaker, the end of the grid
+PRIOR_EXTENSION = (8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0)
 
 
 def log_popularity(counts) -> torch.Tensor:
