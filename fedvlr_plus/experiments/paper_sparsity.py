@@ -1,7 +1,7 @@
 """The paper table by users' history length: every row's test figures per bucket of training interactions, and
 each FedVLR row against its like-for-like row (the backbone with FedVLR's aggregation) and the backbone alone,
-paired over the bucket's users. It answers where the layer helps: the issue of sparse users is that their ID
-rows and user vectors learn from a handful of items, and content is what a fusion layer adds for them.
+paired over the bucket's users. It shows where the layer helps: a sparse user's vector, and the rows of the items
+it touched, learn from a handful of interactions, and content is what a fusion layer adds for them.
 
 Buckets are the cold-start study's (:data:`fedvlr_plus.coldstart.experiment.BUCKETS`); a user's value is the
 seed-averaged per-user figure, as in the table's paired tests, on warm targets where the test split has cold ones
