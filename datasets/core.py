@@ -140,6 +140,10 @@ class InteractionData:
     def item_popularity(self, split: str = "train") -> np.ndarray:
         return np.bincount(self.part(split)["item"].to_numpy(), minlength=self.n_items).astype(np.int64)
 
+    def user_history_length(self, split: str = "train") -> np.ndarray:
+        """``[n_users]``: each user's number of interactions in ``split`` (what sparsity buckets group by)."""
+        return np.bincount(self.part(split)["user"].to_numpy(), minlength=self.n_users).astype(np.int64)
+
     def cold_items(self) -> np.ndarray:
         """Boolean mask over items: True for items with no training interaction."""
         return self.item_popularity("train") == 0

@@ -257,7 +257,7 @@ def item_result(state: ItemColdStart, data, spec: EvalSpec, select_metric: str, 
         "baselines": {n: block(f"ref:{n}") for n in ("pop", "random", "antipop", "content")},
     }
     out["notes"] = item_notes(out)
-    trains = np.bincount(data.train()["user"].to_numpy(), minlength=data.n_users)
+    trains = data.user_history_length("train")
     # warm targets when the test has any (the cold ones are reported above), else all targets
     part = "warm" if any(len(f) for f in state.frames.get(("trained", "warm"), [])) else "all"
     out["sparsity_targets"] = part
@@ -453,7 +453,7 @@ def user_coldstart(full, warm, held_out: np.ndarray, make_model, cfg, views: dic
         _reference_frames(frames, n, sq[n], pop_counts, views, spec, report_users)
     curves = {name: {str(n): summarise(frames[(name, n)], keys) for n in supports}
               for name in ("model", "pop", "random", "content") if (name, supports[0]) in frames}
-    trains = np.bincount(warm.train()["user"].to_numpy(), minlength=warm.n_users)
+    trains = warm.user_history_length("train")
     out = {"supports": list(supports), "held_out_users": int(len(held_out)), "local_epochs": epochs,
            "new_user_start": start, **({"new_user_prior": prior} if prior != "none" else {}),
            "query_targets": {str(n): int(len(sq[n].test())) for n in supports},

@@ -382,7 +382,7 @@ def _paired_tests(study: _Study, tests: ExperimentResult, among: ExperimentResul
 
 def _sparsity(study: _Study, tests: ExperimentResult) -> dict:
     """Every row by users' history length, each FedVLR row paired with its fedgrad twin and its backbone alone."""
-    train_counts = np.bincount(study.data.train()["user"].to_numpy(), minlength=study.data.n_users)
+    train_counts = study.data.user_history_length("train")
     pairs = [(row_label(b, "fedvlr"), row_label(b, v)) for b in study.opts.backbones for v in ("fedgrad", "none")]
     return sparsity_section(tests, train_counts, [p for p in pairs if set(p) <= set(study.selected)])
 
