@@ -24,9 +24,10 @@ def sparsity_section(tests: ExperimentResult, train_counts: np.ndarray, pairs: l
     keys = list(tests.metrics)
     which = "warm" if any(len(tests.per_user(m, "cold")) for m in tests.models) else "all"
     per_user = {m: tests.per_user(m, which) for m in tests.models}
+    bucket = {m: history_bucket(train_counts, f["user"].to_numpy(), edges) for m, f in per_user.items()}
     rows = []
     for b, label in enumerate(bucket_labels(edges)):
-        sub = {m: f[history_bucket(train_counts, f["user"].to_numpy(), edges) == b] for m, f in per_user.items()}
+        sub = {m: f[bucket[m] == b] for m, f in per_user.items()}
         n = max((len(f) for f in sub.values()), default=0)
         if not n:
             continue
