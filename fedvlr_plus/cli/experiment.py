@@ -84,6 +84,9 @@ def register(sub) -> argparse.ArgumentParser:
     pr.add_argument("run_b", metavar="RUN_B", help="the --out folder of the run it is compared with")
     pr.add_argument("--metrics", type=metric_list, default=None,
                     help="comma-separated metric@K list (default: every metric both runs have)")
+    pr.add_argument("--by-history", action="store_true",
+                    help="also pair the runs within each bucket of the users' training interactions (1-10, 11-20, "
+                         "21-50, ...): where a change helps sparse users, dense ones, or both")
     pr.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     pr.set_defaults(func=cmd_paired)
     return p
@@ -93,7 +96,8 @@ def cmd_paired(args) -> int:
     from ..experiments.paired_runs import format_paired, paired_runs
     from ..jsonio import json_default
 
-    result = paired_runs(args.run_a, args.run_b, args.metrics.split(",") if args.metrics else None)
+    result = paired_runs(args.run_a, args.run_b, args.metrics.split(",") if args.metrics else None,
+                         by_history=args.by_history)
     print(format_paired(result), file=sys.stderr if args.json else sys.stdout)
     if args.json:
         print(json.dumps(result, default=json_default))

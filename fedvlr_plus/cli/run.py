@@ -76,7 +76,7 @@ def cmd_run(args) -> int:
         return 0
     result, test = reference_run(data, args.backbone, protocol_name=args.protocol, split_used=split_used,
                                  names=names, ks=ks, keys=keys, mask_history=args.mask_history, seed=args.seed)
-    report_run(args, result, keys, test)
+    report_run(args, result, keys, test, data)
     say(_next_step(args))
     return 0
 

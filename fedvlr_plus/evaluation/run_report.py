@@ -68,8 +68,23 @@ def format_privacy(p: dict) -> str:
             f"{p['rounds']} rounds; against the server itself: epsilon {server}; docs/privacy.md)")
 
 
-def write_run_files(out_dir, result: dict, test_result=None) -> None:
-    """``result.json`` (and with a test result, ``per_user_test.csv``) in ``out_dir``, each written atomically."""
+#: the column of ``per_user_test.csv`` with each user's number of training interactions
+HISTORY_COLUMN = "n_train"
+
+
+def per_user_file_frame(per_user, data):
+    """What ``per_user_test.csv`` holds: the per-user test metrics with each user's number of training
+    interactions beside them (``n_train``), so that two run folders can later be compared per history length
+    (``experiment paired --by-history``) without the data."""
+    frame = per_user.copy()
+    counts = data.user_history_length("train")
+    frame.insert(min(2, len(frame.columns)), HISTORY_COLUMN, counts[frame["user"].to_numpy(dtype="int64")])
+    return frame
+
+
+def write_run_files(out_dir, result: dict, test_result=None, data=None) -> None:
+    """``result.json`` (and with a test result, ``per_user_test.csv``; with ``data``, its users' history lengths
+    too) in ``out_dir``, each written atomically."""
     from ..jsonio import write_json_atomic
 
     out = Path(out_dir)
@@ -77,4 +92,5 @@ def write_run_files(out_dir, result: dict, test_result=None) -> None:
     if test_result is not None:
         from ..atomic_write import atomic_write
 
-        atomic_write(out / "per_user_test.csv", lambda tmp: test_result.per_user.to_csv(tmp, index=False))
+        frame = test_result.per_user if data is None else per_user_file_frame(test_result.per_user, data)
+        atomic_write(out / "per_user_test.csv", lambda tmp: frame.to_csv(tmp, index=False))

@@ -34,6 +34,7 @@ from .sequential import SequentialSimulator
 from ..errors import ResumeMismatch, RunFolderError
 from .config import COMPACT_STORES, RESUMABLE_CHANGES, FedConfig
 from .rng import TAG_SAMPLE
+from ..evaluation.run_report import per_user_file_frame
 from ..jsonio import write_json_atomic
 from .rounds import RoundLoop
 from .round_timing import bench_round, format_bench  # noqa: F401  (named here before)
@@ -326,7 +327,7 @@ class FederatedRun:
         result = self.result()
         if self.folder is not None:
             # per user, so that two run folders can be compared with a paired test over the same users
-            per_user = self.best["test_full"].per_user.to_csv(index=False).encode()
+            per_user = per_user_file_frame(self.best["test_full"].per_user, self.data).to_csv(index=False).encode()
             self.folder.write_file("per_user_test.csv", per_user)
             self.folder.write_json("result.json", result)
         return result
