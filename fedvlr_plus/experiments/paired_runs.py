@@ -72,8 +72,9 @@ def history_buckets(a: pd.DataFrame, b: pd.DataFrame, metrics: list[str], folder
     for frame, folder in ((a, folder_a), (b, folder_b)):
         if HISTORY_COLUMN not in frame.columns:
             raise RunFolderError(str(folder), f"its {PER_USER_FILE} has no {HISTORY_COLUMN} column (the users' "
-                                 "training interactions; runs written before it was kept lack it)",
-                                 "re-run it with this version into a new --out folder, or leave out --by-history")
+                                 "training interactions, which `run --out` folders of this version keep; a "
+                                 "cold-start study's joining users all have their support size instead)",
+                                 "pair `run --out` folders made by this version, or leave out --by-history")
     lengths = a[["user", HISTORY_COLUMN]].merge(b[["user", HISTORY_COLUMN]], on="user", suffixes=("_a", "_b"))
     differ = lengths[f"{HISTORY_COLUMN}_a"] != lengths[f"{HISTORY_COLUMN}_b"]
     if differ.any():
