@@ -70,16 +70,16 @@ def test_paired_by_history_tests_each_bucket_of_training_interactions_over_its_u
 
     g = np.random.default_rng(0)
     users = np.arange(60)
-    n_train = np.repeat([3, 10, 11, 20, 21, 150], 10)   # both edges of the first buckets, and one far bucket
+    n_train = np.repeat([0, 10, 11, 20, 21, 150], 10)   # no history, both edges of the first buckets, a far one
     a, b = g.random(60), g.random(60)
     _per_user_folder(tmp_path / "a", users, n_train, a)
     _per_user_folder(tmp_path / "b", users[::-1], n_train[::-1], b[::-1])   # row order must not matter
     res = paired_runs(tmp_path / "a", tmp_path / "b", by_history=True)
     rows = {r["bucket"]: r for r in res["by_history"]}
-    assert list(rows) == ["1-10", "11-20", "21-50", "101-200"]
-    assert [rows[k]["n_users"] for k in rows] == [20, 20, 10, 10]
-    for label, members in (("1-10", n_train <= 10), ("11-20", (n_train > 10) & (n_train <= 20)),
-                           ("101-200", n_train == 150)):
+    assert list(rows) == ["0", "1-10", "11-20", "21-50", "101-200"]
+    assert [rows[k]["n_users"] for k in rows] == [10, 10, 20, 10, 10]
+    for label, members in (("0", n_train == 0), ("1-10", (n_train > 0) & (n_train <= 10)),
+                           ("11-20", (n_train > 10) & (n_train <= 20)), ("101-200", n_train == 150)):
         t = rows[label]["tests"]["ndcg@10"]
         assert t["n"] == members.sum()
         assert t["mean_diff"] == pytest.approx(float((a - b)[members].mean()), abs=1e-12)

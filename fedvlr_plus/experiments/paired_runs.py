@@ -83,9 +83,10 @@ def history_buckets(a: pd.DataFrame, b: pd.DataFrame, metrics: list[str], folder
                              f"training interactions where {folder_a} gives {int(row[HISTORY_COLUMN + '_a'])}: "
                              "the two runs were trained on different data", "compare runs of the same data and split")
     counts = lengths[f"{HISTORY_COLUMN}_a"].to_numpy(np.int64)
+    # bucket -1: users with no training interaction (a cold-user split's test users)
     bucket = pd.Series(history_bucket(counts, np.arange(len(counts))), index=lengths["user"].to_numpy())
     out = []
-    for i, label in enumerate(bucket_labels()):
+    for i, label in [(-1, "0")] + list(enumerate(bucket_labels())):
         users = bucket.index[bucket.to_numpy() == i]
         if not len(users):
             continue
