@@ -307,14 +307,17 @@ def item_notes(out: dict) -> list[str]:
 
 # ---------------------------------------------------------------------- sparsity buckets
 def bucket_labels(edges=BUCKETS) -> list[str]:
+    """The buckets' labels, the first for users with at most ``edges[0]`` training interactions ("0": none, such
+    as a cold-user split's test users), then ``a < count <= b`` for each pair of edges, then above the last."""
+    first = "0" if edges[0] == 0 else f"0-{edges[0]}"
     lab = [f"{a + 1}-{b}" for a, b in zip(edges[:-1], edges[1:])]
-    return lab + [f">{edges[-1]}"]
+    return [first] + lab + [f">{edges[-1]}"]
 
 
 def history_bucket(train_counts: np.ndarray, users: np.ndarray, edges=BUCKETS) -> np.ndarray:
     """Index into :func:`bucket_labels` of each user's training-interaction count (``a < count <= b``)."""
     bins = np.asarray(list(edges) + [np.inf])
-    return np.searchsorted(bins, train_counts[users], side="left") - 1
+    return np.searchsorted(bins, train_counts[users], side="left")
 
 
 def sparsity_table(frames: list[pd.DataFrame], train_counts: np.ndarray, keys, *, edges=BUCKETS,

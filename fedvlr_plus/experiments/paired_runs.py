@@ -83,10 +83,9 @@ def history_buckets(a: pd.DataFrame, b: pd.DataFrame, metrics: list[str], folder
                              f"training interactions where {folder_a} gives {int(row[HISTORY_COLUMN + '_a'])}: "
                              "the two runs were trained on different data", "compare runs of the same data and split")
     counts = lengths[f"{HISTORY_COLUMN}_a"].to_numpy(np.int64)
-    # bucket -1: users with no training interaction (a cold-user split's test users)
     bucket = pd.Series(history_bucket(counts, np.arange(len(counts))), index=lengths["user"].to_numpy())
     out = []
-    for i, label in [(-1, "0")] + list(enumerate(bucket_labels())):
+    for i, label in enumerate(bucket_labels()):
         users = bucket.index[bucket.to_numpy() == i]
         if not len(users):
             continue
@@ -96,16 +95,17 @@ def history_buckets(a: pd.DataFrame, b: pd.DataFrame, metrics: list[str], folder
     return out
 
 
+#: the console table's column heads (one line per metric follows)
+_TEST_HEADER = f"{'metric':<12}{'A':>9}{'B':>9}{'A - B':>10}{'t-test p':>11}{'Wilcoxon p':>12}{'users':>8}"
+
+
 def format_paired(result: dict) -> str:
     """A console table: one line per metric (then, with buckets, one per bucket and metric)."""
     lines = [f"A = {result['a']} ({result['seeds_a']} seeds), B = {result['b']} ({result['seeds_b']} seeds); "
-             "per user: the mean over seeds; paired over the users both evaluated",
-             f"{'metric':<12}{'A':>9}{'B':>9}{'A - B':>10}{'t-test p':>11}{'Wilcoxon p':>12}{'users':>8}"]
+             "per user: the mean over seeds; paired over the users both evaluated", _TEST_HEADER]
     lines += [_test_line(m, t) for m, t in result["tests"].items()]
     if result.get("by_history"):
-        lines += ["", "by the users' training interactions:",
-                  f"{'history':<10}{'metric':<12}{'A':>9}{'B':>9}{'A - B':>10}{'t-test p':>11}{'Wilcoxon p':>12}"
-                  f"{'users':>8}"]
+        lines += ["", "by the users' training interactions:", f"{'history':<10}" + _TEST_HEADER]
         lines += [f"{row['bucket']:<10}" + _test_line(m, t)
                   for row in result["by_history"] for m, t in row["tests"].items()]
     return "\n".join(lines)
