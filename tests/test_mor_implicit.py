@@ -149,3 +149,53 @@ def test_paired_test_is_undefined_without_spread_or_seeds():
     assert np.isnan(paired_test([0.2, 0.3], [0.1, 0.2])["p"])      # the same difference on every seed
     assert paired_test([0.2, 0.35, 0.3], [0.1, 0.2, 0.25])["p"] < 1
     assert np.isnan(summarise([_fake_run(0, 0.2)])["stats"]["clients/test/hr@10/mor"]["std"])
+
+
+def _content_split(n_users=40, n_items=20, per_user=6, seed=0):
+    """Half the users train only on items 0-9, the other half only on items 10-19; the two item halves sit
+    around opposite content directions, and the items have no genres."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for u in range(n_users):
+        lo = 0 if u < n_users // 2 else 10
+        for j, i in enumerate(rng.choice(np.arange(lo, lo + 10), per_user + 2, replace=False)):
+            rows.append((u, int(i), 0 if j < per_user else (1 if j == per_user else 2)))
+    inter = pd.DataFrame(rows, columns=["user", "item", "split"])
+    content = rng.normal(scale=0.3, size=(n_items, 5)).astype(np.float32)
+    content[:10, 0] += 3.0
+    content[10:, 0] -= 3.0
+    items = pd.DataFrame({"categories": [[] for _ in range(n_items)]})
+    return SimpleNamespace(inter=inter, n_users=n_users, n_items=n_items, name="tiny", items=items, users=None,
+                           features={"tags": content * 7.0})
+
+
+def test_taste_groups_from_a_shipped_feature_array_separate_users_by_the_content_they_chose():
+    from fedvlr_plus.alignment.mor_implicit import setting_features, train_only_groups
+
+    split = _content_split()
+    feats, vectors = setting_features(split, content="tags")
+    assert np.allclose(np.linalg.norm(feats, axis=1), 1.0, atol=1e-5)   # rows scaled to unit norm
+    groups, names = train_only_groups(split, "taste", k=2, seed=0, item_vectors=vectors)
+    assert names == ("taste-0", "taste-1")
+    first, second = groups[:20], groups[20:]
+    assert len(set(first)) == 1 and len(set(second)) == 1 and first[0] != second[0]
+
+
+def test_items_without_genres_need_a_feature_array_and_a_wrong_name_is_refused():
+    from fedvlr_plus.alignment.mor_implicit import setting_features
+    from fedvlr_plus.errors import ConfigError
+
+    split = _content_split()
+    with pytest.raises(ConfigError, match=r"tiny: its items have no genres.*--content NAME.*tags"):
+        setting_features(split, content=None)
+    with pytest.raises(ConfigError, match=r"--content nope: not a feature array of tiny \(its arrays: tags\)"):
+        setting_features(split, content="nope")
+
+
+def test_a_group_without_users_is_refused_with_every_group_size():
+    from fedvlr_plus.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"--groups: tiny: group\(s\) taste-2 have no users .*taste-0 3, "
+                                          r"taste-1 2, taste-2 0"):
+        mor_seeds._check_groups(np.array([0, 0, 1, 0, 1]), ("taste-0", "taste-1", "taste-2"), "tiny")
+    mor_seeds._check_groups(np.array([0, 1, 2]), ("taste-0", "taste-1", "taste-2"), "tiny")   # all present: fine

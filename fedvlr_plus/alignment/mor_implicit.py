@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from .pairs import PreferencePairs, user_groups
+from .pairs import PreferencePairs, genre_matrix, item_features, user_groups
 
 
 def training_view(split) -> SimpleNamespace:
@@ -24,9 +24,36 @@ def training_view(split) -> SimpleNamespace:
                            n_items=split.n_items, name=getattr(split, "name", "data"))
 
 
-def train_only_groups(split, by: str = "taste", *, k: int = 4, seed: int = 0) -> tuple[np.ndarray, tuple]:
-    """User groups (the clients) computed from the training interactions only."""
-    return user_groups(training_view(split), by, k=k, seed=seed)
+def train_only_groups(split, by: str = "taste", *, k: int = 4, seed: int = 0,
+                      item_vectors: np.ndarray | None = None) -> tuple[np.ndarray, tuple]:
+    """User groups (the clients) computed from the training interactions only; with ``item_vectors`` taste groups
+    are read from the users' mean item vectors instead of their rating-centred genre profiles."""
+    return user_groups(training_view(split), by, k=k, seed=seed, item_vectors=item_vectors)
+
+
+def setting_features(split, *, content: str | None, text: str = "none", cache_dir=None,
+                     progress: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+    """(item features without popularity, the item vectors taste groups read, or None for the genre profiles).
+
+    ``content``: a feature array the dataset ships (e.g. lfm2k's tag-text embeddings), rows scaled to unit
+    norm, replaces the genre and year features. Without it the items must have genres: a data set whose items
+    have none would give every user the same (zero) taste and every item the same features, so it is refused."""
+    from ..errors import ConfigError
+
+    name = getattr(split, "name", "the data")
+    shipped = sorted(getattr(split, "features", {}) or {})
+    if content is not None:
+        if content not in shipped:
+            raise ConfigError(f"--content {content}", f"not a feature array of {name}",
+                              f"its arrays: {', '.join(shipped) or 'none'}")
+        x = np.asarray(split.features[content], np.float64)
+        x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+        return x.astype(np.float32), x.astype(np.float32)
+    if not genre_matrix(split.items)[0].shape[1]:
+        raise ConfigError(name, "its items have no genres (empty 'categories'), so every user would have the same "
+                          "taste and every item the same features",
+                          f"pass --content NAME, one of its feature arrays: {', '.join(shipped) or 'none'}")
+    return item_features(split, text=text, cache_dir=cache_dir, progress=progress), None
 
 
 def with_popularity(split, feats: np.ndarray) -> np.ndarray:

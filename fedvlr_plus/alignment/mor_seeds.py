@@ -26,13 +26,13 @@ from .mor import make_clients, reward_report, split_public
 from .mor_backbone import ReferenceRanking, reference_candidates, train_backbone
 from .mor_baselines import ScoringClient, UniformRouter, fedavg_reward
 from .mor_config import MoRConfig
-from .mor_implicit import interaction_pairs, train_only_groups, user_profiles, with_popularity
+from .mor_implicit import interaction_pairs, setting_features, train_only_groups, user_profiles, with_popularity
 from .mor_items import (fedavg_item_reward, make_item_clients, next_item_pairs, pair_queries, recent_items,
                         training_sequences)
 from .mor_policy import ItemContext, policy_rankings, run_grpo
 from .mor_rewards import query_clients
 from .mor_router import Router, Standardiser, fuse
-from .pairs import PreferencePairs, holdout_split, item_features, pairwise_accuracy
+from .pairs import PreferencePairs, holdout_split, pairwise_accuracy
 
 METHODS = ("mor", "uniform", "fedavg")
 #: what the clients' rewards and the policy read: item features (genres, year, popularity) or item ids (the
@@ -57,16 +57,20 @@ class ImplicitSetting(NamedTuple):
 
 def prepare_setting(data, *, group_by: str = "taste", n_groups: int = 4, held_out_clients: int = 1,
                     backbone: str = "fedavg", backbone_rounds: int = 30, candidates: int = 100, text: str = "none",
-                    cache_dir=None, progress: bool = False) -> ImplicitSetting:
+                    content: str | None = None, cache_dir=None, progress: bool = False) -> ImplicitSetting:
+    """``content``: a feature array the dataset ships, for the item features and the taste groups (data whose
+    items have no genres need one)."""
     from fedvlr_plus.datasets.splits import dedup, leave_one_out
 
     from .pairs import default_cache_dir
 
     split = leave_one_out(dedup(data))
-    feats = with_popularity(split, item_features(split, text=text, cache_dir=cache_dir, progress=progress))
-    groups, names = train_only_groups(split, group_by, k=n_groups, seed=0)
+    base, vectors = setting_features(split, content=content, text=text, cache_dir=cache_dir, progress=progress)
+    feats = with_popularity(split, base)
+    groups, names = train_only_groups(split, group_by, k=n_groups, seed=0, item_vectors=vectors)
     if not 0 <= held_out_clients < len(names):
         raise ValueError(f"held_out_clients must be in [0, {len(names) - 1}], got {held_out_clients}")
+    _check_groups(groups, names, getattr(split, "name", "the data"))
     scores, bb = train_backbone(split, backbone=backbone, rounds=backbone_rounds, seed=0, progress=progress,
                                 cache_dir=cache_dir if cache_dir is not None else default_cache_dir())
     ref = reference_candidates(split, scores, candidates)
@@ -75,6 +79,18 @@ def prepare_setting(data, *, group_by: str = "taste", n_groups: int = 4, held_ou
                            {"name": backbone, "rounds": backbone_rounds, **bb}, held,
                            recent_items(split, length=RECENT_LENGTH, half_life=RECENT_HALF_LIFE),
                            training_sequences(split))
+
+
+def _check_groups(groups: np.ndarray, names: tuple, source: str) -> None:
+    """Every group is a client: one without users would leave the comparison with fewer clients than asked for."""
+    from ..errors import ConfigError
+
+    sizes = np.bincount(groups[groups >= 0], minlength=len(names))
+    empty = [n for n, c in zip(names, sizes) if c == 0]
+    if empty:
+        raise ConfigError("--groups", f"{source}: group(s) {', '.join(empty)} have no users (sizes "
+                          f"{', '.join(f'{n} {c}' for n, c in zip(names, sizes))})",
+                          "ask for fewer groups or group by something else")
 
 
 def fused_accuracy(clients, router, std, pairs: PreferencePairs, extra_for=None) -> float:

@@ -156,6 +156,20 @@ def genre_matrix(items) -> tuple[np.ndarray, tuple[str, ...]]:
     return m, names
 
 
+def content_profiles(data, item_vectors: np.ndarray) -> np.ndarray:
+    """Each user's mean item vector over ``data.inter``, centred on the mean of the users who have one, unit
+    norm [n_users, d] (a user without interactions keeps zeros)."""
+    n = int(data.n_users)
+    u = data.inter["user"].to_numpy(np.int64)
+    vec = np.asarray(item_vectors, np.float64)
+    prof = np.zeros((n, vec.shape[1]))
+    np.add.at(prof, u, vec[data.inter["item"].to_numpy(np.int64)])
+    cnt = np.bincount(u, minlength=n)
+    has = cnt > 0
+    prof[has] = prof[has] / cnt[has, None] - (prof[has] / cnt[has, None]).mean(0)
+    return prof / np.maximum(np.linalg.norm(prof, axis=1, keepdims=True), 1e-9)
+
+
 def item_features(data, *, text: str = "none", encoder=None, cache_dir: str | os.PathLike | None = None,
                   progress: bool = False) -> np.ndarray:
     """Content features of every item: genres (multi-hot), a release-year code and, with ``text="title"``, the
@@ -240,13 +254,19 @@ def rating_pairs(data, feats: np.ndarray, *, min_gap: float = 2.0, max_pairs_per
                            meta={"source": "ratings", "min_gap": float(min_gap)})
 
 
-def user_groups(data, by: str = "age", *, k: int = 4, seed: int = 0) -> tuple[np.ndarray, tuple[str, ...]]:
+def user_groups(data, by: str = "age", *, k: int = 4, seed: int = 0,
+                item_vectors: np.ndarray | None = None) -> tuple[np.ndarray, tuple[str, ...]]:
     """A group per user [n_users] and the group names.
 
     ``age``: under 25 / 25-44 / 45 and over; ``gender``; ``occupation`` (the ``k`` most frequent, others -1);
-    ``taste``: k-means (k groups) over each user's centred genre profile (mean of (r - mean_u) x genres).
+    ``taste``: k-means (k groups) over each user's centred genre profile (mean of (r - mean_u) x genres), or, with
+    ``item_vectors`` [n_items, d], over each user's mean item vector minus the users' mean (implicit feedback:
+    what a user interacted with, whatever its rating).
     """
     n = int(data.n_users)
+    if by == "taste" and item_vectors is not None:
+        labels, _ = kmeans(content_profiles(data, item_vectors), k, seed=seed)
+        return labels.astype(np.int64), tuple(f"taste-{j}" for j in range(k))
     if by == "taste":
         genres, _ = genre_matrix(data.items)
         inter = data.inter.dropna(subset=["rating"])

@@ -69,6 +69,10 @@ def _register_mor(subparsers) -> None:
                    help="interactions: what the client rewards and the policy read: item features (genres, year, "
                         "popularity; default, the earlier table) or item ids (each client's own co-occurrence "
                         "counts of its users' latest items; the policy gains an item-to-item term)")
+    m.add_argument("--content", default=None, metavar="NAME",
+                   help="interactions: a feature array the dataset ships (e.g. all-MiniLM-L6-v2 on lfm2k, its tag-text "
+                        "embeddings) as the item features and the source of the taste groups, instead of genres and "
+                        "year; needed where the items have no genres")
     m.add_argument("--reference-per-seed", action="store_true",
                    help="interactions: train the reference backbone with each seed (cached per seed) instead of "
                         "once with seed 0, so the reference row has a spread")
@@ -210,6 +214,11 @@ def cmd_mor(args) -> int:
     hh = is_hh_folder(args.source)
     if not hh and args.reward_signal == "interactions":
         return cmd_mor_seeds(args)
+    if args.content:
+        from ..errors import ConfigError
+
+        raise ConfigError(f"--content {args.content}", "only the interactions comparison reads a feature array",
+                          "drop --content, or use --reward-signal interactions on a rating dataset")
     cfg = _mor_config(args, interactions=False)
     if hh:
         rep = run_mor_hh(args.source, cfg=cfg, limit=args.limit, clients_per_type=args.clients_per_type,
@@ -294,7 +303,7 @@ def cmd_mor_seeds(args) -> int:
     data = load(args.source)
     setting = {"group_by": args.group_by, "n_groups": args.groups, "held_out_clients": args.held_out_clients,
                "backbone": args.backbone, "backbone_rounds": args.backbone_rounds, "text": args.text,
-               "cache_dir": args.cache_dir, "progress": args.progress}
+               "content": args.content, "cache_dir": args.cache_dir, "progress": args.progress}
     seed_kw = {"negatives": args.negatives, "fedavg_rounds": args.fedavg_rounds, "fedavg_epochs": args.fedavg_epochs,
                "view": args.reward_view}
     if args.routing_headroom:
@@ -308,7 +317,7 @@ def cmd_mor_seeds(args) -> int:
                + (f" --reward-view items --users-per-round {cfg.users_per_round}" if args.reward_view == "items"
                   else "")
                + (f" --router-holdout {cfg.router_holdout}" if cfg.router_holdout else "")
-               + (" --reference-per-seed" if args.reference_per_seed else ""))
+               + (" --reference-per-seed" if args.reference_per_seed else "") + _content_flag(args))
     table = markdown_table(res, command)
     _write_table(args.out, res, table, "result.json", "table.md")
     if args.json:
@@ -316,6 +325,10 @@ def cmd_mor_seeds(args) -> int:
     else:
         print(table, end="")
     return 0
+
+
+def _content_flag(args) -> str:
+    return f" --content {args.content}" if args.content else ""
 
 
 def _mor_headroom(args, cfg, data, setting: dict, seed_kw: dict) -> int:
@@ -327,7 +340,8 @@ def _mor_headroom(args, cfg, data, setting: dict, seed_kw: dict) -> int:
                              seed_kw=seed_kw)
     command = (f"fedvlr-plus align mor {args.source} --routing-headroom --seeds {args.seeds} --seed {args.seed} "
                f"--reward-view {args.reward_view} --negatives {args.negatives} --groups {args.groups} "
-               f"--held-out-clients {args.held_out_clients} --architectures {','.join(cfg.architectures)}")
+               f"--held-out-clients {args.held_out_clients} --architectures {','.join(cfg.architectures)}"
+               + _content_flag(args))
     table = headroom_markdown(res, command)
     _write_table(args.out, res, table, "headroom.json", "headroom.md")
     print(json.dumps(res, default=json_default) if args.json else table, end="" if not args.json else "\n")
