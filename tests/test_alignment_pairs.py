@@ -167,6 +167,39 @@ def test_annotator_pairs_conflict_by_construction():
     assert (p.chosen[quality][:, 1] == 1).all() and (p.rejected[quality][:, 0] == 1).all()
 
 
+def _rated(n, categories, users=25, seed=1):
+    """``users`` users rating every one of ``n`` items (each item rated >= 20 times), with these categories."""
+    rng = np.random.default_rng(seed)
+    its = np.tile(np.arange(n), users)
+    data = InteractionData.from_raw("t", np.repeat(np.arange(users), n), its, rating=rng.integers(1, 6, len(its)),
+                                    item_order=np.arange(n))
+    return data.replace(items=pd.DataFrame({"title": [f"m{i}" for i in range(n)], "categories": categories}))
+
+
+def test_annotator_pairs_refuse_data_without_the_family_genres_in_one_line():
+    from fedvlr_plus.errors import ConfigError
+
+    n = 30
+    no_family = _rated(n, [["Comedy"] if i % 2 else ["Drama"] for i in range(n)])
+    with pytest.raises(ConfigError, match=r"t: the simulated annotator types need ratings and MovieLens genres.*"
+                                          r"30 items rated 20 or more times and 0 of those genres"):
+        annotator_pairs(no_family, genre_matrix(no_family.items)[0], n_clients_per_type=2, pairs_per_client=5)
+    no_genres = _rated(n, [[] for _ in range(n)])
+    with pytest.raises(ConfigError, match="0 of those genres"):
+        annotator_pairs(no_genres, np.zeros((n, 1), np.float32), n_clients_per_type=2, pairs_per_client=5)
+
+
+def test_annotator_pairs_stop_when_the_data_hold_too_few_conflict_pairs():
+    """Family genres present, but the ratings never disagree with them: the draw gives up instead of spinning."""
+    from fedvlr_plus.errors import ConfigError
+
+    n = 30
+    data = _rated(n, [["Children's"] if i % 2 else ["Horror"] for i in range(n)])
+    data = data.replace(inter=data.inter.assign(rating=np.where(data.inter["item"] % 2 == 1, 5.0, 1.0)))
+    with pytest.raises(ConfigError, match=r"only 0 of the 20 conflict pairs"):
+        annotator_pairs(data, genre_matrix(data.items)[0], n_clients_per_type=2, pairs_per_client=5)
+
+
 def test_real_hh_rlhf_and_ml100k_pairs():
     root = shared_data("hh-rlhf")
     trips = read_hh(root / "helpful-base-test.jsonl.gz", limit=200)

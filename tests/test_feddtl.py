@@ -402,3 +402,28 @@ def test_frozen_item_tower_is_computed_once_with_the_same_numbers(stage, monkeyp
     assert cached.metrics == reference.metrics
     for k in reference.arrays:
         assert torch.equal(cached.arrays[k], reference.arrays[k]), k
+
+
+def _bare_items(n=10):
+    """Items with no title, category or year, and one shipped feature array."""
+    from fedvlr_plus.datasets import InteractionData
+
+    users, items = np.repeat(np.arange(6), 5), np.tile(np.arange(5), 6) * 2
+    d = InteractionData.from_raw("bare", users, items, timestamp=np.arange(30), item_order=np.arange(n))
+    items_frame = pd.DataFrame({"title": [""] * n, "categories": [[] for _ in range(n)]})
+    return d.replace(items=items_frame, features={"tags": np.eye(n, 4, dtype=np.float32)})
+
+
+def test_items_without_text_or_categories_are_refused_with_the_flag_that_fixes_it():
+    from fedvlr_plus.errors import ConfigError
+
+    data = _bare_items()
+    # before this refusal every item read the MiniLM vector of "untitled" and every method scored HR@10 1.0
+    with pytest.raises(ConfigError, match=r"--content text: the items of bare have no text .*--content NAME, one "
+                                          r"of its feature arrays: tags"):
+        T._content(data, "text", "cpu", None)
+    assert T._content(data, "tags", "cpu", None).shape == (10, 4)
+    with pytest.raises(ConfigError, match=r"--classes 0: .* items of bare have fewer than two .*--classes K"):
+        T._classes(data, np.eye(10, 4, dtype=np.float32), 0, "tags", 0)
+    item_class, _, described = T._classes(data, np.eye(10, 4, dtype=np.float32), 2, "tags", 0)
+    assert len(item_class) == 10 and "k-means (2)" in described

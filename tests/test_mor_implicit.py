@@ -199,3 +199,16 @@ def test_a_group_without_users_is_refused_with_every_group_size():
                                           r"taste-1 2, taste-2 0"):
         mor_seeds._check_groups(np.array([0, 0, 1, 0, 1]), ("taste-0", "taste-1", "taste-2"), "tiny")
     mor_seeds._check_groups(np.array([0, 1, 2]), ("taste-0", "taste-1", "taste-2"), "tiny")   # all present: fine
+
+
+def test_the_rating_gap_comparison_refuses_items_without_genres():
+    from fedvlr_plus.alignment.mor import run_mor_ratings
+    from fedvlr_plus.datasets import InteractionData
+    from fedvlr_plus.errors import ConfigError
+
+    users, items = np.repeat(np.arange(6), 5), np.tile(np.arange(5), 6)
+    data = InteractionData.from_raw("bare", users, items, rating=np.tile([5, 1, 3, 4, 2], 6),
+                                    timestamp=np.arange(30), item_order=np.arange(5))
+    data = data.replace(items=pd.DataFrame({"title": [""] * 5, "categories": [[] for _ in range(5)]}))
+    with pytest.raises(ConfigError, match=r"bare: its items have no genres .*interactions comparison takes --content"):
+        run_mor_ratings(data)

@@ -189,6 +189,11 @@ def _content(data, content: str, device: str, cache_dir) -> np.ndarray:
     from ..errors import ConfigError
 
     if content == "text":
+        if len(set(item_texts(data))) < 2:
+            raise ConfigError("--content text", f"the items of {data.name} have no text (no title, category or "
+                              "year), so every item would get the same content vector",
+                              f"pass --content NAME, one of its feature arrays: "
+                              f"{', '.join(sorted(data.features)) or 'none'}")
         return minilm_content(data, device, cache_dir or None)
     if content in data.features:
         return np.asarray(data.features[content], np.float32)
@@ -201,7 +206,13 @@ def _classes(data, vectors: np.ndarray, classes: int, content: str, seed: int):
     from .dtl_classes import class_weights, kmeans_classes
 
     if not classes:
-        return None, item_label_weights(data), "the catalogue's categories"
+        weights = item_label_weights(data)
+        if (weights.sum(0) > 0).sum() < 2:
+            from ..errors import ConfigError
+
+            raise ConfigError("--classes 0", f"the catalogue's categories are the classes, and the items of "
+                              f"{data.name} have fewer than two", "pass --classes K: a k-means of the content vectors")
+        return None, weights, "the catalogue's categories"
     item_class = kmeans_classes(vectors, classes, seed)
     return item_class, class_weights(item_class), f"k-means ({classes}) of the '{content}' vectors"
 

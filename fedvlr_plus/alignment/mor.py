@@ -39,6 +39,7 @@ import torch
 from ..federation.messages import ClientUpdate
 from ..federation.store import MemoryStore
 from .mor_backbone import ReferenceRanking, reference_candidates, train_backbone, user_taste
+from .mor_implicit import require_genres
 from .mor_config import MoRConfig
 from .mor_policy import (ResidualPolicy, expected_reward, policy_rankings, ranking_metrics, run_grpo)
 from .mor_rewards import (REWARD_KINDS, SCORE_ARRAY, BilinearReward, LinearReward, MLPReward, RewardClient,
@@ -142,6 +143,7 @@ def run_mor_ratings(data, *, group_by: str = "taste", n_groups: int = 4, text: s
     cfg = cfg or MoRConfig()
     t0 = time.perf_counter()
     split = leave_one_out(dedup(data))                      # ratings kept; split by time, one valid / test per user
+    require_genres(split, "the rating-gap comparison reads genres; the interactions comparison takes --content NAME")
     feats = item_features(split, text=text, encoder=encoder, cache_dir=cache_dir, progress=progress)
     groups, names = user_groups(split, group_by, k=n_groups, seed=cfg.seed)
     pairs = rating_pairs(split, feats, min_gap=min_gap, splits=(0,), user_group=groups, group_names=names,

@@ -49,11 +49,18 @@ def setting_features(split, *, content: str | None, text: str = "none", cache_di
         x = np.asarray(split.features[content], np.float64)
         x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
         return x.astype(np.float32), x.astype(np.float32)
-    if not genre_matrix(split.items)[0].shape[1]:
-        raise ConfigError(name, "its items have no genres (empty 'categories'), so every user would have the same "
-                          "taste and every item the same features",
-                          f"pass --content NAME, one of its feature arrays: {', '.join(shipped) or 'none'}")
+    require_genres(split, f"pass --content NAME, one of its feature arrays: {', '.join(shipped) or 'none'}")
     return item_features(split, text=text, cache_dir=cache_dir, progress=progress), None
+
+
+def require_genres(split, hint: str) -> None:
+    """Refuse data whose items have no genres: every user would have the same (zero) taste and every item the
+    same features."""
+    from ..errors import ConfigError
+
+    if split.items is None or "categories" not in split.items or not genre_matrix(split.items)[0].shape[1]:
+        raise ConfigError(getattr(split, "name", "the data"), "its items have no genres (empty 'categories'), so "
+                          "every user would have the same taste and every item the same features", hint)
 
 
 def with_popularity(split, feats: np.ndarray) -> np.ndarray:

@@ -32,6 +32,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ..errors import ConfigError
+
 HH_SPLITS = ("harmless-base", "helpful-base", "helpful-online", "helpful-rejection-sampled")
 ASSISTANT = "\n\nAssistant:"
 HUMAN = "\n\nHuman:"
@@ -298,6 +300,36 @@ def user_groups(data, by: str = "age", *, k: int = 4, seed: int = 0,
     raise ValueError(f"unknown grouping {by!r} (age, gender, occupation, taste)")
 
 
+#: draws per wanted pair before the annotator pairs give up (real MovieLens data needs about 10)
+ANNOTATOR_TRIES = 1000
+
+
+def _data_name(data) -> str:
+    return str(getattr(data, "source", None) or getattr(data, "name", "the data"))
+
+
+def _annotator_scores(data) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(mean rating, family score, items rated at least 20 times) for the two annotator types; data without
+    ratings or without the family genres cannot give them, and is refused in one line."""
+    genres, names = genre_matrix(data.items) if "categories" in data.items else (np.zeros((data.n_items, 0)), ())
+    inter = data.inter.dropna(subset=["rating"])
+    cnt = np.bincount(inter["item"], minlength=data.n_items)
+    mean = np.bincount(inter["item"], inter["rating"], minlength=data.n_items) / np.maximum(cnt, 1)
+    col = {g: j for j, g in enumerate(names)}
+    fam = np.zeros(data.n_items, np.float32)
+    for g in FAMILY_LIKES + FAMILY_AVOIDS:
+        if g in col:
+            fam += genres[:, col[g]] * (1.0 if g in FAMILY_LIKES else -1.0)
+    pool = np.flatnonzero(cnt >= 20)                          # items with a reliable mean rating
+    if len(pool) < 2 or np.ptp(fam[pool]) < 1:
+        family = FAMILY_LIKES + FAMILY_AVOIDS
+        raise ConfigError(_data_name(data), "the simulated annotator types need ratings and MovieLens genres (a "
+                          f"family score from {', '.join(family)}); it has {len(pool)} items rated 20 or more "
+                          f"times and {sum(g in col for g in family)} of those genres",
+                          "use ml-100k or an HH-RLHF folder")
+    return mean, fam, pool
+
+
 def annotator_pairs(data, feats: np.ndarray, *, n_clients_per_type: int = 10, pairs_per_client: int = 40,
                     seed: int = 0) -> PreferencePairs:
     """VPL-style annotator types on real MovieLens items (Poddar et al. 2024; docs/alignment.md, "Preference pairs").
@@ -307,23 +339,21 @@ def annotator_pairs(data, feats: np.ndarray, *, n_clients_per_type: int = 10, pa
     pairs (the two types disagree, both with a clear margin) are kept, so a model that ignores the type is at 50%.
     Context = the mean features of the two items (the type is not visible in the context).
     """
-    genres, names = genre_matrix(data.items)
-    inter = data.inter.dropna(subset=["rating"])
-    cnt = np.bincount(inter["item"], minlength=data.n_items)
-    mean = np.bincount(inter["item"], inter["rating"], minlength=data.n_items) / np.maximum(cnt, 1)
-    col = {g: j for j, g in enumerate(names)}
-    fam = sum(genres[:, col[g]] for g in FAMILY_LIKES if g in col) - sum(
-        genres[:, col[g]] for g in FAMILY_AVOIDS if g in col)
-    pool = np.flatnonzero(cnt >= 20)                          # items with a reliable mean rating
+    mean, fam, pool = _annotator_scores(data)
     rng = np.random.default_rng(seed)
     need = 2 * n_clients_per_type * pairs_per_client
     a, b = [], []
-    while len(a) < need:
+    for _ in range(ANNOTATOR_TRIES * need):
+        if len(a) >= need:
+            break
         i, j = rng.choice(pool, 2, replace=False)
         dq, df = mean[i] - mean[j], fam[i] - fam[j]
         if abs(dq) >= 0.5 and abs(df) >= 1 and np.sign(dq) != np.sign(df):
             a.append(i)
             b.append(j)
+    if len(a) < need:
+        raise ConfigError(_data_name(data), f"only {len(a)} of the {need} conflict pairs the two annotator types "
+                          f"need were found in {ANNOTATOR_TRIES * need} draws", "use fewer clients or pairs per client")
     a, b = np.array(a), np.array(b)
     group = np.repeat([0, 1], n_clients_per_type * pairs_per_client)
     client = np.concatenate([np.arange(n_clients_per_type * pairs_per_client) % n_clients_per_type,
