@@ -58,9 +58,11 @@ def test_recent_items_are_the_latest_training_items_newest_first():
 def test_item_counts_hand_computed():
     seqs = {0: np.array([1, 2, 3]), 1: np.array([2, 1]), 2: np.array([0])}
     cooc, n = item_counts(seqs, [0, 1], 4, "cooc")
+    cooc = cooc.toarray()
     assert np.array_equal(n, [0, 2, 2, 1])
     assert cooc[1, 2] == cooc[2, 1] == 2 and cooc[1, 3] == 1 and cooc[0].sum() == 0 and np.trace(cooc) == 0
     nxt, _ = item_counts(seqs, [0, 1], 4, "next")
+    nxt = nxt.toarray()
     # user 0: 1->2, 2->3, 1->3 (window 5); user 1: 2->1
     assert nxt[1, 2] == 1 and nxt[2, 3] == 1 and nxt[1, 3] == 1 and nxt[2, 1] == 1 and nxt[3, 1] == 0
     with pytest.raises(ValueError, match="unknown item reward"):
@@ -111,9 +113,9 @@ def test_fedavg_item_reward_pools_the_clients_counts():
     split = _paired_split()
     clients, train, _, recent, seqs = _clients(split)
     pooled = fedavg_item_reward(train, sequences=seqs, n_items=N_ITEMS, recent=recent, seed=0)
-    counts = sum(item_counts(seqs, np.unique(c.train.user), N_ITEMS, "cooc")[0] for c in clients)
+    counts = sum(item_counts(seqs, np.unique(c.train.user), N_ITEMS, "cooc")[0].toarray() for c in clients)
     n = sum(item_counts(seqs, np.unique(c.train.user), N_ITEMS, "cooc")[1] for c in clients)
-    assert np.allclose(pooled.sim, counts / np.sqrt(np.maximum(n[:, None] * n[None, :], 1)))
+    assert np.allclose(pooled.sim.toarray(), counts / np.sqrt(np.maximum(n[:, None] * n[None, :], 1)))
     assert np.allclose(pooled.logpop, np.log1p(n)) and pooled.train is train
 
 
@@ -250,3 +252,52 @@ def test_one_seed_of_the_item_view_runs_end_to_end():
     assert out["pairs"]["held_out_clients"] > 0 and all(0 <= v <= 1 for v in out["reward_accuracy"].values())
     with pytest.raises(ValueError, match="view must be one of"):
         mor_seeds.run_seed(s, MoRConfig(), view="ids")
+
+
+def _dense_counts(sequences, users, n_items, kind, window=5):
+    """The dense form the sparse table replaces (the reference it must equal)."""
+    counts = np.zeros((n_items, n_items), np.float32)
+    for u in users:
+        seq = sequences[u]
+        if kind == "cooc":
+            items = np.unique(seq)
+            counts[np.ix_(items, items)] += 1
+        else:
+            for lag in range(1, window + 1):
+                np.add.at(counts, (seq[:-lag], seq[lag:]), 1)
+    np.fill_diagonal(counts, 0)
+    return counts
+
+
+@pytest.mark.parametrize("form", ["sparse", "dense"])
+@pytest.mark.parametrize("kind", ["cooc", "next"])
+def test_pair_counts_and_reward_features_equal_the_dense_table_bit_for_bit(kind, form):
+    from fedvlr_plus.alignment.mor_items import reward_features
+
+    rng = np.random.default_rng(3)
+    n_items = 40
+    seqs = {u: rng.integers(0, n_items, rng.integers(1, 15)) for u in range(30)}   # repeats and self-pairs too
+    table, n = item_counts(seqs, range(30), n_items, kind, dense_max_items=0 if form == "sparse" else n_items)
+    assert (table.dense is None) == (form == "sparse")
+    dense = _dense_counts(seqs, range(30), n_items, kind)
+    assert np.array_equal(table.toarray(), dense)
+    if form == "sparse":
+        assert len(table.keys) == np.count_nonzero(dense)
+    sim_dense = dense / np.sqrt(np.maximum(n[:, None] * n[None, :], 1.0))
+    sim = table.cosine(n)
+    assert np.array_equal(sim.toarray(), sim_dense)
+    hist = rng.integers(-1, n_items, (7, 5))
+    weight = rng.random((7, 5))
+    ids = rng.integers(0, n_items, (7, 3))
+    h = np.maximum(hist, 0)
+    knn = (sim_dense[h[:, :, None], ids[:, None, :]] * weight[:, :, None]).sum(1)
+    want = np.stack([np.log1p(knn), np.log1p(n)[ids]], -1)
+    assert np.array_equal(reward_features(sim, np.log1p(n), hist, weight, ids), want)
+
+
+def test_pair_counts_grow_with_the_pairs_seen_not_with_the_catalogue():
+    seqs = {0: np.array([5, 70_000]), 1: np.array([70_000, 123_456, 5])}
+    table, n = item_counts(seqs, [0, 1], 200_000, "cooc")
+    assert table.dense is None and len(table.keys) == 6 and table.values.nbytes == 24          # 6 ordered pairs of 3 items
+    assert table.lookup([5, 5, 7], [70_000, 123_456, 8]).tolist() == [2.0, 1.0, 0.0]
+    assert n[[5, 70_000, 123_456]].tolist() == [2.0, 2.0, 1.0]

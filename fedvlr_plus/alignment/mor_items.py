@@ -27,10 +27,10 @@ from scipy.special import log_expit
 
 from ..federation.messages import ClientUpdate
 from .mor_implicit import pairs_from_positives
+from .mor_pair_counts import PairTable, item_counts
 from .mor_rewards import SCORE_ARRAY
 from .pairs import PreferencePairs, pairwise_accuracy
 
-ITEM_REWARD_KINDS = ("cooc", "next")
 QUERY_KEYS = ("query.history", "query.history_weight", "query.item_ids")
 
 
@@ -66,38 +66,16 @@ def recent_items(split, *, length: int = 20, half_life: float = 5.0) -> RecentIt
     return RecentItems(hist, weight)
 
 
-def item_counts(sequences: dict, users, n_items: int, kind: str, window: int = 5) -> tuple[np.ndarray, np.ndarray]:
-    """Raw pair counts [n_items, n_items] and item counts [n_items] over ``users``' sequences. ``cooc``: both items
-    in the user's training items; ``next``: i within the ``window`` interactions after j."""
-    if kind not in ITEM_REWARD_KINDS:
-        raise ValueError(f"unknown item reward {kind!r} ({', '.join(ITEM_REWARD_KINDS)})")
-    counts = np.zeros((n_items, n_items), np.float32)
-    n = np.zeros(n_items, np.float32)
-    for u in users:
-        seq = sequences.get(int(u))
-        if seq is None:
-            continue
-        items = np.unique(seq)
-        n[items] += 1
-        if kind == "cooc":
-            counts[np.ix_(items, items)] += 1
-        else:
-            for lag in range(1, window + 1):
-                np.add.at(counts, (seq[:-lag], seq[lag:]), 1)
-    np.fill_diagonal(counts, 0)
-    return counts, n
+def cosine(counts: PairTable, n: np.ndarray) -> PairTable:
+    return counts.cosine(n)
 
 
-def cosine(counts: np.ndarray, n: np.ndarray) -> np.ndarray:
-    return counts / np.sqrt(np.maximum(n[:, None] * n[None, :], 1.0))
-
-
-def reward_features(sim: np.ndarray, logpop: np.ndarray, hist, weight, item_ids) -> np.ndarray:
+def reward_features(sim: PairTable, logpop: np.ndarray, hist, weight, item_ids) -> np.ndarray:
     """[log(1 + sum_l w_l sim[h_l, i]), log(1 + n(i))] for histories [Q, L] and items [Q] or [Q, G]."""
     ids = np.asarray(item_ids)
     flat = ids.reshape(len(ids), -1)                                     # [Q, G]
     h = np.maximum(hist, 0)
-    knn = (sim[h[:, :, None], flat[:, None, :]] * weight[:, :, None]).sum(1)
+    knn = (sim.lookup(h[:, :, None], flat[:, None, :]) * weight[:, :, None]).sum(1)
     return np.stack([np.log1p(knn), logpop[flat]], -1).reshape(*ids.shape, 2)
 
 
