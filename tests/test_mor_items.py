@@ -301,3 +301,20 @@ def test_pair_counts_grow_with_the_pairs_seen_not_with_the_catalogue():
     assert table.dense is None and len(table.keys) == 6 and table.values.nbytes == 24          # 6 ordered pairs of 3 items
     assert table.lookup([5, 5, 7], [70_000, 123_456, 8]).tolist() == [2.0, 1.0, 0.0]
     assert n[[5, 70_000, 123_456]].tolist() == [2.0, 2.0, 1.0]
+
+
+def test_reference_candidates_in_blocks_of_users_equal_one_sort_of_every_row(monkeypatch):
+    import fedvlr_plus.alignment.mor_backbone as mb
+
+    split = _paired_split(n_users=50, seed=2)
+    split.train = lambda: split.inter[split.inter["split"] == 0]
+    scores = np.round(np.random.default_rng(1).normal(size=(50, N_ITEMS)), 1).astype(np.float32)   # many ties
+    tr = split.train()
+    mask = np.zeros(scores.shape, bool)
+    mask[tr["user"].to_numpy(), tr["item"].to_numpy()] = True
+    want = np.argsort(-np.where(mask, -np.inf, scores), axis=1, kind="stable")[:, :7]
+    monkeypatch.setattr(mb, "RANK_BLOCK", 8)                  # 50 users: six full blocks and a partial one
+    ref = mb.reference_candidates(split, scores, 7)
+    assert np.array_equal(ref.cand, want) and ref.cand.dtype == want.dtype
+    assert np.array_equal(ref.logits, np.take_along_axis(scores, want, 1)) and not mask[np.arange(50)[:, None],
+                                                                                       ref.cand].any()
