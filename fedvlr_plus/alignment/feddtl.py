@@ -55,6 +55,7 @@ from .dtl_model import (ITEM_PARAMS, METHODS, USER_PARAMS, DTLConfig, evaluate_u
                         noisy_candidates, param_specs, user_vectors)
 from .dtl_task import (RecTask, build_task, dirichlet_split, dominant_labels, few_shot_targets, item_label_weights,
                        item_texts, label_skew, minilm_content)
+from .pairs import shipped_features
 
 __all__ = ["DTLClient", "DTLConfig", "DTLResult", "ITEM_PARAMS", "METHODS", "RecTask", "USER_PARAMS",
            "anchor_penalty", "build_task", "dirichlet_split", "dominant_labels", "evaluate_users", "few_shot_targets",
@@ -195,10 +196,7 @@ def _content(data, content: str, device: str, cache_dir) -> np.ndarray:
                               f"pass --content NAME, one of its feature arrays: "
                               f"{', '.join(sorted(data.features)) or 'none'}")
         return minilm_content(data, device, cache_dir or None)
-    if content in data.features:
-        return np.asarray(data.features[content], np.float32)
-    raise ConfigError(f"--content {content}: not a feature of {data.name} (its features: "
-                      f"{', '.join(sorted(data.features)) or 'none'}; 'text' encodes the item texts)")
+    return np.asarray(shipped_features(data, content, other="; 'text' encodes the item texts"), np.float32)
 
 
 def _classes(data, vectors: np.ndarray, classes: int, content: str, seed: int):

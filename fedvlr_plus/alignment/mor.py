@@ -39,8 +39,8 @@ import torch
 from ..federation.messages import ClientUpdate
 from ..federation.store import MemoryStore
 from .mor_backbone import ReferenceRanking, reference_candidates, train_backbone, user_taste
-from .mor_implicit import require_genres
 from .mor_config import MoRConfig
+from .mor_implicit import require_genres
 from .mor_policy import (ResidualPolicy, expected_reward, policy_rankings, ranking_metrics, run_grpo)
 from .mor_rewards import (REWARD_KINDS, SCORE_ARRAY, BilinearReward, LinearReward, MLPReward, RewardClient,
                           make_reward, query_clients, score_queries, stack_scores, train_bradley_terry)

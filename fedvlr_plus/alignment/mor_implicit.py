@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from .pairs import PreferencePairs, genre_matrix, item_features, user_groups
+from .pairs import PreferencePairs, genre_matrix, item_features, shipped_features, user_groups
 
 
 def training_view(split) -> SimpleNamespace:
@@ -38,17 +38,11 @@ def setting_features(split, *, content: str | None, text: str = "none", cache_di
     ``content``: a feature array the dataset ships (e.g. lfm2k's tag-text embeddings), rows scaled to unit
     norm, replaces the genre and year features. Without it the items must have genres: a data set whose items
     have none would give every user the same (zero) taste and every item the same features, so it is refused."""
-    from ..errors import ConfigError
-
-    name = getattr(split, "name", "the data")
-    shipped = sorted(getattr(split, "features", {}) or {})
     if content is not None:
-        if content not in shipped:
-            raise ConfigError(f"--content {content}", f"not a feature array of {name}",
-                              f"its arrays: {', '.join(shipped) or 'none'}")
-        x = np.asarray(split.features[content], np.float64)
-        x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
-        return x.astype(np.float32), x.astype(np.float32)
+        x = np.asarray(shipped_features(split, content), np.float64)
+        x = (x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+        return x, x          # the same vectors: the features copy them (popularity appended), the groups read them
+    shipped = sorted(getattr(split, "features", {}) or {})
     require_genres(split, f"pass --content NAME, one of its feature arrays: {', '.join(shipped) or 'none'}")
     return item_features(split, text=text, cache_dir=cache_dir, progress=progress), None
 

@@ -66,10 +66,6 @@ def recent_items(split, *, length: int = 20, half_life: float = 5.0) -> RecentIt
     return RecentItems(hist, weight)
 
 
-def cosine(counts: PairTable, n: np.ndarray) -> PairTable:
-    return counts.cosine(n)
-
-
 def reward_features(sim: PairTable, logpop: np.ndarray, hist, weight, item_ids) -> np.ndarray:
     """[log(1 + sum_l w_l sim[h_l, i]), log(1 + n(i))] for histories [Q, L] and items [Q] or [Q, G]."""
     ids = np.asarray(item_ids)
@@ -106,7 +102,7 @@ class ItemRewardClient:
         self.cid, self.kind, self.train, self.test, self.recent = int(cid), kind, train, test, recent
         users = np.unique(train.user)
         counts, n = item_counts(sequences, users, n_items, kind)
-        self.sim, self.logpop = cosine(counts, n), np.log1p(n)
+        self.sim, self.logpop = counts.cosine(n), np.log1p(n)
         self.theta = self._cross_fit(sequences, users, n_items, seed)
 
     def _cross_fit(self, sequences, users, n_items, seed) -> np.ndarray:
@@ -119,7 +115,7 @@ class ItemRewardClient:
             pairs = self.train.take(np.flatnonzero(np.isin(self.train.user, b)))
             if not len(pairs):
                 continue
-            sim, logpop = cosine(counts, n), np.log1p(n)
+            sim, logpop = counts.cosine(n), np.log1p(n)
             h, w = self.recent.of(pairs.user, exclude=pairs.chosen_item)
             thetas.append(fit_theta(reward_features(sim, logpop, h, w, pairs.chosen_item),
                                     reward_features(sim, logpop, h, w, pairs.rejected_item)))
@@ -181,5 +177,5 @@ def fedavg_item_reward(train: PreferencePairs, *, sequences: dict, n_items: int,
     pooled = parts[0]
     pooled.cid, pooled.train = 0, train
     pooled.theta = np.average([p.theta for p in parts], axis=0, weights=[len(p.train) for p in parts])
-    pooled.sim, pooled.logpop = cosine(counts, n), np.log1p(n)
+    pooled.sim, pooled.logpop = counts.cosine(n), np.log1p(n)
     return pooled

@@ -158,6 +158,16 @@ def genre_matrix(items) -> tuple[np.ndarray, tuple[str, ...]]:
     return m, names
 
 
+def shipped_features(data, name: str, *, other: str = "") -> np.ndarray:
+    """The feature array ``name`` the data set ships (``data.features``), as stored; an unknown name is refused in
+    one line listing the arrays it does ship (``other``: what else ``--content`` accepts there)."""
+    arrays = sorted(getattr(data, "features", {}) or {})
+    if name not in arrays:
+        raise ConfigError(f"--content {name}", f"not a feature array of {getattr(data, 'name', 'the data')}",
+                          f"its arrays: {', '.join(arrays) or 'none'}{other}")
+    return np.asarray(data.features[name])
+
+
 def content_profiles(data, item_vectors: np.ndarray) -> np.ndarray:
     """Each user's mean item vector over ``data.inter``, centred on the mean of the users who have one, unit
     norm [n_users, d] (a user without interactions keeps zeros)."""
