@@ -1,10 +1,18 @@
-"""MoR's routing headroom: the simplex grid, re-ranking hits, oracle weights and the own-group summary."""
+"""MoR's routing headroom: the simplex grid, re-ranking hits, oracle weights, the rewards' rows and the own-group
+summary."""
+from dataclasses import replace
+from types import SimpleNamespace
+
 import numpy as np
 import torch
 
+from fedvlr_plus.alignment.grpo import GRPOConfig
+from fedvlr_plus.alignment.mor_baselines import UniformRouter
+from fedvlr_plus.alignment.mor_config import MoRConfig
 from fedvlr_plus.alignment.mor_headroom import (best_weights, own_fit, own_fit_row, rerank_bound, rerank_hits,
-                                                simplex_grid)
-from fedvlr_plus.alignment.mor_headroom_table import headroom_markdown, own_group_summary, summarise_headroom
+                                                reward_rows, simplex_grid)
+from fedvlr_plus.alignment.mor_headroom_table import (REWARD_PAIRS, REWARD_ROWS, headroom_markdown,
+                                                      own_group_summary, summarise_headroom)
 from fedvlr_plus.alignment.mor_router import Standardiser
 from fedvlr_plus.alignment.pairs import PreferencePairs
 from fedvlr_plus.federation.messages import ClientUpdate
@@ -55,7 +63,9 @@ def test_oracle_rows_are_never_below_uniform_on_the_set_they_are_chosen_on():
 def _run(acc, seed=0):
     clients = [{"group": g} for g in ("a", "b", "c")]
     rer = {r: {"valid": 0.1 + 0.01 * seed, "test": 0.1} for r in
-           ("reference", "uniform", "oracle_global", "oracle_per_group", "own_fit", "client_0", "client_1", "client_2")}
+           ("reference", "uniform", "oracle_global", "oracle_per_group", "own_fit", "client_0", "client_1", "client_2")
+           + REWARD_ROWS}
+    rer["mor_router"] = {"valid": 0.1, "test": 0.12 + 0.01 * seed}     # above the FedAvg reward on test
     return {"seed": seed, "clients": clients, "groups": ["a", "b", "c"], "group_accuracy": acc, "rerank": rer}
 
 
@@ -71,13 +81,15 @@ def test_own_group_summary_counts_clients_best_on_their_own_group():
 def test_summary_tests_oracles_against_uniform_per_seed():
     runs = [_run([[0.9, 0.5, 0.5], [0.5, 0.9, 0.5], [0.5, 0.5, 0.9]], seed) for seed in range(3)]
     out = summarise_headroom(runs)
-    rows = ("reference", "oracle_global", "oracle_per_group", "own_fit")
-    assert set(out["tests"]) == {f"{r}-vs-uniform/{p}" for r in rows
-                                 for p in ("valid", "test")}
+    rows = ("reference", "oracle_global", "oracle_per_group", "own_fit", "mor_router", "fedavg_reward")
+    assert set(out["tests"]) == ({f"{r}-vs-uniform/{p}" for r in rows for p in ("valid", "test")}
+                                 | {f"{a}-vs-{b}/{p}" for a, b in REWARD_PAIRS for p in ("valid", "test")})
+    assert abs(out["tests"]["mor_router-vs-fedavg_reward/test"]["mean_diff"] - 0.03) < 1e-9
     assert abs(out["stats"]["uniform/valid"]["mean"] - 0.11) < 1e-9 and len(out["own_group"]) == 3
     md = headroom_markdown({"seeds": [0, 1, 2], "summary": out}, "CMD")
     assert md.startswith("`CMD` (3 seeds)") and "| uniform | 11.00 ± 1.00 | 10.00 ± 0.00 | — |" in md
     assert "| client_2 |" in md and "3/3, 3/3, 3/3" in md
+    assert "| kl_mor_router |" in md and "| mor_router − fedavg_reward | -1.00 (0.225) | +3.00 (0.0351) |" in md
 
 
 class _SignClient:
@@ -105,3 +117,19 @@ def test_own_fit_is_each_clients_accuracy_on_each_users_pairs_and_routes_to_the_
     z = np.array([[[3.0, 0.0, 0.0]], [[-9.0, 1.0, 2.0]]])     # client 0 ranks the target (item 0) first, client 1 last
     out = own_fit_row(z, np.array([[1.0], [0.0]]), cand, {"valid": np.array([0]), "test": np.array([0])}, (0.1,))
     assert out["valid"] == 1.0 and out["temperature"] == 0.1
+
+
+def test_reward_rows_rank_by_the_reward_and_by_its_kl_optimum_which_follows_the_reference_as_beta_grows():
+    """One user, 12 candidates: the reference ranks the target (item 11) last, the reward ranks it first. Alone
+    the reward hits; its KL-regularised optimum ref / T + R / beta hits only when beta is small."""
+    feats = np.zeros((12, 1), np.float32)
+    feats[11, 0] = 1.0
+    s = SimpleNamespace(ref=SimpleNamespace(logits=np.arange(12, 0, -1, dtype=np.float32)[None, :]),
+                        x=np.zeros((1, 2), np.float32), feats=feats, groups=np.zeros(1, np.int64))
+    fused = {"r": ([_SignClient(0, 1.0)], UniformRouter(1), Standardiser(torch.zeros(1), torch.ones(1)))}
+    cand, targets = np.arange(12)[None, :], {"valid": np.array([11]), "test": np.array([11])}
+    for beta, hit in ((1.0, 0.0), (0.01, 1.0)):
+        cfg = replace(MoRConfig(), grpo=GRPOConfig(beta=beta))
+        out = reward_rows(s, cfg, fused, np.array([0]), cand, targets, None)
+        assert out["r"] == {"valid": 1.0, "test": 1.0}
+        assert out["kl_r"] == {"valid": hit, "test": hit}

@@ -14,6 +14,11 @@ A router only beats uniform averaging where the clients differ in *where* they a
    choice carries over. Beside them a
    per-user router that is not an oracle (:func:`own_fit_row`): each user's weights from how well each client
    ranked that user's own training pairs, its temperature chosen on validation.
+3. **The rewards a GRPO run follows** (:func:`reward_rows`): the same re-ranking by MoR's trained router and by
+   the FedAvg reward, and by each reward's KL-regularised optimum at the run's beta, ``ref / T + R / beta``: the
+   exact maximiser over the candidates of the objective GRPO climbs, E[R] - beta KL(pi || pi_ref), whose
+   solution is pi* proportional to pi_ref exp(R / beta). GRPO's sampled steps and its policy class stop short of
+   it (or wander past it: HR@10 is not the objective), so it is where each reward points the policy, not a bound.
 
 Nothing here feeds back into a run: it reads the validation and test items only to report the bound.
 """
@@ -118,11 +123,44 @@ def group_accuracy(clients, std: Standardiser, pairs: PreferencePairs, extra_for
             for k in range(len(clients))]
 
 
+def reward_rows(s, cfg: MoRConfig, fused: dict, users: np.ndarray, cand, targets: dict, extra) -> dict:
+    """Re-ranking by each reward of ``fused`` ({name: (clients, router, standardiser)}) and by its KL-regularised
+    optimum at ``cfg.grpo.beta`` (row ``kl_<name>``)."""
+    import torch
+
+    from .mor_router import fuse
+
+    ref = s.ref.logits[users] / cfg.temperature
+    out = {}
+    for name, (clients, router, std) in fused.items():
+        z = std(query_clients(clients, s.x[users], s.feats[cand], extra=extra))
+        with torch.no_grad():
+            r = fuse(router(s.x[users], s.groups[users]), z).numpy()
+        for row, scores in ((name, r), (f"kl_{name}", ref + r / max(cfg.grpo.beta, 1e-12))):
+            out[row] = {part: float(rerank_hits(scores, cand, t).mean()) for part, t in targets.items()}
+    return out
+
+
+def _fused_rewards(s, cfg: MoRConfig, clients, train, public, test, extra_for, view: str, fedavg: dict) -> dict:
+    """MoR's trained router, the FedAvg reward and uniform averaging, as the seed's GRPO runs build them."""
+    from .mor import reward_report
+    from .mor_seeds import reward_baselines
+
+    _, router, std = reward_report(clients, public, test, cfg, extra_for=extra_for)
+    fedavg = {"fedavg_kind": "bilinear", "fedavg_rounds": 10, "fedavg_epochs": 3, **fedavg}   # run_seed's defaults
+    base = reward_baselines(clients, train, public, cfg, item_setting=s if view == "items" else None, **fedavg)
+    return {"mor_router": (clients, router, std), "fedavg_reward": base["fedavg"], "uniform": base["uniform"]}
+
+
 def headroom_seed(s, cfg: MoRConfig, *, test_fraction: float = 0.2, negatives: str = "popular",
-                  view: str = "items") -> dict:
-    """One seed's own-group accuracy matrix and re-ranking bound on the participating clients' users."""
+                  view: str = "items", fedavg: dict | None = None) -> dict:
+    """One seed's own-group accuracy matrix and re-ranking bound on the participating clients' users.
+    ``fedavg``: the FedAvg reward's ``fedavg_kind`` / ``fedavg_rounds`` / ``fedavg_epochs``."""
     from .mor_seeds import _targets, seed_clients
 
+    if view == "items":   # the router's initial weights, as in a GRPO run's seed
+        import torch
+        torch.manual_seed(cfg.seed)
     train, public, test, _, clients, extra_for = seed_clients(s, cfg, test_fraction, negatives, view)
     items = np.stack([public.chosen, public.rejected], 1)
     std = Standardiser.fit(query_clients(clients, public.context, items,
@@ -138,6 +176,10 @@ def headroom_seed(s, cfg: MoRConfig, *, test_fraction: float = 0.2, negatives: s
     targets = {p: _targets(s.split, p, inside)[users] for p in ("valid", "test")}
     bound = rerank_bound(z, cand, targets, s.groups[users])
     bound["own_fit"] = own_fit_row(z, own_fit(clients, std, (train, public, test), users, extra_for), cand, targets)
+    fused = _fused_rewards(s, cfg, clients, train, public, test, extra_for, view, fedavg or {})
+    rows = reward_rows(s, cfg, fused, users, cand, targets, extra)
+    rows.pop("uniform")   # the same scores as the bound's own uniform row (one standardisation of one public set)
+    bound.update(rows)
     ref = s.ref.logits[users]
     bound["reference"] = {p: float(rerank_hits(ref, cand, t).mean()) for p, t in targets.items()}
     return {"seed": cfg.seed, "clients": [{"cid": c.cid, "kind": c.kind, "group": s.names[int(c.train.group[0])],
