@@ -144,11 +144,11 @@ def reward_rows(s, cfg: MoRConfig, fused: dict, users: np.ndarray, cand, targets
 def _fused_rewards(s, cfg: MoRConfig, clients, train, public, test, extra_for, view: str, fedavg: dict) -> dict:
     """MoR's trained router, the FedAvg reward and uniform averaging, as the seed's GRPO runs build them."""
     from .mor import reward_report
-    from .mor_seeds import reward_baselines
+    from .mor_seeds import FEDAVG_REWARD, reward_baselines
 
     _, router, std = reward_report(clients, public, test, cfg, extra_for=extra_for)
-    fedavg = {"fedavg_kind": "bilinear", "fedavg_rounds": 10, "fedavg_epochs": 3, **fedavg}   # run_seed's defaults
-    base = reward_baselines(clients, train, public, cfg, item_setting=s if view == "items" else None, **fedavg)
+    base = reward_baselines(clients, train, public, cfg, item_setting=s if view == "items" else None,
+                            **{**FEDAVG_REWARD, **fedavg})
     return {"mor_router": (clients, router, std), "fedavg_reward": base["fedavg"], "uniform": base["uniform"]}
 
 

@@ -80,8 +80,8 @@ def headroom_markdown(result: dict, command: str) -> str:
         lines.append(f"| {row} | {100 * st[f'{row}/valid']['mean']:.2f} ± {100 * st[f'{row}/valid']['std']:.2f} | "
                      f"{100 * st[f'{row}/test']['mean']:.2f} ± {100 * st[f'{row}/test']['std']:.2f} | {p} |")
     lines += ["", "Rows `mor_router` and `fedavg_reward`: the rewards GRPO follows, re-ranking alone; "
-              "`kl_<reward>`: the maximiser of GRPO's objective E[R] - beta KL to the reference for that reward at the run's beta "
-              "(reference logits / T + reward / beta), where that reward points the policy.", "",
+              "`kl_<reward>`: the maximiser of GRPO's objective E[R] - beta KL to the reference for that reward "
+              "at the run's beta (reference logits / T + reward / beta), where that reward points the policy.", "",
               "| reward − reward | valid (p) | test (p) |", "|---|---|---|"]
     for a, b in REWARD_PAIRS:
         cells = [f"{100 * (st[f'{a}/{part}']['mean'] - st[f'{b}/{part}']['mean']):+.2f} "

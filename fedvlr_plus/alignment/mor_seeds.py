@@ -38,6 +38,8 @@ METHODS = ("mor", "uniform", "fedavg")
 #: what the clients' rewards and the policy read: item features (genres, year, popularity) or item ids (the
 #: clients' own co-occurrence counts, :mod:`.mor_items`)
 REWARD_VIEWS = ("features", "items")
+#: the FedAvg reward baseline's settings unless a run gives others
+FEDAVG_REWARD = {"fedavg_kind": "bilinear", "fedavg_rounds": 10, "fedavg_epochs": 3}
 RECENT_LENGTH, RECENT_HALF_LIFE = 20, 5.0   # the item view's history: 20 latest items, weight halving every 5
 
 
@@ -173,8 +175,9 @@ def seed_clients(s: ImplicitSetting, cfg: MoRConfig, test_fraction: float, negat
     return train, public, test, outside, make_clients(train, test, cfg), None
 
 
-def run_seed(s: ImplicitSetting, cfg: MoRConfig, *, test_fraction: float = 0.2, fedavg_kind: str = "bilinear",
-             fedavg_rounds: int = 10, fedavg_epochs: int = 3, negatives: str = "uniform",
+def run_seed(s: ImplicitSetting, cfg: MoRConfig, *, test_fraction: float = 0.2,
+             fedavg_kind: str = FEDAVG_REWARD["fedavg_kind"], fedavg_rounds: int = FEDAVG_REWARD["fedavg_rounds"],
+             fedavg_epochs: int = FEDAVG_REWARD["fedavg_epochs"], negatives: str = "uniform",
              view: str = "features") -> dict:
     """One seed of the comparison (see the module docstring), as a JSON-ready dict."""
     if view not in REWARD_VIEWS:
