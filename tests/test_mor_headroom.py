@@ -1,16 +1,10 @@
 """MoR's routing headroom: the simplex grid, re-ranking hits, oracle weights, the rewards' rows and the own-group
 summary."""
-from dataclasses import replace
-from types import SimpleNamespace
-
 import numpy as np
 import torch
 
-from fedvlr_plus.alignment.grpo import GRPOConfig
-from fedvlr_plus.alignment.mor_baselines import UniformRouter
-from fedvlr_plus.alignment.mor_config import MoRConfig
-from fedvlr_plus.alignment.mor_headroom import (best_weights, own_fit, own_fit_row, rerank_bound, rerank_hits,
-                                                reward_rows, simplex_grid)
+from fedvlr_plus.alignment.mor_headroom import (best_weights, candidate_scores, own_fit, own_fit_row, rerank_bound,
+                                                rerank_hits, reward_rows, simplex_grid)
 from fedvlr_plus.alignment.mor_headroom_table import (REWARD_PAIRS, REWARD_ROWS, headroom_markdown,
                                                       own_group_summary, summarise_headroom)
 from fedvlr_plus.alignment.mor_router import Standardiser
@@ -124,12 +118,12 @@ def test_reward_rows_rank_by_the_reward_and_by_its_kl_optimum_which_follows_the_
     the reward hits; its KL-regularised optimum ref / T + R / beta hits only when beta is small."""
     feats = np.zeros((12, 1), np.float32)
     feats[11, 0] = 1.0
-    s = SimpleNamespace(ref=SimpleNamespace(logits=np.arange(12, 0, -1, dtype=np.float32)[None, :]),
-                        x=np.zeros((1, 2), np.float32), feats=feats, groups=np.zeros(1, np.int64))
-    fused = {"r": ([_SignClient(0, 1.0)], UniformRouter(1), Standardiser(torch.zeros(1), torch.ones(1)))}
+    ref = np.arange(12, 0, -1, dtype=np.float32)[None, :]
     cand, targets = np.arange(12)[None, :], {"valid": np.array([11]), "test": np.array([11])}
+    std = Standardiser(torch.zeros(1), torch.ones(1))
+    z = candidate_scores([_SignClient(0, 1.0)], std, np.zeros((1, 2), np.float32), feats, cand, None)
+    reward = z.mean(0)                                                      # one client: its standardised score
     for beta, hit in ((1.0, 0.0), (0.01, 1.0)):
-        cfg = replace(MoRConfig(), grpo=GRPOConfig(beta=beta))
-        out = reward_rows(s, cfg, fused, np.array([0]), cand, targets, None)
+        out = reward_rows(ref, beta, {"r": reward}, cand, targets)
         assert out["r"] == {"valid": 1.0, "test": 1.0}
         assert out["kl_r"] == {"valid": hit, "test": hit}

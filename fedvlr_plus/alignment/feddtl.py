@@ -47,6 +47,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..errors import ConfigError
 from ..federation.messages import ClientUpdate
 from ..federation.rounds import RoundLoop
 from ..federation.strategy import make_strategy
@@ -187,8 +188,6 @@ def _pooled(parts: list[dict]) -> dict:
 
 def _content(data, content: str, device: str, cache_dir) -> np.ndarray:
     """The frozen item vectors: MiniLM of the item texts (``"text"``) or one of the dataset's own features."""
-    from ..errors import ConfigError
-
     if content == "text":
         if len(set(item_texts(data))) < 2:
             raise ConfigError("--content text", f"the items of {data.name} have no text (no title, category or "
@@ -206,8 +205,6 @@ def _classes(data, vectors: np.ndarray, classes: int, content: str, seed: int):
     if not classes:
         weights = item_label_weights(data)
         if (weights.sum(0) > 0).sum() < 2:
-            from ..errors import ConfigError
-
             raise ConfigError("--classes 0", f"the catalogue's categories are the classes, and the items of "
                               f"{data.name} have fewer than two", "pass --classes K: a k-means of the content vectors")
         return None, weights, "the catalogue's categories"
@@ -228,7 +225,6 @@ def run_feddtl(source: str, cfg: DTLConfig, *, seeds, clients: int, alpha: float
     import time
 
     from .. import datasets
-    from ..errors import ConfigError
     from .dtl_table import paired_tests, tv_summary
 
     if novel and not classes:

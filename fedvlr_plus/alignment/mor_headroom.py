@@ -123,33 +123,36 @@ def group_accuracy(clients, std: Standardiser, pairs: PreferencePairs, extra_for
             for k in range(len(clients))]
 
 
-def reward_rows(s, cfg: MoRConfig, fused: dict, users: np.ndarray, cand, targets: dict, extra) -> dict:
-    """Re-ranking by each reward of ``fused`` ({name: (clients, router, standardiser)}) and by its KL-regularised
-    optimum at ``cfg.grpo.beta`` (row ``kl_<name>``)."""
-    import torch
-
-    from .mor_router import fuse
-
-    ref = s.ref.logits[users] / cfg.temperature
+def reward_rows(ref: np.ndarray, beta: float, rewards: dict, cand, targets: dict) -> dict:
+    """Re-ranking by each reward of ``rewards`` ({name: scores [U, C]}) and by its KL-regularised optimum
+    ``ref + R / beta`` (row ``kl_<name>``; ``ref`` the reference's logits over the temperature)."""
     out = {}
-    for name, (clients, router, std) in fused.items():
-        z = std(query_clients(clients, s.x[users], s.feats[cand], extra=extra))
-        with torch.no_grad():
-            r = fuse(router(s.x[users], s.groups[users]), z).numpy()
-        for row, scores in ((name, r), (f"kl_{name}", ref + r / max(cfg.grpo.beta, 1e-12))):
+    for name, r in rewards.items():
+        for row, scores in ((name, r), (f"kl_{name}", ref + r / max(beta, 1e-12))):
             out[row] = {part: float(rerank_hits(scores, cand, t).mean()) for part, t in targets.items()}
     return out
 
 
-def _fused_rewards(s, cfg: MoRConfig, clients, train, public, test, extra_for, view: str, fedavg: dict) -> dict:
-    """MoR's trained router, the FedAvg reward and uniform averaging, as the seed's GRPO runs build them."""
+def _trained_rewards(s, cfg: MoRConfig, clients, train, public, test, extra_for, view: str, fedavg: dict):
+    """MoR's trained router with its standardiser, and the FedAvg reward (scorer, router, standardiser), as the
+    seed's GRPO runs build them."""
     from .mor import reward_report
     from .mor_seeds import FEDAVG_REWARD, reward_baselines
 
     _, router, std = reward_report(clients, public, test, cfg, extra_for=extra_for)
     base = reward_baselines(clients, train, public, cfg, item_setting=s if view == "items" else None,
                             **{**FEDAVG_REWARD, **fedavg})
-    return {"mor_router": (clients, router, std), "fedavg_reward": base["fedavg"], "uniform": base["uniform"]}
+    return router, std, base["fedavg"]
+
+
+def _fused(router, z: np.ndarray, x, o) -> np.ndarray:
+    """A router's mixture of standardised candidate scores z [K, U, C]: [U, C]."""
+    import torch
+
+    from .mor_router import fuse
+
+    with torch.no_grad():
+        return fuse(router(x, o), torch.as_tensor(z)).numpy()
 
 
 def headroom_seed(s, cfg: MoRConfig, *, test_fraction: float = 0.2, negatives: str = "popular",
@@ -162,9 +165,9 @@ def headroom_seed(s, cfg: MoRConfig, *, test_fraction: float = 0.2, negatives: s
         import torch
         torch.manual_seed(cfg.seed)
     train, public, test, _, clients, extra_for = seed_clients(s, cfg, test_fraction, negatives, view)
-    items = np.stack([public.chosen, public.rejected], 1)
-    std = Standardiser.fit(query_clients(clients, public.context, items,
-                                         extra=extra_for(public) if extra_for else None))
+    # the public set's standardisation comes with the trained router: one query of the public pairs serves both
+    router, std, (scorer, f_router, f_std) = _trained_rewards(s, cfg, clients, train, public, test, extra_for, view,
+                                                              fedavg or {})
     inside = (s.groups >= 0) & ~np.isin(s.groups, s.held_out)
     users = np.flatnonzero(inside)
     cand = s.ref.cand[users]
@@ -176,9 +179,12 @@ def headroom_seed(s, cfg: MoRConfig, *, test_fraction: float = 0.2, negatives: s
     targets = {p: _targets(s.split, p, inside)[users] for p in ("valid", "test")}
     bound = rerank_bound(z, cand, targets, s.groups[users])
     bound["own_fit"] = own_fit_row(z, own_fit(clients, std, (train, public, test), users, extra_for), cand, targets)
-    fused = _fused_rewards(s, cfg, clients, train, public, test, extra_for, view, fedavg or {})
-    rows = reward_rows(s, cfg, fused, users, cand, targets, extra)
-    rows.pop("uniform")   # the same scores as the bound's own uniform row (one standardisation of one public set)
+    x, o = s.x[users], s.groups[users]
+    rewards = {"mor_router": _fused(router, z, x, o),
+               "fedavg_reward": _fused(f_router, candidate_scores(scorer, f_std, x, s.feats, cand, extra), x, o),
+               "uniform": z.mean(0)}
+    rows = reward_rows(s.ref.logits[users] / cfg.temperature, cfg.grpo.beta, rewards, cand, targets)
+    rows.pop("uniform")   # the bound's own uniform row; only its KL optimum is new
     bound.update(rows)
     ref = s.ref.logits[users]
     bound["reference"] = {p: float(rerank_hits(ref, cand, t).mean()) for p, t in targets.items()}

@@ -9,8 +9,10 @@ import numpy as np
 from .mor_table import paired_test
 
 ROWS = ("reference", "uniform", "oracle_global", "oracle_per_group", "own_fit")
-#: the rewards a GRPO run follows, and each one's KL-regularised optimum (``kl_``), in the order of the table
-REWARD_ROWS = ("mor_router", "fedavg_reward", "kl_uniform", "kl_mor_router", "kl_fedavg_reward")
+#: the rewards a GRPO run follows, tested against uniform averaging like the rows above
+REWARDS = ("mor_router", "fedavg_reward")
+#: those rewards and each one's KL-regularised optimum (``kl_``), in the order of the table
+REWARD_ROWS = REWARDS + ("kl_uniform", "kl_mor_router", "kl_fedavg_reward")
 #: the pairs the table tests: MoR's routed reward against the FedAvg reward, as rankers and at their optimum
 REWARD_PAIRS = (("mor_router", "fedavg_reward"), ("kl_mor_router", "kl_fedavg_reward"),
                 ("kl_mor_router", "kl_uniform"))
@@ -39,7 +41,7 @@ def summarise_headroom(runs: list[dict]) -> dict:
                                "std": float(np.std(values(row, part), ddof=1)) if len(runs) > 1 else float("nan")}
              for row in rows for part in ("valid", "test")}
     tests = {f"{row}-vs-uniform/{part}": paired_test(values(row, part), values("uniform", part))
-             for row in ROWS + REWARD_ROWS[:2] if row != "uniform" for part in ("valid", "test")}
+             for row in ROWS + REWARDS if row != "uniform" for part in ("valid", "test")}
     tests.update({f"{a}-vs-{b}/{part}": paired_test(values(a, part), values(b, part))
                   for a, b in REWARD_PAIRS for part in ("valid", "test")})
     own = [own_group_summary(r) for r in runs]
@@ -53,13 +55,13 @@ def run_headroom_seeds(data, *, seeds: int = 5, first_seed: int = 0, cfg=None, s
 
     from .mor_config import MoRConfig
     from .mor_headroom import headroom_seed
-    from .mor_seeds import prepare_setting
+    from .mor_seeds import FEDAVG_REWARD, prepare_setting
 
     cfg = cfg or MoRConfig()
     t0, c0 = time.perf_counter(), time.process_time()
     s = prepare_setting(data, candidates=cfg.candidates, **(setting_kw or {}))
     kw = {k: v for k, v in (seed_kw or {}).items() if k in ("negatives", "view", "test_fraction")}
-    kw["fedavg"] = {k: v for k, v in (seed_kw or {}).items() if k in ("fedavg_kind", "fedavg_rounds", "fedavg_epochs")}
+    kw["fedavg"] = {k: v for k, v in (seed_kw or {}).items() if k in FEDAVG_REWARD}
     runs = [headroom_seed(s, replace(cfg, seed=seed), **kw) for seed in range(first_seed, first_seed + seeds)]
     return {"source": getattr(data, "name", "data"), "seeds": [r["seed"] for r in runs], "per_seed": runs,
             "held_out_clients": [s.names[g] for g in s.held_out], "summary": summarise_headroom(runs),

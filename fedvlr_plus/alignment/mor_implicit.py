@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from ..errors import ConfigError
 from .pairs import PreferencePairs, genre_matrix, item_features, shipped_features, user_groups
 
 
@@ -50,8 +51,6 @@ def setting_features(split, *, content: str | None, text: str = "none", cache_di
 def require_genres(split, hint: str) -> None:
     """Refuse data whose items have no genres: every user would have the same (zero) taste and every item the
     same features."""
-    from ..errors import ConfigError
-
     if split.items is None or "categories" not in split.items or not genre_matrix(split.items)[0].shape[1]:
         raise ConfigError(getattr(split, "name", "the data"), "its items have no genres (empty 'categories'), so "
                           "every user would have the same taste and every item the same features", hint)

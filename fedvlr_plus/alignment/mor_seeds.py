@@ -22,6 +22,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from ..errors import ConfigError
 from .mor import make_clients, reward_report, split_public
 from .mor_backbone import ReferenceRanking, reference_candidates, train_backbone
 from .mor_baselines import ScoringClient, UniformRouter, fedavg_reward
@@ -85,8 +86,6 @@ def prepare_setting(data, *, group_by: str = "taste", n_groups: int = 4, held_ou
 
 def _check_groups(groups: np.ndarray, names: tuple, source: str) -> None:
     """Every group is a client: one without users would leave the comparison with fewer clients than asked for."""
-    from ..errors import ConfigError
-
     sizes = np.bincount(groups[groups >= 0], minlength=len(names))
     empty = [n for n, c in zip(names, sizes) if c == 0]
     if empty:

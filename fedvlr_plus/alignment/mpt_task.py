@@ -8,6 +8,8 @@ from importlib import resources
 
 import numpy as np
 
+from ..errors import ConfigError
+
 
 @dataclass
 class TaggingTask:
@@ -123,8 +125,6 @@ def item_label_matrix(data, *, min_count: int = 2, max_share: float = 0.9) -> tu
     """Multi-hot labels from ``items.categories``; drops labels on fewer than ``min_count`` items or on more than
     ``max_share`` of the labelled items (a catalogue-wide tag such as "Magazine Subscriptions" says nothing)."""
     if "categories" not in data.items.columns:
-        from ..errors import ConfigError
-
         raise ConfigError(f"{data.source or data.name}", "the items have no 'categories' column to use as labels")
     cats = [list(c) if isinstance(c, (list, tuple, np.ndarray)) else [] for c in
             data.items["categories"].reindex(range(data.n_items))]
@@ -137,8 +137,6 @@ def item_label_matrix(data, *, min_count: int = 2, max_share: float = 0.9) -> tu
     labelled = y.any(1).sum()
     keep = (y.sum(0) >= min_count) & (y.sum(0) <= max_share * max(labelled, 1))
     if keep.sum() < 2:
-        from ..errors import ConfigError
-
         raise ConfigError(f"{data.source or data.name}", "fewer than 2 usable labels in items.categories, each "
                           f"needing >= {min_count} items and <= {max_share:.0%} of the labelled items",
                           "FedMPT's labels are the items' categories: use a data set whose items have them")
