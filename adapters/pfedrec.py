@@ -14,27 +14,10 @@ function and the personal table are restored every round and at evaluation. Item
 """
 from __future__ import annotations
 
-from .base import Backbone, ParamSpec, rowdot, take_rows
+from .fedavg import FedAvgMF
 
 
-class PFedRec(Backbone):
+class PFedRec(FedAvgMF):
+    """FedAvg's shared item table and private affine head, plus the client's own fine-tuned copy of the table."""
     name = "pfedrec"
-    default_strategy = "fedavg"
-    default_lr = 0.5
-    default_item_lr_scale = 300.0
-    dot_head = ("item_emb", "head_w", "head_b")
     personal_copies = {"item_emb": "item_emb_personal"}
-
-    def specs(self):
-        n, d = self.n_items, self.dim
-        return [
-            ParamSpec("item_emb", (n, d), shared=True, item_table=True, init="normal", std=0.1),
-            ParamSpec("head_w", (d,), shared=False, init="normal", std=0.1),
-            ParamSpec("head_b", (), shared=False, init="zeros"),
-        ]
-
-    def item_repr(self, p, items, ctx):
-        return take_rows(p["item_emb"], items)
-
-    def head(self, p, vecs, ctx):
-        return rowdot(vecs, p["head_w"]) + p["head_b"][..., None]

@@ -149,17 +149,7 @@ def cold_item_split(data: InteractionData, fraction: float = 0.2, *, seed: int =
     ``valid_fraction`` / rest between valid and test (so that model selection sees other cold items than
     the test), all other interactions are train.
     """
-    if not 0 < fraction < 1:
-        raise ValueError("fraction must be in (0, 1)")
-    rng = np.random.default_rng(seed)
-    present = np.unique(data.inter["item"].to_numpy())
-    n_cold = max(2, int(round(fraction * len(present))))
-    cold = rng.permutation(present)[:n_cold]
-    n_valid = int(round(valid_fraction * n_cold))
-    code = np.full(data.n_items, TRAIN, np.int8)
-    code[cold[:n_valid]] = VALID
-    code[cold[n_valid:]] = TEST
-    labels = code[data.inter["item"].to_numpy()]
+    labels = _held_out_labels(data, "item", data.n_items, fraction, seed, valid_fraction)
     out = data.replace(inter=data.inter.assign(split=labels))
     if not (labels == TEST).any():
         raise DataError(f"{data.source or data.name}: the cold-item split left the test split empty")
@@ -169,18 +159,26 @@ def cold_item_split(data: InteractionData, fraction: float = 0.2, *, seed: int =
 def cold_user_split(data: InteractionData, fraction: float = 0.2, *, seed: int = 0,
                     valid_fraction: float = 0.5) -> InteractionData:
     """Hold a random ``fraction`` of users out of training entirely (their rows become valid or test)."""
+    labels = _held_out_labels(data, "user", data.n_users, fraction, seed, valid_fraction)
+    return data.replace(inter=data.inter.assign(split=labels))
+
+
+def _held_out_labels(data: InteractionData, column: str, n_ids: int, fraction: float, seed: int,
+                     valid_fraction: float) -> np.ndarray:
+    """Each interaction's split when a random ``fraction`` of the ids in ``column`` (at least two) is held out of
+    training: the first ``valid_fraction`` of the held-out ids (in the seeded draw's order) go to valid, the rest
+    to test, every other interaction to train."""
     if not 0 < fraction < 1:
         raise ValueError("fraction must be in (0, 1)")
     rng = np.random.default_rng(seed)
-    present = np.unique(data.inter["user"].to_numpy())
-    n_cold = max(2, int(round(fraction * len(present))))
-    cold = rng.permutation(present)[:n_cold]
-    n_valid = int(round(valid_fraction * n_cold))
-    code = np.full(data.n_users, TRAIN, np.int8)
-    code[cold[:n_valid]] = VALID
-    code[cold[n_valid:]] = TEST
-    labels = code[data.inter["user"].to_numpy()]
-    return data.replace(inter=data.inter.assign(split=labels))
+    present = np.unique(data.inter[column].to_numpy())
+    n_held = max(2, int(round(fraction * len(present))))
+    held = rng.permutation(present)[:n_held]
+    n_valid = int(round(valid_fraction * n_held))
+    code = np.full(n_ids, TRAIN, np.int8)
+    code[held[:n_valid]] = VALID
+    code[held[n_valid:]] = TEST
+    return code[data.inter[column].to_numpy()]
 
 
 def standard(data: InteractionData, *, threshold: float | None = None, k: int = 0,

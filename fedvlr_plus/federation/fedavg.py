@@ -11,6 +11,8 @@ from Decentralized Data", AISTATS 2017.
 """
 from __future__ import annotations
 
+import torch
+
 from .strategy import Strategy
 
 
@@ -23,10 +25,14 @@ class FedAvgStrategy(Strategy):
         out = {}
         for name, g in shared.items():
             if specs[name].item_table:
-                # θ[r] + Σ_u w_u (θ_u[r] - θ[r]) = θ[r] (1 - W_r) + Σ_u w_u θ_u[r], W_r = Σ_{u ∋ r} w_u
                 num, den = sums.row_sums(name)
-                base = g.reshape(g.shape[0], -1)
-                out[name] = (base * (1.0 - den).to(g.dtype).unsqueeze(1) + num).reshape(g.shape)
+                out[name] = self.table_from_row_sums(g.reshape(g.shape[0], -1), num, den).reshape(g.shape)
             else:
                 out[name] = sums.dense_sum(name).to(g.dtype)
         return out
+
+    def table_from_row_sums(self, table: torch.Tensor, num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
+        """An item table ``[rows, width]`` from its weighted row sums ``num = Σ_u w_u θ_u[r]`` and the weight
+        ``den = W_r = Σ_{u ∋ r} w_u`` of the clients that touched each row: ``θ[r] (1 - W_r) + num[r]``, that is
+        ``θ[r] + Σ_u w_u (θ_u[r] - θ[r])``."""
+        return table * (1.0 - den).to(table.dtype).unsqueeze(1) + num

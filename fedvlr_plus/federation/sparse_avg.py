@@ -11,23 +11,16 @@ NeurIPS 2022 (FedSubAvg: average each row over the clients involved with it).
 """
 from __future__ import annotations
 
-from .strategy import Strategy
+import torch
+
+from .fedavg import FedAvgStrategy
 
 
-class SparseRowAvg(Strategy):
+class SparseRowAvg(FedAvgStrategy):
     name = "sparse-avg"
-    upload = "params"
-    linear = True
 
-    def from_sums(self, shared, sums, specs):
-        out = {}
-        for name, g in shared.items():
-            if specs[name].item_table:
-                num, den = sums.row_sums(name)
-                hit = den > 0
-                new = g.reshape(g.shape[0], -1).clone()
-                new[hit] = num[hit] / den[hit].to(g.dtype).unsqueeze(1)
-                out[name] = new.reshape(g.shape)
-            else:
-                out[name] = sums.dense_sum(name).to(g.dtype)
-        return out
+    def table_from_row_sums(self, table: torch.Tensor, num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
+        hit = den > 0
+        new = table.clone()
+        new[hit] = num[hit] / den[hit].to(table.dtype).unsqueeze(1)
+        return new
