@@ -87,6 +87,9 @@ def register(sub) -> argparse.ArgumentParser:
     pr.add_argument("--by-history", action="store_true",
                     help="also pair the runs within each bucket of the users' training interactions (1-10, 11-20, "
                          "21-50, ...): where a change helps sparse users, dense ones, or both")
+    pr.add_argument("--also", nargs=2, action="append", metavar=("RUN_A", "RUN_B"), default=[],
+                    help="another pair of run folders, on another draw of the split (coldstart --split-seed); "
+                         "repeatable: every pair's users' differences are then also pooled in one t-test")
     pr.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     pr.set_defaults(func=cmd_paired)
     return p
@@ -96,9 +99,15 @@ def cmd_paired(args) -> int:
     from ..experiments.paired_runs import format_paired, paired_runs
     from ..jsonio import json_default
 
-    result = paired_runs(args.run_a, args.run_b, args.metrics.split(",") if args.metrics else None,
-                         by_history=args.by_history)
-    print(format_paired(result), file=sys.stderr if args.json else sys.stdout)
+    metrics = args.metrics.split(",") if args.metrics else None
+    result = paired_runs(args.run_a, args.run_b, metrics, by_history=args.by_history)
+    text = format_paired(result)
+    if args.also:
+        from ..experiments.pooled_pairs import format_pooled, pooled_pairs
+
+        result["pooled_draws"] = pooled_pairs([(args.run_a, args.run_b)] + [tuple(p) for p in args.also], metrics)
+        text += "\n" + format_pooled(result["pooled_draws"])
+    print(text, file=sys.stderr if args.json else sys.stdout)
     if args.json:
         print(json.dumps(result, default=json_default))
     return 0
