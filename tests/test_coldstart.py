@@ -356,6 +356,16 @@ def test_coldstart_command_natural_cold_targets(tmp_path, capsys):
     head, content = res["cold_among_cold"]["ndcg@5"], res["baselines"]["content"]["cold_among_cold"]["ndcg@5"]
     assert test["n"] == head["n_users"] and test["mean_diff"] == pytest.approx(head["mean"] - content["mean"])
     assert "Paired over the same users" in (out / "report.md").read_text()
+    # every variant's users are kept in the layout `experiment paired` reads, so that draws can be pooled
+    items = out / "cold_items"
+    assert {p.name for p in items.iterdir()} >= {"fcf+fedvlr-headline", "fcf+fedvlr-content-only",
+                                                 "fcf-alone-both", "fcf-alone-trained"}
+    capsys.readouterr()
+    assert main(["experiment", "paired", str(items / "fcf+fedvlr-headline" / "cold_among_cold"),
+                 str(items / "fcf-alone-both" / "cold_among_cold"), "--json"]) == 0
+    again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["tests"]["ndcg@5"]
+    want = paired["backbone alone, both"]["cold_among_cold"]["ndcg@5"]
+    assert again["n"] == want["n"] and again["mean_diff"] == pytest.approx(want["mean_diff"])
 
 
 def test_coldstart_command_fixed_fused_rule_gives_the_backbone_its_plain_rule(tmp_path, capsys):

@@ -148,8 +148,8 @@ def coldstart_options(args):
 
 
 def cmd_coldstart(args) -> int:
-    from ..coldstart.paired import JOINING_FRAMES
-    from ..coldstart.report import format_summary, write_joining_per_user, write_report
+    from ..coldstart.paired import COLD_ITEM_FRAMES, JOINING_FRAMES
+    from ..coldstart.report import format_summary, write_cold_item_per_user, write_joining_per_user, write_report
     from ..coldstart.study import run_coldstart
     from ..jsonio import json_default, write_json_atomic
 
@@ -164,10 +164,11 @@ def cmd_coldstart(args) -> int:
     log(f"cold-start study of {model} on {args.source}: {studies}; {len(seeds)} seed{'s' * (len(seeds) > 1)} ({', '.join(map(str, seeds))}; "
         f"change with --seeds), up to {args.rounds} rounds" + (f"; writing to {args.out}" if args.out else ""))
     result = run_coldstart(coldstart_options(args), log=log)
-    joining_frames = result.pop(JOINING_FRAMES, {})
+    joining_frames, item_frames = result.pop(JOINING_FRAMES, {}), result.pop(COLD_ITEM_FRAMES, {})
     if args.out:
         write_report(result, Path(args.out))
         write_joining_per_user(joining_frames, Path(args.out))
+        write_cold_item_per_user(item_frames, Path(args.out))
         write_json_atomic(Path(args.out) / "result.json", result)
     print(format_summary(result), file=sys.stderr if args.json else sys.stdout)
     if args.json:

@@ -16,6 +16,8 @@ PER_USER = "_per_user"
 #: the key under which a study's result holds its joining users' per-user frames until the report folder is
 #: written (``{model: {support: frame}}``; never in the JSON)
 JOINING_FRAMES = "_joining_per_user"
+#: the same for a cold-item study's per-user frames (``{model: {variant: {part: frame}}}``; never in the JSON)
+COLD_ITEM_FRAMES = "_cold_item_per_user"
 
 
 def paired_against_backbone(layer: dict, alone: dict, keys) -> dict:

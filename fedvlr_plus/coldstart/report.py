@@ -317,6 +317,23 @@ def write_joining_per_user(frames: dict, out: Path) -> list[Path]:
     return written
 
 
+def write_cold_item_per_user(frames: dict, out: Path) -> list[Path]:
+    """Each model's cold-item variants (the headline rule, every rule, as trained, the content-only ranker), one
+    row per test user averaged over the seeds, per part of the targets, as
+    ``out/cold_items/<model>-<variant>/<part>/per_user_test.csv``: the layout ``fedvlr-plus experiment paired``
+    reads (``--also`` pools studies on other draws of the cold items)."""
+    written = []
+    for model, variants in frames.items():
+        for variant, parts in variants.items():
+            for part, frame in parts.items():
+                name = f"{model}-{variant}".replace(" ", "-")
+                path = Path(out) / "cold_items" / name / part / "per_user_test.csv"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                _atomic_csv(path, frame)
+                written.append(path)
+    return written
+
+
 def write_report(result: dict, out: Path) -> list[Path]:
     """Write the CSV tables, ``report.md`` and the plots into ``out``; returns the files written."""
     out = Path(out)

@@ -143,14 +143,17 @@ def run_coldstart(opts: ColdStartOptions, log=None) -> dict:
 
 def _pair_cold_items(result: dict, keys) -> None:
     """Paired tests of the layer's cold-item headline against the backbone alone and the content-only ranker, and
-    the per-user frames they came from taken out of the result."""
-    from .paired import PER_USER, paired_cold_items
+    the per-user frames they came from moved out of the JSON result to ``result[COLD_ITEM_FRAMES]`` (the report
+    folder keeps them, so that studies on other draws of the cold items can be pooled)."""
+    from .paired import COLD_ITEM_FRAMES, PER_USER, paired_cold_items
 
     alone = result.get("backbone_alone")
     if PER_USER in result and result.get("fusion", "none") != "none":
         result["paired_cold_items"] = paired_cold_items(result, alone, keys)
-    for res in (result, alone or {}):
-        res.pop(PER_USER, None)
+    names = (result.get("model", "model"), result.get("backbone", "backbone") + "-alone")
+    for name, res in zip(names, (result, alone or {})):
+        if PER_USER in res:
+            result.setdefault(COLD_ITEM_FRAMES, {})[name] = res.pop(PER_USER)
 
 
 def _pair_joining_users(result: dict, keys) -> None:
