@@ -4,8 +4,9 @@ A comparison on one draw of a split (which items are cold, which users join late
 pairs two runs over that draw's test users. Another draw may answer differently, and a test paired over users
 does not count that. Here each pair of run folders is first tested over its own users, then every (draw, user)
 difference A − B goes into one t-test: the draws pooled, each weighted by its number of users. A user drawn into
-several draws counts once per draw, which makes the pooled test somewhat too confident when draws share users;
-the number of distinct users is reported beside it.
+several draws counts once per draw, which makes the pooled test too confident when draws share users (draws of
+cold items share nearly all of them, and the variation between item draws is not counted at all); the number of
+distinct users is reported beside it.
 """
 from __future__ import annotations
 
