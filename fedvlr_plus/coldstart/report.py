@@ -307,14 +307,8 @@ def write_joining_per_user(frames: dict, out: Path) -> list[Path]:
     """Each model's and support size's joining users, one row per reported user with their metrics averaged over
     the seeds, as ``out/joining/<model>-N<support>/per_user_test.csv``: the layout ``fedvlr-plus experiment
     paired`` reads, so two studies' joining users pair over the same users."""
-    written = []
-    for model, per_support in frames.items():
-        for n, frame in per_support.items():
-            path = Path(out) / "joining" / f"{model}-N{n}" / "per_user_test.csv"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            _atomic_csv(path, frame)
-            written.append(path)
-    return written
+    return [_per_user_csv(Path(out) / "joining" / f"{model}-N{n}", frame)
+            for model, per_support in frames.items() for n, frame in per_support.items()]
 
 
 def write_cold_item_per_user(frames: dict, out: Path) -> list[Path]:
@@ -322,16 +316,17 @@ def write_cold_item_per_user(frames: dict, out: Path) -> list[Path]:
     row per test user averaged over the seeds, per part of the targets, as
     ``out/cold_items/<model>-<variant>/<part>/per_user_test.csv``: the layout ``fedvlr-plus experiment paired``
     reads (``--also`` pools studies on other draws of the cold items)."""
-    written = []
-    for model, variants in frames.items():
-        for variant, parts in variants.items():
-            for part, frame in parts.items():
-                name = f"{model}-{variant}".replace(" ", "-")
-                path = Path(out) / "cold_items" / name / part / "per_user_test.csv"
-                path.parent.mkdir(parents=True, exist_ok=True)
-                _atomic_csv(path, frame)
-                written.append(path)
-    return written
+    return [_per_user_csv(Path(out) / "cold_items" / f"{model}-{variant}".replace(" ", "-") / part, frame)
+            for model, variants in frames.items() for variant, parts in variants.items()
+            for part, frame in parts.items()]
+
+
+def _per_user_csv(folder: Path, frame: pd.DataFrame) -> Path:
+    """``frame`` as ``folder/per_user_test.csv``, the file ``experiment paired`` reads; returns its path."""
+    path = folder / "per_user_test.csv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _atomic_csv(path, frame)
+    return path
 
 
 def write_report(result: dict, out: Path) -> list[Path]:

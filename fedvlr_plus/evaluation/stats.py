@@ -125,14 +125,23 @@ def paired_frames(fa, fb, metric: str, which: str = "all") -> dict:
     joined = fa[["user", metric]].merge(fb[["user", metric]], on="user", suffixes=("_a", "_b"))
     xa = joined[f"{metric}_a"].to_numpy(np.float64)
     xb = joined[f"{metric}_b"].to_numpy(np.float64)
+    tests = paired_arrays(xa, xb, metric, which)
+    # the users one side lacks stand right after the common count, where reports read them
+    out = {k: tests[k] for k in ("metric", "which", "n")}
+    out.update(n_only_a=int(len(fa) - len(xa)), n_only_b=int(len(fb) - len(xb)))
+    out.update(tests)
+    return out
+
+
+def paired_arrays(xa: np.ndarray, xb: np.ndarray, metric: str, which: str = "all") -> dict:
+    """The tests of :func:`paired_frames` on two aligned arrays of per-pair figures (pair ``i`` is
+    ``(xa[i], xb[i])``), without the users one side lacks."""
     diff = xa - xb
     n = len(diff)
     out = {
         "metric": metric,
         "which": which,
         "n": int(n),
-        "n_only_a": int(len(fa) - n),
-        "n_only_b": int(len(fb) - n),
         "mean_a": float(xa.mean()) if n else math.nan,
         "mean_b": float(xb.mean()) if n else math.nan,
         "mean_diff": float(diff.mean()) if n else math.nan,

@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import stats
 
 from ..errors import RunFolderError
 from .paired_runs import per_user_of_run
@@ -30,30 +29,30 @@ def pooled_pairs(pairs, metrics=None) -> dict:
     if missing:
         raise RunFolderError(str(pairs[0][0]), f"not every folder has per-user {', '.join(missing)}",
                              f"choose from {', '.join(common) or 'no metric they share'}")
-    draws, users, diffs = [], [], {m: [] for m in wanted}
+    draws, users, pairs_of = [], [], {m: ([], []) for m in wanted}
     for fa, fb, a, b in frames:
         joined = fa.merge(fb, on="user", suffixes=("_a", "_b"))
         users.append(set(joined["user"].tolist()))
         for m in wanted:
-            diffs[m].append((joined[f"{m}_a"] - joined[f"{m}_b"]).to_numpy(np.float64))
-        draws.append({"a": str(a), "b": str(b), "tests": {m: _difference_test(diffs[m][-1]) for m in wanted}})
-    pooled = {m: dict(_difference_test(np.concatenate(diffs[m])), draws=len(pairs)) for m in wanted}
+            pairs_of[m][0].append(joined[f"{m}_a"].to_numpy(np.float64))
+            pairs_of[m][1].append(joined[f"{m}_b"].to_numpy(np.float64))
+        draws.append({"a": str(a), "b": str(b),
+                      "tests": {m: _difference_test(pairs_of[m][0][-1], pairs_of[m][1][-1], m) for m in wanted}})
+    pooled = {m: dict(_difference_test(np.concatenate(xa), np.concatenate(xb), m), draws=len(pairs))
+              for m, (xa, xb) in pairs_of.items()}
     return {"draws": draws, "pooled": pooled, "n_users": sum(len(u) for u in users),
             "n_distinct_users": len(set().union(*users))}
 
 
-def _difference_test(diff: np.ndarray) -> dict:
-    """Paired differences' count, mean, standard error and t-test p (1 where every difference is 0, 0 where all
-    are the same non-zero value)."""
-    n = len(diff)
-    if n < 2:
-        return {"n": n, "mean_diff": float(diff.mean()) if n else math.nan, "se": math.nan, "t_pvalue": math.nan}
-    se = float(diff.std(ddof=1) / math.sqrt(n))
-    if se > 0:
-        p = float(stats.ttest_1samp(diff, 0.0).pvalue)
-    else:
-        p = 1.0 if diff[0] == 0 else 0.0
-    return {"n": n, "mean_diff": float(diff.mean()), "se": se, "t_pvalue": p}
+def _difference_test(xa: np.ndarray, xb: np.ndarray, metric: str) -> dict:
+    """:func:`~fedvlr_plus.evaluation.stats.paired_arrays` of the pairs, with the standard error of their mean
+    difference."""
+    from ..evaluation.stats import paired_arrays
+
+    out = paired_arrays(xa, xb, metric)
+    n = len(xa)
+    out["se"] = float((xa - xb).std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan
+    return out
 
 
 def format_pooled(result: dict) -> str:
