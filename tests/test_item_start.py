@@ -109,7 +109,8 @@ def test_the_auto_start_needs_validation_joining_users(tmp_path):
     from _bad_input import assert_user_error, run_cli
 
     assert_user_error(run_cli("coldstart", "synthetic:40x120", "--cold-users", "0.2", "--support", "1",
-                              "--backbone", "fedavg", "--new-user-start", "auto", "--out", str(tmp_path / "o")),
+                              "--support-epochs", "20", "--backbone", "fedavg", "--new-user-start", "auto",
+                              "--out", str(tmp_path / "o")),
                       "--new-user-start auto")
 
 

@@ -73,10 +73,10 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help="hold this fraction of users out of training; they join afterwards with --support items")
     c.add_argument("--support", type=_supports, default=(1, 3, 5), metavar="N[,N...]",
                    help="support sizes of the joining users")
-    c.add_argument("--support-epochs", type=_support_epochs, default=20, metavar="N|auto",
-                   help="local epochs a joining user trains its private parts for (0: none); auto: chosen per "
-                        "support size among 0, 1, 5, 20 (then 50, 100 while the longest is best) on a third of the "
-                        "joining users by --cold-select, the figures then from the other two thirds")
+    c.add_argument("--support-epochs", type=_support_epochs, default="auto", metavar="N|auto",
+                   help="local epochs a joining user trains its private parts for (0: none); auto (the default): "
+                        "chosen per support size among 0, 1, 5, 20 (then 50, 100 while the longest is best) on a "
+                        "third of the joining users by --cold-select, the figures then from the other two thirds")
     _add_new_user_arguments(c)
     c.add_argument("--cold-rule", choices=("auto",) + COLD_RULES, default="auto",
                    help="ID rows of cold items for the headline figure: auto = the rule with the best validation "
@@ -87,10 +87,11 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help="validation metric that picks the cold rule")
     c.add_argument("--with-backbone", action="store_true",
                    help="with --fusion: also train the backbone alone on the same split and report it beside")
-    c.add_argument("--tune", action="store_true",
-                   help="with --fusion: choose the layer's recipe on the training data's validation split first "
-                        "(the grid of 'run --tune', first seed; an item study rates each recipe by its valid "
-                        "--cold-select among cold items under the best cold rule); reported under 'tuning'")
+    c.add_argument("--tune", action=argparse.BooleanOptionalAction, default=None,
+                   help="with --fusion: choose the layer's recipe on validation first (the grid of 'run --tune', "
+                        "first seed; a new-user study rates each recipe by its validation joining users, an item "
+                        "study by its valid --cold-select among cold items under the best cold rule); reported "
+                        "under 'tuning'. On by default in a new-user study with --fusion, off otherwise")
     c.add_argument("--split-seed", type=non_negative_int, default=0, help="seed of the cold-item / cold-user draw")
     o = p.add_argument_group("evaluation and output")
     o.add_argument("--metrics", type=metric_list, default=DEFAULT_METRICS, help="metric@K list")
@@ -113,11 +114,12 @@ def _add_new_user_arguments(c) -> None:
                         "whichever of population and items its validation joining users rank better (auto, "
                         "needs --support-epochs auto or --tune), or its own initial draw (fresh, the earlier "
                         "protocol)")
-    c.add_argument("--new-user-prior", choices=NEW_USER_PRIORS, default="none",
+    c.add_argument("--new-user-prior", choices=NEW_USER_PRIORS, default=None,
                    help="popularity: add the trained users' log item counts, weighted, to a joining user's scores, "
-                        "the weight (0, 0.5, 1, 2 or 4, then 8, 16, 32 while the largest tried is best) chosen with "
-                        "the local epochs on the validation joining users (needs --support-epochs auto or --tune); "
-                        "none: the model's scores alone")
+                        "the weight (0, 0.5, 1, 2 or 4, then doubling up to 1,024 while the largest tried is best) "
+                        "chosen with the local epochs on the validation joining users (needs --support-epochs auto "
+                        "or --tune); none: the model's scores alone. Default: popularity where the study sets "
+                        "validation joining users aside, else none")
 
 
 def coldstart_options(args):
@@ -128,6 +130,7 @@ def coldstart_options(args):
     from .run_args import config_from_args
     from .run_tune import check_tune_flags
 
+    resolve_new_user_defaults(args)
     check_tune_flags(args)
     _check_validation_choices(args)
     split = StudySplit(args.source, cold_items=args.cold_items, cold_users=args.cold_users,
@@ -163,7 +166,12 @@ def cmd_coldstart(args) -> int:
     model = args.backbone + (f"+{args.fusion}" if args.fusion != "none" else "")
     log(f"cold-start study of {model} on {args.source}: {studies}; {len(seeds)} seed{'s' * (len(seeds) > 1)} ({', '.join(map(str, seeds))}; "
         f"change with --seeds), up to {args.rounds} rounds" + (f"; writing to {args.out}" if args.out else ""))
-    result = run_coldstart(coldstart_options(args), log=log)
+    opts = coldstart_options(args)
+    if args.cold_users is not None:
+        log(f"joining users: local epochs {args.support_epochs}, start {args.new_user_start}, prior "
+            f"{args.new_user_prior}" + ("; the layer's recipe chosen on validation joining users (--no-tune: its "
+                                        "defaults)" if args.tune else ""))
+    result = run_coldstart(opts, log=log)
     joining_frames, item_frames = result.pop(JOINING_FRAMES, {}), result.pop(COLD_ITEM_FRAMES, {})
     if args.out:
         write_report(result, Path(args.out))
@@ -181,6 +189,20 @@ def _support_epochs(text: str):
     from .argtypes import non_negative_int
 
     return "auto" if text.strip().lower() == "auto" else non_negative_int(text)
+
+
+def resolve_new_user_defaults(args) -> None:
+    """Fill the flags left at their defaults with the validated recipe of a new-user study: the layer's recipe, the
+    local epochs and the popularity prior's weight all chosen on the validation joining users (0, the model alone,
+    among the weights). Another study keeps the layer's defaults and no prior."""
+    from .run_tune import grid_has_choice
+
+    users = args.cold_users is not None
+    if args.tune is None:
+        args.tune = users and args.fusion != "none" and grid_has_choice(args)
+    if args.new_user_prior is None:
+        sets_valid_aside = users and (args.support_epochs == "auto" or args.tune)
+        args.new_user_prior = "popularity" if sets_valid_aside else "none"
 
 
 def _check_validation_choices(args) -> None:

@@ -28,6 +28,11 @@ def resolve_tune(args) -> bool:
         return False
     if getattr(args, "resume", None):
         return (Path(args.resume) / "tuning").is_dir()
+    return grid_has_choice(args)
+
+
+def grid_has_choice(args) -> bool:
+    """Whether the layer's grid keeps more than one recipe after the flags the user fixed."""
     return len(_candidates(args)) > 1
 
 
