@@ -197,12 +197,16 @@ def resolve_new_user_defaults(args) -> None:
     among the weights). Another study keeps the layer's defaults and no prior."""
     from .run_tune import grid_has_choice
 
-    users = args.cold_users is not None
     if args.tune is None:
-        args.tune = users and args.fusion != "none" and grid_has_choice(args)
+        args.tune = args.cold_users is not None and args.fusion != "none" and grid_has_choice(args)
     if args.new_user_prior is None:
-        sets_valid_aside = users and (args.support_epochs == "auto" or args.tune)
-        args.new_user_prior = "popularity" if sets_valid_aside else "none"
+        args.new_user_prior = "popularity" if _sets_joining_users_aside(args) else "none"
+
+
+def _sets_joining_users_aside(args) -> bool:
+    """Whether the study keeps a third of its joining users for validation choices: a new-user study with
+    ``--support-epochs auto`` or ``--tune``."""
+    return args.cold_users is not None and (args.support_epochs == "auto" or bool(args.tune))
 
 
 def _check_validation_choices(args) -> None:
@@ -213,7 +217,7 @@ def _check_validation_choices(args) -> None:
     chosen = [(flag, what) for flag, what, on in (
         ("--new-user-prior", "the prior's weight", args.new_user_prior != "none"),
         ("--new-user-start auto", "the start", args.new_user_start == "auto")) if on]
-    if chosen and (args.cold_users is None or not (args.support_epochs == "auto" or args.tune)):
+    if chosen and not _sets_joining_users_aside(args):
         flag, what = chosen[0]
         raise ConfigError(flag, f"chooses {what} on validation joining users, which this study does not set aside",
                           "add --cold-users F and --support-epochs auto (or --tune)")
