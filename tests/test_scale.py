@@ -326,3 +326,41 @@ def test_bench_suite_measures_tiny_cases_each_in_its_own_process(tmp_path):
     md = (out / "suite.md").read_text()
     assert "synthetic:40x30, FedAvg alone" in md and "private states in memory" in md
     assert "were prepared before the cases (compiled or loaded" in md
+
+
+def test_bench_suite_keeps_each_case_as_it_goes_and_stops_a_case_past_its_timeout(tmp_path, monkeypatch):
+    from fedvlr_plus.bench import suite
+
+    # a case past --case-timeout is stopped and recorded with the end of its stderr, and the suite goes on
+    slow = suite.run_case({"source": "synthetic:40x30", "backbone": "fedavg", "rounds": 1}, timeout=0.01)
+    assert slow["status"] == "failed" and "--case-timeout 0.01 s" in slow["reason"]
+    assert isinstance(slow["stderr_tail"], list)
+    # suite.json is rewritten after every case: a suite stopped during its second case keeps the first
+    calls = []
+
+    def fake_run_case(case, timeout=None):
+        calls.append((case["id"], case["sequential_rounds"], case.get("device"), timeout))
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return {"status": "failed", "reason": "boom", "stderr_tail": ["Traceback", "boom"]}
+
+    monkeypatch.setattr(suite, "run_case", fake_run_case)
+    with pytest.raises(KeyboardInterrupt):
+        suite.run_suite(tmp_path, shared_data=tmp_path / "none", only={"scale-fedavg", "ml100k-fedavg"},
+                        scale_source="synthetic:40x30", case_timeout=7, sequential=False, device="cpu")
+    assert calls == [("ml100k-fedavg", 0, "cpu", 7), ("scale-fedavg", 0, "cpu", 7)]
+    doc = json.loads((tmp_path / "suite.json").read_text())
+    assert [c["id"] for c in doc["cases"]] == ["ml100k-fedavg"] and doc["sequential"] is False
+    assert doc["cases"][0]["stderr_tail"] == ["Traceback", "boom"]
+    assert "failed: boom" in (tmp_path / "suite.md").read_text()
+
+
+def test_bench_suite_markdown_names_the_gpu_and_its_memory():
+    from fedvlr_plus.bench.suite import markdown
+
+    row = {"id": "x", "title": "KU round", "status": "ok", "peak_rss_mb": 1024.0, "peak_gpu_mb": 512.0,
+           "batched": {"round1_cpu_s": 0.5, "later_cpu_s": 0.1, "later_wall_s": 0.1}}
+    md = markdown({"device": "cuda", "accelerator": "NVIDIA H200", "cases": [row]})
+    assert "1.00 GB (GPU 0.50 GB)" in md and "on the NVIDIA H200 (`--device cuda`)" in md
+    md = markdown({"device": "auto", "accelerator": None, "cases": []})
+    assert "`--device auto` found no CUDA device: every case ran on the CPU." in md

@@ -7,7 +7,8 @@ for it, and the time of full-sort evaluation passes where asked. The suite runs 
 that the peak RSS it reads from the operating system belongs to that case alone.
 
 A case is a dict: ``source`` (a data source, ``synthetic:UxI`` included), ``backbone`` (a federated backbone or
-``recbole:<Model>``), ``fusion`` (None, or ``{"residual": bool}`` for the FedVLR layer), ``rounds``,
+``recbole:<Model>``), ``fusion`` (None, or ``{"residual": bool}`` for the FedVLR layer, with ``"views"``: a view
+store folder to read instead of encoding the items), ``rounds``,
 ``sequential_rounds`` (0: no reference), ``evaluate`` (full-sort passes after training), ``device``,
 ``chunk_floats`` (the batched simulator's memory bound of a chunk, when not the default) and ``private_store``
 (``memory`` by default, ``file`` for the tables in files).
@@ -54,7 +55,8 @@ def _model(case: dict, data):
 
         backbone = make_backbone(backbone, data.n_items, int(case.get("dim", 64)))
     views = synthetic_views(data.n_items) if case["source"].startswith("synthetic:") else None
-    opts = FedVLROptions(residual=bool(case["fusion"].get("residual", False)), progress=False)
+    opts = FedVLROptions(residual=bool(case["fusion"].get("residual", False)), progress=False,
+                         views=case["fusion"].get("views"))
     return build_fedvlr(data, backbone, opts, views)
 
 
@@ -113,6 +115,8 @@ def measure(case: dict) -> dict:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     out["process_cpu_s"] = usage.ru_utime + usage.ru_stime
     out["peak_rss_mb"] = usage.ru_maxrss / 1024.0   # kilobytes on Linux
+    if torch.cuda.is_initialized():
+        out["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2 ** 20
     return out
 
 

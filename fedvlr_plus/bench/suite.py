@@ -16,6 +16,8 @@ from pathlib import Path
 
 #: the full-size synthetic population (the size of a large Amazon category)
 SCALE_SOURCE = "synthetic:35598x18357"
+#: lines of a failed case's stderr kept in ``suite.json`` (its traceback), so a run on a borrowed machine loses nothing
+STDERR_TAIL_LINES = 40
 
 
 def cases(shared_data: Path, scale_source: str = SCALE_SOURCE) -> list[dict]:
@@ -60,50 +62,74 @@ def run_case(case: dict, timeout: float | None = None) -> dict:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
-        proc.communicate()
-        return {"status": "failed", "reason": f"ran past {timeout:.0f} s"}
+        err = proc.communicate()[1]
+        tail = [ln for ln in err.strip().splitlines() if ln.strip()][-STDERR_TAIL_LINES:]
+        return {"status": "failed", "reason": f"ran past --case-timeout {timeout:g} s", "stderr_tail": tail}
     wall = time.perf_counter() - t0
     return _result(proc.returncode, out, err, wall)
 
 
 def _result(code: int, out: str, err: str, wall: float) -> dict:
     if code != 0:
-        last = [ln for ln in err.strip().splitlines() if ln.strip()][-1:] or [f"exit code {code}"]
-        return {"status": "failed", "reason": last[0][:300]}
+        lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+        reason = lines[-1][:300] if lines else f"exit code {code}"
+        return {"status": "failed", "reason": reason, "stderr_tail": lines[-STDERR_TAIL_LINES:]}
     res = json.loads(out.strip().splitlines()[-1])
     res.update(status="ok", process_wall_s=wall)
     return res
 
 
 def run_suite(out_dir: Path, *, shared_data: Path, quick: bool = False, only=None, scale_source: str = SCALE_SOURCE,
-              device: str | None = None, progress=print) -> dict:
-    """Measure every (selected) case, write ``suite.json`` and ``suite.md`` under ``out_dir``; return the JSON."""
-    results, kernels = [], None
+              device: str | None = None, case_timeout: float | None = None, sequential: bool = True,
+              progress=print) -> dict:
+    """Measure every (selected) case, write ``suite.json`` and ``suite.md`` under ``out_dir``; return the JSON.
+
+    Both files are rewritten after every case, so a suite stopped part-way keeps the cases it measured; a case
+    that runs past ``case_timeout`` seconds is stopped and recorded as failed, and the suite goes on."""
+    doc = {"suite": "fedvlr-plus bench suite", "quick": bool(quick), "sequential": bool(sequential),
+           "python": sys.version.split()[0], "device": device or "cpu", "accelerator": _accelerator(device),
+           "kernels": None, "cases": []}
     for case in cases(shared_data, scale_source):
         if only and case["id"] not in only:
             continue
         if device:
             case["device"] = device
+        if not sequential:
+            case["sequential_rounds"] = 0
         entry = {"id": case["id"], "title": case["title"], "case": case}
         reason = "left out by --quick" if quick and case.get("big") else _missing_reason(case)
         if reason:
             entry.update(status="skipped", reason=reason)
         else:
-            if kernels is None and case.get("big") and case.get("fusion"):   # a population's initial draw
+            if doc["kernels"] is None and case.get("big") and case.get("fusion"):   # a population's initial draw
                 progress("bench suite: preparing the compiled kernels (initial draw, steps) ...")
-                kernels = prepare_kernels()
+                doc["kernels"] = prepare_kernels()
             progress(f"bench suite: {case['id']} ...")
-            entry.update(run_case(case))
-        results.append(entry)
-    doc = {"suite": "fedvlr-plus bench suite", "quick": bool(quick), "python": sys.version.split()[0],
-           "kernels": kernels, "cases": results}
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+            entry.update(run_case(case, timeout=case_timeout))
+            if entry["status"] == "failed":
+                progress(f"bench suite: {case['id']} failed: {entry['reason']}")
+        doc["cases"].append(entry)
+        _write(Path(out_dir), doc)   # after every case: a suite stopped part-way keeps what it measured
+    _write(Path(out_dir), doc)
+    return doc
+
+
+def _write(out_dir: Path, doc: dict) -> None:
+    from ..atomic_write import atomic_write_text
     from ..jsonio import write_json_atomic
 
+    out_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out_dir / "suite.json", doc)
-    (out_dir / "suite.md").write_text(markdown(doc))
-    return doc
+    atomic_write_text(out_dir / "suite.md", markdown(doc))
+
+
+def _accelerator(device: str | None) -> str | None:
+    """The GPU's name where the suite runs on one (``cuda``, or ``auto`` on a machine that has one)."""
+    if device not in ("cuda", "auto"):
+        return None
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
 
 
 def prepare_kernels() -> dict:
@@ -132,6 +158,12 @@ def _cpu(summary: dict, which: str) -> str:
     return _fmt(cpu) + (f" ({_fmt(sys_s)} sys)" if sys_s is not None and sys_s >= 0.1 * cpu and sys_s >= 0.05 else "")
 
 
+def _memory(entry: dict) -> str:
+    """Peak RSS, and the GPU's peak allocation where the case ran on one."""
+    gpu = entry.get("peak_gpu_mb")
+    return f"{entry['peak_rss_mb'] / 1024:.2f} GB" + (f" (GPU {gpu / 1024:.2f} GB)" if gpu is not None else "")
+
+
 def markdown(doc: dict) -> str:
     """The suite as a Markdown table (CPU time, one thread; round 1 and the median of later rounds)."""
     lines = ["| case | round 1 CPU | later round CPU (median) | wall (later) | sequential CPU | ratio (CPU) "
@@ -144,7 +176,12 @@ def markdown(doc: dict) -> str:
         ratio = f"{e['speedup_cpu']:.1f}x" if "speedup_cpu" in e else "—"
         lines.append(f"| {e['title']} | {_cpu(b, 'round1')} | {_cpu(b, 'later')} "
                      f"| {_fmt(b['later_wall_s'])} | {_fmt(q['later_cpu_s']) if q else '—'} | {ratio} "
-                     f"| {_fmt(e.get('eval_full_cpu_s'))} | {e['peak_rss_mb'] / 1024:.2f} GB |")
+                     f"| {_fmt(e.get('eval_full_cpu_s'))} | {_memory(e)} |")
+    device, gpu = doc.get("device", "cpu"), doc.get("accelerator")
+    if device != "cpu":
+        lines += ["", f"Every case trained and scored its chunks on the {gpu} (`--device {device}`); CPU time is "
+                  "the host's share, so wall time is the figure to read." if gpu else
+                  f"`--device {device}` found no CUDA device: every case ran on the CPU."]
     k = doc.get("kernels")
     if k:
         state = ("compiled or loaded from numba's cache" if k["available"]

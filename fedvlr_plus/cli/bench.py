@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from .argtypes import positive_int
+from .argtypes import positive_float, positive_int
 from .common import add_data_arguments, load_for_run
 
 
@@ -55,6 +55,10 @@ def _register_suite(sub) -> None:
     s.add_argument("--scale-source", metavar="SOURCE", default=None,
                    help="data of the large-population cases (default synthetic:35598x18357)")
     s.add_argument("--device", choices=("cpu", "cuda", "auto"), default=None, help="device of every case")
+    s.add_argument("--case-timeout", type=positive_float, metavar="SECONDS", default=None,
+                   help="stop a case that runs longer and record it as failed (default: no limit)")
+    s.add_argument("--no-sequential", action="store_true",
+                   help="time the batched simulator only (no sequential reference, no ratio)")
     s.set_defaults(func=cmd_bench_suite)
 
 
@@ -68,6 +72,7 @@ def cmd_bench_suite(args) -> int:
     only = set(args.cases.split(",")) if args.cases else None
     doc = run_suite(Path(args.out), shared_data=shared, quick=args.quick, only=only,
                     scale_source=args.scale_source or SCALE_SOURCE, device=args.device,
+                    case_timeout=args.case_timeout, sequential=not args.no_sequential,
                     progress=lambda line: print(line, file=sys.stderr, flush=True))
     print((Path(args.out) / "suite.md").read_text(), end="")
     failed = [c["id"] for c in doc["cases"] if c["status"] == "failed"]
