@@ -152,12 +152,16 @@ class FederatedRun:
             return make_store("disk", root)
         if kind == "file":   # working tables, not a record: the checkpoints hold the states
             return FileStore(Path(self._tmpdir()) / "tables", capacity=self.data.n_users)
-        return CompactStore(capacity=self.data.n_users)
+        return CompactStore(capacity=self.data.n_users, pin_memory=self._device().type == "cuda")
+
+    def _device(self):
+        from .device import resolve_device
+
+        return resolve_device(self.cfg.device)
 
     def _start_simulator(self):
         """``self.sim``: the batched or sequential simulator, or for a wrapped ``nn.Module`` (RecBole) its own
         module clients; returns that module's adapter base (None for the package's own backbones)."""
-        from .device import resolve_device
         from .module_batched import BatchedModuleSimulator
         from .module_client import ModuleSimulator, module_base
 
@@ -167,7 +171,7 @@ class FederatedRun:
         if base is not None:  # a wrapped nn.Module (RecBole): its own clients, vmapped or one at a time
             sim_cls = BatchedModuleSimulator if cfg.simulator == "batched" else ModuleSimulator
         self.sim = sim_cls(self.bb, self.indptr, self.indices, self.store, seed=cfg.seed,
-                           chunk_floats=cfg.chunk_floats, device=resolve_device(cfg.device))
+                           chunk_floats=cfg.chunk_floats, device=self._device())
         return base
 
     def _tmpdir(self) -> str:

@@ -97,10 +97,12 @@ class CompactStore:
 
     kind = "memory"
 
-    def __init__(self, capacity: int = 0):
+    def __init__(self, capacity: int = 0, *, pin_memory: bool = False):
         # the population size where known: the tables are made that large at once instead of growing by doubling
         # (a table grown past the last client's row would be up to twice the states' bytes, plus a copy)
         self.capacity = int(capacity)
+        # page-locked tables for a simulator on a GPU: its chunks' rows cross the bus at full speed both ways
+        self.pin_memory = bool(pin_memory)
         self._cols: dict[str, torch.Tensor] = {}
         self._has: dict[str, np.ndarray] = {}   # per row: whether it holds a value of the parameter
         self._row = np.full(0, -1, dtype=np.int64)   # client id -> its row (-1: never written)
@@ -224,7 +226,8 @@ class CompactStore:
             cap = max(top, min(doubled, self.capacity) if self.capacity else doubled)
         # empty, not zeroed: a row is read only once ``has`` marks it written, and zeroing a population's tables
         # would be one more pass over their whole size (1.75 GB at 35,598 FedVLR routers)
-        new = torch.empty((cap,) + tuple(vals.shape[1:]), dtype=vals.dtype if col is None else col.dtype)
+        new = torch.empty((cap,) + tuple(vals.shape[1:]), dtype=vals.dtype if col is None else col.dtype,
+                          pin_memory=self.pin_memory)
         has = np.zeros(cap, dtype=bool)
         if col is not None:
             new[:len(col)] = col
