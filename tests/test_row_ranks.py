@@ -136,3 +136,18 @@ def test_real_catalogue_gives_the_same_metrics_with_either_path(ranker, monkeypa
     monkeypatch.setattr(row_ranks, "KERNEL_FROM_SCORES", 0)
     compared = evaluate(data, scorer, ks=(10, 50), mask_history="all")
     pd.testing.assert_frame_equal(sorted_.per_user, compared.per_user)
+
+
+def test_read_only_target_arrays_are_taken_without_a_warning():
+    # a split's arrays are read-only; the sorting path (every GPU evaluation) copies them instead of warning once
+    scores = torch.randn(4, 6)
+    rows, items = np.array([0, 1, 1, 3]), np.array([2, 0, 5, 1])
+    rows.flags.writeable = items.flags.writeable = False
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        greater, ties, n = metrics.masked_rank_counts(scores, torch.zeros(4, 6, dtype=torch.bool), rows, items)
+    r, i = torch.tensor(rows), torch.tensor(items)
+    want = (scores[r] > scores[r, i].unsqueeze(1)).sum(1)   # each target against the rest of its own row
+    assert greater.tolist() == want.tolist()

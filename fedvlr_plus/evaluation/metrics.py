@@ -244,6 +244,16 @@ def rank_counts(target_scores, candidate_scores):
     return greater.cpu().numpy().astype(np.int64), ties.cpu().numpy().astype(np.int64)
 
 
+def _on_device(ids, dev):
+    """Target ids as an int64 tensor on ``dev``; an array is copied first, since the split's arrays are read-only
+    and torch warns about every such array it is handed."""
+    import torch
+
+    if isinstance(ids, torch.Tensor):
+        return ids.to(dev)
+    return torch.from_numpy(np.array(ids, dtype=np.int64)).to(dev)
+
+
 def masked_rank_counts(scores, masked, pair_rows, pair_items):
     """``greater``/``ties`` for targets ranked against whole score rows with some items masked out.
 
@@ -264,8 +274,7 @@ def masked_rank_counts(scores, masked, pair_rows, pair_items):
         srt = torch.from_numpy(np.sort(S.numpy(), axis=1))  # numpy's row sort is several times faster on CPU
     else:
         srt = torch.sort(S, dim=1).values.contiguous()
-    rows = torch.as_tensor(pair_rows, device=dev)
-    items = torch.as_tensor(pair_items, device=dev)
+    rows, items = _on_device(pair_rows, dev), _on_device(pair_items, dev)
     t = scores[rows, items]
     # one padded query row per user (targets of a user side by side) so searchsorted runs batched per row
     counts = torch.bincount(rows, minlength=scores.shape[0])

@@ -315,9 +315,11 @@ def prepare_kernels() -> bool:
 
 def sparse_csr(crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     """A CSR matrix built from sorted indices (no checks: they are sorted by construction), without PyTorch's
-    one-time notice that its CSR support is in beta (a user should not read it on every run)."""
+    one-time notices that its CSR support is in beta and that invariant checks are off (a user should not read
+    them on every run)."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
         return torch.sparse_csr_tensor(crow, col, values, size, check_invariants=False)
 
 
