@@ -364,3 +364,19 @@ def test_bench_suite_markdown_names_the_gpu_and_its_memory():
     assert "1.00 GB (GPU 0.50 GB)" in md and "on the NVIDIA H200 (`--device cuda`)" in md
     md = markdown({"device": "auto", "accelerator": None, "cases": []})
     assert "`--device auto` found no CUDA device: every case ran on the CPU." in md
+
+
+def test_the_gpu_check_example_refuses_in_one_line_without_cuda(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is visible: the script would run the whole check")
+    script = Path(__file__).resolve().parents[1] / "examples" / "gpu_check.sh"
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    res = subprocess.run(["bash", str(script), str(tmp_path / "out")], capture_output=True, text=True, env=env)
+    assert res.returncode == 1 and not (tmp_path / "out").exists()
+    assert res.stderr.strip().splitlines() == [f"gpu_check.sh: no CUDA device is visible to torch {torch.__version__}; "
+                                               "nothing to check here"]
