@@ -380,3 +380,23 @@ def test_the_gpu_check_example_refuses_in_one_line_without_cuda(tmp_path):
     assert res.returncode == 1 and not (tmp_path / "out").exists()
     assert res.stderr.strip().splitlines() == [f"gpu_check.sh: no CUDA device is visible to torch {torch.__version__}; "
                                                "nothing to check here"]
+
+
+def test_bench_suite_times_the_real_toys_population_where_its_folder_is(tmp_path):
+    from fedvlr_plus.bench import suite
+
+    doc = suite.run_suite(tmp_path, shared_data=tmp_path / "none", only={"toys-fedavg-fedvlr"}, progress=lambda s: 0)
+    (case,) = doc["cases"]
+    assert case["status"] == "skipped" and "amazon2014-toys not found" in case["reason"]
+    spec = {c["id"]: c for c in suite.cases(tmp_path)}["toys-fedavg-fedvlr"]
+    assert spec["fusion"] and spec["evaluate"] and spec["big"] and spec["source"].endswith("amazon2014-toys")
+
+
+def test_a_store_asked_for_page_locked_tables_falls_back_to_pageable_ones_where_they_are_refused():
+    # on a machine without a CUDA driver torch refuses page-locked memory: the store keeps working, unpinned
+    if torch.cuda.is_available():
+        pytest.skip("page-locked memory is granted here")
+    store = CompactStore(capacity=4, pin_memory=True)
+    store.save_block(np.array([2, 0]), {"w": torch.arange(6.0).reshape(2, 3)})
+    assert not store._cols["w"].is_pinned()
+    assert torch.equal(store.load(0)["w"], torch.tensor([3.0, 4.0, 5.0]))

@@ -22,7 +22,7 @@ STDERR_TAIL_LINES = 40
 
 def cases(shared_data: Path, scale_source: str = SCALE_SOURCE) -> list[dict]:
     """Every case of the suite; ``big`` ones are left out by ``--quick``."""
-    ku = str(shared_data / "ku")
+    ku, toys = str(shared_data / "ku"), str(shared_data / "amazon2014-toys")
     fvlr, resid = {"residual": False}, {"residual": True}
     return [
         dict(id="ku-fedavg-fedvlr", title="KU round, FedAvg + FedVLR", source=ku, backbone="fedavg", fusion=fvlr,
@@ -42,6 +42,8 @@ def cases(shared_data: Path, scale_source: str = SCALE_SOURCE) -> list[dict]:
              evaluate=True, private_store="memory", big=True),
         dict(id="scale-fedavg", title=f"{scale_source}, FedAvg alone", source=scale_source, backbone="fedavg",
              rounds=3, big=True),
+        dict(id="toys-fedavg-fedvlr", title="Amazon 2014 Toys (19,412 real clients), FedAvg + FedVLR (+ full-sort "
+             "evaluation)", source=toys, backbone="fedavg", fusion=fvlr, rounds=4, evaluate=True, big=True),
     ]
 
 

@@ -43,14 +43,15 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 def _register_suite(sub) -> None:
     s = sub.add_parser("suite", help="every speed figure (KU, ml-100k, recbole:BPR, 35,598 synthetic clients, "
-                                     "full-sort evaluation), each case in its own process, as JSON and Markdown",
+                                     "19,412 Amazon Toys clients, full-sort evaluation), each case in its own process, as JSON and Markdown",
                        description="Measure every case of the speed table in one run: CPU and wall time per round "
                                    "(one thread), round 1 and the median of later rounds, the sequential reference "
                                    "and the ratio where there is one, full-sort evaluation time, and each case's "
                                    "peak RSS (one process per case). Real-data cases whose folder is missing are "
                                    "skipped with the reason. Writes DIR/suite.json and DIR/suite.md.")
     s.add_argument("--out", metavar="DIR", default="bench-suite", help="folder for suite.json and suite.md")
-    s.add_argument("--quick", action="store_true", help="leave out the big cases (35,598 clients, ml-100k FedVLR)")
+    s.add_argument("--quick", action="store_true",
+                   help="leave out the big cases (35,598 and 19,412 clients, ml-100k FedVLR)")
     s.add_argument("--cases", metavar="IDS", default=None, help="comma-separated case ids to run (default: all)")
     s.add_argument("--scale-source", metavar="SOURCE", default=None,
                    help="data of the large-population cases (default synthetic:35598x18357)")

@@ -226,8 +226,7 @@ class CompactStore:
             cap = max(top, min(doubled, self.capacity) if self.capacity else doubled)
         # empty, not zeroed: a row is read only once ``has`` marks it written, and zeroing a population's tables
         # would be one more pass over their whole size (1.75 GB at 35,598 FedVLR routers)
-        new = torch.empty((cap,) + tuple(vals.shape[1:]), dtype=vals.dtype if col is None else col.dtype,
-                          pin_memory=self.pin_memory)
+        new = _empty_table((cap,) + tuple(vals.shape[1:]), vals.dtype if col is None else col.dtype, self.pin_memory)
         has = np.zeros(cap, dtype=bool)
         if col is not None:
             new[:len(col)] = col
@@ -297,6 +296,17 @@ class CompactStore:
             for cid, state in (snapshot or {}).items():
                 self.save(int(cid), state)
         self.commit()
+
+
+def _empty_table(shape: tuple, dtype: torch.dtype, pin_memory: bool) -> torch.Tensor:
+    """An uninitialised table, page-locked if asked and the system grants it (a container may cap locked memory):
+    pageable memory only makes a GPU's copies slower, so a refusal is no reason to stop a run."""
+    if pin_memory:
+        try:
+            return torch.empty(shape, dtype=dtype, pin_memory=True)
+        except RuntimeError:
+            pass
+    return torch.empty(shape, dtype=dtype)
 
 
 def _row_blocks(values):
