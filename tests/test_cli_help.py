@@ -102,6 +102,19 @@ def test_federated_run_plan_names_seeds_rounds_patience_and_folder():
     assert "choosing its recipe on valid" in _run_plan(tuned, "ml-100k") and "--no-tune" not in _next_step(tuned)
 
 
+def test_the_run_plan_names_the_gpu_a_run_trains_on(monkeypatch):
+    import torch
+
+    from fedvlr_plus.cli import build_parser
+    from fedvlr_plus.cli.run import _run_plan
+
+    args = build_parser().parse_args(["run", "ml-100k", "--backbone", "fedavg", "--device", "auto"])
+    assert "GPU" not in _run_plan(args, "ml-100k") or torch.cuda.is_available()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Test GPU 80GB")
+    assert _run_plan(args, "ml-100k").startswith("training fedavg on ml-100k on the GPU (Test GPU 80GB): 1 seed (0)")
+
+
 def test_run_tunes_the_fusion_layer_by_default_and_only_where_there_is_a_choice(tmp_path):
     from fedvlr_plus.cli import build_parser
     from fedvlr_plus.cli.run_tune import resolve_tune

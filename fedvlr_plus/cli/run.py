@@ -91,8 +91,21 @@ def _run_plan(args, dataset: str) -> str:
     model = args.backbone + ("" if args.fusion == "none" else f" + {args.fusion} fusion")
     tune = (f"after choosing its recipe on valid (one seed per recipe of the --tune grid; --no-tune skips it), "
             if getattr(args, "tune", False) else "")
-    return (f"training {model} on {dataset}{' ' + tune.rstrip(', ') if tune else ''}: {len(seeds)} seed{'s' * (len(seeds) > 1)} "
-            f"({', '.join(map(str, seeds))}), up to {args.rounds} rounds, patience {args.patience}; {where}")
+    return (f"training {model} on {dataset}{_on_gpu(args)}{' ' + tune.rstrip(', ') if tune else ''}: {len(seeds)} "
+            f"seed{'s' * (len(seeds) > 1)} ({', '.join(map(str, seeds))}), up to {args.rounds} rounds, patience "
+            f"{args.patience}; {where}")
+
+
+def _on_gpu(args) -> str:
+    """`` on the GPU (its name)`` where ``--device`` sends the chunks to CUDA, else nothing (the CPU is the rule)."""
+    from ..federation.device import resolve_device
+
+    device = resolve_device(getattr(args, "device", None))
+    if device.type != "cuda":
+        return ""
+    import torch
+
+    return f" on the GPU ({torch.cuda.get_device_name(device)})"
 
 
 def _next_step(args) -> str:
