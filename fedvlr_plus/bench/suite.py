@@ -64,16 +64,20 @@ def run_case(case: dict, timeout: float | None = None) -> dict:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
-        err = proc.communicate()[1]
-        tail = [ln for ln in err.strip().splitlines() if ln.strip()][-STDERR_TAIL_LINES:]
+        tail = _stderr_lines(proc.communicate()[1])[-STDERR_TAIL_LINES:]
         return {"status": "failed", "reason": f"ran past --case-timeout {timeout:g} s", "stderr_tail": tail}
     wall = time.perf_counter() - t0
     return _result(proc.returncode, out, err, wall)
 
 
+def _stderr_lines(err: str) -> list[str]:
+    """A case's stderr without its blank lines."""
+    return [ln for ln in err.strip().splitlines() if ln.strip()]
+
+
 def _result(code: int, out: str, err: str, wall: float) -> dict:
     if code != 0:
-        lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+        lines = _stderr_lines(err)
         reason = lines[-1][:300] if lines else f"exit code {code}"
         return {"status": "failed", "reason": reason, "stderr_tail": lines[-STDERR_TAIL_LINES:]}
     res = json.loads(out.strip().splitlines()[-1])
@@ -91,6 +95,7 @@ def run_suite(out_dir: Path, *, shared_data: Path, quick: bool = False, only=Non
     doc = {"suite": "fedvlr-plus bench suite", "quick": bool(quick), "sequential": bool(sequential),
            "python": sys.version.split()[0], "device": device or "cpu", "accelerator": _accelerator(device),
            "kernels": None, "cases": []}
+    _write(Path(out_dir), doc)   # then after every case: a suite stopped part-way keeps what it measured
     for case in cases(shared_data, scale_source):
         if only and case["id"] not in only:
             continue
@@ -111,8 +116,7 @@ def run_suite(out_dir: Path, *, shared_data: Path, quick: bool = False, only=Non
             if entry["status"] == "failed":
                 progress(f"bench suite: {case['id']} failed: {entry['reason']}")
         doc["cases"].append(entry)
-        _write(Path(out_dir), doc)   # after every case: a suite stopped part-way keeps what it measured
-    _write(Path(out_dir), doc)
+        _write(Path(out_dir), doc)
     return doc
 
 

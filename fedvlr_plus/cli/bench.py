@@ -43,7 +43,8 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 def _register_suite(sub) -> None:
     s = sub.add_parser("suite", help="every speed figure (KU, ml-100k, recbole:BPR, 35,598 synthetic clients, "
-                                     "19,412 Amazon Toys clients, full-sort evaluation), each case in its own process, as JSON and Markdown",
+                                     "19,412 Amazon Toys clients, full-sort evaluation), each case in its own "
+                                     "process, as JSON and Markdown",
                        description="Measure every case of the speed table in one run: CPU and wall time per round "
                                    "(one thread), round 1 and the median of later rounds, the sequential reference "
                                    "and the ratio where there is one, full-sort evaluation time, and each case's "

@@ -139,15 +139,15 @@ class BatchedSimulator:
         # once a chunk (at 35k FedVLR clients, 13 MB a chunk times 101 chunks); on the CPU ``to`` is the tensor itself
         on_device = {k: v.to(self.device) for k, v in shared.items()}
         for idx in _chunks(order, cost, self.chunk_floats, self.chunk_overhead):
-            yield self._fit_chunk(cids[idx], (shared, on_device), config, summed)
+            yield self._fit_chunk(cids[idx], shared, on_device, config, summed)
 
-    def _fit_chunk(self, cids: np.ndarray, shared_pair: tuple[dict, dict], config: dict, summed: bool = False):
-        """Every client of the chunk trains its local epochs in lock-step and yields its upload (``shared_pair``:
-        the round's shared tensors on the CPU, and on the simulator's device)."""
+    def _fit_chunk(self, cids: np.ndarray, cpu_shared: dict[str, torch.Tensor], shared: dict[str, torch.Tensor],
+                   config: dict, summed: bool = False):
+        """Every client of the chunk trains its local epochs in lock-step and yields its upload (the round's shared
+        tensors as the strategy holds them, ``cpu_shared``, and on the simulator's device, ``shared``)."""
         batch = self._chunk_batch(cids, config)
         own = round_start(self.bb, self._private_block(cids, in_place=True))
         private = {k: v.to(self.device, non_blocking=True) for k, v in own.items()}
-        cpu_shared, shared = shared_pair
         kernel, fixed = self._closed_form_plan(batch, config)
         # rank-one steps of a dot-product head read the broadcast table: the rows are gathered only if needed
         lazy = (self.bb.dot_head[0],) if kernel is None and self._dot_steps_apply(batch, config, fixed) else ()
