@@ -212,7 +212,7 @@ def test_reference_per_seed_trains_one_backbone_per_seed(monkeypatch):
 
 
 @pytest.mark.parametrize("flags, expected", [
-    ([], {"architectures": ("bilinear", "mlp", "linear"), "grpo_rounds": 30, "users_per_round": 256,
+    ([], {"architectures": ("bilinear", "mlp"), "grpo_rounds": 60, "users_per_round": 256,
           "router_holdout": 0.0}),
     (["--reward-view", "items"], {"architectures": ("cooc", "next"), "grpo_rounds": 60, "users_per_round": 1024,
                                   "router_holdout": 0.2}),
