@@ -6,7 +6,7 @@ is this package's reconstruction, mapped onto recommendation (what is published 
 docs/alignment.md, "MoR"):
 
 1. Each client trains its own Bradley-Terry reward model r_k(x, y) on its own pairs, minimising
-   -log sigma(r_k(x, y_w) - r_k(x, y_l)). Architectures differ between clients (bilinear, MLP, linear). The reward
+   -log sigma(r_k(x, y_w) - r_k(x, y_l)). Architectures differ between clients (bilinear and MLP by default). The reward
    model is private: a client only ever uploads *scores* of the (context, item) queries the server sends.
 2. Server router w(x, o) = softmax(W2 tanh(W1 [x ; onehot(o)])) over the K clients, x the input context and o the
    alignment objective. Fused reward R(x, y; o) = sum_k w_k(x, o) * z_k(x, y) where z_k is client k's score
