@@ -98,6 +98,28 @@ def test_router_prefers_the_matching_client_and_fused_beats_uniform_and_single()
         assert c["own"] > 0.8 and c["others"] < 0.5    # honesty check 1: each client is worse on the other's pairs
 
 
+def test_router_routes_an_objective_it_never_saw_by_the_mean_over_the_seen_ones():
+    from fedvlr_plus.alignment.mor_router import train_router
+
+    torch.manual_seed(0)
+    router = Router(3, n_objectives=3, n_clients=2)
+    x = torch.randn(40, 3)
+    o = torch.arange(40) % 2                               # objectives 0 and 1 only; 2 is a held-out group
+    z = torch.randn(2, 40)
+    untrained = router(x[:5], torch.full((5,), 2))
+    train_router(router, z, -z, x, o, epochs=20, balance=0.0)
+    assert router.seen.tolist() == [True, True, False]
+    w2 = router(x[:5], torch.full((5,), 2))
+    mean_seen = (router(x[:5], torch.zeros(5, dtype=torch.long)) + router(x[:5], torch.ones(5, dtype=torch.long))) / 2
+    assert torch.allclose(w2, mean_seen, atol=1e-6) and not torch.allclose(w2, untrained, atol=1e-3)
+    # a seen objective still reads its own input weights: the same as the raw network
+    raw = torch.softmax(router.net(torch.cat([x[:5], torch.nn.functional.one_hot(torch.zeros(5, dtype=torch.long),
+                                                                                   3).float()], -1)), -1)
+    assert torch.allclose(router(x[:5], torch.zeros(5, dtype=torch.long)), raw)
+    mixed = router(x[:2], torch.tensor([0, 2]))
+    assert torch.allclose(mixed[0], raw[0]) and torch.allclose(mixed[1], w2[1])
+
+
 class _ConstClient:
     """A client whose reward is the same for every item (scores only)."""
 

@@ -12,17 +12,37 @@ from .mor_rewards import query_clients
 
 
 class Router(torch.nn.Module):
-    """w(x, o) = softmax(W2 tanh(W1 [x ; onehot(o)])) over K clients."""
+    """w(x, o) = softmax(W2 tanh(W1 [x ; onehot(o)])) over K clients.
+
+    Once trained (:func:`train_router` records which objectives it saw), an objective it never saw, such as a held-out
+    client's group, gets the mean of its weights over the seen objectives at the same x: that objective's input
+    weights were never trained, so reading them would route on their random start.
+    """
 
     def __init__(self, dc: int, n_objectives: int, n_clients: int, hidden: int = 32):
         super().__init__()
         self.n_objectives = n_objectives
         self.net = torch.nn.Sequential(torch.nn.Linear(dc + n_objectives, hidden), torch.nn.Tanh(),
                                        torch.nn.Linear(hidden, n_clients))
+        self.register_buffer("seen", torch.zeros(n_objectives, dtype=torch.bool))
 
     def forward(self, x, o):
-        oh = F.one_hot(torch.as_tensor(o, dtype=torch.long), self.n_objectives).float()
-        return torch.softmax(self.net(torch.cat([torch.as_tensor(x, dtype=torch.float32), oh], -1)), -1)
+        x = torch.as_tensor(x, dtype=torch.float32)
+        o = torch.as_tensor(o, dtype=torch.long)
+        w = self._weights(x, o)
+        unseen = ~self.seen[o] if self.seen.any() else torch.zeros(len(o), dtype=torch.bool)
+        if unseen.any():
+            w = w.clone()
+            w[unseen] = self._over_seen_objectives(x[unseen])
+        return w
+
+    def _weights(self, x: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
+        oh = F.one_hot(o, self.n_objectives).float()
+        return torch.softmax(self.net(torch.cat([x, oh], -1)), -1)
+
+    def _over_seen_objectives(self, x: torch.Tensor) -> torch.Tensor:
+        seen = torch.nonzero(self.seen).flatten().tolist()
+        return torch.stack([self._weights(x, torch.full((len(x),), int(j))) for j in seen]).mean(0)
 
 
 @dataclass
@@ -63,6 +83,7 @@ def train_router(router: Router, z_chosen: torch.Tensor, z_rejected: torch.Tenso
     torch.manual_seed(seed)
     x = torch.as_tensor(x, dtype=torch.float32)
     o = torch.as_tensor(o, dtype=torch.long)
+    router.seen[torch.unique(o)] = True
     opt = torch.optim.Adam(router.parameters(), lr=lr)
     margin = (z_chosen - z_rejected).float()
     fit, held = _holdout_rows(len(x), holdout, seed)
