@@ -30,8 +30,8 @@ class Router(torch.nn.Module):
         x = torch.as_tensor(x, dtype=torch.float32)
         o = torch.as_tensor(o, dtype=torch.long)
         w = self._weights(x, o)
-        unseen = ~self.seen[o] if self.seen.any() else torch.zeros(len(o), dtype=torch.bool)
-        if unseen.any():
+        unseen = ~self.seen[o]
+        if self.seen.any() and unseen.any():   # an untrained router (nothing seen) reads its weights as they are
             w = w.clone()
             w[unseen] = self._over_seen_objectives(x[unseen])
         return w
