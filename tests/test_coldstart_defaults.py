@@ -33,3 +33,28 @@ def test_a_new_user_study_does_not_tune_a_grid_its_flags_left_with_one_recipe(mo
 
     monkeypatch.setattr(run_tune, "_candidates", lambda args, cold_items=False: ["the one recipe left"])
     assert _resolved("--fusion", "fedvlr", "--cold-users", "0.2")[0] is False
+
+
+@pytest.mark.parametrize("decay, want", [(0.0, {0.0, 1e-4}), (1e-3, {1e-3})])
+def test_a_studys_tuning_trains_each_recipe_with_its_weight_decay_unless_the_study_fixed_one(monkeypatch, decay, want):
+    from types import SimpleNamespace
+
+    import fedvlr_plus.coldstart.experiment as experiment
+    import fedvlr_plus.coldstart.study as study
+    from fedvlr_plus.federation.config import FedConfig
+    from fedvlr_plus.fedvlr import FedVLROptions
+
+    trained = {}
+
+    def train_selected(data, model, cfg, progress=True):
+        trained[len(trained)] = cfg.weight_decay
+        return SimpleNamespace(best={"metric": 0.1 * cfg.weight_decay})   # the decayed recipe scores best
+
+    monkeypatch.setattr(experiment, "train_selected", train_selected)
+    monkeypatch.setattr(study, "_recipe", lambda opts, fusion, cfg: (lambda data: None))
+    cfg = FedConfig(weight_decay=decay)
+    opts = study.ColdStartOptions(split=None, backbone="recbole:NeuMF", training=cfg, fedvlr=FedVLROptions(),
+                                  metrics=["ndcg@10"], progress=False)
+    _, cfg, report = study._tuned(opts, "fedvlr", cfg, data=None, log=None)
+    assert set(trained.values()) == want and cfg.weight_decay == max(want)
+    assert (report["selected"] == "residual+gate+wd") == (decay == 0.0)

@@ -70,16 +70,17 @@ def test_fast_recipe_triples_the_models_own_server_step():
     assert rb["default"].server_lr is None
     # a server step the user fixed leaves fast nothing to change: it collapses into the defaults
     assert [r.name for r in candidate_recipes(server_lr=0.5, backbone="recbole:BPR")] == [
-        "default", "residual", "unit", "unit+residual", "residual+gate"]
+        "default", "residual", "unit", "unit+residual", "residual+gate", "residual+gate+wd"]
 
 
 def test_a_recbole_model_also_tries_unit_size_views_unless_the_user_fixed_the_size():
     names = [r.name for r in candidate_recipes(backbone="recbole:NeuMF")]
-    assert names == ["default", "residual", "fast", "fast+residual", "unit", "unit+residual", "residual+gate"]
+    assert names == ["default", "residual", "fast", "fast+residual", "unit", "unit+residual", "residual+gate",
+                     "residual+gate+wd"]
     unit = {r.name: r for r in candidate_recipes(backbone="recbole:NeuMF")}["unit"]
     assert unit.settings()["--fusion-view-scale"] == "unit" and not unit.residual
     assert all(r.unit_scale for r in candidate_recipes(view_scale="unit", backbone="recbole:BPR"))
-    assert len(candidate_recipes(view_scale="model", backbone="recbole:BPR")) == 5
+    assert len(candidate_recipes(view_scale="model", backbone="recbole:BPR")) == 6
 
 
 def test_a_recbole_model_also_tries_the_residual_gate_and_a_fixed_gate_fixes_the_residual_path():
@@ -90,7 +91,38 @@ def test_a_recbole_model_also_tries_the_residual_gate_and_a_fixed_gate_fixes_the
     assert not any(r.residual_gate for r in candidate_recipes())     # the package's own backbones: not in the grid
     fixed = candidate_recipes(residual_gate=True, backbone="recbole:NeuMF")
     assert fixed and all(r.residual and r.residual_gate for r in fixed)
-    assert [r.name for r in fixed] == ["default", "fast", "unit"]    # the rest collapse into these three
+    assert [r.name for r in fixed] == ["default", "fast", "unit", "residual+gate+wd"]   # the rest collapse
+
+
+def test_the_gated_recipe_with_weight_decay_is_a_recbole_recipe_and_a_decay_the_user_passes_replaces_it():
+    from fedvlr_plus.fedvlr.tuning import GATE_WEIGHT_DECAY
+
+    wd = {r.name: r for r in candidate_recipes(backbone="recbole:NeuMF")}["residual+gate+wd"]
+    assert wd.residual and wd.residual_gate and wd.weight_decay == GATE_WEIGHT_DECAY == 1e-4
+    assert wd.settings()["--weight-decay"] == 1e-4
+    assert all(r.weight_decay is None for r in candidate_recipes(backbone="recbole:NeuMF") if r.name != wd.name)
+    assert not any(r.weight_decay for r in candidate_recipes())      # the package's own backbones: not in the grid
+    # a decay the user passed is every recipe's, so the two gated recipes are one
+    fixed = candidate_recipes(weight_decay=0.0, backbone="recbole:NeuMF")
+    assert "residual+gate+wd" not in [r.name for r in fixed] and {r.weight_decay for r in fixed} == {0.0}
+
+
+def test_a_run_tunes_the_recipes_weight_decay_and_keeps_a_decay_the_user_passed():
+    from fedvlr_plus.cli.main import build_parser
+    from fedvlr_plus.cli.run_args import config_from_args
+    from fedvlr_plus.cli.run_tune import _candidates, _with_recipe
+
+    def decays(argv):
+        args = build_parser().parse_args(
+            ["run", "ml-100k", "--backbone", "recbole:NeuMF", "--fusion", "fedvlr", *argv])
+        return {r.name: config_from_args(_with_recipe(args, r, seeds=1)).weight_decay for r in _candidates(args)}
+
+    grid = decays([])
+    assert grid["residual+gate+wd"] == 1e-4 and grid["residual+gate"] == 0.0 and grid["default"] == 0.0
+    # an explicit decay, even 0, is the user's: the grid's decayed recipe collapses into the gated one
+    for passed in ("0", "1e-3"):
+        fixed = decays(["--weight-decay", passed])
+        assert "residual+gate+wd" not in fixed and set(fixed.values()) == {float(passed)}
 
 
 def test_selection_keeps_the_best_validation_score_and_ties_keep_the_earlier_recipe():
@@ -216,6 +248,28 @@ def test_the_gate_recipe_reaches_the_layer_options_and_a_passed_gate_stays_on():
 
     grid = options([])
     assert grid["residual+gate"].residual and grid["residual+gate"].residual_gate
-    assert not any(o.residual_gate for n, o in grid.items() if n != "residual+gate")
+    assert not any(o.residual_gate for n, o in grid.items() if not n.startswith("residual+gate"))
     fixed = options(["--fusion-residual-gate"])
-    assert list(fixed) == ["default", "fast", "unit"] and all(o.residual and o.residual_gate for o in fixed.values())
+    assert list(fixed) == ["default", "fast", "unit", "residual+gate+wd"]
+    assert all(o.residual and o.residual_gate for o in fixed.values())
+
+
+def test_the_paper_table_hands_a_recipes_weight_decay_to_the_row_and_a_nonzero_table_decay_fixes_it():
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from fedvlr_plus.api import FedVLR, Model
+    from fedvlr_plus.experiments.paper_tuning import _candidate, _fixed
+
+    row = FedVLR(Model("recbole:NeuMF", "recbole:NeuMF"), label="neumf+fedvlr")
+    points = {r.name: r for r in candidate_recipes(backbone="recbole:NeuMF")}
+    assert _candidate(row, points["residual+gate+wd"]).train == {"weight_decay": 1e-4}
+    assert "weight_decay" not in _candidate(row, points["residual+gate"]).train
+
+    def study(decay):
+        data = SimpleNamespace(cold_items=lambda: np.zeros(3, bool), valid=lambda: {"item": pd.Series([0, 1])})
+        return SimpleNamespace(experiment=SimpleNamespace(training={"weight_decay": decay}), data=data)
+
+    assert _fixed(study(0.0), row)["weight_decay"] is None          # the table's default: the grid may choose
+    assert _fixed(study(1e-3), row)["weight_decay"] == 1e-3

@@ -89,7 +89,9 @@ def _add_optimiser_arguments(g) -> None:
     g.add_argument("--lr", type=positive_float, default=None, help="client learning rate (default: the backbone's)")
     g.add_argument("--item-lr-scale", type=positive_float, default=None,
                    help="item-table rows learn at lr x this (default: the backbone's)")
-    g.add_argument("--weight-decay", type=non_negative_float, default=d.weight_decay, help="L2 decay")
+    g.add_argument("--weight-decay", type=non_negative_float, default=None,
+                   help=f"L2 decay (default {d.weight_decay:g}; with --tune a RecBole model's grid also tries "
+                        "1e-4 behind the gated layer unless this fixes it)")
     g.add_argument("--lr-decay", type=bounded(float, 0, 1, low_open=True, name="lr_decay"), default=d.lr_decay,
                    help="client lr factor per round, in (0, 1]")
     g.add_argument("--strategy", choices=STRATEGIES, default=None, help="aggregation (default: the backbone's)")

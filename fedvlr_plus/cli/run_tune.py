@@ -44,7 +44,8 @@ def _candidates(args, cold_items: bool = False):
                              residual_gate=True if getattr(args, "fusion_residual_gate", False) else None,
                              content_preference=True if getattr(args, "content_preference", False) else None,
                              view_scale=getattr(args, "fusion_view_scale", None),
-                             id_dropout=getattr(args, "id_dropout", 0.0) or None, backbone=args.backbone)
+                             id_dropout=getattr(args, "id_dropout", 0.0) or None,
+                             weight_decay=getattr(args, "weight_decay", None), backbone=args.backbone)
 
 
 def tune_recipe(args, data, *, config_for, build_backbone):
@@ -88,6 +89,8 @@ def _with_recipe(args, recipe, *, seeds: int) -> argparse.Namespace:
     ns.fusion_residual_gate = recipe.residual_gate
     ns.fusion_view_scale = recipe.view_scale
     ns.id_dropout = recipe.id_dropout
+    if recipe.weight_decay is not None:
+        ns.weight_decay = recipe.weight_decay
     return ns
 
 

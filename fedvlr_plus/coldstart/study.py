@@ -184,11 +184,14 @@ def _tuned(opts: ColdStartOptions, fusion: str, cfg, data, log, parts: dict | No
     # a new-user study scores joining users, not items: the warm users' data may lack items only newcomers touched,
     # but ranking those is not what it measures
     cold_items = "items" in (parts or {}) and tries_id_dropout(data)
+    # a weight decay of 0 is the config's default, so only a non-zero one counts as fixed
     points = candidate_recipes(lr=cfg.lr, server_lr=cfg.server_lr, **fixed_by(fo), cold_items=cold_items,
-                               backbone=opts.backbone)
+                               weight_decay=cfg.weight_decay or None, backbone=opts.backbone)
 
     def apply(point):
-        return replace(opts, fedvlr=point.layer_options(fo)), replace(cfg, lr=point.lr, server_lr=point.server_lr)
+        decay = cfg.weight_decay if point.weight_decay is None else point.weight_decay
+        return (replace(opts, fedvlr=point.layer_options(fo)),
+                replace(cfg, lr=point.lr, server_lr=point.server_lr, weight_decay=decay))
 
     joining = _joining_validation(opts, parts, cfg) if parts is not None else None
     among_cold = _cold_item_validation(opts, parts, views) if joining is None else None

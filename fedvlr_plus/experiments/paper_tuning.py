@@ -20,12 +20,15 @@ def _fixed(study, recipe: FedVLR) -> dict:
     from ..fedvlr.tuning import fixed_by, tries_id_dropout
 
     settings = {**study.experiment.training, **recipe.train}
+    # a weight decay of 0 is the default here, so only a non-zero one counts as fixed
     return {"lr": settings.get("lr"), "server_lr": settings.get("server_lr"), **fixed_by(recipe.options),
+            "weight_decay": settings.get("weight_decay") or None,
             "cold_items": tries_id_dropout(study.data), "backbone": recipe.backbone}
 
 
 def _candidate(recipe: FedVLR, point) -> FedVLR:
-    train = {k: v for k, v in (("lr", point.lr), ("server_lr", point.server_lr)) if v is not None}
+    train = {k: v for k, v in (("lr", point.lr), ("server_lr", point.server_lr), ("weight_decay", point.weight_decay))
+             if v is not None}
     return FedVLR(recipe.inner, recipe.views, label=recipe.label,
                   options=point.layer_options(recipe.options), **train)
 

@@ -29,7 +29,10 @@ differs between data sets.
 A RecBole model also gets ``residual+gate``: the residual path with its fused part behind a server-learnt scale per
 expert and item table that starts at zero (``--fusion-residual-gate``). NeuMF behind the ungated residual path
 lagged NeuMF alone on validation while its towers learned (docs/method.md, "Residual gate"); measured on NeuMF
-only, so the package's own backbones do not get it.
+only, so the package's own backbones do not get it. ``residual+gate+wd`` adds L2 weight decay (``--weight-decay``,
+:data:`GATE_WEIGHT_DECAY`): NeuMF's ID rows grow under the server's Adam while the gated fused part keeps its initial
+size, so the gate barely opens; decay keeps the rows small enough for the content to count (docs/recbole.md). A
+weight decay the user passes replaces the grid's, so that recipe then collapses into ``residual+gate``.
 """
 from __future__ import annotations
 
@@ -54,6 +57,8 @@ class Recipe:
     id_dropout: float = 0.0
     #: the residual path's fused part behind a learnt per-table scale that starts at zero (``--fusion-residual-gate``)
     residual_gate: bool = False
+    #: L2 weight decay of the run (``--weight-decay``); None keeps the run's own
+    weight_decay: float | None = None
 
     @property
     def view_scale(self) -> str:
@@ -74,12 +79,17 @@ class Recipe:
             out["--id-dropout"] = self.id_dropout
         if self.residual_gate:
             out["--fusion-residual-gate"] = True
+        if self.weight_decay is not None:
+            out["--weight-decay"] = self.weight_decay
         if self.lr is not None:
             out["--lr"] = self.lr
         if self.server_lr is not None:
             out["--server-lr"] = self.server_lr
         return out
 
+
+#: the weight decay of the ``residual+gate+wd`` recipe (NeuMF's choice on lfm2k's validation among 1e-4 and 1e-3)
+GATE_WEIGHT_DECAY = 1e-4
 
 #: the grid: the layer's defaults, the residual ID path, a larger server step, both, and a private preference over
 #: content
@@ -92,6 +102,7 @@ RECIPES: tuple[Recipe, ...] = (
     Recipe("unit", unit_scale=True),
     Recipe("unit+residual", residual=True, unit_scale=True),
     Recipe("residual+gate", residual=True, residual_gate=True),
+    Recipe("residual+gate+wd", residual=True, residual_gate=True, weight_decay=GATE_WEIGHT_DECAY),
 )
 
 
@@ -134,7 +145,8 @@ def layer_server_lr(backbone: str) -> float:
 def candidate_recipes(*, lr: float | None = None, server_lr: float | None = None, residual: bool | None = None,
                       content_preference: bool | None = None, view_scale: str | None = None,
                       residual_gate: bool | None = None, id_dropout: float | None = None,
-                      cold_items: bool = False, backbone: str = "fedavg") -> list[Recipe]:
+                      weight_decay: float | None = None, cold_items: bool = False,
+                      backbone: str = "fedavg") -> list[Recipe]:
     """The grid for the layer around ``backbone`` with the values the user fixed put in place of the grid's;
     duplicates dropped, order kept. A backbone that scores through its own module (``recbole:``) gets no content
     preference; only such a backbone gets the ``unit`` recipes (for the others both view sizes are one).
@@ -156,9 +168,10 @@ def candidate_recipes(*, lr: float | None = None, server_lr: float | None = None
                        residual=(r.residual if residual is None else residual) or gate, residual_gate=gate,
                        content_preference=r.content_preference if content_preference is None else content_preference,
                        unit_scale=r.unit_scale if view_scale is None else view_scale == "unit",
-                       id_dropout=r.id_dropout if id_dropout is None else id_dropout)
+                       id_dropout=r.id_dropout if id_dropout is None else id_dropout,
+                       weight_decay=r.weight_decay if weight_decay is None else weight_decay)
         key = (fixed.lr, fixed.server_lr, fixed.residual, fixed.content_preference, fixed.unit_scale,
-               fixed.residual_gate, fixed.id_dropout)
+               fixed.residual_gate, fixed.id_dropout, fixed.weight_decay)
         if key not in seen:
             seen.add(key)
             out.append(fixed)
