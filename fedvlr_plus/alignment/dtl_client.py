@@ -18,10 +18,14 @@ from .dtl_task import RecTask
 class DTLClient:
     """A group of users (their histories are private and never leave :meth:`fit`)."""
 
-    def __init__(self, cid: int, task: RecTask, users, cfg: DTLConfig, *, seed: int = 0, store=None):
+    def __init__(self, cid: int, task: RecTask, users, cfg: DTLConfig, *, seed: int = 0, store=None,
+                 targets: list[np.ndarray] | None = None):
+        """``targets``: per user of ``users``, the train items this client holds as that user's examples (the
+        label skew over examples, :mod:`.dtl_examples`); None: every labelled train item of the user."""
         self.cid = int(cid)
         self.task = task
         self.users = np.asarray(users, dtype=np.int64)
+        self.targets = targets
         self.cfg = cfg
         self.seed = int(seed)
         self.store = store if store is not None else MemoryStore()
@@ -34,12 +38,14 @@ class DTLClient:
 
     def examples(self, rnd: int) -> tuple[np.ndarray, np.ndarray]:
         """(context [n, d], target column [n]): up to ``per_user`` train items per user (its labelled ones in the
-        few-shot regime), each predicted from the mean of the user's other train items."""
+        few-shot regime; the ones this client holds with ``targets``), each predicted from the mean of the user's
+        other train items."""
         rng = np.random.default_rng([self.seed, self.cid, rnd])
         ctx, tgt = [], []
-        for u in self.users:
+        for j, u in enumerate(self.users):
             h = self.task.histories[u]
-            targets = h if self.task.labelled is None else self.task.labelled[u]
+            targets = self.targets[j] if self.targets is not None else \
+                h if self.task.labelled is None else self.task.labelled[u]
             if len(h) < 2 or not len(targets):
                 continue
             pick = rng.choice(targets, size=min(self.cfg.per_user, len(targets)), replace=False)

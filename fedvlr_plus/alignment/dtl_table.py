@@ -42,18 +42,31 @@ def _shots(report: dict) -> str:
     return f"few-shot: at most {shots} training {noun} per item ({min(counts)}-{max(counts)} in all); "
 
 
+def _split(report: dict) -> str:
+    """The caption's clause on what the Dirichlet dealt to the clients."""
+    if report.get("split", "users") == "examples":
+        return f"each class's training examples dealt by Dirichlet alpha {report['alpha']}"
+    return f"Dirichlet alpha {report['alpha']} over each user's dominant class ({report['dominant']})"
+
+
+def _headline(report: dict) -> str:
+    """Which model the table's cells score: one global model under the split over examples (no client owns a
+    user), else the global one for FedAvg of both towers and each client's own tower for the decoupled methods."""
+    if report.get("split", "users") == "examples":
+        return "every method's global model (no client owns a user under the split over examples)"
+    return ("headline evaluation (global model for FedAvg of both towers, each client's own tower for the "
+            "decoupled methods)")
+
+
 def markdown(report: dict, command: str) -> str:
     """The table a reader gets: the methods per seed, the paired tests, and each seed's split skew."""
     seeds, per_seed = report["seeds"], report["per_seed"]
     lines = [f"Command: `{command}`", "",
              f"Source {report['source']}; {_count(report, 'n_warm_items')} warm (base) / "
              f"{_count(report, 'n_cold_items')} cold (novel) items; classes: {report['classes']}; "
-             f"{report['clients']} clients, Dirichlet alpha "
-             f"{report['alpha']} over each user's dominant class ({report['dominant']}); "
+             f"{report['clients']} clients, {_split(report)}; "
              f"{_shots(report)}evaluated on {report['evaluated_on']}. "
-             f"Cells: seed {' / '.join(map(str, seeds))} (**mean**); "
-             "headline evaluation (global model for FedAvg of both towers, each client's own tower for the "
-             "decoupled methods).", "",
+             f"Cells: seed {' / '.join(map(str, seeds))} (**mean**); {_headline(report)}.", "",
              "| Method | base (warm) HR@10 | novel (cold) HR@10 | base NDCG@10 | novel NDCG@10 |",
              "|---|---|---|---|---|"]
     for m, name in METHOD_NAMES.items():
@@ -67,6 +80,7 @@ def markdown(report: dict, command: str) -> str:
     for s, row in zip(seeds, per_seed):
         tv = row["client_class_tv"]
         novel = f", novel classes {row['novel_classes']}" if "novel_classes" in row else ""
-        lines.append(f"- seed {s}: users {row['client_users']}, TV {tv['mean']:.3f} / {tv['min']:.3f} / "
+        examples = f", examples {row['client_examples']}" if "client_examples" in row else ""
+        lines.append(f"- seed {s}: users {row['client_users']}{examples}, TV {tv['mean']:.3f} / {tv['min']:.3f} / "
                      f"{tv['max']:.3f}{novel}")
     return "\n".join(lines) + "\n"

@@ -20,6 +20,8 @@ class RecTask:
     user_genre: np.ndarray              #: [n_users] dominant genre index (for the label-skewed split)
     #: per user: the train items that may be a training target (few-shot: :func:`few_shot_targets`); None = all
     labelled: list[np.ndarray] | None = None
+    #: [n_items] one class per item, for the label skew over examples (:mod:`.dtl_examples`); None = not set
+    item_class: np.ndarray | None = None
 
     @property
     def n_items(self) -> int:

@@ -32,12 +32,14 @@ with the largest share of the history (``dominant="count"``) or the one most ove
 genre shares (``"lift"``). Where the catalogue's genres give no class skew (ml-100k), ``run_feddtl(classes=K,
 novel=N)`` makes the classes a k-means of the item vectors (:mod:`.dtl_classes`) and N of them novel (every item
 cold); the report carries each client's class-mix TV distance and the paired tests of :mod:`.dtl_table`.
+``split="examples"`` deals each class's examples to clients instead of whole users (the paper's protocol,
+:mod:`.dtl_examples`); every method is then judged by its global model.
 ``DTLConfig.user_tower="private"`` keeps each client's user adapter in its store and
 restores it every round (the paper's scheme, the default, starts every round from the FedAvg of the adapters).
 
-Where the parts live: :mod:`.dtl_task` (items, histories, label-skewed split), :mod:`.dtl_model` (towers,
-settings, noisy candidates, warm / cold evaluation), :mod:`.dtl_client` (SFT and GRPO on a client); this module
-holds the server alignment, the training loop and the runner and re-exports every public name.
+Where the parts live: :mod:`.dtl_task` (items, histories, label-skewed split of users), :mod:`.dtl_examples`
+(the split of examples), :mod:`.dtl_model` (towers, settings, noisy candidates, warm / cold evaluation),
+:mod:`.dtl_client` (SFT and GRPO on a client); this module holds the server alignment, the training loop and the runner and re-exports every public name.
 """
 from __future__ import annotations
 
@@ -58,10 +60,10 @@ from .dtl_task import (RecTask, build_task, dirichlet_split, dominant_labels, fe
                        item_texts, label_skew, minilm_content)
 from .pairs import shipped_features
 
-__all__ = ["DTLClient", "DTLConfig", "DTLResult", "ITEM_PARAMS", "METHODS", "RecTask", "USER_PARAMS",
+__all__ = ["DTLClient", "DTLConfig", "DTLResult", "ITEM_PARAMS", "METHODS", "RecTask", "SPLITS", "USER_PARAMS",
            "anchor_penalty", "build_task", "dirichlet_split", "dominant_labels", "evaluate_users", "few_shot_targets",
-           "init_params", "item_label_weights", "item_texts", "item_vectors", "label_skew", "lora", "minilm_content",
-           "noisy_candidates", "param_specs", "run_feddtl", "server_align", "train", "user_vectors"]
+           "init_params", "item_label_weights", "item_texts", "item_vectors", "label_skew", "lora", "make_clients",
+           "minilm_content", "noisy_candidates", "param_specs", "run_feddtl", "server_align", "train", "user_vectors"]
 
 
 def server_align(p: dict, protos: list[tuple], task: RecTask, cfg: DTLConfig,
@@ -115,14 +117,37 @@ class DTLResult:
     assign: np.ndarray | None = None                         #: client id per user
 
 
+SPLITS = ("users", "examples")
+
+
+def make_clients(task: RecTask, cfg: DTLConfig, *, split: str, n_clients: int, alpha: float,
+                 seed: int) -> tuple[list[DTLClient], np.ndarray]:
+    """The clients of a ``split`` and each user's client for the "own tower" evaluation: ``"users"`` deals whole
+    users by a Dirichlet over their dominant class; ``"examples"`` deals each class's examples by a Dirichlet over
+    the clients (:mod:`.dtl_examples`), and a user's client is the one holding most of its examples."""
+    if split == "users":
+        assign = dirichlet_split(task.user_genre, n_clients, alpha, seed)
+        return [DTLClient(c, task, np.flatnonzero(assign == c), cfg, seed=seed) for c in range(n_clients)], assign
+    if split != "examples":
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    from .dtl_examples import deal_examples, home_clients
+
+    if task.item_class is None:
+        raise ValueError("the split over examples needs the task's item classes (RecTask.item_class)")
+    held = deal_examples(task, task.item_class, n_clients, alpha, seed)
+    clients = [DTLClient(c, task, sorted(users), cfg, seed=seed, targets=[users[u] for u in sorted(users)])
+               for c, users in enumerate(held)]
+    return clients, home_clients(held, len(task.histories))
+
+
 def train(task: RecTask, method: str, cfg: DTLConfig, *, n_clients: int = 5, alpha: float = 0.1, rounds: int = 20,
-          sft_rounds: int = 10, seed: int = 0, log=None) -> DTLResult:
-    """One method end to end; returns the global model's warm / cold figures over all users."""
+          sft_rounds: int = 10, seed: int = 0, split: str = "users", log=None) -> DTLResult:
+    """One method end to end on the clients of ``split`` (:func:`make_clients`); returns the global model's and
+    each client's towers' warm / cold figures over all users."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     torch.manual_seed(seed)
-    assign = dirichlet_split(task.user_genre, n_clients, alpha, seed)
-    clients = [DTLClient(c, task, np.flatnonzero(assign == c), cfg, seed=seed) for c in range(n_clients)]
+    clients, assign = make_clients(task, cfg, split=split, n_clients=n_clients, alpha=alpha, seed=seed)
     shared = init_params(task.dim, cfg.rank, seed)
     specs = param_specs(task.dim, cfg.rank)
     strategy = make_strategy("fedavg")
@@ -163,11 +188,13 @@ def train(task: RecTask, method: str, cfg: DTLConfig, *, n_clients: int = 5, alp
     # each client's own tower(s) as left by its last local training (the user adapter, plus the item adapter for
     # FedAvg of both towers), with the server's latest global parts for the rest
     own = [USER_PARAMS + (ITEM_PARAMS if both else ()) for _ in clients]
-    personal = _pooled([evaluate_users({**shared, **{k: u.arrays[k] for k in names}}, task, c.users, cfg)
+    personal = _pooled([evaluate_users({**shared, **{k: u.arrays[k] for k in names}}, task,
+                                       np.flatnonzero(assign == c.cid), cfg)
                         for c, u, names in zip(clients, ups, own)])
     # headline: FedAvg of both towers is one global model (both towers averaged); the decoupled methods keep the
-    # client-side tower local, so each client's users are ranked with that client's own adapted user tower
-    test = glob if both else personal
+    # client-side tower local, so each client's users are ranked with that client's own adapted user tower. Split
+    # over examples, no client owns a user: every method serves its users with the global model
+    test = glob if both or split == "examples" else personal
     return DTLResult(method, {**test, "global_model": glob, "client_models": personal}, history,
                      params={k: v.detach().clone() for k, v in shared.items()},
                      client_params=[{k: u.arrays[k] for k in names} for u, names in zip(ups, own)],
@@ -215,13 +242,14 @@ def _classes(data, vectors: np.ndarray, classes: int, content: str, seed: int):
 def run_feddtl(source: str, cfg: DTLConfig, *, seeds, clients: int, alpha: float, rounds: int, sft_rounds: int,
                cold_share: float, dominant: str, device: str = "cpu", cache_dir: str | None = None,
                content: str = "text", classes: int = 0, novel: int = 0, valid: bool = False, shots: int = 0,
-               log=print) -> dict:
+               split: str = "users", log=print) -> dict:
     """``align feddtl``: every method for every seed on ``source``; mean and per-seed figures, paired tests.
 
     ``classes`` > 0: item classes are a k-means of the content vectors (seeded per seed) instead of the
     catalogue's categories; ``novel`` > 0: that many classes are novel (all their items cold) instead of a random
     ``cold_share`` of the items. ``valid``: held-out targets one step earlier, the test targets unused. ``shots``
-    > 0: the few-shot regime, at most that many training examples per item (:func:`few_shot_targets`)."""
+    > 0: the few-shot regime, at most that many training examples per item (:func:`few_shot_targets`). ``split``:
+    what the Dirichlet deals to clients, whole users or each class's examples (:func:`make_clients`)."""
     import time
 
     from .. import datasets
@@ -238,14 +266,13 @@ def run_feddtl(source: str, cfg: DTLConfig, *, seeds, clients: int, alpha: float
         task, weights, described, novel_ids = _seed_task(data, vectors, seed, classes=classes, content=content,
                                                          novel=novel, cold_share=cold_share, dominant=dominant,
                                                          valid=valid, shots=shots)
-        assign = dirichlet_split(task.user_genre, clients, alpha, seed)
-        row = _split_row(task, assign, weights, clients, novel_ids)
+        row = _split_row(task, weights, novel_ids, split=split, clients=clients, alpha=alpha, seed=seed)
         log(f"seed {seed}: users per client {row['client_users']}, class-mix TV to the global mix "
             f"{row['client_genre_tv']}")
         for m in METHODS:
-            row[m] = _one_method(task, m, cfg, clients, alpha, rounds, sft_rounds, seed, log)
+            row[m] = _one_method(task, m, cfg, clients, alpha, rounds, sft_rounds, seed, log, split)
         per_seed.append(row)
-    report = {"source": source, "seeds": list(seeds), "clients": clients, "alpha": alpha,
+    report = {"source": source, "seeds": list(seeds), "clients": clients, "alpha": alpha, "split": split,
               "dominant": dominant, "user_tower": cfg.user_tower, "prototypes": cfg.prototypes,
               "rounds": rounds, "sft_rounds": sft_rounds, "cold_share": cold_share,
               "rank_among": cfg.rank_among, "epochs": cfg.epochs, "per_user": cfg.per_user,
@@ -267,15 +294,26 @@ def run_feddtl(source: str, cfg: DTLConfig, *, seeds, clients: int, alpha: float
     return report
 
 
-def _split_row(task, assign: np.ndarray, weights, clients: int, novel_ids) -> dict:
-    """A seed's row of the report before its methods run: the split's client sizes and class skew, the warm and
-    cold item counts, the novel classes and, in the few-shot regime, the number of labelled examples."""
+def _split_row(task, weights, novel_ids, *, split: str, clients: int, alpha: float, seed: int) -> dict:
+    """A seed's row of the report before its methods run: the split's client sizes (users; with the split over
+    examples also examples) and class skew, the warm and cold item counts, the novel classes and, in the few-shot
+    regime, the number of labelled examples."""
     from .dtl_table import tv_summary
 
-    tv = label_skew(weights, task, assign)
-    row = {"client_users": np.bincount(assign, minlength=clients).tolist(),
-           "client_genre_tv": [round(x, 4) for x in tv], "client_class_tv": tv_summary(tv),
-           "n_warm_items": int(len(task.warm_items)), "n_cold_items": int(len(task.cold_items))}
+    row = {}
+    if split == "examples":
+        from .dtl_examples import deal_examples, example_skew
+
+        held = deal_examples(task, task.item_class, clients, alpha, seed)
+        tv = example_skew(weights, task, held)
+        row["client_users"] = [len(users) for users in held]
+        row["client_examples"] = [int(sum(map(len, users.values()))) for users in held]
+    else:
+        assign = dirichlet_split(task.user_genre, clients, alpha, seed)
+        tv = label_skew(weights, task, assign)
+        row["client_users"] = np.bincount(assign, minlength=clients).tolist()
+    row.update({"client_genre_tv": [round(x, 4) for x in tv], "client_class_tv": tv_summary(tv),
+                "n_warm_items": int(len(task.warm_items)), "n_cold_items": int(len(task.cold_items))})
     if novel_ids is not None:
         row["novel_classes"] = novel_ids.tolist()
     if task.labelled is not None:
@@ -293,17 +331,20 @@ def _seed_task(data, vectors, seed: int, *, classes: int, content: str, novel: i
     novel_ids = novel_classes(item_class, novel, seed) if novel and item_class is not None else None
     task = build_task(data, vectors, cold_share=cold_share, seed=seed, dominant=dominant, item_class=item_class,
                       novel=novel_ids, valid=valid)
+    # one class per item for the split over examples: its k-means class, or its first catalogue category
+    task.item_class = item_class if item_class is not None else np.argmax(weights, 1)
     if shots:
         task.labelled = few_shot_targets(task.histories, shots, seed)
     return task, weights, described, novel_ids
 
 
-def _one_method(task, m, cfg, clients, alpha, rounds, sft_rounds, seed, log) -> dict:
+def _one_method(task, m, cfg, clients, alpha, rounds, sft_rounds, seed, log, split: str = "users") -> dict:
     """One method on one seed's task: its test figures plus, for FedDTL, the last GRPO round's signal."""
     import time
 
     t = time.time()
-    res = train(task, m, cfg, n_clients=clients, alpha=alpha, rounds=rounds, sft_rounds=sft_rounds, seed=seed)
+    res = train(task, m, cfg, n_clients=clients, alpha=alpha, rounds=rounds, sft_rounds=sft_rounds, seed=seed,
+                split=split)
     out = res.test
     rl = [h for h in res.history if h["stage"] == "rl"]
     if rl:

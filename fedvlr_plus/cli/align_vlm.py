@@ -96,6 +96,11 @@ def _register_feddtl(methods) -> None:
     d.add_argument("--clients", type=positive_int, default=5, help="clients (default 5)")
     d.add_argument("--alpha", type=positive_float, default=0.1,
                    help="Dirichlet concentration of the label-skewed split over dominant genres (default 0.1)")
+    d.add_argument("--split", choices=("users", "examples"), default="users",
+                   help="what the Dirichlet deals to clients: whole users, by each user's dominant class (users; "
+                        "default), or each class's training examples (examples: the paper's label skew over "
+                        "samples; a user's examples spread over clients, and every method is judged by its global "
+                        "model)")
     d.add_argument("--dominant", choices=("count", "lift"), default="count",
                    help="a user's genre for the split: the most frequent in the history (count; default) or the "
                         "most over-represented against the global genre shares among those >= 10%% of the "
@@ -245,7 +250,7 @@ def cli_feddtl(args) -> int:
                         rounds=args.rounds, sft_rounds=args.sft_rounds, cold_share=args.cold_share,
                         dominant=args.dominant, device=args.device, cache_dir=args.cache_dir,
                         content=args.content, classes=args.classes, novel=args.novel_classes, valid=args.valid,
-                        shots=args.shots, log=log)
+                        shots=args.shots, split=args.split, log=log)
     if args.out_dir:
         write_table(report, args.out_dir, markdown)
     return _emit(report, args)
