@@ -109,3 +109,12 @@ def test_the_report_carries_the_split_its_examples_and_skew_and_the_table_says_s
     md = markdown(rep, "fedvlr-plus align feddtl x --split examples")
     assert "each class's training examples dealt by Dirichlet alpha 0.1" in md
     assert "every method's global model" in md and "examples [" in md
+
+
+@pytest.mark.parametrize("split", ["users", "examples"])
+def test_more_clients_than_a_split_can_fill_is_one_line_naming_the_flags(split):
+    from fedvlr_plus.errors import ConfigError
+
+    task = _task(n_users=6)
+    with pytest.raises(ConfigError, match=r"--clients 40 --alpha 0.1: no draw of 100 gave every client .*fewer clients"):
+        T.make_clients(task, T.DTLConfig(), split=split, n_clients=40, alpha=0.1, seed=0)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import ConfigError
 from .dtl_task import RecTask
 
 
@@ -37,7 +38,8 @@ def deal_examples(task: RecTask, item_class: np.ndarray, n_clients: int, alpha: 
                 held[c][u] = np.asarray(items)[client == c]
         if all(held):
             return held
-    raise ValueError(f"could not give each of {n_clients} clients an example with alpha={alpha}")
+    raise ConfigError(f"--clients {n_clients} --alpha {alpha}", "no draw of 100 gave every client a training example",
+                      "use fewer clients or a larger --alpha")
 
 
 def home_clients(held: list[dict[int, np.ndarray]], n_users: int) -> np.ndarray:

@@ -170,7 +170,10 @@ def dirichlet_split(labels: np.ndarray, n_clients: int, alpha: float, seed: int 
             out[users] = rng.choice(n_clients, size=len(users), p=props)
         if len(np.unique(out)) == n_clients:
             return out
-    raise ValueError(f"could not give each of {n_clients} clients a user with alpha={alpha}")
+    from ..errors import ConfigError
+
+    raise ConfigError(f"--clients {n_clients} --alpha {alpha}", "no draw of 100 gave every client a user",
+                      "use fewer clients or a larger --alpha")
 
 
 def label_skew(genres: np.ndarray, task: RecTask, assign: np.ndarray) -> list[float]:
