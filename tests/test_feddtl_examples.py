@@ -116,5 +116,5 @@ def test_more_clients_than_a_split_can_fill_is_one_line_naming_the_flags(split):
     from fedvlr_plus.errors import ConfigError
 
     task = _task(n_users=6)
-    with pytest.raises(ConfigError, match=r"--clients 40 --alpha 0.1: no draw of 100 gave every client .*fewer clients"):
+    with pytest.raises(ConfigError, match=r"--clients 40 --alpha 0.1: no draw of 100 gave every .*fewer clients"):
         T.make_clients(task, T.DTLConfig(), split=split, n_clients=40, alpha=0.1, seed=0)

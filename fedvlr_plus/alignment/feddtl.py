@@ -39,7 +39,8 @@ restores it every round (the paper's scheme, the default, starts every round fro
 
 Where the parts live: :mod:`.dtl_task` (items, histories, label-skewed split of users), :mod:`.dtl_examples`
 (the split of examples), :mod:`.dtl_model` (towers, settings, noisy candidates, warm / cold evaluation),
-:mod:`.dtl_client` (SFT and GRPO on a client); this module holds the server alignment, the training loop and the runner and re-exports every public name.
+:mod:`.dtl_client` (SFT and GRPO on a client); this module holds the server alignment, the training loop and the
+runner and re-exports every public name.
 """
 from __future__ import annotations
 
