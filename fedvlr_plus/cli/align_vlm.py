@@ -95,7 +95,7 @@ def _register_feddtl(methods) -> None:
                    help="rounds of SFT before the GRPO stage (default 4)")
     d.add_argument("--clients", type=positive_int, default=5, help="clients (default 5)")
     d.add_argument("--alpha", type=positive_float, default=0.1,
-                   help="Dirichlet concentration of the label-skewed split over dominant genres (default 0.1)")
+                   help="Dirichlet concentration of the label-skewed split (--split; default 0.1: strong skew)")
     d.add_argument("--split", choices=("users", "examples"), default="users",
                    help="what the Dirichlet deals to clients: whole users, by each user's dominant class (users; "
                         "default), or each class's training examples (examples: the paper's label skew over "
