@@ -43,8 +43,8 @@ def test_every_example_goes_to_exactly_one_client_and_the_draw_is_seeded():
 def test_a_small_alpha_skews_each_clients_class_mix_and_a_large_one_does_not():
     task = _task(n_users=300)
     weights = class_weights(task.item_class)
-    skewed = example_skew(weights, task, deal_examples(task, task.item_class, 4, alpha=0.05, seed=0))
-    even = example_skew(weights, task, deal_examples(task, task.item_class, 4, alpha=1000.0, seed=0))
+    skewed = example_skew(weights, deal_examples(task, task.item_class, 4, alpha=0.05, seed=0))
+    even = example_skew(weights, deal_examples(task, task.item_class, 4, alpha=1000.0, seed=0))
     assert np.mean(skewed) > 0.3 and max(even) < 0.1
 
 
@@ -60,12 +60,9 @@ def test_only_labelled_items_are_examples_in_the_few_shot_regime():
 def test_home_client_and_skew_hand_computed():
     held = [{0: np.array([1, 2]), 1: np.array([3])}, {0: np.array([4]), 2: np.array([5])}]
     assert home_clients(held, 4).tolist() == [0, 0, 1, 0]          # user 3 holds nothing: client 0
-    task = T.RecTask(content=np.eye(6, dtype=np.float32), histories=[np.zeros(0, np.int64)] * 4,
-                     warm_target=np.full(4, -1), cold_target=np.full(4, -1), warm_items=np.arange(6),
-                     cold_items=np.zeros(0, np.int64), user_genre=np.zeros(4, np.int64))
     weights = class_weights(np.array([0, 0, 0, 1, 1, 1]))
     # client 0 holds items 1, 2, 3 (classes 0, 0, 1), client 1 items 4, 5 (1, 1); all: 2 of class 0, 3 of class 1
-    assert example_skew(weights, task, held) == pytest.approx([abs(2 / 3 - 2 / 5), 2 / 5])
+    assert example_skew(weights, held) == pytest.approx([abs(2 / 3 - 2 / 5), 2 / 5])
 
 
 def test_clients_train_on_the_examples_they_hold_and_every_method_is_judged_by_its_global_model():

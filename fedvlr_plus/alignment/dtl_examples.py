@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ConfigError
-from .dtl_task import RecTask
+from .dtl_task import RecTask, class_mix
 
 
 def deal_examples(task: RecTask, item_class: np.ndarray, n_clients: int, alpha: float,
@@ -28,14 +28,14 @@ def deal_examples(task: RecTask, item_class: np.ndarray, n_clients: int, alpha: 
         shares = rng.dirichlet(np.full(n_clients, alpha), size=int(item_class.max()) + 1)
         held: list[dict[int, np.ndarray]] = [{} for _ in range(n_clients)]
         for u, history in enumerate(task.histories):
-            items = history if task.labelled is None else task.labelled[u]
+            items = np.asarray(history if task.labelled is None else task.labelled[u], np.int64)
             if len(history) < 2 or not len(items):
                 continue
             # one uniform draw per example against its class's cumulative shares: a client per example
             cum = np.cumsum(shares[item_class[items]], axis=1)
             client = np.minimum((rng.random(len(items))[:, None] > cum).sum(1), n_clients - 1)
             for c in np.unique(client):
-                held[c][u] = np.asarray(items)[client == c]
+                held[c][u] = items[client == c]
         if all(held):
             return held
     raise ConfigError(f"--clients {n_clients} --alpha {alpha}", "no draw of 100 gave every client a training example",
@@ -51,12 +51,8 @@ def home_clients(held: list[dict[int, np.ndarray]], n_users: int) -> np.ndarray:
     return np.argmax(counts, 1)
 
 
-def example_skew(weights: np.ndarray, task: RecTask, held: list[dict[int, np.ndarray]]) -> list[float]:
+def example_skew(weights: np.ndarray, held: list[dict[int, np.ndarray]]) -> list[float]:
     """Per client, the total-variation distance between the class mix of the examples it holds and the mix of all
     clients' examples (``weights``: [n_items, n_classes] class weights of the items)."""
-    def mix(item_lists):
-        items = np.concatenate(list(item_lists) + [np.zeros(0, np.int64)]).astype(np.int64)
-        x = np.bincount(items, minlength=task.n_items).astype(np.float64) @ weights
-        return x / max(x.sum(), 1e-12)
-    everything = mix(items for users in held for items in users.values())
-    return [float(0.5 * np.abs(mix(users.values()) - everything).sum()) for users in held]
+    everything = class_mix([items for users in held for items in users.values()], weights)
+    return [float(0.5 * np.abs(class_mix(users.values(), weights) - everything).sum()) for users in held]

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import ConfigError
+
 
 @dataclass
 class RecTask:
@@ -170,23 +172,25 @@ def dirichlet_split(labels: np.ndarray, n_clients: int, alpha: float, seed: int 
             out[users] = rng.choice(n_clients, size=len(users), p=props)
         if len(np.unique(out)) == n_clients:
             return out
-    from ..errors import ConfigError
-
     raise ConfigError(f"--clients {n_clients} --alpha {alpha}", "no draw of 100 gave every client a user",
                       "use fewer clients or a larger --alpha")
+
+
+def class_mix(item_lists, weights: np.ndarray) -> np.ndarray:
+    """The label shares of the items in ``item_lists`` (arrays of item ids, repeats counted), from ``weights``:
+    [n_items, n_labels] item label weights, rows summing to 1 or 0."""
+    items = np.concatenate(list(item_lists) + [np.zeros(0, np.int64)]).astype(np.int64)
+    x = np.bincount(items, minlength=weights.shape[0]).astype(np.float64) @ weights
+    return x / max(x.sum(), 1e-12)
 
 
 def label_skew(genres: np.ndarray, task: RecTask, assign: np.ndarray) -> list[float]:
     """Per client, the total-variation distance between the label mix of its users' train items and the global
     mix (``genres``: [n_items, n_labels] item label weights, rows summing to 1 or 0): how skewed the split is over
     the items, which are the classes here."""
-    def mix(users):
-        cnt = np.bincount(np.concatenate([task.histories[u] for u in users] + [np.zeros(0, np.int64)]),
-                          minlength=task.n_items).astype(np.float64)
-        x = cnt @ genres
-        return x / max(x.sum(), 1e-12)
-    g = mix(range(len(task.histories)))
-    return [float(0.5 * np.abs(mix(np.flatnonzero(assign == c)) - g).sum()) for c in range(int(assign.max()) + 1)]
+    g = class_mix(task.histories, genres)
+    return [float(0.5 * np.abs(class_mix([task.histories[u] for u in np.flatnonzero(assign == c)], genres) - g).sum())
+            for c in range(int(assign.max()) + 1)]
 
 
 def item_label_weights(data) -> np.ndarray:

@@ -136,7 +136,8 @@ def make_clients(task: RecTask, cfg: DTLConfig, *, split: str, n_clients: int, a
     if task.item_class is None:
         raise ValueError("the split over examples needs the task's item classes (RecTask.item_class)")
     held = deal_examples(task, task.item_class, n_clients, alpha, seed)
-    clients = [DTLClient(c, task, sorted(users), cfg, seed=seed, targets=[users[u] for u in sorted(users)])
+    order = [sorted(users) for users in held]
+    clients = [DTLClient(c, task, order[c], cfg, seed=seed, targets=[users[u] for u in order[c]])
                for c, users in enumerate(held)]
     return clients, home_clients(held, len(task.histories))
 
@@ -306,7 +307,7 @@ def _split_row(task, weights, novel_ids, *, split: str, clients: int, alpha: flo
         from .dtl_examples import deal_examples, example_skew
 
         held = deal_examples(task, task.item_class, clients, alpha, seed)
-        tv = example_skew(weights, task, held)
+        tv = example_skew(weights, held)
         row["client_users"] = [len(users) for users in held]
         row["client_examples"] = [int(sum(map(len, users.values()))) for users in held]
     else:
