@@ -67,7 +67,9 @@ def test_coldstart_prior_is_chosen_on_validation_joining_users_and_recorded(tmp_
             "--support-epochs", "auto", "--rounds", "2", "--seeds", "2", "--dim", "8", "--local-epochs", "1",
             "--no-progress", "--metrics", "hr@5,ndcg@5", "--cold-select", "ndcg@5", "--json"]
     assert main(args + ["--new-user-prior", "none"]) == 0
-    plain = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["user_coldstart"]
+    out, err = capsys.readouterr()
+    plain = json.loads(out.strip().splitlines()[-1])["user_coldstart"]
+    assert "choices by their ndcg@5 (--cold-select)" in err      # the study says which metric made its choices
     assert main(args) == 0   # the prior is the default where validation joining users are set aside
     uc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["user_coldstart"]
     assert uc["new_user_prior"] == "popularity" and "new_user_prior" not in plain

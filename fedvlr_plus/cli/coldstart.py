@@ -84,7 +84,9 @@ def register(subparsers) -> argparse.ArgumentParser:
                         "applied to the layer's fused views instead of its ID input (the backbone alone takes the "
                         "plain rule); every rule is reported either way")
     c.add_argument("--cold-select", type=one_metric, default="ndcg@10",
-                   help="validation metric that picks the cold rule")
+                   help="validation metric of every choice the study makes: the cold rule (among cold items) "
+                        "and, in a new-user study, the layer's recipe and each model's local epochs and prior "
+                        "weight (on the validation joining users); choose at the depth you report")
     c.add_argument("--with-backbone", action="store_true",
                    help="with --fusion: also train the backbone alone on the same split and report it beside")
     c.add_argument("--tune", action=argparse.BooleanOptionalAction, default=None,
@@ -170,7 +172,8 @@ def cmd_coldstart(args) -> int:
     if args.cold_users is not None:
         log(f"joining users: local epochs {args.support_epochs}, start {args.new_user_start}, prior "
             f"{args.new_user_prior}" + ("; the layer's recipe chosen on validation joining users (--no-tune: its "
-                                        "defaults)" if args.tune else ""))
+                                        "defaults)" if args.tune else "")
+            + f"; choices by their {args.cold_select.lower()} (--cold-select)")
     result = run_coldstart(opts, log=log)
     joining_frames, item_frames = result.pop(JOINING_FRAMES, {}), result.pop(COLD_ITEM_FRAMES, {})
     if args.out:
