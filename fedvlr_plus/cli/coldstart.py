@@ -173,7 +173,8 @@ def cmd_coldstart(args) -> int:
         log(f"joining users: local epochs {args.support_epochs}, start {args.new_user_start}, prior "
             f"{args.new_user_prior}" + ("; the layer's recipe chosen on validation joining users (--no-tune: its "
                                         "defaults)" if args.tune else "")
-            + f"; choices by their {args.cold_select.lower()} (--cold-select)")
+            + (f"; choices by their {args.cold_select.lower()} (--cold-select)" if _sets_joining_users_aside(args)
+               else ""))
     result = run_coldstart(opts, log=log)
     joining_frames, item_frames = result.pop(JOINING_FRAMES, {}), result.pop(COLD_ITEM_FRAMES, {})
     if args.out:
