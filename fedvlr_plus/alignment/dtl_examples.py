@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ConfigError
-from .dtl_task import RecTask, class_mix
+from .dtl_task import RecTask, client_skew
 
 
 def deal_examples(task: RecTask, item_class: np.ndarray, n_clients: int, alpha: float,
@@ -54,5 +54,4 @@ def home_clients(held: list[dict[int, np.ndarray]], n_users: int) -> np.ndarray:
 def example_skew(weights: np.ndarray, held: list[dict[int, np.ndarray]]) -> list[float]:
     """Per client, the total-variation distance between the class mix of the examples it holds and the mix of all
     clients' examples (``weights``: [n_items, n_classes] class weights of the items)."""
-    everything = class_mix([items for users in held for items in users.values()], weights)
-    return [float(0.5 * np.abs(class_mix(users.values(), weights) - everything).sum()) for users in held]
+    return client_skew([list(users.values()) for users in held], weights)

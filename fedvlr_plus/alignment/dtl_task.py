@@ -188,9 +188,15 @@ def label_skew(genres: np.ndarray, task: RecTask, assign: np.ndarray) -> list[fl
     """Per client, the total-variation distance between the label mix of its users' train items and the global
     mix (``genres``: [n_items, n_labels] item label weights, rows summing to 1 or 0): how skewed the split is over
     the items, which are the classes here."""
-    g = class_mix(task.histories, genres)
-    return [float(0.5 * np.abs(class_mix([task.histories[u] for u in np.flatnonzero(assign == c)], genres) - g).sum())
-            for c in range(int(assign.max()) + 1)]
+    return client_skew([[task.histories[u] for u in np.flatnonzero(assign == c)] for c in range(int(assign.max()) + 1)],
+                       genres)
+
+
+def client_skew(per_client: list, weights: np.ndarray) -> list[float]:
+    """Per client, the total-variation distance between the label mix of its item lists (``per_client[c]``: arrays
+    of item ids) and the mix of every client's lists together (``weights`` as in :func:`class_mix`)."""
+    everything = class_mix([items for lists in per_client for items in lists], weights)
+    return [float(0.5 * np.abs(class_mix(lists, weights) - everything).sum()) for lists in per_client]
 
 
 def item_label_weights(data) -> np.ndarray:
