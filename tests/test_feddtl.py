@@ -183,6 +183,31 @@ def test_every_method_trains_end_to_end(method):
         T.train(task, "nope", cfg)
 
 
+@pytest.mark.parametrize("method", T.METHODS)
+def test_a_client_without_examples_trains_nothing_and_the_round_goes_on(method):
+    """A tiny client of a many-client split can hold only users with one history item (no example to learn):
+    it takes no step, and the round's loss and reward are the means of the clients that did."""
+    task = _task()
+    alone = task.user_genre == 2          # with alpha 0.01 and seed 0, client 0 holds exactly these users
+    task.histories = [h[:1] if alone[u] else h for u, h in enumerate(task.histories)]
+    assert set(T.dirichlet_split(task.user_genre, 3, 0.01, 0)[alone]) == {0}
+    cfg = T.DTLConfig(rl_candidates=10, group=4, sigma=0.3)
+    res = T.train(task, method, cfg, n_clients=3, alpha=0.01, rounds=3, sft_rounds=1, seed=0)
+    assert all(np.isfinite(h["loss"]) and h["loss"] > 0 for h in res.history)
+    if method == "feddtl":
+        assert all(0.0 <= h["reward"] <= 1.0 for h in res.history if h["stage"] == "rl")
+    assert res.test["warm"]["n"] == len(task.histories)
+
+
+def test_round_means_skip_clients_that_took_no_step():
+    ups = [T.ClientUpdate(0, "params", {}, metrics={"loss": 2.0, "steps": 3, "reward": 0.5}),
+           T.ClientUpdate(1, "params", {}, metrics={"loss": 0.0, "steps": 0}),
+           T.ClientUpdate(2, "params", {}, metrics={"loss": 4.0, "steps": 1, "reward": 0.1})]
+    assert T._round_mean(ups, "loss") == pytest.approx(3.0)
+    assert T._round_mean(ups, "reward") == pytest.approx(0.3)
+    assert T._round_mean(ups[1:2], "reward") == 0.0
+
+
 def test_pooled_weights_each_group_by_its_targets():
     a = {"warm": {"n": 3, "hr@10": 1.0}, "cold": {"n": 0, "hr@10": 0.0}}
     b = {"warm": {"n": 1, "hr@10": 0.0}, "cold": {"n": 2, "hr@10": 0.5}}

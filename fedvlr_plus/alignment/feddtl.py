@@ -166,7 +166,7 @@ def train(task: RecTask, method: str, cfg: DTLConfig, *, n_clients: int = 5, alp
                  for u in ups]
         new = strategy.aggregate({k: shared[k] for k in agg_names}, plain, {k: specs[k] for k in agg_names})
         shared = {**shared, **{k: v.float() for k, v in new.items()}}
-        row = {"round": r, "stage": config["stage"], "loss": float(np.mean([u.metrics["loss"] for u in ups]))}
+        row = {"round": r, "stage": config["stage"], "loss": _round_mean(ups, "loss")}
         if not both:
             shared, sl = server_align(shared, [(u.arrays["proto"], u.rows["proto"], u.arrays["proto_n"])
                                                for u in ups if "proto" in u.arrays],
@@ -174,8 +174,8 @@ def train(task: RecTask, method: str, cfg: DTLConfig, *, n_clients: int = 5, alp
             if sl:       # --server-steps 0 leaves the item tower as it started
                 row["server_loss_first"], row["server_loss_last"] = sl[0], sl[-1]
         if config["stage"] == "rl":
-            row["reward"] = float(np.mean([u.metrics["reward"] for u in ups]))
-            row["groups_with_signal"] = float(np.mean([u.metrics["groups_with_signal"] for u in ups]))
+            row["reward"] = _round_mean(ups, "reward")
+            row["groups_with_signal"] = _round_mean(ups, "groups_with_signal")
         last_uploads[:] = ups
         return shared, row
 
@@ -201,6 +201,14 @@ def train(task: RecTask, method: str, cfg: DTLConfig, *, n_clients: int = 5, alp
                      params={k: v.detach().clone() for k, v in shared.items()},
                      client_params=[{k: u.arrays[k] for k in names} for u, names in zip(ups, own)],
                      client_examples=[u.num_examples for u in ups], assign=assign)
+
+
+def _round_mean(ups: list[ClientUpdate], key: str) -> float:
+    """A round's mean of a client metric over the clients that took a step: a client whose users have no
+    example (every history shorter than two items, as a tiny client of a many-client split can have) trains
+    nothing and reports neither a loss nor a reward. 0.0 when no client stepped."""
+    values = [u.metrics[key] for u in ups if u.metrics.get("steps", 0) and key in u.metrics]
+    return float(np.mean(values)) if values else 0.0
 
 
 def _pooled(parts: list[dict]) -> dict:
