@@ -439,6 +439,18 @@ def _bare_items(n=10):
     return d.replace(items=items_frame, features={"tags": np.eye(n, 4, dtype=np.float32)})
 
 
+def test_without_item_texts_content_text_reads_a_shipped_text_array_and_says_so():
+    """KU ships CLIP text features as an array named "text" and no item texts: the default --content text used
+    to be refused there with a hint naming "text" itself."""
+    data = _bare_items()
+    text = np.arange(40, dtype=np.float32).reshape(10, 4)
+    data = data.replace(features={**data.features, "text": text})
+    said = []
+    got = T._content(data, "text", "cpu", None, log=said.append)
+    assert np.array_equal(got, text)
+    assert said == ["bare: no item texts to encode; --content text uses the data set's own 'text' feature array"]
+
+
 def test_items_without_text_or_categories_are_refused_with_the_flag_that_fixes_it():
     from fedvlr_plus.errors import ConfigError
 
@@ -452,3 +464,21 @@ def test_items_without_text_or_categories_are_refused_with_the_flag_that_fixes_i
         T._classes(data, np.eye(10, 4, dtype=np.float32), 0, "tags", 0)
     item_class, _, described = T._classes(data, np.eye(10, 4, dtype=np.float32), 2, "tags", 0)
     assert len(item_class) == 10 and "k-means (2)" in described
+
+
+def test_classes_auto_takes_the_categories_where_they_serve_and_a_kmeans_where_they_do_not():
+    from fedvlr_plus.cli.main import build_parser
+
+    bare, said = _bare_items(), []
+    assert T._resolve_classes(bare, "auto", 0, log=said.append) == T.AUTO_CLASSES
+    assert said == [f"--classes auto: item classes are a k-means ({T.AUTO_CLASSES}) of the item vectors (the items "
+                    "of bare have fewer than two categories)"]
+    genres = _genre_data()
+    assert T._resolve_classes(genres, "auto", 0, log=said.append) == 0          # the catalogue's categories
+    assert T._resolve_classes(genres, "auto", 2, log=said.append) == T.AUTO_CLASSES
+    assert said[-1].endswith("(--novel-classes needs them)")
+    assert T._resolve_classes(bare, 0, 0) == 0 and T._resolve_classes(bare, 7, 0) == 7   # a number is kept
+    parse = build_parser().parse_args
+    assert parse(["align", "feddtl", "ml-100k"]).classes == "auto"
+    assert parse(["align", "feddtl", "ml-100k", "--classes", "4"]).classes == 4
+

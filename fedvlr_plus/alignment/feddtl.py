@@ -223,16 +223,39 @@ def _pooled(parts: list[dict]) -> dict:
     return out
 
 
-def _content(data, content: str, device: str, cache_dir) -> np.ndarray:
-    """The frozen item vectors: MiniLM of the item texts (``"text"``) or one of the dataset's own features."""
+def _content(data, content: str, device: str, cache_dir, log=print) -> np.ndarray:
+    """The frozen item vectors: MiniLM of the item texts (``"text"``) or one of the dataset's own features.
+
+    A data set without item texts that ships a feature array named ``text`` (KU: CLIP text features) gets that
+    array for ``"text"``: it is the text content the user asked for, and the encoder would have nothing to read."""
     if content == "text":
-        if len(set(item_texts(data))) < 2:
-            raise ConfigError("--content text", f"the items of {data.name} have no text (no title, category or "
-                              "year), so every item would get the same content vector",
-                              f"pass --content NAME, one of its feature arrays: "
-                              f"{', '.join(sorted(data.features)) or 'none'}")
-        return minilm_content(data, device, cache_dir or None)
+        if len(set(item_texts(data))) >= 2:
+            return minilm_content(data, device, cache_dir or None)
+        if "text" in (getattr(data, "features", None) or {}):
+            log(f"{data.name}: no item texts to encode; --content text uses the data set's own 'text' feature array")
+            return np.asarray(shipped_features(data, "text"), np.float32)
+        others = sorted(getattr(data, "features", None) or {})
+        raise ConfigError("--content text", f"the items of {data.name} have no text (no title, category or "
+                          "year), so every item would get the same content vector",
+                          f"pass --content NAME, one of its feature arrays: {', '.join(others) or 'none'}")
     return np.asarray(shipped_features(data, content, other="; 'text' encodes the item texts"), np.float32)
+
+
+#: the number of k-means classes ``classes="auto"`` makes where the catalogue's categories cannot serve
+AUTO_CLASSES = 10
+
+
+def _resolve_classes(data, classes, novel: int, log=print) -> int:
+    """``classes="auto"``: the catalogue's categories (0) where it has two or more and no class is to be novel;
+    otherwise a k-means into :data:`AUTO_CLASSES` (novel classes need classes every item belongs to, and a
+    catalogue without categories, such as KU's or an Amazon file's, has none). An integer is kept as given."""
+    if classes != "auto":
+        return int(classes)
+    if not novel and (item_label_weights(data).sum(0) > 0).sum() >= 2:
+        return 0
+    why = "--novel-classes needs them" if novel else f"the items of {data.name} have fewer than two categories"
+    log(f"--classes auto: item classes are a k-means ({AUTO_CLASSES}) of the item vectors ({why})")
+    return AUTO_CLASSES
 
 
 def _classes(data, vectors: np.ndarray, classes: int, content: str, seed: int):
@@ -251,12 +274,12 @@ def _classes(data, vectors: np.ndarray, classes: int, content: str, seed: int):
 
 def run_feddtl(source: str, cfg: DTLConfig, *, seeds, clients: int, alpha: float, rounds: int, sft_rounds: int,
                cold_share: float, dominant: str, device: str = "cpu", cache_dir: str | None = None,
-               content: str = "text", classes: int = 0, novel: int = 0, valid: bool = False, shots: int = 0,
+               content: str = "text", classes: int | str = "auto", novel: int = 0, valid: bool = False, shots: int = 0,
                split: str = "users", log=print) -> dict:
     """``align feddtl``: every method for every seed on ``source``; mean and per-seed figures, paired tests.
 
     ``classes`` > 0: item classes are a k-means of the content vectors (seeded per seed) instead of the
-    catalogue's categories; ``novel`` > 0: that many classes are novel (all their items cold) instead of a random
+    catalogue's categories; ``"auto"``: as :func:`_resolve_classes` decides from the data; ``novel`` > 0: that many classes are novel (all their items cold) instead of a random
     ``cold_share`` of the items. ``valid``: held-out targets one step earlier, the test targets unused. ``shots``
     > 0: the few-shot regime, at most that many training examples per item (:func:`few_shot_targets`). ``split``:
     what the Dirichlet deals to clients, whole users or each class's examples (:func:`make_clients`)."""
@@ -266,11 +289,12 @@ def run_feddtl(source: str, cfg: DTLConfig, *, seeds, clients: int, alpha: float
     from .dtl_table import paired_tests, tv_summary
 
     if novel and not classes:
-        raise ConfigError("--novel-classes: needs item classes (--classes K); with the catalogue's categories "
-                          "the cold items are a random --cold-share of the items")
+        raise ConfigError("--novel-classes: needs k-means item classes (--classes K, or auto); with the "
+                          "catalogue's categories (--classes 0) the cold items are a random --cold-share of the items")
     t0, c0 = time.time(), time.process_time()
     data = datasets.load(source)
-    vectors = _content(data, content, device, cache_dir)
+    vectors = _content(data, content, device, cache_dir, log)
+    classes = _resolve_classes(data, classes, novel, log)
     per_seed = []
     for seed in seeds:
         task, weights, described, novel_ids = _seed_task(data, vectors, seed, classes=classes, content=content,

@@ -10,7 +10,8 @@ import sys
 import time
 
 from .align_tables import check_out_dir, write_table
-from .argtypes import non_negative_float, non_negative_int, open_fraction, positive_float, positive_int
+from .argtypes import (auto_or_non_negative_int, non_negative_float, non_negative_int, open_fraction, positive_float,
+                       positive_int)
 
 #: FedMPT ablation rows (report name -> variant)
 MPT_ABLATION = {"prompts_only": "prompts", "prompts+ot": "prompts_ot", "prompts+gate": "prompts_gate",
@@ -125,14 +126,16 @@ def _register_feddtl(methods) -> None:
                    help="rank warm targets among warm items and cold among cold (own, the base-to-novel "
                         "protocol; default) or both among all items (all)")
     d.add_argument("--content", default="text",
-                   help="item vectors: MiniLM of the item texts (text; default) or the name of a feature array "
-                        "the dataset ships (e.g. all-MiniLM-L6-v2 on lfm2k, the tag-text embeddings)")
-    d.add_argument("--classes", type=non_negative_int, default=0,
+                   help="item vectors: MiniLM of the item texts (text; default; on a data set without item "
+                        "texts, its own feature array named text, such as KU's CLIP text features) or the name of a "
+                        "feature array the dataset ships (e.g. all-MiniLM-L6-v2 on lfm2k, the tag-text embeddings)")
+    d.add_argument("--classes", type=auto_or_non_negative_int, default="auto",
                    help="item classes: K > 0 = a seeded k-means of the item vectors into K classes; 0 = the "
-                        "catalogue's categories (default)")
+                        "catalogue's categories; auto (default) = the categories where the catalogue has two or "
+                        "more and --novel-classes is 0, otherwise a k-means into 10")
     d.add_argument("--novel-classes", type=non_negative_int, default=0,
-                   help="with --classes: this many classes are novel, every item of theirs cold (never trained); "
-                        "0 = a random --cold-share of the items (default)")
+                   help="this many item classes are novel, every item of theirs cold (never trained); needs "
+                        "k-means classes (--classes K or auto); 0 = a random --cold-share of the items (default)")
     d.add_argument("--valid", action="store_true",
                    help="tuning mode: each user's test targets are dropped and the next latest are held out and "
                         "reported; the test targets are not used at all")

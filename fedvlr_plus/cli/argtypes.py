@@ -117,3 +117,8 @@ def int_list(low: int = 1, name: str = "int_list"):
 
     check.__name__ = name
     return check
+
+
+def auto_or_non_negative_int(text: str):
+    """``auto`` (the command decides from the data) or an integer >= 0."""
+    return "auto" if text.strip().lower() == "auto" else non_negative_int(text)

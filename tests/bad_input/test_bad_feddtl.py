@@ -16,7 +16,8 @@ def _folder(tmp_path):
 
 
 @pytest.mark.parametrize("flags, needles", [
-    (["--novel-classes", "1"], ("--novel-classes", "--classes K")),
+    (["--novel-classes", "1", "--classes", "0"], ("--novel-classes", "--classes K, or auto", "--classes 0")),
+    (["--novel-classes", "1"], ("--content text", "vec")),        # auto makes k-means classes; no text to encode
     (["--content", "nosuch"], ("--content nosuch", "vec")),
     (["--content", "vec", "--classes", "1"], ("--classes 1", "between 2 and the 9 items")),
     (["--content", "vec", "--classes", "3", "--novel-classes", "3"], ("--novel-classes 3", "fewer than the 3")),
