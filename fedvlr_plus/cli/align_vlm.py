@@ -125,17 +125,7 @@ def _register_feddtl(methods) -> None:
     d.add_argument("--rank-among", choices=("own", "all"), default="own",
                    help="rank warm targets among warm items and cold among cold (own, the base-to-novel "
                         "protocol; default) or both among all items (all)")
-    d.add_argument("--content", default="text",
-                   help="item vectors: MiniLM of the item texts (text; default; on a data set without item "
-                        "texts, its own feature array named text, such as KU's CLIP text features) or the name of a "
-                        "feature array the dataset ships (e.g. all-MiniLM-L6-v2 on lfm2k, the tag-text embeddings)")
-    d.add_argument("--classes", type=auto_or_non_negative_int, default="auto",
-                   help="item classes: K > 0 = a seeded k-means of the item vectors into K classes; 0 = the "
-                        "catalogue's categories; auto (default) = the categories where the catalogue has two or "
-                        "more and --novel-classes is 0, otherwise a k-means into 10")
-    d.add_argument("--novel-classes", type=non_negative_int, default=0,
-                   help="this many item classes are novel, every item of theirs cold (never trained); needs "
-                        "k-means classes (--classes K or auto); 0 = a random --cold-share of the items (default)")
+    _add_dtl_item_arguments(d)
     d.add_argument("--valid", action="store_true",
                    help="tuning mode: each user's test targets are dropped and the next latest are held out and "
                         "reported; the test targets are not used at all")
@@ -147,6 +137,21 @@ def _register_feddtl(methods) -> None:
     _output_arguments(d)
     d.set_defaults(func=cli_feddtl)
 
+
+
+def _add_dtl_item_arguments(d) -> None:
+    """The item flags of ``align feddtl``: what the item vectors are, the item classes and which are novel."""
+    d.add_argument("--content", default="text",
+                   help="item vectors: MiniLM of the item texts (text; default; on a data set without item "
+                        "texts, its own feature array named text, such as KU's CLIP text features) or the name of a "
+                        "feature array the dataset ships (e.g. all-MiniLM-L6-v2 on lfm2k, the tag-text embeddings)")
+    d.add_argument("--classes", type=auto_or_non_negative_int, default="auto",
+                   help="item classes: K > 0 = a seeded k-means of the item vectors into K classes; 0 = the "
+                        "catalogue's categories; auto (default) = the categories where the catalogue has two or "
+                        "more and --novel-classes is 0, otherwise a k-means into 10")
+    d.add_argument("--novel-classes", type=non_negative_int, default=0,
+                   help="this many item classes are novel, every item of theirs cold (never trained); needs "
+                        "k-means classes (--classes K or auto); 0 = a random --cold-share of the items (default)")
 
 
 def _add_dtl_server_arguments(d) -> None:
