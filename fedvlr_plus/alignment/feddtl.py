@@ -279,8 +279,8 @@ def run_feddtl(source: str, cfg: DTLConfig, *, seeds, clients: int, alpha: float
     """``align feddtl``: every method for every seed on ``source``; mean and per-seed figures, paired tests.
 
     ``classes`` > 0: item classes are a k-means of the content vectors (seeded per seed) instead of the
-    catalogue's categories; ``"auto"``: as :func:`_resolve_classes` decides from the data; ``novel`` > 0: that many classes are novel (all their items cold) instead of a random
-    ``cold_share`` of the items. ``valid``: held-out targets one step earlier, the test targets unused. ``shots``
+    catalogue's categories; ``"auto"``: as :func:`_resolve_classes` decides from the data. ``novel`` > 0: that
+    many classes are novel (all their items cold) instead of a random ``cold_share`` of the items. ``valid``: held-out targets one step earlier, the test targets unused. ``shots``
     > 0: the few-shot regime, at most that many training examples per item (:func:`few_shot_targets`). ``split``:
     what the Dirichlet deals to clients, whole users or each class's examples (:func:`make_clients`)."""
     import time
