@@ -231,13 +231,13 @@ def _content(data, content: str, device: str, cache_dir, log=print) -> np.ndarra
     if content == "text":
         if len(set(item_texts(data))) >= 2:
             return minilm_content(data, device, cache_dir or None)
-        if "text" in (getattr(data, "features", None) or {}):
+        arrays = sorted(getattr(data, "features", None) or {})
+        if "text" in arrays:
             log(f"{data.name}: no item texts to encode; --content text uses the data set's own 'text' feature array")
             return np.asarray(shipped_features(data, "text"), np.float32)
-        others = sorted(getattr(data, "features", None) or {})
         raise ConfigError("--content text", f"the items of {data.name} have no text (no title, category or "
                           "year), so every item would get the same content vector",
-                          f"pass --content NAME, one of its feature arrays: {', '.join(others) or 'none'}")
+                          f"pass --content NAME, one of its feature arrays: {', '.join(arrays) or 'none'}")
     return np.asarray(shipped_features(data, content, other="; 'text' encodes the item texts"), np.float32)
 
 
@@ -280,9 +280,10 @@ def run_feddtl(source: str, cfg: DTLConfig, *, seeds, clients: int, alpha: float
 
     ``classes`` > 0: item classes are a k-means of the content vectors (seeded per seed) instead of the
     catalogue's categories; ``"auto"``: as :func:`_resolve_classes` decides from the data. ``novel`` > 0: that
-    many classes are novel (all their items cold) instead of a random ``cold_share`` of the items. ``valid``: held-out targets one step earlier, the test targets unused. ``shots``
-    > 0: the few-shot regime, at most that many training examples per item (:func:`few_shot_targets`). ``split``:
-    what the Dirichlet deals to clients, whole users or each class's examples (:func:`make_clients`)."""
+    many classes are novel (all their items cold) instead of a random ``cold_share`` of the items. ``valid``:
+    held-out targets one step earlier, the test targets unused. ``shots`` > 0: the few-shot regime, at most that
+    many training examples per item (:func:`few_shot_targets`). ``split``: what the Dirichlet deals to clients,
+    whole users or each class's examples (:func:`make_clients`)."""
     import time
 
     from .. import datasets
