@@ -415,13 +415,13 @@ def test_frozen_item_tower_is_computed_once_with_the_same_numbers(stage, monkeyp
     p = {k: v + 0.05 for k, v in p.items()}                # a non-zero item adapter
     config = {"round": 2, "stage": stage}
     calls = []
-    counted = lambda q, c: calls.append(1) or T.item_vectors(q, c)  # noqa: E731
-    monkeypatch.setattr(dtl_client, "item_vectors", counted)
+    plain_tower = dtl_client.ItemContent.tower
+    monkeypatch.setattr(dtl_client.ItemContent, "tower", lambda self, q: calls.append(1) or plain_tower(self, q))
     cached = T.DTLClient(0, task, np.arange(24), cfg, seed=3).fit(p, config)
     assert len(calls) == 1 and cached.metrics["steps"] > 2
     per_batch = T.DTLClient(0, task, np.arange(24), cfg, seed=3)
     plain_loss = per_batch._batch_loss
-    monkeypatch.setattr(per_batch, "_batch_loss", lambda *a: plain_loss(*a[:7], None))
+    monkeypatch.setattr(per_batch, "_batch_loss", lambda *a: plain_loss(*a[:6], None))
     reference = per_batch.fit(p, config)
     assert len(calls) > 1 + cached.metrics["steps"]       # the reference path recomputed them per batch
     assert cached.metrics == reference.metrics

@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from ..federation.messages import ClientUpdate
 from ..federation.store import MemoryStore
 from .grpo import GRPOConfig, grpo_loss
-from .dtl_model import ITEM_PARAMS, USER_PARAMS, DTLConfig, evaluate_users, item_vectors, noisy_candidates, user_vectors
+from .dtl_model import ITEM_PARAMS, USER_PARAMS, DTLConfig, evaluate_users, noisy_candidates, user_vectors
+from .dtl_towers import ItemContent, ItemTower
 from .dtl_task import RecTask
 
 
@@ -19,9 +20,10 @@ class DTLClient:
     """A group of users (their histories are private and never leave :meth:`fit`)."""
 
     def __init__(self, cid: int, task: RecTask, users, cfg: DTLConfig, *, seed: int = 0, store=None,
-                 targets: list[np.ndarray] | None = None):
+                 targets: list[np.ndarray] | None = None, warm_content: ItemContent | None = None):
         """``targets``: per user of ``users``, the train items this client holds as that user's examples (the
-        label skew over examples, :mod:`.dtl_examples`); None: every labelled train item of the user."""
+        label skew over examples, :mod:`.dtl_examples`); None: every labelled train item of the user.
+        ``warm_content``: the warm items' content, shared by the clients of one task (built here when None)."""
         self.cid = int(cid)
         self.task = task
         self.users = np.asarray(users, dtype=np.int64)
@@ -31,6 +33,7 @@ class DTLClient:
         self.store = store if store is not None else MemoryStore()
         self._content = torch.from_numpy(task.content)
         self._warm = torch.from_numpy(task.warm_items)
+        self._warm_content = warm_content if warm_content is not None else ItemContent(self._content[self._warm])
         col = np.full(task.n_items, -1)
         col[task.warm_items] = np.arange(len(task.warm_items))
         self._col = col
@@ -72,19 +75,18 @@ class DTLClient:
         ctx_np, tgt_np = self.examples(int(config.get("round", 0)))
         ctx, tgt = torch.from_numpy(ctx_np), torch.from_numpy(tgt_np)
         gen = torch.Generator().manual_seed(int(self.seed * 1000003 + self.cid * 7919 + config.get("round", 0)))
-        warm_content = self._content[self._warm]
         # a frozen item tower gives the same item vectors in every batch: compute them once (a third of a
         # decoupled client's time at 10,000 warm items); a trained one is recomputed per batch through autograd
         frozen_items = None
         if not train_items:
             with torch.no_grad():
-                frozen_items = item_vectors(p, warm_content)
+                frozen_items = self._warm_content.tower(p)
         rl = self._rl_reference(glob, state, ctx, tgt, gen, frozen_items) if stage == "rl" else None
         losses, rewards, nonzero = [], [], []
         batches = [perm[s:s + cfg.batch_size] for _ in range(cfg.epochs)
                    for perm in [torch.randperm(len(tgt), generator=gen)] for s in range(0, len(tgt), cfg.batch_size)]
         for b in batches:
-            loss, signal = self._batch_loss(p, warm_content, ctx[b], tgt[b], b, rl, gen, frozen_items)
+            loss, signal = self._batch_loss(p, ctx[b], tgt[b], b, rl, gen, frozen_items)
             if signal is not None:
                 rewards.append(signal[0])
                 nonzero.append(signal[1])
@@ -101,7 +103,7 @@ class DTLClient:
                             num_examples=max(int(len(tgt)), 1), metrics=metrics)
 
     def _rl_reference(self, glob: dict, state: dict, ctx, tgt, gen,
-                      frozen_items: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                      frozen_items: ItemTower | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(action sets [n, k], reference log-probabilities over them) of the GRPO stage.
 
         ``frozen_items``: the global item tower's warm item vectors when the caller has them already."""
@@ -115,22 +117,22 @@ class DTLClient:
         cand = torch.cat([tgt.unsqueeze(1), neg], 1)           # [n, k]
         sft = {**glob, **{k_: state[k_] for k_ in USER_PARAMS}} if "user_down" in state else glob
         with torch.no_grad():
-            v_ref = frozen_items if frozen_items is not None else item_vectors(glob, self._content[self._warm])
+            v_ref = frozen_items if frozen_items is not None else self._warm_content.tower(glob)
             # scores against every warm item, then the action-set columns (no [n, k, d] gather)
-            ref_sft = (user_vectors(sft, ctx) @ v_ref.T).gather(1, cand) / cfg.tau
-            ref_glob = (user_vectors(glob, ctx) @ v_ref.T).gather(1, cand) / cfg.tau
+            ref_sft = v_ref.scores(user_vectors(sft, ctx)).gather(1, cand) / cfg.tau
+            ref_glob = v_ref.scores(user_vectors(glob, ctx)).gather(1, cand) / cfg.tau
             # hybrid reference: the mixture ref_mix * pi_SFT + (1 - ref_mix) * pi_global, as log-probabilities
             ref_logits = torch.logsumexp(torch.stack([
                 math.log(cfg.ref_mix) + torch.log_softmax(ref_sft, -1),
                 math.log(1 - cfg.ref_mix) + torch.log_softmax(ref_glob, -1)]), 0)
         return cand, ref_logits
 
-    def _batch_loss(self, p: dict, warm_content, ctx_b, tgt_b, b, rl, gen, frozen_items=None):
+    def _batch_loss(self, p: dict, ctx_b, tgt_b, b, rl, gen, frozen_items: ItemTower | None = None):
         """(loss, None) of an SFT batch, or (loss, (mean reward, share of groups with signal)) of a GRPO batch."""
         cfg = self.cfg
-        v = frozen_items if frozen_items is not None else item_vectors(p, warm_content)
+        v = frozen_items if frozen_items is not None else self._warm_content.tower(p)
         u = user_vectors(p, ctx_b)
-        logits = u @ v.T / cfg.tau
+        logits = v.scores(u) / cfg.tau
         if rl is None:
             return F.cross_entropy(logits, tgt_b), None
         cand, ref_logits = rl

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from ..adapters.base import ParamSpec
 from .dtl_task import RecTask
+from .dtl_towers import ItemContent, ItemTower, item_vectors, lora, user_vectors  # noqa: F401 (re-exported)
 
 METHODS = ("fedavg_both", "decoupled_sft", "feddtl")
 USER_PARAMS = ("user_down", "user_up")
@@ -72,28 +73,16 @@ def init_params(d: int, r: int, seed: int) -> dict[str, torch.Tensor]:
             for n, s in param_specs(d, r).items()}
 
 
-def lora(x: torch.Tensor, down: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-    """Residual low-rank adapter ``normalise(x + B A x)`` (Hu et al., LoRA, arXiv 2106.09685, on a frozen map)."""
-    return F.normalize(x + (x @ down.T) @ up.T, dim=-1)
-
-
-def item_vectors(p: dict, content: torch.Tensor) -> torch.Tensor:
-    return lora(content, p["item_down"], p["item_up"])
-
-
-def user_vectors(p: dict, ctx: torch.Tensor) -> torch.Tensor:
-    return lora(ctx, p["user_down"], p["user_up"])
-
-
-def noisy_candidates(u: torch.Tensor, items: torch.Tensor, group: int, sigma: float,
+def noisy_candidates(u: torch.Tensor, items: torch.Tensor | ItemTower, group: int, sigma: float,
                      generator: torch.Generator | None = None, columns: torch.Tensor | None = None) -> torch.Tensor:
     """G candidate items per row: the nearest item to ``normalise(u + sigma eps)``; [B, G] column indices.
 
-    ``items`` is [A, d]; with ``columns`` ([B, k] indices into it) each row chooses within its own action set and
-    the result indexes ``columns``' second axis."""
+    ``items`` is [A, d] item vectors or an :class:`ItemTower` over A items; with ``columns`` ([B, k] indices into
+    them) each row chooses within its own action set and the result indexes ``columns``' second axis."""
     eps = torch.randn(u.shape[0], group, u.shape[1], generator=generator) * sigma
     noisy = F.normalize(u.detach().unsqueeze(1) + eps, dim=-1)
-    sims = noisy @ items.detach().T                                   # [B, G, A]
+    with torch.no_grad():
+        sims = items.scores(noisy) if isinstance(items, ItemTower) else noisy @ items.T   # [B, G, A]
     if columns is not None:
         sims = sims.gather(2, columns.unsqueeze(1).expand(-1, group, -1))
     return sims.argmax(-1)
@@ -120,7 +109,7 @@ def evaluate_users(p: dict, task: RecTask, users: np.ndarray, cfg: DTLConfig, ks
     if not len(users):
         return {kind: {"n": 0, **{f"{m}@{k}": 0.0 for k in ks for m in ("hr", "ndcg")}} for kind in kinds}
     with torch.no_grad():
-        items = item_vectors(p, torch.from_numpy(task.content))
+        items = ItemContent(torch.from_numpy(task.content)).tower(p)
     hidden = {"warm": task.cold_items, "cold": np.setdiff1d(np.arange(task.n_items), task.cold_items)}
     ranks = {kind: [] for kind in kinds}
     for a in range(0, len(users), block):
@@ -136,11 +125,11 @@ def evaluate_users(p: dict, task: RecTask, users: np.ndarray, cfg: DTLConfig, ks
     return {kind: _rank_metrics(np.concatenate(r), ks) for kind, r in ranks.items()}
 
 
-def _masked_scores(p: dict, task: RecTask, users: np.ndarray, items: torch.Tensor) -> torch.Tensor:
+def _masked_scores(p: dict, task: RecTask, users: np.ndarray, items: ItemTower) -> torch.Tensor:
     """``[len(users), n_items]`` float64 scores, each user's training items at -inf."""
     ctx = torch.from_numpy(np.stack([task.content[task.histories[u]].mean(0) for u in users]))
     with torch.no_grad():
-        scores = (user_vectors(p, ctx) @ items.T).double()
+        scores = items.scores(user_vectors(p, ctx)).double()
     for row, u in enumerate(users):
         scores[row, torch.from_numpy(task.histories[u])] = -torch.inf
     return scores

@@ -38,7 +38,8 @@ cold); the report carries each client's class-mix TV distance and the paired tes
 restores it every round (the paper's scheme, the default, starts every round from the FedAvg of the adapters).
 
 Where the parts live: :mod:`.dtl_task` (items, histories, label-skewed split of users), :mod:`.dtl_examples`
-(the split of examples), :mod:`.dtl_model` (towers, settings, noisy candidates, warm / cold evaluation),
+(the split of examples), :mod:`.dtl_towers` (the towers, and scores against the item tower that stay cheap on
+sparse content), :mod:`.dtl_model` (settings, noisy candidates, warm / cold evaluation),
 :mod:`.dtl_client` (SFT and GRPO on a client); this module holds the server alignment, the training loop and the
 runner and re-exports every public name.
 """
@@ -59,6 +60,7 @@ from .dtl_model import (ITEM_PARAMS, METHODS, USER_PARAMS, DTLConfig, evaluate_u
                         noisy_candidates, param_specs, user_vectors)
 from .dtl_task import (RecTask, build_task, dirichlet_split, dominant_labels, few_shot_targets, item_label_weights,
                        item_texts, label_skew, minilm_content)
+from .dtl_towers import ItemContent
 from .pairs import shipped_features
 
 __all__ = ["DTLClient", "DTLConfig", "DTLResult", "ITEM_PARAMS", "METHODS", "RecTask", "SPLITS", "USER_PARAMS",
@@ -85,14 +87,14 @@ def server_align(p: dict, protos: list[tuple], task: RecTask, cfg: DTLConfig,
     x, y, n = x[keep], y[keep], n[keep]
     q = {k: v.clone().requires_grad_(k in ITEM_PARAMS) for k, v in p.items()}
     opt = torch.optim.Adam([q[k] for k in ITEM_PARAMS], lr=cfg.server_lr)
-    warm_content = torch.from_numpy(task.content[task.warm_items])
+    warm_content = ItemContent(torch.from_numpy(task.content[task.warm_items]))
     all_content = torch.from_numpy(task.content)
     losses = []
     gen = torch.Generator().manual_seed(int(seed))
     for _ in range(cfg.server_steps):
         b = torch.multinomial(n, cfg.server_batch, replacement=True, generator=gen) if counted \
             else torch.randperm(len(y), generator=gen)[:cfg.server_batch]
-        loss = F.cross_entropy(x[b] @ item_vectors(q, warm_content).T / cfg.tau, y[b])
+        loss = F.cross_entropy(warm_content.tower(q).scores(x[b]) / cfg.tau, y[b])
         if cfg.anchor_weight:
             loss = loss + cfg.anchor_weight * anchor_penalty(q, all_content)
         opt.zero_grad()
@@ -126,9 +128,11 @@ def make_clients(task: RecTask, cfg: DTLConfig, *, split: str, n_clients: int, a
     """The clients of a ``split`` and each user's client for the "own tower" evaluation: ``"users"`` deals whole
     users by a Dirichlet over their dominant class; ``"examples"`` deals each class's examples by a Dirichlet over
     the clients (:mod:`.dtl_examples`), and a user's client is the one holding most of its examples."""
+    warm = ItemContent(torch.from_numpy(task.content[task.warm_items]))   # one copy for all the clients
     if split == "users":
         assign = dirichlet_split(task.user_genre, n_clients, alpha, seed)
-        return [DTLClient(c, task, np.flatnonzero(assign == c), cfg, seed=seed) for c in range(n_clients)], assign
+        return [DTLClient(c, task, np.flatnonzero(assign == c), cfg, seed=seed, warm_content=warm)
+                for c in range(n_clients)], assign
     if split != "examples":
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     from .dtl_examples import deal_examples, home_clients
@@ -137,7 +141,7 @@ def make_clients(task: RecTask, cfg: DTLConfig, *, split: str, n_clients: int, a
         raise ValueError("the split over examples needs the task's item classes (RecTask.item_class)")
     held = deal_examples(task, task.item_class, n_clients, alpha, seed)
     order = [sorted(users) for users in held]
-    clients = [DTLClient(c, task, order[c], cfg, seed=seed, targets=[users[u] for u in order[c]])
+    clients = [DTLClient(c, task, order[c], cfg, seed=seed, targets=[users[u] for u in order[c]], warm_content=warm)
                for c, users in enumerate(held)]
     return clients, home_clients(held, len(task.histories))
 
