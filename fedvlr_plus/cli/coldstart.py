@@ -46,7 +46,7 @@ NEW_USER_PRIORS = ("none", "popularity")
 
 def register(subparsers) -> argparse.ArgumentParser:
     from ..federation.config import FEDERATED_BACKBONES
-    from .argtypes import metric_list, non_negative_int, one_metric, positive_int
+    from .argtypes import auto_or_non_negative_int, metric_list, non_negative_int, one_metric, positive_int
     from .fusion_args import add_fusion_arguments
     from .run_args import add_run_arguments
 
@@ -73,7 +73,7 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help="hold this fraction of users out of training; they join afterwards with --support items")
     c.add_argument("--support", type=_supports, default=(1, 3, 5), metavar="N[,N...]",
                    help="support sizes of the joining users")
-    c.add_argument("--support-epochs", type=_support_epochs, default="auto", metavar="N|auto",
+    c.add_argument("--support-epochs", type=auto_or_non_negative_int, default="auto", metavar="N|auto",
                    help="local epochs a joining user trains its private parts for (0: none); auto (the default): "
                         "chosen per support size among 0, 1, 5, 20 (then 50, 100 while the longest is best) on a "
                         "third of the joining users by --cold-select, the figures then from the other two thirds")
@@ -186,13 +186,6 @@ def cmd_coldstart(args) -> int:
     if args.json:
         print(json.dumps(result, default=json_default))
     return 0
-
-
-def _support_epochs(text: str):
-    """``auto`` or an epoch count (0: no local training)."""
-    from .argtypes import non_negative_int
-
-    return "auto" if text.strip().lower() == "auto" else non_negative_int(text)
 
 
 def resolve_new_user_defaults(args) -> None:
