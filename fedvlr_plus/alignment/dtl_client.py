@@ -106,7 +106,7 @@ class DTLClient:
                       frozen_items: ItemTower | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(action sets [n, k], reference log-probabilities over them) of the GRPO stage.
 
-        ``frozen_items``: the global item tower's warm item vectors when the caller has them already."""
+        ``frozen_items``: the global item tower over the warm items when the caller has it already."""
         cfg = self.cfg
         # the action set of an example: its target (column 0) and rl_candidates - 1 other warm items; a hit
         # among ~100 is frequent enough for groups to disagree, a hit among all warm items is not

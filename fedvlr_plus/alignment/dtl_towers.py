@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+
 def lora(x: torch.Tensor, down: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     """Residual low-rank adapter ``normalise(x + B A x)`` (Hu et al., LoRA, arXiv 2106.09685, on a frozen map)."""
     return F.normalize(x + (x @ down.T) @ up.T, dim=-1)

@@ -69,13 +69,14 @@ __all__ = ["DTLClient", "DTLConfig", "DTLResult", "ITEM_PARAMS", "METHODS", "Rec
            "minilm_content", "noisy_candidates", "param_specs", "run_feddtl", "server_align", "train", "user_vectors"]
 
 
-def server_align(p: dict, protos: list[tuple], task: RecTask, cfg: DTLConfig,
-                 seed: int = 0) -> tuple[dict, list[float]]:
+def server_align(p: dict, protos: list[tuple], task: RecTask, cfg: DTLConfig, seed: int = 0,
+                 warm_content: ItemContent | None = None) -> tuple[dict, list[float]]:
     """Train the item adapter so each uploaded prototype classifies to its item (CE over warm items).
 
     ``protos``: ``(embeddings [n, d], item ids [n])`` or ``(embeddings, item ids, example counts [n])`` per client.
     With counts and ``cfg.proto_weighting == "count"`` a batch draws prototypes in proportion to their counts
-    (the sample-weighted CE of the paper's per-sample uploads); otherwise uniformly.
+    (the sample-weighted CE of the paper's per-sample uploads); otherwise uniformly. ``warm_content``: the task's
+    warm items' content when the caller holds it already (built here when None).
     """
     col = torch.full((task.n_items,), -1, dtype=torch.long)
     col[torch.from_numpy(task.warm_items)] = torch.arange(len(task.warm_items))
@@ -87,7 +88,8 @@ def server_align(p: dict, protos: list[tuple], task: RecTask, cfg: DTLConfig,
     x, y, n = x[keep], y[keep], n[keep]
     q = {k: v.clone().requires_grad_(k in ITEM_PARAMS) for k, v in p.items()}
     opt = torch.optim.Adam([q[k] for k in ITEM_PARAMS], lr=cfg.server_lr)
-    warm_content = ItemContent(torch.from_numpy(task.content[task.warm_items]))
+    if warm_content is None:
+        warm_content = _warm_content(task)
     all_content = torch.from_numpy(task.content)
     losses = []
     gen = torch.Generator().manual_seed(int(seed))
@@ -123,12 +125,18 @@ class DTLResult:
 SPLITS = ("users", "examples")
 
 
-def make_clients(task: RecTask, cfg: DTLConfig, *, split: str, n_clients: int, alpha: float,
-                 seed: int) -> tuple[list[DTLClient], np.ndarray]:
+def _warm_content(task: RecTask) -> ItemContent:
+    """The task's warm items' frozen content, to score against (one copy, shared by the clients and the server)."""
+    return ItemContent(torch.from_numpy(task.content[task.warm_items]))
+
+
+def make_clients(task: RecTask, cfg: DTLConfig, *, split: str, n_clients: int, alpha: float, seed: int,
+                 warm_content: ItemContent | None = None) -> tuple[list[DTLClient], np.ndarray]:
     """The clients of a ``split`` and each user's client for the "own tower" evaluation: ``"users"`` deals whole
     users by a Dirichlet over their dominant class; ``"examples"`` deals each class's examples by a Dirichlet over
-    the clients (:mod:`.dtl_examples`), and a user's client is the one holding most of its examples."""
-    warm = ItemContent(torch.from_numpy(task.content[task.warm_items]))   # one copy for all the clients
+    the clients (:mod:`.dtl_examples`), and a user's client is the one holding most of its examples.
+    ``warm_content``: the warm items' content all the clients share (built here when None)."""
+    warm = warm_content if warm_content is not None else _warm_content(task)
     if split == "users":
         assign = dirichlet_split(task.user_genre, n_clients, alpha, seed)
         return [DTLClient(c, task, np.flatnonzero(assign == c), cfg, seed=seed, warm_content=warm)
@@ -153,7 +161,9 @@ def train(task: RecTask, method: str, cfg: DTLConfig, *, n_clients: int = 5, alp
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     torch.manual_seed(seed)
-    clients, assign = make_clients(task, cfg, split=split, n_clients=n_clients, alpha=alpha, seed=seed)
+    warm = _warm_content(task)   # built once: the clients share it, and the server's alignment reads it every round
+    clients, assign = make_clients(task, cfg, split=split, n_clients=n_clients, alpha=alpha, seed=seed,
+                                   warm_content=warm)
     shared = init_params(task.dim, cfg.rank, seed)
     specs = param_specs(task.dim, cfg.rank)
     strategy = make_strategy("fedavg")
@@ -174,7 +184,7 @@ def train(task: RecTask, method: str, cfg: DTLConfig, *, n_clients: int = 5, alp
         if not both:
             shared, sl = server_align(shared, [(u.arrays["proto"], u.rows["proto"], u.arrays["proto_n"])
                                                for u in ups if "proto" in u.arrays],
-                                      task, cfg, seed)
+                                      task, cfg, seed, warm_content=warm)
             if sl:       # --server-steps 0 leaves the item tower as it started
                 row["server_loss_first"], row["server_loss_last"] = sl[0], sl[-1]
         if config["stage"] == "rl":
@@ -189,8 +199,7 @@ def train(task: RecTask, method: str, cfg: DTLConfig, *, n_clients: int = 5, alp
 
     shared, history = RoundLoop(clients, aggregate, configure=configure, on_round=report).run(shared, range(rounds))
     ups = last_uploads
-    users = np.arange(len(task.histories))
-    glob = evaluate_users(shared, task, users, cfg)
+    glob = evaluate_users(shared, task, np.arange(len(task.histories)), cfg)   # every user, by the global model
     # each client's own tower(s) as left by its last local training (the user adapter, plus the item adapter for
     # FedAvg of both towers), with the server's latest global parts for the rest
     own = [USER_PARAMS + (ITEM_PARAMS if both else ()) for _ in clients]
