@@ -408,6 +408,52 @@ def test_coldstart_command_user_cold_start(tmp_path, capsys):
     assert paired["tests"]["ndcg@5"]["n"] == 6
 
 
+def _without_content(folder):
+    for name in ("text_features.npy", "image_features.npy"):
+        (folder / name).unlink()
+    return folder
+
+
+def test_coldstart_without_item_content_studies_joining_users_without_the_content_row(tmp_path, capsys):
+    from fedvlr_plus.cli import main
+
+    folder = _without_content(_feature_folder(tmp_path / "fx"))
+    code = main(["coldstart", str(folder), "--backbone", "fedavg", "--cold-users", "0.2", "--support", "1",
+                 "--support-epochs", "2", "--rounds", "1", "--seeds", "1", "--dim", "8", "--local-epochs", "1",
+                 "--no-progress", "--metrics", "hr@5,ndcg@5", "--cold-select", "ndcg@5", "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    res = json.loads(captured.out.strip().splitlines()[-1])
+    assert set(res["user_coldstart"]["curves"]) == {"model", "pop", "random"} and res["views"] == []
+    assert "no item content" in captured.err
+
+
+def test_coldstart_without_item_content_ranks_natural_cold_targets_as_trained(tmp_path, capsys):
+    from fedvlr_plus.cli import main
+
+    folder = _without_content(_feature_folder(tmp_path / "fx"))
+    code = main(["coldstart", str(folder), "--backbone", "fcf", "--rounds", "1", "--seeds", "1", "--dim", "8",
+                 "--local-epochs", "1", "--no-progress", "--metrics", "hr@5,ndcg@5", "--cold-select", "ndcg@5",
+                 "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    res = json.loads(captured.out.strip().splitlines()[-1])
+    assert res["n_cold_items"] >= 4 and set(res["variants"]) == {"trained"}
+    assert set(res["baselines"]) == {"pop", "random", "antipop"}
+    assert res["cold_rule_selected_on"] == "no item content: the model as trained"
+
+
+def test_coldstart_cold_items_without_item_content_is_one_line_naming_the_flag(tmp_path, capsys):
+    from fedvlr_plus.cli import main
+
+    folder = _without_content(_feature_folder(tmp_path / "fx"))
+    code = main(["coldstart", str(folder), "--backbone", "fedavg", "--cold-items", "0.2", "--rounds", "1",
+                 "--seeds", "1", "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert err[-1].startswith("error: --cold-items: fx has no item content") and "--cold-users" in err[-1]
+
+
 # ---------------------------------------------------------------------- real data
 def test_ku_natural_cold_targets_reference_figures():
     """KU: 16 cold items hold 88 test targets; antipop and pop tie all 16 at the top / among themselves, so a

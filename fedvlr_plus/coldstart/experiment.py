@@ -197,7 +197,8 @@ def item_coldstart(data, make_model, cfg, views: dict, *, spec: EvalSpec, rules=
             for part, f in _parts(spec, data, sc, cold).items():
                 state.add(r, part, f)
     refs = {name: reference_scorer(name, data, seed=spec.seed) for name in ("pop", "random", "antipop")}
-    refs["content"] = ContentRanker(data, views)
+    if views:   # none where the data has no content (a sparse-user study of a backbone alone)
+        refs["content"] = ContentRanker(data, views)
     for name, sc in refs.items():
         for part, f in _parts(spec, data, sc, cold).items():
             state.add(f"ref:{name}", part, f)
@@ -250,11 +251,13 @@ def item_result(state: ItemColdStart, data, spec: EvalSpec, select_metric: str, 
         "n_items": int(data.n_items), "n_cold_items": int(cold.sum()),
         "test_targets": int(len(test)), "test_cold_targets": int(cold[test["item"].to_numpy()].sum()),
         "valid_cold_targets": valid_cold_targets(data, cold),
-        "cold_rule": chosen, "cold_rule_selected_on": _rule_choice(state, sel, default_rule, select_metric),
+        "cold_rule": chosen,
+        "cold_rule_selected_on": _rule_choice(state, sel, default_rule, select_metric, bool(cold.any())),
         "cold_among_cold": head["cold_among_cold"], "cold_among_all": head["cold_among_all"],
         "warm": head["warm"], "all": head["all"], "variants": variants,
         "selected_round": state.selected_round,
-        "baselines": {n: block(f"ref:{n}") for n in ("pop", "random", "antipop", "content")},
+        "baselines": {n: block(f"ref:{n}") for n in ("pop", "random", "antipop", "content")
+                      if any((f"ref:{n}", p) in state.frames for p in parts)},
     }
     out["notes"] = item_notes(out)
     trains = data.user_history_length("train")
@@ -282,9 +285,9 @@ def _item_per_user(state: ItemColdStart, chosen: str, keys) -> dict:
     return out
 
 
-def _rule_choice(state: ItemColdStart, sel: dict, default_rule, select_metric: str) -> str:
+def _rule_choice(state: ItemColdStart, sel: dict, default_rule, select_metric: str, any_cold: bool) -> str:
     if not state.rules:
-        return "no cold items: the model as trained"
+        return "no item content: the model as trained" if any_cold else "no cold items: the model as trained"
     if default_rule is not None:
         return "fixed by --cold-rule"
     return f"valid {select_metric} among cold items" if sel else "no cold validation targets: the model as trained"

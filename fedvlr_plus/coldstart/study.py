@@ -8,6 +8,7 @@ every other path does.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field, replace
 
 from ..metric_spec import parse_metrics
@@ -99,12 +100,30 @@ def _recipe(opts: ColdStartOptions, fusion: str, cfg):
     return lambda data: model.build(data, cfg)
 
 
-def _views(opts: ColdStartOptions, data) -> dict:
-    from ..fedvlr.views import load_views
+def _views(opts: ColdStartOptions, data, parts: dict) -> dict:
+    """The items' content views; none for a backbone alone on data without content, where only joining users
+    are studied (the content-only row is then left out)."""
+    from ..fedvlr.views import has_content, load_views
 
     fo = opts.fedvlr
+    if opts.fusion == "none" and fo.views is None and not has_content(data):
+        if opts.split.cold_items is not None:
+            raise _no_content_for_cold_items(data)
+        print(f"{data.name} has no item content: the study goes on without the content-only ranker",
+              file=sys.stderr)
+        return {}
     views = load_views(data, fo.views, list(fo.fusion_views) if fo.fusion_views else None, progress=opts.progress)
     return {k: v for k, v in views.items() if k not in set(fo.drop_modality)}
+
+
+def _no_content_for_cold_items(data):
+    from ..errors import ConfigError
+    from ..fedvlr.views import content_remedy
+
+    return ConfigError("--cold-items", f"{data.name} has no item content, so nothing can place the items that "
+                       "no one has interacted with (the cold rules and the content-only ranker read their content)",
+                       f"{content_remedy(data)}, pass --views DIR with a view store of the same items, or study "
+                       "joining users alone with --cold-users")
 
 
 def _spec_and_config(opts: ColdStartOptions):
@@ -124,7 +143,7 @@ def run_coldstart(opts: ColdStartOptions, log=None) -> dict:
     spec, cfg = _spec_and_config(opts)
     parts = load_study_splits(opts.split)
     any_data = parts["items"][0] if "items" in parts else parts["users"][1]
-    views = _views(opts, any_data)
+    views = _views(opts, any_data, parts)
     result = {"dataset": any_data.name, "backbone": opts.backbone, "fusion": opts.fusion,
               "model": opts.backbone if opts.fusion == "none" else f"{opts.backbone}+{opts.fusion}",
               "seeds": list(range(cfg.seed, cfg.seed + cfg.seeds)), "metrics": list(spec.keys),
@@ -267,7 +286,8 @@ def _study_one_model(opts, fusion: str, parts: dict, views: dict, spec, cfg, tar
             rule = plain_rule(rule)   # a backbone's item rows are its output: the same estimate
         if log:
             log(f"item cold-start, {who}: {how}")
-        res = item_coldstart(data, make, cfg, views, spec=spec, rules=rules_for(fusion != "none"),
+        rules = rules_for(fusion != "none") if views else ()   # every rule reads the items' content
+        res = item_coldstart(data, make, cfg, views, spec=spec, rules=rules,
                              neighbours_k=max(opts.fedvlr.cold_neighbours, 1),
                              select_metric=opts.cold_select.lower(), default_rule=rule, progress=opts.progress,
                              log=log)

@@ -70,13 +70,13 @@ def _named(views: dict, name: str, source: str) -> np.ndarray:
     return views[name]
 
 
-def _has_content(data) -> bool:
+def has_content(data) -> bool:
     from ..views.encoders import _has_text
 
     return bool(data.features) or _has_text(getattr(data, "items", None))
 
 
-def _content_remedy(data) -> str:
+def content_remedy(data) -> str:
     """Where content comes from for ``data``'s format: each loader reads item content from a different place."""
     source = data.source or data.name
     if data.format.startswith("amazon"):
@@ -134,11 +134,11 @@ def _build_views(data, path: Path, store: str | None, progress: bool, purpose: s
     """Build a store at ``path`` (written to a temporary folder, renamed into place when complete)."""
     from ..views import EncoderUnavailable, ViewStoreError, build_store, load_store
 
-    if not _has_content(data):
+    if not has_content(data):
         flag = f"--views {store}" if store else purpose
         raise ViewStoreError(
             f"{flag}: {data.name} has no item content to make views from (no precomputed features, no item text); "
-            f"{_content_remedy(data)}, pass --views DIR with a view store of the same items, or use --fusion none")
+            f"{content_remedy(data)}, pass --views DIR with a view store of the same items, or use --fusion none")
     where = "" if store else " (the cache: later runs reuse it; $FEDVLR_CACHE moves it)"
     _say(f"building view store in {path} from {data.name}{where}")
     try:
