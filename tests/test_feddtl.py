@@ -466,6 +466,15 @@ def test_items_without_text_or_categories_are_refused_with_the_flag_that_fixes_i
     assert len(item_class) == 10 and "k-means (2)" in described
 
 
+def test_items_without_text_or_feature_arrays_are_told_where_content_comes_from():
+    """Without any array the hint used to read "one of its feature arrays: none"."""
+    from fedvlr_plus.errors import ConfigError
+
+    data = _bare_items().replace(features={})
+    with pytest.raises(ConfigError, match=r"no text .*\(it ships no feature array either: add image_features\.npy"):
+        T._content(data, "text", "cpu", None)
+
+
 def test_classes_auto_takes_the_categories_where_they_serve_and_a_kmeans_where_they_do_not():
     from fedvlr_plus.cli.main import build_parser
 

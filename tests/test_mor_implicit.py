@@ -192,6 +192,16 @@ def test_items_without_genres_need_a_feature_array_and_a_wrong_name_is_refused()
         setting_features(split, content="nope")
 
 
+def test_items_without_genres_or_feature_arrays_are_told_where_content_comes_from():
+    from fedvlr_plus.alignment.mor_implicit import setting_features
+    from fedvlr_plus.errors import ConfigError
+
+    split = _content_split()
+    split.features, split.format, split.source = {}, "feature-folder", "tiny"
+    with pytest.raises(ConfigError, match=r"no genres .*\(it ships no feature array either: add image_features"):
+        setting_features(split, content=None)
+
+
 def test_a_group_without_users_is_refused_with_every_group_size():
     from fedvlr_plus.errors import ConfigError
 

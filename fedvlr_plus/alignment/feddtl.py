@@ -61,7 +61,7 @@ from .dtl_model import (ITEM_PARAMS, METHODS, USER_PARAMS, DTLConfig, evaluate_u
 from .dtl_task import (RecTask, build_task, dirichlet_split, dominant_labels, few_shot_targets, item_label_weights,
                        item_texts, label_skew, minilm_content)
 from .dtl_towers import ItemContent
-from .pairs import shipped_features
+from .pairs import content_flag_hint, shipped_features
 
 __all__ = ["DTLClient", "DTLConfig", "DTLResult", "ITEM_PARAMS", "METHODS", "RecTask", "SPLITS", "USER_PARAMS",
            "anchor_penalty", "build_task", "dirichlet_split", "dominant_labels", "evaluate_users", "few_shot_targets",
@@ -249,8 +249,7 @@ def _content(data, content: str, device: str, cache_dir, log=print) -> np.ndarra
             log(f"{data.name}: no item texts to encode; --content text uses the data set's own 'text' feature array")
             return np.asarray(shipped_features(data, "text"), np.float32)
         raise ConfigError("--content text", f"the items of {data.name} have no text (no title, category or "
-                          "year), so every item would get the same content vector",
-                          f"pass --content NAME, one of its feature arrays: {', '.join(arrays) or 'none'}")
+                          "year), so every item would get the same content vector", content_flag_hint(data))
     return np.asarray(shipped_features(data, content, other="; 'text' encodes the item texts"), np.float32)
 
 

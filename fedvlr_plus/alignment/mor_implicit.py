@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..errors import ConfigError
-from .pairs import PreferencePairs, genre_matrix, item_features, shipped_features, user_groups
+from .pairs import PreferencePairs, content_flag_hint, genre_matrix, item_features, shipped_features, user_groups
 
 
 def training_view(split) -> SimpleNamespace:
@@ -43,8 +43,7 @@ def setting_features(split, *, content: str | None, text: str = "none", cache_di
         x = np.asarray(shipped_features(split, content), np.float64)
         x = (x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)).astype(np.float32)
         return x, x          # the same vectors: the features copy them (popularity appended), the groups read them
-    shipped = sorted(getattr(split, "features", {}) or {})
-    require_genres(split, f"pass --content NAME, one of its feature arrays: {', '.join(shipped) or 'none'}")
+    require_genres(split, content_flag_hint(split))
     return item_features(split, text=text, cache_dir=cache_dir, progress=progress), None
 
 

@@ -168,6 +168,17 @@ def shipped_features(data, name: str, *, other: str = "") -> np.ndarray:
     return np.asarray(data.features[name])
 
 
+def content_flag_hint(data) -> str:
+    """What to pass as ``--content`` on ``data``: its feature arrays, or, where it ships none, where its format
+    reads item content from."""
+    arrays = sorted(getattr(data, "features", {}) or {})
+    if arrays:
+        return f"pass --content NAME, one of its feature arrays: {', '.join(arrays)}"
+    from ..fedvlr.views import content_remedy
+
+    return f"it ships no feature array either: {content_remedy(data)}"
+
+
 def content_profiles(data, item_vectors: np.ndarray) -> np.ndarray:
     """Each user's mean item vector over ``data.inter``, centred on the mean of the users who have one, unit
     norm [n_users, d] (a user without interactions keeps zeros)."""
