@@ -56,7 +56,7 @@ FORMATS = ("feature-folder", "recbole-atomic", "movielens-csv", "movielens-1m", 
 EMBEDDED = "ml-100k"
 _REVIEW_ENDINGS = (".json", ".jsonl", ".csv", ".json.gz", ".jsonl.gz", ".csv.gz")
 _LOOKED_FOR = ("inter.csv (feature folder), <name>.inter (RecBole atomic), ratings.csv (MovieLens CSV), "
-               "ratings.dat (MovieLens-1M), u.data (MovieLens-100K raw), or one Amazon reviews file "
+               "ratings.dat (MovieLens-1M), u.data (MovieLens-100K raw), or one Amazon reviews or ratings-only file "
                "(*.json, *.jsonl, *.csv, optionally .gz), or one sequence file (<name>.txt of lines "
                "'user item item ...')")
 

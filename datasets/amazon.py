@@ -13,11 +13,14 @@
   Recommendation", 2024): reviews ``user_id, parent_asin, rating, timestamp`` (milliseconds) as JSON lines
   or as the benchmark CSV files; metadata JSON lines keyed by ``parent_asin`` with ``title``,
   ``description`` (list), ``categories``, ``main_category``, ``images`` (``{thumb, large, hi_res, variant}``).
+- The header-less "ratings only" CSV files of 2014 (``ratings_<Category>.csv``: ``user,asin,rating,time``) and
+  2018 (``<Category>.csv``: ``asin,user,rating,time``), told apart by which column holds product ids.
 
-The release is recognised from the first line of the reviews file. Items are the reviewed products (2023:
-``parent_asin``) in order of first appearance; users likewise. Metadata is joined by asin: found
-automatically as a sibling ``meta_<Category>.json[.gz]`` (2014/2018) or ``meta_<Category>.jsonl[.gz]``
-(2023) where ``<Category>`` is the reviews file name without ``reviews_``, ``_5`` and extensions, or
+The release is recognised from the first line of the reviews file (a ratings-only file: from its first rows).
+Items are the reviewed products (2023: ``parent_asin``) in order of first appearance; users likewise. Metadata
+is joined by asin: found automatically as a sibling ``meta_<Category>.json[.gz]`` (2014/2018) or
+``meta_<Category>.jsonl[.gz]`` (2023) where ``<Category>`` is the reviews file name without ``reviews_`` or
+``ratings_``, ``_5`` and extensions, or
 passed as ``meta=``. Items without metadata keep empty content; for an asin listed twice the first
 entry wins. Text is cleaned (tags, including cut-off ones, removed; HTML entities decoded; whitespace
 collapsed), so a title that is only markup becomes ''. The image is the main product image: 2023 the
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 import ast
 import csv
+import itertools
 import json
 import re
 from pathlib import Path
@@ -44,7 +48,7 @@ import numpy as np
 
 from .core import DataError, InteractionData
 from . import splits as _splits
-from ._io import assemble, clean_text, empty_content, first_line, iter_json_lines, read_table
+from ._io import assemble, clean_text, empty_content, first_line, iter_json_lines, open_text, read_table
 
 AMAZON_FORMATS = ("amazon-2014", "amazon-2018", "amazon-2023")
 _REVIEW_FIELDS = {
@@ -93,16 +97,46 @@ def detect_amazon_version(path: str | Path) -> str:
     cols = [c.strip().lstrip("\ufeff") for c in next(csv.reader([s]))]
     if "user_id" in cols and "parent_asin" in cols:
         return "amazon-2023"
-    raise DataError(f"{path}: line 1 is neither a JSON review nor an Amazon 2023 CSV header "
-                    f"(user_id,parent_asin,rating,timestamp); found {s[:80]!r}")
+    release = _ratings_only_release(path)
+    if release is not None:
+        return release
+    raise DataError(f"{path}: line 1 is neither a JSON review, an Amazon 2023 CSV header "
+                    f"(user_id,parent_asin,rating,timestamp) nor a ratings-only row (user,asin,rating,time or "
+                    f"asin,user,rating,time); found {s[:80]!r}")
+
+
+#: an Amazon product id: a 10-character ASIN, or a book's ISBN-10
+_ASIN = re.compile(r"B[0-9A-Z]{9}|[0-9]{9}[0-9X]")
+#: the columns of the header-less "ratings only" CSV files, by release
+RATINGS_ONLY_COLUMNS = {"amazon-2014": ("user", "item", "rating", "timestamp"),
+                        "amazon-2018": ("item", "user", "rating", "timestamp")}
+
+
+def _ratings_only_release(path: Path, sample: int = 500) -> str | None:
+    """The release of a header-less Amazon "ratings only" CSV, told by which column holds the product ids: 2014
+    files are ``user,asin,rating,time``, 2018 files ``asin,user,rating,time`` (user ids start with ``A`` and
+    never look like an ASIN). None when the first ``sample`` rows are not such a file; their numbers are
+    checked by the reader, which names the line of a bad one."""
+    with open_text(path) as f:
+        rows = [r for r in csv.reader(itertools.islice(f, sample)) if r]
+    if not rows or len(rows[0]) != 4:
+        return None
+    rows = [r for r in rows if len(r) == 4]   # a malformed row is the reader's to name, with its line
+    share = [np.mean([_ASIN.fullmatch(r[c].strip()) is not None for r in rows]) for c in (0, 1)]
+    if share[1] >= 0.9 and share[0] <= 0.1:
+        return "amazon-2014"
+    if share[0] >= 0.9 and share[1] <= 0.1:
+        return "amazon-2018"
+    return None
 
 
 def _meta_categories(reviews: Path) -> list[str]:
     """The categories whose metadata may describe ``reviews``: its own name's, then, for a 5-core file
     (``<Category>_5``), its category's, which is the name Amazon publishes the metadata under."""
     stem = _strip_ext(reviews.name).split(".")[0]  # 2023 benchmark files: Category.train.csv.gz
-    if stem.startswith("reviews_"):
-        stem = stem[len("reviews_"):]
+    for prefix in ("reviews_", "ratings_"):
+        if stem.startswith(prefix):
+            stem = stem[len(prefix):]
     return [stem, stem[:-2]] if stem.endswith("_5") else [stem]
 
 
@@ -147,9 +181,14 @@ def _number(value, path, lineno, field):
 
 def _read_reviews(path: Path, version: str):
     ukey, ikey, rkey, tkey = _REVIEW_FIELDS[version]
-    if version == "amazon-2023" and not (first_line(path) or "").lstrip().startswith("{"):
-        t = read_table(path, sep=",", required=(ukey, ikey, rkey, tkey), numbers=(rkey, tkey),
-                       nonempty=(ukey, ikey))
+    if not (first_line(path) or "").lstrip().startswith("{"):
+        if version == "amazon-2023":
+            t = read_table(path, sep=",", required=(ukey, ikey, rkey, tkey), numbers=(rkey, tkey),
+                           nonempty=(ukey, ikey))
+        else:
+            ukey, ikey, rkey, tkey = "user", "item", "rating", "timestamp"
+            t = read_table(path, sep=",", names=RATINGS_ONLY_COLUMNS[version], numbers=(rkey, tkey),
+                           nonempty=(ukey, ikey))
         f = t.frame
         return (f[ukey].to_numpy(dtype=object), f[ikey].to_numpy(dtype=object), f[rkey].to_numpy(),
                 f[tkey].to_numpy(), t.where)

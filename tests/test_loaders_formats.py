@@ -102,6 +102,40 @@ def test_amazon_2014_python_literal_metadata(tmp_path):
     assert (load_amazon(reviews, meta=False).items["title"] == "").all()
 
 
+# Amazon "ratings only" ids: users start with A, products are ASINs (B...) or ISBN-10s
+_RATINGS_ONLY = [("A2SUAM1J3GNN3B", "B000JMLBHU", 5.0, 1400000000), ("A1EE2E3N7PW666", "B000JMLBHU", 4.0, 1300000000),
+                 ("A2SUAM1J3GNN3B", "030758836X", 2.0, 1340000000)]
+
+
+def test_amazon_ratings_only_csv_2014_user_first_and_2018_asin_first(tmp_path):
+    rows = "".join(f"{u},{i},{r},{t}\n" for u, i, r, t in _RATINGS_ONLY)
+    swapped = "".join(f"{i},{u},{r},{t}\n" for u, i, r, t in _RATINGS_ONLY)
+    old = fx.write(tmp_path / "2014" / "ratings_Books.csv", rows)
+    fx.write(tmp_path / "2014" / "meta_Books.json", "{'asin': '030758836X', 'title': 'A Book', "
+                                                    "'categories': [['Books', 'Fiction']]}\n")
+    new = fx.write(tmp_path / "2018" / "Books.csv", swapped)
+    assert detect_format(old) == "amazon-2014" and detect_format(tmp_path / "2014") == "amazon-2014"
+    assert detect_format(new) == "amazon-2018"
+    want = [(u, i, r, t, -1) for u, i, r, t in _RATINGS_ONLY]
+    d_old, d_new = load(old), load(new)
+    assert _pairs(d_old) == want and _pairs(d_new) == want
+    assert d_old.name == "ratings_Books" and d_new.name == "Books"
+    # the metadata beside it is found under the category's name, without the ratings_ prefix
+    assert d_old.items.loc[1, "title"] == "A Book" and d_old.items.loc[1, "categories"] == ["Books", "Fiction"]
+    assert d_old.items.loc[0, "title"] == "" and (d_new.items["title"] == "").all()
+
+
+def test_amazon_ratings_only_csv_bad_rows_name_their_line(tmp_path):
+    rows = "".join(f"{u},{i},{r},{t}\n" for u, i, r, t in _RATINGS_ONLY)
+    path = fx.write(tmp_path / "ratings_Books.csv", rows + "A3AAAAAAAAAAAA,B000JMLBHU,five,1\n")
+    with pytest.raises(DataError, match=r"ratings_Books.csv: line 4.*'rating'.*'five'"):
+        load(path)
+    # plain numeric ids say neither column holds product ids: not taken for an Amazon file
+    path = fx.write(tmp_path / "Books.csv", "1,2,5.0,100\n3,4,4.0,200\n")
+    with pytest.raises(DataError, match=r"Books.csv: line 1 is neither .* nor a ratings-only row"):
+        load(path)
+
+
 def _check_2023(d):
     assert _pairs(d) == [("UA", "P1", 5.0, 1588615855070, -1), ("UB", "P1", 4.0, 1588615855000, -1),
                          ("UA", "P2", 2.0, 1600000000000, -1)]
