@@ -259,6 +259,22 @@ def test_backbones_the_layer_cannot_wrap_are_skipped_with_the_reason(tmp_path, m
     assert "Not run: pfedrec+fedvlr" in (tmp_path / "b" / "table.md").read_text()
 
 
+def test_data_without_content_runs_the_backbones_alone_and_says_what_it_left_out(tmp_path, capsys):
+    data = synthetic_data(20, 200, 8.0, groups=4, seed=5)
+    from fedvlr_plus.fedvlr.views import has_content
+
+    assert not has_content(data)   # no feature array, no item text
+    argv = ["experiment", "paper-table", "x", "--backbones", "fedavg", "--seeds", "1", "--rounds", "1",
+            "--local-epochs", "1", "--dim", "8", "--no-progress", "--out", str(tmp_path)]
+    res = _run(build_parser().parse_args(argv), data, ["hr@10"])
+    assert {r["model"] for r in res["rows"]} == {"pop", "random", "antipop", "fedavg", "fedavg (fedgrad)"}
+    assert set(res["skipped"]) == {"fedavg+mlp", "fedavg+fedvlr"}
+    assert "has no item content" in res["skipped"]["fedavg+fedvlr"]
+    assert "the fusion rows and the content-only ranker are left out" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match=r"--variants: every variant asked for \(mlp, fedvlr\) fuses item content"):
+        _run(build_parser().parse_args(argv[:-2] + ["--variants", "mlp,fedvlr"]), data, ["hr@10"])
+
+
 def test_router_ablation_rows_are_trained_and_tested_against_fedvlr(tmp_path):
     data = synthetic_data(20, 60, 8.0, groups=4, seed=4)
     data.features = {"text": np.random.default_rng(1).standard_normal((data.n_items, 6)).astype(np.float32)}

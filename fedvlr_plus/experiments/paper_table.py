@@ -130,7 +130,7 @@ def _prepare(data, opts: PaperTableOptions) -> _Study:
     experiment = Experiment(data, [], metrics=opts.metrics, seeds=opts.training.seeds, seed=opts.training.seed,
                             protocol="full", references=False, progress=opts.progress, **training)
     fo = opts.fedvlr
-    views = load_views(data, fo.views, list(fo.fusion_views) if fo.fusion_views else None, progress=opts.progress)
+    views = _content_views(data, opts)
     cold = data.cold_items()
     # the layer's cold-item rule applied to the backbones alone (reference rows): their untrained cold rows
     # replaced by the mean ID row of each cold item's content neighbours, at the round selected on validation
@@ -139,13 +139,30 @@ def _prepare(data, opts: PaperTableOptions) -> _Study:
     return _Study(data, opts, experiment, views, cold, rule)
 
 
+def _content_views(data, opts: PaperTableOptions) -> dict:
+    """The items' content views; none where the data has no content and no store is given (the fusion rows and
+    the content-only ranker are then left out, and the backbones alone still run)."""
+    from ..fedvlr.views import content_remedy, has_content, load_views
+
+    fo = opts.fedvlr
+    if fo.views is None and not has_content(data):
+        if all(v in FUSION_VARIANTS for v in opts.variants):
+            raise ConfigError("--variants", f"every variant asked for ({', '.join(opts.variants)}) fuses item "
+                              f"content, and {data.name} has none", f"{content_remedy(data)}, or add none,fedgrad")
+        print(f"paper-table: {data.name} has no item content: the fusion rows and the content-only ranker are left "
+              f"out ({content_remedy(data)} to have them)", file=sys.stderr)
+        return {}
+    return load_views(data, fo.views, list(fo.fusion_views) if fo.fusion_views else None, progress=opts.progress)
+
+
 def _add_references(study: _Study) -> None:
     """pop, random, antipop and the content-only ranker: deterministic (random is seeded), evaluated once."""
     from ..evaluation import reference_scorer
 
     exp, seed = study.experiment, study.seed
     scorers = {m.name: reference_scorer(m.name, study.data, seed=seed) for m in (Pop(), Random(), AntiPop())}
-    scorers["content"] = ContentRanker(study.data, study.views)   # the cold-start study's content-only ranker
+    if study.views:   # the cold-start study's content-only ranker
+        scorers["content"] = ContentRanker(study.data, study.views)
     for name, scorer in scorers.items():
         study.tests[name] = [exp.test(scorer, seed)]
         if study.cold.any():
@@ -154,13 +171,14 @@ def _add_references(study: _Study) -> None:
 
 
 def _refused_rows(study: _Study) -> dict[str, str]:
-    """Fusion rows of backbones the layer cannot wrap -> the layer's reason."""
+    """Fusion rows of backbones the layer cannot wrap, or of data without content -> the reason."""
     from ..adapters import make_backbone
     from ..fedvlr import wrap_refusal
 
     skipped = {}
     for backbone in study.opts.backbones:
         why = wrap_refusal(make_backbone(backbone, study.data.n_items, study.opts.training.dim))
+        why = why if study.views else f"{study.data.name} has no item content to fuse"
         for variant in study.opts.variants:
             if variant in FUSION_VARIANTS and why:
                 skipped[row_label(backbone, variant)] = why
