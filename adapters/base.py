@@ -182,6 +182,11 @@ class Backbone:
     def head(self, p: dict, vecs: torch.Tensor, ctx: dict) -> torch.Tensor:
         raise NotImplementedError
 
+    def scoring_floats_per_item(self, table_width: int) -> int:
+        """Floats per item that scoring every item holds for one user (it sizes the users scored at once): by
+        default the item vectors broadcast against the user and the head's activations."""
+        return max(table_width, 1) + 4 * self.dim
+
     def round_context(self, shared: dict[str, torch.Tensor]) -> dict:
         """Entries for ``ctx`` from the round's shared state (constants of the round; none by default)."""
         return {}

@@ -68,6 +68,26 @@ def test_ncf_split_first_layer_is_the_concatenated_layer():
     assert torch.equal(p["out_gmf"], torch.ones(D))  # starts as the dot product of the GMF embeddings
 
 
+def test_ncf_scores_every_item_block_by_block_bit_for_bit_as_its_head():
+    """Scoring every item (no gradient) goes through cache-sized blocks of users x items; the figures must be
+    the head's own, to the bit, for batches and catalogues that are not whole blocks, and for one user."""
+    n_items, dim, users = 600, 16, 70
+    bb = make_backbone("fedncf", n_items, dim)
+    assert n_items % bb.SCORE_ITEMS and users % bb.SCORE_USERS
+    shared = init_shared_state(bb, seed=2)
+    g = torch.Generator().manual_seed(3)
+    priv = {s.name: torch.randn(users, *s.shape, generator=g) for s in bb.private_specs()}
+    p = {**shared, **priv}
+    with torch.no_grad():
+        blocked = bb.logits(p, None)
+        whole = bb.head(p, bb.item_repr(p, None, {}), {})
+        p_one = {**shared, **{k: v[5] for k, v in priv.items()}}
+        one, one_whole = bb.logits(p_one, None), bb.head(p_one, bb.item_repr(p_one, None, {}), {})
+    assert blocked.shape == (users, n_items) and torch.equal(blocked, whole)
+    assert one.shape == (n_items,) and torch.equal(one, one_whole)
+    assert bb.scoring_floats_per_item(2 * dim) < make_backbone("fedavg", n_items, dim).scoring_floats_per_item(dim)
+
+
 def test_fedrap_curriculum_does_not_compound():
     bb = FedRAP(N, D, fedrap_lambda=1e-2, fedrap_mu=1e-1)
     for t in (1, 2, 5, 30):

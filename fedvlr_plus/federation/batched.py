@@ -492,7 +492,7 @@ class BatchedSimulator:
         closed_form = getattr(self.bb, "closed_form", None)
         kernel = closed_form() if closed_form is not None else None
         # the closed form makes only the [B, N] scores; the generic forward holds [B, N, k] item vectors
-        width = 2 if kernel is not None else max(self.table_width, 1) + 4 * self.bb.dim
+        width = 2 if kernel is not None else self.bb.scoring_floats_per_item(self.table_width)
         per_chunk = max(1, self.chunk_floats // max(n_items * width, 1))
         dev = self.device
         shared = {k: v.to(self.dtype) for k, v in shared.items()}
