@@ -115,3 +115,39 @@ def test_more_clients_than_a_split_can_fill_is_one_line_naming_the_flags(split):
     task = _task(n_users=6)
     with pytest.raises(ConfigError, match=r"--clients 40 --alpha 0.1: no draw of 100 gave every .*fewer clients"):
         T.make_clients(task, T.DTLConfig(), split=split, n_clients=40, alpha=0.1, seed=0)
+
+
+def test_alpha_zero_deals_each_class_wholly_to_one_client_and_every_client_gets_one():
+    """The Dirichlet's limit (the pathological split): a class's examples, or its users, all on one client."""
+    from fedvlr_plus.alignment.dtl_task import dirichlet_split
+
+    task = _task(n_users=90)
+    task.item_class = np.arange(30) % 5                     # 5 classes over 3 clients: 2, 2 and 1 of them
+    held = deal_examples(task, task.item_class, 3, alpha=0.0, seed=1)
+    owner = {}
+    for c, users in enumerate(held):
+        for items in users.values():
+            for k in np.unique(task.item_class[items]):
+                assert owner.setdefault(int(k), c) == c       # never on two clients
+    assert sorted(owner) == [0, 1, 2, 3, 4] and sorted(np.bincount(list(owner.values()))) == [1, 2, 2]
+    labels = np.repeat(np.arange(4), 5)
+    assign = dirichlet_split(labels, 2, 0.0, seed=2)
+    assert all(len(set(assign[labels == g])) == 1 for g in range(4)) and set(assign) == {0, 1}
+    assert np.array_equal(assign, dirichlet_split(labels, 2, 0.0, seed=2))
+
+
+def test_alpha_zero_with_fewer_classes_than_clients_is_one_line_naming_the_flags():
+    from fedvlr_plus.errors import ConfigError
+
+    task = _task()                                          # 3 classes
+    with pytest.raises(ConfigError, match=r"--alpha 0 --clients 4: each class goes to one client, and only 3 "):
+        T.make_clients(task, T.DTLConfig(), split="examples", n_clients=4, alpha=0.0, seed=0)
+
+
+def test_the_table_says_alpha_zero_is_the_pathological_split():
+    from fedvlr_plus.alignment.dtl_table import _split
+
+    assert "all at one client (alpha 0, the pathological split)" in _split({"split": "examples", "alpha": 0.0})
+    assert "Dirichlet alpha 0.1" in _split({"split": "examples", "alpha": 0.1})
+    assert "users all at one client (alpha 0" in _split({"split": "users", "alpha": 0.0, "dominant": "count"})
+

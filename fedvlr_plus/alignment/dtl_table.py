@@ -45,7 +45,11 @@ def _shots(report: dict) -> str:
 def _split(report: dict) -> str:
     """The caption's clause on what the Dirichlet dealt to the clients."""
     if report.get("split", "users") == "examples":
+        if report["alpha"] == 0:
+            return "each class's training examples all at one client (alpha 0, the pathological split)"
         return f"each class's training examples dealt by Dirichlet alpha {report['alpha']}"
+    if report["alpha"] == 0:
+        return f"each dominant class's users all at one client (alpha 0; {report['dominant']})"
     return f"Dirichlet alpha {report['alpha']} over each user's dominant class ({report['dominant']})"
 
 

@@ -160,15 +160,35 @@ def _ordered(inter, seed: int):
     return inter.assign(_order=key).sort_values(["user", "_order"], kind="stable").drop(columns="_order")
 
 
+def label_shares(rng, n_labels: int, n_clients: int, alpha: float, present=None) -> np.ndarray:
+    """``[n_labels, n_clients]``: each label's shares over the clients, a Dirichlet(alpha) draw per label, or for
+    ``alpha == 0`` the Dirichlet's limit, every label wholly at one client: the ``present`` labels (all by default)
+    in a shuffled order dealt round-robin, so that every client holds one when there are as many labels as
+    clients (the pathological split of McMahan et al., arXiv 1602.05629)."""
+    if alpha > 0:
+        return rng.dirichlet(np.full(n_clients, alpha), size=n_labels)
+    present = np.arange(n_labels) if present is None else np.asarray(present, np.int64)
+    if len(present) < n_clients:
+        raise ConfigError(f"--alpha 0 --clients {n_clients}", f"each class goes to one client, and only "
+                          f"{len(present)} classes have training examples", "use fewer clients or --alpha > 0")
+    shares = np.zeros((n_labels, n_clients))
+    shares[rng.permutation(present), np.arange(len(present)) % n_clients] = 1.0
+    return shares
+
+
 def dirichlet_split(labels: np.ndarray, n_clients: int, alpha: float, seed: int = 0) -> np.ndarray:
     """Client id per user: for every label, its users are dealt to clients in Dirichlet(alpha) proportions
-    (Hsu, Qi & Brown, arXiv 1909.06335). Redraws until every client has a user."""
+    (Hsu, Qi & Brown, arXiv 1909.06335); ``alpha == 0``: each label's users all to one client
+    (:func:`label_shares`). Redraws until every client has a user."""
     rng = np.random.default_rng(seed)
     for _ in range(100):
         out = np.zeros(len(labels), np.int64)
-        for g in np.unique(labels):
+        present = np.unique(labels)
+        if alpha == 0:
+            limit = label_shares(rng, int(present.max()) + 1, n_clients, 0.0, present)
+        for g in present:
             users = rng.permutation(np.flatnonzero(labels == g))
-            props = rng.dirichlet(np.full(n_clients, alpha))
+            props = limit[g] if alpha == 0 else rng.dirichlet(np.full(n_clients, alpha))
             out[users] = rng.choice(n_clients, size=len(users), p=props)
         if len(np.unique(out)) == n_clients:
             return out

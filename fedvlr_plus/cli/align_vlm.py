@@ -95,8 +95,9 @@ def _register_feddtl(methods) -> None:
     d.add_argument("--sft-rounds", type=non_negative_int, default=4,
                    help="rounds of SFT before the GRPO stage (default 4)")
     d.add_argument("--clients", type=positive_int, default=5, help="clients (default 5)")
-    d.add_argument("--alpha", type=positive_float, default=0.1,
-                   help="Dirichlet concentration of the label-skewed split (--split; default 0.1: strong skew)")
+    d.add_argument("--alpha", type=non_negative_float, default=0.1,
+                   help="Dirichlet concentration of the label-skewed split (--split; default 0.1: strong skew; 0: "
+                        "its limit, each class wholly at one client, the pathological split)")
     d.add_argument("--split", choices=("users", "examples"), default="users",
                    help="what the Dirichlet deals to clients: whole users, by each user's dominant class (users; "
                         "default), or each class's training examples (examples: the paper's label skew over "
