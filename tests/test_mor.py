@@ -201,6 +201,31 @@ def test_policy_rankings_hand_computed():
     assert out["target_in_candidates"] == 0.5
 
 
+def test_policy_rankings_in_blocks_of_users_equal_one_pass_over_every_user(monkeypatch):
+    """Ranks and policy logits are computed a block of users at a time (the candidates' features of every user at
+    once were 8 GB on Amazon 2014 Toys); the figures must not depend on the block size."""
+    import fedvlr_plus.alignment.mor_policy as mp
+
+    rng = np.random.default_rng(4)
+    n_users, n_items, c_n = 37, 30, 6
+    ref_scores = np.round(rng.normal(size=(n_users, n_items)), 1).astype(np.float32)   # ties included
+    mask = rng.random((n_users, n_items)) < 0.2
+    cand = np.stack([rng.choice(n_items, c_n, replace=False) for _ in range(n_users)])
+    targets = np.where(rng.random(n_users) < 0.8, rng.integers(0, n_items, n_users), -1)
+    policy = mp.ResidualPolicy(3, 4)
+    with torch.no_grad():
+        policy.W.normal_(generator=torch.Generator().manual_seed(0))
+    args = dict(ref_scores=ref_scores, train_mask=mask, cand=cand, x=rng.normal(size=(n_users, 3)),
+                feats=rng.normal(size=(n_items, 4)), targets=targets, cfg=MoRConfig(), k=5)
+    whole = mp.policy_rankings(policy, **args)
+    monkeypatch.setattr(mp, "RANK_BLOCK", 8)   # 30 users with targets: three full blocks and a partial one
+    assert mp.policy_rankings(policy, **args) == whole
+    users = np.flatnonzero(targets >= 0)
+    s = np.where(mask[users], -np.inf, ref_scores[users]).astype(np.float64)
+    want = (s > s[np.arange(len(users)), targets[users]][:, None]).sum(1)
+    assert np.array_equal(mp.reference_ranks(ref_scores, mask, users, targets[users]), want)
+
+
 def test_align_mor_command_on_hh_folder(tmp_path, capsys):
     import json
 

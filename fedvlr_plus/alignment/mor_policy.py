@@ -154,22 +154,43 @@ def expected_reward(clients, router, std, policy, *, ref_logits, cand, x, o, fea
             "kl": float(kl.mean())}
 
 
+#: users whose full rows are ranked at once (bounds the masked copy of the scores)
+RANK_BLOCK = 1024
+
+
+def reference_ranks(ref_scores: np.ndarray, train_mask: np.ndarray, users: np.ndarray, targets: np.ndarray):
+    """Each user's 0-based rank of its target among every item by the reference's scores, training items
+    masked; a block of users at a time (a whole masked copy of the table is gigabytes at 20k users)."""
+    ranks = np.zeros(len(users), np.int64)
+    for a in range(0, len(users), RANK_BLOCK):
+        u, t = users[a:a + RANK_BLOCK], targets[a:a + RANK_BLOCK]
+        s = np.where(train_mask[u], -np.inf, ref_scores[u])
+        ranks[a:a + RANK_BLOCK] = (s > s[np.arange(len(u)), t][:, None]).sum(1)
+    return ranks
+
+
+def _policy_logits(policy, ref_scores, x, feats, item_context, users, cand) -> np.ndarray:
+    """The policy's logits over ``cand`` for a block of ``users`` (the candidates' features of every user at once
+    are [users, C, d]: 8 GB at 20k users, 100 candidates and 1,028 features)."""
+    with torch.no_grad():
+        return _call(policy, torch.as_tensor(ref_scores[users[:, None], cand], dtype=torch.float32),
+                     torch.as_tensor(x[users], dtype=torch.float32),
+                     torch.as_tensor(feats[cand], dtype=torch.float32), item_context, users).numpy()
+
+
 def policy_rankings(policy, *, ref_scores: np.ndarray, train_mask, cand, x, feats, targets: np.ndarray,
                     cfg: MoRConfig, k: int = 10, item_context: ItemContext | None = None) -> dict:
     """HR@k / NDCG@k of the reference (full ranking, training items masked) and of the policy (which re-orders
     the reference's top-C candidates; every other item stays below them) on held-out targets."""
     users = np.flatnonzero(targets >= 0)
-    s = ref_scores[users].astype(np.float64).copy()
-    s[train_mask[users]] = -np.inf
     t = targets[users]
-    ref_rank = (s > s[np.arange(len(users)), t][:, None]).sum(1)
+    ref_rank = reference_ranks(ref_scores, train_mask, users, t)
     c = cand[users]
     in_cand = (c == t[:, None]).any(1)
     pos = np.where(in_cand, (c == t[:, None]).argmax(1), -1)
-    with torch.no_grad():
-        logits = _call(policy, torch.as_tensor(ref_scores[users[:, None], c], dtype=torch.float32),
-                       torch.as_tensor(x[users], dtype=torch.float32),
-                       torch.as_tensor(feats[c], dtype=torch.float32), item_context, users).numpy()
+    logits = np.concatenate([_policy_logits(policy, ref_scores, x, feats, item_context, users[a:a + RANK_BLOCK],
+                                            c[a:a + RANK_BLOCK]) for a in range(0, len(users), RANK_BLOCK)]) \
+        if len(users) else np.zeros((0, c.shape[1]), np.float32)
     # outside the candidates the policy keeps the reference order below all C candidates
     out_rank = np.maximum(ref_rank, c.shape[1])
     pol = ranking_metrics(logits, out_rank, in_cand, pos, k)

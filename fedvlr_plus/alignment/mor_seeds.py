@@ -158,7 +158,9 @@ def seed_pairs(s: ImplicitSetting, cfg: MoRConfig, test_fraction: float, negativ
     pairs = make(s.split, s.feats, s.groups, s.names, negatives=negatives, seed=cfg.seed)
     out = np.isin(pairs.group, s.held_out)
     fed, outside = pairs.take(np.flatnonzero(~out)), pairs.take(np.flatnonzero(out))
+    del pairs   # each split copies its rows' feature vectors: free every stage's input once it is split
     train, test = holdout_split(fed, test_fraction, seed=cfg.seed, by="user")
+    del fed
     train, public = split_public(train, cfg.public_fraction, seed=cfg.seed)
     return train, public, test, outside
 
