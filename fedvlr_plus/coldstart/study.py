@@ -100,9 +100,9 @@ def _recipe(opts: ColdStartOptions, fusion: str, cfg):
     return lambda data: model.build(data, cfg)
 
 
-def _views(opts: ColdStartOptions, data, parts: dict) -> dict:
-    """The items' content views; none for a backbone alone on data without content, where only joining users
-    are studied (the content-only row is then left out)."""
+def _views(opts: ColdStartOptions, data) -> dict:
+    """The items' content views; none for a backbone alone on data without content (the content-only ranker and
+    the cold rules are then left out), which a cold-item split cannot do without."""
     from ..fedvlr.views import has_content, load_views
 
     fo = opts.fedvlr
@@ -143,7 +143,7 @@ def run_coldstart(opts: ColdStartOptions, log=None) -> dict:
     spec, cfg = _spec_and_config(opts)
     parts = load_study_splits(opts.split)
     any_data = parts["items"][0] if "items" in parts else parts["users"][1]
-    views = _views(opts, any_data, parts)
+    views = _views(opts, any_data)
     result = {"dataset": any_data.name, "backbone": opts.backbone, "fusion": opts.fusion,
               "model": opts.backbone if opts.fusion == "none" else f"{opts.backbone}+{opts.fusion}",
               "seeds": list(range(cfg.seed, cfg.seed + cfg.seeds)), "metrics": list(spec.keys),
