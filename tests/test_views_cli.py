@@ -88,6 +88,16 @@ def test_cli_errors_exit_2_with_one_line(tmp_path, catalogue, capsys):
     assert "has no precomputed features" in capsys.readouterr().err
 
 
+def test_build_without_any_item_content_says_where_content_comes_from(tmp_path, monkeypatch, capsys):
+    bare = InteractionData.from_raw("bare", [0, 0, 1], ["1", "2", "3"])
+    monkeypatch.setattr(datasets, "load", lambda source, **kw: bare, raising=False)
+    assert run(["views", "build", "x", "--out", str(tmp_path / "s"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: views build x: bare has no item content to encode (no feature array, item "
+                              "text or image); add image_features.npy")
+    assert not (tmp_path / "s").exists()
+
+
 def test_bench_reports_timings(capsys):
     assert run(["views", "bench", "--n", "300", "--encoder", "hashing", "--queries", "50", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)

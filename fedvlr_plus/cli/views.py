@@ -77,6 +77,18 @@ def _say(line: str) -> None:
     print(f"views: {line}", file=sys.stderr, flush=True)
 
 
+def _require_content(data, source) -> None:
+    """Refuse, naming where content comes from, a catalogue with nothing to encode: no feature array, no item
+    text and no item image (an Amazon reviews file without its metadata file)."""
+    from ..fedvlr.views import content_remedy, has_content
+
+    items = data.items
+    images = items is not None and "image" in items.columns and bool(items["image"].notna().any())
+    if not (has_content(data) or images):
+        raise ViewStoreError(f"views build {source}: {data.name} has no item content to encode (no feature array, "
+                             f"item text or image); {content_remedy(data)}")
+
+
 def _build(args) -> int:
     try:
         from fedvlr_plus.datasets import load
@@ -85,6 +97,7 @@ def _build(args) -> int:
     from ..views.build import build_store
 
     data = load(args.source)
+    _require_content(data, args.source)
     store, report = build_store(
         data, args.out, encoder=args.encoder, model=args.model, pretrained=args.pretrained, views=args.views,
         dtype=args.dtype, index=args.index, device=args.device, batch_size=args.batch_size,
