@@ -222,3 +222,22 @@ def test_the_rating_gap_comparison_refuses_items_without_genres():
     data = data.replace(items=pd.DataFrame({"title": [""] * 5, "categories": [[] for _ in range(5)]}))
     with pytest.raises(ConfigError, match=r"bare: its items have no genres .*interactions comparison takes --content"):
         run_mor_ratings(data)
+
+
+def test_align_mor_says_what_it_does_and_when_each_seed_is_done(monkeypatch, capsys):
+    """A Toys-sized run is minutes of silence otherwise."""
+    from fedvlr_plus.cli import main
+
+    class Stop(Exception):
+        pass
+
+    def fake(data, *, on_seed, **kw):
+        on_seed({"seed": 4, "seconds": 12.3})
+        raise Stop
+
+    monkeypatch.setattr(mor_seeds, "run_mor_seeds", fake)
+    with pytest.raises(Stop):
+        main(["align", "mor", "ml-100k", "--seed", "4", "--seeds", "2"])
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "align mor: ml-100k, seeds 4-5; the reference backbone (fedavg, 30 rounds) first"
+    assert err[1] == "align mor: seed 4 done in 12 s"

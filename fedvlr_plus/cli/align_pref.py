@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -307,8 +308,11 @@ def cmd_mor_seeds(args) -> int:
                "view": args.reward_view}
     if args.routing_headroom:
         return _mor_headroom(args, cfg, data, setting, seed_kw)
+    print(f"align mor: {data.name}, seeds {args.seed}-{args.seed + args.seeds - 1}; the reference backbone "
+          f"({args.backbone}, {args.backbone_rounds} rounds) first"
+          + (f" (cached under {args.cache_dir})" if args.cache_dir else ""), file=sys.stderr, flush=True)
     res = run_mor_seeds(data, seeds=args.seeds, first_seed=args.seed, cfg=cfg, setting_kw=setting, seed_kw=seed_kw,
-                        reference_per_seed=args.reference_per_seed)
+                        reference_per_seed=args.reference_per_seed, on_seed=_say_seed)
     # the knobs that shape the table, spelled out so the line reproduces it whatever was left to defaults
     command = (f"fedvlr-plus align mor {args.source} --seeds {args.seeds} --seed {args.seed} --beta {cfg.grpo.beta} "
                f"--negatives {args.negatives} --held-out-clients {args.held_out_clients} "
@@ -324,6 +328,10 @@ def cmd_mor_seeds(args) -> int:
     else:
         print(table, end="")
     return 0
+
+
+def _say_seed(run: dict) -> None:
+    print(f"align mor: seed {run['seed']} done in {run['seconds']:.0f} s", file=sys.stderr, flush=True)
 
 
 def _content_flag(args) -> str:
