@@ -240,23 +240,26 @@ def test_run_views_builds_a_missing_store_and_says_so(tmp_path, cache):
     assert second.code == 0 and f"views: reusing view store {target}" in second.err
 
 
-def test_no_content_remedy_names_where_each_format_keeps_content(tmp_path):
+def test_nocontent_remedy_names_where_each_format_keeps_content(tmp_path):
     # the advice in the "no item content" line must be one the user's loader will actually read
     from types import SimpleNamespace
 
     from fedvlr_plus.datasets.amazon import find_meta
-    from fedvlr_plus.fedvlr.views import _content_remedy
+    from fedvlr_plus.fedvlr.views import content_remedy
 
     for reviews, meta in (("All_Beauty_5.json.gz", "meta_All_Beauty.json.gz"),
                           ("reviews_Toys_and_Games.json.gz", "meta_Toys_and_Games.json.gz")):
         source = tmp_path / reviews
         amazon = SimpleNamespace(format="amazon-2018", source=str(source), name="x", n_items=85)
-        line = _content_remedy(amazon)
+        line = content_remedy(amazon)
         assert f"{meta} " in line and str(source) in line, line
         assert find_meta(source, "amazon-2018") is None
         (tmp_path / meta).write_text("")      # the file the line names is the one the loader reads
         assert find_meta(source, "amazon-2018") == tmp_path / meta
+    ratings = tmp_path / "ratings_Books.csv"                    # a 2014 ratings-only file
+    line = content_remedy(SimpleNamespace(format="amazon-2014", source=str(ratings), name="x", n_items=3))
+    assert "meta_Books.json.gz " in line and str(ratings) in line, line
     atomic = SimpleNamespace(format="recbole-atomic", source="/d/x", name="x", n_items=9)
-    assert "x.item" in _content_remedy(atomic)
+    assert "x.item" in content_remedy(atomic)
     folder = SimpleNamespace(format="feature-folder", source="/d/y", name="y", n_items=7)
-    assert "image_features.npy" in _content_remedy(folder) and "[7, d]" in _content_remedy(folder)
+    assert "image_features.npy" in content_remedy(folder) and "[7, d]" in content_remedy(folder)
