@@ -4,7 +4,8 @@ samples of a few classes, rather than whole users.
 A training example is one (user, train item) pair: the item is the label, the mean of the user's other train items
 the input. For every class a Dirichlet(alpha) draw gives the share of its examples each client holds, and each
 example goes to a client drawn from its item's class shares (Hsu, Qi & Brown, arXiv 1909.06335, over examples);
-alpha 0, the Dirichlet's limit, deals each class wholly to one client (the pathological split). A user's examples therefore spread over several clients, each of which sees the user's history as the input of the
+alpha 0, the Dirichlet's limit, deals each class wholly to one client (the pathological split). A user's examples
+therefore spread over several clients, each of which sees the user's history as the input of the
 examples it holds, as every image of the paper's clients is whole and only the labels are skewed. No client owns a
 user, so evaluation serves every user with the global model, and the report's "each client's own tower" evaluation
 scores a user with the tower of the client holding most of its examples (its home client).
@@ -24,13 +25,13 @@ def deal_examples(task: RecTask, item_class: np.ndarray, n_clients: int, alpha: 
     (an example needs another item as its input). Redraws until every client holds an example."""
     rng = np.random.default_rng([int(seed), 17])
     item_class = np.asarray(item_class, np.int64)
-    present = np.unique(item_class[np.concatenate([np.asarray(x, np.int64) for x in _example_items(task)])])
+    examples = _example_items(task)
+    present = np.unique(item_class[np.concatenate(examples)]) if examples else np.zeros(0, np.int64)
     for _ in range(100):
         shares = label_shares(rng, int(item_class.max()) + 1, n_clients, alpha, present)
         held: list[dict[int, np.ndarray]] = [{} for _ in range(n_clients)]
-        for u, history in enumerate(task.histories):
-            items = np.asarray(history if task.labelled is None else task.labelled[u], np.int64)
-            if len(history) < 2 or not len(items):
+        for u, items in enumerate(examples):
+            if not len(items):
                 continue
             # one uniform draw per example against its class's cumulative shares: a client per example
             cum = np.cumsum(shares[item_class[items]], axis=1)
@@ -46,7 +47,7 @@ def deal_examples(task: RecTask, item_class: np.ndarray, n_clients: int, alpha: 
 def _example_items(task: RecTask) -> list:
     """Per user, the train items that are its examples (none for a history shorter than two items)."""
     return [np.asarray(h if task.labelled is None else task.labelled[u], np.int64) if len(h) >= 2 else
-            np.zeros(0, np.int64) for u, h in enumerate(task.histories)] or [np.zeros(0, np.int64)]
+            np.zeros(0, np.int64) for u, h in enumerate(task.histories)]
 
 
 def home_clients(held: list[dict[int, np.ndarray]], n_users: int) -> np.ndarray:
