@@ -74,6 +74,21 @@ def test_usual_co_labels_and_kmeans_clients():
         M.kmeans_label_clients(y, 13)
 
 
+def test_kmeans_clients_with_fewer_distinct_label_vectors_than_clients_fills_every_cluster():
+    """A catalogue whose items carry one of three labels each, dealt to five clients: two clusters start empty,
+    and filling the second used to empty the first again (a NaN centre, numpy warnings, a client without items)."""
+    import warnings
+
+    y = np.repeat(np.eye(3, dtype=np.float32), [10, 6, 4], axis=0)
+    for seed in range(5):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assign = M.kmeans_label_clients(y, 5, seed=seed)
+        assert sorted(set(assign)) == [0, 1, 2, 3, 4]
+        # a cluster holds one label vector: splitting identical items never mixes two labels in one client
+        assert all(len({tuple(r) for r in y[assign == j]}) == 1 for j in range(5))
+
+
 @pytest.mark.parametrize("variant", M.VARIANTS)
 def test_forward_shapes_and_ot_marginals(variant):
     task = _task()

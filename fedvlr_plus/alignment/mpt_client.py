@@ -87,10 +87,11 @@ def kmeans_label_clients(labels: np.ndarray, k: int, seed: int = 0, iters: int =
     assign = np.zeros(n, dtype=np.int64)
     for _ in range(iters):
         new = np.argmin(((x[:, None] - c[None]) ** 2).sum(-1), 1)
-        for j in range(k):                       # an empty cluster takes the point farthest from its centre
+        for j in range(k):   # an empty cluster takes the point farthest from its centre, never another's last one
             if not (new == j).any():
-                far = np.argmax(((x - c[new]) ** 2).sum(-1))
-                new[far] = j
+                d2 = ((x - c[new]) ** 2).sum(-1)
+                d2[np.bincount(new, minlength=k)[new] <= 1] = -1.0
+                new[int(np.argmax(d2))] = j
         if np.array_equal(new, assign):
             break
         assign = new
