@@ -34,3 +34,27 @@ def test_seeds_match_single_seed_runs_and_the_paired_test(tmp_path, capsys, monk
     assert rep["mean"]["baseline"]["mAP"] == pytest.approx(np.mean(b))
     assert json.loads((out / "result.json").read_text())["paired"] == rep["paired"]
     assert f"{np.mean(a):.4f}" in (out / "table.md").read_text()
+
+
+def test_a_catalogue_without_co_labels_reports_the_spurious_rate_as_not_applicable(tmp_path, capsys, monkeypatch):
+    """Each item carries one of three categories (the category all items share is dropped): no label has a usual
+    co-label, so the spurious rate has no item to count; the line said 'nan' and the k-means into five clients
+    of three distinct label vectors left a cluster empty (numpy warnings)."""
+    import warnings
+
+    from fedvlr_plus.cli import main
+
+    stub_minilm_encoders(monkeypatch, M)
+    rng = np.random.default_rng(0)
+    reviews = [{"user_id": f"U{u}", "parent_asin": f"P{i:03d}", "rating": 5.0, "timestamp": 1600000000000 + k}
+               for u in range(40) for k, i in enumerate(rng.choice(90, 10, replace=False))]
+    meta = [{"parent_asin": f"P{i:03d}", "title": f"toy {i}", "categories": ["Toys", ["A", "B", "C"][i % 3]]}
+            for i in range(90)]
+    (tmp_path / "Toys.jsonl").write_text("".join(json.dumps(r) + "\n" for r in reviews))
+    (tmp_path / "meta_Toys.jsonl").write_text("".join(json.dumps(m) + "\n" for m in meta))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert main(["align", "fedmpt", str(tmp_path / "Toys.jsonl"), "--rounds", "1", "--no-ablation", "--raters",
+                     "4", "--proj-dim", "0", "--cache-dir", ""]) == 0
+    said = capsys.readouterr()
+    assert "spurious n/a (no test item carries a label's usual co-label without that label)" in said.out + said.err
