@@ -65,6 +65,8 @@ def cmd_run(args) -> int:
     check_tune_flags(args)
     args.tune = resolve_tune(args)
     data, split_used = load_for_run(args)
+    if protocol == "sampled":
+        _check_sampled(data)
     say(_run_plan(args, data.name))
     if args.backbone not in REFERENCE_BACKBONES:
         from .run_federated import run_federated_command
@@ -79,6 +81,18 @@ def cmd_run(args) -> int:
     report_run(args, result, keys, test, data)
     say(_next_step(args))
     return 0
+
+
+def _check_sampled(data) -> None:
+    """``--protocol sampled99`` on a catalogue too small for it stops before training, not at the first
+    evaluation (where the line was also cut into by the progress bar)."""
+    from ..errors import ConfigError
+    from ..evaluation import sampled_unavailable
+
+    for split in ("valid", "test"):
+        why = sampled_unavailable(data, split=split)
+        if why:
+            raise ConfigError("--protocol sampled99", why, "use the full protocol, --protocol full")
 
 
 def _run_plan(args, dataset: str) -> str:
