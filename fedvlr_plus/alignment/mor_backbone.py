@@ -67,7 +67,8 @@ def _flat(d: dict, prefix: str = "") -> dict:
     return out
 
 
-#: users ranked together when the reference's candidates are drawn (bounds the sort's memory)
+#: users whose full rows of scores are ranked together (the reference's candidates, and the targets' ranks of
+#: mor_policy): bounds the masked copy and the sort's memory
 RANK_BLOCK = 1024
 
 

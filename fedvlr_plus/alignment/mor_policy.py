@@ -9,6 +9,7 @@ import torch
 
 from ..federation.rounds import RoundLoop, fit_each, over_the_wire
 from .grpo import grpo_loss, kl_categorical, sample_groups
+from .mor_backbone import RANK_BLOCK
 from .mor_config import MoRConfig
 from .mor_rewards import score_queries, stack_scores
 from .mor_router import fuse_scores, fused_reward
@@ -152,10 +153,6 @@ def expected_reward(clients, router, std, policy, *, ref_logits, cand, x, o, fea
         kl = kl_categorical(policy(ref, xb, fb), ref / cfg.temperature)
     return {"policy": float((p * R).sum(-1).mean()), "reference": float((q * R).sum(-1).mean()),
             "kl": float(kl.mean())}
-
-
-#: users whose full rows are ranked at once (bounds the masked copy of the scores)
-RANK_BLOCK = 1024
 
 
 def reference_ranks(ref_scores: np.ndarray, train_mask: np.ndarray, users: np.ndarray, targets: np.ndarray):
