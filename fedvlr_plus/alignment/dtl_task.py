@@ -160,14 +160,14 @@ def _ordered(inter, seed: int):
     return inter.assign(_order=key).sort_values(["user", "_order"], kind="stable").drop(columns="_order")
 
 
-def label_shares(rng, n_labels: int, n_clients: int, alpha: float, present=None) -> np.ndarray:
+def label_shares(rng, n_labels: int, n_clients: int, alpha: float, present) -> np.ndarray:
     """``[n_labels, n_clients]``: each label's shares over the clients, a Dirichlet(alpha) draw per label, or for
-    ``alpha == 0`` the Dirichlet's limit, every label wholly at one client: the ``present`` labels (all by default)
-    in a shuffled order dealt round-robin, so that every client holds one when there are as many labels as
-    clients (the pathological split of McMahan et al., arXiv 1602.05629)."""
+    ``alpha == 0`` the Dirichlet's limit, every label wholly at one client: the ``present`` labels (those with
+    something to deal) in a shuffled order dealt round-robin, so that every client holds one when there are as
+    many labels as clients (the pathological split of McMahan et al., arXiv 1602.05629)."""
     if alpha > 0:
         return rng.dirichlet(np.full(n_clients, alpha), size=n_labels)
-    present = np.arange(n_labels) if present is None else np.asarray(present, np.int64)
+    present = np.asarray(present, np.int64)
     if len(present) < n_clients:
         raise ConfigError(f"--alpha 0 --clients {n_clients}", f"each class goes to one client, and only "
                           f"{len(present)} classes have training examples", "use fewer clients or --alpha > 0")
