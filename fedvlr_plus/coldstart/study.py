@@ -103,16 +103,17 @@ def _recipe(opts: ColdStartOptions, fusion: str, cfg):
 def _views(opts: ColdStartOptions, data) -> dict:
     """The items' content views; none for a backbone alone on data without content (the content-only ranker and
     the cold rules are then left out), which a cold-item split cannot do without."""
-    from ..fedvlr.views import has_content, load_views
+    from ..fedvlr.views import load_views
 
     fo = opts.fedvlr
-    if opts.fusion == "none" and fo.views is None and not has_content(data):
+    views = load_views(data, fo.views, list(fo.fusion_views) if fo.fusion_views else None, progress=opts.progress,
+                       optional=opts.fusion == "none")
+    if not views:   # a backbone alone on data without content
         if opts.split.cold_items is not None:
             raise _no_content_for_cold_items(data)
         print(f"{data.name} has no item content: the study goes on without the content-only ranker",
               file=sys.stderr)
         return {}
-    views = load_views(data, fo.views, list(fo.fusion_views) if fo.fusion_views else None, progress=opts.progress)
     return {k: v for k, v in views.items() if k not in set(fo.drop_modality)}
 
 

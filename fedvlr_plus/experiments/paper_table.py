@@ -142,17 +142,18 @@ def _prepare(data, opts: PaperTableOptions) -> _Study:
 def _content_views(data, opts: PaperTableOptions) -> dict:
     """The items' content views; none where the data has no content and no store is given (the fusion rows and
     the content-only ranker are then left out, and the backbones alone still run)."""
-    from ..fedvlr.views import content_remedy, has_content, load_views
+    from ..fedvlr.views import content_remedy, load_views
 
     fo = opts.fedvlr
-    if fo.views is None and not has_content(data):
+    views = load_views(data, fo.views, list(fo.fusion_views) if fo.fusion_views else None, progress=opts.progress,
+                       optional=True)
+    if not views:
         if all(v in FUSION_VARIANTS for v in opts.variants):
             raise ConfigError("--variants", f"every variant asked for ({', '.join(opts.variants)}) fuses item "
                               f"content, and {data.name} has none", f"{content_remedy(data)}, or add none,fedgrad")
         print(f"paper-table: {data.name} has no item content: the fusion rows and the content-only ranker are left "
               f"out ({content_remedy(data)} to have them)", file=sys.stderr)
-        return {}
-    return load_views(data, fo.views, list(fo.fusion_views) if fo.fusion_views else None, progress=opts.progress)
+    return views
 
 
 def _add_references(study: _Study) -> None:

@@ -28,11 +28,12 @@ def _say(line: str) -> None:
 
 
 def load_views(data, store: str | None = None, names: list[str] | None = None,
-               progress: bool = True, purpose: str = "--fusion") -> dict[str, np.ndarray]:
+               progress: bool = True, purpose: str = "--fusion", optional: bool = False) -> dict[str, np.ndarray]:
     """Views of every item of ``data`` (name -> [n_items, d]), rows aligned with the data's item ids.
 
     Says on stderr where they come from: the data's own features, a store reused, or a store built (where,
-    from what). ``purpose`` is the flag that asked for views, named in the one-line errors.
+    from what). ``purpose`` is the flag that asked for views, named in the one-line errors. ``optional``: data
+    without any item content, and no store named, gives no views (``{}``) instead of that error.
     """
     from ..views import ViewStoreError, load_store
 
@@ -43,6 +44,8 @@ def load_views(data, store: str | None = None, names: list[str] | None = None,
         _say(f"the precomputed features of {data.name}: "
              + ", ".join(f"{k}[{v.shape[0]:,}x{v.shape[1]}]" for k, v in views.items()) + " (no view store)")
         return {k: _named(views, k, data.name) for k in (names or views)}
+    if optional and store is None and not has_content(data):
+        return {}
     path, exists = _store_path(data, store, purpose)
     if exists:
         vs = load_store(path)
