@@ -85,15 +85,46 @@ class FedNCF(Backbone):
                 out[us, it] = self._tail(p, user_gmf[us].unsqueeze(-2) * q_g[it], h)
         return out[0] if one else out
 
+    def mixture_logits(self, p, w, experts):
+        """Logits of every item for users whose item vectors are mixtures ``Σ_j w[u, j] experts[i, j]`` (the FedVLR
+        layer's; ``w [B, J]``, ``experts [N, J, 2d]``), without forming the ``[B, N, 2d]`` mixtures: the first MLP
+        layer is linear, so its item side is computed once per expert and mixed per user (J numbers a hidden unit
+        instead of d); the rest as :meth:`_every_item_logits`, a block of users and items at a time. The same
+        values as :meth:`head` on the mixtures up to the order of float summation."""
+        d, n, j = self.dim, experts.shape[0], experts.shape[1]
+        h1, one = p["mlp1_b"].shape[-1], w.dim() == 1
+        user_gmf, user_mlp = (p["user_gmf"][None], p["user_mlp"][None]) if one else (p["user_gmf"], p["user_mlp"])
+        w = w[None] if one else w
+        # the GMF path is linear in the mixture: <u ⊙ h, Σ_j w_j g_ij> = <w ⊗ (u ⊙ h), g_i>, one product for all
+        gmf_direction = (w.unsqueeze(-1) * (user_gmf * p["out_gmf"]).unsqueeze(-2)).reshape(w.shape[0], j * d)
+        out = gmf_direction @ experts[..., :d].reshape(n, j * d).T                    # [B, N]
+        item_part = experts[..., d:] @ p["mlp1_item"].transpose(-1, -2)                 # [N, J, h1]
+        user_part = user_mlp.unsqueeze(-2) @ p["mlp1_user"].transpose(-1, -2)           # [B, 1, h1]
+        for i in range(0, n, self.SCORE_ITEMS):
+            it = slice(i, i + self.SCORE_ITEMS)
+            size = item_part[it].shape[0]
+            mlp_rows = item_part[it].permute(1, 0, 2).reshape(j, size * h1)
+            for u in range(0, w.shape[0], self.SCORE_USERS):
+                us = slice(u, u + self.SCORE_USERS)
+                h = ((w[us] @ mlp_rows).view(-1, size, h1) + user_part[us] + p["mlp1_b"]).relu_()
+                out[us, it] += self._mlp_out(p, h)
+        out += p["out_b"][..., None]
+        return out[0] if one else out
+
     def scoring_floats_per_item(self, table_width: int) -> int:
         return 2   # the logits (and their copy); the activations are bounded by the blocks above
 
-    @staticmethod
-    def _tail(p, gmf, h):
+    @classmethod
+    def _tail(cls, p, gmf, h):
         """The MLP tower after its first layer's activation, and the output layer."""
+        return rowdot(gmf, p["out_gmf"]) + cls._mlp_out(p, h) + p["out_b"][..., None]
+
+    @staticmethod
+    def _mlp_out(p, h):
+        """The MLP path's share of the logit from its first layer's activation."""
         h = (h @ p["mlp2_w"].transpose(-1, -2) + p["mlp2_b"]).relu_()
         h = (h @ p["mlp3_w"].transpose(-1, -2) + p["mlp3_b"]).relu_()
-        return rowdot(gmf, p["out_gmf"]) + rowdot(h, p["out_mlp"]) + p["out_b"][..., None]
+        return rowdot(h, p["out_mlp"])
 
     def head(self, p, vecs, ctx):
         d = self.dim

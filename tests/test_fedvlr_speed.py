@@ -171,7 +171,7 @@ def test_a_resumed_fedvlr_run_ends_with_the_same_numbers(tmp_path):
 def test_router_input_dense_and_gathered_agree(monkeypatch):
     """The router's input as one product over a small catalogue equals the gathered mean of the history's rows."""
     from fedvlr_plus.federation.batched import history_ctx
-    from fedvlr_plus.fedvlr import closed_form
+    from fedvlr_plus.fedvlr import router
     from fedvlr_plus.fedvlr.router import VIEWS
 
     indptr, indices = tiny_csr(N_USERS, N_ITEMS)
@@ -179,7 +179,7 @@ def test_router_input_dense_and_gathered_agree(monkeypatch):
     ctx = {VIEWS: views, **history_ctx(indptr, indices, np.arange(N_USERS))}
     head = MixtureDotHead("F", "w", "b", 3, 8, 1.0)
     dense = head.router_input(ctx)
-    monkeypatch.setattr(closed_form, "DENSE_HISTORY_RATIO", 0)
+    monkeypatch.setattr(router, "DENSE_HISTORY_RATIO", 0)
     gathered = head.router_input(ctx)
     want = torch.stack([views[indices[indptr[u]:indptr[u + 1]]].mean(0) for u in range(N_USERS)])
     assert torch.allclose(dense, want, atol=1e-6) and torch.allclose(gathered, want, atol=1e-6)
@@ -217,3 +217,43 @@ def test_bench_markdown_shows_the_system_part_of_a_round_where_it_is_large():
     assert _cpu({"round1_cpu_s": 12.0, "round1_sys_s": 4.0}, "round1") == "12.0 s (4.000 s sys)"
     assert _cpu({"later_cpu_s": 6.0, "later_sys_s": 0.2}, "later") == "6.000 s"
     assert _cpu({"later_cpu_s": 6.0}, "later") == "6.000 s"   # a suite.json written before the split
+
+
+@pytest.mark.parametrize("kw,by_mixture", [({}, True), ({"residual": True}, True), ({"mode": "uniform"}, False),
+                                           ({"content_preference": True}, False), ({"mode": "mlp"}, False)])
+def test_fedncf_scores_the_routers_mixtures_without_forming_them(kw, by_mixture, monkeypatch):
+    bb = _layer("fedncf", **kw)
+    shared = _shared(bb)
+    indptr, indices = tiny_csr(N_USERS, N_ITEMS)
+    sim = BatchedSimulator(bb, indptr, indices, MemoryStore(), seed=0)
+    sim.fit(np.arange(N_USERS), shared, dict(seed=0, round=1, epochs=2, negatives=2, batch_size=4, lr=0.3,
+                                             item_lr_scale=3.0, upload="params"))
+    calls = []
+    mixture_logits = bb.base.mixture_logits
+    monkeypatch.setattr(bb.base, "mixture_logits", lambda *a: calls.append(1) or mixture_logits(*a))
+    fast = sim.scores(np.arange(N_USERS), shared)
+    assert bool(calls) is by_mixture
+    bb.score_mixtures = False   # the mixtures formed, then the head
+    formed = sim.scores(np.arange(N_USERS), shared)
+    assert torch.allclose(fast, formed, rtol=1e-5, atol=1e-6), (fast - formed).abs().max()
+
+
+def test_one_clients_mixture_scores_are_its_row_of_the_batch():
+    bb = _layer("fedncf")
+    p = dict(_shared(bb))
+    g = torch.Generator().manual_seed(4)
+    w = torch.softmax(torch.randn(3, 3, generator=g), -1)
+    p["user_gmf"], p["user_mlp"] = torch.randn(3, 8, generator=g), torch.randn(3, 8, generator=g)
+    experts = torch.randn(N_ITEMS, 3, 16, generator=g)
+    batch = bb.base.mixture_logits(p, w, experts)
+    one = bb.base.mixture_logits(p | {"user_gmf": p["user_gmf"][1], "user_mlp": p["user_mlp"][1]}, w[1], experts)
+    assert one.shape == (N_ITEMS,) and torch.allclose(one, batch[1], atol=1e-6)
+    head = bb.base.head(p, torch.einsum("bj,njk->bnk", w, experts), {})
+    assert torch.allclose(batch, head, atol=1e-5)
+
+
+def test_the_sequential_reference_scores_fedncf_mixtures_as_the_batched_simulator():
+    config = dict(seed=0, round=1, epochs=2, negatives=2, batch_size=4, lr=0.3, item_lr_scale=3.0, upload="params")
+    _, _, batched = _fit(BatchedSimulator, _layer("fedncf"), config)
+    _, _, sequential = _fit(SequentialSimulator, _layer("fedncf"), config)
+    assert torch.allclose(batched, sequential, rtol=1e-5, atol=1e-6)

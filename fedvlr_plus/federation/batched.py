@@ -20,7 +20,6 @@ import torch
 import torch.nn.functional as F
 
 from ..adapters.base import Backbone
-from .client import scoring_params
 from ..fedvlr.closed_form import MixtureSteps
 from .dot_steps import DotSteps
 from .indexed_rows import IndexedRows
@@ -28,6 +27,7 @@ from .messages import ClientUpdate
 from .privacy import privatise
 from .schedule import Schedule, build_schedule
 from .state import init_private_block, round_start
+from .batched_scoring import BatchedScoring, history_ctx
 from .store import load_block, save_block
 from .summed_chunk import SummedChunk
 
@@ -48,21 +48,6 @@ def _chunks(order: np.ndarray, cost: np.ndarray, budget: float, overhead: float)
     return out
 
 
-def history_ctx(indptr: np.ndarray, indices: np.ndarray, cids) -> dict:
-    """The users' training positives (CSR ``indptr``/``indices``) as global ids, padded, with a mask: the input
-    of backbones that read a user's history (the FedVLR router)."""
-    cids = np.asarray(cids, dtype=np.int64)
-    n = indptr[cids + 1] - indptr[cids]
-    h_max = max(int(n.max()) if len(n) else 1, 1)
-    owner = np.repeat(np.arange(len(cids)), n)
-    pos = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
-    hist = np.zeros((len(cids), h_max), dtype=np.int64)
-    hmask = np.zeros((len(cids), h_max), dtype=bool)
-    hist[owner, pos] = indices[np.repeat(indptr[cids], n) + pos]
-    hmask[owner, pos] = True
-    return {"hist_global": torch.from_numpy(hist), "hist_mask": torch.from_numpy(hmask)}
-
-
 def _trained_into(own: torch.Tensor, trained: torch.Tensor) -> torch.Tensor:
     """A chunk's trained private state back in ``own``, the CPU tensor it started from (on a GPU: the store's own
     rows where it handed them out, so the state lands in place and the store writes nothing more; on the CPU the
@@ -72,7 +57,7 @@ def _trained_into(own: torch.Tensor, trained: torch.Tensor) -> torch.Tensor:
     return own
 
 
-class BatchedSimulator:
+class BatchedSimulator(BatchedScoring):
     """Trains and scores many clients at once from the training CSR (``indptr``, ``indices``)."""
 
     name = "batched"
@@ -478,53 +463,6 @@ class BatchedSimulator:
             full.view(c_n * n_items, -1)[dst] = detached[shared_name].reshape(c_n * t_max, -1)[src]
             block[personal] = full
         save_block(self.store, cids, block)
-
-    # ------------------------------------------------------------------ scoring
-    maps_private = True   # scores() takes ``private_map``
-
-    def scores(self, users, shared: dict[str, torch.Tensor], private_map=None) -> torch.Tensor:
-        """Logits ``[B, n_items]`` of every item for each user, from their restored private states.
-
-        ``private_map(name, stacked)``, when given, may replace each stacked private array (``[B, ...]``) before
-        scoring (used to apply a cold-item rule to private item tables); it must not change the stored states."""
-        users = np.asarray(users, dtype=np.int64)
-        n_items = self.bb.n_items
-        closed_form = getattr(self.bb, "closed_form", None)
-        kernel = closed_form() if closed_form is not None else None
-        # the closed form makes only the [B, N] scores; the generic forward holds [B, N, k] item vectors
-        width = 2 if kernel is not None else self.bb.scoring_floats_per_item(self.table_width)
-        per_chunk = max(1, self.chunk_floats // max(n_items * width, 1))
-        dev = self.device
-        shared = {k: v.to(self.dtype) for k, v in shared.items()}
-        shared_dev = {k: v.to(dev) for k, v in shared.items()}
-        ctx_shared = self.bb.round_context(shared_dev)   # the same for every chunk of this call
-        out = []
-        for start in range(0, len(users), per_chunk):
-            chunk = users[start:start + per_chunk]
-            private = self._private_block(chunk)
-            copies = load_block(self.store, chunk, list(self.bb.personal_copies.values()))
-            for shared_name, personal in self.bb.personal_copies.items():
-                vals, has = copies[personal]
-                if has.any():   # clients without a personal copy score with the global table
-                    vals = vals.to(self.dtype)
-                    vals[torch.from_numpy(~has)] = shared[shared_name]
-                    private[personal] = vals
-            if private_map is not None:
-                private = {k: private_map(k, v) for k, v in private.items()}
-            p = scoring_params(self.bb, shared_dev, {k: v.to(dev) for k, v in private.items()})
-            ctx = {"items_global": torch.arange(n_items, device=dev), **ctx_shared}
-            if self.bb.uses_history:
-                ctx.update({k: v.to(dev) for k, v in history_ctx(self.indptr, self.indices, chunk).items()})
-            with torch.no_grad():
-                if kernel is not None:
-                    logits = kernel.scores(p[kernel.table], p, ctx)
-                else:
-                    logits = self.bb.logits(p, None, ctx)
-                out.append(logits.cpu())
-        if len(out) == 1:   # (a batch of one chunk: torch.cat would copy it)
-            return out[0]
-        return torch.cat(out) if out else torch.zeros(0, n_items, dtype=self.dtype)
-
 
 @dataclass
 class _ChunkBatch:

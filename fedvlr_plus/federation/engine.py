@@ -208,8 +208,13 @@ class FederatedRun:
 
     # ------------------------------------------------------------------ evaluation
     def scorer(self):
+        """The run's :data:`~fedvlr_plus.evaluation.Scorer` of the current model; where the simulator scores
+        chosen items faster than every item (``prefers_candidates``), the sampled protocol asks for its candidates
+        only."""
         def score(users):
             return self.sim.scores(np.asarray(users, dtype=np.int64), self.shared)
+        if getattr(self.sim, "prefers_candidates", False):
+            score.score_items = lambda users, items: self.sim.score_items(users, items, self.shared)
         return score
 
     def evaluate(self, split: str, protocol: str = "full"):

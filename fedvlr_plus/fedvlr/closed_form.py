@@ -35,15 +35,12 @@ import torch.nn.functional as F
 from ..compiled import LazyKernels
 from ..federation.indexed_rows import IndexedRows
 from ..nn import linear
-from .router import VIEWS, history_input
+from .router import history_mean
 
 ROUTER = ("router.w1", "router.b1", "router.w2", "router.b2")
 #: a step reads the whole broadcast table when it has at most this many rows per example slot: reading a row in
 #: two matrix products costs about 1/30 of gathering it (one thread, J d = 192: equal at 25-30 rows a slot)
 ALL_ROWS_RATIO = 24
-#: the router's input as one [C, N] x [N, J d] product while the catalogue has at most this many items per real
-#: history entry of the chunk (a GEMM reads a row of the views for far less than a gather copies it)
-DENSE_HISTORY_RATIO = 32
 
 
 @dataclass(frozen=True)
@@ -73,27 +70,8 @@ class MixtureDotHead:
         return (self.experts + int(self.preference is not None)) * self.d
 
     def router_input(self, ctx: dict) -> torch.Tensor:
-        """``r_u [C, J d]``: the round's constant router input of the users in ``ctx`` (``history_input``'s mean of
-        the fused views of each user's history), from the real history entries only: the padding to the longest
-        history of the batch can be most of ``[C, H, J d]`` when users of every size are scored together."""
-        views = ctx.get(VIEWS)
-        if views is None:
-            return history_input(ctx)   # (says what is missing)
-        hist, mask = ctx["hist_global"], ctx["hist_mask"]
-        w = mask.to(views.dtype)
-        w = w / w.sum(-1, keepdim=True).clamp(min=1.0)
-        real = mask.reshape(-1).nonzero().squeeze(1)
-        user = torch.div(real, hist.shape[1], rounding_mode="floor")
-        c_n, n_items = hist.shape[0], views.shape[0]
-        if c_n * n_items <= DENSE_HISTORY_RATIO * len(real):
-            # a small catalogue: the users' weights over it [C, N] and one product with the views, instead
-            # of gathering a row per history entry
-            dense = torch.zeros(c_n * n_items, dtype=views.dtype, device=views.device)
-            dense.index_add_(0, user * n_items + hist.reshape(-1)[real], w.reshape(-1)[real])
-            return dense.view(c_n, n_items) @ views
-        rows = views.index_select(0, hist.reshape(-1)[real]) * w.reshape(-1)[real].unsqueeze(1)
-        out = torch.zeros(c_n, views.shape[-1], dtype=views.dtype, device=views.device)
-        return out.index_add_(0, user, rows)
+        """``r_u [C, J d]``: the round's constant router input of the users in ``ctx`` (:func:`.router.history_mean`)."""
+        return history_mean(ctx)
 
     def _weights(self, pre: torch.Tensor, p: dict):
         """The router's hidden layer and weights ``[C, J]`` from its pre-activation (``router_weights``' ops)."""

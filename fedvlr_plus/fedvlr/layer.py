@@ -33,7 +33,7 @@ from .cold import NO_COLD_RULE, ColdItemRule, warm_neighbours
 from .experts import EXPERTS, expert_outputs, fusion_specs, mix, project
 from .options import VIEW_SCALES
 from . import preference
-from .router import VIEWS, entropy, history_input, router_specs, router_weights
+from .router import VIEWS, entropy, history_input, history_mean, router_specs, router_weights
 
 #: ``uniform``: the three experts mixed with fixed equal weights (no router): the router ablation
 MODES = ("sum", "mlp", "gate", "fedvlr", "uniform")
@@ -101,6 +101,9 @@ class FusionLayer(Backbone):
     own defaults are the layer's, not the command line's (no cold-item rule unless ``cold_items`` is given)."""
 
     default_strategy = "fedgrad"
+    #: False: scoring every item forms each user's mixtures and runs the backbone's head on them, even where the
+    #: backbone scores mixtures without forming them (the reference path ``fedvlr-plus bench eval --check`` times)
+    score_mixtures = True
     # the server averages view gradients with weights summing to 1; 1.0 was stable on KU and ml-100k
     # (the FCF "sum" rule, lr x clients, diverges once hundreds of clients touch the dense fusion weights)
     default_server_lr = 1.0
@@ -298,8 +301,11 @@ class FusionLayer(Backbone):
 
     # ------------------------------------------------------------------ the client's forward
     def weights(self, p: dict, ctx: dict) -> torch.Tensor:
-        """Router weights ``[..., J]`` of the user(s) in ``ctx``."""
-        return router_weights(history_input(ctx), p, self.temperature)
+        """Router weights ``[..., J]`` of the user(s) in ``ctx``. Scoring (no gradient) reads the mean of the real
+        history entries (:func:`.router.history_mean`, the same mean summed in another order): it takes many
+        users at once, and padding each to the longest history would hold ``[users, longest, J d]`` floats."""
+        scoring = not torch.is_grad_enabled() and ctx.get(VIEWS) is not None
+        return router_weights(history_mean(ctx) if scoring else history_input(ctx), p, self.temperature)
 
     def _fused_part(self, p: dict, items, ctx: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The client's fused item vectors and the router weights that mixed them (None with one expert)."""
@@ -311,6 +317,33 @@ class FusionLayer(Backbone):
             return f.mean(-2), None
         w = self.weights(p, ctx)
         return mix(w, f), w
+
+    def logits(self, p, items, ctx=None):
+        ctx = {} if ctx is None else ctx
+        if not self._scores_by_mixture(p, items):
+            return super().logits(p, items, ctx)
+        f = p[FUSED]
+        experts = f.reshape(f.shape[0], self.blocks, self.d)[:, :len(self.experts)]
+        return self.base.mixture_logits(p, self.weights(p, ctx), experts)
+
+    def _scores_by_mixture(self, p, items) -> bool:
+        """Whether this forward scores every item of the broadcast views for a batch of users, each item vector
+        the router's mixture alone, in front of a backbone that scores such mixtures without forming them
+        (``mixture_logits``: FedNCF computes its first layer's item side per expert)."""
+        return self._mixture_head and items is None and not torch.is_grad_enabled() and p[FUSED].dim() == 2
+
+    @property
+    def _mixture_head(self) -> bool:
+        """The options under which an item's vector is the router's mixture alone, and the backbone scores
+        mixtures."""
+        scores_mixtures = callable(getattr(self.base, "mixture_logits", None))
+        return (self.score_mixtures and scores_mixtures and self.mode == "fedvlr" and len(self.experts) > 1
+                and not self.additive and not self.offset and not self.content_preference)
+
+    def scoring_floats_per_item(self, table_width: int) -> int:
+        if self._mixture_head:   # no [users, items, d] mixtures are formed
+            return self.base.scoring_floats_per_item(table_width)
+        return super().scoring_floats_per_item(table_width)
 
     def item_repr(self, p, items, ctx):
         v, w = self._fused_part(p, items, ctx)

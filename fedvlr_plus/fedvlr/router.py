@@ -49,6 +49,37 @@ def history_input(ctx: dict) -> torch.Tensor:
     return cached[2]
 
 
+#: :func:`history_mean` forms its mean as one [C, N] x [N, J d] product while the catalogue has at most this many
+#: items per real history entry of the batch (a GEMM reads a row of the views for far less than a gather copies it)
+DENSE_HISTORY_RATIO = 32
+
+
+def history_mean(ctx: dict) -> torch.Tensor:
+    """:func:`history_input`'s ``r_u [C, J d]`` for a batch of users, from the real history entries only (the
+    same mean, summed in another order): the padding to the longest history of the batch can be most of
+    ``[C, H, J d]`` when users of every size are scored together. Not cached."""
+    views = ctx.get(VIEWS)
+    if views is None:
+        return history_input(ctx)   # (says what is missing)
+    hist, mask = ctx["hist_global"], ctx["hist_mask"]
+    if hist.dim() == 1:   # one client's history
+        return history_mean({VIEWS: views, "hist_global": hist[None], "hist_mask": mask[None]})[0]
+    w = mask.to(views.dtype)
+    w = w / w.sum(-1, keepdim=True).clamp(min=1.0)
+    real = mask.reshape(-1).nonzero().squeeze(1)
+    user = torch.div(real, hist.shape[1], rounding_mode="floor")
+    c_n, n_items = hist.shape[0], views.shape[0]
+    if c_n * n_items <= DENSE_HISTORY_RATIO * len(real):
+        # a small catalogue: the users' weights over it [C, N] and one product with the views, instead of
+        # gathering a row per history entry
+        dense = torch.zeros(c_n * n_items, dtype=views.dtype, device=views.device)
+        dense.index_add_(0, user * n_items + hist.reshape(-1)[real], w.reshape(-1)[real])
+        return dense.view(c_n, n_items) @ views
+    rows = views.index_select(0, hist.reshape(-1)[real]) * w.reshape(-1)[real].unsqueeze(1)
+    out = torch.zeros(c_n, views.shape[-1], dtype=views.dtype, device=views.device)
+    return out.index_add_(0, user, rows)
+
+
 def router_logits(x: torch.Tensor, p: dict) -> torch.Tensor:
     """Private MLP ``[..., in] -> [..., J]``."""
     h = torch.relu(linear(x, p["router.w1"], p["router.b1"]))
