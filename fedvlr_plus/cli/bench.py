@@ -1,6 +1,7 @@
 """``fedvlr-plus bench round SOURCE --backbone B [--fusion F]``: time federated rounds, batched against sequential
-(``B`` a federated backbone or ``recbole:<Model>``); ``fedvlr-plus bench suite``: every speed figure of the
-project, each case in its own process."""
+(``B`` a federated backbone or ``recbole:<Model>``); ``fedvlr-plus bench eval``: time the evaluation passes of a
+trained model, with ``--check`` against the reference paths; ``fedvlr-plus bench suite``: every speed figure of
+the project, each case in its own process."""
 from __future__ import annotations
 
 import argparse
@@ -18,7 +19,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     from .run_args import add_run_arguments
 
     p = subparsers.add_parser("bench", help="speed benchmarks of the federated engine")
-    sub = p.add_subparsers(dest="bench_command", metavar="{round,suite}", required=True)
+    sub = p.add_subparsers(dest="bench_command", metavar="{round,eval,suite}", required=True)
     r = sub.add_parser("round", help="time one full round (all clients, local epochs, no evaluation), batched "
                                      "and sequential",
                        usage="%(prog)s SOURCE --backbone NAME [options]",
@@ -37,8 +38,38 @@ def register(subparsers) -> argparse.ArgumentParser:
     add_run_arguments(r, command="bench")
     add_fusion_arguments(r)
     r.set_defaults(func=cmd_bench_round)
+    _register_eval(sub)
     _register_suite(sub)
     return p
+
+
+def _register_eval(sub) -> None:
+    from ..federation.config import FEDERATED_BACKBONES
+    from .fusion_args import add_fusion_arguments
+    from .run_args import add_run_arguments
+
+    e = sub.add_parser("eval", help="time the evaluation passes (full sort, sampled) of a model trained for a few "
+                                    "rounds; --check also times the reference paths and compares the figures",
+                       usage="%(prog)s SOURCE --backbone NAME [--train-rounds N] [--check] [options]",
+                       description="Train a federated model for --train-rounds rounds (the quality does not matter "
+                                   "here), then time one pass of each protocol over the chosen split, one thread. "
+                                   "With --check, each pass runs again by the reference path (the sampled "
+                                   "protocol scoring every item instead of its 100 candidates; the FedVLR layer "
+                                   "forming each user's mixtures before FedNCF's head) and the line says whether "
+                                   "the figures are the same.")
+    add_data_arguments(e)
+    e.add_argument("--backbone", required=True, metavar="NAME",
+                   help=f"federated backbone: {', '.join(FEDERATED_BACKBONES)}")
+    e.add_argument("--train-rounds", type=positive_int, default=1, metavar="N",
+                   help="rounds trained before the passes are timed (default 1)")
+    e.add_argument("--eval-split", choices=("valid", "test"), default="test", help="the split scored (default test)")
+    e.add_argument("--protocols", default="full,sampled", metavar="LIST",
+                   help="comma-separated protocols to time: full, sampled (default both)")
+    e.add_argument("--check", action="store_true", help="also time each pass by the reference path and compare")
+    e.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    add_run_arguments(e, command="bench")
+    add_fusion_arguments(e)
+    e.set_defaults(func=cmd_bench_eval)
 
 
 def _register_suite(sub) -> None:
@@ -79,6 +110,42 @@ def cmd_bench_suite(args) -> int:
     print((Path(args.out) / "suite.md").read_text(), end="")
     failed = [c["id"] for c in doc["cases"] if c["status"] == "failed"]
     return 1 if failed else 0
+
+
+def cmd_bench_eval(args) -> int:
+    from ..bench.evaluation import PROTOCOLS, eval_passes
+    from ..errors import ConfigError
+    from ..evaluation import sampled_unavailable
+    from ..federation.config import FEDERATED_BACKBONES
+    from ..federation.engine import FederatedRun
+    from .common import say
+    from .run_args import config_from_args
+    from .run_federated import build_backbone
+
+    if args.backbone not in FEDERATED_BACKBONES:
+        raise ConfigError(f"--backbone {args.backbone}", "bench eval times the package's federated backbones",
+                          f"choose from {', '.join(FEDERATED_BACKBONES)}")
+    protocols = [x.strip() for x in args.protocols.split(",") if x.strip()]
+    unknown = sorted(set(protocols) - set(PROTOCOLS))
+    if unknown or not protocols:
+        raise ConfigError(f"--protocols {args.protocols}", f"unknown protocol {', '.join(unknown) or '(none)'}",
+                          f"choose from {', '.join(PROTOCOLS)}")
+    data = load_for_run(args)[0]
+    if "sampled" in protocols and sampled_unavailable(data, split=args.eval_split) is not None:
+        raise ConfigError("--protocols sampled", sampled_unavailable(data, split=args.eval_split),
+                          "time the full protocol alone: --protocols full")
+    cfg = config_from_args(args)
+    run = FederatedRun(data, build_backbone(args, data, cfg.dim, False), cfg, progress=False)
+    say(f"bench eval: training {args.train_rounds} round(s) of {run.bb.name} on {data.name} "
+        f"({data.n_users:,} users, {data.n_items:,} items), then timing {', '.join(protocols)} on {args.eval_split}")
+    for _ in range(args.train_rounds):
+        run.run_round()
+    rows = eval_passes(run, args.eval_split, protocols, args.check,
+                       say=lambda line: print(line, file=sys.stderr if args.json else sys.stdout, flush=True))
+    if args.json:
+        print(json.dumps({"data": data.name, "model": run.bb.name, "users": int(data.n_users),
+                          "items": int(data.n_items), "train_rounds": args.train_rounds, "passes": rows}))
+    return 0 if all(row.get("same_figures", True) for row in rows) else 1
 
 
 def cmd_bench_round(args) -> int:
