@@ -40,8 +40,15 @@ def test_the_reference_paths_are_switched_on_for_the_block_only():
     (["--backbone", "recbole:BPR"], "--backbone recbole:BPR: bench eval times the package's federated backbones"),
     (["--backbone", "fedavg", "--protocols", "full,foo"], "--protocols full,foo: unknown protocol foo"),
     (["--backbone", "fedavg", "--protocols", ","], "--protocols ,: unknown protocol (none)"),
-    (["--backbone", "fedavg"], "--protocols sampled: "),   # 40 items: no 99 negatives to sample
+    (["--backbone", "fedavg", "--protocols", "sampled"], "--protocols sampled: "),   # 40 items: no 99 negatives
 ])
 def test_bench_eval_refuses_bad_flags_in_one_line(flags, line):
     res = run_cli("bench", "eval", "synthetic:30x40", *flags)
     assert res.code != 0 and line in res.err and "Traceback" not in res.err
+
+
+def test_bench_eval_leaves_the_sampled_protocol_out_where_it_cannot_run_unless_asked_for():
+    res = run_cli("bench", "eval", "synthetic:30x40", "--backbone", "fedavg", "--dim", "8", "--json")
+    assert res.code == 0, res.err
+    assert "the sampled protocol is left out: " in res.err and "40 items in all" in res.err
+    assert [p["protocol"] for p in json.loads(res.out.strip().splitlines()[-1])["passes"]] == ["full"]

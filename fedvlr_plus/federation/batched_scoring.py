@@ -30,6 +30,8 @@ def history_ctx(indptr: np.ndarray, indices: np.ndarray, cids) -> dict:
 
 
 class BatchedScoring:
+    """The batched simulator's scoring (the module docstring lists what it reads of the simulator)."""
+
     maps_private = True   # scores() takes ``private_map``
     #: False: the sampled protocol scores every item even where its candidates alone would be cheaper (the
     #: reference path ``fedvlr-plus bench eval --check`` times and compares against)
