@@ -13,10 +13,8 @@ from .common import add_data_arguments, load_for_run
 
 
 def register(subparsers) -> argparse.ArgumentParser:
-    """Add ``bench round``."""
+    """Add ``bench round``, ``bench eval`` and ``bench suite``."""
     from ..federation.config import FEDERATED_BACKBONES
-    from .fusion_args import add_fusion_arguments
-    from .run_args import add_run_arguments
 
     p = subparsers.add_parser("bench", help="speed benchmarks of the federated engine")
     sub = p.add_subparsers(dest="bench_command", metavar="{round,eval,suite}", required=True)
@@ -34,10 +32,7 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help="train N rounds in a row and report the median of rounds 2..N (default 1: the first "
                         "round, best of --repeats)")
     r.add_argument("--no-sequential", action="store_true", help="time the batched simulator only")
-    r.add_argument("--json", action="store_true", help="print one JSON object as the last line")
-    add_run_arguments(r, command="bench")
-    add_fusion_arguments(r)
-    r.set_defaults(func=cmd_bench_round)
+    _add_model_arguments(r, cmd_bench_round)
     _register_eval(sub)
     _register_suite(sub)
     return p
@@ -45,8 +40,6 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 def _register_eval(sub) -> None:
     from ..federation.config import FEDERATED_BACKBONES
-    from .fusion_args import add_fusion_arguments
-    from .run_args import add_run_arguments
 
     e = sub.add_parser("eval", help="time the evaluation passes (full sort, sampled) of a model trained for a few "
                                     "rounds; --check also times the reference paths and compares the figures",
@@ -67,10 +60,18 @@ def _register_eval(sub) -> None:
                    help="comma-separated protocols to time: full, sampled (default both, the sampled one where "
                         "the catalogue has 99 negatives for every test user)")
     e.add_argument("--check", action="store_true", help="also time each pass by the reference path and compare")
-    e.add_argument("--json", action="store_true", help="print one JSON object as the last line")
-    add_run_arguments(e, command="bench")
-    add_fusion_arguments(e)
-    e.set_defaults(func=cmd_bench_eval)
+    _add_model_arguments(e, cmd_bench_eval)
+
+
+def _add_model_arguments(p, func) -> None:
+    """``--json`` and the flags of the model a bench command trains (a run's and the fusion layer's)."""
+    from .fusion_args import add_fusion_arguments
+    from .run_args import add_run_arguments
+
+    p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    add_run_arguments(p, command="bench")
+    add_fusion_arguments(p)
+    p.set_defaults(func=func)
 
 
 def _register_suite(sub) -> None:
