@@ -358,6 +358,24 @@ class RecBoleBackbone(Backbone):
             out = sum(out)
         return out
 
+    @property
+    def predicts_pairs_only(self) -> bool:
+        """Whether the model has no ``full_sort_predict`` of its own (NeuMF, NNCF, ConvNCF, ...): scoring every
+        item then runs ``predict`` on every (user, item) pair, and a few chosen items cost a few pairs."""
+        from recbole.model.abstract_recommender import AbstractRecommender
+
+        return type(self.template).full_sort_predict is AbstractRecommender.full_sort_predict
+
+    def score_items(self, params: dict, users: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
+        """Scores ``[B, C]`` of our items ``items [B, C]`` for ``users [B]`` (our ids) through ``predict``: the
+        values :meth:`scores` gives them when the model has no ``full_sort_predict``."""
+        from recbole.data.interaction import Interaction
+
+        m = self.template
+        inter = Interaction({m.USER_ID: self.user_map[users].repeat_interleave(items.shape[1]),
+                             m.ITEM_ID: self.item_map[items.reshape(-1)]})
+        return self.call(params, "predict", inter).view(items.shape)
+
     def scores(self, params: dict, users: torch.Tensor, *, cid: int | None = None, positives=None,
                max_pairs: int = 1 << 18) -> torch.Tensor:
         """Scores ``[B, n_items]`` in our item order for ``users`` (our ids), from full module ``params``."""

@@ -37,7 +37,7 @@ def test_the_reference_paths_are_switched_on_for_the_block_only():
 
 
 @pytest.mark.parametrize("flags,line", [
-    (["--backbone", "recbole:BPR"], "--backbone recbole:BPR: bench eval times the package's federated backbones"),
+    (["--backbone", "nosuch"], "--backbone nosuch: unknown backbone"),
     (["--backbone", "fedavg", "--protocols", "full,foo"], "--protocols full,foo: unknown protocol foo"),
     (["--backbone", "fedavg", "--protocols", ","], "--protocols ,: unknown protocol (none)"),
     (["--backbone", "fedavg", "--protocols", "sampled"], "--protocols sampled: "),   # 40 items: no 99 negatives

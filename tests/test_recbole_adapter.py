@@ -624,3 +624,23 @@ def test_residual_gate_starts_the_layer_as_the_models_own_item_rows_and_scales_e
     with pytest.raises(ValueError, match="residual"):
         from fedvlr_plus.fedvlr import FedVLROptions
         FedVLROptions(residual_gate=True)
+
+
+def test_models_without_full_sort_score_the_sampled_candidates_alone(workdir):
+    """NeuMF (predict only) scores a sampled pass's candidates through predict on those pairs, with the figures of
+    scoring every item; BPR (its own full_sort_predict) keeps scoring every item."""
+    from fedvlr_plus.evaluation import evaluate
+
+    data = tiny_data()
+    for name, wanted in (("BPR", False), ("NeuMF", True)):
+        bb, _ = federate(name, data=data, workdir=workdir / name)
+        run = FederatedRun(data, bb, small_cfg(rounds=1), progress=False)
+        run.run_round()
+        assert run.sim.prefers_candidates is wanted
+        users, cand = np.array([0, 3, 3, 7]), np.array([[1, 5, 9], [2, 3, 4], [8, 0, 6], [7, 1, 2]])
+        full = run.sim.scores(users, run.shared)
+        got = run.sim.score_items(users, cand, run.shared, batch=3)   # two batches, a user in both
+        assert torch.allclose(got, torch.gather(full, 1, torch.from_numpy(cand)), atol=1e-6), name
+        kw = dict(split="test", protocol="sampled", n_negatives=20, ks=(5, 10), metrics=("hr", "ndcg"), seed=0)
+        plain = evaluate(data, lambda u: run.sim.scores(np.asarray(u), run.shared), **kw)
+        assert evaluate(data, run.scorer(), **kw).summary() == plain.summary(), name

@@ -52,7 +52,7 @@ def _register_eval(sub) -> None:
                                    "the figures are the same.")
     add_data_arguments(e)
     e.add_argument("--backbone", required=True, metavar="NAME",
-                   help=f"federated backbone: {', '.join(FEDERATED_BACKBONES)}")
+                   help=f"federated backbone: {', '.join(FEDERATED_BACKBONES)} or recbole:<Model>")
     e.add_argument("--train-rounds", type=positive_int, default=1, metavar="N",
                    help="rounds trained before the passes are timed (default 1)")
     e.add_argument("--eval-split", choices=("valid", "test"), default="test", help="the split scored (default test)")
@@ -124,9 +124,10 @@ def cmd_bench_eval(args) -> int:
     from .run_args import config_from_args
     from .run_federated import build_backbone
 
-    if args.backbone not in FEDERATED_BACKBONES:
-        raise ConfigError(f"--backbone {args.backbone}", "bench eval times the package's federated backbones",
-                          f"choose from {', '.join(FEDERATED_BACKBONES)}")
+    is_recbole = args.backbone.startswith("recbole:")
+    if args.backbone not in FEDERATED_BACKBONES and not is_recbole:
+        raise ConfigError(f"--backbone {args.backbone}", "unknown backbone",
+                          f"choose from {', '.join(FEDERATED_BACKBONES)} or recbole:<Model>")
     protocols = _bench_protocols(args.protocols)
     data = load_for_run(args)[0]
     why_not = sampled_unavailable(data, split=args.eval_split) if "sampled" in protocols else None
@@ -136,7 +137,7 @@ def cmd_bench_eval(args) -> int:
         say(f"bench eval: the sampled protocol is left out: {why_not}")
         protocols.remove("sampled")
     cfg = config_from_args(args)
-    run = FederatedRun(data, build_backbone(args, data, cfg.dim, False), cfg, progress=False)
+    run = FederatedRun(data, build_backbone(args, data, cfg.dim, is_recbole), cfg, progress=False)
     say(f"bench eval: training {args.train_rounds} round(s) of {run.bb.name} on {data.name} "
         f"({data.n_users:,} users, {data.n_items:,} items), then timing {', '.join(protocols)} on {args.eval_split}")
     for _ in range(args.train_rounds):

@@ -148,6 +148,9 @@ class ModuleSimulator:
     """
 
     name = "module"
+    #: False: the sampled protocol scores every item even where its candidates alone would be cheaper (the
+    #: reference path ``fedvlr-plus bench eval --check`` times and compares against)
+    score_candidates = True
 
     def __init__(self, bb: Backbone, indptr: np.ndarray, indices: np.ndarray, store, *,
                  seed: int = 0, dtype=torch.float32, **_):
@@ -174,21 +177,46 @@ class ModuleSimulator:
         with one_thread():
             return self._scores(users, shared, batch)
 
+    @property
+    def prefers_candidates(self) -> bool:
+        """Whether the sampled protocol should score its candidates with :meth:`score_items`: where users are
+        scored in batches and the model scores every item one (user, item) pair at a time (no
+        ``full_sort_predict``); a model with its own full-sort scoring keeps it (one product, its own rounding)."""
+        return self.score_candidates and self._batchable() and getattr(self.base, "predicts_pairs_only", False)
+
+    def score_items(self, users, items, shared, batch: int = 256) -> torch.Tensor:
+        """Scores ``[B, C]`` of the items ``items [B, C]`` (our ids) for ``users [B]``, through the model's
+        ``predict`` on those pairs only."""
+        users = np.asarray(users, dtype=np.int64)
+        items = torch.as_tensor(np.asarray(items, dtype=np.int64))
+        out = []
+        with one_thread():
+            for b0, ut, params in self._batched_params(users, shared, batch):
+                with torch.no_grad():
+                    out.append(self.base.score_items(params, ut, items[b0:b0 + batch]))
+        return torch.cat(out) if out else torch.zeros(0, items.shape[1], dtype=self.dtype)
+
     def _scores(self, users, shared, batch: int) -> torch.Tensor:
         users = np.asarray(users, dtype=np.int64)
         if not len(users):
             return torch.zeros(0, self.bb.n_items, dtype=self.dtype)
         if not self._batchable():
             return torch.stack([self.client(int(u)).scores(shared) for u in users])
-        shared = {k: _tensor(v, self.dtype) for k, v in shared.items()}
         out = []
+        for _, ut, params in self._batched_params(users, shared, batch):
+            with torch.no_grad():
+                out.append(self.base.scores(params, ut))
+        return torch.cat(out)
+
+    def _batched_params(self, users: np.ndarray, shared, batch: int):
+        """``(start, users, module parameters)`` for each ``batch`` users from ``start`` on: the shared ones with
+        these users' restored private rows placed in."""
+        shared = {k: _tensor(v, self.dtype) for k, v in shared.items()}
         for b0 in range(0, len(users), batch):
             bu = users[b0:b0 + batch]
             states = [self.client(int(u)).private_state() for u in bu]
             p = dict(shared)
             for s in self.bb.private_specs():
                 p[s.name] = torch.stack([st[s.name] for st in states]).to(self.dtype)
-            with torch.no_grad():
-                ut = torch.as_tensor(bu)
-                out.append(self.base.scores(self.base.module_params(p, ut), ut))
-        return torch.cat(out)
+            ut = torch.as_tensor(bu)
+            yield b0, ut, self.base.module_params(p, ut)
