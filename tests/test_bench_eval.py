@@ -52,3 +52,11 @@ def test_bench_eval_leaves_the_sampled_protocol_out_where_it_cannot_run_unless_a
     assert res.code == 0, res.err
     assert "the sampled protocol is left out: " in res.err and "40 items in all" in res.err
     assert [p["protocol"] for p in json.loads(res.out.strip().splitlines()[-1])["passes"]] == ["full"]
+
+
+def test_bench_eval_times_an_untrained_model_with_no_training_rounds():
+    res = run_cli("bench", "eval", "synthetic:60x150", "--backbone", "fedavg", "--dim", "8", "--train-rounds", "0",
+                  "--protocols", "full", "--json")
+    assert res.code == 0, res.err
+    doc = json.loads(res.out.strip().splitlines()[-1])
+    assert doc["train_rounds"] == 0 and doc["passes"][0]["protocol"] == "full"

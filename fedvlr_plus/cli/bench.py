@@ -8,7 +8,7 @@ import argparse
 import json
 import sys
 
-from .argtypes import positive_float, positive_int
+from .argtypes import non_negative_int, positive_float, positive_int
 from .common import add_data_arguments, load_for_run
 
 
@@ -53,8 +53,9 @@ def _register_eval(sub) -> None:
     add_data_arguments(e)
     e.add_argument("--backbone", required=True, metavar="NAME",
                    help=f"federated backbone: {', '.join(FEDERATED_BACKBONES)} or recbole:<Model>")
-    e.add_argument("--train-rounds", type=positive_int, default=1, metavar="N",
-                   help="rounds trained before the passes are timed (default 1)")
+    e.add_argument("--train-rounds", type=non_negative_int, default=1, metavar="N",
+                   help="rounds trained before the passes are timed (default 1; 0 times the initial model, whose "
+                        "passes cost the same)")
     e.add_argument("--eval-split", choices=("valid", "test"), default="test", help="the split scored (default test)")
     e.add_argument("--protocols", default=None, metavar="LIST",
                    help="comma-separated protocols to time: full, sampled (default both, the sampled one where "
