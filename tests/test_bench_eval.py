@@ -59,4 +59,4 @@ def test_bench_eval_times_an_untrained_model_with_no_training_rounds():
                   "--protocols", "full", "--json")
     assert res.code == 0, res.err
     doc = json.loads(res.out.strip().splitlines()[-1])
-    assert doc["train_rounds"] == 0 and doc["passes"][0]["protocol"] == "full"
+    assert doc["train_rounds"] == 0 and doc["passes"][0]["protocol"] == "full" and doc["threads"] >= 1

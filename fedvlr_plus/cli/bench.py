@@ -45,7 +45,8 @@ def _register_eval(sub) -> None:
                                     "rounds; --check also times the reference paths and compares the figures",
                        usage="%(prog)s SOURCE --backbone NAME [--train-rounds N] [--check] [options]",
                        description="Train a federated model for --train-rounds rounds (the quality does not matter "
-                                   "here), then time one pass of each protocol over the chosen split, one thread. "
+                                   "here), then time one pass of each protocol over the chosen split (on the torch "
+                                   "threads the process has: OMP_NUM_THREADS=1 for one). "
                                    "With --check, each pass runs again by the reference path (the sampled "
                                    "protocol scoring every item instead of its 100 candidates; the FedVLR layer "
                                    "forming each user's mixtures before FedNCF's head) and the line says whether "
@@ -116,6 +117,8 @@ def cmd_bench_suite(args) -> int:
 
 
 def cmd_bench_eval(args) -> int:
+    import torch
+
     from ..bench.evaluation import eval_passes
     from ..errors import ConfigError
     from ..evaluation import sampled_unavailable
@@ -140,14 +143,16 @@ def cmd_bench_eval(args) -> int:
     cfg = config_from_args(args)
     run = FederatedRun(data, build_backbone(args, data, cfg.dim, is_recbole), cfg, progress=False)
     say(f"bench eval: training {args.train_rounds} round(s) of {run.bb.name} on {data.name} "
-        f"({data.n_users:,} users, {data.n_items:,} items), then timing {', '.join(protocols)} on {args.eval_split}")
+        f"({data.n_users:,} users, {data.n_items:,} items), then timing {', '.join(protocols)} on {args.eval_split} "
+        f"({torch.get_num_threads()} torch threads)")
     for _ in range(args.train_rounds):
         run.run_round()
     rows = eval_passes(run, args.eval_split, protocols, args.check,
                        say=lambda line: print(line, file=sys.stderr if args.json else sys.stdout, flush=True))
     if args.json:
         print(json.dumps({"data": data.name, "model": run.bb.name, "users": int(data.n_users),
-                          "items": int(data.n_items), "train_rounds": args.train_rounds, "passes": rows}))
+                          "items": int(data.n_items), "train_rounds": args.train_rounds,
+                          "threads": torch.get_num_threads(), "passes": rows}))
     return 0 if all(row.get("same_figures", True) for row in rows) else 1
 
 
