@@ -70,7 +70,8 @@ class MixtureDotHead:
         return (self.experts + int(self.preference is not None)) * self.d
 
     def router_input(self, ctx: dict) -> torch.Tensor:
-        """``r_u [C, J d]``: the round's constant router input of the users in ``ctx`` (:func:`.router.history_mean`)."""
+        """``r_u [C, J d]``: the round's constant router input of the users in ``ctx``
+        (:func:`.router.history_mean`)."""
         return history_mean(ctx)
 
     def _weights(self, pre: torch.Tensor, p: dict):
