@@ -177,10 +177,9 @@ def test_router_input_dense_and_gathered_agree(monkeypatch):
     indptr, indices = tiny_csr(N_USERS, N_ITEMS)
     views = torch.randn(N_ITEMS, 24, generator=torch.Generator().manual_seed(0))
     ctx = {VIEWS: views, **history_ctx(indptr, indices, np.arange(N_USERS))}
-    head = MixtureDotHead("F", "w", "b", 3, 8, 1.0)
-    dense = head.router_input(ctx)
+    dense = router.history_mean(ctx)
     monkeypatch.setattr(router, "DENSE_HISTORY_RATIO", 0)
-    gathered = head.router_input(ctx)
+    gathered = router.history_mean(ctx)
     want = torch.stack([views[indices[indptr[u]:indptr[u + 1]]].mean(0) for u in range(N_USERS)])
     assert torch.allclose(dense, want, atol=1e-6) and torch.allclose(gathered, want, atol=1e-6)
 

@@ -122,16 +122,12 @@ def cmd_bench_eval(args) -> int:
     from ..bench.evaluation import eval_passes
     from ..errors import ConfigError
     from ..evaluation import sampled_unavailable
-    from ..federation.config import FEDERATED_BACKBONES
     from ..federation.engine import FederatedRun
     from .common import say
     from .run_args import config_from_args
     from .run_federated import build_backbone
 
-    is_recbole = args.backbone.startswith("recbole:")
-    if args.backbone not in FEDERATED_BACKBONES and not is_recbole:
-        raise ConfigError(f"--backbone {args.backbone}", "unknown backbone",
-                          f"choose from {', '.join(FEDERATED_BACKBONES)} or recbole:<Model>")
+    is_recbole = _is_recbole(args.backbone)
     protocols = _bench_protocols(args.protocols)
     data = load_for_run(args)[0]
     why_not = sampled_unavailable(data, split=args.eval_split) if "sampled" in protocols else None
@@ -156,6 +152,19 @@ def cmd_bench_eval(args) -> int:
     return 0 if all(row.get("same_figures", True) for row in rows) else 1
 
 
+def _is_recbole(backbone: str) -> bool:
+    """Whether ``--backbone`` names a RecBole model; anything but one of those or a federated backbone is an
+    error."""
+    from ..errors import ConfigError
+    from ..federation.config import FEDERATED_BACKBONES
+
+    is_recbole = backbone.startswith("recbole:")
+    if backbone not in FEDERATED_BACKBONES and not is_recbole:
+        raise ConfigError(f"--backbone {backbone}", "unknown backbone",
+                          f"choose from {', '.join(FEDERATED_BACKBONES)} or recbole:<Model>")
+    return is_recbole
+
+
 def _bench_protocols(flag: str | None) -> list[str]:
     from ..bench.evaluation import PROTOCOLS
     from ..errors import ConfigError
@@ -171,16 +180,11 @@ def _bench_protocols(flag: str | None) -> list[str]:
 
 
 def cmd_bench_round(args) -> int:
-    from ..errors import ConfigError
-    from ..federation.config import FEDERATED_BACKBONES
     from ..federation.round_timing import bench_round, format_bench
     from .run_args import config_from_args
     from .run_federated import build_backbone
 
-    is_recbole = args.backbone.startswith("recbole:")
-    if args.backbone not in FEDERATED_BACKBONES and not is_recbole:
-        raise ConfigError(f"--backbone {args.backbone}", "unknown backbone",
-                          f"choose from {', '.join(FEDERATED_BACKBONES)} or recbole:<Model>")
+    is_recbole = _is_recbole(args.backbone)
     data = load_for_run(args)[0]
     cfg = config_from_args(args)
     backbone = build_backbone(args, data, cfg.dim, is_recbole)

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from ..adapters.base import Backbone
 from ..fedvlr.closed_form import MixtureSteps
+from ..fedvlr.router import history_mean
 from .dot_steps import DotSteps
 from .indexed_rows import IndexedRows
 from .messages import ClientUpdate
@@ -233,7 +234,7 @@ class BatchedSimulator(BatchedScoring):
         dot = bb.dot_head
         fast = self._dot_head_fast(set(sgd.names)) and dot[0] in sgd.flat_tables
         mixture = None if kernel is None else kernel.local_steps(
-            kernel.router_input(ctx), sgd.leaves, sgd.lr, sgd.wd, (c_n, t_max, s_max) if fixed else None)
+            history_mean(ctx), sgd.leaves, sgd.lr, sgd.wd, (c_n, t_max, s_max) if fixed else None)
         dots = self._dot_steps(shared, sgd, s_max) if fast and sgd.leaves[dot[0]] is None else None
         per_steps = []
         for s in range(s_max):
@@ -327,8 +328,7 @@ class BatchedSimulator(BatchedScoring):
         trained tensor, and the shared tables it keeps fixed: the fused views, when they are not stepped locally
         and the per-step record of their gradient (``[S, C * T]``) is smaller than the gradient itself. (None,
         ()) where autograd trains the chunk."""
-        closed_form = getattr(self.bb, "closed_form", None)
-        kernel = closed_form() if closed_form is not None else None
+        kernel = self._closed_form()
         if kernel is None or {s.name for s in self.bb.all_specs()} != kernel.names \
                 or not self.specs[kernel.table].item_table:
             return None, ()

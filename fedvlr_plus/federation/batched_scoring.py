@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..adapters.base import Backbone
 from .client import scoring_params
 from .store import load_block
 
@@ -42,9 +43,12 @@ class BatchedScoring:
         """Whether the sampled protocol should score its candidates with :meth:`score_items`: yes, unless every
         item's score is one matrix product here (a dot-product head, or the FedVLR layer's closed form), which is
         as fast as gathering the candidates' rows and rounds as the full-sort pass does."""
+        return self.score_candidates and self.bb.dot_head is None and self._closed_form() is None
+
+    def _closed_form(self):
+        """The backbone's closed form (:mod:`fedvlr_plus.fedvlr.closed_form`), or None where it has none."""
         closed_form = getattr(self.bb, "closed_form", None)
-        return (self.score_candidates and self.bb.dot_head is None
-                and (closed_form is None or closed_form() is None))
+        return closed_form() if closed_form is not None else None
 
     def scores(self, users, shared: dict[str, torch.Tensor], private_map=None) -> torch.Tensor:
         """Logits ``[B, n_items]`` of every item for each user, from their restored private states.
@@ -53,8 +57,7 @@ class BatchedScoring:
         scoring (used to apply a cold-item rule to private item tables); it must not change the stored states."""
         users = np.asarray(users, dtype=np.int64)
         n_items = self.bb.n_items
-        closed_form = getattr(self.bb, "closed_form", None)
-        kernel = closed_form() if closed_form is not None else None
+        kernel = self._closed_form()
         # the closed form makes only the [B, N] scores; the generic forward holds [B, N, k] item vectors
         width = 2 if kernel is not None else self.bb.scoring_floats_per_item(self.table_width)
         per_chunk = max(1, self.chunk_floats // max(n_items * width, 1))
@@ -77,8 +80,9 @@ class BatchedScoring:
         (the sampled protocol ranks each target against 99 items, not against all of them)."""
         users = np.asarray(users, dtype=np.int64)
         items = torch.as_tensor(np.asarray(items, dtype=np.int64))
-        # the generic forward on [B, C] items holds their vectors and the head's activations
-        width = max(self.table_width, 1) + 4 * self.bb.dim + 2
+        # the generic forward on [B, C] items holds their vectors and the head's activations: the contract's
+        # default estimate (a backbone's own estimate describes its full-sort path), and the logits
+        width = Backbone.scoring_floats_per_item(self.bb, self.table_width) + 2
         per_chunk = max(1, self.chunk_floats // max(items.shape[1] * width, 1))
         out = []
         for start, p, ctx in self._scoring_chunks(users, shared, per_chunk, None):

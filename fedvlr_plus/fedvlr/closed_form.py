@@ -69,11 +69,6 @@ class MixtureDotHead:
         """The fused table's width: the experts' blocks, and the projected content's with a preference."""
         return (self.experts + int(self.preference is not None)) * self.d
 
-    def router_input(self, ctx: dict) -> torch.Tensor:
-        """``r_u [C, J d]``: the round's constant router input of the users in ``ctx``
-        (:func:`.router.history_mean`)."""
-        return history_mean(ctx)
-
     def _weights(self, pre: torch.Tensor, p: dict):
         """The router's hidden layer and weights ``[C, J]`` from its pre-activation (``router_weights``' ops)."""
         hidden = torch.relu(pre)
@@ -141,7 +136,7 @@ class MixtureDotHead:
     def scores(self, fused: torch.Tensor, p: dict, ctx: dict) -> torch.Tensor:
         """Logits ``[B, N]`` of every item for the B users of ``ctx`` (``p``: their stacked private parameters,
         ``fused [N, J d]``: the broadcast views)."""
-        _, w = self._weights(linear(self.router_input(ctx), p["router.w1"], p["router.b1"]), p)
+        _, w = self._weights(linear(history_mean(ctx), p["router.w1"], p["router.b1"]), p)
         out = self.row_direction(w, p[self.weight]) @ fused[:, :self.experts * self.d].T
         if self.preference is not None:
             out = out + p[self.preference] @ fused[:, self.experts * self.d:self.width].T
