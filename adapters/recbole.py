@@ -269,16 +269,18 @@ class RecBoleBackbone(Backbone):
                 out[name] = prm.detach().clone()
         return out
 
-    def initial_private(self, cid: int, seed: int) -> dict[str, torch.Tensor]:
-        """Client ``cid``'s private parameters as the model initialises them under ``seed``."""
+    def initial_private(self, cids, seed: int) -> dict[str, torch.Tensor]:
+        """The private parameters of clients ``cids`` as the model initialises them under ``seed``, one tensor per
+        parameter, ``[len(cids), *shape]``: each client's user rows, and a copy of every private tensor."""
         m = self.build_module(seed)
+        rb_users = self.user_map[torch.as_tensor(np.asarray(cids, dtype=np.int64))]
         out = {}
         for name, prm in m.named_parameters():
             kind = self.kinds[name]
             if kind == "user":
-                out[name] = prm.detach()[int(self.user_map[cid])].clone()
+                out[name] = prm.detach().index_select(0, rb_users)
             elif kind == "private":
-                out[name] = prm.detach().clone()
+                out[name] = prm.detach().expand(len(rb_users), *prm.shape).clone()
         return out
 
     def describe(self) -> dict:

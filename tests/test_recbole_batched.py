@@ -18,7 +18,7 @@ patch_recbole()
 
 from recbole.model.general_recommender import BPR  # noqa: E402
 
-from fedvlr_plus.adapters.recbole import federate  # noqa: E402
+from fedvlr_plus.adapters.recbole import federate, fedvlr  # noqa: E402
 from fedvlr_plus.federation import run_federated  # noqa: E402
 from fedvlr_plus.federation.engine import FederatedRun  # noqa: E402
 from fedvlr_plus.federation.module_batched import BatchedModuleSimulator  # noqa: E402
@@ -128,3 +128,46 @@ def test_models_that_cannot_be_batched_fall_back_and_say_so(workdir, model, why)
     bat_one.run_round()
     for k in seq.shared:   # the fallback is the reference itself
         assert torch.equal(seq.shared[k], bat_one.shared[k]), k
+
+
+def test_the_first_round_checks_itself_then_streams_chunk_by_chunk(workdir):
+    """The self-check trains its two clients apart, so the first round need not come as one list of every
+    client's uploads: it comes chunk by chunk, each chunk's uploads those of the one-at-a-time client."""
+    data = tiny_data()
+    bb, _ = federate("NeuMF", data=data, workdir=workdir)
+    cfg = small_cfg(rounds=1, strategy="fedgrad", server_lr=0.1)
+    runs = {s: FederatedRun(data, bb, replace(cfg, simulator=s), progress=False) for s in ("sequential", "batched")}
+    runs["batched"].sim.lanes_per_chunk = 16
+    conf = runs["batched"].round_config(1)
+    chunks = list(runs["batched"].sim.fit_chunks(runs["batched"].eligible, runs["batched"].shared, conf))
+    assert runs["batched"].sim.checked and runs["batched"].sim.fallback is None
+    assert len(chunks) > 1 and sorted(u.cid for c in chunks for u in c) == sorted(runs["batched"].eligible.tolist())
+    ref = {u.cid: u for u in runs["sequential"].sim.fit(runs["sequential"].eligible, runs["sequential"].shared, conf)}
+    worst = max(float((ref[u.cid].arrays[k] - u.arrays[k]).abs().max()) for c in chunks for u in c for k in u.arrays)
+    assert worst < 1e-5
+
+
+@pytest.mark.parametrize("fusion", [False, True], ids=["model", "layer"])
+def test_fresh_clients_start_from_their_own_initial_state_drawn_as_one_block(workdir, fusion):
+    """Clients without a stored state start from the model's own initial user rows (and the layer's keyed router
+    draws), read for a whole chunk at once: each row is what that client starts from alone."""
+    data = tiny_data()
+    bb, _ = federate("NeuMF", data=data, workdir=workdir)
+    if fusion:
+        views = {"text": np.random.default_rng(1).normal(size=(data.n_items, 6)).astype(np.float32)}
+        bb = fedvlr(bb, views, data)
+    cfg = small_cfg(rounds=1, simulator="batched", strategy="fedgrad" if fusion else "fedavg")
+    run = FederatedRun(data, bb, cfg, progress=False)
+    cids = run.eligible[[0, 3, 5]]
+    block = run.sim.private_block(cids)
+    assert set(block) == {s.name for s in bb.private_specs()}
+    module = run.sim.base.build_module(run.sim.seed)
+    for name, prm in module.named_parameters():
+        if run.sim.base.kinds[name] == "user":
+            assert torch.equal(block[name], prm.detach()[run.sim.base.user_map[torch.as_tensor(cids)]])
+    for j, c in enumerate(cids):
+        alone = run.sim.client(int(c)).private_state()
+        assert all(torch.equal(block[k][j], alone[k]) for k in block)
+    drawn = [s for s in bb.private_specs() if s.init in ("normal", "xavier") and s.name not in run.sim.base.kinds]
+    assert bool(drawn) == fusion   # the layer's router: keyed draws, one row per client
+    assert all(not torch.equal(block[s.name][0], block[s.name][1]) for s in drawn)

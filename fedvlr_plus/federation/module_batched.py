@@ -25,12 +25,12 @@ reference (to floating-point rounding):
   router, and every step mixes them into the model's item tables in front of the model's own batched step
   (:mod:`.module_fused`).
 
-The first round checks itself: two of its clients (the smallest and the largest) are also trained by the
-reference client, and the uploads, private states and losses are compared. Models that cannot be batched fall
-back to the reference simulator, said once (a ``RuntimeWarning``) and recorded as ``fallback``: graph models (each
-client has its own graph), layer parts the chunk does not compute (personal item parts, a content preference),
-a forward that ``vmap`` cannot run (data-dependent control flow, ``.item()``, unsupported in-place or random
-ops), and any model whose numbers differ from the reference's.
+The first round checks itself before it trains: two of its clients (the smallest and the largest) are trained
+batched, as a chunk of their own, and by the reference client, and the uploads, private states and losses are
+compared. Models that cannot be batched fall back to the reference simulator, said once (a ``RuntimeWarning``)
+and recorded as ``fallback``: graph models (each client has its own graph), layer parts the chunk does not
+compute (personal item parts, a content preference), a forward that ``vmap`` cannot run (data-dependent control
+flow, ``.item()``, unsupported in-place or random ops), and any model whose numbers differ from the reference's.
 """
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ from .module_lanes import example_order, step_lanes
 from .privacy import privatise
 from .schedule import build_schedule
 from .state import round_start
-from .store import load_block, save_block
+from .store import save_block
 
 #: padded rows (clients x rows) per vmap call: large enough that the per-call overhead is small, small enough
 #: that the chunk's tensors stay in cache (ml-100k BPR: fastest between 4k and 32k)
@@ -103,23 +103,36 @@ class BatchedModuleSimulator(ModuleSimulator):
                           stacklevel=3)
 
     def fit(self, cids, shared, config) -> list[ClientUpdate]:
-        if self.fallback:
-            return super().fit(cids, shared, config)
-        with one_thread():
-            try:
-                updates, states = self._fit_batched(np.asarray(cids, dtype=np.int64), shared, config)
-                if not self.checked:
-                    self._check(cids, updates, states, shared, config)
-            except Exception as exc:   # a forward vmap cannot run: the reference runs the round instead
-                self.fallback = f"vmap cannot run its forward: {type(exc).__name__}: {exc}"[:300]
-            if self.fallback:
-                self._say_fallback()
-                return super().fit(cids, shared, config)
-            for chunk_cids, block in states:
-                save_block(self.store, chunk_cids, block)
-            return updates
+        if not self.fallback and not self.checked:
+            self._self_check(np.asarray(cids, dtype=np.int64), shared, config)
+        if not self.fallback:
+            with one_thread():
+                try:
+                    updates, states = self._fit_batched(np.asarray(cids, dtype=np.int64), shared, config)
+                except Exception as exc:   # a forward vmap cannot run: the reference runs the round instead
+                    self.fallback = f"vmap cannot run its forward: {type(exc).__name__}: {exc}"[:300]
+            if not self.fallback:
+                for chunk_cids, block in states:
+                    save_block(self.store, chunk_cids, block)
+                return updates
+        self._say_fallback()
+        return super().fit(cids, shared, config)
 
     # ------------------------------------------------------------------ the self-check
+    def _self_check(self, cids: np.ndarray, shared, config) -> None:
+        """Before the first batched round: train its smallest and its largest client batched, as a chunk of their
+        own (nothing stored), and compare them with the reference client (:meth:`_check`). A client's draws and
+        numbers do not depend on the chunk it trains in, so the round itself can then stream chunk by chunk."""
+        sizes = np.diff(self.indptr)[cids]
+        picks = cids[sorted({int(np.argmin(sizes)), int(np.argmax(sizes))})]
+        with one_thread():
+            try:
+                updates, states = self._fit_batched(picks, shared, config)
+            except Exception as exc:
+                self.fallback = f"vmap cannot run its forward: {type(exc).__name__}: {exc}"[:300]
+                return
+        self._check(picks, updates, states, shared, config)
+
     def _check(self, cids, updates, states, shared, config) -> None:
         """Train the smallest and the largest client of the round with the reference client and compare
         (``states``: ``(client ids, {name: [C, ...]})`` of every chunk)."""
@@ -147,13 +160,15 @@ class BatchedModuleSimulator(ModuleSimulator):
     # ------------------------------------------------------------------ the batched round
     def fit_chunks(self, cids, shared, config, summed: bool = False):
         """The round's uploads a chunk of clients at a time, each chunk's private states stored as it ends, so the
-        engine can add a chunk to the strategy's sums and drop it (:mod:`.running_sum`). The self-checked first
-        round and a model that falls back come as one chunk (:meth:`fit`); a chunk that fails hands the clients
-        not yet trained to the reference client. ``summed``: the batched chunks as :class:`SummedChunk` blocks."""
-        if self.fallback or not self.checked:
+        engine can add a chunk to the strategy's sums and drop it (:mod:`.running_sum`). A model that falls back
+        comes as one chunk (:meth:`fit`); a chunk that fails hands the clients not yet trained to the reference
+        client. ``summed``: the batched chunks as :class:`SummedChunk` blocks."""
+        cids = np.asarray(cids, dtype=np.int64)
+        if not self.fallback and not self.checked:
+            self._self_check(cids, shared, config)
+        if self.fallback:
             yield self.fit(cids, shared, config)
             return
-        cids = np.asarray(cids, dtype=np.int64)
         chunks, left = self._chunks_batched(cids, shared, config, summed), set(cids.tolist())
         while True:
             try:
@@ -204,23 +219,8 @@ class BatchedModuleSimulator(ModuleSimulator):
             c0 = c1
 
     def _initial_states(self, cids) -> dict[str, torch.Tensor]:
-        """The private states of ``cids`` as they start the round, ``{name: [C, ...]}``, read as one block;
-        clients without a stored state (the first round) start from their own initial one."""
-        names = [s.name for s in self.bb.private_specs()]
-        if not names:
-            return {}
-        stored = load_block(self.store, cids, names)
-        missing = np.flatnonzero(~np.logical_and.reduce([stored[n][1] for n in names]))
-        fresh = {int(j): self.client(int(cids[j])).private_state() for j in missing}
-        block = {}
-        for name in names:
-            vals = stored[name][0]
-            for j, state in fresh.items():
-                if vals is None:
-                    vals = torch.zeros((len(cids),) + tuple(state[name].shape), dtype=state[name].dtype)
-                vals[j] = state[name]
-            block[name] = vals
-        return round_start(self.bb, block)
+        """The private states of ``cids`` as they start the round, ``{name: [C, ...]}``."""
+        return round_start(self.bb, self.private_block(cids))
 
     def _fit_chunk(self, sched, ex_order, rows, c0, c1, shared, config, seed, summed: bool = False):
         from .module_chunk import ChunkTraining, summed_chunk

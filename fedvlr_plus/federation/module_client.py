@@ -26,7 +26,17 @@ from ..adapters.base import Backbone
 from .client import LocalTraining, _tensor, evaluate_client
 from .messages import ClientUpdate
 from .schedule import build_schedule
-from .state import init_private_states
+from .store import load_block
+from .state import init_private_block
+
+
+def initial_private_block(bb: Backbone, cids, seed: int, dtype=torch.float32) -> dict[str, torch.Tensor]:
+    """The private state the clients ``cids`` start from, ``{name: [len(cids), ...]}``: the fusion layer's router
+    from the keyed draws, the model's own private rows as the model initialises them under ``seed``."""
+    model_rows = module_base(bb).initial_private(cids, seed)
+    block = init_private_block(bb, cids, seed, dtype, skip=frozenset(model_rows))
+    block.update(model_rows)
+    return block
 
 
 def module_base(bb: Backbone):
@@ -79,9 +89,8 @@ class ModuleClient:
     def private_state(self) -> dict[str, torch.Tensor]:
         state = self.store.load(self.cid)
         if state is None:
-            # the router (fusion) from the keyed draws; the model's own private rows as the model initialises them
-            state = init_private_states(self.bb, [self.cid], self.seed, self.dtype)[0]
-            state.update(self.base.initial_private(self.cid, self.seed))
+            state = {name: v[0] for name, v in initial_private_block(self.bb, [self.cid], self.seed,
+                                                                     self.dtype).items()}
         return state
 
     def _ctx(self, shared: dict) -> dict:
@@ -208,15 +217,32 @@ class ModuleSimulator:
                 out.append(self.base.scores(params, ut))
         return torch.cat(out)
 
+    def private_block(self, cids) -> dict[str, torch.Tensor]:
+        """The private states of ``cids``, ``{name: [C, ...]}``, read as one block; clients without a stored state
+        (before their first round) get their initial one, drawn for all of them at once."""
+        names = [s.name for s in self.bb.private_specs()]
+        if not names:
+            return {}
+        stored = load_block(self.store, cids, names)
+        missing = np.flatnonzero(~np.logical_and.reduce([stored[n][1] for n in names]))
+        fresh = initial_private_block(self.bb, np.asarray(cids)[missing], self.seed, self.dtype) if len(missing) else {}
+        block = {}
+        for name in names:
+            vals = stored[name][0]
+            if name in fresh:
+                if vals is None:
+                    vals = torch.zeros((len(cids),) + tuple(fresh[name].shape[1:]), dtype=fresh[name].dtype)
+                vals[torch.as_tensor(missing)] = fresh[name].to(vals.dtype)
+            block[name] = vals
+        return block
+
     def _batched_params(self, users: np.ndarray, shared, batch: int):
         """``(start, users, module parameters)`` for each ``batch`` users from ``start`` on: the shared ones with
         these users' restored private rows placed in."""
         shared = {k: _tensor(v, self.dtype) for k, v in shared.items()}
         for b0 in range(0, len(users), batch):
             bu = users[b0:b0 + batch]
-            states = [self.client(int(u)).private_state() for u in bu]
             p = dict(shared)
-            for s in self.bb.private_specs():
-                p[s.name] = torch.stack([st[s.name] for st in states]).to(self.dtype)
+            p.update({name: v.to(self.dtype) for name, v in self.private_block(bu).items()})
             ut = torch.as_tensor(bu)
             yield b0, ut, self.base.module_params(p, ut)

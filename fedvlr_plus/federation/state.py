@@ -30,14 +30,16 @@ def round_start(bb: Backbone, state: dict[str, torch.Tensor]) -> dict[str, torch
     return out
 
 
-def init_private_block(bb: Backbone, cids, seed: int, dtype=torch.float32) -> dict[str, torch.Tensor]:
+def init_private_block(bb: Backbone, cids, seed: int, dtype=torch.float32, *,
+                       skip=frozenset()) -> dict[str, torch.Tensor]:
     """Initial private state of the clients ``cids`` as one tensor per parameter, ``[len(cids), *shape]``, drawn in
     one vectorised call per parameter. Row ``c`` is what client ``cids[c]`` draws alone: the draws are keyed by
-    (seed, parameter, client, element), never by position in the batch."""
+    (seed, parameter, client, element), never by position in the batch. Parameters named in ``skip`` are not
+    drawn (another source initialises them); the others' draws do not change."""
     cids = np.asarray(cids, dtype=np.int64)
     out = {}
     for index, spec in enumerate(bb.all_specs()):
-        if spec.shared:
+        if spec.shared or spec.name in skip:
             continue
         shape = tuple(spec.shape)
         if spec.init in ("zeros", "ones"):
