@@ -45,6 +45,7 @@ from .base import Backbone, ParamSpec, take_rows
 # the model lookup, the data bridge and the evaluation have files of their own; their names stay importable here
 from .recbole_data import _dataset_name, build_from_data, data_from_recbole  # noqa: F401
 from .recbole_eval import CACHE_ATTRIBUTES, RB_METRIC, central_scorer, recbole_evaluate, train_central  # noqa: F401
+from .recbole_neumf import neumf_scores
 from .recbole_models import (MODEL_FAMILIES, RefusedModel, _family_models, _model_by_name,  # noqa: F401
                              _refusal_for_type, recbole_workdir, resolve_model)
 
@@ -113,6 +114,9 @@ class RecBoleBackbone(Backbone):
     default_lr = 2.0
     default_item_lr_scale = 1.0
     default_server_lr = 0.05
+    #: score every item of NeuMF with its first tower layer split into user and item halves
+    #: (:mod:`.recbole_neumf`); False runs ``predict`` on every pair (the reference ``bench eval --check`` times)
+    score_decomposed = True
 
     def __init__(self, model, config, dataset, *, item_map=None, user_map=None, private=None, shared=None,
                  seed: int | None = None):
@@ -390,6 +394,9 @@ class RecBoleBackbone(Backbone):
             return s.view(len(rb), -1)[:, self.item_map]
         except NotImplementedError:
             pass
+        fast = neumf_scores(m, params, rb, self.item_map) if self.score_decomposed else None
+        if fast is not None:
+            return fast
         rows = []  # RecBole's trainer does the same: predict over every (user, item) pair
         step = max(1, max_pairs // max(1, self.n_items))
         for b0 in range(0, len(rb), step):
