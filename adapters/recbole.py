@@ -250,11 +250,11 @@ class RecBoleBackbone(Backbone):
         return torch.cat(parts, -1)
 
     def split_item_repr(self, rep: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Inverse of :meth:`item_repr` for a full table ``[n_items, dim]``: one tensor per item table."""
+        """Inverse of :meth:`item_repr` for a full table ``[..., n_items, dim]``: one tensor per item table."""
         out, c = {}, 0
         for n in self.item_table_names:
             w = int(self.template.get_parameter(n).shape[1])
-            out[n] = rep[:, c:c + w]
+            out[n] = rep[..., c:c + w]
             c += w
         return out
 
@@ -309,6 +309,25 @@ class RecBoleBackbone(Backbone):
             else:
                 out[name] = p[name]
         return out
+
+    def module_params_of_users(self, p: dict, users: torch.Tensor, tables) -> dict[str, torch.Tensor]:
+        """:meth:`module_params` for a batch of users who each hold item tables of their own (the names in
+        ``tables``, placed per user by :meth:`item_table`): the users' rows placed in one copy of each user table
+        (a user's call reads its own row only), the other tensors as in ``p``; the item tables are left out."""
+        out = {}
+        rb_users = self.user_map[users]
+        for name, prm in self.template.named_parameters():
+            kind, base = self.kinds[name], prm.detach()
+            if kind == "user":
+                out[name] = base.index_copy(0, rb_users, p[name].reshape(len(users), *base.shape[1:]))
+            elif kind != "item" or name not in tables:
+                out[name] = p[name] if kind != "item" else base.index_copy(0, self.item_map, p[name])
+        return out
+
+    def item_table(self, name: str, table: torch.Tensor) -> torch.Tensor:
+        """The model's item table ``name`` from ours (``[n_items, w]``, our order; the padding row the model's)."""
+        base = self.template.get_parameter(name).detach()
+        return base.index_copy(0, self.item_map, table.to(base.dtype))
 
     def _local_graph(self, cid: int, positives: np.ndarray) -> None:
         """Give a graph model the adjacency of this client only: its user node and its own positives."""

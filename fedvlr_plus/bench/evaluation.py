@@ -1,6 +1,7 @@
 """``bench eval``: how long one evaluation pass of a trained model takes, per protocol, and with ``check`` the same
 pass by the reference path (every item scored for the sampled protocol; the FedVLR layer's mixtures formed before
-the backbone's head; NeuMF's tower run on every (user, item) pair), its time and whether the figures agree.
+the backbone's head; NeuMF's tower run on every (user, item) pair; a RecBole model behind the layer scoring each
+user alone), its time and whether the figures agree.
 
 The fast paths (candidates alone, mixtures scored per expert) sum floats in another order than the reference
 path; ``check`` is how a user sees, on their own data, that no reported figure moves."""
@@ -25,7 +26,8 @@ def reference_paths(run):
     """Within the block, ``run`` scores by its reference paths (the switches exist on the batched simulator and
     the FedVLR layer; other simulators and backbones have no fast path to switch off)."""
     switches = [(obj, name) for obj, name in ((run.sim, "score_candidates"), (run.bb, "score_mixtures"),
-                                              (getattr(run.sim, "base", None), "score_decomposed"))
+                                              (getattr(run.sim, "base", None), "score_decomposed"),
+                                              (run.sim, "score_users_together"))
                 if hasattr(obj, name)]
     saved = [getattr(obj, name) for obj, name in switches]
     try:

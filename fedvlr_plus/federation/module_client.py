@@ -25,6 +25,7 @@ import torch
 from ..adapters.base import Backbone
 from .client import LocalTraining, _tensor, evaluate_client
 from .messages import ClientUpdate
+from .module_fused_scoring import scores_together, together_refusal
 from .schedule import build_schedule
 from .store import load_block
 from .state import init_private_block
@@ -160,6 +161,9 @@ class ModuleSimulator:
     #: False: the sampled protocol scores every item even where its candidates alone would be cheaper (the
     #: reference path ``fedvlr-plus bench eval --check`` times and compares against)
     score_candidates = True
+    #: False: behind the FedVLR layer every user is scored alone, each with a full copy of the model's tables (the
+    #: reference path of :mod:`.module_fused_scoring`)
+    score_users_together = True
 
     def __init__(self, bb: Backbone, indptr: np.ndarray, indices: np.ndarray, store, *,
                  seed: int = 0, dtype=torch.float32, **_):
@@ -210,6 +214,8 @@ class ModuleSimulator:
         if not len(users):
             return torch.zeros(0, self.bb.n_items, dtype=self.dtype)
         if not self._batchable():
+            if self.score_users_together and together_refusal(self) is None:
+                return scores_together(self, users, shared)
             return torch.stack([self.client(int(u)).scores(shared) for u in users])
         out = []
         for _, ut, params in self._batched_params(users, shared, batch):
