@@ -294,34 +294,23 @@ class RecBoleBackbone(Backbone):
         return out
 
     # ------------------------------------------------------------------ running the module
-    def module_params(self, p: dict, users: torch.Tensor) -> dict[str, torch.Tensor]:
+    def module_params(self, p: dict, users: torch.Tensor, leave_out=()) -> dict[str, torch.Tensor]:
         """Full module parameters from spec-shaped ones: user rows placed at the RecBole ids of ``users``
         (``p[name]`` is ``[len(users), ...]``), item tables placed through ``item_map`` (row 0 = padding
-        keeps the model's initial value). Differentiable in ``p``."""
+        keeps the model's initial value). Differentiable in ``p``. Names in ``leave_out`` are left out (item
+        tables a caller places per user with :meth:`item_table`; a user's call reads its own user row only)."""
         out = {}
         rb_users = self.user_map[users]
         for name, prm in self.template.named_parameters():
             kind, base = self.kinds[name], prm.detach()
+            if name in leave_out:
+                continue
             if kind == "user":
                 out[name] = base.index_copy(0, rb_users, p[name].reshape(len(users), *base.shape[1:]))
             elif kind == "item":
                 out[name] = base.index_copy(0, self.item_map, p[name])
             else:
                 out[name] = p[name]
-        return out
-
-    def module_params_of_users(self, p: dict, users: torch.Tensor, tables) -> dict[str, torch.Tensor]:
-        """:meth:`module_params` for a batch of users who each hold item tables of their own (the names in
-        ``tables``, placed per user by :meth:`item_table`): the users' rows placed in one copy of each user table
-        (a user's call reads its own row only), the other tensors as in ``p``; the item tables are left out."""
-        out = {}
-        rb_users = self.user_map[users]
-        for name, prm in self.template.named_parameters():
-            kind, base = self.kinds[name], prm.detach()
-            if kind == "user":
-                out[name] = base.index_copy(0, rb_users, p[name].reshape(len(users), *base.shape[1:]))
-            elif kind != "item" or name not in tables:
-                out[name] = p[name] if kind != "item" else base.index_copy(0, self.item_map, p[name])
         return out
 
     def item_table(self, name: str, table: torch.Tensor) -> torch.Tensor:

@@ -54,7 +54,7 @@ def scores_together(sim, users: np.ndarray, shared: dict) -> torch.Tensor:
         with torch.no_grad():
             rep = layer.item_repr(p, None, ctx)   # [B, n_items, D], or [n_items, D] where no user mixes
             tables = base.split_item_repr(rep)
-            params = base.module_params_of_users(p, torch.as_tensor(bu), tables)
+            params = base.module_params(p, torch.as_tensor(bu), leave_out=tables)
             same = {} if rep.dim() == 3 else {name: base.item_table(name, t) for name, t in tables.items()}
             for j, u in enumerate(bu.tolist()):
                 own = dict(params, **(same or {name: base.item_table(name, t[j]) for name, t in tables.items()}))
