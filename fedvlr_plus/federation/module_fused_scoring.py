@@ -36,6 +36,7 @@ def together_refusal(sim) -> str | None:
 
 
 def users_per_batch(sim) -> int:
+    """Users scored together: as many as keep their mixtures and item tables within :data:`TABLE_FLOATS`."""
     width = sum(int(sim.base.template.get_parameter(n).shape[1]) for n in sim.base.item_table_names)
     return max(1, TABLE_FLOATS // max(1, 2 * sim.bb.n_items * width))
 
