@@ -5,7 +5,7 @@ on every (user, item) pair, whose first tower layer multiplies the concatenation
 (``2d x h1`` multiply-adds a pair). That layer is linear, so it splits into a user half and an item half, each
 computed once; only the rest of the tower (the activation, the later layers) runs per pair, and the GMF path
 through the prediction layer is one matrix product per batch of users. The scores are ``predict``'s up to the
-order of float summation (``tests/test_recbole_adapter.py`` compares them).
+order of float summation (``tests/test_recbole_neumf.py`` compares them).
 
 Taken only for RecBole's own ``NeuMF`` class (a subclass may change ``forward``), in eval mode, with a tower of
 ``Linear`` layers and parameter-free element-wise activations (no batch norm); otherwise :func:`plan` returns None
@@ -16,8 +16,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-#: layers the tower may hold between its Linear layers: element-wise and parameter-free (Dropout: eval mode)
-ELEMENTWISE = (nn.ReLU, nn.Sigmoid, nn.Tanh, nn.LeakyReLU, nn.Identity, nn.Dropout)
+#: activations the tower may apply after a Linear layer: element-wise and parameter-free (Dropout and Identity,
+#: no-ops in eval mode, are skipped wherever they are)
+ELEMENTWISE = (nn.ReLU, nn.Sigmoid, nn.Tanh, nn.LeakyReLU)
 #: users and items per block of the per-pair part: ``[users, items, h1]`` floats stay in cache
 USERS_PER_BLOCK, ITEMS_PER_BLOCK = 32, 256
 

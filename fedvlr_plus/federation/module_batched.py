@@ -103,14 +103,15 @@ class BatchedModuleSimulator(ModuleSimulator):
                           stacklevel=3)
 
     def fit(self, cids, shared, config) -> list[ClientUpdate]:
+        batched = np.asarray(cids, dtype=np.int64)
         if not self.fallback and not self.checked:
-            self._self_check(np.asarray(cids, dtype=np.int64), shared, config)
+            self._self_check(batched, shared, config)
         if not self.fallback:
             with one_thread():
                 try:
-                    updates, states = self._fit_batched(np.asarray(cids, dtype=np.int64), shared, config)
+                    updates, states = self._fit_batched(batched, shared, config)
                 except Exception as exc:   # a forward vmap cannot run: the reference runs the round instead
-                    self.fallback = f"vmap cannot run its forward: {type(exc).__name__}: {exc}"[:300]
+                    self.fallback = _cannot_vmap(exc)
             if not self.fallback:
                 for chunk_cids, block in states:
                     save_block(self.store, chunk_cids, block)
@@ -129,22 +130,19 @@ class BatchedModuleSimulator(ModuleSimulator):
             try:
                 updates, states = self._fit_batched(picks, shared, config)
             except Exception as exc:
-                self.fallback = f"vmap cannot run its forward: {type(exc).__name__}: {exc}"[:300]
+                self.fallback = _cannot_vmap(exc)
                 return
         self._check(picks, updates, states, shared, config)
 
     def _check(self, cids, updates, states, shared, config) -> None:
-        """Train the smallest and the largest client of the round with the reference client and compare
-        (``states``: ``(client ids, {name: [C, ...]})`` of every chunk)."""
+        """Train each client of ``cids`` with the reference client and compare with its batched ``updates`` and
+        ``states`` (``(client ids, {name: [C, ...]})`` of every chunk)."""
         from .store import MemoryStore
 
         where = {int(c): (block, j) for chunk_cids, block in states for j, c in enumerate(chunk_cids.tolist())}
 
-        sizes = np.diff(self.indptr)[np.asarray(cids)]
-        picks = sorted({int(np.argmin(sizes)), int(np.argmax(sizes))})
         probe = MemoryStore()
-        for i in picks:
-            cid = int(cids[i])
+        for i, cid in enumerate(np.asarray(cids).tolist()):
             held = self.store.load(cid)
             if held is not None:
                 probe.save(cid, held)
@@ -177,7 +175,7 @@ class BatchedModuleSimulator(ModuleSimulator):
             except StopIteration:
                 return
             except Exception as exc:   # as in ``fit``: the reference trains the clients this chunk had
-                self.fallback = f"vmap cannot run its forward: {type(exc).__name__}: {exc}"[:300]
+                self.fallback = _cannot_vmap(exc)
                 self._say_fallback()
                 yield super().fit([c for c in cids.tolist() if c in left], shared, config)
                 return
@@ -252,6 +250,11 @@ class BatchedModuleSimulator(ModuleSimulator):
             return (chunk.summed(sched, cids, losses) if fused else summed_chunk(chunk, sched, cids, losses)), \
                 chunk.states()
         return chunk.finish(sched, cids, losses, config, privatise)
+
+
+def _cannot_vmap(exc: Exception) -> str:
+    """The fallback reason recorded when ``vmap`` cannot run the model's forward."""
+    return f"vmap cannot run its forward: {type(exc).__name__}: {exc}"[:300]
 
 
 def _chunk_end(per_client: np.ndarray, c0: int, lanes: int) -> int:

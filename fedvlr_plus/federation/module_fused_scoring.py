@@ -29,8 +29,9 @@ def together_refusal(sim) -> str | None:
         return "no FedVLR layer"
     if base.graph or any(k == "private" for k in base.kinds.values()):
         return "a graph model or whole private tensors: each user runs the model on its own"
-    if getattr(layer, "additive", ()) or getattr(layer, "offset", False) or getattr(layer, "content_preference",
-                                                                                     False):
+    personal = (getattr(layer, "additive", ()), getattr(layer, "offset", False),
+                getattr(layer, "content_preference", False))
+    if any(personal):
         return "personal item parts or a content preference"
     return None
 
