@@ -68,7 +68,7 @@ def main(argv=None) -> dict:
 
     from recbole.config import Config
 
-    from fedvlr_plus.adapters.recbole import align_views, federate, fedvlr, recbole_workdir
+    from fedvlr_plus.adapters.recbole.backbone import align_views, federate, fedvlr, recbole_workdir
     from fedvlr_plus.federation import FedConfig, run_federated
 
     with recbole_workdir():  # your existing RecBole configuration

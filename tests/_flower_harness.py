@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from fedvlr_plus import flower_deploy as flower_cli
+from fedvlr_plus.flower import deploy as flower_cli
 
 APP_DIR = Path(__file__).resolve().parents[1] / "examples" / "flower_app"
 

@@ -119,7 +119,7 @@ def test_the_api_recipe_passes_its_penalties_to_the_backbone(small):
 
 def test_flower_run_config_takes_the_penalties_for_the_backbone(small):
     pytest.importorskip("flwr")
-    from fedvlr_plus.federation.flower import Settings, build_backbone
+    from fedvlr_plus.flower.app import Settings, build_backbone
 
     s = Settings.from_run_config({"data": "ml-100k", "backbone": "fedrap", "fedrap-lambda": 0.125, "dim": 8})
     assert s.backbone_options == {"fedrap_lambda": 0.125}

@@ -6,7 +6,7 @@ import torch
 
 from fedvlr_plus.adapters import BACKBONES, make_backbone, take_rows
 from fedvlr_plus.adapters.fedrap import FedRAP
-from fedvlr_plus.federation.state import init_private_states, init_shared_state
+from fedvlr_plus.federation.state.initial import init_private_states, init_shared_state
 
 N, D = 12, 8
 
@@ -116,7 +116,7 @@ def test_private_initialisation_is_per_client_and_reproducible():
 
 def test_cli_lists_every_backbone():
     from fedvlr_plus.federation import FEDERATED_BACKBONES, STRATEGIES
-    from fedvlr_plus.federation.strategy import make_strategy
+    from fedvlr_plus.federation.strategies.base import make_strategy
 
     assert FEDERATED_BACKBONES == tuple(sorted(BACKBONES))
     for name in STRATEGIES:

@@ -1,4 +1,4 @@
-"""A dot-product head's local steps as rank-one sums over the broadcast table (``federation/dot_steps.py``) give
+"""A dot-product head's local steps as rank-one sums over the broadcast table (``federation/simulation/dot_steps.py``) give
 the sequential reference's uploads, private states and losses, and are taken only where they apply."""
 import numpy as np
 import pytest
@@ -6,8 +6,8 @@ import torch
 
 from fedvlr_plus.adapters import make_backbone
 from fedvlr_plus.federation import BatchedSimulator, MemoryStore, SequentialSimulator
-from fedvlr_plus.federation.dot_steps import DotSteps
-from fedvlr_plus.federation.state import init_shared_state
+from fedvlr_plus.federation.simulation.dot_steps import DotSteps
+from fedvlr_plus.federation.state.initial import init_shared_state
 from test_simulator import tiny_csr
 
 CONFIG = dict(seed=0, round=3, epochs=2, negatives=2, lr=0.3, item_lr_scale=3.0, weight_decay=0.0)
@@ -60,7 +60,7 @@ def test_rank_one_steps_are_not_taken_where_they_do_not_apply(why, monkeypatch):
     config = {**CONFIG, "upload": "params", "batch_size": 4,
               "weight_decay": 0.05 if why == "weight decay" else 0.0}
     if why == "big catalogue":
-        monkeypatch.setattr("fedvlr_plus.federation.dot_steps.ALL_ROWS_RATIO", 0)
+        monkeypatch.setattr("fedvlr_plus.federation.simulation.dot_steps.ALL_ROWS_RATIO", 0)
     _, _, n_calls, _ = _round(BatchedSimulator, bb, config, monkeypatch)
     assert n_calls == 0
 
@@ -71,9 +71,9 @@ def test_rank_one_steps_are_not_taken_where_they_do_not_apply(why, monkeypatch):
 def test_row_by_id_steps_of_a_big_catalogue_equal_the_sequential_reference(kernel, name, mode, monkeypatch):
     """Where the catalogue is too big for rank-one steps, a dot-product head's step reads its rows by id (the
     compiled scores or their torch fallback, ``embedding_bag`` sums) and gives the sequential reference's numbers."""
-    from fedvlr_plus.federation import indexed_rows
+    from fedvlr_plus.federation.simulation import indexed_rows
 
-    monkeypatch.setattr("fedvlr_plus.federation.dot_steps.ALL_ROWS_RATIO", 0)
+    monkeypatch.setattr("fedvlr_plus.federation.simulation.dot_steps.ALL_ROWS_RATIO", 0)
     monkeypatch.setattr(indexed_rows._KERNELS, "module", None if kernel == "compiled" else False)
     monkeypatch.setattr(indexed_rows, "KERNEL_FROM_FLOATS", 0)   # (these tables are small)
     seen = []

@@ -245,7 +245,7 @@ def test_joining_users_train_only_private_parts(fusion):
 def test_population_start_is_the_trained_clients_mean_private_state(fusion):
     from fedvlr_plus.adapters import make_backbone
     from fedvlr_plus.coldstart.population import population_state, start_from
-    from fedvlr_plus.federation.store import MemoryStore
+    from fedvlr_plus.federation.state.store import MemoryStore
     from fedvlr_plus.fedvlr import FusionLayer
 
     full = synthetic_data(40, 120, 12.0, groups=4, seed=1)

@@ -25,7 +25,7 @@ def _fedvlr(data):
 
 
 def _recbole_bpr(data):
-    from fedvlr_plus.adapters.recbole import federate
+    from fedvlr_plus.adapters.recbole.backbone import federate
 
     return federate("BPR", data=data, seed=0)[0]
 

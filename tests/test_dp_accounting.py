@@ -7,7 +7,7 @@ import pytest
 from dp_accounting.rdp import RdpAccountant
 
 from fedvlr_plus.federation import FedConfig
-from fedvlr_plus.federation.accountant import (default_delta, epsilon_poisson, epsilon_sampled, epsilon_server,
+from fedvlr_plus.federation.privacy.accountant import (default_delta, epsilon_poisson, epsilon_sampled, epsilon_server,
                                                noise_for_epsilon, privacy_block)
 from fedvlr_plus.federation.engine import FederatedRun
 from fedvlr_plus.federation.synthetic import synthetic_data

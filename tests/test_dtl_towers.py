@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 import torch
 
-from fedvlr_plus.alignment import dtl_towers
-from fedvlr_plus.alignment import feddtl as T
-from fedvlr_plus.alignment.dtl_towers import ItemContent, item_vectors
+from fedvlr_plus.alignment.feddtl import towers as dtl_towers
+from fedvlr_plus.alignment.feddtl import method as T
+from fedvlr_plus.alignment.feddtl.towers import ItemContent, item_vectors
 
 
 def _multi_hot(n=60, d=200, per_item=3, seed=0) -> torch.Tensor:

@@ -55,7 +55,7 @@ def test_round_sums_are_the_same_with_the_kernel(residual, monkeypatch, kernels)
 
 
 def test_preparing_the_schedule_and_factor_kernels_says_whether_they_exist(monkeypatch):
-    from fedvlr_plus.federation import schedule
+    from fedvlr_plus.federation.simulation import schedule
 
     for module in (schedule, closed_form):
         monkeypatch.setattr(module._KERNELS, "module", False)   # as where numba does not import

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fedvlr_plus.alignment import feddtl as T
+from fedvlr_plus.alignment.feddtl import method as T
 from fedvlr_plus.alignment.grpo import group_advantages
 
 
@@ -407,7 +407,7 @@ def test_few_shot_keeps_at_most_k_labelled_examples_per_item_and_the_whole_histo
 def test_frozen_item_tower_is_computed_once_with_the_same_numbers(stage, monkeypatch):
     """A decoupled client computes the item vectors once per fit instead of once per batch; the uploads and
     metrics are the ones the per-batch computation gives."""
-    from fedvlr_plus.alignment import dtl_client
+    from fedvlr_plus.alignment.feddtl import client as dtl_client
 
     task = _task(n_items=40, n_users=24)
     cfg = T.DTLConfig(per_user=6, batch_size=8, rl_candidates=10, sigma=0.3)

@@ -3,10 +3,10 @@ training on the examples they hold, every method judged by its global model, and
 import numpy as np
 import pytest
 
-from fedvlr_plus.alignment import feddtl as T
-from fedvlr_plus.alignment.dtl_classes import class_weights
-from fedvlr_plus.alignment.dtl_examples import deal_examples, example_skew, home_clients
-from fedvlr_plus.alignment.dtl_table import markdown
+from fedvlr_plus.alignment.feddtl import method as T
+from fedvlr_plus.alignment.feddtl.classes import class_weights
+from fedvlr_plus.alignment.feddtl.examples import deal_examples, example_skew, home_clients
+from fedvlr_plus.alignment.feddtl.table import markdown
 
 from test_feddtl_skew import _folder
 
@@ -119,7 +119,7 @@ def test_more_clients_than_a_split_can_fill_is_one_line_naming_the_flags(split):
 
 def test_alpha_zero_deals_each_class_wholly_to_one_client_and_every_client_gets_one():
     """The Dirichlet's limit (the pathological split): a class's examples, or its users, all on one client."""
-    from fedvlr_plus.alignment.dtl_task import dirichlet_split
+    from fedvlr_plus.alignment.feddtl.task import dirichlet_split
 
     task = _task(n_users=90)
     task.item_class = np.arange(30) % 5                     # 5 classes over 3 clients: 2, 2 and 1 of them
@@ -145,7 +145,7 @@ def test_alpha_zero_with_fewer_classes_than_clients_is_one_line_naming_the_flags
 
 
 def test_the_table_says_alpha_zero_is_the_pathological_split():
-    from fedvlr_plus.alignment.dtl_table import _split
+    from fedvlr_plus.alignment.feddtl.table import _split
 
     assert "all at one client (alpha 0, the pathological split)" in _split({"split": "examples", "alpha": 0.0})
     assert "Dirichlet alpha 0.1" in _split({"split": "examples", "alpha": 0.1})

@@ -7,9 +7,9 @@ import pytest
 from scipy.stats import ttest_rel
 
 from fedvlr_plus import datasets
-from fedvlr_plus.alignment import feddtl as T
-from fedvlr_plus.alignment.dtl_classes import class_weights, kmeans_classes, novel_classes
-from fedvlr_plus.alignment.dtl_table import markdown, paired_tests
+from fedvlr_plus.alignment.feddtl import method as T
+from fedvlr_plus.alignment.feddtl.classes import class_weights, kmeans_classes, novel_classes
+from fedvlr_plus.alignment.feddtl.table import markdown, paired_tests
 from fedvlr_plus.alignment.paired_seeds import paired
 
 

@@ -14,8 +14,8 @@ from _fed_helpers import load_ml100k
 from fedvlr_plus.adapters import BACKBONES, make_backbone
 from fedvlr_plus.federation import (DiskStore, FedConfig, FederatedRun, MemoryStore, RecClient, run_federated)
 from fedvlr_plus.errors import ResumeMismatch, RunFolderError
-from fedvlr_plus.federation.run_folder import SeedFolder
-from fedvlr_plus.federation.state import init_shared_state
+from fedvlr_plus.federation.runs.folder import SeedFolder
+from fedvlr_plus.federation.state.initial import init_shared_state
 from fedvlr_plus.federation.synthetic import synthetic_data
 
 FAST = dict(rounds=3, local_epochs=2, batch_size=8, negatives=2, dim=8, patience=10, ks=(5, 10, 50),
@@ -277,7 +277,7 @@ def test_a_checkpoint_file_is_the_safetensors_bytes_and_reads_back(tmp_path):
 
     from safetensors.torch import save
 
-    from fedvlr_plus.federation.plain_state import split_tensors
+    from fedvlr_plus.federation.state.plain import split_tensors
 
     folder = SeedFolder(tmp_path / "seed-0")
     state = {"round": 3, "private": {"w": torch.arange(12.0).view(3, 4), "b": torch.ones(2)}, "shared": torch.zeros(5)}
@@ -296,7 +296,7 @@ def test_a_checkpoint_file_is_the_safetensors_bytes_and_reads_back(tmp_path):
 def test_a_checkpoint_file_takes_the_umask_of_the_process(tmp_path):
     import os
 
-    from fedvlr_plus.federation.run_folder import process_umask
+    from fedvlr_plus.federation.runs.folder import process_umask
 
     old = os.umask(0o027)
     try:

@@ -7,7 +7,7 @@ import torch
 from fedvlr_plus.adapters import ParamSpec
 from fedvlr_plus.federation import (ClientUpdate, CoordinateMedian, FedAvgStrategy, FedGradStrategy, SparseRowAvg,
                                     TrimmedMean, make_strategy)
-from fedvlr_plus.federation.strategy import example_weights
+from fedvlr_plus.federation.strategies.base import example_weights
 
 SPECS = {"table": ParamSpec("table", (3, 2), shared=True, item_table=True), "w": ParamSpec("w", (2,), shared=True)}
 
@@ -125,7 +125,7 @@ def test_message_round_trip_is_plain():
 
 
 def test_row_sums_do_not_depend_on_the_block_size():
-    from fedvlr_plus.federation.strategy import weighted_row_sums
+    from fedvlr_plus.federation.strategies.base import weighted_row_sums
 
     ups = [upd(0, 1, [0], [[5.0, 5.0]], [4.0, 0.0]), upd(1, 3, [0, 1], [[9.0, 9.0], [10.0, 10.0]], [0.0, 8.0]),
            upd(2, 4, [2, 1], [[1.0, 2.0], [3.0, 4.0]], [0.0, 0.0])]

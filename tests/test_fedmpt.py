@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 import torch
 
-from fedvlr_plus.alignment import fedmpt as M
+from fedvlr_plus.alignment.fedmpt import method as M
 
 
 def _task(n=120, L=4, d=16, T=5, N=3, seed=0, signal=2.0):

@@ -6,7 +6,7 @@ import pytest
 from scipy.stats import ttest_rel
 
 from _shared import stub_minilm_encoders
-from fedvlr_plus.alignment import fedmpt as M
+from fedvlr_plus.alignment.fedmpt import method as M
 
 
 def test_seeds_match_single_seed_runs_and_the_paired_test(tmp_path, capsys, monkeypatch):

@@ -5,7 +5,7 @@ import torch
 
 from fedvlr_plus.adapters import make_backbone
 from fedvlr_plus.federation import BatchedSimulator, MemoryStore, SequentialSimulator
-from fedvlr_plus.federation.state import init_shared_state
+from fedvlr_plus.federation.state.initial import init_shared_state
 from fedvlr_plus.fedvlr import FUSED, FusionLayer
 from fedvlr_plus.fedvlr.closed_form import MixtureDotHead
 from test_simulator import tiny_csr
@@ -96,7 +96,7 @@ def test_closed_form_round_equals_autograd_and_sequential(variant, backbone, mod
 def test_rows_read_by_id_give_the_autograd_round(kernel, variant, mode, monkeypatch):
     """A catalogue too large to read whole a step: the step reads its examples' rows by id (:class:`IndexedRows`),
     with the compiled kernel and with its torch fallback, and gives autograd's numbers."""
-    from fedvlr_plus.federation import indexed_rows
+    from fedvlr_plus.federation.simulation import indexed_rows
     from fedvlr_plus.fedvlr import closed_form
 
     monkeypatch.setattr(closed_form, "ALL_ROWS_RATIO", 0)
@@ -170,7 +170,7 @@ def test_a_resumed_fedvlr_run_ends_with_the_same_numbers(tmp_path):
 
 def test_router_input_dense_and_gathered_agree(monkeypatch):
     """The router's input as one product over a small catalogue equals the gathered mean of the history's rows."""
-    from fedvlr_plus.federation.batched import history_ctx
+    from fedvlr_plus.federation.simulation.batched import history_ctx
     from fedvlr_plus.fedvlr import router
     from fedvlr_plus.fedvlr.router import VIEWS
 
@@ -185,7 +185,7 @@ def test_router_input_dense_and_gathered_agree(monkeypatch):
 
 
 def test_preparing_the_step_kernel_says_whether_it_exists(monkeypatch):
-    from fedvlr_plus.federation import indexed_rows
+    from fedvlr_plus.federation.simulation import indexed_rows
 
     monkeypatch.setattr(indexed_rows._KERNELS, "module", None)
     assert indexed_rows.prepare_kernels() is (indexed_rows._row_kernels() is not None)
@@ -195,7 +195,7 @@ def test_preparing_the_step_kernel_says_whether_it_exists(monkeypatch):
 
 def test_small_steps_score_with_torch_and_never_import_numba(monkeypatch):
     """A small table (KU, ml-100k) costs no numba import: its steps stay on the torch path, with the same scores."""
-    from fedvlr_plus.federation import indexed_rows
+    from fedvlr_plus.federation.simulation import indexed_rows
 
     monkeypatch.setattr(indexed_rows._KERNELS, "module", None)
     g = torch.Generator().manual_seed(0)

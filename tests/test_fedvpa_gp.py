@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedvlr_plus.alignment.fedvpa_gp import (POSTERIOR_LOGVAR, POSTERIOR_MU, BatchedVPAClients, PriorTable,
+from fedvlr_plus.alignment.fedvpa_gp.method import (POSTERIOR_LOGVAR, POSTERIOR_MU, BatchedVPAClients, PriorTable,
                                              VPAClient, VPAConfig, VPAModel, central_ceiling,
                                              context_target_sizes, fedadam_step, local_optimizer, orthonormal_rows,
                                              train_federated,
@@ -13,7 +13,7 @@ from fedvlr_plus.alignment.fedvpa_gp import (POSTERIOR_LOGVAR, POSTERIOR_MU, Bat
                                              prototype_matrix, round_lr, run_fedvpa_gp)
 from fedvlr_plus.alignment.pairs import PreferencePairs, holdout_split
 from fedvlr_plus.federation.messages import ClientUpdate
-from fedvlr_plus.federation.server_adam import ServerAdam
+from fedvlr_plus.federation.strategies.server_adam import ServerAdam
 
 
 def test_mixture_kl_with_one_standard_normal_component_matches_the_closed_form():

@@ -9,9 +9,9 @@ import torch
 from fedvlr_plus.adapters import make_backbone
 from fedvlr_plus.errors import RunFolderError
 from fedvlr_plus.federation import FedConfig, FederatedRun, run_federated
-from fedvlr_plus.federation.file_store import FileStore, consecutive_runs
-from fedvlr_plus.federation.kept_states import KeptStates
-from fedvlr_plus.federation.store import CompactStore, load_block
+from fedvlr_plus.federation.state.file_store import FileStore, consecutive_runs
+from fedvlr_plus.federation.state.kept import KeptStates
+from fedvlr_plus.federation.state.store import CompactStore, load_block
 from fedvlr_plus.federation.synthetic import synthetic_data
 from fedvlr_plus.fedvlr import FedVLROptions, build_fedvlr
 
@@ -144,14 +144,14 @@ def test_an_interrupted_run_resumes_with_file_tables_to_the_same_numbers(tmp_pat
 def test_a_streamed_safetensors_file_reads_back_with_safetensors(tmp_path):
     from safetensors.torch import load_file
 
-    from fedvlr_plus.federation.file_store import TableRows
-    from fedvlr_plus.federation.streamed_safetensors import StreamedTensor, save_streamed
+    from fedvlr_plus.federation.state.file_store import TableRows
+    from fedvlr_plus.federation.state.streamed_safetensors import StreamedTensor, save_streamed
 
     disk = _fill(FileStore(tmp_path / "t"))
     rows = disk._row[np.array([7, 2, 9])]
     tensors = {"t0": torch.randn(3, 4), "t1": torch.arange(5), "t2": torch.tensor(2.5, dtype=torch.float64),
                "t3": torch.zeros(0, 3), "t4": torch.tensor([True, False]), "t5": TableRows(disk, "a", rows)}
-    from fedvlr_plus.federation.run_folder import sha256_file
+    from fedvlr_plus.federation.runs.folder import sha256_file
 
     digest = save_streamed(tensors, tmp_path / "s.safetensors")
     assert digest == sha256_file(tmp_path / "s.safetensors")   # taken while writing: the run folder lists it
@@ -170,8 +170,9 @@ def test_a_streamed_safetensors_file_reads_back_with_safetensors(tmp_path):
 def test_a_checkpoint_of_file_tables_is_written_from_the_files_in_blocks(tmp_path, monkeypatch):
     """The engine's checkpoint takes the file store's rows as sources read a block at a time (never the whole
     population in memory), and the checkpoint reads back to the stored states."""
-    from fedvlr_plus.federation import file_store, streamed_safetensors
-    from fedvlr_plus.federation.run_folder import SeedFolder
+    from fedvlr_plus.federation.state import file_store
+    from fedvlr_plus.federation.state import streamed_safetensors
+    from fedvlr_plus.federation.runs.folder import SeedFolder
 
     monkeypatch.setattr(streamed_safetensors, "ROW_BLOCK_BYTES", 64)   # several blocks per table even at this size
     reads = []
@@ -223,7 +224,7 @@ def test_a_cold_start_training_keeps_its_selected_round_with_file_tables():
 
 
 def test_a_memory_file_system_under_tmpdir_is_named():
-    from fedvlr_plus.federation.file_store import memory_file_system
+    from fedvlr_plus.federation.state.file_store import memory_file_system
 
     mounts = ("/dev/vda1 / ext4 rw 0 0\ntmpfs /tmp tmpfs rw 0 0\n/dev/vdb /tmp/disk xfs rw 0 0\n"
               "tmpfs /run/user\\0401 tmpfs rw 0 0\n")
@@ -235,7 +236,7 @@ def test_a_memory_file_system_under_tmpdir_is_named():
 
 
 def test_the_run_warns_when_its_state_files_would_sit_in_memory(monkeypatch):
-    from fedvlr_plus.federation import file_store
+    from fedvlr_plus.federation.state import file_store
 
     monkeypatch.setattr(file_store, "memory_file_system", lambda path: "tmpfs")
     data = synthetic_data(20, 40, 6, seed=0)

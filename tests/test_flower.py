@@ -25,7 +25,7 @@ import torch
 pytest.importorskip("flwr", reason="Flower is not installed (pip install 'fedvlr-plus[flower]')")
 
 from fedvlr_plus.errors import ConfigError  # noqa: E402
-from fedvlr_plus.federation import flower as fl  # noqa: E402
+from fedvlr_plus.flower import app as fl  # noqa: E402
 from fedvlr_plus.federation.messages import ClientUpdate  # noqa: E402
 
 from _shared import shared_data  # noqa: E402
@@ -304,7 +304,7 @@ def test_killed_supernode_rejoins_with_its_private_state(federation, deployed, t
 
 
 def test_flower_command_lines():
-    from fedvlr_plus import flower_deploy as fc
+    from fedvlr_plus.flower import deploy as fc
     from fedvlr_plus.cli.flower import parse_partition
 
     link = fc.superlink_command(port=9999, insecure=True)
@@ -350,7 +350,7 @@ def test_server_side_evaluation_sends_no_evaluate_messages(tmp_path):
     """evaluation = "server": the ServerApp scores the global model for users with a fresh private state; no node
     is asked to evaluate. The figures equal the simulator's model scored with initial private states."""
     from fedvlr_plus.federation.engine import FederatedRun
-    from fedvlr_plus.federation.store import MemoryStore
+    from fedvlr_plus.federation.state.store import MemoryStore
 
     cfg = base_config(tmp_path, **{"max-users": 9, "fusion": "none", "backbone": "fedncf", "eval-every": 2,
                                    "evaluation": "server"})

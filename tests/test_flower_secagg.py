@@ -22,10 +22,10 @@ import torch
 
 pytest.importorskip("flwr", reason="Flower is not installed (pip install 'fedvlr-plus[flower]')")
 
-from fedvlr_plus.federation import flower as fl  # noqa: E402
-from fedvlr_plus.federation import secure_sum as ss  # noqa: E402
+from fedvlr_plus.flower import app as fl  # noqa: E402
+from fedvlr_plus.federation.privacy import secure_sum as ss  # noqa: E402
 from fedvlr_plus.federation.messages import ClientUpdate  # noqa: E402
-from fedvlr_plus.federation.strategy import make_strategy  # noqa: E402
+from fedvlr_plus.federation.strategies.base import make_strategy  # noqa: E402
 
 from test_flower import LoopbackGrid, base_config  # noqa: E402
 

@@ -22,7 +22,7 @@ import pytest
 
 pytest.importorskip("flwr", reason="Flower is not installed (pip install 'fedvlr-plus[flower]')")
 
-from fedvlr_plus.federation import flower as fl  # noqa: E402
+from fedvlr_plus.flower import app as fl  # noqa: E402
 
 from _shared import shared_data  # noqa: E402
 from test_flower import N_NODES, N_USERS, base_config  # noqa: E402

@@ -6,7 +6,7 @@ import torch
 from fedvlr_plus.cli import build_parser
 from fedvlr_plus.adapters import make_backbone
 from fedvlr_plus.federation.config import FedConfig
-from fedvlr_plus.federation.batched import history_ctx
+from fedvlr_plus.federation.simulation.batched import history_ctx
 from fedvlr_plus.federation.engine import FederatedRun
 from fedvlr_plus.federation.synthetic import synthetic_data
 from fedvlr_plus.fedvlr import FUSED, ColdItemRule, FusionLayer, content_neighbours, mix

@@ -17,9 +17,9 @@ ALLOWED: set[tuple[str, str]] = set()
 
 #: groups of top-level units that still import each other in a circle (function-level imports included); a
 #: group may shrink, none may grow and no new one may appear
-#: adapters <-> fedvlr: adapters/recbole.py's fedvlr() wraps a RecBole model in the layer, whose experts use the
+#: adapters <-> fedvlr: adapters/recbole/backbone.py's fedvlr() wraps a RecBole model in the layer, whose experts use the
 #: backbone contract (adapters.base); federation <-> fedvlr: the layer's server side is a federation Strategy and
-#: its report reads the simulator, while federation/flower.py builds the layer for a deployment
+#: its report reads the simulator, while flower/app.py builds the layer for a deployment
 KNOWN_CYCLES = [frozenset({"adapters", "federation", "fedvlr"})]
 
 

@@ -9,9 +9,9 @@ import torch
 from fedvlr_plus.adapters import make_backbone
 from fedvlr_plus.errors import ConfigError
 from fedvlr_plus.federation import BatchedSimulator, ClientUpdate, MemoryStore, SequentialSimulator
-from fedvlr_plus.federation.leakage import ItemSetAttack, guesses, precision_recall, score, upload_bytes
-from fedvlr_plus.federation.state import init_shared_state
-from fedvlr_plus.federation.strategy import make_strategy
+from fedvlr_plus.federation.privacy.leakage import ItemSetAttack, guesses, precision_recall, score, upload_bytes
+from fedvlr_plus.federation.state.initial import init_shared_state
+from fedvlr_plus.federation.strategies.base import make_strategy
 
 from _bad_input import run_cli
 from test_simulator import tiny_csr

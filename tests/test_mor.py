@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from fedvlr_plus.alignment.grpo import GRPOConfig
-from fedvlr_plus.alignment.mor import (REWARD_KINDS, MoRConfig, RewardClient, Router, Standardiser, fuse,
+from fedvlr_plus.alignment.mor.method import (REWARD_KINDS, MoRConfig, RewardClient, Router, Standardiser, fuse,
                                        make_reward, policy_rankings, query_clients, reward_report, run_grpo,
                                        train_bradley_terry)
 from fedvlr_plus.alignment.pairs import PreferencePairs, holdout_split
@@ -99,7 +99,7 @@ def test_router_prefers_the_matching_client_and_fused_beats_uniform_and_single()
 
 
 def test_router_routes_an_objective_it_never_saw_by_the_mean_over_the_seen_ones():
-    from fedvlr_plus.alignment.mor_router import train_router
+    from fedvlr_plus.alignment.mor.router import train_router
 
     torch.manual_seed(0)
     router = Router(3, n_objectives=3, n_clients=2)
@@ -181,7 +181,7 @@ def test_grpo_raises_reward_and_a_huge_beta_keeps_the_reference():
 
 
 def test_policy_rankings_hand_computed():
-    import fedvlr_plus.alignment.mor as mor
+    import fedvlr_plus.alignment.mor.method as mor
 
     class Flip(torch.nn.Module):   # the "policy" reverses the reference order over the candidates
         def forward(self, ref, x, f):
@@ -204,7 +204,7 @@ def test_policy_rankings_hand_computed():
 def test_policy_rankings_in_blocks_of_users_equal_one_pass_over_every_user(monkeypatch):
     """Ranks and policy logits are computed a block of users at a time (the candidates' features of every user at
     once were 8 GB on Amazon 2014 Toys); the figures must not depend on the block size."""
-    import fedvlr_plus.alignment.mor_policy as mp
+    import fedvlr_plus.alignment.mor.policy as mp
 
     rng = np.random.default_rng(4)
     n_users, n_items, c_n = 37, 30, 6

@@ -3,11 +3,11 @@ summary."""
 import numpy as np
 import torch
 
-from fedvlr_plus.alignment.mor_headroom import (best_weights, candidate_scores, own_fit, own_fit_row, rerank_bound,
+from fedvlr_plus.alignment.mor.headroom import (best_weights, candidate_scores, own_fit, own_fit_row, rerank_bound,
                                                 rerank_hits, reward_rows, simplex_grid)
-from fedvlr_plus.alignment.mor_headroom_table import (REWARD_PAIRS, REWARD_ROWS, headroom_markdown,
+from fedvlr_plus.alignment.mor.headroom_table import (REWARD_PAIRS, REWARD_ROWS, headroom_markdown,
                                                       own_group_summary, summarise_headroom)
-from fedvlr_plus.alignment.mor_router import Standardiser
+from fedvlr_plus.alignment.mor.router import Standardiser
 from fedvlr_plus.alignment.pairs import PreferencePairs
 from fedvlr_plus.federation.messages import ClientUpdate
 

@@ -6,11 +6,11 @@ import pandas as pd
 import pytest
 import torch
 
-import fedvlr_plus.alignment.mor_seeds as mor_seeds
-from fedvlr_plus.alignment.mor import MoRConfig, make_clients
-from fedvlr_plus.alignment.mor_baselines import UniformRouter, fedavg_reward
-from fedvlr_plus.alignment.mor_implicit import interaction_pairs, user_profiles, with_popularity
-from fedvlr_plus.alignment.mor_table import paired_test, summarise
+import fedvlr_plus.alignment.mor.seeds as mor_seeds
+from fedvlr_plus.alignment.mor.method import MoRConfig, make_clients
+from fedvlr_plus.alignment.mor.baselines import UniformRouter, fedavg_reward
+from fedvlr_plus.alignment.mor.implicit import interaction_pairs, user_profiles, with_popularity
+from fedvlr_plus.alignment.mor.table import paired_test, summarise
 
 
 def _split(n_users=24, n_items=30, per_user=8, seed=0):
@@ -170,7 +170,7 @@ def _content_split(n_users=40, n_items=20, per_user=6, seed=0):
 
 
 def test_taste_groups_from_a_shipped_feature_array_separate_users_by_the_content_they_chose():
-    from fedvlr_plus.alignment.mor_implicit import setting_features, train_only_groups
+    from fedvlr_plus.alignment.mor.implicit import setting_features, train_only_groups
 
     split = _content_split()
     feats, vectors = setting_features(split, content="tags")
@@ -182,7 +182,7 @@ def test_taste_groups_from_a_shipped_feature_array_separate_users_by_the_content
 
 
 def test_items_without_genres_need_a_feature_array_and_a_wrong_name_is_refused():
-    from fedvlr_plus.alignment.mor_implicit import setting_features
+    from fedvlr_plus.alignment.mor.implicit import setting_features
     from fedvlr_plus.errors import ConfigError
 
     split = _content_split()
@@ -193,7 +193,7 @@ def test_items_without_genres_need_a_feature_array_and_a_wrong_name_is_refused()
 
 
 def test_items_without_genres_or_feature_arrays_are_told_where_content_comes_from():
-    from fedvlr_plus.alignment.mor_implicit import setting_features
+    from fedvlr_plus.alignment.mor.implicit import setting_features
     from fedvlr_plus.errors import ConfigError
 
     split = _content_split()
@@ -212,7 +212,7 @@ def test_a_group_without_users_is_refused_with_every_group_size():
 
 
 def test_the_rating_gap_comparison_refuses_items_without_genres():
-    from fedvlr_plus.alignment.mor import run_mor_ratings
+    from fedvlr_plus.alignment.mor.method import run_mor_ratings
     from fedvlr_plus.datasets import InteractionData
     from fedvlr_plus.errors import ConfigError
 

@@ -6,13 +6,13 @@ import pandas as pd
 import pytest
 import torch
 
-from fedvlr_plus.alignment.mor_config import MoRConfig
-from fedvlr_plus.alignment.mor_items import (ItemRewardClient, fedavg_item_reward, item_counts, next_item_pairs,
+from fedvlr_plus.alignment.mor.config import MoRConfig
+from fedvlr_plus.alignment.mor.items import (ItemRewardClient, fedavg_item_reward, item_counts, next_item_pairs,
                                              pair_queries, recent_items, training_sequences)
-from fedvlr_plus.alignment.mor_baselines import UniformRouter
-from fedvlr_plus.alignment.mor_policy import ItemContext, ItemResidualPolicy, ResidualPolicy, run_grpo
-from fedvlr_plus.alignment.mor_rewards import query_clients
-from fedvlr_plus.alignment.mor_router import Standardiser
+from fedvlr_plus.alignment.mor.baselines import UniformRouter
+from fedvlr_plus.alignment.mor.policy import ItemContext, ItemResidualPolicy, ResidualPolicy, run_grpo
+from fedvlr_plus.alignment.mor.rewards import query_clients
+from fedvlr_plus.alignment.mor.router import Standardiser
 from fedvlr_plus.alignment.pairs import holdout_split
 
 N_ITEMS = 40
@@ -171,7 +171,7 @@ def _held_loss(router, margin, x, o, rows):
 
 
 def test_router_holdout_keeps_the_epoch_best_on_the_held_out_public_pairs():
-    from fedvlr_plus.alignment.mor_router import Router, _holdout_rows, train_router
+    from fedvlr_plus.alignment.mor.router import Router, _holdout_rows, train_router
 
     rng = np.random.default_rng(0)
     n, K = 120, 3
@@ -192,7 +192,7 @@ def test_router_holdout_keeps_the_epoch_best_on_the_held_out_public_pairs():
 
 
 def test_reference_per_seed_trains_one_backbone_per_seed(monkeypatch):
-    import fedvlr_plus.alignment.mor_seeds as mor_seeds
+    import fedvlr_plus.alignment.mor.seeds as mor_seeds
 
     trained, seen = [], []
     base = SimpleNamespace(split=SimpleNamespace(), backbone={"name": "fedavg", "rounds": 2}, names=("g0", "g1"),
@@ -202,7 +202,7 @@ def test_reference_per_seed_trains_one_backbone_per_seed(monkeypatch):
     monkeypatch.setattr(mor_seeds, "train_backbone",
                         lambda split, **kw: trained.append(kw["seed"]) or (np.full((1, 1), kw["seed"]), {}))
     monkeypatch.setattr(mor_seeds, "reference_candidates", lambda split, scores, c: ("ref", int(scores[0, 0])))
-    import fedvlr_plus.alignment.mor_table as mor_table
+    import fedvlr_plus.alignment.mor.table as mor_table
     monkeypatch.setattr(mor_table, "summarise", lambda runs: {})
     monkeypatch.setattr(mor_seeds, "run_seed",
                         lambda s, cfg, **kw: seen.append((cfg.seed, s.ref)) or {"seed": cfg.seed})
@@ -229,9 +229,9 @@ def test_cli_defaults_per_reward_view(flags, expected):
 
 
 def test_one_seed_of_the_item_view_runs_end_to_end():
-    import fedvlr_plus.alignment.mor_seeds as mor_seeds
-    from fedvlr_plus.alignment.mor_backbone import reference_candidates
-    from fedvlr_plus.alignment.mor_implicit import user_profiles
+    import fedvlr_plus.alignment.mor.seeds as mor_seeds
+    from fedvlr_plus.alignment.mor.backbone import reference_candidates
+    from fedvlr_plus.alignment.mor.implicit import user_profiles
 
     split = _paired_split(n_users=80, seed=5)
     split.train = lambda: split.inter[split.inter["split"] == 0]
@@ -272,7 +272,7 @@ def _dense_counts(sequences, users, n_items, kind, window=5):
 @pytest.mark.parametrize("form", ["sparse", "dense"])
 @pytest.mark.parametrize("kind", ["cooc", "next"])
 def test_pair_counts_and_reward_features_equal_the_dense_table_bit_for_bit(kind, form):
-    from fedvlr_plus.alignment.mor_items import reward_features
+    from fedvlr_plus.alignment.mor.items import reward_features
 
     rng = np.random.default_rng(3)
     n_items = 40
@@ -304,7 +304,7 @@ def test_pair_counts_grow_with_the_pairs_seen_not_with_the_catalogue():
 
 
 def test_reference_candidates_in_blocks_of_users_equal_one_sort_of_every_row(monkeypatch):
-    import fedvlr_plus.alignment.mor_backbone as mb
+    import fedvlr_plus.alignment.mor.backbone as mb
 
     split = _paired_split(n_users=50, seed=2)
     split.train = lambda: split.inter[split.inter["split"] == 0]

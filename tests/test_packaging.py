@@ -75,7 +75,7 @@ def test_built_wheel_maps_folders_into_the_package(tmp_path):
 
     names = zipfile.ZipFile(wheel).namelist()
     assert "fedvlr_plus/datasets/core.py" in names and "fedvlr_plus/adapters/__init__.py" in names
-    assert "fedvlr_plus/alignment/data/fedmpt_conditions.json" in names   # package data (FedMPT conditions)
+    assert "fedvlr_plus/alignment/fedmpt/data/fedmpt_conditions.json" in names   # package data (FedMPT conditions)
     assert not any(n.startswith(("datasets/", "adapters/", "tests/")) for n in names), names[:20]
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)

@@ -4,8 +4,8 @@ import torch
 from fedvlr_plus.federation import ClientUpdate
 from fedvlr_plus.federation.config import FedConfig
 from fedvlr_plus.federation.engine import FederatedRun
-from fedvlr_plus.federation.poisoned import PoisonedSimulator
-from fedvlr_plus.federation.upload_stream import can_stream
+from fedvlr_plus.federation.attacks.poisoned import PoisonedSimulator
+from fedvlr_plus.federation.simulation.upload_stream import can_stream
 from fedvlr_plus.run_data import load_and_split
 
 

@@ -12,11 +12,11 @@ import torch
 from fedvlr_plus.adapters import make_backbone
 from fedvlr_plus.evaluation.exposure import item_hits
 from fedvlr_plus.federation.client import RecClient
-from fedvlr_plus.federation.poisoned import PoisonedSimulator, attacker_count
-from fedvlr_plus.federation.promotion_attack import PromotionAttacker, choose_target, popular_pool
-from fedvlr_plus.federation.state import init_shared_state
-from fedvlr_plus.federation.store import MemoryStore
-from fedvlr_plus.federation.strategy import make_strategy
+from fedvlr_plus.federation.attacks.poisoned import PoisonedSimulator, attacker_count
+from fedvlr_plus.federation.attacks.promotion import PromotionAttacker, choose_target, popular_pool
+from fedvlr_plus.federation.state.initial import init_shared_state
+from fedvlr_plus.federation.state.store import MemoryStore
+from fedvlr_plus.federation.strategies.base import make_strategy
 
 N_ITEMS, DIM, TARGET = 40, 8, 37
 

@@ -6,8 +6,8 @@ import torch
 from fedvlr_plus.adapters import make_backbone
 from fedvlr_plus.federation import BatchedSimulator, ClientUpdate, FedConfig, MemoryStore, SequentialSimulator
 from fedvlr_plus.federation.engine import FederatedRun
-from fedvlr_plus.federation.privacy import privatise
-from fedvlr_plus.federation.state import init_shared_state
+from fedvlr_plus.federation.privacy.noise import privatise
+from fedvlr_plus.federation.state.initial import init_shared_state
 from fedvlr_plus.federation.synthetic import synthetic_data
 
 from test_simulator import tiny_csr

@@ -21,7 +21,7 @@ from fedvlr_plus._compat import patch_recbole  # noqa: E402
 
 patch_recbole()
 
-from fedvlr_plus.adapters.recbole import (RefusedModel, align_views, federate, fedvlr,  # noqa: E402
+from fedvlr_plus.adapters.recbole.backbone import (RefusedModel, align_views, federate, fedvlr,  # noqa: E402
                                           recbole_evaluate, resolve_model)
 from fedvlr_plus.datasets import InteractionData  # noqa: E402
 from fedvlr_plus.datasets.splits import leave_one_out  # noqa: E402
@@ -122,7 +122,7 @@ def test_local_step_is_the_models_own_sgd_step(workdir):
     client = run.sim.client(c)
     update = client.fit(run.shared, run.round_config(1))
     # replay by hand on the module
-    from fedvlr_plus.federation.schedule import build_schedule
+    from fedvlr_plus.federation.simulation.schedule import build_schedule
 
     sched = build_schedule(client._indptr, client.positives, np.array([0]), bb.n_items, ids=np.array([c]), seed=0,
                            round=1, epochs=1, negatives=1, batch_size=100)
@@ -149,7 +149,7 @@ def test_param_swap_matches_functional_call_and_restores_the_module():
     replaces a tied parameter under both names, and leaves the module's own parameters in place, also on error."""
     from torch.func import functional_call
 
-    from fedvlr_plus.adapters.recbole import _ParamSwap
+    from fedvlr_plus.adapters.recbole.backbone import _ParamSwap
 
     class Tied(torch.nn.Module):
         def __init__(self):
@@ -535,7 +535,7 @@ def test_federate_from_a_users_recbole_config(workdir):
     """The example's path: a RecBole Config -> RecBole creates the dataset -> our data (id i = RecBole id i+1)."""
     from recbole.config import Config
 
-    from fedvlr_plus.adapters.recbole import recbole_workdir
+    from fedvlr_plus.adapters.recbole.backbone import recbole_workdir
     from fedvlr_plus.datasets.recbole_atomic import write_atomic
 
     data = tiny_data()

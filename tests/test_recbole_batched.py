@@ -1,4 +1,4 @@
-"""RecBole clients batched over a round (``federation/module_batched.py``) give the one-at-a-time module client's
+"""RecBole clients batched over a round (``federation/simulation/modules/batched.py``) give the one-at-a-time module client's
 numbers: the aggregated shared state after a round, the private states, and the metrics of a 2-round run; models
 that cannot be batched fall back to the reference, and say why."""
 from __future__ import annotations
@@ -18,11 +18,11 @@ patch_recbole()
 
 from recbole.model.general_recommender import BPR  # noqa: E402
 
-from fedvlr_plus.adapters.recbole import federate, fedvlr  # noqa: E402
+from fedvlr_plus.adapters.recbole.backbone import federate, fedvlr  # noqa: E402
 from fedvlr_plus.federation import run_federated  # noqa: E402
 from fedvlr_plus.federation.engine import FederatedRun  # noqa: E402
-from fedvlr_plus.federation.module_batched import BatchedModuleSimulator  # noqa: E402
-from fedvlr_plus.federation.module_client import ModuleSimulator  # noqa: E402
+from fedvlr_plus.federation.simulation.modules.batched import BatchedModuleSimulator  # noqa: E402
+from fedvlr_plus.federation.simulation.modules.client import ModuleSimulator  # noqa: E402
 from test_recbole_adapter import small_cfg, tiny_data, workdir  # noqa: E402,F401  (workdir: a fixture)
 
 pytestmark = [pytest.mark.filterwarnings("ignore::FutureWarning"),

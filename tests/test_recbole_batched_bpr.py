@@ -1,4 +1,4 @@
-"""RecBole's BPR in the batched module clients takes its gradients in closed form (``federation/module_bpr.py``):
+"""RecBole's BPR in the batched module clients takes its gradients in closed form (``federation/simulation/modules/bpr.py``):
 the uploads, private states and losses of autograd's flat path, and only for BPR itself."""
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from fedvlr_plus._compat import patch_recbole  # noqa: E402
 
 patch_recbole()
 
-from fedvlr_plus.adapters.recbole import federate  # noqa: E402
-from fedvlr_plus.federation import module_chunk  # noqa: E402
+from fedvlr_plus.adapters.recbole.backbone import federate  # noqa: E402
+from fedvlr_plus.federation.simulation.modules import chunk as module_chunk  # noqa: E402
 from fedvlr_plus.federation.engine import FederatedRun  # noqa: E402
-from fedvlr_plus.federation.module_bpr import closed_form_bpr  # noqa: E402
+from fedvlr_plus.federation.simulation.modules.bpr import closed_form_bpr  # noqa: E402
 from test_recbole_adapter import small_cfg, tiny_data, workdir  # noqa: E402,F401  (workdir: a fixture)
 from test_recbole_batched import ItemBPR, SumBPR  # noqa: E402
 
@@ -74,8 +74,8 @@ def test_bpr_chunks_as_blocks_give_the_per_client_sums(workdir, kw):
     """A later round's chunks handed over as blocks: BPR's gradient rows of every step (a fixed item table), or
     the clients' stepped tables; the sums of the per-client uploads (bit for bit for the tables)."""
     import numpy as np
-    from fedvlr_plus.federation.running_sum import RunningSums
-    from fedvlr_plus.federation.summed_chunk import SummedChunk, check_summed
+    from fedvlr_plus.federation.simulation.running_sum import RunningSums
+    from fedvlr_plus.federation.simulation.summed_chunk import SummedChunk, check_summed
 
     data = tiny_data()
     bb, _ = federate("BPR", data=data, workdir=workdir)

@@ -1,4 +1,4 @@
-"""RecBole clients under the FedVLR layer, batched over a round (``federation/module_fused.py``), give the
+"""RecBole clients under the FedVLR layer, batched over a round (``federation/simulation/modules/fused.py``), give the
 one-at-a-time module client's numbers: every upload (the rows of the fused views, the model's dense gradients),
 every private state (user rows and the router), the losses and the aggregated state; what cannot be batched falls
 back to the reference and says why."""
@@ -17,10 +17,10 @@ from fedvlr_plus._compat import patch_recbole  # noqa: E402
 
 patch_recbole()
 
-from fedvlr_plus.adapters.recbole import federate, fedvlr  # noqa: E402
+from fedvlr_plus.adapters.recbole.backbone import federate, fedvlr  # noqa: E402
 from fedvlr_plus.federation.engine import FederatedRun  # noqa: E402
-from fedvlr_plus.federation.module_batched import CHECK_ATOL, CHECK_RTOL, BatchedModuleSimulator  # noqa: E402
-from fedvlr_plus.federation.module_fused import layer_refusal  # noqa: E402
+from fedvlr_plus.federation.simulation.modules.batched import CHECK_ATOL, CHECK_RTOL, BatchedModuleSimulator  # noqa: E402
+from fedvlr_plus.federation.simulation.modules.fused import layer_refusal  # noqa: E402
 from fedvlr_plus.fedvlr.layer import FUSED  # noqa: E402
 from test_recbole_batched import ItemBPR, SumBPR  # noqa: E402
 from test_recbole_adapter import N_ITEMS, small_cfg, tiny_data, workdir  # noqa: E402,F401  (workdir: a fixture)

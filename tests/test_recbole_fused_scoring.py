@@ -1,5 +1,5 @@
 """A RecBole model behind the FedVLR layer scores a batch of users together
-(``federation/module_fused_scoring.py``): the scores are those of scoring each user alone."""
+(``federation/simulation/modules/fused_scoring.py``): the scores are those of scoring each user alone."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -10,7 +10,7 @@ import torch
 
 pytest.importorskip("recbole")
 
-from fedvlr_plus.federation import module_fused_scoring  # noqa: E402
+from fedvlr_plus.federation.simulation.modules import fused_scoring as module_fused_scoring  # noqa: E402
 from fedvlr_plus.federation.engine import FederatedRun  # noqa: E402
 from test_recbole_adapter import small_cfg  # noqa: E402
 from test_recbole_batched_fedvlr import FEDGRAD, _layer, workdir  # noqa: E402,F401  (workdir: a fixture)

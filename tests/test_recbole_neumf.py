@@ -1,5 +1,5 @@
 """NeuMF's every-item scores with its first tower layer split into user and item halves
-(``adapters/recbole_neumf.py``) are ``predict``'s on every pair, and the split is taken only where it applies."""
+(``adapters/recbole/neumf.py``) are ``predict``'s on every pair, and the split is taken only where it applies."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,8 +14,8 @@ patch_recbole()
 
 from recbole.model.general_recommender import NeuMF  # noqa: E402
 
-from fedvlr_plus.adapters import recbole_neumf  # noqa: E402
-from fedvlr_plus.adapters.recbole import federate  # noqa: E402
+from fedvlr_plus.adapters.recbole import neumf as recbole_neumf  # noqa: E402
+from fedvlr_plus.adapters.recbole.backbone import federate  # noqa: E402
 from fedvlr_plus.federation.engine import FederatedRun  # noqa: E402
 from test_recbole_adapter import small_cfg, tiny_data, workdir  # noqa: E402,F401  (workdir: a fixture)
 

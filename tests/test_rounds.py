@@ -2,9 +2,9 @@
 import torch
 
 from fedvlr_plus.adapters import ParamSpec
-from fedvlr_plus.alignment.fedvpa_gp import fedadam_step
+from fedvlr_plus.alignment.fedvpa_gp.method import fedadam_step
 from fedvlr_plus.federation import ClientUpdate, FedGradStrategy, RoundLoop, ServerAdam
-from fedvlr_plus.federation.plain_state import join_tensors, split_tensors
+from fedvlr_plus.federation.state.plain import join_tensors, split_tensors
 from fedvlr_plus.federation.rounds import fit_each, over_the_wire
 
 

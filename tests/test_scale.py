@@ -10,9 +10,10 @@ import torch
 from _bad_input import assert_user_error, run_cli
 from fedvlr_plus.adapters import make_backbone
 from fedvlr_plus.compiled import LazyKernels
-from fedvlr_plus.federation import FedConfig, FederatedRun, rng
-from fedvlr_plus.federation.state import init_private_block, init_private_states
-from fedvlr_plus.federation.store import CompactStore, MemoryStore, load_block
+from fedvlr_plus.federation import FedConfig, FederatedRun
+from fedvlr_plus.federation.simulation import rng
+from fedvlr_plus.federation.state.initial import init_private_block, init_private_states
+from fedvlr_plus.federation.state.store import CompactStore, MemoryStore, load_block
 from fedvlr_plus.federation.synthetic import synthetic_data
 
 

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from fedvlr_plus.compiled import LOADED_DISCOUNT, LazyKernels
-from fedvlr_plus.federation import schedule
-from fedvlr_plus.federation.schedule import build_schedule
+from fedvlr_plus.federation.simulation import schedule
+from fedvlr_plus.federation.simulation.schedule import build_schedule
 
 from _kernels import compiled_or_skip
 from test_simulator import tiny_csr

@@ -8,7 +8,7 @@ from fedvlr_plus.adapters import BACKBONES, make_backbone
 from fedvlr_plus.evaluation import evaluate
 from fedvlr_plus.federation import BatchedSimulator, FedConfig, MemoryStore
 from fedvlr_plus.federation.engine import FederatedRun
-from fedvlr_plus.federation.state import init_shared_state
+from fedvlr_plus.federation.state.initial import init_shared_state
 from fedvlr_plus.federation.synthetic import synthetic_data
 from test_fedvlr_speed import N_ITEMS, N_USERS, _layer, _shared
 from test_simulator import tiny_csr

@@ -10,10 +10,10 @@ from fedvlr_plus.adapters import make_backbone, rowdot
 from fedvlr_plus.cli.run_args import add_run_arguments, config_from_args
 from fedvlr_plus.federation import (BatchedSimulator, FedConfig, MemoryStore, SequentialSimulator, bench_round,
                                     format_bench)
-from fedvlr_plus.federation import rng
+from fedvlr_plus.federation.simulation import rng
 from fedvlr_plus.federation.engine import FederatedRun
-from fedvlr_plus.federation.schedule import build_schedule
-from fedvlr_plus.federation.state import init_shared_state
+from fedvlr_plus.federation.simulation.schedule import build_schedule
+from fedvlr_plus.federation.state.initial import init_shared_state
 from fedvlr_plus.federation.synthetic import synthetic_data
 
 
@@ -121,7 +121,7 @@ def test_weight_decay_is_applied():
     # hand check for one step on the dense head: w <- w(1 - lr*wd) - lr*g, so decay alone shrinks w
     one = dict(base, epochs=1, weight_decay=0.5, lr=1e-9)
     ups, st, _ = _round(SequentialSimulator, bb, indptr, indices, one)
-    from fedvlr_plus.federation.state import init_private_states
+    from fedvlr_plus.federation.state.initial import init_private_states
     w0 = init_private_states(bb, [0], 0)[0]["head_w"]
     assert torch.allclose(st.load(0)["head_w"], w0, atol=1e-6)
 

@@ -7,8 +7,8 @@ import pytest
 
 from fedvlr_plus.adapters import make_backbone
 from fedvlr_plus.federation import FedConfig, FederatedRun, run_federated
-from fedvlr_plus.federation import store_choice
-from fedvlr_plus.federation.store_choice import FILE_STORE_FROM_BYTES, choose_private_store, private_state_bytes
+from fedvlr_plus.federation.state import choice as store_choice
+from fedvlr_plus.federation.state.choice import FILE_STORE_FROM_BYTES, choose_private_store, private_state_bytes
 from fedvlr_plus.federation.synthetic import synthetic_data
 
 FAST = dict(rounds=2, local_epochs=1, batch_size=8, negatives=2, dim=8, patience=10, ks=(5, 10),
@@ -46,7 +46,7 @@ def test_auto_stays_in_memory_where_files_would_not_help_or_not_fit(tmp_path, mo
 
 
 def test_files_are_refused_in_one_line_where_the_platform_cannot_read_them(tmp_path, monkeypatch):
-    from fedvlr_plus.federation.file_store import FileStore
+    from fedvlr_plus.federation.state.file_store import FileStore
 
     monkeypatch.delattr(store_choice.os, "preadv")
     from fedvlr_plus.errors import UserError

@@ -9,9 +9,9 @@ import torch
 from safetensors.torch import save_file
 
 from fedvlr_plus.federation import FedConfig, run_federated
-from fedvlr_plus.federation import streamed_safetensors
-from fedvlr_plus.federation.store import CompactStore
-from fedvlr_plus.federation.streamed_safetensors import (StoredTensor, load_streamed, loaded, read_header,
+from fedvlr_plus.federation.state import streamed_safetensors
+from fedvlr_plus.federation.state.store import CompactStore
+from fedvlr_plus.federation.state.streamed_safetensors import (StoredTensor, load_streamed, loaded, read_header,
                                                          save_streamed)
 from fedvlr_plus.federation.synthetic import synthetic_data
 
@@ -110,8 +110,8 @@ def test_the_resume_at_scale_example_trains_then_resumes(tmp_path):
 
 
 def test_states_kept_in_a_file_come_back_after_the_store_moved_on(tmp_path):
-    from fedvlr_plus.federation.file_store import FileStore
-    from fedvlr_plus.federation.kept_states import KeptStates
+    from fedvlr_plus.federation.state.file_store import FileStore
+    from fedvlr_plus.federation.state.kept import KeptStates
 
     store = FileStore(tmp_path / "t", capacity=6)
     store.save_block(np.array([4, 1, 5]), {"w.a/b": torch.arange(12.0).reshape(3, 4),

@@ -1,4 +1,4 @@
-"""Chunks handed over as blocks (``federation/summed_chunk.py``) give the sums of the per-client uploads: bit for
+"""Chunks handed over as blocks (``federation/simulation/summed_chunk.py``) give the sums of the per-client uploads: bit for
 bit where they are the uploads' rows, to float rounding where they are the FedVLR layer's factors; and they are
 used only where nothing changes or reads single uploads."""
 import numpy as np
@@ -7,10 +7,10 @@ import torch
 
 from fedvlr_plus.adapters import make_backbone
 from fedvlr_plus.federation import BatchedSimulator, MemoryStore
-from fedvlr_plus.federation.running_sum import RunningSums
-from fedvlr_plus.federation.state import init_shared_state
-from fedvlr_plus.federation.summed_chunk import SummedChunk, check_summed, may_sum
-from fedvlr_plus.federation.upload_stream import fit_streamed
+from fedvlr_plus.federation.simulation.running_sum import RunningSums
+from fedvlr_plus.federation.state.initial import init_shared_state
+from fedvlr_plus.federation.simulation.summed_chunk import SummedChunk, check_summed, may_sum
+from fedvlr_plus.federation.simulation.upload_stream import fit_streamed
 from fedvlr_plus.fedvlr import FUSED
 from test_fedvlr_speed import N_ITEMS, N_USERS, _layer, _shared
 from test_simulator import tiny_csr
@@ -63,7 +63,7 @@ def test_row_blocks_give_the_per_client_sums_bit_for_bit(backbone, upload):
                                             ("fedavg", dict(upload="grads", local_shared=True))],
                          ids=["fedavg-params", "fcf-grads", "fedavg-local-shared"])
 def test_dot_head_factors_give_the_per_client_sums(backbone, extra):
-    """A dot-product head's rank-one steps (``federation/dot_steps.py``) go to the sums as factors."""
+    """A dot-product head's rank-one steps (``federation/simulation/dot_steps.py``) go to the sums as factors."""
     bb = make_backbone(backbone, N_ITEMS, 8)
     shared = init_shared_state(bb, 0)
     config = {**BASE, "weight_decay": 0.0, **extra}

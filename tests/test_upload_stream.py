@@ -1,4 +1,4 @@
-"""Uploads aggregated a chunk at a time (``federation/running_sum.py``, ``federation/upload_stream.py``) give the
+"""Uploads aggregated a chunk at a time (``federation/simulation/running_sum.py``, ``federation/simulation/upload_stream.py``) give the
 all-at-once aggregate: the same numbers whatever the chunking, the same up to float rounding in another order,
 and the same training run when the engine streams a batched RecBole round."""
 from __future__ import annotations
@@ -12,10 +12,10 @@ import torch
 
 from fedvlr_plus.adapters import ParamSpec
 from fedvlr_plus.federation import ClientUpdate, make_strategy
-from fedvlr_plus.federation.running_sum import RunningSums
-from fedvlr_plus.federation.store import CompactStore
-from fedvlr_plus.federation.strategy import example_weights
-from fedvlr_plus.federation.upload_stream import fit_streamed
+from fedvlr_plus.federation.simulation.running_sum import RunningSums
+from fedvlr_plus.federation.state.store import CompactStore
+from fedvlr_plus.federation.strategies.base import example_weights
+from fedvlr_plus.federation.simulation.upload_stream import fit_streamed
 
 SPECS = {"table": ParamSpec("table", (50, 4), shared=True, item_table=True), "w": ParamSpec("w", (3,), shared=True)}
 STRATEGIES = [("fedavg", {}), ("sparse-avg", {}), ("fedgrad", {"server_lr": 0.7}),
@@ -87,8 +87,8 @@ def test_a_client_reporting_another_example_count_is_an_error():
 
 
 def test_only_linear_strategies_that_aggregate_from_the_sums_are_streamed():
-    from fedvlr_plus.federation.fedavg import FedAvgStrategy
-    from fedvlr_plus.federation.upload_stream import can_stream
+    from fedvlr_plus.federation.strategies.fedavg import FedAvgStrategy
+    from fedvlr_plus.federation.simulation.upload_stream import can_stream
 
     class OwnRule(FedAvgStrategy):          # linear by inheritance, but with its own aggregate
         def aggregate(self, shared, updates, specs):
@@ -128,7 +128,7 @@ def workdir(tmp_path, monkeypatch):
 def test_engine_streams_batched_recbole_rounds_with_the_whole_list_numbers(workdir, kw, monkeypatch):
     pytest.importorskip("recbole")
     from test_recbole_adapter import small_cfg, tiny_data
-    from fedvlr_plus.adapters.recbole import federate
+    from fedvlr_plus.adapters.recbole.backbone import federate
     from fedvlr_plus.federation import engine
     from fedvlr_plus.federation.engine import FederatedRun
     data = tiny_data()

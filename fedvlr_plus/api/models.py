@@ -70,7 +70,7 @@ class RecBole(Model):
         self.model, self.config_file = model, config_file
 
     def build(self, data, cfg):
-        from ..adapters.recbole import federate
+        from ..adapters.recbole.backbone import federate
 
         backbone, _ = federate(self.model, data=data, config_file=self.config_file, seed=int(cfg.seed))
         return backbone

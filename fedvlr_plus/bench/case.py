@@ -43,7 +43,7 @@ def _model(case: dict, data):
     """The backbone (a name or an adapter) the case trains."""
     backbone = case["backbone"]
     if backbone.startswith("recbole:"):
-        from ..adapters.recbole import federate
+        from ..adapters.recbole.backbone import federate
 
         backbone, _ = federate(backbone.split(":", 1)[1], data=data, seed=0)
     if not case.get("fusion"):

@@ -143,10 +143,10 @@ def prepare_kernels() -> dict:
     layer's factor and the evaluation in a process of their own, before the cases: a case's round 1 and evaluation
     then show what every run pays, and the one-time compilation is reported apart."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.run([sys.executable, "-c", "from fedvlr_plus.federation.rng import prepare_kernels as p; "
-                           "from fedvlr_plus.federation.indexed_rows import prepare_kernels as q; "
+    proc = subprocess.run([sys.executable, "-c", "from fedvlr_plus.federation.simulation.rng import prepare_kernels as p; "
+                           "from fedvlr_plus.federation.simulation.indexed_rows import prepare_kernels as q; "
                            "from fedvlr_plus.evaluation.row_ranks import prepare_kernels as r; "
-                           "from fedvlr_plus.federation.schedule import prepare_kernels as s; "
+                           "from fedvlr_plus.federation.simulation.schedule import prepare_kernels as s; "
                            "from fedvlr_plus.fedvlr.closed_form import prepare_kernels as t; "
                            "print(p() and q() and r() and s() and t())"], capture_output=True, text=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -191,7 +191,7 @@ def _pct(x) -> str:
 
 def _mor_config(args, interactions: bool):
     from ..alignment.grpo import GRPOConfig
-    from ..alignment.mor import MoRConfig
+    from ..alignment.mor.method import MoRConfig
 
     default_archs = "bilinear,mlp"
     if interactions and args.reward_view == "items":
@@ -209,7 +209,7 @@ def _mor_config(args, interactions: bool):
 
 
 def cmd_mor(args) -> int:
-    from ..alignment.mor import run_mor_hh, run_mor_ratings
+    from ..alignment.mor.method import run_mor_hh, run_mor_ratings
 
     hh = is_hh_folder(args.source)
     if not hh and args.reward_signal == "interactions":
@@ -293,8 +293,8 @@ def _check_architectures(args) -> None:
 
 def cmd_mor_seeds(args) -> int:
     """The implicit-feedback comparison over seeds: MoR vs FedAvg reward vs uniform vs the reference."""
-    from ..alignment.mor_seeds import run_mor_seeds
-    from ..alignment.mor_table import markdown_table
+    from ..alignment.mor.seeds import run_mor_seeds
+    from ..alignment.mor.table import markdown_table
     from ..jsonio import json_default
     from fedvlr_plus.datasets import load
 
@@ -340,7 +340,7 @@ def _content_flag(args) -> str:
 
 def _mor_headroom(args, cfg, data, setting: dict, seed_kw: dict) -> int:
     """``--routing-headroom``: the bound of :mod:`..alignment.mor_headroom` over the seeds."""
-    from ..alignment.mor_headroom_table import headroom_markdown, run_headroom_seeds
+    from ..alignment.mor.headroom_table import headroom_markdown, run_headroom_seeds
     from ..jsonio import json_default
 
     res = run_headroom_seeds(data, seeds=args.seeds, first_seed=args.seed, cfg=cfg, setting_kw=setting,
@@ -358,8 +358,8 @@ def _mor_headroom(args, cfg, data, setting: dict, seed_kw: dict) -> int:
 def cmd_fedvpa_gp(args) -> int:
     from dataclasses import replace
 
-    from ..alignment.fedvpa_gp import VPAConfig
-    from ..alignment.vpa_table import markdown, seeds_report
+    from ..alignment.fedvpa_gp.method import VPAConfig
+    from ..alignment.fedvpa_gp.table import markdown, seeds_report
     from .align_tables import check_out_dir, command_line, write_table
 
     check_out_dir(args.out_dir)
@@ -385,7 +385,7 @@ def cmd_fedvpa_gp(args) -> int:
 
 def _fedvpa_gp_seed(args, cfg) -> dict:
     """The three methods of ``align fedvpa-gp`` for one seed (its clients, split and initialisation)."""
-    from ..alignment.fedvpa_gp import run_fedvpa_gp
+    from ..alignment.fedvpa_gp.method import run_fedvpa_gp
 
     return run_fedvpa_gp(args.source, cfg=cfg, hh=is_hh_folder(args.source), limit=args.limit,
                          clients_per_type=args.clients_per_type, pairs_per_client=args.pairs_per_client,

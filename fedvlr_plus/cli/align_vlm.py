@@ -66,7 +66,7 @@ def _register_fedmpt(methods) -> None:
     m.add_argument("--lr", type=positive_float, default=2e-3, help="client Adam learning rate (default 2e-3)")
     m.add_argument("--conditions", default=None,
                    help="JSON condition list (same layout as the shipped, film-worded "
-                        "fedvlr_plus/alignment/data/fedmpt_conditions.json)")
+                        "fedvlr_plus/alignment/fedmpt/data/fedmpt_conditions.json)")
     m.add_argument("--threshold", choices=("f1", "fixed"), default="f1",
                    help="decision rule of every row for CP/CR/CF1/OP/OR/OF1 and the spurious rate: per-label "
                         "thresholds maximising F1 on the clients' own training items (f1; default, chosen on "
@@ -188,7 +188,7 @@ def cli_fedmpt(args) -> int:
     import torch
 
     from .. import datasets
-    from ..alignment import fedmpt as M
+    from ..alignment.fedmpt import method as M
 
     check_out_dir(args.out_dir)
     torch.set_num_threads(max(1, torch.get_num_threads()))
@@ -201,7 +201,7 @@ def cli_fedmpt(args) -> int:
     conditions = M.load_conditions(args.conditions)
     task, ids = M.build_task(data, embed_tokens, embed_sentences, conditions, proj_dim=args.proj_dim or None,
                              raters=args.raters)
-    from ..alignment.mpt_table import markdown, seeds_report
+    from ..alignment.fedmpt.table import markdown, seeds_report
 
     if args.seeds is None:       # one seed: its report as it always was; --out-dir also gets its table
         report = _fedmpt_seed(args, M, data, task, ids, args.seed, t0, log)
@@ -248,8 +248,8 @@ def _fedmpt_seed(args, M, data, task, ids, seed: int, t0: float, log) -> dict:
 
 
 def cli_feddtl(args) -> int:
-    from ..alignment.dtl_table import markdown
-    from ..alignment.feddtl import DTLConfig, run_feddtl
+    from ..alignment.feddtl.table import markdown
+    from ..alignment.feddtl.method import DTLConfig, run_feddtl
 
     check_out_dir(args.out_dir)
 

@@ -180,7 +180,7 @@ def _bench_protocols(flag: str | None) -> list[str]:
 
 
 def cmd_bench_round(args) -> int:
-    from ..federation.round_timing import bench_round, format_bench
+    from ..federation.simulation.round_timing import bench_round, format_bench
     from .run_args import config_from_args
     from .run_federated import build_backbone
 

@@ -1,5 +1,5 @@
 """``fedvlr-plus flower superlink|supernode|run``: the flags of a Flower deployment, turned into the command
-lines of :mod:`fedvlr_plus.flower_deploy` (which starts Flower's own executables). Nothing here imports flwr or
+lines of :mod:`fedvlr_plus.flower.deploy` (which starts Flower's own executables). Nothing here imports flwr or
 torch."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 import tempfile
 
 from ..errors import ConfigError, UserError
-from ..flower_deploy import (DEFAULT_RUNTIME_PORT, DEFAULT_SUPERLINK_PORT, absolute_paths, run_command,
+from ..flower.deploy import (DEFAULT_RUNTIME_PORT, DEFAULT_SUPERLINK_PORT, absolute_paths, run_command,
                              superlink_command, supernode_command, wait_for_result, write_connection)
 from .argtypes import port as port_number
 from .argtypes import positive_float

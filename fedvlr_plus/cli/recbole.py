@@ -5,7 +5,7 @@ from __future__ import annotations
 
 def cli_backbone(args, data):
     """The backbone ``args`` ask for, built on ``data``."""
-    from ..adapters.recbole import RefusedModel, federate, fedvlr
+    from ..adapters.recbole.backbone import RefusedModel, federate, fedvlr
     from ..errors import ConfigError
 
     name = args.backbone.split(":", 1)[1].strip()

@@ -12,7 +12,7 @@ def run_federated_command(args, data, *, split_used: str, metrics, ks, keys, pro
     """Train ``args.backbone`` federatedly on ``data`` and return the CLI's result dict (valid/test/test_ci/
     test_warm/test_cold/baselines as for the reference rankers, plus selected_round, per_seed and history)."""
     from ..federation.engine import run_federated
-    from ..federation.run_result import federated_result
+    from ..federation.runs.result import federated_result
 
     is_recbole = args.backbone.startswith("recbole:")
     if args.backbone not in FEDERATED_BACKBONES and not is_recbole:
@@ -84,7 +84,7 @@ def _selected_round_hook(args, data, cfg, metrics, ks, router: dict, rb_eval: di
             if fusion:
                 router[run.cfg.seed] = router_report(run)
             if recbole_eval:
-                from ..adapters.recbole import recbole_evaluate
+                from ..adapters.recbole.backbone import recbole_evaluate
 
                 rb_eval[run.cfg.seed] = recbole_evaluate(data, run.scorer(), split="test", ks=tuple(ks),
                                                          metrics=tuple(metrics), mask_history=cfg.mask_history)

@@ -72,8 +72,8 @@ def train_selected(data, model, cfg, *, progress: bool = False):
     """Train one seed (:class:`~fedvlr_plus.federation.engine.FederatedRun`) and put it back into the state of
     its selected (best-validation) round: shared state, server fusion state and every private state."""
     from ..federation.engine import FederatedRun
-    from ..federation.file_store import FileStore
-    from ..federation.kept_states import KeptStates
+    from ..federation.state.file_store import FileStore
+    from ..federation.state.kept import KeptStates
 
     snap = {}
     if cfg.private_store == "disk":   # the selected round's states are kept as a snapshot: a table store's
@@ -371,8 +371,8 @@ def local_private_training(run, support, users: np.ndarray, *, epochs: int, lr: 
     users' mean state (``items``, :mod:`.item_start`). ``starts``: the run's
     :class:`~.population.PopulationStarts` when the caller trains from it more than once. Returns a scorer over
     the trained private states."""
-    from ..federation.batched import BatchedSimulator
-    from ..federation.store import MemoryStore
+    from ..federation.simulation.batched import BatchedSimulator
+    from ..federation.state.store import MemoryStore
     from .population import STARTS, PopulationStarts, start_from
 
     if start not in STARTS or start == "auto":   # ("auto" is a choice among the others: joining_epochs)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..federation.store import load_block
+from ..federation.state.store import load_block
 
 #: the population mean's weight in an item's mean, in users: an item two users touched is mostly the population's
 ITEM_PRIOR_USERS = 5.0

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..federation.store import load_block
+from ..federation.state.store import load_block
 
 #: ``population``: the trained clients' mean private state, the router as their mean mixture; ``mean-params``:
 #: every parameter averaged, the router's too (the ablation of the router's start); ``items``: conditioned on the

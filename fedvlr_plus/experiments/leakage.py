@@ -1,7 +1,7 @@
 """Item-set leakage, measured with and without defences (``fedvlr-plus experiment leakage``).
 
 For every (padding, noise) setting and seed, one federated run with a server-side attacker
-(:class:`~fedvlr_plus.federation.leakage.ItemSetAttack`) watching every upload; the table gives each attack's
+(:class:`~fedvlr_plus.federation.privacy.leakage.ItemSetAttack`) watching every upload; the table gives each attack's
 precision and recall against the clients' true training items (pooled over all rounds' uploads, mean over seeds),
 the bytes uploaded per round, the test figure at the round selected on validation and the accounted ε.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..federation.leakage import ATTACKS, ItemSetAttack
+from ..federation.privacy.leakage import ATTACKS, ItemSetAttack
 from ..jsonio import write_json_atomic
 from .privacy_table import seed_runs, summarise_runs
 

@@ -31,8 +31,8 @@ def train_counts(data) -> np.ndarray:
 
 def build_attackers(run, data, target: int, fraction: float, *, pool_size: int, boost: float) -> list:
     """The fake clients of one run: ids after the real users', one fake profile each."""
-    from ..federation.poisoned import attacker_count
-    from ..federation.promotion_attack import PromotionAttacker, popular_pool
+    from ..federation.attacks.poisoned import attacker_count
+    from ..federation.attacks.promotion import PromotionAttacker, popular_pool
 
     counts = train_counts(data)
     pool = popular_pool(counts, pool_size, exclude=target)
@@ -47,7 +47,7 @@ def run_cell(data, backbone: str, cfg, target: int, fraction: float, *, pool_siz
              boost: float = 1.0, options: dict | None = None) -> dict:
     """One run: train with the attackers, select on validation, measure exposure and test at that round."""
     from ..federation.engine import FederatedRun
-    from ..federation.poisoned import PoisonedSimulator
+    from ..federation.attacks.poisoned import PoisonedSimulator
 
     at_best = {}
 
@@ -76,8 +76,8 @@ def run_grid(data, backbone: str, base_cfg, strategies, fractions, seeds: int, *
     """Every (seed, strategy, fraction) cell; the seed's target is shared by all its cells. With ``folder`` each
     finished cell is saved there at once and read back instead of trained when the grid is run again.
     ``options``: the backbone's own options (FedRAP's penalties)."""
-    from ..federation.promotion_attack import choose_target
-    from ..federation.run_folder import locked
+    from ..federation.attacks.promotion import choose_target
+    from ..federation.runs.folder import locked
     from .finished_cells import load_cell, save_cell
 
     cells = []

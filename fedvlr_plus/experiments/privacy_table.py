@@ -1,10 +1,10 @@
 """The FedVLR paper's Table 4 with its privacy budget (``fedvlr-plus experiment privacy-table``).
 
-One federated run per noise multiplier σ (clipped, noised uploads, :mod:`fedvlr_plus.federation.privacy`) and
+One federated run per noise multiplier σ (clipped, noised uploads, :mod:`fedvlr_plus.federation.privacy.noise`) and
 seed, each selected on validation (the engine's early stopping); the table gives the test figure at the selected
 round (mean and standard deviation over seeds, a bootstrap interval over users of the per-user values averaged
 over seeds, and a paired test against the unprotected run) beside the accounted client-level ε of that run
-(:mod:`fedvlr_plus.federation.accountant`).
+(:mod:`fedvlr_plus.federation.privacy.accountant`).
 
 Every σ row clips uploads at the same C, σ = 0 included, and the first row is the run with neither clipping nor
 noise: the σ = 0 row then shows what clipping alone costs, and each other row what the noise adds on top.
@@ -70,7 +70,7 @@ def paired_vs(runs, base_runs, metric: str) -> dict:
 def run_privacy_table(data, backbone, cfg, noises, *, metric: str = "ndcg@50", label: str = "") -> dict:
     """The unprotected run, then every σ in ``noises`` with uploads clipped at ``cfg.upload_clip`` (1.0 when
     unset), each over ``cfg.seeds`` seeds; the JSON-ready table."""
-    from ..federation.accountant import DEFAULT_UPLOAD_CLIP
+    from ..federation.privacy.accountant import DEFAULT_UPLOAD_CLIP
 
     clip = float(cfg.upload_clip or DEFAULT_UPLOAD_CLIP)   # the engine's own default when noise is on
     rows, base = [], None

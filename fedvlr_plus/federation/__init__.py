@@ -15,16 +15,16 @@ from importlib import import_module
 from .config import FEDERATED_BACKBONES, STRATEGIES, FedConfig, config_from_options
 
 _LAZY = {
-    "BatchedSimulator": ".batched", "SequentialSimulator": ".sequential",
+    "BatchedSimulator": ".simulation.batched", "SequentialSimulator": ".simulation.sequential",
     "Client": ".client", "RecClient": ".client",
-    "FederatedRun": ".engine", "bench_round": ".round_timing", "combine_seeds": ".seed_results",
-    "format_bench": ".round_timing",
-    "run_federated": ".engine", "federated_result": ".run_result",
-    "FedAvgStrategy": ".fedavg", "FedGradStrategy": ".fedgrad", "CoordinateMedian": ".median",
-    "ClientUpdate": ".messages", "SparseRowAvg": ".sparse_avg", "TrimmedMean": ".trimmed_mean",
-    "RoundLoop": ".rounds", "ServerAdam": ".server_adam",
-    "DiskStore": ".store", "MemoryStore": ".store", "make_store": ".store",
-    "Strategy": ".strategy", "make_strategy": ".strategy",
+    "FederatedRun": ".engine", "bench_round": ".simulation.round_timing", "combine_seeds": ".runs.seeds",
+    "format_bench": ".simulation.round_timing",
+    "run_federated": ".engine", "federated_result": ".runs.result",
+    "FedAvgStrategy": ".strategies.fedavg", "FedGradStrategy": ".strategies.fedgrad", "CoordinateMedian": ".strategies.median",
+    "ClientUpdate": ".messages", "SparseRowAvg": ".strategies.sparse_avg", "TrimmedMean": ".strategies.trimmed_mean",
+    "RoundLoop": ".rounds", "ServerAdam": ".strategies.server_adam",
+    "DiskStore": ".state.store", "MemoryStore": ".state.store", "make_store": ".state.store",
+    "Strategy": ".strategies.base", "make_strategy": ".strategies.base",
 }
 
 

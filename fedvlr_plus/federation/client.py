@@ -27,9 +27,9 @@ import torch.nn.functional as F
 
 from ..adapters.base import Backbone
 from .messages import ClientUpdate
-from .privacy import privatise
-from .schedule import build_schedule
-from .state import init_private_states, round_start
+from .privacy.noise import privatise
+from .simulation.schedule import build_schedule
+from .state.initial import init_private_states, round_start
 
 
 class Client(Protocol):

@@ -28,26 +28,26 @@ import numpy as np
 import torch
 
 from ..adapters import Backbone, make_backbone, option_names
-from .accountant import run_clip, run_noise, run_privacy
-from .batched import BatchedSimulator
-from .sequential import SequentialSimulator
+from .privacy.accountant import run_clip, run_noise, run_privacy
+from .simulation.batched import BatchedSimulator
+from .simulation.sequential import SequentialSimulator
 from ..errors import ResumeMismatch, RunFolderError
 from .config import COMPACT_STORES, RESUMABLE_CHANGES, FedConfig
-from .rng import TAG_SAMPLE
+from .simulation.rng import TAG_SAMPLE
 from ..evaluation.run_report import per_user_file_frame
 from ..jsonio import write_json_atomic
 from .rounds import RoundLoop
-from .round_timing import bench_round, format_bench  # noqa: F401  (named here before)
-from .run_folder import SeedFolder, locked, seed_folders
-from .seed_results import SEED_PARTS, combine_seeds  # noqa: F401  (named here before)
-from .state import init_shared_state
-from .file_store import FileStore
-from . import streamed_safetensors
-from .store import CompactStore, make_store
-from .streamed_safetensors import loaded
-from .store_choice import choose_private_store, private_state_bytes, say_once
-from .strategy import make_strategy
-from .upload_stream import StreamedUploads, can_stream, fit_streamed
+from .simulation.round_timing import bench_round, format_bench  # noqa: F401  (named here before)
+from .runs.folder import SeedFolder, locked, seed_folders
+from .runs.seeds import SEED_PARTS, combine_seeds  # noqa: F401  (named here before)
+from .state.initial import init_shared_state
+from .state.file_store import FileStore
+from .state import streamed_safetensors
+from .state.store import CompactStore, make_store
+from .state.streamed_safetensors import loaded
+from .state.choice import choose_private_store, private_state_bytes, say_once
+from .strategies.base import make_strategy
+from .simulation.upload_stream import StreamedUploads, can_stream, fit_streamed
 
 CHECKPOINT_FORMAT = 2
 
@@ -162,8 +162,8 @@ class FederatedRun:
     def _start_simulator(self):
         """``self.sim``: the batched or sequential simulator, or for a wrapped ``nn.Module`` (RecBole) its own
         module clients; returns that module's adapter base (None for the package's own backbones)."""
-        from .module_batched import BatchedModuleSimulator
-        from .module_client import ModuleSimulator, module_base
+        from .simulation.modules.batched import BatchedModuleSimulator
+        from .simulation.modules.client import ModuleSimulator, module_base
 
         cfg = self.cfg
         sim_cls = BatchedSimulator if cfg.simulator == "batched" else SequentialSimulator

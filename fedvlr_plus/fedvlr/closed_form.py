@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from ..compiled import LazyKernels
-from ..federation.indexed_rows import IndexedRows
+from ..federation.simulation.indexed_rows import IndexedRows
 from ..nn import linear
 from .router import history_mean
 

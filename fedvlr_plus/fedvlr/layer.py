@@ -28,7 +28,7 @@ import torch
 
 from ..adapters.base import Backbone, ParamSpec, init_shared, take_rows
 from .closed_form import MixtureDotHead
-from ..federation import rng
+from ..federation.simulation import rng
 from .cold import NO_COLD_RULE, ColdItemRule, warm_neighbours
 from .experts import EXPERTS, expert_outputs, fusion_specs, mix, project
 from .options import VIEW_SCALES

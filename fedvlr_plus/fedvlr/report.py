@@ -44,11 +44,11 @@ def _chunk_weights(run, users: np.ndarray, round_ctx: dict) -> torch.Tensor:
     states = [run.store.load(int(u)) for u in users]
     fresh = [i for i, s in enumerate(states) if s is None]
     if fresh:
-        from ..federation.state import init_private_states
+        from ..federation.state.initial import init_private_states
 
         for i, st in zip(fresh, init_private_states(bb, users[fresh], run.cfg.seed)):
             states[i] = st
-    from ..federation.batched import history_ctx
+    from ..federation.simulation.batched import history_ctx
 
     names = [s.name for s in bb.private_specs() if s.name.startswith("router.")]
     p = {k: torch.stack([s[k] for s in states]) for k in names}

@@ -6,7 +6,7 @@ Li, Long, Jiang, Zhang, Yang, "Federated Vision-Language-Recommendation with Per
 ``∂J_u/∂F`` for the rows of the fused views they touched; with ``α_u = n_u / Σ n`` the server forms
 ``ḡ_F = Σ_u α_u ∂J_u/∂F`` and one vector-Jacobian product gives ``Σ_u α_u ∇_{D,γ} J_u`` exactly (the VJP is linear
 in the cotangent), so a round costs one fusion forward and backward instead of one per client and step. The step
-uses the same :class:`~fedvlr_plus.federation.fedgrad.FedGradStrategy` rule (SGD by default, Adam as an
+uses the same :class:`~fedvlr_plus.federation.strategies.fedgrad.FedGradStrategy` rule (SGD by default, Adam as an
 option) as every other shared parameter; the backbone's remaining shared parameters are aggregated by the inner
 strategy. See docs/method.md.
 """
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import torch
 
-from ..federation.fedgrad import FedGradStrategy
+from ..federation.strategies.fedgrad import FedGradStrategy
 from ..federation.messages import ClientUpdate
-from ..federation.strategy import Strategy
+from ..federation.strategies.base import Strategy
 
 from .layer import FUSED
 
@@ -54,7 +54,7 @@ class ServerFusion(Strategy):
 
     def from_sums(self, shared, sums, specs):
         """Algorithm 1's server step from the round's example-weighted sums (added chunk by chunk as uploads
-        arrive, :mod:`fedvlr_plus.federation.upload_stream`, or all at once by :meth:`Strategy.aggregate`)."""
+        arrive, :mod:`fedvlr_plus.federation.simulation.upload_stream`, or all at once by :meth:`Strategy.aggregate`)."""
         g_fused = sums.row_sums(FUSED)[0].reshape(shared[FUSED].shape)
         rest = {k: v for k, v in shared.items() if k != FUSED}
         out = self.inner.from_sums(rest, sums, specs) if rest else {}

@@ -136,7 +136,7 @@ def layer_server_lr(backbone: str) -> float:
     from .layer import FusionLayer
 
     if backbone.startswith("recbole:"):
-        from ..adapters.recbole import RecBoleBackbone
+        from ..adapters.recbole.backbone import RecBoleBackbone
 
         return float(RecBoleBackbone.default_server_lr)
     return float(FusionLayer.default_server_lr)

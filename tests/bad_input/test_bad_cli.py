@@ -57,7 +57,7 @@ def test_recbole_model_unknown_names_the_reason_and_close_names(tmp_path):
 
 
 def test_recbole_model_without_close_name_lists_the_general_recommenders():
-    from fedvlr_plus.adapters.recbole import RefusedModel, resolve_model
+    from fedvlr_plus.adapters.recbole.backbone import RefusedModel, resolve_model
 
     with pytest.raises(RefusedModel, match="not a RecBole general recommender.*BPR.*LightGCN") as exc:
         resolve_model("NoSuchModel")
@@ -67,7 +67,7 @@ def test_recbole_model_without_close_name_lists_the_general_recommenders():
 def test_recbole_model_names_ignore_case():
     from recbole.model.general_recommender import BPR, LightGCN
 
-    from fedvlr_plus.adapters.recbole import resolve_model
+    from fedvlr_plus.adapters.recbole.backbone import resolve_model
 
     assert resolve_model("bpr") is BPR and resolve_model("LIGHTGCN") is LightGCN
 

@@ -1,1 +1,1 @@
-"""A Flower App whose ServerApp and ClientApp come from fedvlr_plus.federation.flower."""
+"""A Flower App whose ServerApp and ClientApp come from fedvlr_plus.flower.app."""

@@ -1,4 +1,4 @@
-"""ServerApp: our aggregation strategies and validation-based selection (fedvlr_plus.federation.flower)."""
-from fedvlr_plus.federation.flower import make_server_app
+"""ServerApp: our aggregation strategies and validation-based selection (fedvlr_plus.flower.app)."""
+from fedvlr_plus.flower.app import make_server_app
 
 app = make_server_app()

@@ -1,0 +1,1 @@
+"""Attacks used by the robustness experiments: poisoned clients and item-promotion uploads."""
