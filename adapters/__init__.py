@@ -2,6 +2,7 @@
 
 Import as ``fedvlr_plus.adapters`` (never a top-level ``adapters``).
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -40,8 +41,9 @@ def backbone_options(name: str, settings) -> dict:
 
 def option_names() -> frozenset[str]:
     """The names of every registered backbone's own options (to tell them from a run's other settings)."""
-    return frozenset(f.name for cls in BACKBONES.values() if cls.options_type is not None
-                     for f in fields(cls.options_type))
+    return frozenset(
+        f.name for cls in BACKBONES.values() if cls.options_type is not None for f in fields(cls.options_type)
+    )
 
 
 def make_backbone(name: str, n_items: int, dim: int = 64, **options) -> Backbone:
@@ -53,5 +55,19 @@ def make_backbone(name: str, n_items: int, dim: int = 64, **options) -> Backbone
     return cls(n_items, dim, **options)
 
 
-__all__ = ["BACKBONES", "Backbone", "ParamSpec", "backbone_options", "make_backbone", "option_names", "rowdot",
-           "take_rows", "FCF", "FedAvgMF", "FedNCF", "FedRAP", "FedRAPOptions", "PFedRec"]
+__all__ = [
+    "BACKBONES",
+    "Backbone",
+    "ParamSpec",
+    "backbone_options",
+    "make_backbone",
+    "option_names",
+    "rowdot",
+    "take_rows",
+    "FCF",
+    "FedAvgMF",
+    "FedNCF",
+    "FedRAP",
+    "FedRAPOptions",
+    "PFedRec",
+]

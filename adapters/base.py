@@ -34,6 +34,7 @@ are only reachable for the items being scored; a router conditioned on the histo
 constants of a round a forward reads besides ``p`` come from :meth:`Backbone.round_context` (the FedVLR router
 reads the round's broadcast fused views); the simulators add them to every ``ctx`` they make.
 """
+
 from __future__ import annotations
 
 import math
@@ -68,8 +69,10 @@ class ParamSpec:
 
     def __post_init__(self):
         if self.per_round and (self.shared or self.init not in ("zeros", "ones")):
-            raise ValueError(f"parameter {self.name}: per_round needs a private parameter with a zeros or ones "
-                             f"init (shared={self.shared}, init={self.init!r})")
+            raise ValueError(
+                f"parameter {self.name}: per_round needs a private parameter with a zeros or ones "
+                f"init (shared={self.shared}, init={self.init!r})"
+            )
 
     @property
     def scaled(self) -> bool:

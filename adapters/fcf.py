@@ -14,6 +14,7 @@ backbone shares one training protocol. Unlike the FedVLR code release (docs/meth
 original release"): ``x_u`` is restored every round, so each user keeps its own factor; gradients are accumulated
 over all local steps (not the last mini-batch's only) and the server step is plain SGD by default, as in FCF.
 """
+
 from __future__ import annotations
 
 from .base import Backbone, ParamSpec, rowdot, take_rows

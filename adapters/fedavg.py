@@ -11,6 +11,7 @@ Unlike the FedVLR code release (docs/method.md, "Departures from the original re
 private and restored every round and at evaluation, so users are scored by their own heads; averaging weights sum
 to 1, so the item table keeps its scale; the model returns logits and the loss applies the sigmoid once.
 """
+
 from __future__ import annotations
 
 from .base import Backbone, ParamSpec, rowdot, take_rows

@@ -16,6 +16,7 @@ validation. Unlike the FedVLR code release (docs/method.md, "Departures from the
 the running average was never reset and every client then reloaded its full old state, so nothing was
 federated, the client loads the global state and restores only its user embeddings.
 """
+
 from __future__ import annotations
 
 import torch
@@ -60,7 +61,7 @@ class FedNCF(Backbone):
 
     def logits(self, p, items, ctx=None):
         every_item = items is None and p["item_gmf"].dim() == 2 and p["user_mlp"].dim() <= 2
-        if not every_item or torch.is_grad_enabled():   # training: the rows a step touches, or gradients
+        if not every_item or torch.is_grad_enabled():  # training: the rows a step touches, or gradients
             return super().logits(p, items, ctx)
         return self._every_item_logits(p, ctx or {})
 
@@ -97,9 +98,9 @@ class FedNCF(Backbone):
         w = w[None] if one else w
         # the GMF path is linear in the mixture: <u ⊙ h, Σ_j w_j g_ij> = <w ⊗ (u ⊙ h), g_i>, one product for all
         gmf_direction = (w.unsqueeze(-1) * (user_gmf * p["out_gmf"]).unsqueeze(-2)).reshape(w.shape[0], j * d)
-        out = gmf_direction @ experts[..., :d].reshape(n, j * d).T                    # [B, N]
-        item_part = experts[..., d:] @ p["mlp1_item"].transpose(-1, -2)                 # [N, J, h1]
-        user_part = user_mlp.unsqueeze(-2) @ p["mlp1_user"].transpose(-1, -2)           # [B, 1, h1]
+        out = gmf_direction @ experts[..., :d].reshape(n, j * d).T  # [B, N]
+        item_part = experts[..., d:] @ p["mlp1_item"].transpose(-1, -2)  # [N, J, h1]
+        user_part = user_mlp.unsqueeze(-2) @ p["mlp1_user"].transpose(-1, -2)  # [B, 1, h1]
         for i in range(0, n, self.SCORE_ITEMS):
             it = slice(i, i + self.SCORE_ITEMS)
             size = item_part[it].shape[0]
@@ -112,7 +113,7 @@ class FedNCF(Backbone):
         return out[0] if one else out
 
     def scoring_floats_per_item(self, table_width: int) -> int:
-        return 2   # the logits (and their copy); the activations are bounded by the blocks above
+        return 2  # the logits (and their copy); the activations are bounded by the blocks above
 
     @classmethod
     def _tail(cls, p, gmf, h):
@@ -130,9 +131,11 @@ class FedNCF(Backbone):
         d = self.dim
         q_g, q_m = vecs[..., :d], vecs[..., d:]
         gmf = p["user_gmf"].unsqueeze(-2) * q_g
-        h = (q_m @ p["mlp1_item"].transpose(-1, -2)
-             + p["user_mlp"].unsqueeze(-2) @ p["mlp1_user"].transpose(-1, -2)
-             + p["mlp1_b"].unsqueeze(-2))
+        h = (
+            q_m @ p["mlp1_item"].transpose(-1, -2)
+            + p["user_mlp"].unsqueeze(-2) @ p["mlp1_user"].transpose(-1, -2)
+            + p["mlp1_b"].unsqueeze(-2)
+        )
         h = torch.relu(h)
         h = torch.relu(h @ p["mlp2_w"].transpose(-1, -2) + p["mlp2_b"].unsqueeze(-2))
         h = torch.relu(h @ p["mlp3_w"].transpose(-1, -2) + p["mlp3_b"].unsqueeze(-2))

@@ -24,12 +24,11 @@ that rows a client never sees stay untouched; ``A_u`` starts at zero, so an untr
 (ML-100K validation; ``personal_row_lr=True`` restores the row rate). Defaults λ_0 = 1e-4, μ_0 = 1e-2 follow
 the FedVLR configuration.
 """
+
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-
-import torch
 
 from .base import Backbone, ParamSpec, rowdot, take_rows
 
@@ -56,8 +55,16 @@ class FedRAP(Backbone):
     additive_item_tables = ("item_personal",)
     options_type = FedRAPOptions
 
-    def __init__(self, n_items, dim=64, *, fedrap_lambda: float = FedRAPOptions.fedrap_lambda,
-                 fedrap_mu: float = FedRAPOptions.fedrap_mu, personal_row_lr: bool = False, **options):
+    def __init__(
+        self,
+        n_items,
+        dim=64,
+        *,
+        fedrap_lambda: float = FedRAPOptions.fedrap_lambda,
+        fedrap_mu: float = FedRAPOptions.fedrap_mu,
+        personal_row_lr: bool = False,
+        **options,
+    ):
         super().__init__(n_items, dim, **options)
         self.penalties = FedRAPOptions(float(fedrap_lambda), float(fedrap_mu))
         self.lam0 = self.penalties.fedrap_lambda
@@ -71,8 +78,9 @@ class FedRAP(Backbone):
         n, d = self.n_items, self.dim
         return [
             ParamSpec("item_common", (n, d), shared=True, item_table=True, init="normal", std=0.1),
-            ParamSpec("item_personal", (n, d), shared=False, item_table=True, init="zeros",
-                      row_lr=self.personal_row_lr),
+            ParamSpec(
+                "item_personal", (n, d), shared=False, item_table=True, init="zeros", row_lr=self.personal_row_lr
+            ),
             ParamSpec("head_w", (d,), shared=False, init="normal", std=0.1),
             ParamSpec("head_b", (), shared=False, init="zeros"),
         ]
@@ -91,8 +99,9 @@ class FedRAP(Backbone):
         return w * self.lam0, w * self.mu0
 
     def regulariser(self, p, items, mask, config, ctx=None):
-        return self.split_regulariser(take_rows(p["item_common"], items),
-                                      {"item_personal": take_rows(p["item_personal"], items)}, mask, config)
+        return self.split_regulariser(
+            take_rows(p["item_common"], items), {"item_personal": take_rows(p["item_personal"], items)}, mask, config
+        )
 
     def split_regulariser(self, shared_vecs, personal, mask, config):
         lam, mu = self.curriculum(int(config.get("round", 1)))
@@ -101,6 +110,6 @@ class FedRAP(Backbone):
         a, c = personal["item_personal"], shared_vecs
         m = mask.to(a.dtype)
         n = m.sum(-1).clamp(min=1.0)
-        diff = ((a - c) ** 2).mean(-1)          # [..., L]
+        diff = ((a - c) ** 2).mean(-1)  # [..., L]
         l1 = c.abs().mean(-1)
         return (-lam * (diff * m).sum(-1) + mu * (l1 * m).sum(-1)) / n

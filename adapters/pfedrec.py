@@ -12,6 +12,7 @@ the local nor the global state, so every round and every evaluation started from
 function and the personal table are restored every round and at evaluation. Item rows use a larger learning rate
 (``item_lr_scale``), the PFedRec convention; the value is a run option.
 """
+
 from __future__ import annotations
 
 from .fedavg import FedAvgMF
@@ -19,5 +20,6 @@ from .fedavg import FedAvgMF
 
 class PFedRec(FedAvgMF):
     """FedAvg's shared item table and private affine head, plus the client's own fine-tuned copy of the table."""
+
     name = "pfedrec"
     personal_copies = {"item_emb": "item_emb_personal"}

@@ -25,40 +25,84 @@ instead.
 valid/test rows that repeat a training pair, users without training rows) as ``{code, count, message}``
 dicts; see :mod:`fedvlr_plus.datasets.sanity` for the codes and what is dropped or kept.
 """
+
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from .core import (CONTENT_COLUMNS, INTER_COLUMNS, SPLIT_CODES, SPLIT_NAMES, TEST, TRAIN, UNSPLIT, VALID,
-                   DataError, InteractionData, check_features, compact)
 from .amazon import AMAZON_FORMATS, detect_amazon_version, expected_meta, find_meta, load_amazon, meta_candidates
+from .core import (
+    CONTENT_COLUMNS,
+    INTER_COLUMNS,
+    SPLIT_CODES,
+    SPLIT_NAMES,
+    TEST,
+    TRAIN,
+    UNSPLIT,
+    VALID,
+    DataError,
+    InteractionData,
+    check_features,
+    compact,
+)
 from .feature_folder import interactions_file, load_feature_folder
 from .movielens import MOVIELENS_FORMATS, load_ml1m, load_ml100k_raw, load_movielens, load_movielens_csv
 from .recbole_atomic import load_ml100k, ml100k_folder, read_atomic, write_atomic
-from .sequences import SEQUENCE_FORMAT, load_sequences, sequence_files, sniff_sequences
 from .sanity import print_warnings
+from .sequences import SEQUENCE_FORMAT, load_sequences, sequence_files, sniff_sequences
 
 __all__ = [
-    "CONTENT_COLUMNS", "INTER_COLUMNS", "SPLIT_CODES", "SPLIT_NAMES", "TEST", "TRAIN", "UNSPLIT", "VALID",
-    "DataError", "InteractionData", "check_features", "compact",
-    "FORMATS", "detect_format", "load",
-    "load_amazon", "detect_amazon_version", "find_meta", "meta_candidates", "expected_meta",
+    "CONTENT_COLUMNS",
+    "INTER_COLUMNS",
+    "SPLIT_CODES",
+    "SPLIT_NAMES",
+    "TEST",
+    "TRAIN",
+    "UNSPLIT",
+    "VALID",
+    "DataError",
+    "InteractionData",
+    "check_features",
+    "compact",
+    "FORMATS",
+    "detect_format",
+    "load",
+    "load_amazon",
+    "detect_amazon_version",
+    "find_meta",
+    "meta_candidates",
+    "expected_meta",
     "load_feature_folder",
-    "load_movielens", "load_movielens_csv", "load_ml1m", "load_ml100k_raw",
-    "read_atomic", "write_atomic", "load_ml100k", "ml100k_folder",
+    "load_movielens",
+    "load_movielens_csv",
+    "load_ml1m",
+    "load_ml100k_raw",
+    "read_atomic",
+    "write_atomic",
+    "load_ml100k",
+    "ml100k_folder",
     "load_sequences",
     "print_warnings",
 ]
 
-FORMATS = ("feature-folder", "recbole-atomic", "movielens-csv", "movielens-1m", "movielens-100k-raw",
-           *AMAZON_FORMATS, SEQUENCE_FORMAT)
+FORMATS = (
+    "feature-folder",
+    "recbole-atomic",
+    "movielens-csv",
+    "movielens-1m",
+    "movielens-100k-raw",
+    *AMAZON_FORMATS,
+    SEQUENCE_FORMAT,
+)
 EMBEDDED = "ml-100k"
 _REVIEW_ENDINGS = (".json", ".jsonl", ".csv", ".json.gz", ".jsonl.gz", ".csv.gz")
-_LOOKED_FOR = ("inter.csv (feature folder), <name>.inter (RecBole atomic), ratings.csv (MovieLens CSV), "
-               "ratings.dat (MovieLens-1M), u.data (MovieLens-100K raw), or one Amazon reviews or ratings-only file "
-               "(*.json, *.jsonl, *.csv, optionally .gz), or one sequence file (<name>.txt of lines "
-               "'user item item ...')")
+_LOOKED_FOR = (
+    "inter.csv (feature folder), <name>.inter (RecBole atomic), ratings.csv (MovieLens CSV), "
+    "ratings.dat (MovieLens-1M), u.data (MovieLens-100K raw), or one Amazon reviews or ratings-only file "
+    "(*.json, *.jsonl, *.csv, optionally .gz), or one sequence file (<name>.txt of lines "
+    "'user item item ...')"
+)
 
 
 def _has_types(path: Path) -> bool:
@@ -86,8 +130,10 @@ def _resolve(source) -> tuple[str, Path, dict]:
         return "recbole-atomic", ml100k_folder(), {"name": EMBEDDED, "embedded": True}
     path = Path(source).expanduser()
     if not path.exists():
-        raise DataError(f"{path}: no such file or folder (pass a dataset folder, an Amazon reviews file, "
-                        f"or '{EMBEDDED}' for the copy in the recbole wheel)")
+        raise DataError(
+            f"{path}: no such file or folder (pass a dataset folder, an Amazon reviews file, "
+            f"or '{EMBEDDED}' for the copy in the recbole wheel)"
+        )
     if path.is_file():
         return _resolve_file(path)
     inter = interactions_file(path)
@@ -104,14 +150,18 @@ def _resolve(source) -> tuple[str, Path, dict]:
     if len(reviews) == 1:
         return detect_amazon_version(reviews[0]), reviews[0], {}
     if len(reviews) > 1:
-        raise DataError(f"{path}: several Amazon review files; pass one of them instead of the folder: "
-                        + ", ".join(str(p) for p in reviews))
+        raise DataError(
+            f"{path}: several Amazon review files; pass one of them instead of the folder: "
+            + ", ".join(str(p) for p in reviews)
+        )
     sequences = sequence_files(path)
     if len(sequences) == 1:
         return SEQUENCE_FORMAT, sequences[0], {}
     if len(sequences) > 1:
-        raise DataError(f"{path}: several sequence files; pass one of them instead of the folder: "
-                        + ", ".join(str(p) for p in sequences))
+        raise DataError(
+            f"{path}: several sequence files; pass one of them instead of the folder: "
+            + ", ".join(str(p) for p in sequences)
+        )
     raise DataError(f"{path}: no recognised dataset in this folder (looked for {_LOOKED_FOR})")
 
 
@@ -133,10 +183,13 @@ def _resolve_file(path: Path) -> tuple[str, Path, dict]:
         why_not = sniff_sequences(path)
         if why_not is None:
             return SEQUENCE_FORMAT, path, {}
-        raise DataError(f"{path}: not a sequence file ({why_not}; a .txt is read as lines 'user item item ...' "
-                        f"of integer ids)")
-    raise DataError(f"{path}: unrecognised file (pass a dataset folder, an Amazon reviews file, inter.csv, "
-                    f"a .inter file, ratings.csv, ratings.dat, u.data or a <name>.txt sequence file)")
+        raise DataError(
+            f"{path}: not a sequence file ({why_not}; a .txt is read as lines 'user item item ...' of integer ids)"
+        )
+    raise DataError(
+        f"{path}: unrecognised file (pass a dataset folder, an Amazon reviews file, inter.csv, "
+        f"a .inter file, ratings.csv, ratings.dat, u.data or a <name>.txt sequence file)"
+    )
 
 
 def detect_format(source) -> str:

@@ -9,6 +9,7 @@ Also here: gzip-transparent text opening, JSON-lines iteration with line numbers
 scraped titles and descriptions (broken HTML, entities, stray whitespace), a builder that turns raw id
 columns into an :class:`InteractionData` with catalogue order, and atomic folder writes.
 """
+
 from __future__ import annotations
 
 import ast
@@ -24,9 +25,9 @@ import shutil
 import tempfile
 import warnings
 import zlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -42,7 +43,7 @@ def open_text(path: str | os.PathLike, encoding: str = "utf-8", newline: str = "
     path = Path(path)
     if path.name.endswith(".gz"):
         return gzip.open(path, "rt", encoding=encoding, newline=newline)
-    return open(path, "r", encoding=encoding, newline=newline)
+    return open(path, encoding=encoding, newline=newline)
 
 
 def first_line(path: str | os.PathLike, encoding: str = "utf-8") -> str | None:
@@ -196,8 +197,15 @@ def read_table(
     return Table(frame, path, scan.line)
 
 
-def _header_columns(path: Path, source: Callable[[], io.TextIOBase], sep: str, quoting: int,
-                    names: Sequence[str] | None, required: Sequence[str], encoding: str) -> tuple[int, list[str]]:
+def _header_columns(
+    path: Path,
+    source: Callable[[], io.TextIOBase],
+    sep: str,
+    quoting: int,
+    names: Sequence[str] | None,
+    required: Sequence[str],
+    encoding: str,
+) -> tuple[int, list[str]]:
     """(line of the header, 0 without one; the column names), the header checked for required and
     duplicate columns."""
     records = _records(source, sep, quoting)
@@ -229,8 +237,9 @@ def _header_columns(path: Path, source: Callable[[], io.TextIOBase], sep: str, q
     return header_line, columns
 
 
-def _parse_frame(path: Path, scan: _Scan, columns: list[str], numeric: set[str], encoding: str,
-                 from_text: bool) -> pd.DataFrame:
+def _parse_frame(
+    path: Path, scan: _Scan, columns: list[str], numeric: set[str], encoding: str, from_text: bool
+) -> pd.DataFrame:
     """The data rows parsed by pandas' C reader, with one spare column; every column not in ``numeric`` a
     string. pandas' own errors become a :class:`DataError` that names the line."""
     dtype = {c: str for c in columns if c not in numeric}
@@ -255,7 +264,9 @@ def _parse_frame(path: Path, scan: _Scan, columns: list[str], numeric: set[str],
                 compression="gzip" if path.name.endswith(".gz") and not from_text else None,
             )
     except UnicodeDecodeError:
-        raise DataError(f"{path}: line {_decode_error_line(path, encoding) or '?'}: not valid {encoding} text") from None
+        raise DataError(
+            f"{path}: line {_decode_error_line(path, encoding) or '?'}: not valid {encoding} text"
+        ) from None
     except (pd.errors.ParserError, pd.errors.ParserWarning) as e:
         problem = scan.field_count_problem()
         raise (problem or DataError(f"{path}: could not parse the file ({e})")) from None
@@ -298,8 +309,9 @@ def _number_column(col: pd.Series, c: str, integer: bool, scan: _Scan) -> np.nda
 
 
 # ---------------------------------------------------------------------------------------------- JSON lines
-def iter_json_lines(path: str | os.PathLike, *, python_literals: bool = False,
-                    want: Callable[[str], bool] | None = None) -> Iterator[tuple[int, dict]]:
+def iter_json_lines(
+    path: str | os.PathLike, *, python_literals: bool = False, want: Callable[[str], bool] | None = None
+) -> Iterator[tuple[int, dict]]:
     """Yield ``(line number, object)`` for every non-blank line of a JSON-lines file (``.gz`` allowed).
 
     ``python_literals``: lines may be Python dict literals (Amazon 2014 metadata), parsed with
@@ -323,14 +335,16 @@ def iter_json_lines(path: str | os.PathLike, *, python_literals: bool = False,
                     try:
                         obj = ast.literal_eval(s)
                     except (ValueError, SyntaxError, MemoryError, RecursionError) as e2:
-                        raise DataError(f"{path}: line {lineno}: neither JSON nor a Python literal "
-                                        f"({type(e2).__name__}: {e2})") from None
+                        raise DataError(
+                            f"{path}: line {lineno}: neither JSON nor a Python literal ({type(e2).__name__}: {e2})"
+                        ) from None
                 if not isinstance(obj, dict):
-                    raise DataError(f"{path}: line {lineno}: expected an object {{...}}, "
-                                    f"found {type(obj).__name__}")
+                    raise DataError(f"{path}: line {lineno}: expected an object {{...}}, found {type(obj).__name__}")
                 yield lineno, obj
     except UnicodeDecodeError:
-        raise DataError(f"{path}: line {_decode_error_line(path, 'utf-8') or lineno + 1}: not valid UTF-8 text") from None
+        raise DataError(
+            f"{path}: line {_decode_error_line(path, 'utf-8') or lineno + 1}: not valid UTF-8 text"
+        ) from None
     except (gzip.BadGzipFile, EOFError, zlib.error) as e:
         raise DataError(f"{path}: not a readable gzip file, or cut off after line {lineno} ({e})") from None
 
@@ -375,8 +389,7 @@ def show(value) -> str:
     return repr(value)
 
 
-def _codes(raw: np.ndarray, order: np.ndarray, *, what: str, catalogue: str,
-           where: Callable[[int], str]) -> np.ndarray:
+def _codes(raw: np.ndarray, order: np.ndarray, *, what: str, catalogue: str, where: Callable[[int], str]) -> np.ndarray:
     index = pd.Index(order)
     if not index.is_unique:
         dup = index[index.duplicated()][0]
@@ -437,12 +450,9 @@ def _ids(arr: np.ndarray) -> np.ndarray:
 
 def empty_content(n: int) -> pd.DataFrame:
     """Item content with nothing known: '' titles and descriptions, no categories, no image."""
-    return pd.DataFrame({
-        "title": [""] * n,
-        "description": [""] * n,
-        "categories": [[] for _ in range(n)],
-        "image": [None] * n,
-    })
+    return pd.DataFrame(
+        {"title": [""] * n, "description": [""] * n, "categories": [[] for _ in range(n)], "image": [None] * n}
+    )
 
 
 def check_nonempty(data: InteractionData, path) -> None:

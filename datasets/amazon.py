@@ -35,6 +35,7 @@ default, keeping the earliest (ties: the first in the file; the count is kept in
 ``duplicates_dropped`` and reported by ``sanity()``); timestamps are kept as given (seconds for
 2014/2018, milliseconds for 2023).
 """
+
 from __future__ import annotations
 
 import ast
@@ -46,9 +47,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .core import DataError, InteractionData
 from . import splits as _splits
 from ._io import assemble, clean_text, empty_content, first_line, iter_json_lines, open_text, read_table
+from .core import DataError, InteractionData
 
 AMAZON_FORMATS = ("amazon-2014", "amazon-2018", "amazon-2023")
 _REVIEW_FIELDS = {
@@ -91,25 +92,35 @@ def detect_amazon_version(path: str | Path) -> str:
             if "helpful" in obj and not any(k in obj for k in ("verified", "vote", "style", "image")):
                 return "amazon-2014"
             return "amazon-2018"
-        hint = " (this looks like a metadata file; pass the reviews file)" if "title" in obj or "parent_asin" in obj else ""
-        raise DataError(f"{path}: line 1 is not an Amazon review: expected reviewerID and asin (2014/2018) or "
-                        f"user_id and parent_asin (2023); keys found: {', '.join(sorted(obj)[:12])}{hint}")
+        hint = (
+            " (this looks like a metadata file; pass the reviews file)"
+            if "title" in obj or "parent_asin" in obj
+            else ""
+        )
+        raise DataError(
+            f"{path}: line 1 is not an Amazon review: expected reviewerID and asin (2014/2018) or "
+            f"user_id and parent_asin (2023); keys found: {', '.join(sorted(obj)[:12])}{hint}"
+        )
     cols = [c.strip().lstrip("\ufeff") for c in next(csv.reader([s]))]
     if "user_id" in cols and "parent_asin" in cols:
         return "amazon-2023"
     release = _ratings_only_release(path)
     if release is not None:
         return release
-    raise DataError(f"{path}: line 1 is neither a JSON review, an Amazon 2023 CSV header "
-                    f"(user_id,parent_asin,rating,timestamp) nor a ratings-only row (user,asin,rating,time or "
-                    f"asin,user,rating,time); found {s[:80]!r}")
+    raise DataError(
+        f"{path}: line 1 is neither a JSON review, an Amazon 2023 CSV header "
+        f"(user_id,parent_asin,rating,timestamp) nor a ratings-only row (user,asin,rating,time or "
+        f"asin,user,rating,time); found {s[:80]!r}"
+    )
 
 
 #: an Amazon product id: a 10-character ASIN, or a book's ISBN-10
 _ASIN = re.compile(r"B[0-9A-Z]{9}|[0-9]{9}[0-9X]")
 #: the columns of the header-less "ratings only" CSV files, by release
-RATINGS_ONLY_COLUMNS = {"amazon-2014": ("user", "item", "rating", "timestamp"),
-                        "amazon-2018": ("item", "user", "rating", "timestamp")}
+RATINGS_ONLY_COLUMNS = {
+    "amazon-2014": ("user", "item", "rating", "timestamp"),
+    "amazon-2018": ("item", "user", "rating", "timestamp"),
+}
 
 
 def _ratings_only_release(path: Path, sample: int = 500) -> str | None:
@@ -121,7 +132,7 @@ def _ratings_only_release(path: Path, sample: int = 500) -> str | None:
         rows = [r for r in csv.reader(itertools.islice(f, sample)) if r]
     if not rows or len(rows[0]) != 4:
         return None
-    rows = [r for r in rows if len(r) == 4]   # a malformed row is the reader's to name, with its line
+    rows = [r for r in rows if len(r) == 4]  # a malformed row is the reader's to name, with its line
     share = [np.mean([_ASIN.fullmatch(r[c].strip()) is not None for r in rows]) for c in (0, 1)]
     if share[1] >= 0.9 and share[0] <= 0.1:
         return "amazon-2014"
@@ -136,13 +147,16 @@ def _meta_categories(reviews: Path) -> list[str]:
     stem = _strip_ext(reviews.name).split(".")[0]  # 2023 benchmark files: Category.train.csv.gz
     for prefix in ("reviews_", "ratings_"):
         if stem.startswith(prefix):
-            stem = stem[len(prefix):]
+            stem = stem[len(prefix) :]
     return [stem, stem[:-2]] if stem.endswith("_5") else [stem]
 
 
 def _meta_exts(version: str) -> tuple[str, ...]:
-    return (".jsonl.gz", ".jsonl", ".json.gz", ".json") if version == "amazon-2023" else \
-           (".json.gz", ".json", ".jsonl.gz", ".jsonl")
+    return (
+        (".jsonl.gz", ".jsonl", ".json.gz", ".json")
+        if version == "amazon-2023"
+        else (".json.gz", ".json", ".jsonl.gz", ".jsonl")
+    )
 
 
 def meta_candidates(reviews: str | Path, version: str | None = None) -> list[Path]:
@@ -183,21 +197,29 @@ def _read_reviews(path: Path, version: str):
     ukey, ikey, rkey, tkey = _REVIEW_FIELDS[version]
     if not (first_line(path) or "").lstrip().startswith("{"):
         if version == "amazon-2023":
-            t = read_table(path, sep=",", required=(ukey, ikey, rkey, tkey), numbers=(rkey, tkey),
-                           nonempty=(ukey, ikey))
+            t = read_table(
+                path, sep=",", required=(ukey, ikey, rkey, tkey), numbers=(rkey, tkey), nonempty=(ukey, ikey)
+            )
         else:
             ukey, ikey, rkey, tkey = "user", "item", "rating", "timestamp"
-            t = read_table(path, sep=",", names=RATINGS_ONLY_COLUMNS[version], numbers=(rkey, tkey),
-                           nonempty=(ukey, ikey))
+            t = read_table(
+                path, sep=",", names=RATINGS_ONLY_COLUMNS[version], numbers=(rkey, tkey), nonempty=(ukey, ikey)
+            )
         f = t.frame
-        return (f[ukey].to_numpy(dtype=object), f[ikey].to_numpy(dtype=object), f[rkey].to_numpy(),
-                f[tkey].to_numpy(), t.where)
+        return (
+            f[ukey].to_numpy(dtype=object),
+            f[ikey].to_numpy(dtype=object),
+            f[rkey].to_numpy(),
+            f[tkey].to_numpy(),
+            t.where,
+        )
     users, items, ratings, times, lines = [], [], [], [], []
     for lineno, obj in iter_json_lines(path, python_literals=version == "amazon-2014"):
         for key in (ukey, ikey, rkey, tkey):
             if key not in obj:
-                raise DataError(f"{path}: line {lineno}: missing field {key!r} "
-                                f"(fields found: {', '.join(sorted(obj))})")
+                raise DataError(
+                    f"{path}: line {lineno}: missing field {key!r} (fields found: {', '.join(sorted(obj))})"
+                )
         u, i = obj[ukey], obj[ikey]
         for key, v in ((ukey, u), (ikey, i)):
             if not isinstance(v, (str, int)) or isinstance(v, bool) or str(v) == "":
@@ -208,8 +230,13 @@ def _read_reviews(path: Path, version: str):
         times.append(_number(obj[tkey], path, lineno, tkey))
         lines.append(lineno)
     line_of = np.asarray(lines, dtype=np.int64)
-    return (np.asarray(users, dtype=object), np.asarray(items, dtype=object), np.asarray(ratings),
-            np.asarray(times), lambda r: f"{path}: line {line_of[r]}")
+    return (
+        np.asarray(users, dtype=object),
+        np.asarray(items, dtype=object),
+        np.asarray(ratings),
+        np.asarray(times),
+        lambda r: f"{path}: line {line_of[r]}",
+    )
 
 
 def _categories(obj: dict) -> list[str]:
@@ -252,8 +279,10 @@ def _image(obj: dict, version: str) -> str | None:
         if isinstance(images, dict):  # Hugging Face's column-wise form: {"large": [...], "variant": [...]}
             keys = list(images)
             n = max((len(v) for v in images.values() if isinstance(v, list)), default=0)
-            entries = [{k: (images[k][j] if isinstance(images[k], list) and j < len(images[k]) else None)
-                        for k in keys} for j in range(n)]
+            entries = [
+                {k: (images[k][j] if isinstance(images[k], list) and j < len(images[k]) else None) for k in keys}
+                for j in range(n)
+            ]
         entries = [e for e in (entries or []) if isinstance(e, dict)]
         main = [e for e in entries if str(e.get("variant") or "").upper() == "MAIN"]
         for e in main + entries:
@@ -277,7 +306,7 @@ def _read_meta(path: Path, version: str, item_ids: np.ndarray):
     key = "parent_asin" if version == "amazon-2023" else "asin"
     wanted = {str(a): k for k, a in enumerate(item_ids)}
     # Cheap pre-filter: most metadata lines describe products that were never reviewed in this file.
-    pattern = re.compile(r"""["']%s["']\s*:\s*["']([^"']*)["']""" % key)
+    pattern = re.compile(r"""["']""" + key + r"""["']\s*:\s*["']([^"']*)["']""")
 
     def want(line: str) -> bool:
         m = pattern.search(line)
@@ -289,8 +318,9 @@ def _read_meta(path: Path, version: str, item_ids: np.ndarray):
             if version == "amazon-2023" and "asin" in obj:
                 asin = obj["asin"]
             else:
-                raise DataError(f"{path}: line {lineno}: missing field {key!r} "
-                                f"(fields found: {', '.join(sorted(obj)[:12])})")
+                raise DataError(
+                    f"{path}: line {lineno}: missing field {key!r} (fields found: {', '.join(sorted(obj)[:12])})"
+                )
         else:
             asin = obj[key]
         k = wanted.get(str(asin))
@@ -306,8 +336,14 @@ def _read_meta(path: Path, version: str, item_ids: np.ndarray):
     return found
 
 
-def load_amazon(reviews: str | Path, meta: str | Path | bool | None = None, *, version: str | None = None,
-                dedup: bool = True, name: str | None = None) -> InteractionData:
+def load_amazon(
+    reviews: str | Path,
+    meta: str | Path | bool | None = None,
+    *,
+    version: str | None = None,
+    dedup: bool = True,
+    name: str | None = None,
+) -> InteractionData:
     """Load an Amazon reviews file (2014, 2018 or 2023) with its metadata.
 
     ``meta``: the metadata file; None finds the sibling ``meta_<Category>`` file (no content when there is
@@ -322,8 +358,16 @@ def load_amazon(reviews: str | Path, meta: str | Path | bool | None = None, *, v
     users, items, ratings, times, where = _read_reviews(path, version)
     if len(users) == 0:
         raise DataError(f"{path}: no reviews (the file has no data lines)")
-    data = assemble(name or _strip_ext(path.name), users, items, rating=ratings, timestamp=times, where=where,
-                    source=str(path), format=version)
+    data = assemble(
+        name or _strip_ext(path.name),
+        users,
+        items,
+        rating=ratings,
+        timestamp=times,
+        where=where,
+        source=str(path),
+        format=version,
+    )
     if dedup:
         data = _splits.dedup(data, keep="first")
     meta_path = None if meta is False else (find_meta(path, version) if meta in (None, True) else Path(meta))

@@ -5,11 +5,12 @@ Ids are contiguous ints (``0..n_users-1``, ``0..n_items-1``); the raw ids are ke
 (titles, descriptions, categories, image paths/URLs) is a second frame indexed by internal item id, and
 precomputed feature arrays are kept in ``features`` (name -> ``[n_items, d]`` float32).
 """
+
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 import numpy as np
 import pandas as pd
@@ -79,10 +80,14 @@ class InteractionData:
         item_order: Iterable | None = None,
         source: str = "",
         format: str = "",
-    ) -> "InteractionData":
+    ) -> InteractionData:
         """Build from raw ids; internal ids follow first appearance (or ``item_order`` for items)."""
-        raw_users = pd.Series(np.asarray(list(raw_users) if not isinstance(raw_users, (np.ndarray, pd.Series)) else raw_users))
-        raw_items = pd.Series(np.asarray(list(raw_items) if not isinstance(raw_items, (np.ndarray, pd.Series)) else raw_items))
+        raw_users = pd.Series(
+            np.asarray(list(raw_users) if not isinstance(raw_users, (np.ndarray, pd.Series)) else raw_users)
+        )
+        raw_items = pd.Series(
+            np.asarray(list(raw_items) if not isinstance(raw_items, (np.ndarray, pd.Series)) else raw_items)
+        )
         u_codes, u_uniques = pd.factorize(raw_users, sort=False)
         if item_order is not None:
             i_uniques = pd.Index(list(item_order))
@@ -149,10 +154,10 @@ class InteractionData:
         return self.item_popularity("train") == 0
 
     # ------------------------------------------------------------------ checks and copies
-    def replace(self, **changes) -> "InteractionData":
+    def replace(self, **changes) -> InteractionData:
         return dataclasses.replace(self, **changes)
 
-    def validate(self) -> "InteractionData":
+    def validate(self) -> InteractionData:
         """Raise :class:`DataError` for out-of-range ids, bad split codes or misaligned content/features."""
         where = self.source or self.name
         u = self.inter["user"].to_numpy()

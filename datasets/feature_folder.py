@@ -19,7 +19,8 @@ array). With a mapping file, every id in the interactions must be listed there a
 file in the folder is one more item feature matrix (row i = item i), returned under its file name without
 ``.npy`` (``whisper.npy`` -> ``features['whisper']``), so a folder can carry any number of content modalities
 (text and two audio views as well as text and image) with no code per data set; such a file with the wrong
-number of rows is an error naming it, like the named ones. NaN or inf rows are errors. Without mapping files the raw ids are the internal ids. Rating defaults to
+number of rows is an error naming it, like the named ones. NaN or inf rows are errors. Without mapping files the raw
+ids are the internal ids. Rating defaults to
 1 and timestamp to 0 when the columns are absent; without a split column the data is unsplit. With
 one, train and test must be non-empty.
 """
@@ -30,8 +31,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .core import UNSPLIT, DataError, InteractionData, _inter_frame, check_features
 from ._io import Table, empty_content, first_line, read_table, require_splits, split_column
+from .core import UNSPLIT, DataError, InteractionData, _inter_frame, check_features
 
 FEATURE_FILES = {
     "image": ("image_features.npy", "image_feat.npy"),

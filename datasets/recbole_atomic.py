@@ -16,6 +16,7 @@ as the raw token strings. Internal ids follow the ``.user``/``.item`` files' ord
 items without interactions stay in the catalogue), then ids that appear only in the interactions, in
 order of first appearance.
 """
+
 from __future__ import annotations
 
 import csv
@@ -28,8 +29,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .core import TEST, TRAIN, UNSPLIT, VALID, DataError, InteractionData, _inter_frame
 from ._io import atomic_folder, empty_content, first_line, read_table, require_splits, show, squash
+from .core import TEST, TRAIN, UNSPLIT, VALID, DataError, InteractionData, _inter_frame
 
 FIELD_TYPES = ("token", "token_seq", "float", "float_seq")
 SPLIT_SUFFIXES = ("train", "valid", "test")
@@ -41,11 +42,17 @@ _SPLIT_CODE = {"train": TRAIN, "valid": VALID, "test": TEST}
 _NBSP = "\u00a0"
 
 _ITEM_ALIASES = {
-    "movie_title": "title", "title": "title",
-    "class": "categories", "categories": "categories", "category": "categories", "genre": "categories",
+    "movie_title": "title",
+    "title": "title",
+    "class": "categories",
+    "categories": "categories",
+    "category": "categories",
+    "genre": "categories",
     "genres": "categories",
     "description": "description",
-    "image": "image", "image_url": "image", "imUrl": "image",
+    "image": "image",
+    "image_url": "image",
+    "imUrl": "image",
 }
 
 
@@ -58,11 +65,11 @@ def _header(path: Path) -> list[tuple[str, str]]:
     for col in line.split("\t"):
         name, sep, ftype = col.strip().rpartition(":")
         if not sep or not name:
-            raise DataError(f"{path}: line 1: column {col!r} is not 'name:type' "
-                            f"(type one of {', '.join(FIELD_TYPES)})")
+            raise DataError(f"{path}: line 1: column {col!r} is not 'name:type' (type one of {', '.join(FIELD_TYPES)})")
         if ftype not in FIELD_TYPES:
-            raise DataError(f"{path}: line 1: field {name!r} has unknown type {ftype!r} "
-                            f"(expected one of {', '.join(FIELD_TYPES)})")
+            raise DataError(
+                f"{path}: line 1: field {name!r} has unknown type {ftype!r} (expected one of {', '.join(FIELD_TYPES)})"
+            )
         fields.append((name, ftype))
     return fields
 
@@ -73,11 +80,18 @@ def _read_file(path: Path, required: tuple[str, ...] = ()) -> tuple[pd.DataFrame
     names = [n for n, _ in fields]
     missing = [r for r in required if r not in names]
     if missing:
-        raise DataError(f"{path}: line 1: missing field{'s' if len(missing) > 1 else ''} "
-                        f"{', '.join(repr(m) for m in missing)} (fields found: {', '.join(names)})")
+        raise DataError(
+            f"{path}: line 1: missing field{'s' if len(missing) > 1 else ''} "
+            f"{', '.join(repr(m) for m in missing)} (fields found: {', '.join(names)})"
+        )
     cols = [f"{n}:{t}" for n, t in fields]
-    table = read_table(path, sep="\t", required=cols, numbers=[c for c, (_, t) in zip(cols, fields) if t == "float"],
-                       nonempty=[f"{r}:token" for r in required if dict(fields).get(r) == "token"])
+    table = read_table(
+        path,
+        sep="\t",
+        required=cols,
+        numbers=[c for c, (_, t) in zip(cols, fields) if t == "float"],
+        nonempty=[f"{r}:token" for r in required if dict(fields).get(r) == "token"],
+    )
     frame = table.frame
     frame.columns = names
     for name, ftype in fields:
@@ -137,8 +151,9 @@ def _catalogue_order(catalogue: np.ndarray | None, seen: np.ndarray) -> np.ndarr
     return np.concatenate([np.asarray(catalogue, dtype=object), np.asarray(extra, dtype=object)])
 
 
-def _feature_frame(frame: pd.DataFrame, types: dict[str, str], id_field: str, order: np.ndarray,
-                   table, *, content: bool) -> pd.DataFrame:
+def _feature_frame(
+    frame: pd.DataFrame, types: dict[str, str], id_field: str, order: np.ndarray, table, *, content: bool
+) -> pd.DataFrame:
     """Rows of an .item/.user file aligned to ``order`` (ids not in the file get empty values)."""
     ids = frame[id_field].to_numpy()
     index = pd.Index(ids)
@@ -181,9 +196,16 @@ class _Fields:
     time: str
 
 
-def read_atomic(folder: str | Path, name: str | None = None, *, splits: bool = True,
-                user_field: str = "user_id", item_field: str = "item_id", rating_field: str = "rating",
-                time_field: str = "timestamp") -> InteractionData:
+def read_atomic(
+    folder: str | Path,
+    name: str | None = None,
+    *,
+    splits: bool = True,
+    user_field: str = "user_id",
+    item_field: str = "item_id",
+    rating_field: str = "rating",
+    time_field: str = "timestamp",
+) -> InteractionData:
     """Read a RecBole atomic dataset folder.
 
     ``name`` defaults to the folder's name (RecBole's convention) or the only dataset in the folder.
@@ -204,16 +226,26 @@ def read_atomic(folder: str | Path, name: str | None = None, *, splits: bool = T
         split = raw["s"].to_numpy(np.int8)
     else:
         if not inter_path.exists():
-            raise DataError(f"{inter_path}: missing (files in {folder}: "
-                            f"{', '.join(sorted(p.name for p in folder.iterdir())) or 'none'})")
+            raise DataError(
+                f"{inter_path}: missing (files in {folder}: "
+                f"{', '.join(sorted(p.name for p in folder.iterdir())) or 'none'})"
+            )
         raw, _ = _interaction_rows(inter_path, UNSPLIT, fields)
         split = np.full(len(raw), UNSPLIT, np.int8)
     user_order, item_order, users, items = _catalogues(folder, name, raw, fields)
     u = pd.Index(user_order).get_indexer(raw["u"].to_numpy(dtype=object))
     i = pd.Index(item_order).get_indexer(raw["i"].to_numpy(dtype=object))
     inter = _inter_frame(u, i, raw["r"].to_numpy(), raw["t"].to_numpy(), split)
-    data = InteractionData(name, np.asarray(user_order, dtype=object), np.asarray(item_order, dtype=object), inter,
-                           items=items, users=users, source=str(folder), format="recbole-atomic")
+    data = InteractionData(
+        name,
+        np.asarray(user_order, dtype=object),
+        np.asarray(item_order, dtype=object),
+        inter,
+        items=items,
+        users=users,
+        source=str(folder),
+        format="recbole-atomic",
+    )
     require_splits(split, str(folder))
     return data.validate()
 
@@ -224,23 +256,30 @@ def _interaction_rows(path: Path, label: int, fields: _Fields):
     if len(frame) == 0 and label in (UNSPLIT, TRAIN, TEST):
         what = "no interactions" if label == UNSPLIT else "an empty split"
         raise DataError(f"{path}: {what} (the file has a header but no data rows)")
-    out = pd.DataFrame({
-        "u": frame[fields.user].to_numpy(dtype=object),
-        "i": frame[fields.item].to_numpy(dtype=object),
-        "r": frame[fields.rating].to_numpy(np.float64) if types.get(fields.rating) == "float" else np.ones(len(frame)),
-        "t": frame[fields.time].to_numpy(np.float64) if types.get(fields.time) == "float" else np.zeros(len(frame)),
-    })
+    out = pd.DataFrame(
+        {
+            "u": frame[fields.user].to_numpy(dtype=object),
+            "i": frame[fields.item].to_numpy(dtype=object),
+            "r": frame[fields.rating].to_numpy(np.float64)
+            if types.get(fields.rating) == "float"
+            else np.ones(len(frame)),
+            "t": frame[fields.time].to_numpy(np.float64) if types.get(fields.time) == "float" else np.zeros(len(frame)),
+        }
+    )
     return out, table
 
 
-def _split_rows(folder: Path, name: str, inter_path: Path, split_paths: dict[str, Path],
-                fields: _Fields) -> pd.DataFrame:
+def _split_rows(
+    folder: Path, name: str, inter_path: Path, split_paths: dict[str, Path], fields: _Fields
+) -> pd.DataFrame:
     """The rows of the split files with their label in column ``s``, in ``{name}.inter``'s order when
     that file is there (each of its rows matched to one split row, equal rows in turn)."""
     for s in ("train", "test"):
         if not split_paths[s].exists():
-            raise DataError(f"{split_paths[s]}: missing; a split dataset needs {name}.train.inter and "
-                            f"{name}.test.inter ({name}.valid.inter is optional)")
+            raise DataError(
+                f"{split_paths[s]}: missing; a split dataset needs {name}.train.inter and "
+                f"{name}.test.inter ({name}.valid.inter is optional)"
+            )
     parts = []
     for s, p in split_paths.items():
         if p.exists():
@@ -256,11 +295,14 @@ def _split_rows(folder: Path, name: str, inter_path: Path, split_paths: dict[str
     merged = raw.merge(labelled, on=key + ["k"], how="left", sort=False)
     if merged["s"].isna().any():
         r = int(np.flatnonzero(merged["s"].isna().to_numpy())[0])
-        raise DataError(f"{table.where(r)}: this interaction is in none of the split files "
-                        f"{', '.join(p.name for p in split_paths.values() if p.exists())}")
+        raise DataError(
+            f"{table.where(r)}: this interaction is in none of the split files "
+            f"{', '.join(p.name for p in split_paths.values() if p.exists())}"
+        )
     if len(labelled) != len(raw):
-        raise DataError(f"{folder}: the split files hold {len(labelled)} interactions but "
-                        f"{inter_path.name} holds {len(raw)}")
+        raise DataError(
+            f"{folder}: the split files hold {len(labelled)} interactions but {inter_path.name} holds {len(raw)}"
+        )
     return merged.drop(columns="k")
 
 
@@ -273,10 +315,14 @@ def _catalogues(folder: Path, name: str, raw: pd.DataFrame, fields: _Fields):
         if p.exists():
             feats[kind] = _read_file(p, (id_field,))
 
-    user_order = _catalogue_order(feats["user"][0][fields.user].to_numpy(dtype=object) if "user" in feats else None,
-                                  raw["u"].to_numpy(dtype=object))
-    item_order = _catalogue_order(feats["item"][0][fields.item].to_numpy(dtype=object) if "item" in feats else None,
-                                  raw["i"].to_numpy(dtype=object))
+    user_order = _catalogue_order(
+        feats["user"][0][fields.user].to_numpy(dtype=object) if "user" in feats else None,
+        raw["u"].to_numpy(dtype=object),
+    )
+    item_order = _catalogue_order(
+        feats["item"][0][fields.item].to_numpy(dtype=object) if "item" in feats else None,
+        raw["i"].to_numpy(dtype=object),
+    )
     # Ids are unique within each catalogue file (checked in _feature_frame), so get_indexer is safe in the caller.
     if "item" in feats:
         frame, types, table = feats["item"]
@@ -296,14 +342,18 @@ def ml100k_folder() -> Path:
     """The ML-100K atomic folder shipped inside the installed recbole wheel (recbole is not imported)."""
     spec = importlib.util.find_spec("recbole")
     if spec is None or not spec.submodule_search_locations:
-        raise DataError("ml-100k: the embedded copy lives in the recbole wheel, which is not installed; "
-                        "install recbole==1.2.1 or pass the path of an ML-100K folder")
+        raise DataError(
+            "ml-100k: the embedded copy lives in the recbole wheel, which is not installed; "
+            "install recbole==1.2.1 or pass the path of an ML-100K folder"
+        )
     for loc in spec.submodule_search_locations:
         p = Path(loc) / "dataset_example" / "ml-100k"
         if (p / "ml-100k.inter").is_file():
             return p
-    raise DataError(f"ml-100k: recbole is installed but has no dataset_example/ml-100k/ml-100k.inter "
-                    f"(looked in {', '.join(spec.submodule_search_locations)})")
+    raise DataError(
+        f"ml-100k: recbole is installed but has no dataset_example/ml-100k/ml-100k.inter "
+        f"(looked in {', '.join(spec.submodule_search_locations)})"
+    )
 
 
 def load_ml100k() -> InteractionData:
@@ -328,7 +378,7 @@ def _fmt_float(x: float) -> str:
     x = float(x)
     if not math.isfinite(x):
         raise ValueError(x)
-    if x == int(x) and abs(x) < 2 ** 53:
+    if x == int(x) and abs(x) < 2**53:
         return str(int(x))
     return repr(x)  # shortest text that reads back as the same float64
 
@@ -350,8 +400,7 @@ def _column_type(values: pd.Series) -> str:
     non_null = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
     if non_null and all(isinstance(v, (list, tuple, np.ndarray)) for v in non_null):
         flat = [x for v in non_null for x in v]
-        if flat and all(isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
-                        for x in flat):
+        if flat and all(isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool) for x in flat):
             return "float_seq"
         return "token_seq"
     return "token"
@@ -417,8 +466,10 @@ def _split_mode(labels: np.ndarray, splits: bool, where: str) -> bool:
     if split_mode:
         if (labels == UNSPLIT).any():
             r = int(np.flatnonzero(labels == UNSPLIT)[0])
-            raise DataError(f"{where}: interaction row {r} has no split label while others do; "
-                            "split the data fully or pass splits=False")
+            raise DataError(
+                f"{where}: interaction row {r} has no split label while others do; "
+                "split the data fully or pass splits=False"
+            )
         require_splits(labels, where)
     return split_mode
 
@@ -432,8 +483,7 @@ def _id_tokens(data: InteractionData, where: str) -> tuple[list[str], list[str]]
     return user_tok, item_tok
 
 
-def write_atomic(data: InteractionData, folder: str | Path, name: str | None = None, *,
-                 splits: bool = True) -> Path:
+def write_atomic(data: InteractionData, folder: str | Path, name: str | None = None, *, splits: bool = True) -> Path:
     """Write ``data`` as a RecBole atomic dataset into ``folder`` (RecBole expects ``{data_path}/{name}/``).
 
     Files: ``{name}.inter`` (all rows: ``user_id:token item_id:token rating:float timestamp:float``);
@@ -464,9 +514,12 @@ def write_atomic(data: InteractionData, folder: str | Path, name: str | None = N
     header = ["user_id:token", "item_id:token", "rating:float", "timestamp:float"]
 
     def inter_columns(frame: pd.DataFrame):
-        return [list(u_arr[frame["user"].to_numpy()]), list(i_arr[frame["item"].to_numpy()]),
-                _encode(frame["rating"].astype(np.float64), "float", f"{where}: rating"),
-                _encode(frame["timestamp"], "float", f"{where}: timestamp")]
+        return [
+            list(u_arr[frame["user"].to_numpy()]),
+            list(i_arr[frame["item"].to_numpy()]),
+            _encode(frame["rating"].astype(np.float64), "float", f"{where}: rating"),
+            _encode(frame["timestamp"], "float", f"{where}: timestamp"),
+        ]
 
     items = data.items if len(data.items.columns) else pd.DataFrame(index=pd.RangeIndex(data.n_items))
     users = data.users if len(data.users.columns) else pd.DataFrame(index=pd.RangeIndex(data.n_users))

@@ -22,6 +22,7 @@ recorded in ``data.notes`` when they removed rows. Codes (``splits`` gives the c
 
 Items that occur only in valid/test rows are cold items; ``stats()`` reports them, not this list.
 """
+
 from __future__ import annotations
 
 from typing import TextIO
@@ -61,9 +62,13 @@ def dropped_duplicates(labels: np.ndarray, kept: str = "earliest") -> dict:
 def _dropped_note(splits: dict[str, int], kept: str) -> dict:
     n = sum(splits.values())
     where = "" if set(splits) == {"unsplit"} else f" ({_in_words(splits)})"
-    out = finding("duplicates_dropped", n,
-                  f"duplicate (user, item) rows dropped: {n:,}{where}; the {kept} row of each pair "
-                  f"is kept (by timestamp, then file order)", splits)
+    out = finding(
+        "duplicates_dropped",
+        n,
+        f"duplicate (user, item) rows dropped: {n:,}{where}; the {kept} row of each pair "
+        f"is kept (by timestamp, then file order)",
+        splits,
+    )
     return {**out, "kept": kept}
 
 
@@ -91,12 +96,22 @@ def _duplicates(data) -> dict | None:
     splits = _per_split(labels[repeated])
     n = int(repeated.sum())
     if set(splits) == {"unsplit"}:
-        return finding("duplicate_rows", n, f"duplicate (user, item) rows: {n:,}; splitting (leave-one-out, "
-                                            "ratio, cold) drops them, keeping the earliest row of each pair", splits)
-    return finding("duplicate_rows", n, f"duplicate (user, item) rows within one split: {n:,} "
-                                        f"({_in_words(splits)}); kept as the data's own split has them; the "
-                                        "training matrix counts each pair once, row counts such as popularity "
-                                        "count every row", splits)
+        return finding(
+            "duplicate_rows",
+            n,
+            f"duplicate (user, item) rows: {n:,}; splitting (leave-one-out, "
+            "ratio, cold) drops them, keeping the earliest row of each pair",
+            splits,
+        )
+    return finding(
+        "duplicate_rows",
+        n,
+        f"duplicate (user, item) rows within one split: {n:,} "
+        f"({_in_words(splits)}); kept as the data's own split has them; the "
+        "training matrix counts each pair once, row counts such as popularity "
+        "count every row",
+        splits,
+    )
 
 
 def _overlap(data, held_out: int, against: int) -> np.ndarray:
@@ -111,14 +126,23 @@ def _split_findings(data) -> list[dict]:
     leaks = {SPLIT_NAMES[c]: int(_overlap(data, c, TRAIN).sum()) for c in (VALID, TEST)}
     n_leak = sum(leaks.values())
     if n_leak:
-        out.append(finding("train_leak", n_leak,
-                           f"valid/test rows whose (user, item) pair is also in train: {n_leak:,} ({_in_words(leaks)}); "
-                           "kept as the data's split has them (full ranking masks training items, so these "
-                           "targets count as misses)", leaks))
+        out.append(
+            finding(
+                "train_leak",
+                n_leak,
+                f"valid/test rows whose (user, item) pair is also in train: {n_leak:,} ({_in_words(leaks)}); "
+                "kept as the data's split has them (full ranking masks training items, so these "
+                "targets count as misses)",
+                leaks,
+            )
+        )
     n_overlap = int(_overlap(data, TEST, VALID).sum())
     if n_overlap:
-        out.append(finding("valid_test_overlap", n_overlap,
-                           f"test rows whose (user, item) pair is also in valid: {n_overlap:,}"))
+        out.append(
+            finding(
+                "valid_test_overlap", n_overlap, f"test rows whose (user, item) pair is also in valid: {n_overlap:,}"
+            )
+        )
     users = data.inter["user"].to_numpy()
     trained = np.zeros(data.n_users, bool)
     trained[users[labels == TRAIN]] = True
@@ -126,9 +150,13 @@ def _split_findings(data) -> list[dict]:
     held[users[(labels == VALID) | (labels == TEST)]] = True
     n_cold = int((held & ~trained).sum())
     if n_cold:
-        out.append(finding("users_without_train", n_cold,
-                           f"users with valid/test rows but no training row: {n_cold:,} (ranked with no "
-                           "history of their own)"))
+        out.append(
+            finding(
+                "users_without_train",
+                n_cold,
+                f"users with valid/test rows but no training row: {n_cold:,} (ranked with no history of their own)",
+            )
+        )
     return out
 
 

@@ -19,6 +19,7 @@ before a split, as for every source).
 Recognised conservatively: a ``.txt`` whose first :data:`SNIFF_LINES` non-blank lines are all integer
 tokens, at least two per line. Anything else in a ``.txt`` is never read as sequences.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .core import DataError, InteractionData, _inter_frame
 from ._io import empty_content
+from .core import DataError, InteractionData, _inter_frame
 
 SEQUENCE_FORMAT = "sequences"
 ATTRIBUTES_SUFFIX = "_item2attributes.json"
@@ -101,8 +102,10 @@ def read_sequences(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if len(tokens) == 1:
             raise DataError(f"{path}: line {lineno}: user {user} has no items ({_LINE_SHAPE})")
         if user in first_line_of:
-            raise DataError(f"{path}: line {lineno}: user {user} already has a sequence on line "
-                            f"{first_line_of[user]} (one line per user{_pairs_hint(first_line_of, items, tokens)})")
+            raise DataError(
+                f"{path}: line {lineno}: user {user} already has a sequence on line "
+                f"{first_line_of[user]} (one line per user{_pairs_hint(first_line_of, items, tokens)})"
+            )
         first_line_of[user] = lineno
         seq = [int(t) for t in tokens[1:]]
         users.extend([user] * len(seq))
@@ -169,12 +172,19 @@ def _attribute_notes(path: Path, missing: int, unused: int, n_items: int) -> lis
 
     notes = []
     if missing:
-        notes.append(finding("items_without_attributes", missing,
-                             f"{missing:,} of {n_items:,} items have no attributes in {path.name} "
-                             "(an all-zero content row)"))
+        notes.append(
+            finding(
+                "items_without_attributes",
+                missing,
+                f"{missing:,} of {n_items:,} items have no attributes in {path.name} (an all-zero content row)",
+            )
+        )
     if unused:
-        notes.append(finding("attributes_unused", unused,
-                             f"{unused:,} items listed in {path.name} occur in no sequence (left out)"))
+        notes.append(
+            finding(
+                "attributes_unused", unused, f"{unused:,} items listed in {path.name} occur in no sequence (left out)"
+            )
+        )
     return notes
 
 
@@ -183,7 +193,7 @@ def load_sequences(path: str | Path) -> InteractionData:
     path = Path(path)
     users, items, positions = read_sequences(path)
     item_ids = np.unique(items)
-    user_codes, user_ids = pd.factorize(users, sort=False)   # internal user id = rank of the user's line
+    user_codes, user_ids = pd.factorize(users, sort=False)  # internal user id = rank of the user's line
     inter = _inter_frame(user_codes, np.searchsorted(item_ids, items), timestamp=positions)
     features, notes = {}, []
     attr_path = attributes_file(path)
@@ -193,6 +203,15 @@ def load_sequences(path: str | Path) -> InteractionData:
             raise DataError(f"{attr_path}: no attribute ids at all (every item's list is empty)")
         features[ATTRIBUTES_FEATURE] = matrix
         notes = _attribute_notes(attr_path, missing, unused, len(item_ids))
-    data = InteractionData(path.stem, np.asarray(user_ids, np.int64), item_ids, inter, items=empty_content(len(item_ids)),
-                           features=features, source=str(path), format=SEQUENCE_FORMAT, notes=notes)
+    data = InteractionData(
+        path.stem,
+        np.asarray(user_ids, np.int64),
+        item_ids,
+        inter,
+        items=empty_content(len(item_ids)),
+        features=features,
+        source=str(path),
+        format=SEQUENCE_FORMAT,
+        notes=notes,
+    )
     return data.validate()

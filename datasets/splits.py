@@ -10,6 +10,7 @@
 
 Ties in time are broken by the original row order (a stable sort), so splits are deterministic.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -41,8 +42,9 @@ def dedup(data: InteractionData, keep: str = "first") -> InteractionData:
     repeated = inter.duplicated(["user", "item"], keep=keep).to_numpy()
     notes = data.notes
     if repeated.any():
-        notes = merge_notes(notes, dropped_duplicates(inter["split"].to_numpy()[repeated],
-                                                      "earliest" if keep == "first" else "latest"))
+        notes = merge_notes(
+            notes, dropped_duplicates(inter["split"].to_numpy()[repeated], "earliest" if keep == "first" else "latest")
+        )
     inter = inter[~repeated]
     return data.replace(inter=inter.sort_index().reset_index(drop=True), notes=notes)
 
@@ -93,8 +95,10 @@ def leave_one_out(data: InteractionData, *, min_train: int = 1) -> InteractionDa
     labels[order] = split
     out = data.replace(inter=inter.assign(split=labels))
     if not (labels == TEST).any():
-        raise DataError(f"{data.source or data.name}: leave-one-out left the test split empty "
-                        f"(no user has {min_train + 2} or more interactions)")
+        raise DataError(
+            f"{data.source or data.name}: leave-one-out left the test split empty "
+            f"(no user has {min_train + 2} or more interactions)"
+        )
     return out
 
 
@@ -141,8 +145,9 @@ def predefined(data: InteractionData) -> InteractionData:
     return data
 
 
-def cold_item_split(data: InteractionData, fraction: float = 0.2, *, seed: int = 0,
-                    valid_fraction: float = 0.5) -> InteractionData:
+def cold_item_split(
+    data: InteractionData, fraction: float = 0.2, *, seed: int = 0, valid_fraction: float = 0.5
+) -> InteractionData:
     """Hold a random ``fraction`` of items out of training entirely.
 
     Every interaction with a held-out item goes to valid or test: the held-out items themselves are split
@@ -156,15 +161,17 @@ def cold_item_split(data: InteractionData, fraction: float = 0.2, *, seed: int =
     return out
 
 
-def cold_user_split(data: InteractionData, fraction: float = 0.2, *, seed: int = 0,
-                    valid_fraction: float = 0.5) -> InteractionData:
+def cold_user_split(
+    data: InteractionData, fraction: float = 0.2, *, seed: int = 0, valid_fraction: float = 0.5
+) -> InteractionData:
     """Hold a random ``fraction`` of users out of training entirely (their rows become valid or test)."""
     labels = _held_out_labels(data, "user", data.n_users, fraction, seed, valid_fraction)
     return data.replace(inter=data.inter.assign(split=labels))
 
 
-def _held_out_labels(data: InteractionData, column: str, n_ids: int, fraction: float, seed: int,
-                     valid_fraction: float) -> np.ndarray:
+def _held_out_labels(
+    data: InteractionData, column: str, n_ids: int, fraction: float, seed: int, valid_fraction: float
+) -> np.ndarray:
     """Each interaction's split when a random ``fraction`` of the ids in ``column`` (at least two) is held out of
     training: the first ``valid_fraction`` of the held-out ids (in the seeded draw's order) go to valid, the rest
     to test, every other interaction to train."""
@@ -181,8 +188,15 @@ def _held_out_labels(data: InteractionData, column: str, n_ids: int, fraction: f
     return code[data.inter[column].to_numpy()]
 
 
-def standard(data: InteractionData, *, threshold: float | None = None, k: int = 0,
-             split: str = "loo", keep: str = "first", seed: int = 0) -> InteractionData:
+def standard(
+    data: InteractionData,
+    *,
+    threshold: float | None = None,
+    k: int = 0,
+    split: str = "loo",
+    keep: str = "first",
+    seed: int = 0,
+) -> InteractionData:
     """The usual pipeline: implicit feedback, dedup, k-core, then the named split.
 
     ``split``: ``loo`` (leave-one-out by time), ``ratio`` (8:1:1 per user by time), ``predefined``,

@@ -11,11 +11,11 @@ The FedVLR part needs text views of the items: they are built once with the offl
 ViewStore folder built by ``fedvlr-plus views build ml-100k --out DIR`` with ``--views DIR``.
 RecBole's ``log/`` folders are written to a temporary directory, never into the current one.
 """
+
 from __future__ import annotations
 
 import argparse
 
-import torch
 from torch import nn
 
 from fedvlr_plus._compat import patch_recbole
@@ -47,8 +47,9 @@ class BiasedMF(GeneralRecommender):
 
     def calculate_loss(self, interaction):
         user = interaction[self.USER_ID]
-        return self.loss(self.forward(user, interaction[self.ITEM_ID]),
-                         self.forward(user, interaction[self.NEG_ITEM_ID]))
+        return self.loss(
+            self.forward(user, interaction[self.ITEM_ID]), self.forward(user, interaction[self.NEG_ITEM_ID])
+        )
 
     def predict(self, interaction):
         return self.forward(interaction[self.USER_ID], interaction[self.ITEM_ID])
@@ -68,31 +69,40 @@ def main(argv=None) -> dict:
 
     from recbole.config import Config
 
-    from fedvlr_plus.adapters.recbole.backbone import align_views, federate, fedvlr, recbole_workdir
+    from fedvlr_plus.adapters.recbole.backbone import align_views, federate, recbole_workdir
     from fedvlr_plus.federation import FedConfig, run_federated
+    from fedvlr_plus.fedvlr.recbole_layer import fedvlr
 
     with recbole_workdir():  # your existing RecBole configuration
-        config = Config(model=BiasedMF, dataset="ml-100k",
-                        config_dict={"embedding_size": 32, "use_gpu": False, "show_progress": False})
+        config = Config(
+            model=BiasedMF,
+            dataset="ml-100k",
+            config_dict={"embedding_size": 32, "use_gpu": False, "show_progress": False},
+        )
 
-    print(f"federating BiasedMF on ml-100k: {args.rounds} rounds, {args.local_epochs} local epoch(s) per round",
-          flush=True)
-    backbone, data = federate(BiasedMF, config)                           # <-- RecBole model -> federated backbone
+    print(
+        f"federating BiasedMF on ml-100k: {args.rounds} rounds, {args.local_epochs} local epoch(s) per round",
+        flush=True,
+    )
+    backbone, data = federate(BiasedMF, config)  # <-- RecBole model -> federated backbone
     # the adapter's defaults (fedgrad, server Adam at 0.05, client lr 2.0) are the recipe of docs/recbole.md
     fed = FedConfig(rounds=args.rounds, local_epochs=args.local_epochs, valid_metric="ndcg@10")
-    plain = run_federated(data, backbone, fed)                           # <-- train and evaluate (progress bar)
+    plain = run_federated(data, backbone, fed)  # <-- train and evaluate (progress bar)
     print("federated BiasedMF       test", {k: round(v, 4) for k, v in plain["test"].items() if "@" in k})
     out = {"federated": plain["test"]}
     if not args.no_fedvlr:
         from fedvlr_plus.datasets import load
         from fedvlr_plus.fedvlr.views import load_views
 
-        print("adding the FedVLR layer: text views of the titles and genres "
-              f"({'from ' + args.views if args.views else 'built once, then cached'})", flush=True)
-        ml = load("ml-100k")                                             # our loader: titles and genres
-        views = align_views(load_views(ml, args.views), ml.item_ids, data)   # <-- views in RecBole's id order
-        layer = fedvlr(backbone, views, data)                            # <-- add the FedVLR layer
-        fused = run_federated(data, layer, fed)                          # <-- train and evaluate
+        print(
+            "adding the FedVLR layer: text views of the titles and genres "
+            f"({'from ' + args.views if args.views else 'built once, then cached'})",
+            flush=True,
+        )
+        ml = load("ml-100k")  # our loader: titles and genres
+        views = align_views(load_views(ml, args.views), ml.item_ids, data)  # <-- views in RecBole's id order
+        layer = fedvlr(backbone, views, data)  # <-- add the FedVLR layer
+        fused = run_federated(data, layer, fed)  # <-- train and evaluate
         print("federated BiasedMF+FedVLR test", {k: round(v, 4) for k, v in fused["test"].items() if "@" in k})
         out["fedvlr"] = fused["test"]
     return out

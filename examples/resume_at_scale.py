@@ -10,6 +10,7 @@ The population is synthetic (``synthetic:UxI``) with two random 512-wide views p
 suite``: the cost depends on the shapes, not on what the views say. Each step runs in its own process so that its
 peak memory is its own. The folder is overwritten.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,18 +33,24 @@ def one_step(source: str, out: str, step: str, store: str) -> dict:
     from fedvlr_plus.run_data import load_and_split
 
     data = load_and_split(source)[0]
-    model = build_fedvlr(data, make_backbone("fedavg", data.n_items, 64), FedVLROptions(progress=False),
-                         synthetic_views(data.n_items))
+    model = build_fedvlr(
+        data, make_backbone("fedavg", data.n_items, 64), FedVLROptions(progress=False), synthetic_views(data.n_items)
+    )
     rounds = {"train": 1, "resume": 2, "study": 3}[step]
-    cfg = FedConfig(rounds=rounds, eval_every=1 if step == "study" else 10 ** 6, seed=0, private_store=store)
+    cfg = FedConfig(rounds=rounds, eval_every=1 if step == "study" else 10**6, seed=0, private_store=store)
     c0 = time.process_time()
     if step == "study":
         kind = train_selected(data, model, cfg).store.kind
     else:
         res = run_federated(data, model, cfg, out_dir=out, resume=step == "resume", progress=False)
         kind = res["resolved"]["private_store"]
-    return {"step": step, "rounds": rounds, "store": kind, "cpu_s": round(time.process_time() - c0, 1),
-            "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20, 2)}
+    return {
+        "step": step,
+        "rounds": rounds,
+        "store": kind,
+        "cpu_s": round(time.process_time() - c0, 1),
+        "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+    }
 
 
 def main(argv=None) -> None:
@@ -53,7 +60,7 @@ def main(argv=None) -> None:
     p.add_argument("--items", type=int, default=18357)
     p.add_argument("--store", default="auto", choices=("auto", "memory", "file"))
     p.add_argument("--study", action="store_true", help="also a cold-start study's training, in a third process")
-    p.add_argument("--step", choices=("train", "resume", "study"), help=argparse.SUPPRESS)   # one process's part
+    p.add_argument("--step", choices=("train", "resume", "study"), help=argparse.SUPPRESS)  # one process's part
     a = p.parse_args(argv)
     source = f"synthetic:{a.clients}x{a.items}"
     if a.step:
@@ -61,8 +68,20 @@ def main(argv=None) -> None:
         return
     shutil.rmtree(a.out, ignore_errors=True)
     for step in ("train", "resume") + (("study",) if a.study else ()):
-        cmd = [sys.executable, __file__, "--out", a.out, "--clients", str(a.clients), "--items", str(a.items),
-               "--store", a.store, "--step", step]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--out",
+            a.out,
+            "--clients",
+            str(a.clients),
+            "--items",
+            str(a.items),
+            "--store",
+            a.store,
+            "--step",
+            step,
+        ]
         print(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
 
 

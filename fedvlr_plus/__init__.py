@@ -5,10 +5,26 @@ with it the command line's ``--help``, does not load torch)::
 
     from fedvlr_plus import load, FedAvg, FedVLR, Experiment
 """
+
 __version__ = "0.1.0"
 
-_API = ("load", "Experiment", "ExperimentResult", "Model", "Reference", "FedAvg", "FedNCF", "FCF", "PFedRec",
-        "FedRAP", "RecBole", "FedVLR", "Pop", "Random", "AntiPop")
+_API = (
+    "load",
+    "Experiment",
+    "ExperimentResult",
+    "Model",
+    "Reference",
+    "FedAvg",
+    "FedNCF",
+    "FCF",
+    "PFedRec",
+    "FedRAP",
+    "RecBole",
+    "FedVLR",
+    "Pop",
+    "Random",
+    "AntiPop",
+)
 __all__ = ["__version__", *_API]
 
 

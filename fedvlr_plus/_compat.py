@@ -5,6 +5,7 @@ RecBole 1.2.1 predates NumPy 2, torch's ``weights_only`` default (torch >= 2.6),
 The shim restores exactly what RecBole uses.
 ``recbole.quick_start`` is never imported (it pulls Ray 2.6.3, which needs ``pkg_resources``).
 """
+
 from __future__ import annotations
 
 import functools
@@ -18,8 +19,14 @@ def patch_recbole() -> None:
         return
     import numpy as np
 
-    for alias, target in (("float_", np.float64), ("complex_", np.complex128), ("unicode_", np.str_),
-                          ("bool8", np.bool_), ("float", np.float64), ("int", np.int_)):
+    for alias, target in (
+        ("float_", np.float64),
+        ("complex_", np.complex128),
+        ("unicode_", np.str_),
+        ("bool8", np.bool_),
+        ("float", np.float64),
+        ("int", np.int_),
+    ):
         # RecBole's metric classes use np.float; its Config() would set it, but we also use them without one.
         if not hasattr(np, alias):
             setattr(np, alias, target)
@@ -50,7 +57,7 @@ def patch_recbole() -> None:
         # Patch only RecBole's own reference, never torch.load globally.
         import recbole.trainer.trainer as _trainer  # noqa: E402  (the shim must run first: np aliases above)
 
-        _trainer.torch.load  # ensure module import worked
+        assert callable(_trainer.torch.load)  # the module imported and kept torch's loader
         _trainer.torch = _TorchProxy(torch, load)
     _patch_fill_nan()
     _PATCHED = True
@@ -61,9 +68,9 @@ def _patch_fill_nan() -> None:
     column, which pandas >= 3 turns into a silent no-op (pandas 2.x warns ``ChainedAssignmentError``). Same
     imputation, written as an assignment. (The other chained ``fillna`` in ``_load_feat`` only touches sequence
     fields; the RecBole adapter loads id/rating/timestamp columns only.)"""
+    import numpy as np
     from recbole.data.dataset import dataset as _ds
     from recbole.utils import FeatureType
-    import numpy as np
 
     if getattr(_ds.Dataset._fill_nan, "_fedvlr_plus_patched", False):
         return
@@ -80,7 +87,8 @@ def _patch_fill_nan() -> None:
                 else:
                     dtype = np.int64 if ftype == FeatureType.TOKEN_SEQ else np.float64
                     feat[field] = feat[field].apply(
-                        lambda x: np.array([], dtype=dtype) if isinstance(x, float) else x)
+                        lambda x, dtype=dtype: np.array([], dtype=dtype) if isinstance(x, float) else x
+                    )
 
     _fill_nan._fedvlr_plus_patched = True
     _fill_nan._original = _ds.Dataset._fill_nan

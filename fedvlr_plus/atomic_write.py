@@ -5,12 +5,13 @@ is flushed to disk, and is renamed over the target. Whatever fails on the way, t
 a full or read-only disk leaves the folder as it was. An ``OSError`` (no space, read-only, no permission) becomes
 a :class:`~fedvlr_plus.errors.UserError` that names the path: the user can act on it, a traceback would not help.
 """
+
 from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from .errors import UserError
 

@@ -3,6 +3,7 @@
 Names only, importing nothing: the command line lists them in its help, and the federated engine and the
 evaluation both name them without depending on each other.
 """
+
 from __future__ import annotations
 
 #: federated backbones (fedvlr_plus.adapters.BACKBONES), named here so that building the CLI does not import torch
@@ -13,8 +14,10 @@ REFERENCE_BACKBONES = ("pop", "random", "antipop")
 
 def backbone_names() -> str:
     """Every name ``--backbone`` takes, for its help and for the unknown-backbone error."""
-    return (f"federated: {', '.join(FEDERATED_BACKBONES)}, recbole:<Model> (any RecBole general recommender, "
-            f"e.g. recbole:BPR); reference rankers: {', '.join(REFERENCE_BACKBONES)}")
+    return (
+        f"federated: {', '.join(FEDERATED_BACKBONES)}, recbole:<Model> (any RecBole general recommender, "
+        f"e.g. recbole:BPR); reference rankers: {', '.join(REFERENCE_BACKBONES)}"
+    )
 
 
 def normalise_backbone(text: str) -> str:

@@ -3,6 +3,7 @@
 The package's kernels (the initial draw's, the FedVLR layer's step) are speed only: each has a numpy or torch path
 beside it, so a missing or broken numba must cost time, never a result or a run.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -32,7 +33,7 @@ class LazyKernels:
     def __init__(self, name: str):
         self.name = name
         self.module = None
-        self.work_done = 0   # units of the work the kernels serve, done so far without them
+        self.work_done = 0  # units of the work the kernels serve, done so far without them
 
     def get(self):
         if self.module is None:

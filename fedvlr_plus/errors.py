@@ -4,6 +4,7 @@ Every one of them derives from :class:`UserError`. The command line catches that
 line ``error: <what>: <why> (<what to do>)`` and exits with code 2; anything else is a bug and keeps its
 traceback. Library code raises these instead of ``SystemExit`` so that a Python caller can catch them.
 """
+
 from __future__ import annotations
 
 

@@ -1,4 +1,5 @@
 """JSON output shared by the CLI and the engine: numpy/torch/path values, atomic file writes."""
+
 from __future__ import annotations
 
 import json

@@ -3,6 +3,7 @@
 Torch- and numpy-free: the command line checks ``--metrics`` with it while it is parsed. A malformed list raises
 ``ValueError`` with one sentence that says what is wrong.
 """
+
 from __future__ import annotations
 
 METRIC_NAMES = ("hr", "ndcg", "recall", "mrr")

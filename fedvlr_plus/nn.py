@@ -4,6 +4,7 @@ Parameters are either unbatched (``w [in, out]``, ``b [out]``: one client, or th
 stacked per client (``w [C, in, out]``, ``b [C, out]``: the batched simulator, or private parameters of B users
 being scored); the input then starts with the same ``C`` (``[C, in]``, ``[C, L, in]``, ...).
 """
+
 from __future__ import annotations
 
 import torch

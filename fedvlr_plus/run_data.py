@@ -3,6 +3,7 @@
 ``synthetic:USERSxITEMS`` sources are generated already split leave-one-out, so the split options cannot change
 them; asking for another split is refused rather than ignored.
 """
+
 from __future__ import annotations
 
 import sys
@@ -12,8 +13,15 @@ from .errors import ConfigError
 SPLITS = ("auto", "loo", "ratio", "predefined", "cold-items", "cold-users")
 
 
-def load_and_split(source: str, *, split: str = "auto", k_core: int = 0, threshold: float | None = None,
-                   seed: int = 0, warnings_to=None):
+def load_and_split(
+    source: str,
+    *,
+    split: str = "auto",
+    k_core: int = 0,
+    threshold: float | None = None,
+    seed: int = 0,
+    warnings_to=None,
+):
     """``(data, split used)``: SOURCE loaded and split (``auto``: the data's own split labels when it has them,
     else leave-one-out). Data warnings (duplicates, leaks, users without training rows) go to ``warnings_to``
     (default stderr), one line each."""
@@ -37,9 +45,11 @@ def load_and_split(source: str, *, split: str = "auto", k_core: int = 0, thresho
 def _synthetic(source: str, *, split: str, k_core: int, threshold: float | None, seed: int):
     from .federation.synthetic import synthetic_source
 
-    for flag, value, default in (("--split", split, "auto"), ("--k-core", k_core, 0),
-                                 ("--implicit-threshold", threshold, None)):
+    for flag, value, default in (
+        ("--split", split, "auto"),
+        ("--k-core", k_core, 0),
+        ("--implicit-threshold", threshold, None),
+    ):
         if value != default and not (flag == "--split" and value == "loo"):
-            raise ConfigError(f"{flag} {value}", f"{source} is generated already split leave-one-out",
-                              f"drop {flag}")
+            raise ConfigError(f"{flag} {value}", f"{source} is generated already split leave-one-out", f"drop {flag}")
     return synthetic_source(source, seed=seed)

@@ -1,5 +1,6 @@
 """Helpers for the bad-input suite (``tests/bad_input/``): run the CLI and check that a user's mistake gets
 exactly one clear line, exit code 2, and no traceback."""
+
 from __future__ import annotations
 
 import contextlib
@@ -35,10 +36,15 @@ def run_cli_process(*args: str, timeout: float = 300, env: dict | None = None, c
     """Run ``fedvlr-plus ARGS`` as a separate process (for kills, signals and file-system faults)."""
     # PYTHONSAFEPATH: with ``-m`` the working directory (the checkout) would come first on sys.path, and its
     # top-level ``datasets/`` folder would shadow Hugging Face's package for transformers
-    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONSAFEPATH": "1",
-                **(env or {})}
-    proc = subprocess.run([sys.executable, "-m", "fedvlr_plus.cli", *map(str, args)], capture_output=True,
-                          text=True, timeout=timeout, env=full_env, cwd=cwd)
+    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONSAFEPATH": "1", **(env or {})}
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedvlr_plus.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+        cwd=cwd,
+    )
     return CliResult(proc.returncode, proc.stdout, proc.stderr)
 
 

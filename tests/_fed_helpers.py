@@ -1,13 +1,13 @@
 """Helpers for the federation tests: small real data slices."""
+
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from _shared import shared_data
 
 from fedvlr_plus.datasets import InteractionData, load
 from fedvlr_plus.datasets.splits import dedup, leave_one_out
-
-from _shared import shared_data
 
 
 def load_ml100k(n_users: int | None = None) -> InteractionData:
@@ -18,9 +18,12 @@ def load_ml100k(n_users: int | None = None) -> InteractionData:
         raw_users = data.user_ids[data.inter["user"].to_numpy()]
         keep = pd.unique(raw_users)[:n_users]
         sel = np.isin(raw_users, keep)
-        data = InteractionData.from_raw(f"ml-100k-{n_users}u", raw_users[sel],
-                                        data.item_ids[data.inter["item"].to_numpy()[sel]],
-                                        timestamp=data.inter["timestamp"].to_numpy()[sel])
+        data = InteractionData.from_raw(
+            f"ml-100k-{n_users}u",
+            raw_users[sel],
+            data.item_ids[data.inter["item"].to_numpy()[sel]],
+            timestamp=data.inter["timestamp"].to_numpy()[sel],
+        )
     return leave_one_out(dedup(data))
 
 

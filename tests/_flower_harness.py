@@ -4,6 +4,7 @@ Every process is started in its own session (process group) so that it and its c
 ServerApp and ClientApp processes) can be ended together; :meth:`Federation.close` ends every group that is still
 alive, and the fixtures call it in a finalizer, so nothing outlives a test even when it fails.
 """
+
 from __future__ import annotations
 
 import json
@@ -55,8 +56,7 @@ class Federation:
         home.mkdir(parents=True, exist_ok=True)
         log = open(self.root / f"{name}.log", "ab")
         env = {**self.env, "FLWR_HOME": str(home)}
-        p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(home),
-                             start_new_session=True)
+        p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(home), start_new_session=True)
         log.close()
         self.procs[name] = p
         return p
@@ -71,9 +71,11 @@ class Federation:
     def start_superlink(self) -> None:
         self.port = free_port()
         tls = {"certificates": str(self.certificates)} if self.certificates else {"insecure": True}
-        self._start("superlink", flower_cli.superlink_command(port=self.port, supernode_auth=self.supernode_auth,
-                                                              **tls),
-                    self.root / "home-superlink")
+        self._start(
+            "superlink",
+            flower_cli.superlink_command(port=self.port, supernode_auth=self.supernode_auth, **tls),
+            self.root / "home-superlink",
+        )
         wait_port(self.port)
 
     def _cli_home(self) -> Path:
@@ -83,36 +85,58 @@ class Federation:
 
     def flwr(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
         """``flwr ARGS`` against this federation's SuperLink (its connection is named ``fedvlr``)."""
-        return subprocess.run([flower_cli._exe("flwr"), *args], env={**self.env, "FLWR_HOME": str(self._cli_home())},
-                              capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            [flower_cli._exe("flwr"), *args],
+            env={**self.env, "FLWR_HOME": str(self._cli_home())},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     def register(self, public_key: Path) -> int:
         """Register a SuperNode's public key (node authentication); returns the node id the SuperLink gave it."""
         proc = self.flwr("supernode", "register", str(public_key), "fedvlr", "--format", "json")
         if proc.returncode != 0:
             raise RuntimeError(f"flwr supernode register failed:\n{proc.stdout}\n{proc.stderr}")
-        return int(json.loads(proc.stdout[proc.stdout.index("{"):])["node-id"])
+        return int(json.loads(proc.stdout[proc.stdout.index("{") :])["node-id"])
 
     def supernode_state(self, i: int) -> Path:
         return self.root / f"state-{i}"
 
-    def start_supernode(self, i: int, n: int, *, tag: str = "", auth_key: Path | None = None,
-                        tls: dict | None = None, max_wait_time: float | None = None) -> subprocess.Popen:
-        cmd = flower_cli.supernode_command(superlink=f"127.0.0.1:{self.port}", partition=(i, n),
-                                           runtime_port=free_port(), state_dir=str(self.supernode_state(i)),
-                                           auth_key=str(auth_key) if auth_key else None,
-                                           max_wait_time=max_wait_time, **(tls or self._tls))
+    def start_supernode(
+        self,
+        i: int,
+        n: int,
+        *,
+        tag: str = "",
+        auth_key: Path | None = None,
+        tls: dict | None = None,
+        max_wait_time: float | None = None,
+    ) -> subprocess.Popen:
+        cmd = flower_cli.supernode_command(
+            superlink=f"127.0.0.1:{self.port}",
+            partition=(i, n),
+            runtime_port=free_port(),
+            state_dir=str(self.supernode_state(i)),
+            auth_key=str(auth_key) if auth_key else None,
+            max_wait_time=max_wait_time,
+            **(tls or self._tls),
+        )
         return self._start(f"supernode-{i}{tag}", cmd, self.root / f"home-supernode-{i}{tag}")
 
     def submit(self, config: dict) -> dict:
         home = self._cli_home()
-        proc = subprocess.run(flower_cli.run_command(str(APP_DIR), config=flower_cli.absolute_paths(config)),
-                              env={**self.env, "FLWR_HOME": str(home)}, capture_output=True, text=True,
-                              timeout=120)
+        proc = subprocess.run(
+            flower_cli.run_command(str(APP_DIR), config=flower_cli.absolute_paths(config)),
+            env={**self.env, "FLWR_HOME": str(home)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if proc.returncode != 0:
             raise RuntimeError(f"flwr run failed:\n{proc.stdout}\n{proc.stderr}\n{self.logs()}")
         try:
-            return json.loads(proc.stdout[proc.stdout.index("{"):])
+            return json.loads(proc.stdout[proc.stdout.index("{") :])
         except ValueError:
             return {"output": proc.stdout}
 
@@ -156,7 +180,7 @@ class Federation:
             self.kill(name, signal.SIGTERM, grace=3.0)
         deadline = time.time() + 10.0
         while time.time() < deadline and any(self.group_alive(n) for n in self.procs):
-            time.sleep(0.2)   # killed children are reaped by init a moment later
+            time.sleep(0.2)  # killed children are reaped by init a moment later
         return [n for n in self.procs if self.group_alive(n)]
 
     def logs(self, tail: int = 4000) -> str:

@@ -1,4 +1,5 @@
 """Test helper: a module of compiled kernels, or a skip where numba is not installed."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,21 +1,34 @@
 import numpy as np
 import pandas as pd
 import pytest
-
-from fedvlr_plus.alignment.pairs import (PreferencePairs, annotator_pairs, assign_clients, genre_matrix, hh_pairs,
-                                         holdout_split, kmeans, last_human_turn, pairwise_accuracy, purity,
-                                         rating_pairs, read_hh, silhouette, split_dialogue, user_groups)
-from fedvlr_plus.datasets import InteractionData
-
 from _shared import jsonl, shared_data, write
+
+from fedvlr_plus.alignment.pairs import (
+    PreferencePairs,
+    annotator_pairs,
+    assign_clients,
+    genre_matrix,
+    hh_pairs,
+    holdout_split,
+    kmeans,
+    last_human_turn,
+    pairwise_accuracy,
+    purity,
+    rating_pairs,
+    read_hh,
+    silhouette,
+    split_dialogue,
+    user_groups,
+)
+from fedvlr_plus.datasets import InteractionData
 
 
 def _tiny_ratings(users=None):
     # user a: item x = 5, y = 3, z = 1; user b: x = 4, y = 4 (no pair with gap 2)
-    data = InteractionData.from_raw("tiny", ["a", "a", "a", "b", "b"], ["x", "y", "z", "x", "y"],
-                                    rating=[5, 3, 1, 4, 4], timestamp=[1, 2, 3, 4, 5])
-    items = pd.DataFrame({"title": ["X", "Y", "Z"],
-                          "categories": [["Comedy"], ["Horror"], ["Comedy", "Horror"]]})
+    data = InteractionData.from_raw(
+        "tiny", ["a", "a", "a", "b", "b"], ["x", "y", "z", "x", "y"], rating=[5, 3, 1, 4, 4], timestamp=[1, 2, 3, 4, 5]
+    )
+    items = pd.DataFrame({"title": ["X", "Y", "Z"], "categories": [["Comedy"], ["Horror"], ["Comedy", "Horror"]]})
     return data.replace(items=items, users=users if users is not None else pd.DataFrame())
 
 
@@ -24,7 +37,7 @@ def test_rating_pairs_hand_computed_contexts_exclude_the_pair():
     feats = np.eye(3, dtype=np.float32)
     p = rating_pairs(data, feats, min_gap=2, max_pairs_per_user=None)
     got = sorted(zip(p.chosen_item.tolist(), p.rejected_item.tolist()))
-    assert got == [(0, 1), (0, 2), (1, 2)]          # gaps 2, 4, 2; user b has none
+    assert got == [(0, 1), (0, 2), (1, 2)]  # gaps 2, 4, 2; user b has none
     assert (p.user == 0).all()
     # mean rating 3: weights (r - 3) f = [2 e0, 0, -2 e2]; the context leaves out the pair's two items, / (3 - 2)
     ctx = {pair: p.context[i] for i, pair in enumerate(zip(p.chosen_item.tolist(), p.rejected_item.tolist()))}
@@ -62,8 +75,8 @@ def test_split_dialogue():
     prompt, a, b = split_dialogue(c, r)
     assert prompt.endswith("what is 2+2?") and (a, b) == ("4", "5")
     assert last_human_turn(prompt) == "what is 2+2?"
-    assert split_dialogue(c, c) is None                       # equal responses are dropped
-    assert split_dialogue(c, "\n\nHuman: other\n\nAssistant: 5") is None   # no shared prompt
+    assert split_dialogue(c, c) is None  # equal responses are dropped
+    assert split_dialogue(c, "\n\nHuman: other\n\nAssistant: 5") is None  # no shared prompt
 
 
 class _StubEncoder:
@@ -84,8 +97,13 @@ class _StubEncoder:
 
 
 def _hh_folder(tmp_path):
-    rows = [{"chosen": f"\n\nHuman: q{i}\n\nAssistant: good answer {i}",
-             "rejected": f"\n\nHuman: q{i}\n\nAssistant: bad {i}"} for i in range(6)]
+    rows = [
+        {
+            "chosen": f"\n\nHuman: q{i}\n\nAssistant: good answer {i}",
+            "rejected": f"\n\nHuman: q{i}\n\nAssistant: bad {i}",
+        }
+        for i in range(6)
+    ]
     rows.append({"chosen": "\n\nHuman: same\n\nAssistant: x", "rejected": "\n\nHuman: same\n\nAssistant: x"})
     write(tmp_path / "hh" / "helpful-base-test.jsonl.gz", jsonl(rows))
     write(tmp_path / "hh" / "harmless-base-test.jsonl.gz", jsonl(rows[:4]))
@@ -96,7 +114,7 @@ def test_hh_pairs_with_stub_encoder_and_cache(tmp_path):
     root = _hh_folder(tmp_path)
     enc = _StubEncoder()
     p = hh_pairs(root, encoder=enc, cache_dir=tmp_path / "cache", clients_per_split=2)
-    assert len(p) == 10                                       # 6 helpful (equal pair dropped) + 4 harmless
+    assert len(p) == 10  # 6 helpful (equal pair dropped) + 4 harmless
     assert p.group_names == ("helpful-base", "harmless-base")
     assert p.group.tolist() == [0] * 6 + [1] * 4
     assert sorted(set(p.client[p.group == 0].tolist())) == [0, 1] and set(p.client[p.group == 1]) == {2, 3}
@@ -119,8 +137,15 @@ def _pairs(n=40, clients=4):
     rng = np.random.default_rng(0)
     x = rng.normal(size=(n, 3)).astype(np.float32)
     group = np.arange(n) % 2
-    return PreferencePairs(context=x, chosen=x, rejected=-x, client=np.arange(n) % clients, group=group,
-                           group_names=("a", "b"), user=np.arange(n) // 2)
+    return PreferencePairs(
+        context=x,
+        chosen=x,
+        rejected=-x,
+        client=np.arange(n) % clients,
+        group=group,
+        group_names=("a", "b"),
+        user=np.arange(n) // 2,
+    )
 
 
 def test_holdout_split_by_user_has_no_shared_users_and_assign_clients():
@@ -150,8 +175,12 @@ def test_kmeans_balanced_purity_silhouette():
 def test_annotator_pairs_conflict_by_construction():
     n = 60
     rng = np.random.default_rng(1)
-    items = pd.DataFrame({"title": [f"m{i}" for i in range(n)],
-                          "categories": [["Children's"] if i % 2 else ["Horror"] for i in range(n)]})
+    items = pd.DataFrame(
+        {
+            "title": [f"m{i}" for i in range(n)],
+            "categories": [["Children's"] if i % 2 else ["Horror"] for i in range(n)],
+        }
+    )
     users = np.repeat(np.arange(25), n)
     its = np.tile(np.arange(n), 25)
     # horror films rate higher on average: the two annotator types disagree on every (Horror, Children's) pair
@@ -171,8 +200,9 @@ def _rated(n, categories, users=25, seed=1):
     """``users`` users rating every one of ``n`` items (each item rated >= 20 times), with these categories."""
     rng = np.random.default_rng(seed)
     its = np.tile(np.arange(n), users)
-    data = InteractionData.from_raw("t", np.repeat(np.arange(users), n), its, rating=rng.integers(1, 6, len(its)),
-                                    item_order=np.arange(n))
+    data = InteractionData.from_raw(
+        "t", np.repeat(np.arange(users), n), its, rating=rng.integers(1, 6, len(its)), item_order=np.arange(n)
+    )
     return data.replace(items=pd.DataFrame({"title": [f"m{i}" for i in range(n)], "categories": categories}))
 
 
@@ -181,8 +211,11 @@ def test_annotator_pairs_refuse_data_without_the_family_genres_in_one_line():
 
     n = 30
     no_family = _rated(n, [["Comedy"] if i % 2 else ["Drama"] for i in range(n)])
-    with pytest.raises(ConfigError, match=r"t: the simulated annotator types need ratings and MovieLens genres.*"
-                                          r"30 items rated 20 or more times and 0 of those genres"):
+    with pytest.raises(
+        ConfigError,
+        match=r"t: the simulated annotator types need ratings and MovieLens genres.*"
+        r"30 items rated 20 or more times and 0 of those genres",
+    ):
         annotator_pairs(no_family, genre_matrix(no_family.items)[0], n_clients_per_type=2, pairs_per_client=5)
     no_genres = _rated(n, [[] for _ in range(n)])
     with pytest.raises(ConfigError, match="0 of those genres"):
@@ -216,14 +249,19 @@ def test_real_hh_rlhf_and_ml100k_pairs():
 def make_hh_cached(tmp_path, n=30):
     """A tiny HH-RLHF folder whose embeddings are already in a cache under the default encoder's name, so the
     commands read them and never load MiniLM. Returns (folder, cache dir)."""
-    from fedvlr_plus.alignment.pairs import hh_file, last_human_turn
 
-    rows = [{"chosen": f"\n\nHuman: question {i}\n\nAssistant: a careful helpful answer number {i}",
-             "rejected": f"\n\nHuman: question {i}\n\nAssistant: no {i}"} for i in range(n)]
+    rows = [
+        {
+            "chosen": f"\n\nHuman: question {i}\n\nAssistant: a careful helpful answer number {i}",
+            "rejected": f"\n\nHuman: question {i}\n\nAssistant: no {i}",
+        }
+        for i in range(n)
+    ]
     root = tmp_path / "hh"
     write(root / "helpful-base-test.jsonl.gz", jsonl(rows))
-    write(root / "harmless-base-test.jsonl.gz", jsonl([{"chosen": r["rejected"], "rejected": r["chosen"]}
-                                                       for r in rows]))
+    write(
+        root / "harmless-base-test.jsonl.gz", jsonl([{"chosen": r["rejected"], "rejected": r["chosen"]} for r in rows])
+    )
     enc = _StubEncoder()
     enc.model_name = "all-MiniLM-L6-v2"
     hh_pairs(root, encoder=enc, cache_dir=tmp_path / "cache")

@@ -1,11 +1,12 @@
 """The Python API: ``Experiment(data, models, metrics, seeds).run()`` and its result object."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from fedvlr_plus import Experiment, FedAvg, FCF, Pop, load
+from fedvlr_plus import FCF, Experiment, FedAvg, load
 from fedvlr_plus.federation.synthetic import synthetic_data
 
 
@@ -24,8 +25,9 @@ def test_every_model_is_scored_on_every_test_user(small, result):
 
 @pytest.fixture(scope="module")
 def result(small):
-    return Experiment(small, [FedAvg(), FCF(lr=0.5)], metrics=["ndcg@10", "hr@20"], seeds=2, rounds=2,
-                      dim=8, progress=False).run()
+    return Experiment(
+        small, [FedAvg(), FCF(lr=0.5)], metrics=["ndcg@10", "hr@20"], seeds=2, rounds=2, dim=8, progress=False
+    ).run()
 
 
 def test_the_table_has_every_model_and_the_reference_rankers(result):
@@ -112,14 +114,15 @@ def test_references_are_masked_as_the_models_are(small):
     pop = reference_scorer("pop", small)
     train = Experiment(small, [], metrics=["hr@10"], references=False).test(pop, 0)
     every = Experiment(small, [], metrics=["hr@10"], references=False, mask_history="all").test(pop, 0)
-    assert train.summary() != every.summary()   # validation items are candidates only under the train mask
+    assert train.summary() != every.summary()  # validation items are candidates only under the train mask
 
 
 def test_fedvlr_recipe_takes_a_whole_options_record_and_a_label():
     from fedvlr_plus import FedVLR
     from fedvlr_plus.fedvlr import FedVLROptions
 
-    recipe = FedVLR(FedAvg(lr=0.2), options=FedVLROptions(views="/somewhere", cold_neighbours=3), mode="mlp",
-                    label="fedavg+mlp")
+    recipe = FedVLR(
+        FedAvg(lr=0.2), options=FedVLROptions(views="/somewhere", cold_neighbours=3), mode="mlp", label="fedavg+mlp"
+    )
     assert recipe.options == FedVLROptions(mode="mlp", views="/somewhere", cold_neighbours=3)
     assert recipe.label == "fedavg+mlp" and recipe.train == {"lr": 0.2}

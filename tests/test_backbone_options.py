@@ -1,5 +1,6 @@
 """A backbone's own options (FedRAP's penalties) live on the backbone: declared by it, passed to it by the command
 line, the Python API and the Flower app, recorded with a run's settings, and checked when a run resumes."""
+
 from __future__ import annotations
 
 import argparse
@@ -12,8 +13,7 @@ from fedvlr_plus.federation import FedConfig, FederatedRun, run_federated
 from fedvlr_plus.federation.engine import dataset_identity
 from fedvlr_plus.federation.synthetic import synthetic_data
 
-FAST = dict(rounds=2, local_epochs=1, batch_size=8, negatives=1, dim=8, patience=10, ks=(5, 10),
-            valid_metric="hr@10")
+FAST = dict(rounds=2, local_epochs=1, batch_size=8, negatives=1, dim=8, patience=10, ks=(5, 10), valid_metric="hr@10")
 
 
 @pytest.fixture(scope="module")
@@ -60,32 +60,52 @@ def _figures(res):
 
 def test_the_same_penalty_by_name_or_by_ready_adapter_gives_the_same_run(small):
     by_name = run_federated(small, "fedrap", FedConfig(**FAST), progress=False, options={"fedrap_lambda": 0.2})
-    ready = run_federated(small, FedRAP(small.n_items, FAST["dim"], fedrap_lambda=0.2), FedConfig(**FAST),
-                          progress=False)
+    ready = run_federated(
+        small, FedRAP(small.n_items, FAST["dim"], fedrap_lambda=0.2), FedConfig(**FAST), progress=False
+    )
     other = run_federated(small, "fedrap", FedConfig(**FAST), progress=False, options={"fedrap_lambda": 5.0})
     assert _figures(by_name) == _figures(ready)
-    assert _figures(by_name) != _figures(other)   # the option reaches the loss
+    assert _figures(by_name) != _figures(other)  # the option reaches the loss
 
 
 def test_resume_refuses_a_changed_penalty_and_accepts_the_same(small, tmp_path):
     run_federated(small, "fedrap", FedConfig(**FAST), out_dir=tmp_path, progress=False)
     with pytest.raises(ResumeMismatch, match=r"--fedrap-lambda: the run used 0\.0001, this call 0\.001"):
-        run_federated(small, "fedrap", FedConfig(**{**FAST, "rounds": 3}), out_dir=tmp_path, resume=True,
-                      progress=False, options={"fedrap_lambda": 1e-3})
-    more = run_federated(small, "fedrap", FedConfig(**{**FAST, "rounds": 3}), out_dir=tmp_path, resume=True,
-                         progress=False, options={"fedrap_lambda": 1e-4})   # the default, given explicitly
+        run_federated(
+            small,
+            "fedrap",
+            FedConfig(**{**FAST, "rounds": 3}),
+            out_dir=tmp_path,
+            resume=True,
+            progress=False,
+            options={"fedrap_lambda": 1e-3},
+        )
+    more = run_federated(
+        small,
+        "fedrap",
+        FedConfig(**{**FAST, "rounds": 3}),
+        out_dir=tmp_path,
+        resume=True,
+        progress=False,
+        options={"fedrap_lambda": 1e-4},
+    )  # the default, given explicitly
     assert more["rounds_run"] == 3
 
 
 def _checkpoint_of(run, **config):
-    return {"backbone": run.backbone_name, "dataset": dataset_identity(run.data), "round": 0,
-            "config": {**run.recorded_config(), **config}, "resolved": run._resolved()}
+    return {
+        "backbone": run.backbone_name,
+        "dataset": dataset_identity(run.data),
+        "round": 0,
+        "config": {**run.recorded_config(), **config},
+        "resolved": run._resolved(),
+    }
 
 
 def test_a_folder_recorded_with_penalties_for_every_backbone_still_resumes(small, tmp_path):
     """Run folders written while every config carried FedRAP's penalties list them for a FedAvg run too."""
     avg = FederatedRun(small, "fedavg", FedConfig(**FAST), tmp_path / "a")
-    avg._check_same_run(_checkpoint_of(avg, fedrap_lambda=1e-4, fedrap_mu=1e-2))   # no error
+    avg._check_same_run(_checkpoint_of(avg, fedrap_lambda=1e-4, fedrap_mu=1e-2))  # no error
     rap = FederatedRun(small, "fedrap", FedConfig(**FAST), tmp_path / "b")
     rap._check_same_run(_checkpoint_of(rap))
     with pytest.raises(ResumeMismatch, match="--fedrap-mu: the run used 0.5"):
@@ -101,8 +121,8 @@ def test_the_command_line_builds_fedrap_with_its_flags(small):
     bb = build_backbone(args, small, 8, False)
     assert isinstance(bb, FedRAP) and bb.option_values() == {"fedrap_lambda": 0.25, "fedrap_mu": 1e-2}
     plain = parser.parse_args(["run", "ml-100k", "--backbone", "fedrap"])
-    assert build_backbone(plain, small, 8, False) == "fedrap"   # no flag: the engine builds it with defaults
-    with pytest.raises(SystemExit):   # bench suite never builds FedRAP from the flags: it does not take them
+    assert build_backbone(plain, small, 8, False) == "fedrap"  # no flag: the engine builds it with defaults
+    with pytest.raises(SystemExit):  # bench suite never builds FedRAP from the flags: it does not take them
         parser.parse_args(["bench", "suite", "--fedrap-lambda", "0.25"])
 
 
@@ -133,22 +153,36 @@ def _folder_with_text_views(path, n_users=24, n_items=40):
     import numpy as np
 
     g = np.random.default_rng(0)
-    rows = [(u, int(i), 1, t) for u in range(n_users)
-            for t, i in enumerate(g.choice(n_items, size=6, replace=False))]
+    rows = [(u, int(i), 1, t) for u in range(n_users) for t, i in enumerate(g.choice(n_items, size=6, replace=False))]
     path.mkdir()
-    (path / "inter.csv").write_text("userID,itemID,rating,timestamp\n"
-                                    + "".join(",".join(map(str, r)) + "\n" for r in rows))
+    (path / "inter.csv").write_text(
+        "userID,itemID,rating,timestamp\n" + "".join(",".join(map(str, r)) + "\n" for r in rows)
+    )
     np.save(path / "text_features.npy", g.standard_normal((n_items, 6)).astype(np.float32))
     return str(path)
 
 
-@pytest.mark.parametrize("command", [
-    ["experiment", "paper-table", "FOLDER", "--backbones", "fedrap", "--variants", "none", "--seeds", "1"],
-    ["experiment", "poisoning", "synthetic:30x40", "--backbone", "fedrap", "--strategies", "fedavg",
-     "--attackers", "0", "--seeds", "1"],
-    ["experiment", "privacy-table", "synthetic:30x40", "--backbone", "fedrap", "--noise", "0", "--seeds", "1"],
-    ["coldstart", "FOLDER", "--backbone", "fedrap", "--seeds", "1"],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["experiment", "paper-table", "FOLDER", "--backbones", "fedrap", "--variants", "none", "--seeds", "1"],
+        [
+            "experiment",
+            "poisoning",
+            "synthetic:30x40",
+            "--backbone",
+            "fedrap",
+            "--strategies",
+            "fedavg",
+            "--attackers",
+            "0",
+            "--seeds",
+            "1",
+        ],
+        ["experiment", "privacy-table", "synthetic:30x40", "--backbone", "fedrap", "--noise", "0", "--seeds", "1"],
+        ["coldstart", "FOLDER", "--backbone", "fedrap", "--seeds", "1"],
+    ],
+)
 def test_every_command_that_trains_fedrap_passes_its_penalties_to_the_backbone(command, monkeypatch, tmp_path):
     from _bad_input import run_cli
 
@@ -163,7 +197,19 @@ def test_every_command_that_trains_fedrap_passes_its_penalties_to_the_backbone(c
 
     monkeypatch.setattr(fedrap.FedRAP, "__init__", spy)
     command = [_folder_with_text_views(tmp_path / "data") if a == "FOLDER" else a for a in command]
-    res = run_cli(*command, "--rounds", "1", "--local-epochs", "1", "--dim", "4", "--no-progress",
-                  "--fedrap-lambda", "0.003", "--fedrap-mu", "0.02")
+    res = run_cli(
+        *command,
+        "--rounds",
+        "1",
+        "--local-epochs",
+        "1",
+        "--dim",
+        "4",
+        "--no-progress",
+        "--fedrap-lambda",
+        "0.003",
+        "--fedrap-mu",
+        "0.02",
+    )
     assert res.code == 0, res.err
     assert (0.003, 0.02) in seen

@@ -1,4 +1,5 @@
 """Backbones: declared shared/private parts, and the same numbers in the three shape settings."""
+
 import math
 
 import pytest
@@ -12,8 +13,10 @@ N, D = 12, 8
 
 
 def test_declared_parts():
-    parts = {name: (set(make_backbone(name, N, D).shared_names), set(make_backbone(name, N, D).private_names))
-             for name in BACKBONES}
+    parts = {
+        name: (set(make_backbone(name, N, D).shared_names), set(make_backbone(name, N, D).private_names))
+        for name in BACKBONES
+    }
     assert parts["fedavg"] == ({"item_emb"}, {"head_w", "head_b"})
     assert parts["fcf"] == ({"item_emb"}, {"user_emb"})
     assert parts["pfedrec"] == ({"item_emb"}, {"head_w", "head_b", "item_emb_personal"})
@@ -57,12 +60,12 @@ def test_ncf_split_first_layer_is_the_concatenated_layer():
     bb = make_backbone("fedncf", N, D)
     p = {**init_shared_state(bb, 0), **init_private_states(bb, [0], 0)[0]}
     items = torch.arange(N)
-    w = torch.cat([p["mlp1_user"], p["mlp1_item"]], dim=1)            # Linear(2d -> d) on [p_u ; q_i]
+    w = torch.cat([p["mlp1_user"], p["mlp1_item"]], dim=1)  # Linear(2d -> d) on [p_u ; q_i]
     x = torch.cat([p["user_mlp"].expand(N, D), p["item_mlp"]], dim=1)
     h = torch.relu(x @ w.T + p["mlp1_b"])
     h = torch.relu(h @ p["mlp2_w"].T + p["mlp2_b"])
     h = torch.relu(h @ p["mlp3_w"].T + p["mlp3_b"])
-    z = torch.cat([p["user_gmf"] * p["item_gmf"], h], dim=1)                 # NeuMF's [GMF ; MLP]
+    z = torch.cat([p["user_gmf"] * p["item_gmf"], h], dim=1)  # NeuMF's [GMF ; MLP]
     out_w = torch.cat([p["out_gmf"], p["out_mlp"]])
     assert torch.allclose(bb.logits(p, items), z @ out_w + p["out_b"], atol=1e-6)
     assert torch.equal(p["out_gmf"], torch.ones(D))  # starts as the dot product of the GMF embeddings
@@ -109,8 +112,8 @@ def test_private_initialisation_is_per_client_and_reproducible():
     bb = make_backbone("fedavg", N, D)
     a = init_private_states(bb, [0, 1, 2], seed=0)
     b = init_private_states(bb, [2], seed=0)[0]
-    assert torch.equal(a[2]["head_w"], b["head_w"])            # same client, alone or in a group
-    assert not torch.equal(a[0]["head_w"], a[1]["head_w"])     # different clients differ
+    assert torch.equal(a[2]["head_w"], b["head_w"])  # same client, alone or in a group
+    assert not torch.equal(a[0]["head_w"], a[1]["head_w"])  # different clients differ
     assert abs(float(torch.stack([s["head_w"] for s in a]).std()) - 0.1) < 0.05
 
 

@@ -1,14 +1,16 @@
-"""A dot-product head's local steps as rank-one sums over the broadcast table (``federation/simulation/dot_steps.py``) give
+"""A dot-product head's local steps as rank-one sums over the broadcast table (``federation/simulation/dot_steps.py``)
+give
 the sequential reference's uploads, private states and losses, and are taken only where they apply."""
+
 import numpy as np
 import pytest
 import torch
+from test_simulator import tiny_csr
 
 from fedvlr_plus.adapters import make_backbone
 from fedvlr_plus.federation import BatchedSimulator, MemoryStore, SequentialSimulator
 from fedvlr_plus.federation.simulation.dot_steps import DotSteps
 from fedvlr_plus.federation.state.initial import init_shared_state
-from test_simulator import tiny_csr
 
 CONFIG = dict(seed=0, round=3, epochs=2, negatives=2, lr=0.3, item_lr_scale=3.0, weight_decay=0.0)
 
@@ -20,7 +22,7 @@ def _round(sim_cls, bb, config, monkeypatch=None):
         monkeypatch.setattr(DotSteps, "step", lambda self, *a: calls.append(1) or step(self, *a))
     indptr, indices = tiny_csr()
     store = MemoryStore()
-    sim = sim_cls(bb, indptr, indices, store, seed=0, chunk_floats=4096)   # several chunks
+    sim = sim_cls(bb, indptr, indices, store, seed=0, chunk_floats=4096)  # several chunks
     shared = init_shared_state(bb, 0)
     shared = {k: v + 0.2 * torch.randn(v.shape, generator=torch.Generator().manual_seed(1)) for k, v in shared.items()}
     ups = sim.fit(np.arange(len(indptr) - 1), shared, config)
@@ -28,10 +30,16 @@ def _round(sim_cls, bb, config, monkeypatch=None):
 
 
 @pytest.mark.parametrize("name", ["fedavg", "fcf", "pfedrec"])
-@pytest.mark.parametrize("mode", [dict(upload="params", batch_size=4), dict(upload="grads", batch_size=4),
-                                  dict(upload="grads", local_shared=True, batch_size=3),
-                                  dict(upload="params", batch_size=1)],    # many steps: every earlier step counts
-                         ids=["params", "grads", "local-shared", "many-steps"])
+@pytest.mark.parametrize(
+    "mode",
+    [
+        dict(upload="params", batch_size=4),
+        dict(upload="grads", batch_size=4),
+        dict(upload="grads", local_shared=True, batch_size=3),
+        dict(upload="params", batch_size=1),
+    ],  # many steps: every earlier step counts
+    ids=["params", "grads", "local-shared", "many-steps"],
+)
 def test_rank_one_steps_equal_the_sequential_reference(name, mode, monkeypatch):
     bb = make_backbone(name, 40, 8)
     config = {**CONFIG, **mode}
@@ -57,8 +65,7 @@ def test_rank_one_steps_equal_the_sequential_reference(name, mode, monkeypatch):
 def test_rank_one_steps_are_not_taken_where_they_do_not_apply(why, monkeypatch):
     name = "fedrap" if why == "regulariser" else "fedavg"
     bb = make_backbone(name, 40, 8)
-    config = {**CONFIG, "upload": "params", "batch_size": 4,
-              "weight_decay": 0.05 if why == "weight decay" else 0.0}
+    config = {**CONFIG, "upload": "params", "batch_size": 4, "weight_decay": 0.05 if why == "weight decay" else 0.0}
     if why == "big catalogue":
         monkeypatch.setattr("fedvlr_plus.federation.simulation.dot_steps.ALL_ROWS_RATIO", 0)
     _, _, n_calls, _ = _round(BatchedSimulator, bb, config, monkeypatch)
@@ -66,8 +73,14 @@ def test_rank_one_steps_are_not_taken_where_they_do_not_apply(why, monkeypatch):
 
 
 @pytest.mark.parametrize("kernel", ["compiled", "torch"])
-@pytest.mark.parametrize("name,mode", [("fedavg", dict(upload="params")), ("fcf", dict(upload="grads")),
-                                       ("pfedrec", dict(upload="params", weight_decay=0.05))])
+@pytest.mark.parametrize(
+    "name,mode",
+    [
+        ("fedavg", dict(upload="params")),
+        ("fcf", dict(upload="grads")),
+        ("pfedrec", dict(upload="params", weight_decay=0.05)),
+    ],
+)
 def test_row_by_id_steps_of_a_big_catalogue_equal_the_sequential_reference(kernel, name, mode, monkeypatch):
     """Where the catalogue is too big for rank-one steps, a dot-product head's step reads its rows by id (the
     compiled scores or their torch fallback, ``embedding_bag`` sums) and gives the sequential reference's numbers."""
@@ -75,7 +88,7 @@ def test_row_by_id_steps_of_a_big_catalogue_equal_the_sequential_reference(kerne
 
     monkeypatch.setattr("fedvlr_plus.federation.simulation.dot_steps.ALL_ROWS_RATIO", 0)
     monkeypatch.setattr(indexed_rows._KERNELS, "module", None if kernel == "compiled" else False)
-    monkeypatch.setattr(indexed_rows, "KERNEL_FROM_FLOATS", 0)   # (these tables are small)
+    monkeypatch.setattr(indexed_rows, "KERNEL_FROM_FLOATS", 0)  # (these tables are small)
     seen = []
     dot = indexed_rows.IndexedRows.dot
     monkeypatch.setattr(indexed_rows.IndexedRows, "dot", lambda self, h: seen.append(1) or dot(self, h))

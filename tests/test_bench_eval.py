@@ -1,9 +1,10 @@
 """``fedvlr-plus bench eval``: timed evaluation passes of a trained model, checked against the reference paths."""
+
 import json
 
 import pytest
-
 from _bad_input import run_cli
+
 from fedvlr_plus.bench.evaluation import eval_passes, reference_paths
 from fedvlr_plus.federation import FedConfig
 from fedvlr_plus.federation.engine import FederatedRun
@@ -31,17 +32,20 @@ def test_the_reference_paths_are_switched_on_for_the_block_only():
     with reference_paths(run):
         assert run.sim.score_candidates is False
         rows = eval_passes(run, "test", ["sampled"], check=False)
-    assert calls == [] and run.sim.score_candidates is True   # every item was scored inside the block
+    assert calls == [] and run.sim.score_candidates is True  # every item was scored inside the block
     eval_passes(run, "test", ["sampled"], check=False)
     assert calls and rows[0]["figures"]
 
 
-@pytest.mark.parametrize("flags,line", [
-    (["--backbone", "nosuch"], "--backbone nosuch: unknown backbone"),
-    (["--backbone", "fedavg", "--protocols", "full,foo"], "--protocols full,foo: unknown protocol foo"),
-    (["--backbone", "fedavg", "--protocols", ","], "--protocols ,: unknown protocol (none)"),
-    (["--backbone", "fedavg", "--protocols", "sampled"], "--protocols sampled: "),   # 40 items: no 99 negatives
-])
+@pytest.mark.parametrize(
+    "flags,line",
+    [
+        (["--backbone", "nosuch"], "--backbone nosuch: unknown backbone"),
+        (["--backbone", "fedavg", "--protocols", "full,foo"], "--protocols full,foo: unknown protocol foo"),
+        (["--backbone", "fedavg", "--protocols", ","], "--protocols ,: unknown protocol (none)"),
+        (["--backbone", "fedavg", "--protocols", "sampled"], "--protocols sampled: "),  # 40 items: no 99 negatives
+    ],
+)
 def test_bench_eval_refuses_bad_flags_in_one_line(flags, line):
     res = run_cli("bench", "eval", "synthetic:30x40", *flags)
     assert res.code != 0 and line in res.err and "Traceback" not in res.err
@@ -55,8 +59,20 @@ def test_bench_eval_leaves_the_sampled_protocol_out_where_it_cannot_run_unless_a
 
 
 def test_bench_eval_times_an_untrained_model_with_no_training_rounds():
-    res = run_cli("bench", "eval", "synthetic:60x150", "--backbone", "fedavg", "--dim", "8", "--train-rounds", "0",
-                  "--protocols", "full", "--json")
+    res = run_cli(
+        "bench",
+        "eval",
+        "synthetic:60x150",
+        "--backbone",
+        "fedavg",
+        "--dim",
+        "8",
+        "--train-rounds",
+        "0",
+        "--protocols",
+        "full",
+        "--json",
+    )
     assert res.code == 0, res.err
     doc = json.loads(res.out.strip().splitlines()[-1])
     assert doc["train_rounds"] == 0 and doc["passes"][0]["protocol"] == "full" and doc["threads"] >= 1

@@ -1,4 +1,5 @@
 """Bootstrap intervals cost O(users) memory and agree with SciPy's own BCa computation on small samples."""
+
 import math
 import tracemalloc
 
@@ -11,8 +12,9 @@ from fedvlr_plus.evaluation.stats import _rng_kwarg, bootstrap_ci
 
 def _scipy_interval(x, method, seed):
     """The computation bootstrap_ci used to do: SciPy's defaults (all resamples and the n x n jackknife at once)."""
-    res = stats.bootstrap((x,), np.mean, confidence_level=0.95, n_resamples=2000, method=method, vectorized=True,
-                          **_rng_kwarg(seed))
+    res = stats.bootstrap(
+        (x,), np.mean, confidence_level=0.95, n_resamples=2000, method=method, vectorized=True, **_rng_kwarg(seed)
+    )
     return [float(res.confidence_interval.low), float(res.confidence_interval.high)]
 
 
@@ -25,7 +27,7 @@ def test_same_interval_as_scipy_on_small_samples(n, method):
             continue
         old = _scipy_interval(x, method, seed=n)
         if not all(math.isfinite(v) for v in old):
-            continue   # SciPy's BCa is undefined here; bootstrap_ci falls back to the percentile interval
+            continue  # SciPy's BCa is undefined here; bootstrap_ci falls back to the percentile interval
         assert bootstrap_ci(x, method=method, seed=n) == pytest.approx(old, abs=1e-12, rel=0)
 
 
@@ -39,10 +41,10 @@ def test_hundred_thousand_users_in_small_memory():
     finally:
         tracemalloc.stop()
     # SciPy's defaults would allocate n x n (80 GB) for the jackknife and 2000 x n for the resamples
-    assert peak < 128 * 2 ** 20, f"peak {peak / 2 ** 20:.0f} MiB"
+    assert peak < 128 * 2**20, f"peak {peak / 2**20:.0f} MiB"
     mean, se = x.mean(), x.std(ddof=1) / math.sqrt(n)
     assert low < mean < high
-    assert (high - low) == pytest.approx(2 * 1.96 * se, rel=0.15)   # the normal interval, for a large sample
+    assert (high - low) == pytest.approx(2 * 1.96 * se, rel=0.15)  # the normal interval, for a large sample
 
 
 def test_degenerate_samples_and_bad_arguments():

@@ -1,5 +1,6 @@
 """The command line explains itself: --version, each command's help shows its own options with their
 defaults and the backbone list, and building the parser imports no torch (so --help is fast)."""
+
 from __future__ import annotations
 
 import re
@@ -7,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-
 from _bad_input import run_cli
 
 
@@ -31,21 +31,28 @@ def test_version():
 def test_run_help_lists_every_backbone_and_shows_defaults():
     from fedvlr_plus.federation.config import FEDERATED_BACKBONES
 
-    text = " ".join(help_of("run").split())   # argparse wraps lines; compare word by word
+    text = " ".join(help_of("run").split())  # argparse wraps lines; compare word by word
     for name in FEDERATED_BACKBONES + ("recbole:<Model>", "pop", "random", "antipop"):
         assert name in text, name
-    for shown in ("--rounds ROUNDS maximum number of rounds (default: 100)", "(default: 20)",
-                  "number of seeds (seed, seed+1, ...) (default: 1)", "(default: hr@10,ndcg@10,hr@50,ndcg@50)"):
+    for shown in (
+        "--rounds ROUNDS maximum number of rounds (default: 100)",
+        "(default: 20)",
+        "number of seeds (seed, seed+1, ...) (default: 1)",
+        "(default: hr@10,ndcg@10,hr@50,ndcg@50)",
+    ):
         assert shown in text, shown
 
 
-@pytest.mark.parametrize("command,absent", [
-    (("bench", "round"), {"--resume", "--recbole-config", "--evaluator", "--rounds", "--patience", "--seeds"}),
-    (("coldstart",), {"--resume", "--recbole-config", "--evaluator"}),
-    (("experiment", "paper-table"), {"--recbole-config", "--evaluator"}),
-    (("data", "stats"), {"--backbone", "--rounds", "--fusion"}),
-    (("views", "build"), {"--rounds", "--backbone", "--fusion"}),
-])
+@pytest.mark.parametrize(
+    "command,absent",
+    [
+        (("bench", "round"), {"--resume", "--recbole-config", "--evaluator", "--rounds", "--patience", "--seeds"}),
+        (("coldstart",), {"--resume", "--recbole-config", "--evaluator"}),
+        (("experiment", "paper-table"), {"--recbole-config", "--evaluator"}),
+        (("data", "stats"), {"--backbone", "--rounds", "--fusion"}),
+        (("views", "build"), {"--rounds", "--backbone", "--fusion"}),
+    ],
+)
 def test_each_command_shows_only_its_own_options(command, absent):
     names = option_names(help_of(*command))
     assert names, "no options found in the help"
@@ -64,18 +71,20 @@ def test_coldstart_and_paper_table_show_their_three_seeds():
 
 
 def test_building_the_parser_imports_no_heavy_library():
-    code = ("import sys; from fedvlr_plus.cli import build_parser; build_parser(); "
-            "print(','.join(m for m in ('torch', 'pandas', 'recbole', 'open_clip', 'faiss') if m in sys.modules))")
+    code = (
+        "import sys; from fedvlr_plus.cli import build_parser; build_parser(); "
+        "print(','.join(m for m in ('torch', 'pandas', 'recbole', 'open_clip', 'faiss') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "", f"imported while building the parser: {out.stdout.strip()}"
 
 
 def test_torch_free_names_match_the_modules_that_define_them():
     from fedvlr_plus.cli.coldstart import COLD_RULES, NEW_USER_STARTS
+    from fedvlr_plus.cli.fusion_args import FUSION_MODES
     from fedvlr_plus.coldstart.population import STARTS
     from fedvlr_plus.coldstart.rules import FUSED_RULES, RULES
     from fedvlr_plus.fedvlr import MODES
-    from fedvlr_plus.cli.fusion_args import FUSION_MODES
 
     assert FUSION_MODES == MODES and COLD_RULES == RULES + FUSED_RULES and NEW_USER_STARTS == STARTS
 
@@ -93,8 +102,9 @@ def test_federated_run_plan_names_seeds_rounds_patience_and_folder():
     from fedvlr_plus.cli.run import _next_step, _run_plan
 
     args = build_parser().parse_args(["run", "ml-100k", "--backbone", "fedavg", "--seeds", "3", "--out", "D"])
-    assert _run_plan(args, "ml-100k") == ("training fedavg on ml-100k: 3 seeds (0, 1, 2), up to 100 rounds, "
-                                          "patience 20; writing to D")
+    assert _run_plan(args, "ml-100k") == (
+        "training fedavg on ml-100k: 3 seeds (0, 1, 2), up to 100 rounds, patience 20; writing to D"
+    )
     assert "--fusion fedvlr" in _next_step(args) and "fedvlr-plus coldstart ml-100k" in _next_step(args)
     untuned = build_parser().parse_args(["run", "ml-100k", "--backbone", "fedavg", "--fusion", "fedvlr", "--no-tune"])
     assert "dropping --no-tune" in _next_step(untuned) and "choosing" not in _run_plan(untuned, "ml-100k")
@@ -124,8 +134,9 @@ def test_run_tunes_the_fusion_layer_by_default_and_only_where_there_is_a_choice(
 
     assert tunes("--fusion", "fedvlr") and not tunes("--fusion", "fedvlr", "--no-tune") and not tunes()
     # every value of the grid fixed by the user: one recipe left, nothing to choose
-    assert not tunes("--fusion", "fedvlr", "--lr", "0.1", "--server-lr", "1", "--fusion-residual",
-                     "--content-preference")
+    assert not tunes(
+        "--fusion", "fedvlr", "--lr", "0.1", "--server-lr", "1", "--fusion-residual", "--content-preference"
+    )
     assert tunes("--fusion", "fedvlr", "--lr", "0.1")
     # a resumed folder tunes only if it was tuned when it was made
     made_plain = tmp_path / "plain"

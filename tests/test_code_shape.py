@@ -1,6 +1,7 @@
 """The code stays readable: no function longer than a screen and no file longer than ~600 lines, unless the file
 says why at its top. A long function or file fails here with its name and length, so it is split when it grows,
 not years later."""
+
 from __future__ import annotations
 
 import ast

@@ -1,17 +1,16 @@
 """Cold-start experiments: splits, server-side cold-item rules, the content ranker, restricted ranking, private-only
 local training of joining users, sparsity buckets, and the ``coldstart`` command end to end."""
+
 import json
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
-
 from _shared import shared_data
 
 from fedvlr_plus.coldstart.content import ContentRanker, RestrictedScorer
-from fedvlr_plus.coldstart.experiment import (EvalSpec, local_private_training, sparsity_table, summarise,
-                                              train_selected)
+from fedvlr_plus.coldstart.experiment import EvalSpec, local_private_training, sparsity_table, summarise, train_selected
 from fedvlr_plus.coldstart.rules import choose_lambda, make_rule, ridge_fit
 from fedvlr_plus.coldstart.splits import cold_item_loo, cold_user_holdout, support_query
 from fedvlr_plus.datasets import InteractionData
@@ -23,12 +22,20 @@ from fedvlr_plus.federation.synthetic import synthetic_data
 def tiny(n_users=4, n_items=6, rows=None, split=None):
     """Hand-made data: ``rows`` = (user, item, timestamp)."""
     rows = np.asarray(rows)
-    return InteractionData("tiny", np.arange(n_users), np.arange(n_items),
-                           pd.DataFrame({"user": rows[:, 0].astype(np.int64), "item": rows[:, 1].astype(np.int64),
-                                         "rating": np.ones(len(rows), np.float32),
-                                         "timestamp": rows[:, 2].astype(np.float64),
-                                         "split": np.asarray(split if split is not None else [-1] * len(rows),
-                                                             np.int8)}))
+    return InteractionData(
+        "tiny",
+        np.arange(n_users),
+        np.arange(n_items),
+        pd.DataFrame(
+            {
+                "user": rows[:, 0].astype(np.int64),
+                "item": rows[:, 1].astype(np.int64),
+                "rating": np.ones(len(rows), np.float32),
+                "timestamp": rows[:, 2].astype(np.float64),
+                "split": np.asarray(split if split is not None else [-1] * len(rows), np.int8),
+            }
+        ),
+    )
 
 
 # ---------------------------------------------------------------------- splits
@@ -44,8 +51,8 @@ def test_cold_item_loo_holds_items_out_and_splits_the_warm_rest_leave_one_out():
     on_cold = np.isin(item, drawn)
     assert set(inter["split"].to_numpy()[on_cold]) <= {VALID, TEST}
     warm = inter[~on_cold]
-    for u, g in warm.groupby("user"):
-        if len(g) >= 3:                                       # the latest warm row is test, the one before valid
+    for _, g in warm.groupby("user"):
+        if len(g) >= 3:  # the latest warm row is test, the one before valid
             g = g.sort_values("timestamp", kind="stable")
             assert list(g["split"].to_numpy()[-2:]) == [VALID, TEST]
             assert (g["split"].to_numpy()[:-2] == TRAIN).all()
@@ -58,7 +65,7 @@ def test_support_query_takes_the_first_n_by_time():
     sq = support_query(data, np.array([0, 1]), 2)
     tr = sq.train().groupby("user")["item"].apply(set).to_dict()
     te = sq.test().groupby("user")["item"].apply(set).to_dict()
-    assert tr == {0: {1, 2}, 1: {5, 4}} and te == {0: {0, 3}}   # user 1 has no query left; user 2 absent
+    assert tr == {0: {1, 2}, 1: {5, 4}} and te == {0: {0, 3}}  # user 1 has no query left; user 2 absent
     assert 2 not in set(sq.inter["user"])
 
 
@@ -94,14 +101,14 @@ def test_rules_fill_only_cold_rows():
     grp = np.arange(12) % 4
     views = {"t": np.eye(4)[grp]}
     cold = np.zeros(12, bool)
-    cold[[8, 9]] = True                                       # groups 0 and 1
+    cold[[8, 9]] = True  # groups 0 and 1
     table = torch.as_tensor(np.eye(4)[grp] @ np.array([[1.0, 0], [0, 1], [2, 2], [-1, 3]]), dtype=torch.float32)
-    table[8] = table[9] = 100.0                               # untrained noise in the cold rows
+    table[8] = table[9] = 100.0  # untrained noise in the cold rows
     nb = make_rule("neighbours", views, cold, k=2)(table)
     assert torch.equal(nb[~torch.as_tensor(cold)], table[~torch.as_tensor(cold)])
     assert torch.allclose(nb[8], torch.tensor([1.0, 0.0])) and torch.allclose(nb[9], torch.tensor([0.0, 1.0]))
     mp = make_rule("mapping", views, cold)(table)
-    assert torch.allclose(mp[8], torch.tensor([1.0, 0.0]), atol=0.05)   # ridge shrinks a little
+    assert torch.allclose(mp[8], torch.tensor([1.0, 0.0]), atol=0.05)  # ridge shrinks a little
     both = make_rule("both", views, cold, k=2)(table)
     assert torch.allclose(both[9], 0.5 * (nb[9] + mp[9]))
     assert torch.equal(make_rule("none", views, cold)(table), table)
@@ -124,7 +131,7 @@ def test_a_study_rule_replaces_the_layers_cold_rule_and_touches_only_cold_items(
     again = bb.fused_views(sp)
     changed = (before - after).abs().sum(1) > 1e-6
     assert changed[[2, 7]].all() and not changed[~cold].any()
-    assert torch.equal(before, again)                         # the default behaviour is back
+    assert torch.equal(before, again)  # the default behaviour is back
 
 
 def test_a_fused_rule_estimates_the_layers_output_rows_of_cold_items_from_their_neighbours():
@@ -143,9 +150,9 @@ def test_a_fused_rule_estimates_the_layers_output_rows_of_cold_items_from_their_
     out = fused_with_rule(bb, fused, rule)
     cols = len(bb.experts) * bb.d
     assert out.shape == fused.shape and cols < fused.shape[1]
-    assert torch.equal(out[~cold], fused[~cold])               # warm items as broadcast
-    assert torch.equal(out[:, cols:], fused[:, cols:])         # the content-preference block is content's own
-    for k, item in enumerate(np.flatnonzero(cold)):            # every expert's block: the neighbours' mean
+    assert torch.equal(out[~cold], fused[~cold])  # warm items as broadcast
+    assert torch.equal(out[:, cols:], fused[:, cols:])  # the content-preference block is content's own
+    for k, item in enumerate(np.flatnonzero(cold)):  # every expert's block: the neighbours' mean
         assert torch.allclose(out[item, :cols], fused[rule.neighbours[k], :cols].mean(0))
         assert not cold[rule.neighbours[k]].any()
 
@@ -165,19 +172,24 @@ def test_a_fused_rule_is_refused_for_a_model_without_fused_views():
 
 # ---------------------------------------------------------------------- rankers and restricted ranking
 def test_content_ranker_is_the_cosine_with_the_mean_profile():
-    data = tiny(2, 3, rows=[(0, 0, 1), (0, 1, 2), (1, 2, 1), (0, 2, 3), (1, 0, 4)],
-                split=[TRAIN, TRAIN, TRAIN, TEST, TEST])
+    data = tiny(
+        2, 3, rows=[(0, 0, 1), (0, 1, 2), (1, 2, 1), (0, 2, 3), (1, 0, 4)], split=[TRAIN, TRAIN, TRAIN, TEST, TEST]
+    )
     views = {"a": np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])}
     s = ContentRanker(data, views)(np.array([0, 1]))
     # user 0: profile (1,1)/sqrt2 -> cos with items: 1/sqrt2, 1/sqrt2, 1 ; user 1: profile = item 2
-    assert np.allclose(s[0], [2 ** -0.5, 2 ** -0.5, 1.0], atol=1e-6)
-    assert np.allclose(s[1], [2 ** -0.5, 2 ** -0.5, 1.0], atol=1e-6)
+    assert np.allclose(s[0], [2**-0.5, 2**-0.5, 1.0], atol=1e-6)
+    assert np.allclose(s[1], [2**-0.5, 2**-0.5, 1.0], atol=1e-6)
 
 
 def test_restricted_ranking_counts_only_cold_candidates():
     # 6 items, items 4 and 5 never trained (cold); user 0 trains on 0 and tests on 5, user 1 trains on 1-3, tests on 4
-    data = tiny(2, 6, rows=[(0, 0, 1), (0, 5, 2), (1, 1, 1), (1, 2, 2), (1, 3, 3), (1, 4, 4)],
-                split=[TRAIN, TEST, TRAIN, TRAIN, TRAIN, TEST])
+    data = tiny(
+        2,
+        6,
+        rows=[(0, 0, 1), (0, 5, 2), (1, 1, 1), (1, 2, 2), (1, 3, 3), (1, 4, 4)],
+        split=[TRAIN, TEST, TRAIN, TRAIN, TRAIN, TEST],
+    )
     scores = np.array([[9.0, 8.0, 7.0, 6.0, 0.0, 1.0], [9.0, 8.0, 7.0, 6.0, 5.0, 1.0]])
     scorer = lambda users: scores[np.asarray(users)]  # noqa: E731
     spec = EvalSpec(ks=(1, 3), metrics=("hr",), keys=("hr@1", "hr@3"))
@@ -197,7 +209,7 @@ def test_summarise_averages_users_over_seeds_and_gives_an_interval():
     f1 = pd.DataFrame({"user": [0, 1, 2], "hr@10": [1.0, 0.0, 1.0]})
     f2 = pd.DataFrame({"user": [0, 1, 2], "hr@10": [0.0, 0.0, 1.0]})
     s = summarise([f1, f2], ["hr@10"])["hr@10"]
-    assert s["mean"] == pytest.approx(0.5) and s["n_users"] == 3          # users: 0.5, 0, 1
+    assert s["mean"] == pytest.approx(0.5) and s["n_users"] == 3  # users: 0.5, 0, 1
     assert s["sd_seeds"] == pytest.approx(np.std([2 / 3, 1 / 3], ddof=1))
     assert s["ci"][0] <= 0.5 <= s["ci"][1]
 
@@ -227,13 +239,14 @@ def test_joining_users_train_only_private_parts(fusion):
     full = full.replace(inter=full.inter.assign(split=-1))
     warm, held = cold_user_holdout(full, 0.2, seed=0, min_history=4)
     views = _toy_views(full)
-    model = (FusionLayer(make_backbone("fcf", full.n_items, 8), views, mode="fedvlr", router_hidden=8)
-             if fusion else "fcf")
+    model = (
+        FusionLayer(make_backbone("fcf", full.n_items, 8), views, mode="fedvlr", router_hidden=8) if fusion else "fcf"
+    )
     cfg = FedConfig(rounds=2, local_epochs=1, batch_size=16, dim=8, lr=0.1, server_lr=0.5, seed=0)
     run = train_selected(warm, model, cfg)
     sq = support_query(full, held, 3)
     shared_before = {k: v.clone() for k, v in run.shared.items()}
-    score = local_private_training(run, sq, held, epochs=3)     # asserts inside that shared state is frozen
+    score = local_private_training(run, sq, held, epochs=3)  # asserts inside that shared state is frozen
     assert all(torch.equal(shared_before[k], run.shared[k]) for k in shared_before)
     trained = torch.as_tensor(score(held[:2]))
     # the untrained private state of the same users (init) scores differently: local training took effect
@@ -251,8 +264,11 @@ def test_population_start_is_the_trained_clients_mean_private_state(fusion):
     full = synthetic_data(40, 120, 12.0, groups=4, seed=1)
     full = full.replace(inter=full.inter.assign(split=-1))
     warm, held = cold_user_holdout(full, 0.2, seed=0, min_history=4)
-    model = (FusionLayer(make_backbone("fedavg", full.n_items, 8), _toy_views(full), mode="fedvlr", router_hidden=8)
-             if fusion else "fedavg")
+    model = (
+        FusionLayer(make_backbone("fedavg", full.n_items, 8), _toy_views(full), mode="fedvlr", router_hidden=8)
+        if fusion
+        else "fedavg"
+    )
     cfg = FedConfig(rounds=2, local_epochs=1, batch_size=16, dim=8, lr=0.1, seed=0)
     run = train_selected(warm, model, cfg)
     mean = population_state(run.bb, run.store, run.eligible)
@@ -287,7 +303,7 @@ def test_population_router_routes_every_input_to_the_trained_users_mean_mixture(
     mean = population_state(run.bb, run.store, run.eligible)
     start = population_router(run, mean)
     want = torch.tensor(router_report(run)["mean_weights"], dtype=torch.float32)
-    assert not torch.allclose(want, torch.full_like(want, 1 / len(want)), atol=1e-4)   # trained away from uniform
+    assert not torch.allclose(want, torch.full_like(want, 1 / len(want)), atol=1e-4)  # trained away from uniform
     x = torch.randn(5, start["router.w1"].shape[0])
     got = router_weights(x, start, layer.temperature)
     assert torch.allclose(got, want.expand_as(got), atol=1e-5)
@@ -311,8 +327,9 @@ def _feature_folder(path, n_users=30, n_items=110, seed=0):
         rows.append((u, int(g.integers(0, n_items)), 1, 10, 1))
         rows.append((u, int(n_items - 4 + u % 4), 1, 11, 2))
     path.mkdir(parents=True)
-    (path / "inter.csv").write_text("userID,itemID,rating,timestamp,split_label\n"
-                                    + "".join(",".join(map(str, r)) + "\n" for r in rows))
+    (path / "inter.csv").write_text(
+        "userID,itemID,rating,timestamp,split_label\n" + "".join(",".join(map(str, r)) + "\n" for r in rows)
+    )
     grp = np.arange(n_items) % 4
     np.save(path / "text_features.npy", np.hstack([np.eye(4)[grp], g.standard_normal((n_items, 4))]).astype(np.float16))
     np.save(path / "image_features.npy", g.standard_normal((n_items, 8)).astype(np.float16))
@@ -324,21 +341,60 @@ def test_coldstart_command_natural_cold_targets(tmp_path, capsys):
 
     folder = _feature_folder(tmp_path / "fx")
     out = tmp_path / "report"
-    code = main(["coldstart", str(folder), "--backbone", "fcf", "--fusion", "fedvlr", "--with-backbone",
-                 "--rounds", "2", "--seeds", "1", "--dim", "8", "--local-epochs", "1", "--no-progress",
-                 "--metrics", "hr@5,ndcg@5", "--cold-select", "ndcg@5", "--out", str(out), "--json"])
+    code = main(
+        [
+            "coldstart",
+            str(folder),
+            "--backbone",
+            "fcf",
+            "--fusion",
+            "fedvlr",
+            "--with-backbone",
+            "--rounds",
+            "2",
+            "--seeds",
+            "1",
+            "--dim",
+            "8",
+            "--local-epochs",
+            "1",
+            "--no-progress",
+            "--metrics",
+            "hr@5,ndcg@5",
+            "--cold-select",
+            "ndcg@5",
+            "--out",
+            str(out),
+            "--json",
+        ]
+    )
     assert code == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     for key in ("cold_among_cold", "cold_among_all", "warm", "baselines", "variants", "sparsity", "backbone_alone"):
         assert key in res, key
     assert res["n_cold_items"] >= 4 and res["test_cold_targets"] == 30
     assert set(res["baselines"]) == {"pop", "random", "antipop", "content"}
-    assert res["cold_rule"] in ("none", "neighbours", "mapping", "both", "fused-neighbours", "fused-mapping",
-                                "fused-both")
+    assert res["cold_rule"] in (
+        "none",
+        "neighbours",
+        "mapping",
+        "both",
+        "fused-neighbours",
+        "fused-mapping",
+        "fused-both",
+    )
     assert res["backbone_alone"]["cold_rule"] == "none"
     # the layer is scored under every rule in both forms, the backbone alone under the plain rules only
-    assert set(res["variants"]) == {"trained", "none", "neighbours", "mapping", "both", "fused-neighbours",
-                                    "fused-mapping", "fused-both"}
+    assert set(res["variants"]) == {
+        "trained",
+        "none",
+        "neighbours",
+        "mapping",
+        "both",
+        "fused-neighbours",
+        "fused-mapping",
+        "fused-both",
+    }
     assert set(res["backbone_alone"]["variants"]) == {"trained", "none", "neighbours", "mapping", "both"}
     # antipop puts the never-trained items first: among all items it equals its figure among cold items
     anti = res["baselines"]["antipop"]
@@ -351,18 +407,33 @@ def test_coldstart_command_natural_cold_targets(tmp_path, capsys):
     # the layer's headline paired with the backbone alone's every variant and content only, over the same users
     paired = res["paired_cold_items"]
     assert set(paired) == {"content only", "backbone alone, trained"} | {
-        f"backbone alone, {r}" for r in ("none", "neighbours", "mapping", "both")}
+        f"backbone alone, {r}" for r in ("none", "neighbours", "mapping", "both")
+    }
     test = paired["content only"]["cold_among_cold"]["ndcg@5"]
     head, content = res["cold_among_cold"]["ndcg@5"], res["baselines"]["content"]["cold_among_cold"]["ndcg@5"]
     assert test["n"] == head["n_users"] and test["mean_diff"] == pytest.approx(head["mean"] - content["mean"])
     assert "Paired over the same users" in (out / "report.md").read_text()
     # every variant's users are kept in the layout `experiment paired` reads, so that draws can be pooled
     items = out / "cold_items"
-    assert {p.name for p in items.iterdir()} >= {"fcf+fedvlr-headline", "fcf+fedvlr-content-only",
-                                                 "fcf-alone-both", "fcf-alone-trained"}
+    assert {p.name for p in items.iterdir()} >= {
+        "fcf+fedvlr-headline",
+        "fcf+fedvlr-content-only",
+        "fcf-alone-both",
+        "fcf-alone-trained",
+    }
     capsys.readouterr()
-    assert main(["experiment", "paired", str(items / "fcf+fedvlr-headline" / "cold_among_cold"),
-                 str(items / "fcf-alone-both" / "cold_among_cold"), "--json"]) == 0
+    assert (
+        main(
+            [
+                "experiment",
+                "paired",
+                str(items / "fcf+fedvlr-headline" / "cold_among_cold"),
+                str(items / "fcf-alone-both" / "cold_among_cold"),
+                "--json",
+            ]
+        )
+        == 0
+    )
     again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["tests"]["ndcg@5"]
     want = paired["backbone alone, both"]["cold_among_cold"]["ndcg@5"]
     assert again["n"] == want["n"] and again["mean_diff"] == pytest.approx(want["mean_diff"])
@@ -372,9 +443,33 @@ def test_coldstart_command_fixed_fused_rule_gives_the_backbone_its_plain_rule(tm
     from fedvlr_plus.cli import main
 
     folder = _feature_folder(tmp_path / "fx")
-    code = main(["coldstart", str(folder), "--backbone", "fcf", "--fusion", "fedvlr", "--with-backbone",
-                 "--cold-rule", "fused-both", "--rounds", "1", "--seeds", "1", "--dim", "8", "--local-epochs", "1",
-                 "--no-progress", "--metrics", "hr@5,ndcg@5", "--cold-select", "ndcg@5", "--json"])
+    code = main(
+        [
+            "coldstart",
+            str(folder),
+            "--backbone",
+            "fcf",
+            "--fusion",
+            "fedvlr",
+            "--with-backbone",
+            "--cold-rule",
+            "fused-both",
+            "--rounds",
+            "1",
+            "--seeds",
+            "1",
+            "--dim",
+            "8",
+            "--local-epochs",
+            "1",
+            "--no-progress",
+            "--metrics",
+            "hr@5,ndcg@5",
+            "--cold-select",
+            "ndcg@5",
+            "--json",
+        ]
+    )
     assert code == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert res["cold_rule"] == "fused-both" and res["cold_rule_selected_on"] == "fixed by --cold-rule"
@@ -387,10 +482,36 @@ def test_coldstart_command_user_cold_start(tmp_path, capsys):
 
     folder = _feature_folder(tmp_path / "fx")
     out = tmp_path / "report"
-    code = main(["coldstart", str(folder), "--backbone", "fedavg", "--cold-users", "0.2", "--support", "1,3",
-                 "--support-epochs", "2", "--rounds", "2", "--seeds", "1", "--dim", "8", "--local-epochs", "1",
-                 "--no-progress", "--metrics", "hr@5,ndcg@5", "--cold-select", "ndcg@5", "--out", str(out),
-                 "--json"])
+    code = main(
+        [
+            "coldstart",
+            str(folder),
+            "--backbone",
+            "fedavg",
+            "--cold-users",
+            "0.2",
+            "--support",
+            "1,3",
+            "--support-epochs",
+            "2",
+            "--rounds",
+            "2",
+            "--seeds",
+            "1",
+            "--dim",
+            "8",
+            "--local-epochs",
+            "1",
+            "--no-progress",
+            "--metrics",
+            "hr@5,ndcg@5",
+            "--cold-select",
+            "ndcg@5",
+            "--out",
+            str(out),
+            "--json",
+        ]
+    )
     assert code == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     uc = res["user_coldstart"]
@@ -402,8 +523,10 @@ def test_coldstart_command_user_cold_start(tmp_path, capsys):
     per_user = pd.read_csv(out / "joining" / "fedavg-N1" / "per_user_test.csv")
     assert list(per_user.columns) == ["user", "hr@5", "ndcg@5"] and len(per_user) == 6
     assert per_user["ndcg@5"].mean() == pytest.approx(uc["curves"]["model"]["1"]["ndcg@5"]["mean"])
-    assert main(["experiment", "paired", str(out / "joining" / "fedavg-N1"), str(out / "joining" / "fedavg-N3"),
-                 "--json"]) == 0
+    assert (
+        main(["experiment", "paired", str(out / "joining" / "fedavg-N1"), str(out / "joining" / "fedavg-N3"), "--json"])
+        == 0
+    )
     paired = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert paired["tests"]["ndcg@5"]["n"] == 6
 
@@ -418,9 +541,34 @@ def test_coldstart_without_item_content_studies_joining_users_without_the_conten
     from fedvlr_plus.cli import main
 
     folder = _without_content(_feature_folder(tmp_path / "fx"))
-    code = main(["coldstart", str(folder), "--backbone", "fedavg", "--cold-users", "0.2", "--support", "1",
-                 "--support-epochs", "2", "--rounds", "1", "--seeds", "1", "--dim", "8", "--local-epochs", "1",
-                 "--no-progress", "--metrics", "hr@5,ndcg@5", "--cold-select", "ndcg@5", "--json"])
+    code = main(
+        [
+            "coldstart",
+            str(folder),
+            "--backbone",
+            "fedavg",
+            "--cold-users",
+            "0.2",
+            "--support",
+            "1",
+            "--support-epochs",
+            "2",
+            "--rounds",
+            "1",
+            "--seeds",
+            "1",
+            "--dim",
+            "8",
+            "--local-epochs",
+            "1",
+            "--no-progress",
+            "--metrics",
+            "hr@5,ndcg@5",
+            "--cold-select",
+            "ndcg@5",
+            "--json",
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err
     res = json.loads(captured.out.strip().splitlines()[-1])
@@ -432,9 +580,28 @@ def test_coldstart_without_item_content_ranks_natural_cold_targets_as_trained(tm
     from fedvlr_plus.cli import main
 
     folder = _without_content(_feature_folder(tmp_path / "fx"))
-    code = main(["coldstart", str(folder), "--backbone", "fcf", "--rounds", "1", "--seeds", "1", "--dim", "8",
-                 "--local-epochs", "1", "--no-progress", "--metrics", "hr@5,ndcg@5", "--cold-select", "ndcg@5",
-                 "--json"])
+    code = main(
+        [
+            "coldstart",
+            str(folder),
+            "--backbone",
+            "fcf",
+            "--rounds",
+            "1",
+            "--seeds",
+            "1",
+            "--dim",
+            "8",
+            "--local-epochs",
+            "1",
+            "--no-progress",
+            "--metrics",
+            "hr@5,ndcg@5",
+            "--cold-select",
+            "ndcg@5",
+            "--json",
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err
     res = json.loads(captured.out.strip().splitlines()[-1])
@@ -447,8 +614,21 @@ def test_coldstart_cold_items_without_item_content_is_one_line_naming_the_flag(t
     from fedvlr_plus.cli import main
 
     folder = _without_content(_feature_folder(tmp_path / "fx"))
-    code = main(["coldstart", str(folder), "--backbone", "fedavg", "--cold-items", "0.2", "--rounds", "1",
-                 "--seeds", "1", "--no-progress"])
+    code = main(
+        [
+            "coldstart",
+            str(folder),
+            "--backbone",
+            "fedavg",
+            "--cold-items",
+            "0.2",
+            "--rounds",
+            "1",
+            "--seeds",
+            "1",
+            "--no-progress",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert err[-1].startswith("error: --cold-items: fx has no item content") and "--cold-users" in err[-1]
@@ -479,9 +659,34 @@ def test_coldstart_support_epochs_auto_chooses_on_validation_users_and_reports_t
     from fedvlr_plus.cli import main
 
     folder = _feature_folder(tmp_path / "fx")
-    code = main(["coldstart", str(folder), "--backbone", "fedavg", "--cold-users", "0.2", "--support", "1,3",
-                 "--support-epochs", "auto", "--rounds", "2", "--seeds", "2", "--dim", "8", "--local-epochs", "1",
-                 "--no-progress", "--metrics", "hr@5,ndcg@5", "--cold-select", "ndcg@5", "--json"])
+    code = main(
+        [
+            "coldstart",
+            str(folder),
+            "--backbone",
+            "fedavg",
+            "--cold-users",
+            "0.2",
+            "--support",
+            "1,3",
+            "--support-epochs",
+            "auto",
+            "--rounds",
+            "2",
+            "--seeds",
+            "2",
+            "--dim",
+            "8",
+            "--local-epochs",
+            "1",
+            "--no-progress",
+            "--metrics",
+            "hr@5,ndcg@5",
+            "--cold-select",
+            "ndcg@5",
+            "--json",
+        ]
+    )
     assert code == 0
     uc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["user_coldstart"]
     se = uc["support_epochs"]
@@ -492,7 +697,7 @@ def test_coldstart_support_epochs_auto_chooses_on_validation_users_and_reports_t
             scores = {int(e): v for e, v in c["valid"].items()}
             tried = sorted(scores)
             assert tried[:4] == [0, 1, 5, 20] and tried[4:] in ([], [50], [50, 100])
-            for i in range(4, len(tried)):   # an extension count only while the longest tried was the best
+            for i in range(4, len(tried)):  # an extension count only while the longest tried was the best
                 before = {e: scores[e] for e in tried[:i]}
                 assert max(before, key=lambda e: (before[e], -e)) == tried[i - 1]
             assert c["epochs"] == min(e for e, v in scores.items() if v == max(scores.values()))
@@ -509,7 +714,7 @@ def test_joining_users_split_is_seeded_and_disjoint():
     again, _ = split_joining_users(held, seed=4)
     assert np.array_equal(valid, again)
     best, scorer, scores = choose_epochs(lambda e: e, lambda s: {0: 0.1, 1: 0.2, 5: 0.4, 20: 0.4}[s])
-    assert (best, scorer) == (5, 5) and scores == {0: 0.1, 1: 0.2, 5: 0.4, 20: 0.4}   # a tie keeps the shorter
+    assert (best, scorer) == (5, 5) and scores == {0: 0.1, 1: 0.2, 5: 0.4, 20: 0.4}  # a tie keeps the shorter
 
 
 def test_choose_epochs_goes_past_the_grid_only_while_its_top_count_is_best():
@@ -517,10 +722,10 @@ def test_choose_epochs_goes_past_the_grid_only_while_its_top_count_is_best():
 
     rising = {0: 0.0, 1: 0.1, 5: 0.2, 20: 0.3, 50: 0.5, 100: 0.4}
     best, _, scores = choose_epochs(lambda e: e, lambda e: rising[e])
-    assert best == 50 and scores == rising                     # 20 was best, so 50; 50 was best, so 100
+    assert best == 50 and scores == rising  # 20 was best, so 50; 50 was best, so 100
     peaked = {0: 0.0, 1: 0.1, 5: 0.3, 20: 0.2, 50: 0.9}
     best, _, scores = choose_epochs(lambda e: e, lambda e: peaked[e])
-    assert best == 5 and sorted(scores) == [0, 1, 5, 20]         # 20 was not the best: 50 is never trained
+    assert best == 5 and sorted(scores) == [0, 1, 5, 20]  # 20 was not the best: 50 is never trained
     best, _, scores = choose_epochs(lambda e: e, lambda e: 1.0, extension=())
     assert best == 0 and sorted(scores) == [0, 1, 5, 20]
 
@@ -532,10 +737,38 @@ def test_coldstart_tune_chooses_the_layer_recipe_on_validation_joining_users(tmp
     from fedvlr_plus.fedvlr.tuning import RECIPES
 
     folder = _feature_folder(tmp_path / "fx")
-    code = main(["coldstart", str(folder), "--backbone", "fedavg", "--fusion", "fedvlr", "--with-backbone",
-                 "--cold-users", "0.2", "--support", "1", "--support-epochs", epochs, "--rounds", "2", "--seeds", "1",
-                 "--dim", "8", "--local-epochs", "1", "--no-progress", "--metrics", "hr@5,ndcg@5",
-                 "--cold-select", "ndcg@5", "--tune", "--json"])
+    code = main(
+        [
+            "coldstart",
+            str(folder),
+            "--backbone",
+            "fedavg",
+            "--fusion",
+            "fedvlr",
+            "--with-backbone",
+            "--cold-users",
+            "0.2",
+            "--support",
+            "1",
+            "--support-epochs",
+            epochs,
+            "--rounds",
+            "2",
+            "--seeds",
+            "1",
+            "--dim",
+            "8",
+            "--local-epochs",
+            "1",
+            "--no-progress",
+            "--metrics",
+            "hr@5,ndcg@5",
+            "--cold-select",
+            "ndcg@5",
+            "--tune",
+            "--json",
+        ]
+    )
     assert code == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     tune = res["tuning"]
@@ -544,15 +777,16 @@ def test_coldstart_tune_chooses_the_layer_recipe_on_validation_joining_users(tmp
     assert tune["selected"] == next(c["name"] for c in tune["candidates"] if c["valid"] == best)
     assert "joining" in tune["split"] and tune["metric"].startswith("ndcg@5")
     users, alone = res["user_coldstart"], res["backbone_alone"]["user_coldstart"]
-    if epochs == "auto":   # the chosen recipe, retrained on the same seed, scores what it was chosen by
+    if epochs == "auto":  # the chosen recipe, retrained on the same seed, scores what it was chosen by
         assert max(users["support_epochs"]["chosen"]["1"][0]["valid"].values()) == pytest.approx(best, abs=1e-9)
     # the validation third is left out of both models' reported figures, with a fixed epoch count too
     n_valid = len(split_joining_users(np.arange(users["held_out_users"]), 0)[0])
     # paired over the same reported users: the difference is the difference of the two curves' means
     test = users["paired_vs_backbone"]["1"]["ndcg@5"]
     assert test["n"] == users["reported_users"] and 0.0 <= test["t_pvalue"] <= 1.0
-    assert test["mean_diff"] == pytest.approx(users["curves"]["model"]["1"]["ndcg@5"]["mean"]
-                                              - alone["curves"]["model"]["1"]["ndcg@5"]["mean"], abs=1e-12)
+    assert test["mean_diff"] == pytest.approx(
+        users["curves"]["model"]["1"]["ndcg@5"]["mean"] - alone["curves"]["model"]["1"]["ndcg@5"]["mean"], abs=1e-12
+    )
     assert "_per_user" not in users and "_per_user" not in alone
     assert n_valid >= 1 and users["reported_users"] == alone["reported_users"] == users["held_out_users"] - n_valid
 
@@ -563,10 +797,33 @@ def test_item_study_tune_chooses_the_recipe_on_the_figure_it_reports(tmp_path, c
     from fedvlr_plus.cli import main
 
     folder = _feature_folder(tmp_path / "fx")
-    code = main(["coldstart", str(folder), "--backbone", "fcf", "--fusion", "fedvlr", "--fusion-residual",
-                 "--content-preference", "--tune", "--rounds", "2", "--seeds", "1", "--dim", "8",
-                 "--local-epochs", "1", "--no-progress", "--metrics", "hr@5,ndcg@5", "--cold-select", "ndcg@5",
-                 "--json"])
+    code = main(
+        [
+            "coldstart",
+            str(folder),
+            "--backbone",
+            "fcf",
+            "--fusion",
+            "fedvlr",
+            "--fusion-residual",
+            "--content-preference",
+            "--tune",
+            "--rounds",
+            "2",
+            "--seeds",
+            "1",
+            "--dim",
+            "8",
+            "--local-epochs",
+            "1",
+            "--no-progress",
+            "--metrics",
+            "hr@5,ndcg@5",
+            "--cold-select",
+            "ndcg@5",
+            "--json",
+        ]
+    )
     assert code == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     tune = res["tuning"]

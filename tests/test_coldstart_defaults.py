@@ -1,6 +1,7 @@
 """The plain new-user command runs the validated recipe: a joining-user study with the layer chooses the layer's
 recipe, the local epochs and the popularity prior's weight on its validation joining users unless the user fixed
 them; any other study keeps the layer's defaults and serves no prior."""
+
 import pytest
 
 from fedvlr_plus.cli.coldstart import resolve_new_user_defaults
@@ -13,17 +14,25 @@ def _resolved(*flags):
     return args.tune, args.support_epochs, args.new_user_prior, args.new_user_start
 
 
-@pytest.mark.parametrize("flags, want", [
-    (("--fusion", "fedvlr", "--cold-users", "0.2"), (True, "auto", "popularity", "population")),
-    (("--cold-users", "0.2"), (False, "auto", "popularity", "population")),
-    (("--fusion", "fedvlr", "--cold-users", "0.2", "--no-tune"), (False, "auto", "popularity", "population")),
-    (("--fusion", "fedvlr", "--cold-users", "0.2", "--no-tune", "--support-epochs", "20"),
-     (False, 20, "none", "population")),
-    (("--fusion", "fedvlr", "--cold-users", "0.2", "--support-epochs", "5"), (True, 5, "popularity", "population")),
-    (("--fusion", "fedvlr", "--cold-users", "0.2", "--new-user-prior", "none"), (True, "auto", "none", "population")),
-    (("--fusion", "fedvlr", "--cold-items", "0.2"), (False, "auto", "none", "population")),
-    (("--fusion", "fedvlr", "--cold-items", "0.2", "--tune"), (True, "auto", "none", "population")),
-])
+@pytest.mark.parametrize(
+    "flags, want",
+    [
+        (("--fusion", "fedvlr", "--cold-users", "0.2"), (True, "auto", "popularity", "population")),
+        (("--cold-users", "0.2"), (False, "auto", "popularity", "population")),
+        (("--fusion", "fedvlr", "--cold-users", "0.2", "--no-tune"), (False, "auto", "popularity", "population")),
+        (
+            ("--fusion", "fedvlr", "--cold-users", "0.2", "--no-tune", "--support-epochs", "20"),
+            (False, 20, "none", "population"),
+        ),
+        (("--fusion", "fedvlr", "--cold-users", "0.2", "--support-epochs", "5"), (True, 5, "popularity", "population")),
+        (
+            ("--fusion", "fedvlr", "--cold-users", "0.2", "--new-user-prior", "none"),
+            (True, "auto", "none", "population"),
+        ),
+        (("--fusion", "fedvlr", "--cold-items", "0.2"), (False, "auto", "none", "population")),
+        (("--fusion", "fedvlr", "--cold-items", "0.2", "--tune"), (True, "auto", "none", "population")),
+    ],
+)
 def test_flags_left_at_their_defaults_take_the_validated_new_user_recipe(flags, want):
     assert _resolved(*flags) == want
 
@@ -48,13 +57,14 @@ def test_a_studys_tuning_trains_each_recipe_with_its_weight_decay_unless_the_stu
 
     def train_selected(data, model, cfg, progress=True):
         trained[len(trained)] = cfg.weight_decay
-        return SimpleNamespace(best={"metric": 0.1 * cfg.weight_decay})   # the decayed recipe scores best
+        return SimpleNamespace(best={"metric": 0.1 * cfg.weight_decay})  # the decayed recipe scores best
 
     monkeypatch.setattr(experiment, "train_selected", train_selected)
-    monkeypatch.setattr(study, "_recipe", lambda opts, fusion, cfg: (lambda data: None))
+    monkeypatch.setattr(study, "_recipe", lambda opts, fusion, cfg: lambda data: None)
     cfg = FedConfig(weight_decay=decay)
-    opts = study.ColdStartOptions(split=None, backbone="recbole:NeuMF", training=cfg, fedvlr=FedVLROptions(),
-                                  metrics=["ndcg@10"], progress=False)
+    opts = study.ColdStartOptions(
+        split=None, backbone="recbole:NeuMF", training=cfg, fedvlr=FedVLROptions(), metrics=["ndcg@10"], progress=False
+    )
     _, cfg, report = study._tuned(opts, "fedvlr", cfg, data=None, log=None)
     assert set(trained.values()) == want and cfg.weight_decay == max(want)
     assert (report["selected"] == "residual+gate+wd") == (decay == 0.0)

@@ -1,4 +1,5 @@
 """FedConfig is the union of typed concerns; each concern can be taken out on its own."""
+
 from __future__ import annotations
 
 from dataclasses import fields
@@ -23,13 +24,16 @@ def test_a_part_carries_the_run_settings_of_its_concern():
     assert type(cfg.part("training")).__name__ == "TrainingConfig"
 
 
-@pytest.mark.parametrize("bad, message", [
-    ({"rounds": 0}, "rounds must be >= 1"),
-    ({"strategy": "krum"}, "strategy must be one of"),
-    ({"valid_protocol": "x"}, "valid_protocol must be full or sampled"),
-    ({"device": "tpu"}, "device must be cpu, cuda or auto"),
-    ({"dp_delta": 2.0}, "dp_delta must be in (0, 1)"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"rounds": 0}, "rounds must be >= 1"),
+        ({"strategy": "krum"}, "strategy must be one of"),
+        ({"valid_protocol": "x"}, "valid_protocol must be full or sampled"),
+        ({"device": "tpu"}, "device must be cpu, cuda or auto"),
+        ({"dp_delta": 2.0}, "dp_delta must be in (0, 1)"),
+    ],
+)
 def test_each_concern_checks_its_own_settings(bad, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         FedConfig(**bad)

@@ -1,5 +1,6 @@
 """The VBPR-style content preference (``content_preference``): a private θ_u against a server projection of the
 content, added to the head's logit; θ_u starts at zero, so the layer starts where the paper's form does."""
+
 import numpy as np
 import pytest
 import torch
@@ -15,8 +16,10 @@ from fedvlr_plus.fedvlr.preference import THETA
 def content_data():
     data = synthetic_data(40, 60, 8.0, groups=4, seed=5)
     g = np.random.default_rng(0)
-    data.features = {"text": g.standard_normal((data.n_items, 6)).astype(np.float32),
-                     "audio": 10 * g.standard_normal((data.n_items, 3)).astype(np.float32)}
+    data.features = {
+        "text": g.standard_normal((data.n_items, 6)).astype(np.float32),
+        "audio": 10 * g.standard_normal((data.n_items, 3)).astype(np.float32),
+    }
     return data
 
 
@@ -32,8 +35,12 @@ def scoring(bb, theta=None):
     if theta is not None:
         p[THETA] = theta
     hist = torch.tensor([0, 3, 7])
-    ctx = {"items_global": torch.arange(bb.n_items), "hist_global": hist,
-           "hist_mask": torch.ones(3, dtype=torch.bool), **bb.round_context(p)}
+    ctx = {
+        "items_global": torch.arange(bb.n_items),
+        "hist_global": hist,
+        "hist_mask": torch.ones(3, dtype=torch.bool),
+        **bb.round_context(p),
+    }
     return p, ctx
 
 
@@ -64,8 +71,9 @@ def test_the_projection_reads_unit_norm_views():
     bb = layer(data, content_preference=True)
     sp = bb.init_server(0)
     data.features["audio"] = data.features["audio"] * 100
-    assert torch.allclose(bb.fused_views(sp)[:, -8:], layer(data, content_preference=True).fused_views(sp)[:, -8:],
-                          atol=1e-5)
+    assert torch.allclose(
+        bb.fused_views(sp)[:, -8:], layer(data, content_preference=True).fused_views(sp)[:, -8:], atol=1e-5
+    )
 
 
 def test_a_round_trains_theta_and_the_servers_projection():
@@ -74,7 +82,7 @@ def test_a_round_trains_theta_and_the_servers_projection():
     run = FederatedRun(data, bb, FedConfig(local_epochs=1, seed=0), progress=False)
     before = {k: v.clone() for k, v in run.strategy.server.items() if k.startswith("preference.")}
     run.run_round()
-    run.run_round()   # θ is zero in round 1, so the projection first moves in round 2
+    run.run_round()  # θ is zero in round 1, so the projection first moves in round 2
     thetas = [run.store.load(int(u))[THETA] for u in run.eligible[:5]]
     assert any(t.abs().sum() > 0 for t in thetas)
     assert any(not torch.equal(before[k], run.strategy.server[k]) for k in before)

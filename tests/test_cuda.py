@@ -4,6 +4,7 @@ Skipped where no CUDA device is visible (the CPU-only CI); run it where one is, 
 --device cuda`` times the same paths. The device changes which kernels sum the floats, so losses agree to a relative
 1e-4 and ranking metrics to a few ties, not bit for bit.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -44,8 +45,11 @@ def _assert_close(cpu: dict, gpu: dict) -> None:
         assert abs(gpu["test"][name] - value) <= 0.02, (name, value, gpu["test"][name])
 
 
-@pytest.mark.parametrize("make", [lambda d: "fedavg", lambda d: "fedncf", _fedvlr, _recbole_bpr],
-                         ids=["fedavg", "fedncf", "fedavg+fedvlr", "recbole:BPR"])
+@pytest.mark.parametrize(
+    "make",
+    [lambda d: "fedavg", lambda d: "fedncf", _fedvlr, _recbole_bpr],
+    ids=["fedavg", "fedncf", "fedavg+fedvlr", "recbole:BPR"],
+)
 def test_a_cuda_run_matches_the_cpu_run(make):
     data = synthetic_data(120, 90, 12, seed=3)
     _assert_close(_run(data, make(data), "cpu"), _run(data, make(data), "cuda"))
@@ -67,6 +71,6 @@ def test_with_a_gpu_the_states_in_memory_are_page_locked_and_trained_in_place():
     tables = dict(run.store._cols)
     assert tables and all(t.is_pinned() for t in tables.values())
     before = {k: v.clone() for k, v in tables.items()}
-    run.run_round()   # round 2 trains the stored rows: they change where they are, in the same tables
+    run.run_round()  # round 2 trains the stored rows: they change where they are, in the same tables
     assert all(run.store._cols[k] is tables[k] for k in tables)
     assert any(not torch.equal(before[k], tables[k]) for k in tables)

@@ -1,4 +1,5 @@
 """S3Rec item-sequence files: ids, order, the leave-one-out split, the attribute view, and detection."""
+
 import json
 
 import numpy as np
@@ -47,13 +48,13 @@ def test_leave_one_out_takes_the_last_item_as_test_and_the_one_before_as_valid(t
 def test_attributes_are_a_normalised_multi_hot_view(tmp_path):
     data = load(_folder(tmp_path))
     m = data.features["attributes"]
-    assert m.dtype == np.float32 and m.shape == (6, 5)      # columns: attributes 10, 20, 30, 40, 50
+    assert m.dtype == np.float32 and m.shape == (6, 5)  # columns: attributes 10, 20, 30, 40, 50
     expected = np.zeros((6, 5), np.float32)
     for row, cols in ((0, [0, 1]), (1, [1]), (2, [0, 2, 3, 4]), (4, [2])):
         expected[row, cols] = 1 / np.sqrt(len(cols))
     np.testing.assert_allclose(m, expected, rtol=1e-6)
     notes = {n["code"]: n["count"] for n in data.notes}
-    assert notes == {"items_without_attributes": 2, "attributes_unused": 1}    # items 4 ([]) and 12; item 99
+    assert notes == {"items_without_attributes": 2, "attributes_unused": 1}  # items 4 ([]) and 12; item 99
     assert notes == {n["code"]: n["count"] for n in data.sanity() if n["code"] in notes}
 
 
@@ -69,11 +70,14 @@ def test_the_file_itself_loads_like_its_folder(tmp_path):
     assert a.inter.equals(b.inter) and np.array_equal(a.features["attributes"], b.features["attributes"])
 
 
-@pytest.mark.parametrize("name, text", [
-    ("notes.txt", "This folder holds\nthe sequences\n"),
-    ("counts.txt", "1 2\n3\n4 5\n"),            # a line with one number: not 'user item ...'
-    ("scores.txt", "1 2.5 3\n"),                 # a float
-])
+@pytest.mark.parametrize(
+    "name, text",
+    [
+        ("notes.txt", "This folder holds\nthe sequences\n"),
+        ("counts.txt", "1 2\n3\n4 5\n"),  # a line with one number: not 'user item ...'
+        ("scores.txt", "1 2.5 3\n"),  # a float
+    ],
+)
 def test_other_txt_files_are_not_claimed(tmp_path, name, text):
     write(tmp_path / name, text)
     with pytest.raises(DataError, match="no recognised dataset"):
@@ -92,7 +96,7 @@ def test_real_amazon2014_toys():
     assert (data.n_users, data.n_items, data.n_inter) == (19_412, 11_924, 167_597)
     m = data.features["attributes"]
     assert m.shape == (11_924, 1_027) and m.dtype == np.float32
-    np.testing.assert_allclose(np.linalg.norm(m, axis=1), 1.0, rtol=1e-5)     # every item has attributes
+    np.testing.assert_allclose(np.linalg.norm(m, axis=1), 1.0, rtol=1e-5)  # every item has attributes
     split = splits.leave_one_out(data)
     assert len(split.test()) == len(split.valid()) == 19_412
 

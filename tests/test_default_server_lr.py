@@ -1,4 +1,5 @@
 """fedgrad's default server learning rate: independent of the number of clients, except FCF's declared sum rule."""
+
 import numpy as np
 import pytest
 
@@ -32,8 +33,7 @@ def test_an_explicit_server_lr_still_wins(many_clients):
 def test_fedavg_fedgrad_with_defaults_trains_on_many_clients(many_clients):
     """The like-for-like row with defaults: the loss falls round on round instead of blowing up (the sum rule,
     lr x 1,500 clients, sent it to ~1e5 by round 3)."""
-    run = FederatedRun(many_clients, "fedavg", FedConfig(strategy="fedgrad", local_epochs=1, seed=0),
-                       progress=False)
+    run = FederatedRun(many_clients, "fedavg", FedConfig(strategy="fedgrad", local_epochs=1, seed=0), progress=False)
     losses = [run.run_round()["loss"] for _ in range(3)]
     assert np.isfinite(losses).all()
     assert losses[-1] < losses[0] < 0.75

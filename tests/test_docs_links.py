@@ -1,5 +1,6 @@
 """The project's docs stand alone: every relative link in README.md and docs/*.md reaches a file (and, with a
 ``#fragment``, a heading) that exists, and no file points to notes that live outside the repository."""
+
 from __future__ import annotations
 
 import re
@@ -82,8 +83,13 @@ def checked_files() -> list[Path]:
     for d in SOURCE_DIRS:
         for f in sorted((ROOT / d).rglob("*")):
             rel = f.relative_to(ROOT).as_posix()
-            if f.is_file() and f.suffix in (".py", ".md", ".toml", ".json", ".txt") and rel not in BEING_MOVED \
-                    and f != Path(__file__).resolve() and "__pycache__" not in f.parts:
+            if (
+                f.is_file()
+                and f.suffix in (".py", ".md", ".toml", ".json", ".txt")
+                and rel not in BEING_MOVED
+                and f != Path(__file__).resolve()
+                and "__pycache__" not in f.parts
+            ):
                 files.append(f)
     return files
 
@@ -98,7 +104,10 @@ def test_no_file_points_outside_the_repository():
 
 def test_the_checks_can_fail(tmp_path):
     page = tmp_path / "page.md"
-    page.write_text("# A `code` heading: here\n\n[ok](page.md#a-code-heading-here) [bad](missing.md)\n"
-                    "```\n[in code](nowhere.md)\n```\n", encoding="utf-8")
+    page.write_text(
+        "# A `code` heading: here\n\n[ok](page.md#a-code-heading-here) [bad](missing.md)\n"
+        "```\n[in code](nowhere.md)\n```\n",
+        encoding="utf-8",
+    )
     assert anchors(page) == {"a-code-heading-here"}
     assert [t for _, t in relative_links(page)] == ["page.md#a-code-heading-here", "missing.md"]

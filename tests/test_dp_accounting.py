@@ -1,21 +1,27 @@
 """Accounted (epsilon, delta) of noised uploads: the figures are the dp-accounting library's own, --target-epsilon
 reaches its target, and a run's JSON and console carry the budget."""
+
 import json
 
 import dp_accounting
 import pytest
+from _bad_input import run_cli
 from dp_accounting.rdp import RdpAccountant
 
 from fedvlr_plus.federation import FedConfig
-from fedvlr_plus.federation.privacy.accountant import (default_delta, epsilon_poisson, epsilon_sampled, epsilon_server,
-                                               noise_for_epsilon, privacy_block)
 from fedvlr_plus.federation.engine import FederatedRun
+from fedvlr_plus.federation.privacy.accountant import (
+    default_delta,
+    epsilon_poisson,
+    epsilon_sampled,
+    epsilon_server,
+    noise_for_epsilon,
+    privacy_block,
+)
 from fedvlr_plus.federation.synthetic import synthetic_data
 
-from _bad_input import run_cli
-
 REL = dp_accounting.NeighboringRelation
-SETTINGS = [(1.0, 50, 943, 100), (0.5, 10, 200, 30), (2.0, 120, 120, 5)]   # (sigma, per round, clients, rounds)
+SETTINGS = [(1.0, 50, 943, 100), (0.5, 10, 200, 30), (2.0, 120, 120, 5)]  # (sigma, per round, clients, rounds)
 
 
 def _direct(event, relation, delta):
@@ -27,24 +33,27 @@ def _direct(event, relation, delta):
 @pytest.mark.parametrize("sigma,m,n,rounds", SETTINGS)
 def test_epsilon_is_the_librarys_own_computation(sigma, m, n, rounds):
     delta = default_delta(n)
-    gauss_half = dp_accounting.GaussianDpEvent(sigma / 2)   # replace-one: the clipped contribution moves by 2C
+    gauss_half = dp_accounting.GaussianDpEvent(sigma / 2)  # replace-one: the clipped contribution moves by 2C
     wor = dp_accounting.SelfComposedDpEvent(dp_accounting.SampledWithoutReplacementDpEvent(n, m, gauss_half), rounds)
     server = dp_accounting.SelfComposedDpEvent(gauss_half, rounds)
     direct_server = _direct(server, REL.REPLACE_ONE, delta)
     # the smaller of two valid bounds: sampled without replacement, and no amplification at all
     assert epsilon_sampled(sigma, m, n, rounds, delta) == pytest.approx(
-        min(_direct(wor, REL.REPLACE_ONE, delta), direct_server), rel=1e-9)
+        min(_direct(wor, REL.REPLACE_ONE, delta), direct_server), rel=1e-9
+    )
     pois = dp_accounting.SelfComposedDpEvent(
-        dp_accounting.PoissonSampledDpEvent(m / n, dp_accounting.GaussianDpEvent(sigma)), rounds)
+        dp_accounting.PoissonSampledDpEvent(m / n, dp_accounting.GaussianDpEvent(sigma)), rounds
+    )
     assert epsilon_poisson(sigma, m / n, rounds, delta) == pytest.approx(
-        _direct(pois, REL.ADD_OR_REMOVE_ONE, delta), rel=1e-9)
+        _direct(pois, REL.ADD_OR_REMOVE_ONE, delta), rel=1e-9
+    )
     assert epsilon_server(sigma, rounds, delta) == pytest.approx(direct_server, rel=1e-9)
     # sampling amplifies: fewer clients per round, less epsilon; the server, who sees the sample, gets no amplification
     assert epsilon_sampled(sigma, m, n, rounds, delta) <= epsilon_server(sigma, rounds, delta) + 1e-9
 
 
 def test_default_delta_is_below_one_over_the_population():
-    assert default_delta(1000) == pytest.approx(1000 ** -1.1)
+    assert default_delta(1000) == pytest.approx(1000**-1.1)
     assert default_delta(1000) < 1 / 1000
 
 
@@ -54,7 +63,7 @@ def test_target_epsilon_picks_a_sigma_that_reaches_it(target, m, n, rounds):
     sigma = noise_for_epsilon(target, m, n, rounds, delta)
     eps = epsilon_sampled(sigma, m, n, rounds, delta)
     assert eps <= target and eps == pytest.approx(target, rel=0.02)
-    assert epsilon_sampled(sigma * 0.98, m, n, rounds, delta) > target   # and it is (nearly) the least such sigma
+    assert epsilon_sampled(sigma * 0.98, m, n, rounds, delta) > target  # and it is (nearly) the least such sigma
 
 
 def test_no_noise_means_no_guarantee():
@@ -71,16 +80,17 @@ def test_a_noised_run_reports_its_budget_and_a_plain_one_none():
     assert (p["sigma"], p["clip"], p["clients_per_round"], p["population"], p["rounds"]) == (0.8, 0.5, 10, n, 2)
     assert p["q"] == pytest.approx(10 / n) and p["delta"] == pytest.approx(default_delta(n))
     assert p["epsilon"] == pytest.approx(epsilon_sampled(0.8, 10, n, 2, default_delta(n)))
-    assert "privacy" not in FederatedRun(data, "fcf", FedConfig(rounds=1, local_epochs=1, dim=8),
-                                         progress=False).run()
+    assert "privacy" not in FederatedRun(data, "fcf", FedConfig(rounds=1, local_epochs=1, dim=8), progress=False).run()
 
 
 def test_target_epsilon_sets_the_noise_the_clients_use():
     data = synthetic_data(40, 150, 6, seed=2)
     cfg = FedConfig(rounds=3, local_epochs=1, dim=8, clients_per_round=8, target_epsilon=4.0, dp_delta=1e-4)
     run = FederatedRun(data, "fcf", cfg, progress=False)
-    assert run.round_config(1)["upload_noise"] == pytest.approx(
-        noise_for_epsilon(4.0, 8, len(run.eligible), 3, 1e-4)) and run.round_config(1)["upload_clip"] == 1.0
+    assert (
+        run.round_config(1)["upload_noise"] == pytest.approx(noise_for_epsilon(4.0, 8, len(run.eligible), 3, 1e-4))
+        and run.round_config(1)["upload_clip"] == 1.0
+    )
     p = run.run()["privacy"]
     assert p["epsilon"] == pytest.approx(4.0, rel=0.02) and p["epsilon"] <= 4.0 and p["target_epsilon"] == 4.0
     with pytest.raises(ValueError, match="not both"):
@@ -88,8 +98,24 @@ def test_target_epsilon_sets_the_noise_the_clients_use():
 
 
 def test_run_json_and_console_carry_the_budget():
-    res = run_cli("run", "synthetic:30x80", "--backbone", "fcf", "--rounds", "2", "--local-epochs", "1", "--dim", "8",
-                  "--upload-noise", "1.5", "--clients-per-round", "10", "--no-progress", "--json")
+    res = run_cli(
+        "run",
+        "synthetic:30x80",
+        "--backbone",
+        "fcf",
+        "--rounds",
+        "2",
+        "--local-epochs",
+        "1",
+        "--dim",
+        "8",
+        "--upload-noise",
+        "1.5",
+        "--clients-per-round",
+        "10",
+        "--no-progress",
+        "--json",
+    )
     assert res.code == 0, res.err
     p = json.loads(res.out.strip().splitlines()[-1])["privacy"]
     assert p["sigma"] == 1.5 and p["rounds"] == 2 and p["epsilon"] > 0
@@ -98,17 +124,45 @@ def test_run_json_and_console_carry_the_budget():
 
 def test_privacy_table_command_runs_on_tiny_data(tmp_path):
     out = tmp_path / "t4"
-    res = run_cli("experiment", "privacy-table", "synthetic:30x80", "--backbone", "fcf", "--noise", "0,1",
-                  "--rounds", "2", "--local-epochs", "1", "--dim", "8", "--seeds", "2", "--clients-per-round", "10",
-                  "--metric", "ndcg@10", "--no-progress", "--out", str(out), "--json")
+    res = run_cli(
+        "experiment",
+        "privacy-table",
+        "synthetic:30x80",
+        "--backbone",
+        "fcf",
+        "--noise",
+        "0,1",
+        "--rounds",
+        "2",
+        "--local-epochs",
+        "1",
+        "--dim",
+        "8",
+        "--seeds",
+        "2",
+        "--clients-per-round",
+        "10",
+        "--metric",
+        "ndcg@10",
+        "--no-progress",
+        "--out",
+        str(out),
+        "--json",
+    )
     assert res.code == 0, res.err
     result = json.loads(res.out.strip().splitlines()[-1])
     # the unprotected run, then σ = 0 and 1 with the uploads clipped at the same C
     assert [(r["sigma"], r["clip"]) for r in result["rows"]] == [(0.0, 0.0), (0.0, 1.0), (1.0, 1.0)]
     assert result["seeds"] == [0, 1]
     clean, clipped, noised = result["rows"]
-    assert clean["epsilon"] is None and clipped["epsilon"] is None and noised["epsilon"] == pytest.approx(
-        epsilon_sampled(1.0, 10, noised["privacy"]["population"], noised["privacy"]["rounds"], result["delta"]))
+    assert (
+        clean["epsilon"] is None
+        and clipped["epsilon"] is None
+        and noised["epsilon"]
+        == pytest.approx(
+            epsilon_sampled(1.0, 10, noised["privacy"]["population"], noised["privacy"]["rounds"], result["delta"])
+        )
+    )
     assert len(noised["per_seed"]) == 2 and noised["test_ci"][0] <= noised["test"] <= noised["test_ci"][1]
     assert "mean_diff" in noised["vs_unprotected"] and "mean_diff" in clipped["vs_unprotected"]
     assert "vs_unprotected" not in clean

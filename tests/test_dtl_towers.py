@@ -1,10 +1,11 @@
 """FedDTL's item tower scored in factored form on sparse content: the numbers and gradients of the dense form."""
+
 import numpy as np
 import pytest
 import torch
 
-from fedvlr_plus.alignment.feddtl import towers as dtl_towers
 from fedvlr_plus.alignment.feddtl import method as T
+from fedvlr_plus.alignment.feddtl import towers as dtl_towers
 from fedvlr_plus.alignment.feddtl.towers import ItemContent, item_vectors
 
 
@@ -18,7 +19,7 @@ def _multi_hot(n=60, d=200, per_item=3, seed=0) -> torch.Tensor:
 
 def _params(d, r=4, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return {"item_down": torch.randn(r, d, generator=g) / d ** 0.5, "item_up": torch.randn(d, r, generator=g) * 0.3}
+    return {"item_down": torch.randn(r, d, generator=g) / d**0.5, "item_up": torch.randn(d, r, generator=g) * 0.3}
 
 
 def test_sparse_content_is_kept_sparse_and_dense_content_dense():
@@ -60,9 +61,15 @@ def _sparse_task(n_items=80, n_users=30, d=120):
     rng = np.random.default_rng(0)
     content = _multi_hot(n_items, d, per_item=2).numpy()
     histories = [np.sort(rng.choice(64, size=int(rng.integers(3, 9)), replace=False)) for _ in range(n_users)]
-    return T.RecTask(content=content, histories=histories, warm_target=rng.integers(0, 64, n_users),
-                     cold_target=rng.integers(64, n_items, n_users), warm_items=np.arange(64),
-                     cold_items=np.arange(64, n_items), user_genre=rng.integers(0, 3, n_users))
+    return T.RecTask(
+        content=content,
+        histories=histories,
+        warm_target=rng.integers(0, 64, n_users),
+        cold_target=rng.integers(64, n_items, n_users),
+        warm_items=np.arange(64),
+        cold_items=np.arange(64, n_items),
+        user_genre=rng.integers(0, 3, n_users),
+    )
 
 
 @pytest.mark.parametrize("method", ["fedavg_both", "feddtl"])
@@ -72,7 +79,7 @@ def test_a_run_on_sparse_content_matches_the_dense_scoring(method, monkeypatch):
     task = _sparse_task()
     cfg = T.DTLConfig(per_user=4, batch_size=16, rl_candidates=10, sigma=0.3, prototypes="example")
     factored = T.train(task, method, cfg, n_clients=3, alpha=1.0, rounds=4, sft_rounds=2, seed=0)
-    monkeypatch.setattr(dtl_towers, "SPARSE_DENSITY", -1.0)   # every content dense
+    monkeypatch.setattr(dtl_towers, "SPARSE_DENSITY", -1.0)  # every content dense
     dense = T.train(task, method, cfg, n_clients=3, alpha=1.0, rounds=4, sft_rounds=2, seed=0)
     # Adam's per-coordinate step turns the last-bit differences of the sums into parameter differences of ~1e-4
     for k in dense.params:

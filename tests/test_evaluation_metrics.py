@@ -1,4 +1,5 @@
 """Metric formulas: hand-computed examples and brute-force enumeration of every tie order."""
+
 from __future__ import annotations
 
 import itertools
@@ -17,9 +18,15 @@ LOG2 = math.log2
 def make_data(rows, n_users, n_items):
     """rows: (user, item, split) with split 0 train, 1 valid, 2 test."""
     u, i, s = (np.asarray(x) for x in zip(*rows))
-    inter = pd.DataFrame({"user": u.astype(np.int64), "item": i.astype(np.int64),
-                          "rating": np.ones(len(u), np.float32), "timestamp": np.arange(len(u), dtype=np.float64),
-                          "split": s.astype(np.int8)})
+    inter = pd.DataFrame(
+        {
+            "user": u.astype(np.int64),
+            "item": i.astype(np.int64),
+            "rating": np.ones(len(u), np.float32),
+            "timestamp": np.arange(len(u), dtype=np.float64),
+            "split": s.astype(np.int8),
+        }
+    )
     return InteractionData("toy", np.arange(n_users), np.arange(n_items), inter)
 
 
@@ -45,8 +52,12 @@ def brute_force(scores, candidates, targets, k):
     for combo in itertools.product(*(itertools.permutations(g) for g in groups)):
         order = [it for grp in combo for it in grp]
         hits = [p for p, it in enumerate(order[:k], start=1) if it in targets]
-        totals += [bool(hits), len(hits) / len(targets), sum(1 / LOG2(p + 1) for p in hits) / idcg,
-                   1 / hits[0] if hits else 0.0]
+        totals += [
+            bool(hits),
+            len(hits) / len(targets),
+            sum(1 / LOG2(p + 1) for p in hits) / idcg,
+            1 / hits[0] if hits else 0.0,
+        ]
         n += 1
     return dict(zip(("hr", "recall", "ndcg", "mrr"), totals / n))
 

@@ -1,4 +1,5 @@
 """Protocols, warm/cold breakdown, reference rankers, bootstrap intervals and paired tests on small data."""
+
 from __future__ import annotations
 
 import json
@@ -7,11 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-
-from fedvlr_plus.datasets import DataError, InteractionData
-from fedvlr_plus.evaluation import (EvalResult, evaluate, paired_test, reference_scorer, sample_negatives)
-
 from test_evaluation_metrics import make_data, matrix_scorer, row
+
+from fedvlr_plus.datasets import DataError
+from fedvlr_plus.evaluation import EvalResult, evaluate, paired_test, reference_scorer, sample_negatives
 
 
 def random_data(n_users=40, n_items=300, seed=0, per_user=12, n_test=1, cold_items=10):
@@ -96,8 +96,11 @@ def test_batching_and_scorer_types_do_not_change_results():
     data = random_data(n_test=3)
     S = np.random.default_rng(0).integers(0, 5, (data.n_users, data.n_items))  # integer scores, many ties
     base = evaluate(data, matrix_scorer(S), batch_size=512)
-    for scorer, bs in [(lambda u: torch.as_tensor(S[u]), 3), (lambda u: S[u].astype(np.float16), 1),
-                       (lambda u: torch.as_tensor(S[u], dtype=torch.bfloat16), 17)]:
+    for scorer, bs in [
+        (lambda u: torch.as_tensor(S[u]), 3),
+        (lambda u: S[u].astype(np.float16), 1),
+        (lambda u: torch.as_tensor(S[u], dtype=torch.bfloat16), 17),
+    ]:
         other = evaluate(data, scorer, batch_size=bs)
         pd.testing.assert_frame_equal(base.per_user, other.per_user)
     # the scorer's own array is not modified by masking
@@ -127,9 +130,14 @@ def test_bad_scorer_output_and_arguments_raise():
     with pytest.raises(ValueError, match=r"returned shape \(40, 299\), expected \(40, 300\)"):
         evaluate(data, lambda u: np.zeros((len(u), data.n_items - 1)))
     ok = matrix_scorer(np.zeros((data.n_users, data.n_items)))
-    for kwargs, msg in [({"split": "train"}, "split must be"), ({"protocol": "uni"}, "protocol must be"),
-                        ({"mask_history": "valid"}, "mask_history must be"), ({"ks": (0,)}, "K must be"),
-                        ({"metrics": ("auc",)}, "unknown metric"), ({"batch_size": 0}, "batch_size")]:
+    for kwargs, msg in [
+        ({"split": "train"}, "split must be"),
+        ({"protocol": "uni"}, "protocol must be"),
+        ({"mask_history": "valid"}, "mask_history must be"),
+        ({"ks": (0,)}, "K must be"),
+        ({"metrics": ("auc",)}, "unknown metric"),
+        ({"batch_size": 0}, "batch_size"),
+    ]:
         with pytest.raises(ValueError, match=msg):
             evaluate(data, ok, **kwargs)
     unsplit = data.replace(inter=data.inter.assign(split=np.int8(-1)))
@@ -140,8 +148,7 @@ def test_bad_scorer_output_and_arguments_raise():
 def test_warm_cold_partition():
     # user 0: test items 1 (warm: user 1 trains on it) and 4 (cold: nobody trains on it)
     # user 1: only warm target 2; user 2: only cold target 4
-    data = make_data([(0, 0, 0), (1, 1, 0), (1, 3, 0), (2, 2, 0),
-                      (0, 1, 2), (0, 4, 2), (1, 2, 2), (2, 4, 2)], 3, 5)
+    data = make_data([(0, 0, 0), (1, 1, 0), (1, 3, 0), (2, 2, 0), (0, 1, 2), (0, 4, 2), (1, 2, 2), (2, 4, 2)], 3, 5)
     S = np.tile([0.0, 3.0, 2.0, 1.0, 4.0], (3, 1))  # cold item 4 first, then 1, 2, 3
     res = evaluate(data, matrix_scorer(S), ks=(1, 2))
     assert list(res.per_user["user"]) == [0, 1, 2]
@@ -171,8 +178,9 @@ def test_reference_rankers():
     assert not np.array_equal(rnd(np.array([0]))[0], rnd(np.array([1]))[0])
     assert not np.array_equal(rnd(np.array([0]))[0], reference_scorer("random", data, seed=2)(np.array([0]))[0])
     items = np.array([[3, 0], [2, 2]])
-    assert np.array_equal(rnd.score_items(np.array([0, 2]), items),
-                          np.take_along_axis(rnd(np.array([0, 2])), items, axis=1))
+    assert np.array_equal(
+        rnd.score_items(np.array([0, 2]), items), np.take_along_axis(rnd(np.array([0, 2])), items, axis=1)
+    )
     with pytest.raises(ValueError, match="unknown reference ranker"):
         reference_scorer("bpr", data)
 
@@ -189,14 +197,26 @@ def test_bootstrap_ci_contains_mean_and_handles_degenerate_groups():
     wider = res.ci(level=0.99, n_resamples=500)
     assert wider["hr@50"][0] <= ci["hr@50"][0] and wider["hr@50"][1] >= ci["hr@50"][1]
     js = res.to_json("valid")
-    for key in ("valid", "valid_ci", "valid_warm", "valid_cold", "valid_warm_ci", "valid_cold_ci", "n_users",
-                "valid_n_users", "valid_warm_n_users", "valid_cold_n_users", "tie_policy"):
+    for key in (
+        "valid",
+        "valid_ci",
+        "valid_warm",
+        "valid_cold",
+        "valid_warm_ci",
+        "valid_cold_ci",
+        "n_users",
+        "valid_n_users",
+        "valid_warm_n_users",
+        "valid_cold_n_users",
+        "tie_policy",
+    ):
         assert key in js, key
     assert js["tie_policy"] == "expected over random tie orders"
     json.dumps(js)
     # all-equal values: the interval collapses onto the value
-    const = EvalResult(pd.DataFrame({"user": [0, 1], "n_targets": [1, 1], "hr@1": [1.0, 1.0]}),
-                       pd.DataFrame(), pd.DataFrame())
+    const = EvalResult(
+        pd.DataFrame({"user": [0, 1], "n_targets": [1, 1], "hr@1": [1.0, 1.0]}), pd.DataFrame(), pd.DataFrame()
+    )
     assert const.ci()["hr@1"] == [1.0, 1.0]
     assert np.isnan(const.ci("warm")["hr@1"]).all() and np.isnan(const.summary("cold")["hr@1"])
     assert const.to_json(ci=True)["test_warm_ci"]["hr@1"] == [None, None]

@@ -1,4 +1,5 @@
 """Real data: reference rankers on KU (FedVLR's data set) and full-sort speed on MovieLens-100K."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -8,12 +9,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from _shared import shared_data
 
 from fedvlr_plus.datasets import InteractionData
 from fedvlr_plus.datasets.splits import leave_one_out, ratio_split
 from fedvlr_plus.evaluation import evaluate, reference_scorer
-
-from _shared import shared_data
 
 KU_ITEMS = 560
 
@@ -22,10 +22,15 @@ def load_ku() -> InteractionData:
     """KU as shipped: ids in inter.csv are the internal ids, 560 items, split from split_label (0/1/2)."""
     path = shared_data("ku") / "inter.csv"
     df = pd.read_csv(path)
-    inter = pd.DataFrame({"user": df["userID"].to_numpy(np.int64), "item": df["itemID"].to_numpy(np.int64),
-                          "rating": df["rating"].to_numpy(np.float32),
-                          "timestamp": df["timestamp"].to_numpy(np.float64),
-                          "split": df["split_label"].to_numpy(np.int8)})
+    inter = pd.DataFrame(
+        {
+            "user": df["userID"].to_numpy(np.int64),
+            "item": df["itemID"].to_numpy(np.int64),
+            "rating": df["rating"].to_numpy(np.float32),
+            "timestamp": df["timestamp"].to_numpy(np.float64),
+            "split": df["split_label"].to_numpy(np.int8),
+        }
+    )
     n_users = int(inter["user"].max()) + 1
     return InteractionData("ku", np.arange(n_users), np.arange(KU_ITEMS), inter, source=str(path)).validate()
 
@@ -45,8 +50,9 @@ def load_ml100k() -> InteractionData:
     path = ml100k_path()
     df = pd.read_csv(path, sep="\t")
     df.columns = [c.split(":")[0] for c in df.columns]
-    return InteractionData.from_raw("ml-100k", df["user_id"], df["item_id"], rating=df["rating"],
-                                    timestamp=df["timestamp"], source=str(path))
+    return InteractionData.from_raw(
+        "ml-100k", df["user_id"], df["item_id"], rating=df["rating"], timestamp=df["timestamp"], source=str(path)
+    )
 
 
 # ---------------------------------------------------------------------- KU
@@ -94,8 +100,10 @@ def test_ku_random_and_constant_rankers(ku):
     res = evaluate(ku, reference_scorer("random", ku, seed=0), ks=(50,))
     s = res.summary()
     sd = np.sqrt(np.sum(50 / n_cand * (1 - 50 / n_cand))) / 204
-    print(f"\nKU random (seed 0): HR@50 {s['hr@50']:.4f} NDCG@50 {s['ndcg@50']:.4f}; "
-          f"expected HR@50 {expected:.4f} (sd {sd:.4f})")
+    print(
+        f"\nKU random (seed 0): HR@50 {s['hr@50']:.4f} NDCG@50 {s['ndcg@50']:.4f}; "
+        f"expected HR@50 {expected:.4f} (sd {sd:.4f})"
+    )
     assert abs(s["hr@50"] - expected) < 3 * sd
 
 
@@ -136,7 +144,9 @@ def test_ml100k_full_sort_speed(split_fn):
         t = time.perf_counter()
         res = evaluate(data, sc, ks=(10, 20, 50))
         best = min(best, time.perf_counter() - t - sc.seconds)
-    print(f"\nML-100K {split_fn.__name__}: {res.n_users()} users x {data.n_items} items, "
-          f"{int(res.per_user['n_targets'].sum())} targets: evaluate() {best * 1000:.0f} ms beyond the scorer")
+    print(
+        f"\nML-100K {split_fn.__name__}: {res.n_users()} users x {data.n_items} items, "
+        f"{int(res.per_user['n_targets'].sum())} targets: evaluate() {best * 1000:.0f} ms beyond the scorer"
+    )
     assert res.n_users() == 943
     # the time is reported, not asserted: a wall-clock bound fails on a loaded machine (benchmarks are commands)

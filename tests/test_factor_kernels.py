@@ -1,4 +1,5 @@
 """The layer's sparse factor of deferred fused-row gradients: the compiled kernel against its torch reference."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -6,12 +7,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from _kernels import compiled_or_skip
+from test_summed_chunks import BASE, _layer, _shared, _sum_of, _sums
 
 from fedvlr_plus.fedvlr import closed_form
 from fedvlr_plus.fedvlr.closed_form import MixtureSteps
-
-from _kernels import compiled_or_skip
-from test_summed_chunks import BASE, _layer, _shared, _sum_of, _sums
 
 
 @pytest.fixture
@@ -25,7 +25,7 @@ def test_kernel_builds_the_torch_references_matrix(kernels, seed):
     c_n, t_max, s_max, n_items = 7, 11, 4, 60
     delta = torch.from_numpy(g.standard_normal((s_max, c_n * t_max)).astype(np.float32))
     delta[torch.from_numpy(g.random(delta.shape) < 0.6)] = 0.0
-    delta[0, 3], delta[1, 5] = -0.0, float("nan")   # -0 is no entry, NaN is one (as torch's nonzero)
+    delta[0, 3], delta[1, 5] = -0.0, float("nan")  # -0 is no entry, NaN is one (as torch's nonzero)
     real = torch.from_numpy(np.sort(g.choice(c_n * t_max, 50, replace=False)))
     items = torch.from_numpy(g.integers(0, n_items, len(real)))
     fake = SimpleNamespace(defer=(c_n, t_max, s_max), delta_rows=delta)
@@ -58,7 +58,7 @@ def test_preparing_the_schedule_and_factor_kernels_says_whether_they_exist(monke
     from fedvlr_plus.federation.simulation import schedule
 
     for module in (schedule, closed_form):
-        monkeypatch.setattr(module._KERNELS, "module", False)   # as where numba does not import
+        monkeypatch.setattr(module._KERNELS, "module", False)  # as where numba does not import
         assert module.prepare_kernels() is False
     pytest.importorskip("numba", reason="numba is not installed here")
     for module in (schedule, closed_form):

@@ -1,4 +1,5 @@
 """Every .npy beside a feature folder's interactions is an item view: any number of content modalities."""
+
 import numpy as np
 from _shared import make_feature_folder
 
@@ -9,10 +10,10 @@ from fedvlr_plus.fedvlr.views import load_views
 
 def _audio_folder(tmp_path):
     folder = make_feature_folder(tmp_path / "f")
-    (folder / "image_features.npy").unlink()   # text plus two audio views, no image
+    (folder / "image_features.npy").unlink()  # text plus two audio views, no image
     rng = np.random.default_rng(1)
     np.save(folder / "whisper.npy", rng.standard_normal((4, 6)).astype(np.float32))
-    np.save(folder / "vggish.npy", rng.standard_normal((4, 2)))   # float64, as shipped
+    np.save(folder / "vggish.npy", rng.standard_normal((4, 2)))  # float64, as shipped
     return folder
 
 
@@ -29,4 +30,3 @@ def test_the_layer_fuses_every_modality(tmp_path):
     layer = build_fedvlr(data, "fedavg", FedVLROptions(progress=False))
     assert layer.keys == ["proj.id", "proj.v0", "proj.v1", "proj.v2"]
     assert sorted(layer.in_dims[1:]) == [2, 3, 6]
-

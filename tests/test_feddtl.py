@@ -22,8 +22,15 @@ def _task(n_items=40, n_users=24, d=8, seed=0):
         c = [i for i in order if i in set(cold)]
         hist.append(np.sort(np.array(w[1:], dtype=np.int64)))
         wt[u], ct[u] = w[0], c[0]
-    return T.RecTask(content=content, histories=hist, warm_target=wt, cold_target=ct, warm_items=warm,
-                     cold_items=cold, user_genre=np.arange(n_users) % 3)
+    return T.RecTask(
+        content=content,
+        histories=hist,
+        warm_target=wt,
+        cold_target=ct,
+        warm_items=warm,
+        cold_items=cold,
+        user_genre=np.arange(n_users) % 3,
+    )
 
 
 def test_zero_noise_gives_no_advantage_signal_and_noise_gives_some():
@@ -32,7 +39,7 @@ def test_zero_noise_gives_no_advantage_signal_and_noise_gives_some():
     items = F.normalize(torch.randn(100, 8, generator=g), dim=-1)
     target = torch.randint(0, 100, (64, 1), generator=g)
     a0 = T.noisy_candidates(u, items, 6, 0.0, g)
-    assert (a0 == a0[:, :1]).all()                                   # every candidate is the argmax
+    assert (a0 == a0[:, :1]).all()  # every candidate is the argmax
     assert torch.all(group_advantages((a0 == target).float()) == 0)
     a1 = T.noisy_candidates(u, items, 6, 0.3, g)
     assert (a1 != a1[:, :1]).any()
@@ -61,7 +68,7 @@ def test_uplink_carries_adapters_and_normalised_prototypes_only():
     proto, rows = up.arrays["proto"], up.rows["proto"].numpy()
     assert torch.allclose(proto.norm(dim=-1), torch.ones(len(proto)), atol=1e-5)
     trained = np.unique(np.concatenate([task.histories[u] for u in users]))
-    assert set(rows) <= set(trained) and len(rows) == len(np.unique(rows))   # one row per item, never per user
+    assert set(rows) <= set(trained) and len(rows) == len(np.unique(rows))  # one row per item, never per user
     assert not set(rows) & set(task.cold_items)
     msg = up.to_message()
     assert set(msg["arrays"]) == {"user_down", "user_up", "proto", "proto_n"}
@@ -87,7 +94,7 @@ def test_server_alignment_lowers_ce_on_uploaded_embeddings():
     q, losses = T.server_align(p, [(proto, rows)], task, cfg)
     assert ce(q) < ce(p) - 0.1 and losses[-1] < losses[0]
     for k in T.USER_PARAMS:
-        assert torch.equal(q[k], p[k])                               # the server trains its own tower only
+        assert torch.equal(q[k], p[k])  # the server trains its own tower only
 
 
 def test_dirichlet_split_is_label_skewed_and_covers_every_client():
@@ -96,7 +103,7 @@ def test_dirichlet_split_is_label_skewed_and_covers_every_client():
     flat = T.dirichlet_split(labels, 5, 1000.0, seed=0)
     assert len(np.unique(skewed)) == 5 and len(np.unique(flat)) == 5
 
-    def top_share(a):       # mean share of each label's users held by its largest client
+    def top_share(a):  # mean share of each label's users held by its largest client
         return np.mean([np.bincount(a[labels == g], minlength=5).max() / 100 for g in range(4)])
 
     assert top_share(skewed) > 0.6 > 0.3 > top_share(flat)
@@ -105,10 +112,16 @@ def test_dirichlet_split_is_label_skewed_and_covers_every_client():
 def test_evaluate_users_hand_computed():
     content = np.eye(4, dtype=np.float32)
     content[3] = [0.8, 0.6, 0, 0]
-    task = T.RecTask(content=content, histories=[np.array([0])], warm_target=np.array([3]),
-                     cold_target=np.array([2]), warm_items=np.array([0, 1, 3]), cold_items=np.array([2]),
-                     user_genre=np.zeros(1, np.int64))
-    p = T.init_params(4, 2, 0)          # zero up-projections: both towers are the identity
+    task = T.RecTask(
+        content=content,
+        histories=[np.array([0])],
+        warm_target=np.array([3]),
+        cold_target=np.array([2]),
+        warm_items=np.array([0, 1, 3]),
+        cold_items=np.array([2]),
+        user_genre=np.zeros(1, np.int64),
+    )
+    p = T.init_params(4, 2, 0)  # zero up-projections: both towers are the identity
     res = T.evaluate_users(p, task, np.array([0]), T.DTLConfig(), ks=(1, 2), among="all")
     # scores: item 0 masked, item 3 = .8, items 1 and 2 = 0 -> warm target 3 ranks first; cold target 2 has
     # one strictly better item (3) and a tie (1) -> rank 1 (ties counted optimistically by ">")
@@ -120,10 +133,16 @@ def test_evaluate_users_hand_computed():
     own = T.evaluate_users(p, task, np.array([0]), T.DTLConfig(), ks=(1,))
     assert own["cold"]["hr@1"] == 1.0 and own["warm"]["hr@1"] == 1.0
     content2 = content.copy()
-    content2[2] = [0.9, 0.1, 0, 0]          # a cold item closer to the user than the warm target
-    task2 = T.RecTask(content=content2, histories=task.histories, warm_target=task.warm_target,
-                      cold_target=np.array([-1]), warm_items=task.warm_items, cold_items=task.cold_items,
-                      user_genre=task.user_genre)
+    content2[2] = [0.9, 0.1, 0, 0]  # a cold item closer to the user than the warm target
+    task2 = T.RecTask(
+        content=content2,
+        histories=task.histories,
+        warm_target=task.warm_target,
+        cold_target=np.array([-1]),
+        warm_items=task.warm_items,
+        cold_items=task.cold_items,
+        user_genre=task.user_genre,
+    )
     assert T.evaluate_users(p, task2, np.array([0]), T.DTLConfig(), ks=(1,), among="all")["warm"]["hr@1"] == 0.0
     assert T.evaluate_users(p, task2, np.array([0]), T.DTLConfig(), ks=(1,))["warm"]["hr@1"] == 1.0
     with pytest.raises(ValueError):
@@ -133,7 +152,7 @@ def test_evaluate_users_hand_computed():
 @pytest.mark.parametrize("among", ["own", "all"])
 def test_evaluation_in_blocks_of_users_gives_the_figures_of_one_block(among):
     task = _task(n_items=40, n_users=24)
-    task.cold_target[::5] = -1                       # some users without a cold target
+    task.cold_target[::5] = -1  # some users without a cold target
     g = torch.Generator().manual_seed(1)
     p = {k: v + 0.2 * torch.randn(v.shape, generator=g) for k, v in T.init_params(task.dim, 4, 0).items()}
     users = np.arange(24)
@@ -150,9 +169,13 @@ def test_build_task_keeps_cold_items_out_of_training():
     users = np.repeat(np.arange(6), 5)
     items = np.concatenate([rng.choice(10, 5, replace=False) for _ in range(6)])
     d = InteractionData.from_raw("toy", users, items, timestamp=np.arange(30), item_order=np.arange(10))
-    d.items = pd.DataFrame({"title": [f"m{i}" for i in range(10)],
-                            "categories": [["A"] if i < 5 else ["B", "C"] for i in range(10)],
-                            "release_year": [1990 + i for i in range(10)]})
+    d.items = pd.DataFrame(
+        {
+            "title": [f"m{i}" for i in range(10)],
+            "categories": [["A"] if i < 5 else ["B", "C"] for i in range(10)],
+            "release_year": [1990 + i for i in range(10)],
+        }
+    )
     content = rng.standard_normal((10, 4))
     task = T.build_task(d, content, cold_share=0.3, seed=0)
     cold = set(task.cold_items.tolist())
@@ -188,7 +211,7 @@ def test_a_client_without_examples_trains_nothing_and_the_round_goes_on(method):
     """A tiny client of a many-client split can hold only users with one history item (no example to learn):
     it takes no step, and the round's loss and reward are the means of the clients that did."""
     task = _task()
-    alone = task.user_genre == 2          # with alpha 0.01 and seed 0, client 0 holds exactly these users
+    alone = task.user_genre == 2  # with alpha 0.01 and seed 0, client 0 holds exactly these users
     task.histories = [h[:1] if alone[u] else h for u, h in enumerate(task.histories)]
     assert set(T.dirichlet_split(task.user_genre, 3, 0.01, 0)[alone]) == {0}
     cfg = T.DTLConfig(rl_candidates=10, group=4, sigma=0.3)
@@ -200,9 +223,11 @@ def test_a_client_without_examples_trains_nothing_and_the_round_goes_on(method):
 
 
 def test_round_means_skip_clients_that_took_no_step():
-    ups = [T.ClientUpdate(0, "params", {}, metrics={"loss": 2.0, "steps": 3, "reward": 0.5}),
-           T.ClientUpdate(1, "params", {}, metrics={"loss": 0.0, "steps": 0}),
-           T.ClientUpdate(2, "params", {}, metrics={"loss": 4.0, "steps": 1, "reward": 0.1})]
+    ups = [
+        T.ClientUpdate(0, "params", {}, metrics={"loss": 2.0, "steps": 3, "reward": 0.5}),
+        T.ClientUpdate(1, "params", {}, metrics={"loss": 0.0, "steps": 0}),
+        T.ClientUpdate(2, "params", {}, metrics={"loss": 4.0, "steps": 1, "reward": 0.1}),
+    ]
     assert T._round_mean(ups, "loss") == pytest.approx(3.0)
     assert T._round_mean(ups, "reward") == pytest.approx(0.3)
     assert T._round_mean(ups[1:2], "reward") == 0.0
@@ -222,7 +247,7 @@ def test_fedavg_both_averages_the_client_tower_and_decoupling_keeps_it_local(met
     w = torch.tensor(res.client_examples, dtype=torch.float64)
     both = method == "fedavg_both"
     averaged = T.USER_PARAMS + (T.ITEM_PARAMS if both else ())
-    for k in averaged:          # the global tower is the example-weighted mean of the clients' last local towers
+    for k in averaged:  # the global tower is the example-weighted mean of the clients' last local towers
         mean = sum(wi * c[k].double() for wi, c in zip(w, res.client_params)) / w.sum()
         assert torch.allclose(res.params[k].double(), mean, atol=1e-5), k
     assert set(res.client_params[0]) == set(averaged)
@@ -241,7 +266,7 @@ def test_epochs_repeat_the_local_passes():
     three = T.DTLClient(0, task, np.arange(24), T.DTLConfig(per_user=4, batch_size=16, epochs=3), seed=0)
     s1 = one.fit(p, {"round": 0, "stage": "sft"}).metrics["steps"]
     s3 = three.fit(p, {"round": 0, "stage": "sft"}).metrics["steps"]
-    assert s1 == 6 and s3 == 18             # 24 users x 4 examples / batch 16 = 6 steps per pass
+    assert s1 == 6 and s3 == 18  # 24 users x 4 examples / batch 16 = 6 steps per pass
 
 
 def test_server_alignment_draws_prototypes_by_example_count():
@@ -255,8 +280,12 @@ def test_server_alignment_draws_prototypes_by_example_count():
     # counts 4 and 0: every draw is the first prototype, so the first step's loss is its CE alone
     _, counted = T.server_align(p, [(proto, rows, torch.tensor([4.0, 0.0]))], task, cfg)
     assert counted[0] == pytest.approx(ce0, rel=1e-5)
-    _, uniform = T.server_align(p, [(proto, rows, torch.tensor([4.0, 0.0]))], task,
-                                T.DTLConfig(server_steps=3, server_lr=1e-3, proto_weighting="uniform"))
+    _, uniform = T.server_align(
+        p,
+        [(proto, rows, torch.tensor([4.0, 0.0]))],
+        task,
+        T.DTLConfig(server_steps=3, server_lr=1e-3, proto_weighting="uniform"),
+    )
     ce_both = float(F.cross_entropy(proto @ T.item_vectors(p, warm).T / cfg.tau, rows))
     assert uniform[0] == pytest.approx(ce_both, rel=1e-5) and abs(ce_both - ce0) > 1e-3
 
@@ -280,7 +309,7 @@ def test_dominant_genre_by_count_and_by_lift_hand_computed():
     count = T.dominant_labels(d, hist, "count")
     names = sorted({c for cs in d.items["categories"] for c in cs})
     first = {}
-    for cs in d.items["categories"]:          # dominant_labels numbers genres by first appearance
+    for cs in d.items["categories"]:  # dominant_labels numbers genres by first appearance
         for c in cs:
             first.setdefault(c, len(first))
     a, b, c = first["A"], first["B"], first["C"]
@@ -296,9 +325,15 @@ def test_dominant_genre_by_count_and_by_lift_hand_computed():
 
 
 def test_label_skew_is_total_variation_to_the_global_mix():
-    task = T.RecTask(content=np.eye(4, dtype=np.float32), histories=[np.array([0, 1]), np.array([2, 3])],
-                     warm_target=np.full(2, -1), cold_target=np.full(2, -1), warm_items=np.arange(4),
-                     cold_items=np.zeros(0, np.int64), user_genre=np.zeros(2, np.int64))
+    task = T.RecTask(
+        content=np.eye(4, dtype=np.float32),
+        histories=[np.array([0, 1]), np.array([2, 3])],
+        warm_target=np.full(2, -1),
+        cold_target=np.full(2, -1),
+        warm_items=np.arange(4),
+        cold_items=np.zeros(0, np.int64),
+        user_genre=np.zeros(2, np.int64),
+    )
     genres = np.array([[1, 0], [1, 0], [0, 1], [0.5, 0.5]])
     # global mix (2.5, 1.5) / 4; client 0 (1, 0): TV 0.375; client 1 (0.25, 0.75): TV 0.375
     tv = T.label_skew(genres, task, np.array([0, 1]))
@@ -331,12 +366,13 @@ def test_private_user_tower_is_restored_each_round(tower):
 def test_zero_server_steps_leave_the_item_tower_as_it_started():
     task = _task()
     start = T.init_params(task.dim, 4, 0)
-    res = T.train(task, "decoupled_sft", T.DTLConfig(server_steps=0), n_clients=3, alpha=0.5, rounds=2,
-                  sft_rounds=2, seed=0)
+    res = T.train(
+        task, "decoupled_sft", T.DTLConfig(server_steps=0), n_clients=3, alpha=0.5, rounds=2, sft_rounds=2, seed=0
+    )
     for k in T.ITEM_PARAMS:
         assert torch.equal(res.params[k], start[k]), k
     assert not any("server_loss_first" in h for h in res.history)
-    assert not torch.equal(res.params["user_up"], start["user_up"])     # the user tower did train
+    assert not torch.equal(res.params["user_up"], start["user_up"])  # the user tower did train
 
 
 def test_example_prototypes_upload_every_example_with_its_item():
@@ -365,13 +401,14 @@ def test_anchor_penalty_is_zero_at_the_start_and_holds_the_items_near_their_cont
     task = _task()
     p = T.init_params(task.dim, 4, 0)
     content = torch.from_numpy(task.content)
-    assert abs(float(T.anchor_penalty(p, content))) < 1e-6           # up = 0: every item is its content
+    assert abs(float(T.anchor_penalty(p, content))) < 1e-6  # up = 0: every item is its content
     g = torch.Generator().manual_seed(0)
     rows = torch.arange(0, 32)
     proto = F.normalize(torch.randn(32, task.dim, generator=g), dim=-1)
     free, _ = T.server_align(p, [(proto, rows)], task, T.DTLConfig(server_steps=30, server_lr=5e-2))
-    held, _ = T.server_align(p, [(proto, rows)], task, T.DTLConfig(server_steps=30, server_lr=5e-2,
-                                                                    anchor_weight=100.0))
+    held, _ = T.server_align(
+        p, [(proto, rows)], task, T.DTLConfig(server_steps=30, server_lr=5e-2, anchor_weight=100.0)
+    )
     assert float(T.anchor_penalty(held, content)) < 0.5 * float(T.anchor_penalty(free, content))
     with pytest.raises(ValueError):
         T.DTLConfig(anchor_weight=-1.0)
@@ -383,7 +420,7 @@ def test_few_shot_keeps_at_most_k_labelled_examples_per_item_and_the_whole_histo
     assert len(labelled) == len(task.histories)
     per_item = np.bincount(np.concatenate(labelled), minlength=task.n_items)
     in_history = np.bincount(np.concatenate(task.histories), minlength=task.n_items)
-    assert (per_item == np.minimum(in_history, 2)).all()            # K per item, or all an item has
+    assert (per_item == np.minimum(in_history, 2)).all()  # K per item, or all an item has
     assert all(np.isin(x, h).all() for x, h in zip(labelled, task.histories))
     again = T.few_shot_targets(task.histories, 2, seed=3)
     other = T.few_shot_targets(task.histories, 2, seed=4)
@@ -393,8 +430,9 @@ def test_few_shot_keeps_at_most_k_labelled_examples_per_item_and_the_whole_histo
     client = T.DTLClient(0, task, np.arange(24), T.DTLConfig(per_user=50), seed=0)
     ctx, tgt = client.examples(0)
     warm = task.warm_items
-    assert np.array_equal(np.sort(warm[tgt]), np.sort(np.concatenate(
-        [x for u, x in enumerate(labelled) if len(task.histories[u]) >= 2])))
+    assert np.array_equal(
+        np.sort(warm[tgt]), np.sort(np.concatenate([x for u, x in enumerate(labelled) if len(task.histories[u]) >= 2]))
+    )
     # the context of an example is still the mean of the user's other history items, labelled or not
     u = next(u for u in range(24) if len(task.histories[u]) >= 2 and len(labelled[u]))
     first = int(sum(len(x) for v, x in enumerate(labelled[:u]) if len(task.histories[v]) >= 2))
@@ -412,7 +450,7 @@ def test_frozen_item_tower_is_computed_once_with_the_same_numbers(stage, monkeyp
     task = _task(n_items=40, n_users=24)
     cfg = T.DTLConfig(per_user=6, batch_size=8, rl_candidates=10, sigma=0.3)
     p = T.init_params(task.dim, cfg.rank, 0)
-    p = {k: v + 0.05 for k, v in p.items()}                # a non-zero item adapter
+    p = {k: v + 0.05 for k, v in p.items()}  # a non-zero item adapter
     config = {"round": 2, "stage": stage}
     calls = []
     plain_tower = dtl_client.ItemContent.tower
@@ -423,7 +461,7 @@ def test_frozen_item_tower_is_computed_once_with_the_same_numbers(stage, monkeyp
     plain_loss = per_batch._batch_loss
     monkeypatch.setattr(per_batch, "_batch_loss", lambda *a: plain_loss(*a[:6], None))
     reference = per_batch.fit(p, config)
-    assert len(calls) > 1 + cached.metrics["steps"]       # the reference path recomputed them per batch
+    assert len(calls) > 1 + cached.metrics["steps"]  # the reference path recomputed them per batch
     assert cached.metrics == reference.metrics
     for k in reference.arrays:
         assert torch.equal(cached.arrays[k], reference.arrays[k]), k
@@ -456,8 +494,11 @@ def test_items_without_text_or_categories_are_refused_with_the_flag_that_fixes_i
 
     data = _bare_items()
     # before this refusal every item read the MiniLM vector of "untitled" and every method scored HR@10 1.0
-    with pytest.raises(ConfigError, match=r"--content text: the items of bare have no text .*--content NAME, one "
-                                          r"of its feature arrays: tags"):
+    with pytest.raises(
+        ConfigError,
+        match=r"--content text: the items of bare have no text .*--content NAME, one "
+        r"of its feature arrays: tags",
+    ):
         T._content(data, "text", "cpu", None)
     assert T._content(data, "tags", "cpu", None).shape == (10, 4)
     with pytest.raises(ConfigError, match=r"--classes 0: .* items of bare have fewer than two .*--classes K"):
@@ -480,14 +521,15 @@ def test_classes_auto_takes_the_categories_where_they_serve_and_a_kmeans_where_t
 
     bare, said = _bare_items(), []
     assert T._resolve_classes(bare, "auto", 0, log=said.append) == T.AUTO_CLASSES
-    assert said == [f"--classes auto: item classes are a k-means ({T.AUTO_CLASSES}) of the item vectors (the items "
-                    "of bare have fewer than two categories)"]
+    assert said == [
+        f"--classes auto: item classes are a k-means ({T.AUTO_CLASSES}) of the item vectors (the items "
+        "of bare have fewer than two categories)"
+    ]
     genres = _genre_data()
-    assert T._resolve_classes(genres, "auto", 0, log=said.append) == 0          # the catalogue's categories
+    assert T._resolve_classes(genres, "auto", 0, log=said.append) == 0  # the catalogue's categories
     assert T._resolve_classes(genres, "auto", 2, log=said.append) == T.AUTO_CLASSES
     assert said[-1].endswith("(--novel-classes needs them)")
-    assert T._resolve_classes(bare, 0, 0) == 0 and T._resolve_classes(bare, 7, 0) == 7   # a number is kept
+    assert T._resolve_classes(bare, 0, 0) == 0 and T._resolve_classes(bare, 7, 0) == 7  # a number is kept
     parse = build_parser().parse_args
     assert parse(["align", "feddtl", "ml-100k"]).classes == "auto"
     assert parse(["align", "feddtl", "ml-100k", "--classes", "4"]).classes == 4
-

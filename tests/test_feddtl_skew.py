@@ -1,5 +1,6 @@
 """FedDTL on a class-skewed split: k-means item classes, novel classes kept out of training, the reported skew and
 the paired tests of the table."""
+
 import json
 
 import numpy as np
@@ -54,7 +55,7 @@ def test_novel_classes_never_train_and_their_items_are_the_cold_ones(tmp_path):
     task = T.build_task(data, vec, seed=0, item_class=item_class, novel=novel)
     in_novel = np.isin(item_class, novel)
     assert np.array_equal(np.sort(task.cold_items), np.flatnonzero(in_novel))
-    assert not any(in_novel[h].any() for h in task.histories)              # no novel item is ever trained on
+    assert not any(in_novel[h].any() for h in task.histories)  # no novel item is ever trained on
     assert not in_novel[task.warm_items].any()
     assert in_novel[task.cold_target[task.cold_target >= 0]].all()
     assert not in_novel[task.warm_target[task.warm_target >= 0]].any()
@@ -89,8 +90,21 @@ def test_without_timestamps_the_held_out_target_is_a_seeded_draw(tmp_path):
 def test_reported_split_skew_and_paired_tests_come_from_the_run(tmp_path):
     folder, _ = _folder(tmp_path)
     cfg = T.DTLConfig(per_user=2, server_steps=2)
-    rep = T.run_feddtl(str(folder), cfg, seeds=[0, 1, 2], clients=3, alpha=0.1, rounds=2, sft_rounds=1,
-                       cold_share=0.2, dominant="count", content="vec", classes=3, novel=1, log=lambda s: None)
+    rep = T.run_feddtl(
+        str(folder),
+        cfg,
+        seeds=[0, 1, 2],
+        clients=3,
+        alpha=0.1,
+        rounds=2,
+        sft_rounds=1,
+        cold_share=0.2,
+        dominant="count",
+        content="vec",
+        classes=3,
+        novel=1,
+        log=lambda s: None,
+    )
     data = datasets.load(str(folder))
     vec = data.features["vec"]
     for seed, row in zip(rep["seeds"], rep["per_seed"]):
@@ -127,12 +141,30 @@ def test_paired_matches_a_hand_computed_t_test():
 def test_table_shows_the_per_seed_numbers_and_the_tests():
     def fig(w, c):
         return {"warm": {"hr@10": w, "ndcg@10": w / 2}, "cold": {"hr@10": c, "ndcg@10": c / 2}}
-    per_seed = [{"fedavg_both": fig(0.30, 0.10 + 0.01 * s), "decoupled_sft": fig(0.29, 0.12),
-                 "feddtl": fig(0.31, 0.13 + 0.02 * s), "client_users": [3, 4],
-                 "client_class_tv": {"mean": 0.3, "min": 0.1, "max": 0.5}} for s in range(3)]
-    rep = {"seeds": [0, 1, 2], "per_seed": per_seed, "source": "x", "n_warm_items": 5, "n_cold_items": 2,
-           "classes": "k", "clients": 2, "alpha": 0.1, "dominant": "count", "evaluated_on": "test",
-           "paired": paired_tests(per_seed)}
+
+    per_seed = [
+        {
+            "fedavg_both": fig(0.30, 0.10 + 0.01 * s),
+            "decoupled_sft": fig(0.29, 0.12),
+            "feddtl": fig(0.31, 0.13 + 0.02 * s),
+            "client_users": [3, 4],
+            "client_class_tv": {"mean": 0.3, "min": 0.1, "max": 0.5},
+        }
+        for s in range(3)
+    ]
+    rep = {
+        "seeds": [0, 1, 2],
+        "per_seed": per_seed,
+        "source": "x",
+        "n_warm_items": 5,
+        "n_cold_items": 2,
+        "classes": "k",
+        "clients": 2,
+        "alpha": 0.1,
+        "dominant": "count",
+        "evaluated_on": "test",
+        "paired": paired_tests(per_seed),
+    }
     md = markdown(rep, "fedvlr-plus align feddtl x")
     assert "0.1300 / 0.1500 / 0.1700 (**0.1500**)" in md
     row = rep["paired"]["FedDTL - FedAvg both"]["cold hr@10"]
@@ -143,17 +175,29 @@ def test_table_shows_the_per_seed_numbers_and_the_tests():
 def test_the_few_shot_regime_is_reported_and_limits_each_items_training_examples(tmp_path):
     folder, _ = _folder(tmp_path)
     cfg = T.DTLConfig(per_user=2, server_steps=2)
-    kw = dict(seeds=[0, 1], clients=3, alpha=0.1, rounds=2, sft_rounds=1, cold_share=0.2, dominant="count",
-              content="vec", classes=3, novel=1, log=lambda s: None)
+    kw = dict(
+        seeds=[0, 1],
+        clients=3,
+        alpha=0.1,
+        rounds=2,
+        sft_rounds=1,
+        cold_share=0.2,
+        dominant="count",
+        content="vec",
+        classes=3,
+        novel=1,
+        log=lambda s: None,
+    )
     full = T.run_feddtl(str(folder), cfg, **kw)
     few = T.run_feddtl(str(folder), cfg, shots=1, **kw)
     assert full["shots"] == 0 and "labelled_examples" not in full["per_seed"][0]
     data = datasets.load(str(folder))
     for seed, row in zip(few["seeds"], few["per_seed"]):
         item_class = kmeans_classes(data.features["vec"], 3, seed)
-        task = T.build_task(data, data.features["vec"], seed=seed, item_class=item_class,
-                            novel=novel_classes(item_class, 1, seed))
-        assert row["labelled_examples"] == len(np.unique(np.concatenate(task.histories)))   # one per trained item
+        task = T.build_task(
+            data, data.features["vec"], seed=seed, item_class=item_class, novel=novel_classes(item_class, 1, seed)
+        )
+        assert row["labelled_examples"] == len(np.unique(np.concatenate(task.histories)))  # one per trained item
         assert row["client_genre_tv"] == full["per_seed"][few["seeds"].index(seed)]["client_genre_tv"]
     assert few["feddtl"] != full["feddtl"]
     md = markdown(few, "fedvlr-plus align feddtl x --shots 1")

@@ -1,25 +1,26 @@
 """The federated engine end to end: simulators agree, resume is exact, uploads hold only shared arrays, private
 state is really restored, and a few rounds on real data beat a random ranker."""
+
 import json
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-
 from _fed_helpers import load_ml100k
+
 from fedvlr_plus.adapters import BACKBONES, make_backbone
-from fedvlr_plus.federation import (DiskStore, FedConfig, FederatedRun, MemoryStore, RecClient, run_federated)
 from fedvlr_plus.errors import ResumeMismatch, RunFolderError
+from fedvlr_plus.federation import DiskStore, FedConfig, FederatedRun, MemoryStore, RecClient, run_federated
 from fedvlr_plus.federation.runs.folder import SeedFolder
 from fedvlr_plus.federation.state.initial import init_shared_state
 from fedvlr_plus.federation.synthetic import synthetic_data
 
-FAST = dict(rounds=3, local_epochs=2, batch_size=8, negatives=2, dim=8, patience=10, ks=(5, 10, 50),
-            valid_metric="hr@10")
+FAST = dict(
+    rounds=3, local_epochs=2, batch_size=8, negatives=2, dim=8, patience=10, ks=(5, 10, 50), valid_metric="hr@10"
+)
 
 
 @pytest.fixture(scope="module")
@@ -49,9 +50,14 @@ class Stop(Exception):
     pass
 
 
-@pytest.mark.parametrize("name,extra", [("fedavg", {}),
-                                        ("fcf", {"server_optimizer": "adam", "private_store": "disk"}),
-                                        ("pfedrec", {"clients_per_round": 0.5})])
+@pytest.mark.parametrize(
+    "name,extra",
+    [
+        ("fedavg", {}),
+        ("fcf", {"server_optimizer": "adam", "private_store": "disk"}),
+        ("pfedrec", {"clients_per_round": 0.5}),
+    ],
+)
 def test_resume_after_interrupt_ends_with_the_same_numbers(small, tmp_path, name, extra):
     cfg = FedConfig(**{**FAST, "rounds": 5}, **extra)
     full = run_federated(small, name, cfg, out_dir=tmp_path / "full", progress=False)
@@ -59,6 +65,7 @@ def test_resume_after_interrupt_ends_with_the_same_numbers(small, tmp_path, name
     def interrupt(run, record):
         if record["round"] == 2:
             raise KeyboardInterrupt  # what Ctrl-C raises
+
     with pytest.raises(KeyboardInterrupt):
         run_federated(small, name, cfg, out_dir=tmp_path / "cut", progress=False, on_round=interrupt)
     ck = SeedFolder(tmp_path / "cut" / "seed-0").read_checkpoint()
@@ -74,8 +81,13 @@ def test_resume_after_interrupt_ends_with_the_same_numbers(small, tmp_path, name
 
 def test_sparse_checkpoints_resume_from_the_last_one_with_the_same_numbers(small, tmp_path):
     cfg = FedConfig(**{**FAST, "rounds": 7, "eval_every": 7, "checkpoint_every": 3})
-    full = run_federated(small, "fedavg", FedConfig(**{**cfg.to_dict(), "checkpoint_every": 1}),
-                         out_dir=tmp_path / "full", progress=False)
+    full = run_federated(
+        small,
+        "fedavg",
+        FedConfig(**{**cfg.to_dict(), "checkpoint_every": 1}),
+        out_dir=tmp_path / "full",
+        progress=False,
+    )
     written = []
 
     def interrupt(run, record):
@@ -83,9 +95,10 @@ def test_sparse_checkpoints_resume_from_the_last_one_with_the_same_numbers(small
         written.append(ck["round"] if ck is not None else None)
         if record["round"] == 5:
             raise KeyboardInterrupt
+
     with pytest.raises(KeyboardInterrupt):
         run_federated(small, "fedavg", cfg, out_dir=tmp_path / "cut", progress=False, on_round=interrupt)
-    assert written == [None, None, 3, 3, 3]      # every 3 rounds: round 5 is lost, round 3 is kept
+    assert written == [None, None, 3, 3, 3]  # every 3 rounds: round 5 is lost, round 3 is kept
     resumed = run_federated(small, "fedavg", cfg, out_dir=tmp_path / "cut", resume=True, progress=False)
     assert _figures(resumed) == _figures(full) and resumed["rounds_run"] == 7
     assert SeedFolder(tmp_path / "cut" / "seed-0").read_checkpoint()["round"] == 7  # the end
@@ -94,8 +107,7 @@ def test_sparse_checkpoints_resume_from_the_last_one_with_the_same_numbers(small
 def test_each_seed_folder_keeps_its_test_users_metrics_for_paired_tests(small, tmp_path):
     import pandas as pd
 
-    res = run_federated(small, "fedavg", FedConfig(**{**FAST, "seeds": 2}), out_dir=tmp_path / "run",
-                        progress=False)
+    res = run_federated(small, "fedavg", FedConfig(**{**FAST, "seeds": 2}), out_dir=tmp_path / "run", progress=False)
     for i, seed in enumerate(res["seeds"]):
         folder = tmp_path / "run" / f"seed-{seed}"
         per_user = pd.read_csv(folder / "per_user_test.csv")
@@ -109,8 +121,9 @@ def test_resume_refuses_changed_settings(small, tmp_path):
     run_federated(small, "fedavg", cfg, out_dir=tmp_path, progress=False)
     with pytest.raises(ResumeMismatch, match="lr"):
         run_federated(small, "fedavg", FedConfig(**FAST, lr=0.01), out_dir=tmp_path, resume=True, progress=False)
-    more = run_federated(small, "fedavg", FedConfig(**{**FAST, "rounds": 4}), out_dir=tmp_path, resume=True,
-                         progress=False)  # extending a finished run by more rounds is allowed
+    more = run_federated(
+        small, "fedavg", FedConfig(**{**FAST, "rounds": 4}), out_dir=tmp_path, resume=True, progress=False
+    )  # extending a finished run by more rounds is allowed
     assert more["rounds_run"] == 4
 
 
@@ -118,12 +131,26 @@ def test_resume_treats_a_default_and_the_same_explicit_value_alike(small, tmp_pa
     fast = {k: v for k, v in FAST.items() if k not in ("local_epochs", "rounds")}
     default_epochs = make_backbone("fedavg", 10, 4).default_local_epochs
     run_federated(small, "fedavg", FedConfig(**fast, rounds=2), out_dir=tmp_path, progress=False)  # None: default
-    more = run_federated(small, "fedavg", FedConfig(**fast, rounds=3, local_epochs=default_epochs),
-                         out_dir=tmp_path, resume=True, progress=False)
+    more = run_federated(
+        small,
+        "fedavg",
+        FedConfig(**fast, rounds=3, local_epochs=default_epochs),
+        out_dir=tmp_path,
+        resume=True,
+        progress=False,
+    )
     assert more["rounds_run"] == 3 and more["resolved"]["local_epochs"] == default_epochs
-    with pytest.raises(ResumeMismatch, match=f"--local-epochs: the run used {default_epochs}, this call {default_epochs + 1}"):
-        run_federated(small, "fedavg", FedConfig(**fast, rounds=4, local_epochs=default_epochs + 1),
-                      out_dir=tmp_path, resume=True, progress=False)
+    with pytest.raises(
+        ResumeMismatch, match=f"--local-epochs: the run used {default_epochs}, this call {default_epochs + 1}"
+    ):
+        run_federated(
+            small,
+            "fedavg",
+            FedConfig(**fast, rounds=4, local_epochs=default_epochs + 1),
+            out_dir=tmp_path,
+            resume=True,
+            progress=False,
+        )
 
 
 @pytest.mark.slow
@@ -143,8 +170,12 @@ def test_killed_process_resumes(small, tmp_path):
     f = tmp_path / "job.py"
     f.write_text(script)
     cfg = FedConfig(**FAST)
-    killed = subprocess.run([sys.executable, str(f), str(tmp_path / "a")], capture_output=True, text=True,
-                            env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
+    killed = subprocess.run(
+        [sys.executable, str(f), str(tmp_path / "a")],
+        capture_output=True,
+        text=True,
+        env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"},
+    )
     assert killed.returncode == -9, killed.stderr
     ck = SeedFolder(tmp_path / "a" / "seed-0").read_checkpoint()
     assert ck["round"] == 2
@@ -167,13 +198,14 @@ def test_every_upload_holds_only_declared_shared_arrays(small, name):
         seen.append(update.cid)
         assert set(update.arrays) == shared and not (set(update.arrays) & private)
         assert set(update.rows) == {s.name for s in bb.shared_specs() if s.item_table}
-        msg = update.to_message()   # what would travel: only the shared arrays, row ids and scalars
+        msg = update.to_message()  # what would travel: only the shared arrays, row ids and scalars
         assert set(msg) == {"cid", "kind", "arrays", "rows", "num_examples", "metrics"}
         assert set(msg["metrics"]) <= {"loss", "steps"}
-        pos = train.indices[train.indptr[update.cid]:train.indptr[update.cid + 1]]
+        pos = train.indices[train.indptr[update.cid] : train.indptr[update.cid + 1]]
         assert update.num_examples == len(pos)
-        for rows in update.rows.values():   # row-wise uploads cover the client's positives
+        for rows in update.rows.values():  # row-wise uploads cover the client's positives
             assert set(pos.tolist()) <= set(rows.tolist())
+
     run_federated(small, name, FedConfig(**{**FAST, "rounds": 2}), progress=False, on_upload=inspect)
     n_clients = int((np.diff(train.indptr) > 0).sum())
     assert len(seen) == 2 * n_clients
@@ -185,12 +217,12 @@ def test_private_state_is_restored_and_personalises(small, tmp_path):
     store = run.store
     orig_save, orig_load, orig_view = store.save_block, store.load_block, store.view_block
 
-    def save(cids, block):   # the compact store reads and writes a chunk of clients at once
+    def save(cids, block):  # the compact store reads and writes a chunk of clients at once
         for c, cid in enumerate(cids.tolist()):
             saved.setdefault(run.round + 1, {})[cid] = {k: v[c].clone() for k, v in block.items()}
         return orig_save(cids, block)
 
-    def first_read(cids, names, got):   # the first read of a round is the one training starts from
+    def first_read(cids, names, got):  # the first read of a round is the one training starts from
         first = loaded.setdefault(run.round + 1, {})
         for c, cid in enumerate(cids.tolist()):
             if cid not in first:
@@ -202,11 +234,12 @@ def test_private_state_is_restored_and_personalises(small, tmp_path):
         first_read(cids, names, got)
         return got
 
-    def view(cids, names, dtype=None):   # a chunk handed out as the store's own rows, to train in place
+    def view(cids, names, dtype=None):  # a chunk handed out as the store's own rows, to train in place
         got = orig_view(cids, names, dtype)
         if got is not None:
             first_read(cids, names, {n: (v, np.ones(len(cids), bool)) for n, v in got.items()})
         return got
+
     store.save_block, store.load_block, store.view_block = save, load, view
     run.run_round()
     run.run_round()
@@ -242,7 +275,7 @@ def test_store_round_trips_are_exact(tmp_path):
     reopened.begin_round(2)
     reopened.save(4, {k: v + 1 for k, v in state.items()})
     again = DiskStore(tmp_path / "p")
-    again.recover(checkpoint_round=1)   # round 2 never reached its checkpoint
+    again.recover(checkpoint_round=1)  # round 2 never reached its checkpoint
     assert torch.equal(again.load(4)["table"], state["table"])
 
 
@@ -263,13 +296,17 @@ def test_client_runs_alone_on_plain_messages():
 
 def test_a_few_rounds_on_real_data_beat_random():
     data = load_ml100k(n_users=150)
-    res = run_federated(data, "fedavg", FedConfig(rounds=12, local_epochs=5, dim=32, lr=1.0, item_lr_scale=300.0,
-                                                  patience=12, eval_every=3), progress=False)
-    random_hr50 = 50.0 / data.n_items          # a random ranker's expected HR@50 (about 0.034 here)
+    res = run_federated(
+        data,
+        "fedavg",
+        FedConfig(rounds=12, local_epochs=5, dim=32, lr=1.0, item_lr_scale=300.0, patience=12, eval_every=3),
+        progress=False,
+    )
+    random_hr50 = 50.0 / data.n_items  # a random ranker's expected HR@50 (about 0.034 here)
     assert res["valid"]["hr@50"] > 3.0 * random_hr50
     assert res["test"]["hr@50"] > 2.0 * random_hr50
     first = next(h for h in res["history"] if "valid" in h)
-    assert first["valid"]["hr@50"] < res["valid"]["hr@50"]   # it learnt; not a lucky first evaluation
+    assert first["valid"]["hr@50"] < res["valid"]["hr@50"]  # it learnt; not a lucky first evaluation
 
 
 def test_a_checkpoint_file_is_the_safetensors_bytes_and_reads_back(tmp_path):
@@ -300,7 +337,7 @@ def test_a_checkpoint_file_takes_the_umask_of_the_process(tmp_path):
 
     old = os.umask(0o027)
     try:
-        assert process_umask() == 0o027 and os.umask(0o027) == 0o027   # read without changing it
+        assert process_umask() == 0o027 and os.umask(0o027) == 0o027  # read without changing it
         SeedFolder(tmp_path / "seed-0").write_state("checkpoint-000001", {"w": torch.ones(2)}, checkpoint=True)
     finally:
         os.umask(old)
@@ -312,12 +349,12 @@ def test_a_listed_file_that_is_missing_or_changed_is_refused_naming_it(tmp_path)
     folder.write_state("checkpoint-000001", {"w": torch.ones(3)}, checkpoint=True)
     tensors = tmp_path / "seed-0" / "checkpoint-000001.safetensors"
     doc = tmp_path / "seed-0" / "checkpoint-000001.json"
-    doc.write_text(doc.read_text() + " ")          # a file read whole, as bytes
+    doc.write_text(doc.read_text() + " ")  # a file read whole, as bytes
     with pytest.raises(RunFolderError, match="checkpoint-000001.json: does not match its sha256"):
         folder.read_checkpoint()
     folder = SeedFolder(tmp_path / "again")
     folder.write_state("checkpoint-000001", {"w": torch.ones(3)}, checkpoint=True)
-    (tmp_path / "again" / "checkpoint-000001.safetensors").unlink()   # read in blocks, by path
+    (tmp_path / "again" / "checkpoint-000001.safetensors").unlink()  # read in blocks, by path
     with pytest.raises(RunFolderError, match="checkpoint-000001.safetensors: listed in manifest.json but missing"):
         folder.read_checkpoint()
     assert tensors.exists()

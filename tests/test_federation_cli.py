@@ -1,8 +1,8 @@
 """The CLI wiring of the federated engine: ``run SOURCE --backbone <federated>``, ``--resume`` and ``bench round``."""
+
 import json
 
 import pytest
-
 from _shared import shared_data
 
 from fedvlr_plus.cli import main
@@ -16,12 +16,37 @@ def last_json(capsys):
 def test_run_federated_backbone_on_ku(capsys, tmp_path):
     ku = str(shared_data("ku"))
     run_dir = tmp_path / "run"
-    code = main(["run", ku, "--backbone", "fedavg", "--rounds", "2", "--local-epochs", "1", "--dim", "16",
-                 "--no-progress", "--out", str(run_dir), "--json"])
+    code = main(
+        [
+            "run",
+            ku,
+            "--backbone",
+            "fedavg",
+            "--rounds",
+            "2",
+            "--local-epochs",
+            "1",
+            "--dim",
+            "16",
+            "--no-progress",
+            "--out",
+            str(run_dir),
+            "--json",
+        ]
+    )
     assert code == 0
     res = last_json(capsys)
-    for key in ("valid", "test", "test_ci", "test_warm", "test_cold", "selected_round", "baselines", "history",
-                "per_seed"):
+    for key in (
+        "valid",
+        "test",
+        "test_ci",
+        "test_warm",
+        "test_cold",
+        "selected_round",
+        "baselines",
+        "history",
+        "per_seed",
+    ):
         assert key in res, key
     assert res["backbone"] == "fedavg" and res["n_users"] == 204
     assert res["test_cold_n_users"] == 88 and res["test_warm_n_users"] == 116
@@ -29,8 +54,24 @@ def test_run_federated_backbone_on_ku(capsys, tmp_path):
     assert set(res["baselines"]) == {"pop", "random", "antipop"}
     assert (run_dir / "seed-0" / "manifest.json").exists() and (run_dir / "result.json").exists()
     # resuming a finished run reads it back instead of training again
-    code = main(["run", ku, "--backbone", "fedavg", "--rounds", "2", "--local-epochs", "1", "--dim", "16",
-                 "--no-progress", "--resume", str(run_dir), "--json"])
+    code = main(
+        [
+            "run",
+            ku,
+            "--backbone",
+            "fedavg",
+            "--rounds",
+            "2",
+            "--local-epochs",
+            "1",
+            "--dim",
+            "16",
+            "--no-progress",
+            "--resume",
+            str(run_dir),
+            "--json",
+        ]
+    )
     assert code == 0 and last_json(capsys)["test"] == res["test"]
 
 
@@ -42,8 +83,20 @@ def test_run_rejects_unknown_backbone_and_bad_flags(capsys):
 
 
 def test_bench_round_on_synthetic_source(capsys):
-    code = main(["bench", "round", "synthetic:60x300", "--backbone", "fedavg", "--local-epochs", "1",
-                 "--repeats", "1", "--json"])
+    code = main(
+        [
+            "bench",
+            "round",
+            "synthetic:60x300",
+            "--backbone",
+            "fedavg",
+            "--local-epochs",
+            "1",
+            "--repeats",
+            "1",
+            "--json",
+        ]
+    )
     assert code == 0
     res = last_json(capsys)
     assert res["clients"] == 60 and res["items"] == 300

@@ -1,12 +1,20 @@
 """Aggregation strategies against hand-computed values."""
+
 import math
 
 import pytest
 import torch
 
 from fedvlr_plus.adapters import ParamSpec
-from fedvlr_plus.federation import (ClientUpdate, CoordinateMedian, FedAvgStrategy, FedGradStrategy, SparseRowAvg,
-                                    TrimmedMean, make_strategy)
+from fedvlr_plus.federation import (
+    ClientUpdate,
+    CoordinateMedian,
+    FedAvgStrategy,
+    FedGradStrategy,
+    SparseRowAvg,
+    TrimmedMean,
+    make_strategy,
+)
 from fedvlr_plus.federation.strategies.base import example_weights
 
 SPECS = {"table": ParamSpec("table", (3, 2), shared=True, item_table=True), "w": ParamSpec("w", (2,), shared=True)}
@@ -17,8 +25,13 @@ def shared0():
 
 
 def upd(cid, n, rows, vals, w, kind="params"):
-    return ClientUpdate(cid=cid, kind=kind, arrays={"table": torch.tensor(vals), "w": torch.tensor(w)},
-                        rows={"table": torch.tensor(rows)}, num_examples=n)
+    return ClientUpdate(
+        cid=cid,
+        kind=kind,
+        arrays={"table": torch.tensor(vals), "w": torch.tensor(w)},
+        rows={"table": torch.tensor(rows)},
+        num_examples=n,
+    )
 
 
 def test_weights_are_normalised():
@@ -68,9 +81,9 @@ def test_fedgrad_adam_by_hand():
     zero = [upd(0, 2, [0], [[0.0, 0.0]], [0.0, 0.0], "grads")]
     state = g.state_dict()
     s2 = g.aggregate(s1, zero, SPECS)
-    m_hat = 0.9 * 0.1 * 3.0 / (1 - 0.9 ** 2)
-    v_hat = 0.999 * 0.001 * 9.0 / (1 - 0.999 ** 2)
-    assert abs(float(s2["w"][0]) - (-0.1 - 0.1 * m_hat / (v_hat ** 0.5 + 1e-8))) < 1e-6
+    m_hat = 0.9 * 0.1 * 3.0 / (1 - 0.9**2)
+    v_hat = 0.999 * 0.001 * 9.0 / (1 - 0.999**2)
+    assert abs(float(s2["w"][0]) - (-0.1 - 0.1 * m_hat / (v_hat**0.5 + 1e-8))) < 1e-6
     # the state round-trips: a fresh strategy loaded with it takes the same step
     g2 = FedGradStrategy(server_lr=0.1, optimizer="adam")
     g2.load_state_dict(state)
@@ -81,26 +94,33 @@ def test_coordinate_median_and_trimmed_mean_resist_an_outlier():
     vals = [1.0, 2.0, 3.0, 1000.0]
     ups = [upd(i, 1, [0], [[v, -v]], [v, 0.0]) for i, v in enumerate(vals)]
     med = CoordinateMedian().aggregate(shared0(), ups, SPECS)
-    assert torch.allclose(med["table"][0], torch.tensor([2.5, -2.5]))      # mean of the middle two
-    assert torch.allclose(med["table"][1:], shared0()["table"][1:])        # untouched rows keep their value
+    assert torch.allclose(med["table"][0], torch.tensor([2.5, -2.5]))  # mean of the middle two
+    assert torch.allclose(med["table"][1:], shared0()["table"][1:])  # untouched rows keep their value
     assert torch.allclose(med["w"], torch.tensor([2.5, 0.0]))
-    tm = TrimmedMean(0.25).aggregate(shared0(), ups, SPECS)                  # drop 1 per side of 4
+    tm = TrimmedMean(0.25).aggregate(shared0(), ups, SPECS)  # drop 1 per side of 4
     assert torch.allclose(tm["table"][0], torch.tensor([2.5, -2.5]))
-    tm0 = TrimmedMean(0.0).aggregate(shared0(), ups, SPECS)                  # no trimming = plain mean
+    tm0 = TrimmedMean(0.0).aggregate(shared0(), ups, SPECS)  # no trimming = plain mean
     assert torch.allclose(tm0["w"], torch.tensor([251.5, 0.0]))
 
 
 def test_row_groups_of_different_sizes():
-    ups = [upd(0, 1, [0, 1], [[1.0, 1.0], [7.0, 7.0]], [0.0, 0.0]), upd(1, 1, [0], [[3.0, 3.0]], [0.0, 0.0]),
-           upd(2, 1, [0], [[2.0, 2.0]], [0.0, 0.0])]
+    ups = [
+        upd(0, 1, [0, 1], [[1.0, 1.0], [7.0, 7.0]], [0.0, 0.0]),
+        upd(1, 1, [0], [[3.0, 3.0]], [0.0, 0.0]),
+        upd(2, 1, [0], [[2.0, 2.0]], [0.0, 0.0]),
+    ]
     med = CoordinateMedian(chunk_floats=2).aggregate(shared0(), ups, SPECS)  # tiny chunks: one row at a time
     assert torch.allclose(med["table"], torch.tensor([[2.0, 2.0], [7.0, 7.0], [3.0, 3.0]]))
 
 
 def test_uploads_are_checked():
-    bad = ClientUpdate(cid=0, kind="params", arrays={"table": torch.zeros(1, 2), "w": torch.zeros(2),
-                                                    "head": torch.zeros(2)},
-                       rows={"table": torch.tensor([0])}, num_examples=1)
+    bad = ClientUpdate(
+        cid=0,
+        kind="params",
+        arrays={"table": torch.zeros(1, 2), "w": torch.zeros(2), "head": torch.zeros(2)},
+        rows={"table": torch.tensor([0])},
+        num_examples=1,
+    )
     with pytest.raises(ValueError, match="not shared"):
         FedAvgStrategy().aggregate(shared0(), [bad], SPECS)
     grads = upd(0, 1, [0], [[0.0, 0.0]], [0.0, 0.0], "grads")
@@ -118,6 +138,7 @@ def test_message_round_trip_is_plain():
     u = upd(3, 5, [0, 2], [[1.0, 2.0], [3.0, 4.0]], [0.5, 0.5])
     msg = u.to_message()
     import numpy as np
+
     assert all(isinstance(v, np.ndarray) for v in msg["arrays"].values())
     back = ClientUpdate.from_message(msg)
     assert back.cid == 3 and back.num_examples == 5
@@ -127,8 +148,11 @@ def test_message_round_trip_is_plain():
 def test_row_sums_do_not_depend_on_the_block_size():
     from fedvlr_plus.federation.strategies.base import weighted_row_sums
 
-    ups = [upd(0, 1, [0], [[5.0, 5.0]], [4.0, 0.0]), upd(1, 3, [0, 1], [[9.0, 9.0], [10.0, 10.0]], [0.0, 8.0]),
-           upd(2, 4, [2, 1], [[1.0, 2.0], [3.0, 4.0]], [0.0, 0.0])]
+    ups = [
+        upd(0, 1, [0], [[5.0, 5.0]], [4.0, 0.0]),
+        upd(1, 3, [0, 1], [[9.0, 9.0], [10.0, 10.0]], [0.0, 8.0]),
+        upd(2, 4, [2, 1], [[1.0, 2.0], [3.0, 4.0]], [0.0, 0.0]),
+    ]
     w = example_weights(ups)
     one = weighted_row_sums(ups, "table", (3, 2), w, torch.float32)
     tiny = weighted_row_sums(ups, "table", (3, 2), w, torch.float32, block_floats=2)  # one upload per block

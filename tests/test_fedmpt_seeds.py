@@ -1,11 +1,12 @@
 """``align fedmpt --seeds``: each seed exactly as ``--seed S`` alone, and the paired tests from those figures."""
+
 import json
 
 import numpy as np
 import pytest
+from _shared import stub_minilm_encoders
 from scipy.stats import ttest_rel
 
-from _shared import stub_minilm_encoders
 from fedvlr_plus.alignment.fedmpt import method as M
 
 
@@ -13,8 +14,21 @@ def test_seeds_match_single_seed_runs_and_the_paired_test(tmp_path, capsys, monk
     from fedvlr_plus.cli import main
 
     stub_minilm_encoders(monkeypatch, M)
-    flags = ["align", "fedmpt", "ml-100k", "--rounds", "1", "--no-ablation", "--raters", "4", "--proj-dim", "0",
-             "--cache-dir", "", "--json"]
+    flags = [
+        "align",
+        "fedmpt",
+        "ml-100k",
+        "--rounds",
+        "1",
+        "--no-ablation",
+        "--raters",
+        "4",
+        "--proj-dim",
+        "0",
+        "--cache-dir",
+        "",
+        "--json",
+    ]
     single = []
     for s in (0, 1):
         assert main([*flags, "--seed", str(s)]) == 0
@@ -46,15 +60,37 @@ def test_a_catalogue_without_co_labels_reports_the_spurious_rate_as_not_applicab
 
     stub_minilm_encoders(monkeypatch, M)
     rng = np.random.default_rng(0)
-    reviews = [{"user_id": f"U{u}", "parent_asin": f"P{i:03d}", "rating": 5.0, "timestamp": 1600000000000 + k}
-               for u in range(40) for k, i in enumerate(rng.choice(90, 10, replace=False))]
-    meta = [{"parent_asin": f"P{i:03d}", "title": f"toy {i}", "categories": ["Toys", ["A", "B", "C"][i % 3]]}
-            for i in range(90)]
+    reviews = [
+        {"user_id": f"U{u}", "parent_asin": f"P{i:03d}", "rating": 5.0, "timestamp": 1600000000000 + k}
+        for u in range(40)
+        for k, i in enumerate(rng.choice(90, 10, replace=False))
+    ]
+    meta = [
+        {"parent_asin": f"P{i:03d}", "title": f"toy {i}", "categories": ["Toys", ["A", "B", "C"][i % 3]]}
+        for i in range(90)
+    ]
     (tmp_path / "Toys.jsonl").write_text("".join(json.dumps(r) + "\n" for r in reviews))
     (tmp_path / "meta_Toys.jsonl").write_text("".join(json.dumps(m) + "\n" for m in meta))
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
-        assert main(["align", "fedmpt", str(tmp_path / "Toys.jsonl"), "--rounds", "1", "--no-ablation", "--raters",
-                     "4", "--proj-dim", "0", "--cache-dir", ""]) == 0
+        assert (
+            main(
+                [
+                    "align",
+                    "fedmpt",
+                    str(tmp_path / "Toys.jsonl"),
+                    "--rounds",
+                    "1",
+                    "--no-ablation",
+                    "--raters",
+                    "4",
+                    "--proj-dim",
+                    "0",
+                    "--cache-dir",
+                    "",
+                ]
+            )
+            == 0
+        )
     said = capsys.readouterr()
     assert "spurious n/a (no test item carries a label's usual co-label without that label)" in said.out + said.err

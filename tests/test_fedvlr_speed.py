@@ -1,14 +1,15 @@
 """The FedVLR layer's closed-form step and scoring give the numbers of autograd and of the sequential reference."""
+
 import numpy as np
 import pytest
 import torch
+from test_simulator import tiny_csr
 
 from fedvlr_plus.adapters import make_backbone
 from fedvlr_plus.federation import BatchedSimulator, MemoryStore, SequentialSimulator
 from fedvlr_plus.federation.state.initial import init_shared_state
 from fedvlr_plus.fedvlr import FUSED, FusionLayer
 from fedvlr_plus.fedvlr.closed_form import MixtureDotHead
-from test_simulator import tiny_csr
 
 N_USERS, N_ITEMS = 25, 40
 
@@ -32,7 +33,7 @@ def _shared(bb):
 def _fit(sim_cls, bb, config, closed_form=True, chunk_floats=1 << 24):
     indptr, indices = tiny_csr(N_USERS, N_ITEMS)
     if not closed_form:
-        bb.closed_form = lambda: None   # this instance only: the generic autograd path
+        bb.closed_form = lambda: None  # this instance only: the generic autograd path
     store = MemoryStore()
     sim = sim_cls(bb, indptr, indices, store, seed=0, chunk_floats=chunk_floats)
     shared = _shared(bb)
@@ -75,13 +76,12 @@ VARIANTS = {"plain": {}, "residual": dict(residual=True), "content": dict(conten
 @pytest.mark.parametrize("backbone", ["fedavg", "fcf"])
 @pytest.mark.parametrize("mode", list(CONFIGS))
 def test_closed_form_round_equals_autograd_and_sequential(variant, backbone, mode, monkeypatch):
-    config = {**dict(seed=0, round=2, epochs=2, negatives=2, batch_size=4, lr=0.3, item_lr_scale=3.0),
-              **CONFIGS[mode]}
+    config = {**dict(seed=0, round=2, epochs=2, negatives=2, batch_size=4, lr=0.3, item_lr_scale=3.0), **CONFIGS[mode]}
     calls = []
     step = MixtureDotHead.step_from
     monkeypatch.setattr(MixtureDotHead, "step_from", lambda self, *a, **k: calls.append(1) or step(self, *a, **k))
     kw = dict(VARIANTS[variant], temperature=0.7)
-    fast = _fit(BatchedSimulator, _layer(backbone, **kw), config, chunk_floats=4096)   # several chunks
+    fast = _fit(BatchedSimulator, _layer(backbone, **kw), config, chunk_floats=4096)  # several chunks
     assert calls, "the closed form did not run"
     n_fast = len(calls)
     slow = _fit(BatchedSimulator, _layer(backbone, **kw), config, closed_form=False)
@@ -101,12 +101,11 @@ def test_rows_read_by_id_give_the_autograd_round(kernel, variant, mode, monkeypa
 
     monkeypatch.setattr(closed_form, "ALL_ROWS_RATIO", 0)
     monkeypatch.setattr(indexed_rows._KERNELS, "module", None if kernel == "compiled" else False)
-    monkeypatch.setattr(indexed_rows, "KERNEL_FROM_FLOATS", 0)   # (these tables are small)
+    monkeypatch.setattr(indexed_rows, "KERNEL_FROM_FLOATS", 0)  # (these tables are small)
     seen = []
     dot = indexed_rows.IndexedRows.dot
     monkeypatch.setattr(indexed_rows.IndexedRows, "dot", lambda self, h: seen.append(1) or dot(self, h))
-    config = {**dict(seed=0, round=2, epochs=2, negatives=2, batch_size=4, lr=0.3, item_lr_scale=3.0),
-              **CONFIGS[mode]}
+    config = {**dict(seed=0, round=2, epochs=2, negatives=2, batch_size=4, lr=0.3, item_lr_scale=3.0), **CONFIGS[mode]}
     kw = dict(VARIANTS[variant], temperature=0.7)
     fast = _fit(BatchedSimulator, _layer(**kw), config, chunk_floats=4096)
     assert seen, "no step read its rows by id"
@@ -118,8 +117,8 @@ def test_rows_read_by_id_give_the_autograd_round(kernel, variant, mode, monkeypa
 def test_closed_form_is_declined_where_it_does_not_hold(kw):
     assert _layer(**kw).closed_form() is None
     assert _layer().closed_form() is not None
-    assert _layer("fedrap").closed_form() is None   # a private item table added to the fused vector
-    assert _layer("fedncf").closed_form() is None   # an MLP head
+    assert _layer("fedrap").closed_form() is None  # a private item table added to the fused vector
+    assert _layer("fedncf").closed_form() is None  # an MLP head
 
 
 def test_full_sort_scores_come_in_chunks_bounded_by_chunk_floats(monkeypatch):
@@ -129,8 +128,9 @@ def test_full_sort_scores_come_in_chunks_bounded_by_chunk_floats(monkeypatch):
     sim = BatchedSimulator(bb, indptr, indices, MemoryStore(), seed=0, chunk_floats=8 * N_ITEMS)
     seen = []
     scores = MixtureDotHead.scores
-    monkeypatch.setattr(MixtureDotHead, "scores", lambda self, f, p, ctx: seen.append(
-        p["head_w"].shape[0]) or scores(self, f, p, ctx))
+    monkeypatch.setattr(
+        MixtureDotHead, "scores", lambda self, f, p, ctx: seen.append(p["head_w"].shape[0]) or scores(self, f, p, ctx)
+    )
     shared = _shared(bb)
     got = sim.scores(np.arange(N_USERS), shared)
     assert seen and max(seen) * N_ITEMS * 2 <= 8 * N_ITEMS and sum(seen) == N_USERS
@@ -153,13 +153,15 @@ def test_a_resumed_fedvlr_run_ends_with_the_same_numbers(tmp_path):
     def layer():
         return FusionLayer(make_backbone("fedavg", 150, 8), views, router_hidden=8)
 
-    cfg = FedConfig(rounds=4, local_epochs=2, batch_size=8, negatives=2, dim=8, patience=10, ks=(5, 10),
-                    valid_metric="hr@10")
+    cfg = FedConfig(
+        rounds=4, local_epochs=2, batch_size=8, negatives=2, dim=8, patience=10, ks=(5, 10), valid_metric="hr@10"
+    )
     full = run_federated(data, layer(), cfg, out_dir=tmp_path / "full", progress=False)
 
     def interrupt(run, record):
         if record["round"] == 2:
             raise KeyboardInterrupt
+
     with pytest.raises(KeyboardInterrupt):
         run_federated(data, layer(), cfg, out_dir=tmp_path / "cut", progress=False, on_round=interrupt)
     resumed = run_federated(data, layer(), cfg, out_dir=tmp_path / "cut", resume=True, progress=False)
@@ -180,7 +182,7 @@ def test_router_input_dense_and_gathered_agree(monkeypatch):
     dense = router.history_mean(ctx)
     monkeypatch.setattr(router, "DENSE_HISTORY_RATIO", 0)
     gathered = router.history_mean(ctx)
-    want = torch.stack([views[indices[indptr[u]:indptr[u + 1]]].mean(0) for u in range(N_USERS)])
+    want = torch.stack([views[indices[indptr[u] : indptr[u + 1]]].mean(0) for u in range(N_USERS)])
     assert torch.allclose(dense, want, atol=1e-6) and torch.allclose(gathered, want, atol=1e-6)
 
 
@@ -189,7 +191,7 @@ def test_preparing_the_step_kernel_says_whether_it_exists(monkeypatch):
 
     monkeypatch.setattr(indexed_rows._KERNELS, "module", None)
     assert indexed_rows.prepare_kernels() is (indexed_rows._row_kernels() is not None)
-    monkeypatch.setattr(indexed_rows._KERNELS, "module", False)    # as where numba does not import
+    monkeypatch.setattr(indexed_rows._KERNELS, "module", False)  # as where numba does not import
     assert indexed_rows.prepare_kernels() is False
 
 
@@ -202,7 +204,7 @@ def test_small_steps_score_with_torch_and_never_import_numba(monkeypatch):
     table, ids, h = torch.randn(30, 6, generator=g), torch.randint(0, 30, (4, 5), generator=g), torch.randn(4, 3)
     rows = indexed_rows.IndexedRows(table, ids, 2, 3)
     got = rows.dot(h)
-    assert indexed_rows._KERNELS.module is None   # not imported
+    assert indexed_rows._KERNELS.module is None  # not imported
     want = torch.einsum("clje,ce->clj", table[ids].view(4, 5, 2, 3), h)
     assert torch.allclose(got, want, atol=1e-6)
     monkeypatch.setattr(indexed_rows, "KERNEL_FROM_FLOATS", 0)
@@ -215,24 +217,35 @@ def test_bench_markdown_shows_the_system_part_of_a_round_where_it_is_large():
 
     assert _cpu({"round1_cpu_s": 12.0, "round1_sys_s": 4.0}, "round1") == "12.0 s (4.000 s sys)"
     assert _cpu({"later_cpu_s": 6.0, "later_sys_s": 0.2}, "later") == "6.000 s"
-    assert _cpu({"later_cpu_s": 6.0}, "later") == "6.000 s"   # a suite.json written before the split
+    assert _cpu({"later_cpu_s": 6.0}, "later") == "6.000 s"  # a suite.json written before the split
 
 
-@pytest.mark.parametrize("kw,by_mixture", [({}, True), ({"residual": True}, True), ({"mode": "uniform"}, False),
-                                           ({"content_preference": True}, False), ({"mode": "mlp"}, False)])
+@pytest.mark.parametrize(
+    "kw,by_mixture",
+    [
+        ({}, True),
+        ({"residual": True}, True),
+        ({"mode": "uniform"}, False),
+        ({"content_preference": True}, False),
+        ({"mode": "mlp"}, False),
+    ],
+)
 def test_fedncf_scores_the_routers_mixtures_without_forming_them(kw, by_mixture, monkeypatch):
     bb = _layer("fedncf", **kw)
     shared = _shared(bb)
     indptr, indices = tiny_csr(N_USERS, N_ITEMS)
     sim = BatchedSimulator(bb, indptr, indices, MemoryStore(), seed=0)
-    sim.fit(np.arange(N_USERS), shared, dict(seed=0, round=1, epochs=2, negatives=2, batch_size=4, lr=0.3,
-                                             item_lr_scale=3.0, upload="params"))
+    sim.fit(
+        np.arange(N_USERS),
+        shared,
+        dict(seed=0, round=1, epochs=2, negatives=2, batch_size=4, lr=0.3, item_lr_scale=3.0, upload="params"),
+    )
     calls = []
     mixture_logits = bb.base.mixture_logits
     monkeypatch.setattr(bb.base, "mixture_logits", lambda *a: calls.append(1) or mixture_logits(*a))
     fast = sim.scores(np.arange(N_USERS), shared)
     assert bool(calls) is by_mixture
-    bb.score_mixtures = False   # the mixtures formed, then the head
+    bb.score_mixtures = False  # the mixtures formed, then the head
     formed = sim.scores(np.arange(N_USERS), shared)
     assert torch.allclose(fast, formed, rtol=1e-5, atol=1e-6), (fast - formed).abs().max()
 

@@ -4,13 +4,32 @@ import numpy as np
 import pytest
 import torch
 
-from fedvlr_plus.alignment.fedvpa_gp.method import (POSTERIOR_LOGVAR, POSTERIOR_MU, BatchedVPAClients, PriorTable,
-                                             VPAClient, VPAConfig, VPAModel, central_ceiling,
-                                             context_target_sizes, fedadam_step, local_optimizer, orthonormal_rows,
-                                             train_federated,
-                                             gumbel_weights, kl_standard_normal, load_arrays, mixture_kl_mc,
-                                             named_arrays, ortho_loss, posterior_summary, prototype_labels,
-                                             prototype_matrix, round_lr, run_fedvpa_gp)
+from fedvlr_plus.alignment.fedvpa_gp.method import (
+    POSTERIOR_LOGVAR,
+    POSTERIOR_MU,
+    BatchedVPAClients,
+    PriorTable,
+    VPAClient,
+    VPAConfig,
+    VPAModel,
+    central_ceiling,
+    context_target_sizes,
+    fedadam_step,
+    gumbel_weights,
+    kl_standard_normal,
+    load_arrays,
+    local_optimizer,
+    mixture_kl_mc,
+    named_arrays,
+    ortho_loss,
+    orthonormal_rows,
+    posterior_summary,
+    prototype_labels,
+    prototype_matrix,
+    round_lr,
+    run_fedvpa_gp,
+    train_federated,
+)
 from fedvlr_plus.alignment.pairs import PreferencePairs, holdout_split
 from fedvlr_plus.federation.messages import ClientUpdate
 from fedvlr_plus.federation.strategies.server_adam import ServerAdam
@@ -51,10 +70,10 @@ def test_bilinear_reward_direction_depends_on_z():
             return float(m.score(x, z).sum())
 
     s = torch.tensor([1.0, 1.0, 1.0])
-    assert sc(s, torch.tensor([3.0, -1.0])) == 0.0      # zero init: r = 0 for every z
+    assert sc(s, torch.tensor([3.0, -1.0])) == 0.0  # zero init: r = 0 for every z
     with torch.no_grad():
         m.w0.weight[:] = torch.tensor([[1.0, 0.0, 0.0]])
-        m.U.weight[:] = torch.tensor([[0.0, 0.0], [2.0, -2.0], [0.0, 0.0]])    # [d_in, latent]
+        m.U.weight[:] = torch.tensor([[0.0, 0.0], [2.0, -2.0], [0.0, 0.0]])  # [d_in, latent]
     za, zb = torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0])
     assert m.direction(za).detach().tolist() == [1.0, 2.0, 0.0]
     assert m.direction(zb).detach().tolist() == [1.0, -2.0, 0.0]
@@ -74,11 +93,11 @@ def test_bilinear_reward_direction_depends_on_z():
 def test_context_and_target_sizes_and_lr_schedule():
     cfg = VPAConfig(context_size=8, batch_size=32, rounds=10, lr=0.2, lr_schedule="cosine")
     assert context_target_sizes(40, cfg) == (8, 32)
-    assert context_target_sizes(10, cfg) == (5, 5)       # context at most half, the rest are targets
+    assert context_target_sizes(10, cfg) == (5, 5)  # context at most half, the rest are targets
     assert context_target_sizes(3, cfg) == (1, 2)
     assert context_target_sizes(2, cfg) == (1, 1)
     assert round_lr(cfg, 1) == pytest.approx(0.2)
-    assert round_lr(cfg, 6) == pytest.approx(0.1)       # half way: (1 + cos(pi / 2)) / 2 = 1/2
+    assert round_lr(cfg, 6) == pytest.approx(0.1)  # half way: (1 + cos(pi / 2)) / 2 = 1/2
     assert round_lr(VPAConfig(lr=0.2), 6) == 0.2
 
 
@@ -105,7 +124,7 @@ def test_server_adam_first_step_and_local_sgd():
     out = fedadam_step(ServerAdam(), old, avg, lr=0.1)
     # first Adam step on g = old - avg: bias-corrected m / sqrt(v) = g / |g| = sign(g); g = 0 stays put
     assert torch.allclose(out["net.w"], torch.tensor([0.9, -1.9, 0.0]), atol=1e-6)
-    assert out["prior.mu"].tolist() == [1.0, 1.0]            # non-network arrays pass through
+    assert out["prior.mu"].tolist() == [1.0, 1.0]  # non-network arrays pass through
     # the clients' optimiser keeps gradient sizes (plain SGD) when the server adapts the step
     w = torch.tensor([1.0, 1.0], requires_grad=True)
     opt = local_optimizer(VPAConfig(server_optimizer="adam", local_lr=0.5), [w], None, 1)
@@ -119,13 +138,13 @@ def test_server_adam_first_step_and_local_sgd():
 
 def test_orthonormal_rows():
     p = torch.tensor([[3.0, 0.0, 0.0], [0.0, 0.0, -3.0]])
-    assert torch.allclose(orthonormal_rows(p, 3.0), p)          # already orthogonal at that scale: unchanged
+    assert torch.allclose(orthonormal_rows(p, 3.0), p)  # already orthogonal at that scale: unchanged
     q = orthonormal_rows(torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]]), 5.0)
     assert torch.allclose(q @ q.T, 25 * torch.eye(2), atol=1e-5)
     # Gram-Schmidt by hand: the first row keeps its direction, the second is its part orthogonal to the first
     assert torch.allclose(q[0], 5 * torch.tensor([1.0, 1.0, 0.0]) / math.sqrt(2), atol=1e-5)
     assert torch.allclose(q[1], 5 * torch.tensor([1.0, -1.0, 0.0]) / math.sqrt(2), atol=1e-5)
-    assert orthonormal_rows(torch.randn(4, 2, 3), 1.0).shape == (4, 2, 3)      # batched over clients
+    assert orthonormal_rows(torch.randn(4, 2, 3), 1.0).shape == (4, 2, 3)  # batched over clients
 
 
 @pytest.mark.parametrize("mode", ["fixed", "learnable"])
@@ -136,8 +155,8 @@ def test_sequential_and_batched_simulators_both_train(mode):
     for sim in ("sequential", "batched"):
         shared, clients, table, labels, history = train_federated(train, test, cfg, simulator=sim)
         assert len(history) == 3 and table.present.all()
-        assert sorted(np.bincount(labels).tolist()) == [2, 2]     # balanced prototype labels from round 2
-        assert float(torch.as_tensor(shared["net.U.weight"]).abs().sum()) > 0     # U moved off its zero start
+        assert sorted(np.bincount(labels).tolist()) == [2, 2]  # balanced prototype labels from round 2
+        assert float(torch.as_tensor(shared["net.U.weight"]).abs().sum()) > 0  # U moved off its zero start
         assert ("net.proto" in shared) == (mode == "learnable")
         if mode == "learnable":
             # shared, moved by the prototype loss, and orthonormal again once a client loads it
@@ -149,14 +168,18 @@ def test_sequential_and_batched_simulators_both_train(mode):
 
 
 def _update(cid, mu, n=5):
-    return ClientUpdate(cid=cid, kind="params", num_examples=n,
-                        arrays={POSTERIOR_MU: torch.full((2,), float(mu)), POSTERIOR_LOGVAR: torch.zeros(2)})
+    return ClientUpdate(
+        cid=cid,
+        kind="params",
+        num_examples=n,
+        arrays={POSTERIOR_MU: torch.full((2,), float(mu)), POSTERIOR_LOGVAR: torch.zeros(2)},
+    )
 
 
 def test_prior_table_keeps_absent_clients():
     t = PriorTable(3, 2)
     t.update([_update(0, 1.0), _update(2, 2.0)])
-    t.update([_update(2, 5.0, n=7)])                  # client 0 absent this round
+    t.update([_update(2, 5.0, n=7)])  # client 0 absent this round
     assert t.present.tolist() == [True, False, True]
     assert t.mu[0].tolist() == [1.0, 1.0] and t.mu[2].tolist() == [5.0, 5.0]
     assert t.count.tolist() == [5.0, 0.0, 7.0]
@@ -170,7 +193,7 @@ def test_prototypes_orthogonal_and_balanced_labels():
     assert float(ortho_loss(torch.zeros(4), p, 0, gamma=0.1)) == pytest.approx(25.0)
     mu = np.array([[4.0, 0, 0, 0], [5, 0, 0, 0], [6, 0.5, 0, 0], [0, 5, 0, 0]])
     labels = prototype_labels(mu, p.numpy())
-    assert np.bincount(labels).tolist() == [2, 2]    # balanced although three points sit near prototype 0
+    assert np.bincount(labels).tolist() == [2, 2]  # balanced although three points sit near prototype 0
     assert labels[3] == 1
 
 
@@ -187,8 +210,14 @@ def _conflict(n_clients_per_type=4, pairs=40, d=4, seed=0):
             rj = np.where(a_wins[:, None], b, a)
             rows.append((ch, rj, np.full(pairs, t), np.full(pairs, t * n_clients_per_type + k)))
     ch, rj, g, c = (np.concatenate([r[i] for r in rows]) for i in range(4))
-    return PreferencePairs(context=np.zeros_like(ch), chosen=ch, rejected=rj, client=c.astype(np.int64),
-                           group=g.astype(np.int64), group_names=("up", "down"))
+    return PreferencePairs(
+        context=np.zeros_like(ch),
+        chosen=ch,
+        rejected=rj,
+        client=c.astype(np.int64),
+        group=g.astype(np.int64),
+        group_names=("up", "down"),
+    )
 
 
 def test_client_uploads_parameters_and_posterior_summary_only():
@@ -199,14 +228,14 @@ def test_client_uploads_parameters_and_posterior_summary_only():
     u = c.fit(shared, {"round": 1})
     assert set(u.arrays) == set(shared) | {POSTERIOR_MU, POSTERIOR_LOGVAR}
     assert u.arrays[POSTERIOR_MU].shape == (4,) and u.num_examples == 40
-    assert "pi" in c.store.load(0)                    # the mixture logits stay on the client
+    assert "pi" in c.store.load(0)  # the mixture logits stay on the client
     mono = VPAClient(0, p.of_client(0), None, VPAConfig(method="monolithic", local_steps=2, latent=4), n_table=8)
     assert set(mono.fit(shared, {"round": 1}).arrays) == set(shared)
 
 
 def test_uploaded_mean_z_is_the_broadcast_posterior_over_all_pairs_in_both_simulators():
     p = _conflict(2, 40)
-    p = p.take(np.flatnonzero((p.client != 1) | (np.arange(len(p)) % 4 != 0)))    # client 1: 30 pairs, padded
+    p = p.take(np.flatnonzero((p.client != 1) | (np.arange(len(p)) % 4 != 0)))  # client 1: 30 pairs, padded
     cfg = VPAConfig(method="fedvpl", local_steps=2, latent=3, lr=0.5)
     model = VPAModel(4, 3)
     torch.nn.init.normal_(model.U.weight)
@@ -230,22 +259,23 @@ def test_central_ceiling_sees_opposite_types():
     p = _conflict(3, 60, seed=2)
     train, test = holdout_split(p, 0.3, seed=0)
     c = central_ceiling(train, test, seed=0)
-    assert min(c["per_type"].values()) > 0.85            # one linear reward per type solves it
-    assert np.mean(list(c["pooled"].values())) < 0.7      # the pooled one cannot serve both
-    assert max(c["cross"].values()) < 0.2                 # the other type's reward is mostly wrong
+    assert min(c["per_type"].values()) > 0.85  # one linear reward per type solves it
+    assert np.mean(list(c["pooled"].values())) < 0.7  # the pooled one cannot serve both
+    assert max(c["cross"].values()) < 0.2  # the other type's reward is mostly wrong
     assert set(c["weight_decay"]) == {"pooled", "up", "down"}
 
 
 @pytest.mark.slow
 def test_fedvpa_gp_beats_the_monolithic_reward_on_conflicting_types():
     cfg = VPAConfig(rounds=150, local_steps=2, latent=4, context_size=8)
-    rep = run_fedvpa_gp("synthetic", cfg=cfg, pairs=_conflict(6, 40), clients_per_type=4, unseen_per_type=2,
-                        context_pairs=10)
+    rep = run_fedvpa_gp(
+        "synthetic", cfg=cfg, pairs=_conflict(6, 40), clients_per_type=4, unseen_per_type=2, context_pairs=10
+    )
     mono, gp = rep["accuracy"]["monolithic"], rep["accuracy"]["fedvpa_gp"]
-    assert np.mean(list(mono.values())) < 0.65         # the pooled reward cannot serve both types
+    assert np.mean(list(mono.values())) < 0.65  # the pooled reward cannot serve both types
     assert min(gp.values()) > 0.75 and min(gp.values()) > max(mono.values())
     assert rep["prototype_purity"] >= 0.9
-    assert rep["swap"]["flip_rate"] > 0.5                # the reward direction follows z
+    assert rep["swap"]["flip_rate"] > 0.5  # the reward direction follows z
     assert rep["unseen_accuracy"]["fedvpa_gp"] > 0.7
     assert set(rep["uplink"]["arrays"]) >= {POSTERIOR_MU, POSTERIOR_LOGVAR}
 
@@ -253,13 +283,34 @@ def test_fedvpa_gp_beats_the_monolithic_reward_on_conflicting_types():
 def test_align_fedvpa_gp_command_json_contract(tmp_path, capsys):
     import json
 
-    from fedvlr_plus.cli import main
     from test_alignment_pairs import make_hh_cached
 
+    from fedvlr_plus.cli import main
+
     root, cache = make_hh_cached(tmp_path)
-    assert main(["align", "fedvpa-gp", str(root), "--cache-dir", str(cache), "--rounds", "3",
-                 "--clients-per-type", "2", "--unseen-per-type", "1", "--context-pairs", "3", "--latent", "2",
-                 "--json"]) == 0
+    assert (
+        main(
+            [
+                "align",
+                "fedvpa-gp",
+                str(root),
+                "--cache-dir",
+                str(cache),
+                "--rounds",
+                "3",
+                "--clients-per-type",
+                "2",
+                "--unseen-per-type",
+                "1",
+                "--context-pairs",
+                "3",
+                "--latent",
+                "2",
+                "--json",
+            ]
+        )
+        == 0
+    )
     rep = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert set(rep["accuracy"]) == {"monolithic", "fedvpl", "fedvpa_gp"}
     assert set(rep["accuracy"]["fedvpa_gp"]) == {"helpful-base", "harmless-base"}
@@ -276,7 +327,22 @@ def test_fedvpa_gp_cli_defaults_mirror_the_config():
 
     args = build_parser().parse_args(["align", "fedvpa-gp", "x"])
     d = VPAConfig()
-    for name in ("rounds", "local_steps", "latent", "beta", "ortho", "tau", "prior_weights", "decoder", "lr",
-                 "server_optimizer", "local_lr", "context_size", "ortho_warmup", "summary_mean", "lr_schedule",
-                 "prototype_mode"):
+    for name in (
+        "rounds",
+        "local_steps",
+        "latent",
+        "beta",
+        "ortho",
+        "tau",
+        "prior_weights",
+        "decoder",
+        "lr",
+        "server_optimizer",
+        "local_lr",
+        "context_size",
+        "ortho_warmup",
+        "summary_mean",
+        "lr_schedule",
+        "prototype_mode",
+    ):
         assert getattr(args, name) == getattr(d, name), name

@@ -1,11 +1,11 @@
 """``align fedvpa-gp --seeds``: each seed exactly as ``--seed S`` alone, mean ± sd and the paired tests from those
 figures."""
+
 import json
 
 import numpy as np
 import pytest
 from scipy.stats import ttest_rel
-
 from test_alignment_pairs import make_hh_cached
 
 
@@ -13,8 +13,24 @@ def test_seeds_match_single_seed_runs_and_the_paired_tests(tmp_path, capsys):
     from fedvlr_plus.cli import main
 
     root, cache = make_hh_cached(tmp_path)
-    flags = ["align", "fedvpa-gp", str(root), "--cache-dir", str(cache), "--rounds", "3", "--clients-per-type",
-             "2", "--unseen-per-type", "1", "--context-pairs", "3", "--latent", "2", "--json"]
+    flags = [
+        "align",
+        "fedvpa-gp",
+        str(root),
+        "--cache-dir",
+        str(cache),
+        "--rounds",
+        "3",
+        "--clients-per-type",
+        "2",
+        "--unseen-per-type",
+        "1",
+        "--context-pairs",
+        "3",
+        "--latent",
+        "2",
+        "--json",
+    ]
     single = []
     for s in (0, 1, 2):
         assert main([*flags, "--seed", str(s)]) == 0
@@ -52,10 +68,32 @@ def test_one_seed_out_dir_writes_its_table(tmp_path, capsys):
 
     root, cache = make_hh_cached(tmp_path)
     out = tmp_path / "one"
-    assert main(["align", "fedvpa-gp", str(root), "--cache-dir", str(cache), "--rounds", "2", "--clients-per-type",
-                 "2", "--unseen-per-type", "1", "--context-pairs", "3", "--latent", "2", "--out-dir", str(out)]) == 0
+    assert (
+        main(
+            [
+                "align",
+                "fedvpa-gp",
+                str(root),
+                "--cache-dir",
+                str(cache),
+                "--rounds",
+                "2",
+                "--clients-per-type",
+                "2",
+                "--unseen-per-type",
+                "1",
+                "--context-pairs",
+                "3",
+                "--latent",
+                "2",
+                "--out-dir",
+                str(out),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
-    assert "FedVPA-GP on" in printed            # the one-seed summary is unchanged
+    assert "FedVPA-GP on" in printed  # the one-seed summary is unchanged
     rep = json.loads((out / "result.json").read_text())
     assert rep["seeds"] == [0] and rep["paired"]["FedVPA-GP - monolithic"]["mean of types"]["p"] is None
     assert "| FedVPA-GP |" in (out / "table.md").read_text()

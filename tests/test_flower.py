@@ -9,6 +9,7 @@
 
 Plus fast in-process checks of the wire format, the settings and the partitioning.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -24,33 +25,66 @@ import torch
 
 pytest.importorskip("flwr", reason="Flower is not installed (pip install 'fedvlr-plus[flower]')")
 
-from fedvlr_plus.errors import ConfigError  # noqa: E402
-from fedvlr_plus.flower import app as fl  # noqa: E402
-from fedvlr_plus.federation.messages import ClientUpdate  # noqa: E402
-
 from _shared import shared_data  # noqa: E402
+
+from fedvlr_plus.errors import ConfigError  # noqa: E402
+from fedvlr_plus.federation.messages import ClientUpdate  # noqa: E402
+from fedvlr_plus.flower import app as fl  # noqa: E402
 
 N_NODES, N_USERS = 3, 24
 
 
 def base_config(tmp: Path, **kw) -> dict:
-    cfg = {"data": str(shared_data("ku")), "max-users": N_USERS, "backbone": "fedavg", "fusion": "fedvlr",
-           "dim": 16, "rounds": 2, "local-epochs": 1, "eval-every": 2, "seed": 3,
-           "min-train-nodes": N_NODES, "min-evaluate-nodes": N_NODES, "min-available-nodes": N_NODES,
-           "round-timeout": 180, "result": str(tmp / "result.json"), "audit-dir": str(tmp / "audit")}
+    cfg = {
+        "data": str(shared_data("ku")),
+        "max-users": N_USERS,
+        "backbone": "fedavg",
+        "fusion": "fedvlr",
+        "dim": 16,
+        "rounds": 2,
+        "local-epochs": 1,
+        "eval-every": 2,
+        "seed": 3,
+        "min-train-nodes": N_NODES,
+        "min-evaluate-nodes": N_NODES,
+        "min-available-nodes": N_NODES,
+        "round-timeout": 180,
+        "result": str(tmp / "result.json"),
+        "audit-dir": str(tmp / "audit"),
+    }
     cfg.update(kw)
     return cfg
 
 
 # ---------------------------------------------------------------------------------------------- fast checks
 def test_wire_format_round_trip_keeps_rows_and_weights():
-    ups = [ClientUpdate(cid=7, kind="grads", arrays={"fusion.F": torch.arange(6.0).reshape(2, 3), "b": torch.ones(2)},
-                        rows={"fusion.F": torch.tensor([4, 9])}, num_examples=5, metrics={"loss": 0.5, "steps": 2}),
-           ClientUpdate(cid=2, kind="grads", arrays={"fusion.F": torch.zeros(1, 3), "b": torch.zeros(2)},
-                        rows={"fusion.F": torch.tensor([1])}, num_examples=3, metrics={"loss": 0.25, "steps": 1})]
+    ups = [
+        ClientUpdate(
+            cid=7,
+            kind="grads",
+            arrays={"fusion.F": torch.arange(6.0).reshape(2, 3), "b": torch.ones(2)},
+            rows={"fusion.F": torch.tensor([4, 9])},
+            num_examples=5,
+            metrics={"loss": 0.5, "steps": 2},
+        ),
+        ClientUpdate(
+            cid=2,
+            kind="grads",
+            arrays={"fusion.F": torch.zeros(1, 3), "b": torch.zeros(2)},
+            rows={"fusion.F": torch.tensor([1])},
+            num_examples=3,
+            metrics={"loss": 0.25, "steps": 1},
+        ),
+    ]
     content = fl.updates_to_content(ups)
-    assert sorted(content["arrays"].keys()) == ["u2/b", "u2/fusion.F", "u2/fusion.F/rows", "u7/b", "u7/fusion.F",
-                                                "u7/fusion.F/rows"]
+    assert sorted(content["arrays"].keys()) == [
+        "u2/b",
+        "u2/fusion.F",
+        "u2/fusion.F/rows",
+        "u7/b",
+        "u7/fusion.F",
+        "u7/fusion.F/rows",
+    ]
     assert content["metrics"]["num-examples"] == 8
     back = fl.content_to_updates(content, "grads")
     assert [u.cid for u in back] == [7, 2]
@@ -74,8 +108,17 @@ def test_partitions_cover_every_user_once():
 
 
 def test_settings_from_run_config():
-    s = fl.Settings.from_run_config({"data": "ml-100k", "local-epochs": 2, "ks": "10,50", "strategy": "",
-                                     "server-lr": 0.0, "min-train-nodes": 2, "fusion": "fedvlr"})
+    s = fl.Settings.from_run_config(
+        {
+            "data": "ml-100k",
+            "local-epochs": 2,
+            "ks": "10,50",
+            "strategy": "",
+            "server-lr": 0.0,
+            "min-train-nodes": 2,
+            "fusion": "fedvlr",
+        }
+    )
     assert s.cfg.local_epochs == 2 and s.cfg.ks == (10, 50) and s.cfg.strategy is None and s.cfg.server_lr is None
     assert s.min_train_nodes == 2 and s.fusion == "fedvlr"
     with pytest.raises(ValueError, match="unknown key 'epochs'"):
@@ -94,10 +137,16 @@ class LoopbackGrid:
 
         # what Flower's ServerApp process sets before messages can be created
         TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 7, 0, 0
-        self.contexts = {100 + i: Context(run_id=7, node_id=100 + i, state=RecordDict(), run_config=run_config,
-                                          node_config={"partition-id": i, "num-partitions": n_nodes,
-                                                       "state-dir": str(state_root / f"node{i}")})
-                         for i in range(n_nodes)}
+        self.contexts = {
+            100 + i: Context(
+                run_id=7,
+                node_id=100 + i,
+                state=RecordDict(),
+                run_config=run_config,
+                node_config={"partition-id": i, "num-partitions": n_nodes, "state-dir": str(state_root / f"node{i}")},
+            )
+            for i in range(n_nodes)
+        }
 
     def get_node_ids(self):
         return list(self.contexts)
@@ -114,14 +163,21 @@ def run_loopback(cfg: dict, tmp: Path, n_nodes: int = 3) -> dict:
     from flwr.app import Context, RecordDict
     from flwr.serverapp import Grid
 
-    grid = type("Loopback", (LoopbackGrid, Grid), {k: (lambda *a, **k: None) for k in
-                                                   ("set_run", "run", "create_message", "push_messages",
-                                                    "pull_messages")})(cfg, n_nodes, tmp)
+    grid = type(
+        "Loopback",
+        (LoopbackGrid, Grid),
+        {k: (lambda *a, **k: None) for k in ("set_run", "run", "create_message", "push_messages", "pull_messages")},
+    )(cfg, n_nodes, tmp)
     return fl.server_main(grid, Context(run_id=7, node_id=0, node_config={}, state=RecordDict(), run_config=cfg))
 
 
-@pytest.mark.parametrize("extra", [{"fusion": "none", "strategy": "sparse-avg", "backbone": "fedncf"},
-                                   {"fusion": "none", "strategy": "fedgrad", "server-lr": 0.5, "backbone": "fcf"}])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"fusion": "none", "strategy": "sparse-avg", "backbone": "fedncf"},
+        {"fusion": "none", "strategy": "fedgrad", "server-lr": 0.5, "backbone": "fcf"},
+    ],
+)
 def test_flower_strategy_in_process_equals_simulator(tmp_path, extra):
     """The ServerApp's strategy loop with our sparse row averaging / gradient aggregation, nodes in-process."""
     from fedvlr_plus.federation.engine import run_federated
@@ -136,30 +192,46 @@ def test_flower_strategy_in_process_equals_simulator(tmp_path, extra):
         for k, v in sim[part].items():
             assert res[part][k] == pytest.approx(v, abs=1e-4), (part, k)
     assert [h["valid"]["hr@50"] for h in res["history"]] == pytest.approx(
-        [h["valid"]["hr@50"] for h in sim["history"]], abs=1e-4)
+        [h["valid"]["hr@50"] for h in sim["history"]], abs=1e-4
+    )
     assert json.loads(Path(cfg["result"]).read_text())["selected_round"] == res["selected_round"]
 
 
 def test_node_keeps_private_state_in_context_and_file(tmp_path):
     """A node's second message reads the private state from context.state; a new Context (a restarted SuperNode)
     reads it from the file; the file is written atomically after each local training."""
-    cfg = base_config(tmp_path, **{"max-users": 6, "fusion": "none", "rounds": 2, "eval-every": 2,
-                                   "min-train-nodes": 2, "min-evaluate-nodes": 2, "min-available-nodes": 2})
+    cfg = base_config(
+        tmp_path,
+        **{
+            "max-users": 6,
+            "fusion": "none",
+            "rounds": 2,
+            "eval-every": 2,
+            "min-train-nodes": 2,
+            "min-evaluate-nodes": 2,
+            "min-available-nodes": 2,
+        },
+    )
     run_loopback(cfg, tmp_path, n_nodes=2)
     journal = tmp_path / "node1" / "journal-run7-part1of2.jsonl"
     events = [json.loads(x)["event"] for x in journal.read_text().splitlines()]
-    assert events == ["fit-start", "saved", "fit-done", "fit-start", "saved", "fit-done"]   # never a restore
+    assert events == ["fit-start", "saved", "fit-done", "fit-start", "saved", "fit-done"]  # never a restore
     from flwr.app import Context, RecordDict
 
-    ctx = Context(run_id=7, node_id=5, state=RecordDict(), run_config=cfg,
-                  node_config={"partition-id": 1, "num-partitions": 2, "state-dir": str(tmp_path / "node1")})
+    ctx = Context(
+        run_id=7,
+        node_id=5,
+        state=RecordDict(),
+        run_config=cfg,
+        node_config={"partition-id": 1, "num-partitions": 2, "state-dir": str(tmp_path / "node1")},
+    )
     node = fl._node_model(ctx)
     store = fl._node_store(node, ctx)
     st = store.load(4)
     on_disk = torch.load(tmp_path / "node1" / "private-run7-part1of2.pt", weights_only=True)
     assert store.source == "file" and on_disk["round"] == 2 and sorted(on_disk["users"]) == [3, 4, 5]
     assert all(torch.equal(st[k], on_disk["users"][4][k]) for k in st)
-    assert "fedvlr.private.u4" in ctx.state.keys()   # back in the node's context for the rest of the run
+    assert "fedvlr.private.u4" in ctx.state.keys()  # back in the node's context for the rest of the run
 
 
 # ---------------------------------------------------------------------------------------------- real processes
@@ -188,11 +260,10 @@ def deployed(federation, tmp_path_factory):
     t0 = time.perf_counter()
     sub = federation.submit(cfg)
     res = federation.wait_result(tmp / "result.json", timeout=400)
-    return {"cfg": cfg, "run_id": int(sub["run-id"]), "result": res, "tmp": tmp,
-            "seconds": time.perf_counter() - t0}
+    return {"cfg": cfg, "run_id": int(sub["run-id"]), "result": res, "tmp": tmp, "seconds": time.perf_counter() - t0}
 
 
-@pytest.mark.slow   # real processes: SuperLink start-up, a torch import per Flower message
+@pytest.mark.slow  # real processes: SuperLink start-up, a torch import per Flower message
 def test_deployment_matches_the_simulator(deployed):
     from fedvlr_plus.federation.engine import run_federated
 
@@ -219,7 +290,7 @@ def _private_states(state_dir: Path, run_id: int) -> dict[int, dict]:
     return torch.load(files[0], weights_only=True)["users"]
 
 
-@pytest.mark.slow   # real processes: SuperLink start-up, a torch import per Flower message
+@pytest.mark.slow  # real processes: SuperLink start-up, a torch import per Flower message
 def test_private_state_never_reaches_the_server(deployed, federation):
     run_id = deployed["run_id"]
     audit = Path(deployed["cfg"]["audit-dir"])
@@ -233,10 +304,14 @@ def test_private_state_never_reaches_the_server(deployed, federation):
     assert shared_names == {"fusion.F"} and not shared_names & names
     assert {"router.w1", "router.b1", "router.w2", "router.b2"} <= names
     replies = sorted(audit.glob("round*/node*.npz"))
-    assert len(replies) == 2 * N_NODES + N_NODES        # 2 training rounds + 1 evaluation, 3 nodes each
+    assert len(replies) == 2 * N_NODES + N_NODES  # 2 training rounds + 1 evaluation, 3 nodes each
     # every private vector (a row of a matrix, or a whole vector) with at least 3 non-zero values
-    private_rows = [r[r != 0] for st in private.values() for v in st.values()
-                    for r in (v.numpy().reshape(-1, v.shape[-1]) if v.dim() > 1 else v.numpy().reshape(1, -1))]
+    private_rows = [
+        r[r != 0]
+        for st in private.values()
+        for v in st.values()
+        for r in (v.numpy().reshape(-1, v.shape[-1]) if v.dim() > 1 else v.numpy().reshape(1, -1))
+    ]
     private_rows = [r for r in private_rows if len(r) >= 3]
     assert len(private_rows) > 100
     for f in replies:
@@ -255,24 +330,28 @@ def test_private_state_never_reaches_the_server(deployed, federation):
             values = np.unique(np.concatenate(uploaded))
             # no private vector is contained in what the node sent (values may coincide one by one, by chance)
             assert not any(np.isin(r, values).all() for r in private_rows), f"{f} holds a private vector"
-        if "evaluate" in f.parent.name:   # evaluation replies: metric sums only, no arrays
+        if "evaluate" in f.parent.name:  # evaluation replies: metric sums only, no arrays
             assert arrays.files == [] and meta["records"] == ["metrics"]
-            assert all(k.split("/")[-1] in ("n",) or "@" in k or k == "num-examples"
-                       for k in meta["scalars"]["metrics"])
+            assert all(
+                k.split("/")[-1] in ("n",) or "@" in k or k == "num-examples" for k in meta["scalars"]["metrics"]
+            )
 
 
 def _journal(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-@pytest.mark.slow   # real processes: SuperLink start-up, a torch import per Flower message
+@pytest.mark.slow  # real processes: SuperLink start-up, a torch import per Flower message
 def test_killed_supernode_rejoins_with_its_private_state(federation, deployed, tmp_path):
     """Run B: 3 rounds; the node of partition 2 is killed while it trains in round 2. Round 2 is aggregated from
     the other two nodes (min-train-nodes 2); the node restarts, rejoins in round 3 from its state file, which is
     byte-for-byte the file it had before the kill."""
     victim = N_NODES - 1
-    cfg = base_config(tmp_path, rounds=3, **{"eval-every": 3, "min-train-nodes": 2, "fault-partition": victim,
-                                             "fault-round": 2, "fault-delay-s": 120.0})
+    cfg = base_config(
+        tmp_path,
+        rounds=3,
+        **{"eval-every": 3, "min-train-nodes": 2, "fault-partition": victim, "fault-round": 2, "fault-delay-s": 120.0},
+    )
     sub = federation.submit(cfg)
     run_id = int(sub["run-id"])
     state_dir = federation.supernode_state(victim)
@@ -283,9 +362,9 @@ def test_killed_supernode_rejoins_with_its_private_state(federation, deployed, t
         assert time.time() < deadline, "the victim never started round 2\n" + federation.logs()
         time.sleep(0.1)
     before = state_file.read_bytes()
-    federation.kill(f"supernode-{victim}", sig=signal.SIGTERM)   # SIGTERM to the node, then SIGKILL to its group
+    federation.kill(f"supernode-{victim}", sig=signal.SIGTERM)  # SIGTERM to the node, then SIGKILL to its group
     after_kill = state_file.read_bytes()
-    assert after_kill == before                               # the kill left the file as it was
+    assert after_kill == before  # the kill left the file as it was
     saved = torch.load(state_file, weights_only=True)
     assert saved["round"] == 1 and sorted(saved["users"]) == fl.partition_users(N_USERS, victim, N_NODES).tolist()
     federation.start_supernode(victim, N_NODES, tag="-restarted")
@@ -304,18 +383,25 @@ def test_killed_supernode_rejoins_with_its_private_state(federation, deployed, t
 
 
 def test_flower_command_lines():
-    from fedvlr_plus.flower import deploy as fc
     from fedvlr_plus.cli.flower import parse_partition
+    from fedvlr_plus.flower import deploy as fc
 
     link = fc.superlink_command(port=9999, insecure=True)
-    assert link[1:] == ["--insecure", "--host", "127.0.0.1", "--port", "9999",
-                        "--disable-runtime-dependency-installation"]
-    node = fc.supernode_command(superlink="10.0.0.1:9093", partition=(1, 4), runtime_port=9200,
-                                root_certificates="ca.crt", state_dir="/tmp/s")
+    assert link[1:] == [
+        "--insecure",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "9999",
+        "--disable-runtime-dependency-installation",
+    ]
+    node = fc.supernode_command(
+        superlink="10.0.0.1:9093", partition=(1, 4), runtime_port=9200, root_certificates="ca.crt", state_dir="/tmp/s"
+    )
     assert node[1:3] == ["--root-certificates", "ca.crt"]
     assert node[node.index("--node-config") + 1] == 'partition-id=1 num-partitions=4 state-dir="/tmp/s"'
     with pytest.raises(ConfigError, match="--insecure"):
-        fc.superlink_command(port=1)              # neither TLS files nor --insecure
+        fc.superlink_command(port=1)  # neither TLS files nor --insecure
     with pytest.raises(ConfigError, match="both"):
         fc.supernode_command(superlink="x:1", partition=(0, 1), insecure=True, root_certificates="ca.crt")
     assert parse_partition("2/3") == (2, 3)
@@ -337,10 +423,13 @@ def test_example_app_config_is_valid():
     exist there, so the file lists all of them)."""
     import tomllib
 
-    conf = tomllib.loads((Path(__file__).resolve().parents[1] / "examples" / "flower_app" / "pyproject.toml")
-                         .read_text())["tool"]["flwr"]["app"]
-    assert conf["components"] == {"serverapp": "fedvlr_flower.server_app:app",
-                                  "clientapp": "fedvlr_flower.client_app:app"}
+    conf = tomllib.loads(
+        (Path(__file__).resolve().parents[1] / "examples" / "flower_app" / "pyproject.toml").read_text()
+    )["tool"]["flwr"]["app"]
+    assert conf["components"] == {
+        "serverapp": "fedvlr_flower.server_app:app",
+        "clientapp": "fedvlr_flower.client_app:app",
+    }
     s = fl.Settings.from_run_config(conf["config"])
     assert s.fusion == "fedvlr" and s.cfg.lr is None and s.cfg.strategy is None and s.cfg.metrics == ("hr", "ndcg")
     assert s.fault_partition == -1 and s.evaluation == "federated"
@@ -352,8 +441,9 @@ def test_server_side_evaluation_sends_no_evaluate_messages(tmp_path):
     from fedvlr_plus.federation.engine import FederatedRun
     from fedvlr_plus.federation.state.store import MemoryStore
 
-    cfg = base_config(tmp_path, **{"max-users": 9, "fusion": "none", "backbone": "fedncf", "eval-every": 2,
-                                   "evaluation": "server"})
+    cfg = base_config(
+        tmp_path, **{"max-users": 9, "fusion": "none", "backbone": "fedncf", "eval-every": 2, "evaluation": "server"}
+    )
     res = run_loopback(cfg, tmp_path)
     assert res["evaluation"] == "server" and res["selected_round"] == 2
     assert sorted(p.name for p in (tmp_path / "audit").iterdir()) == ["round001-train", "round002-train"]
@@ -361,6 +451,6 @@ def test_server_side_evaluation_sends_no_evaluate_messages(tmp_path):
     data = fl.load_data(s.data, s.max_users)
     run = FederatedRun(data, fl.build_backbone(data, s), replace(s.cfg, simulator="sequential"), progress=False)
     run.run_round(), run.run_round()
-    run.store, run.sim.store = MemoryStore(), MemoryStore()      # forget every private state: fresh users
+    run.store, run.sim.store = MemoryStore(), MemoryStore()  # forget every private state: fresh users
     fresh = run.evaluate("test", "full").summary()
     assert res["test"] == pytest.approx(fresh, abs=1e-6)

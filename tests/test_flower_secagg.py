@@ -8,6 +8,7 @@
 
 The same over real processes, with TLS and node authentication, is in ``tests/test_flower_security.py``.
 """
+
 from __future__ import annotations
 
 import copy
@@ -22,16 +23,18 @@ import torch
 
 pytest.importorskip("flwr", reason="Flower is not installed (pip install 'fedvlr-plus[flower]')")
 
-from fedvlr_plus.flower import app as fl  # noqa: E402
-from fedvlr_plus.federation.privacy import secure_sum as ss  # noqa: E402
-from fedvlr_plus.federation.messages import ClientUpdate  # noqa: E402
-from fedvlr_plus.federation.strategies.base import make_strategy  # noqa: E402
-
 from test_flower import LoopbackGrid, base_config  # noqa: E402
 
+from fedvlr_plus.federation.messages import ClientUpdate  # noqa: E402
+from fedvlr_plus.federation.privacy import secure_sum as ss  # noqa: E402
+from fedvlr_plus.federation.strategies.base import make_strategy  # noqa: E402
+from fedvlr_plus.flower import app as fl  # noqa: E402
+
 N_ITEMS, DIM = 30, 4
-SPECS = {"items": SimpleNamespace(item_table=True, scaled=True),
-         "bias": SimpleNamespace(item_table=False, scaled=False)}
+SPECS = {
+    "items": SimpleNamespace(item_table=True, scaled=True),
+    "bias": SimpleNamespace(item_table=False, scaled=False),
+}
 
 
 def _uploads(kind: str, seed: int = 0) -> list[ClientUpdate]:
@@ -39,9 +42,19 @@ def _uploads(kind: str, seed: int = 0) -> list[ClientUpdate]:
     out = []
     for cid in range(9):
         rows = torch.randperm(N_ITEMS, generator=g)[: 3 + cid].sort().values
-        out.append(ClientUpdate(cid=cid, kind=kind, num_examples=1 + 2 * cid, metrics={"loss": 0.5 + 0.01 * cid},
-                                arrays={"items": 0.1 * torch.randn(len(rows), DIM, generator=g),
-                                        "bias": 0.1 * torch.randn(3, generator=g)}, rows={"items": rows}))
+        out.append(
+            ClientUpdate(
+                cid=cid,
+                kind=kind,
+                num_examples=1 + 2 * cid,
+                metrics={"loss": 0.5 + 0.01 * cid},
+                arrays={
+                    "items": 0.1 * torch.randn(len(rows), DIM, generator=g),
+                    "bias": 0.1 * torch.randn(3, generator=g),
+                },
+                rows={"items": rows},
+            )
+        )
     return out
 
 
@@ -106,9 +119,11 @@ def run_app_loopback(cfg: dict, tmp: Path, n_nodes: int = 3, on_aggregate=None) 
     from flwr.app import Context, RecordDict
     from flwr.serverapp import Grid
 
-    grid = type("AppLoopback", (AppGrid, Grid), {k: (lambda *a, **k: None) for k in
-                                                 ("set_run", "run", "create_message", "push_messages",
-                                                  "pull_messages")})(cfg, n_nodes, tmp)
+    grid = type(
+        "AppLoopback",
+        (AppGrid, Grid),
+        {k: (lambda *a, **k: None) for k in ("set_run", "run", "create_message", "push_messages", "pull_messages")},
+    )(cfg, n_nodes, tmp)
     return fl.server_main(grid, Context(run_id=7, node_id=0, node_config={}, state=RecordDict(), run_config=cfg))
 
 
@@ -123,9 +138,14 @@ def simulator_shared_after(cfg: dict, rounds: int) -> dict:
     return run.shared
 
 
-@pytest.mark.parametrize("extra", [{},   # FedAvg-MF + the FedVLR layer (gradient aggregation + server fusion)
-                                   {"fusion": "none", "strategy": "sparse-avg", "backbone": "fedncf"},
-                                   {"fusion": "none", "strategy": "fedavg", "backbone": "fedavg"}])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {},  # FedAvg-MF + the FedVLR layer (gradient aggregation + server fusion)
+        {"fusion": "none", "strategy": "sparse-avg", "backbone": "fedncf"},
+        {"fusion": "none", "strategy": "fedavg", "backbone": "fedavg"},
+    ],
+)
 def test_secure_rounds_in_process_equal_the_plain_run(tmp_path, monkeypatch, extra):
     seen = []
     real = fl.FedVLRStrategy._apply
@@ -140,7 +160,7 @@ def test_secure_rounds_in_process_equal_the_plain_run(tmp_path, monkeypatch, ext
     cfg = base_config(tmp_path / "secure", **{"secagg": 1, **extra})
     res = run_app_loopback(cfg, tmp_path / "secure")
 
-    assert seen == [[-1], [-1]]       # our strategy only ever gets the round's aggregate
+    assert seen == [[-1], [-1]]  # our strategy only ever gets the round's aggregate
     assert res["secure_aggregation"]["rule"] in ("fedgrad", "sparse-avg", "fedavg")
     assert "secure_aggregation" not in plain
     assert res["selected_round"] == plain["selected_round"]
@@ -152,7 +172,7 @@ def test_secure_rounds_in_process_equal_the_plain_run(tmp_path, monkeypatch, ext
     after_one = np.load(audit / "round001-shared.npz")
     sim = simulator_shared_after(plain_cfg, 1)
     for k, v in sim.items():
-        assert np.abs(after_one[k] - v.numpy()).max() < 5e-5, k   # SecAgg+ quantises: not bit-exact
+        assert np.abs(after_one[k] - v.numpy()).max() < 5e-5, k  # SecAgg+ quantises: not bit-exact
     assert_only_masked_vectors(audit, rounds=2, nodes=3)
 
 
@@ -164,47 +184,67 @@ def assert_only_masked_vectors(audit: Path, rounds: int, nodes: int) -> dict:
     sizes = {}
     for folder in folders:
         stages = sorted(p.stem for p in folder.glob("*.json"))
-        assert len(stages) == 4 * nodes, stages       # setup, share keys, collect, unmask: one reply per node
+        assert len(stages) == 4 * nodes, stages  # setup, share keys, collect, unmask: one reply per node
         for meta_file in folder.glob("*.json"):
             meta = json.loads(meta_file.read_text())
             assert "error" not in meta, meta
             arrays = np.load(meta_file.with_suffix(".npz"))
-            assert all(k.startswith("masked::") for k in arrays.files), arrays.files   # no plain array
+            assert all(k.startswith("masked::") for k in arrays.files), arrays.files  # no plain array
             if not meta_file.stem.startswith("collect"):
                 assert not arrays.files
                 continue
             vec = np.concatenate([arrays[k].ravel() for k in arrays.files])
             assert vec.dtype == np.int64 and vec.min() >= 0 and vec.max() < 1 << 32
             # a plain quantised value is at most T <= 2**30; masks are uniform on [0, 2**32)
-            assert (vec > 1 << 30).mean() > 0.6 and abs(vec.mean() / 2 ** 31 - 1) < 0.05
+            assert (vec > 1 << 30).mean() > 0.6 and abs(vec.mean() / 2**31 - 1) < 0.05
             sizes[meta_file.stem] = meta["masked_bytes"]
     return sizes
 
 
 def test_a_robust_strategy_is_refused_before_any_round(tmp_path):
-    cfg = base_config(tmp_path, **{"secagg": 1, "fusion": "none", "backbone": "fedncf", "strategy": "median",
-                                   "max-users": 6})
+    cfg = base_config(
+        tmp_path, **{"secagg": 1, "fusion": "none", "backbone": "fedncf", "strategy": "median", "max-users": 6}
+    )
     with pytest.raises(ValueError, match="strategy 'median' needs every upload"):
         run_app_loopback(cfg, tmp_path)
-    assert not (tmp_path / "audit").exists()          # nothing was sent
+    assert not (tmp_path / "audit").exists()  # nothing was sent
     assert "median" in json.loads((tmp_path / "result.error.json").read_text())["error"]
 
 
 def test_flower_run_secagg_flag_sets_the_run_config(monkeypatch, capsys):
     import subprocess
+
     import tomllib
 
     from fedvlr_plus.cli import flower as cli_flower
     from fedvlr_plus.cli import main
 
     calls = []
-    monkeypatch.setattr(cli_flower.subprocess, "run", lambda cmd, **kw: calls.append(cmd) or
-                        subprocess.CompletedProcess(cmd, 0, stdout='{"run-id": 1}\n', stderr=""))
-    assert main(["flower", "run", "examples/flower_app", "--superlink", "127.0.0.1:1", "--insecure", "--secagg",
-                 "--config", "secagg-num-shares=3"]) == 0
+    monkeypatch.setattr(
+        cli_flower.subprocess,
+        "run",
+        lambda cmd, **kw: calls.append(cmd) or subprocess.CompletedProcess(cmd, 0, stdout='{"run-id": 1}\n', stderr=""),
+    )
+    assert (
+        main(
+            [
+                "flower",
+                "run",
+                "examples/flower_app",
+                "--superlink",
+                "127.0.0.1:1",
+                "--insecure",
+                "--secagg",
+                "--config",
+                "secagg-num-shares=3",
+            ]
+        )
+        == 0
+    )
     assert calls[0][-1] == "secagg-num-shares=3 secagg=1"
     # flwr run only overrides keys the app declares: the example app declares every secagg key
-    conf = tomllib.loads((Path(__file__).resolve().parents[1] / "examples" / "flower_app" / "pyproject.toml")
-                         .read_text())["tool"]["flwr"]["app"]["config"]
+    conf = tomllib.loads(
+        (Path(__file__).resolve().parents[1] / "examples" / "flower_app" / "pyproject.toml").read_text()
+    )["tool"]["flwr"]["app"]["config"]
     assert {k for k in fl.DEPLOY_KEYS if k.startswith("secagg")} <= set(conf)
     assert fl.Settings.from_run_config({**conf, "secagg": 1}).secagg == 1

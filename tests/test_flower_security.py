@@ -10,6 +10,7 @@ One federation for the module: a SuperLink with TLS (a CA and a server certifica
   figures and the simulator's shared state after round 1 (to SecAgg+'s quantisation), and every training reply the
   ServerApp received holds masked vectors only.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,13 +23,13 @@ import pytest
 
 pytest.importorskip("flwr", reason="Flower is not installed (pip install 'fedvlr-plus[flower]')")
 
-from fedvlr_plus.flower import app as fl  # noqa: E402
-
 from _shared import shared_data  # noqa: E402
 from test_flower import N_NODES, N_USERS, base_config  # noqa: E402
 from test_flower_secagg import assert_only_masked_vectors, simulator_shared_after  # noqa: E402
 
-pytestmark = pytest.mark.slow   # real processes: SuperLink start-up, a torch import per Flower message
+from fedvlr_plus.flower import app as fl  # noqa: E402
+
+pytestmark = pytest.mark.slow  # real processes: SuperLink start-up, a torch import per Flower message
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +57,7 @@ def secure_federation(tmp_path_factory):
 def _online(fed) -> list[int]:
     proc = fed.flwr("supernode", "list", "fedvlr", "--format", "json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    nodes = json.loads(proc.stdout[proc.stdout.index("{"):])["nodes"]
+    nodes = json.loads(proc.stdout[proc.stdout.index("{") :])["nodes"]
     return sorted(int(n["node-id"]) for n in nodes if n["status"] == "online")
 
 
@@ -64,24 +65,33 @@ def test_unauthenticated_nodes_are_refused(secure_federation, tmp_path):
     from _flower_certs import make_node_key, make_tls_files
 
     fed = secure_federation
-    rogue_key, _ = make_node_key(tmp_path / "rogue")            # a valid key pair, never registered
-    other_ca = make_tls_files(tmp_path / "other-ca") / "ca.crt"   # a CA that did not sign the SuperLink
-    procs = {"unregistered": fed.start_supernode(0, N_NODES, tag="-unregistered", auth_key=rogue_key,
-                                                 max_wait_time=15),
-             "no key": fed.start_supernode(0, N_NODES, tag="-nokey", max_wait_time=15),
-             "wrong CA": fed.start_supernode(0, N_NODES, tag="-wrongca", auth_key=fed.keys / "node0",
-                                             tls={"root_certificates": str(other_ca)}, max_wait_time=15)}
+    rogue_key, _ = make_node_key(tmp_path / "rogue")  # a valid key pair, never registered
+    other_ca = make_tls_files(tmp_path / "other-ca") / "ca.crt"  # a CA that did not sign the SuperLink
+    procs = {
+        "unregistered": fed.start_supernode(0, N_NODES, tag="-unregistered", auth_key=rogue_key, max_wait_time=15),
+        "no key": fed.start_supernode(0, N_NODES, tag="-nokey", max_wait_time=15),
+        "wrong CA": fed.start_supernode(
+            0,
+            N_NODES,
+            tag="-wrongca",
+            auth_key=fed.keys / "node0",
+            tls={"root_certificates": str(other_ca)},
+            max_wait_time=15,
+        ),
+    }
     deadline = time.time() + 120
     while any(p.poll() is None for p in procs.values()) and time.time() < deadline:
         time.sleep(0.5)
     assert all(p.returncode not in (None, 0) for p in procs.values()), {k: p.returncode for k, p in procs.items()}
-    logs = {k: (fed.root / f"supernode-0-{tag}.log").read_text(errors="replace")
-            for k, tag in (("unregistered", "unregistered"), ("no key", "nokey"), ("wrong CA", "wrongca"))}
+    logs = {
+        k: (fed.root / f"supernode-0-{tag}.log").read_text(errors="replace")
+        for k, tag in (("unregistered", "unregistered"), ("no key", "nokey"), ("wrong CA", "wrongca"))
+    }
     assert "Failed to activate SuperNode" in logs["unregistered"], logs["unregistered"][-2000:]
     assert "must be registered" in logs["no key"], logs["no key"][-2000:]
     link = (fed.root / "superlink.log").read_text(errors="replace")
     assert "No SuperNode found with the given public key" in link
-    assert _online(fed) == sorted(fed.registered)        # only the authorised nodes were ever let in
+    assert _online(fed) == sorted(fed.registered)  # only the authorised nodes were ever let in
 
 
 def test_secure_aggregation_over_tls_matches_the_simulator(secure_federation, tmp_path):

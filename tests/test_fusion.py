@@ -1,13 +1,14 @@
 """The FedVLR layer: server-side fusion, private router, exact Algorithm-1 aggregation, privacy of uploads."""
+
 import numpy as np
 import pytest
 import torch
 
-from fedvlr_plus.cli import build_parser
 from fedvlr_plus.adapters import make_backbone
+from fedvlr_plus.cli import build_parser
 from fedvlr_plus.federation.config import FedConfig
-from fedvlr_plus.federation.simulation.batched import history_ctx
 from fedvlr_plus.federation.engine import FederatedRun
+from fedvlr_plus.federation.simulation.batched import history_ctx
 from fedvlr_plus.federation.synthetic import synthetic_data
 from fedvlr_plus.fedvlr import FUSED, ColdItemRule, FusionLayer, content_neighbours, mix
 
@@ -18,8 +19,10 @@ def toy(seed=0, n_users=40, n_items=150):
     # content views that carry the item groups (as real content carries genres), plus noise
     grp = np.arange(data.n_items) % 4
     onehot = np.eye(4)[grp]
-    views = {"text": np.hstack([onehot, 0.3 * g.standard_normal((data.n_items, 12))]),
-             "image": np.hstack([0.3 * g.standard_normal((data.n_items, 8)), onehot])}
+    views = {
+        "text": np.hstack([onehot, 0.3 * g.standard_normal((data.n_items, 12))]),
+        "image": np.hstack([0.3 * g.standard_normal((data.n_items, 8)), onehot]),
+    }
     return data, views
 
 
@@ -37,7 +40,7 @@ def test_specs_split_server_client_and_private():
     data, views = toy()
     bb = layer(data, views)
     shared = set(bb.shared_names)
-    assert FUSED in shared and "item_emb" not in shared        # the ID table lives on the server, behind F
+    assert FUSED in shared and "item_emb" not in shared  # the ID table lives on the server, behind F
     assert {"router.w1", "router.b1", "router.w2", "router.b2", "head_w", "head_b"} <= set(bb.private_names)
     server = {s.name for s in bb.server_specs()}
     assert "item_emb" in server and "gate.out.w" in server and "mlp.l1.w" in server
@@ -48,10 +51,10 @@ def test_mix_matches_explicit_sum_in_every_shape_setting():
     g = torch.Generator().manual_seed(0)
     w = torch.softmax(torch.randn(5, 3, generator=g), -1)
     e = torch.randn(7, 3, 4, generator=g)
-    out = mix(w, e)                                   # scoring: [B, J] with shared [N, J, d]
+    out = mix(w, e)  # scoring: [B, J] with shared [N, J, d]
     ref = torch.einsum("bj,njd->bnd", w, e)
     assert torch.allclose(out, ref, atol=1e-6)
-    e2 = torch.randn(5, 7, 3, 4, generator=g)         # batched training: aligned client dim
+    e2 = torch.randn(5, 7, 3, 4, generator=g)  # batched training: aligned client dim
     assert torch.allclose(mix(w, e2), torch.einsum("cj,cljd->cld", w, e2), atol=1e-6)
     assert torch.allclose(mix(w[0], e), torch.einsum("j,ljd->ld", w[0], e), atol=1e-6)
 
@@ -61,11 +64,11 @@ def test_gate_expert_multiplies_its_inputs():
     bb = layer(data, views, mode="gate")
     sp = bb.init_server(0)
     base = bb.server_forward(sp)
-    for k in bb.keys:                                 # gates shut: σ(-1e4) = 0, every gated input is zero
+    for k in bb.keys:  # gates shut: σ(-1e4) = 0, every gated input is zero
         sp[f"gate.{k}.b"] = torch.full_like(sp[f"gate.{k}.b"], -1e4)
     shut = bb.server_forward(sp)
     assert not torch.allclose(base, shut)
-    assert torch.allclose(shut, shut[0].expand_as(shut), atol=1e-5)   # output = LN(bias): the same for every item
+    assert torch.allclose(shut, shut[0].expand_as(shut), atol=1e-5)  # output = LN(bias): the same for every item
 
 
 def test_residual_adds_the_raw_id_row_to_every_expert_and_keeps_it_through_the_mix():
@@ -76,7 +79,7 @@ def test_residual_adds_the_raw_id_row_to_every_expert_and_keeps_it_through_the_m
         f0, f1 = plain.server_forward(sp), res.server_forward(sp)
         d = plain.d
         for j in range(len(plain.experts)):
-            assert torch.allclose(f1[:, j * d:(j + 1) * d] - f0[:, j * d:(j + 1) * d], sp["item_emb"], atol=1e-6)
+            assert torch.allclose(f1[:, j * d : (j + 1) * d] - f0[:, j * d : (j + 1) * d], sp["item_emb"], atol=1e-6)
         # any router weights (summing to one) leave exactly D_i + sum_j w_j F_ij
         w = torch.tensor([[0.7, 0.2, 0.1]])
         mixed = mix(w, f1.view(data.n_items, 3, d))[0]
@@ -97,9 +100,9 @@ def test_cold_items_take_the_mean_id_row_of_their_content_neighbours():
     with torch.no_grad():
         f = bb.server_forward(sp)
         moved = dict(sp, item_emb=sp["item_emb"].clone())
-        moved["item_emb"][3] += 100.0                 # a cold item's own (untrained) ID row has no influence
+        moved["item_emb"][3] += 100.0  # a cold item's own (untrained) ID row has no influence
         assert torch.allclose(f, bb.server_forward(moved))
-        moved["item_emb"][nb[0, 0]] += 1.0            # its neighbours' rows do
+        moved["item_emb"][nb[0, 0]] += 1.0  # its neighbours' rows do
         assert not torch.allclose(f[3], bb.server_forward(moved)[3])
 
 
@@ -115,7 +118,7 @@ def test_without_content_views_cold_items_take_the_mean_warm_id_row():
     with torch.no_grad():
         f = bb.server_forward(sp)
         moved = dict(sp, item_emb=sp["item_emb"].clone())
-        moved["item_emb"][3] += 100.0                 # the cold item's own row has no influence
+        moved["item_emb"][3] += 100.0  # the cold item's own row has no influence
         assert torch.allclose(f, bb.server_forward(moved))
         ref = dict(sp, item_emb=sp["item_emb"].clone())
         ref["item_emb"][3] = sp["item_emb"][~torch.as_tensor(cold)].mean(0)
@@ -158,7 +161,11 @@ def test_server_step_is_the_weighted_sum_of_client_gradients():
                 total[k] += a * g
     lr = run.strategy.opt.server_lr
     for k, v in run.strategy.server.items():
-        scale = run.strategy.opt.item_lr_scale if bb.server_specs()[[s.name for s in bb.server_specs()].index(k)].item_table else 1.0
+        scale = (
+            run.strategy.opt.item_lr_scale
+            if bb.server_specs()[[s.name for s in bb.server_specs()].index(k)].item_table
+            else 1.0
+        )
         assert torch.allclose(v, before[k] - lr * scale * total[k], atol=1e-5), k
     # the optimizer that owns the server state stepped
     assert any(not torch.allclose(run.strategy.server[k], before[k]) for k in before)
@@ -206,7 +213,7 @@ def test_router_is_personal_and_restored():
     ctx = {**history_ctx(run.indptr, run.indices, users), **bb.round_context(run.shared)}
     w = bb.weights(p, ctx)
     assert w.shape == (6, 3) and torch.allclose(w.sum(-1), torch.ones(6))
-    assert (w.max(0).values - w.min(0).values).max() > 1e-3       # different users, different weights
+    assert (w.max(0).values - w.min(0).values).max() > 1e-3  # different users, different weights
     again = run.store.load(0)
     assert all(torch.equal(again[k], states[0][k]) for k in states[0])
     s1 = run.sim.scores(users, run.shared)
@@ -245,7 +252,7 @@ def test_personal_item_parts_stay_on_the_client(backbone):
     run.run_round()
     assert seen and all(set(u.arrays) <= set(bb.shared_names) for u in seen)
     state = run.store.load(0)
-    assert state[part].abs().sum() > 0                              # trained locally, kept
+    assert state[part].abs().sum() > 0  # trained locally, kept
     # the client scores D-free fused vector + its own part: changing the part changes only this user's scores
     users = np.arange(2)
     s0 = run.sim.scores(users, run.shared)
@@ -269,13 +276,13 @@ def test_pfedrec_offset_is_a_fresh_fine_tune_every_round(sim):
     run.store.save(0, {**state, "personal.offset": torch.full_like(state["personal.offset"], 50.0)})
     run.run_round()
     off = run.store.load(0)["personal.offset"]
-    assert off.abs().max() < 5.0 and off.abs().sum() > 0        # restarted from zero, then trained
-    assert (off.abs().sum(1) == 0).any()                          # rows this round never touched stay zero
+    assert off.abs().max() < 5.0 and off.abs().sum() > 0  # restarted from zero, then trained
+    assert (off.abs().sum(1) == 0).any()  # rows this round never touched stay zero
 
 
 def test_pfedrec_without_personal_offset_keeps_only_score_function_and_router_private():
     data, views = toy()
-    bb = layer(data, views, backbone="pfedrec")   # the default
+    bb = layer(data, views, backbone="pfedrec")  # the default
     assert "personal.offset" not in bb.private_names + bb.shared_names
     assert bb.describe()["client_item_parts"] == [] and bb.describe()["personal_offset"] is False
     assert {"head_w", "head_b"} <= set(bb.private_names) and any(n.startswith("router") for n in bb.private_names)
@@ -291,14 +298,17 @@ def test_pfedrec_layer_without_offset_is_the_fedavg_layer():
     """PFedRec differs from FedAvg only by its personal item copy (both have a private affine head), so without the
     offset the wrapped PFedRec trains exactly as the wrapped FedAvg (the README says so beside its rows)."""
     data, views = toy()
-    runs = [FederatedRun(data, layer(data, views, backbone=b), cfg(rounds=2), progress=False) for b in
-            ("fedavg", "pfedrec")]
+    runs = [
+        FederatedRun(data, layer(data, views, backbone=b), cfg(rounds=2), progress=False) for b in ("fedavg", "pfedrec")
+    ]
     res = [r.run() for r in runs]
     assert [h["loss"] for h in res[0]["history"]] == pytest.approx([h["loss"] for h in res[1]["history"]], abs=1e-6)
-    assert torch.allclose(runs[0].sim.scores(np.arange(4), runs[0].shared),
-                          runs[1].sim.scores(np.arange(4), runs[1].shared), atol=1e-5)
-    with_offset = FederatedRun(data, layer(data, views, backbone="pfedrec", personal_offset=True), cfg(rounds=2),
-                               progress=False).run()
+    assert torch.allclose(
+        runs[0].sim.scores(np.arange(4), runs[0].shared), runs[1].sim.scores(np.arange(4), runs[1].shared), atol=1e-5
+    )
+    with_offset = FederatedRun(
+        data, layer(data, views, backbone="pfedrec", personal_offset=True), cfg(rounds=2), progress=False
+    ).run()
     assert with_offset["history"][-1]["loss"] != pytest.approx(res[0]["history"][-1]["loss"], abs=1e-6)
 
 
@@ -307,20 +317,26 @@ def test_fedrap_penalty_reads_the_fused_vector_as_its_shared_part():
     bb = layer(data, views, backbone="fedrap")
     rap = bb.base
     g = torch.Generator().manual_seed(1)
-    p = {FUSED: torch.randn(data.n_items, 3 * bb.d, generator=g), "item_personal": torch.randn(data.n_items, 8,
-                                                                                                generator=g)}
+    p = {
+        FUSED: torch.randn(data.n_items, 3 * bb.d, generator=g),
+        "item_personal": torch.randn(data.n_items, 8, generator=g),
+    }
     p.update({k: torch.zeros(s.shape) for k, s in ((s.name, s) for s in bb.private_specs()) if k.startswith("router")})
     p["head_w"], p["head_b"] = torch.ones(8), torch.zeros(())
     items = torch.tensor([3, 5, 7])
 
     def ctx():
-        return {"items_global": items, "hist_global": torch.tensor([1, 2]),
-                "hist_mask": torch.ones(2, dtype=torch.bool), **bb.round_context(p)}
+        return {
+            "items_global": items,
+            "hist_global": torch.tensor([1, 2]),
+            "hist_mask": torch.ones(2, dtype=torch.bool),
+            **bb.round_context(p),
+        }
 
     # the penalty reads what the forward of the same ctx recorded, and is the same without a forward first
     c = ctx()
     v = bb.item_repr(p, items, c)
-    shared = mix(torch.full((3,), 1 / 3), p[FUSED][items].view(3, 3, bb.d))    # zero router -> uniform weights
+    shared = mix(torch.full((3,), 1 / 3), p[FUSED][items].view(3, 3, bb.d))  # zero router -> uniform weights
     assert torch.allclose(v, shared + p["item_personal"][items], atol=1e-6)
     reg = bb.regulariser(p, items, torch.ones(3), {"round": 5}, ctx=c)
     assert float(bb.regulariser(p, items, torch.ones(3), {"round": 5}, ctx=ctx())) == pytest.approx(float(reg))
@@ -337,9 +353,11 @@ def test_an_undeclared_private_item_table_is_refused_clearly():
         name = "odd"
 
         def specs(self):
-            return [ParamSpec("item_emb", (self.n_items, self.dim), shared=True, item_table=True),
-                    ParamSpec("mine", (self.n_items, self.dim), shared=False, item_table=True),
-                    ParamSpec("head_w", (self.dim,), shared=False)]
+            return [
+                ParamSpec("item_emb", (self.n_items, self.dim), shared=True, item_table=True),
+                ParamSpec("mine", (self.n_items, self.dim), shared=False, item_table=True),
+                ParamSpec("head_w", (self.dim,), shared=False),
+            ]
 
         def item_repr(self, p, items, ctx):
             return take_rows(p["item_emb"], items) * take_rows(p["mine"], items)

@@ -3,8 +3,15 @@ import math
 import pytest
 import torch
 
-from fedvlr_plus.alignment.grpo import (GRPOConfig, clipped_surrogate, group_advantages, grpo_loss, kl_categorical,
-                                        kl_k3, sample_groups)
+from fedvlr_plus.alignment.grpo import (
+    GRPOConfig,
+    clipped_surrogate,
+    group_advantages,
+    grpo_loss,
+    kl_categorical,
+    kl_k3,
+    sample_groups,
+)
 
 
 def test_group_advantages_hand_computed():
@@ -72,14 +79,19 @@ def test_beta_pulls_towards_reference():
     ref = torch.zeros(1, 4)
     logits = torch.tensor([[3.0, 0.0, 0.0, 0.0]], requires_grad=True)
     actions = torch.tensor([[1, 2, 3, 1]])
-    rewards = torch.ones(1, 4)                       # no advantage signal: only the KL term acts
+    rewards = torch.ones(1, 4)  # no advantage signal: only the KL term acts
     logp_old = torch.log_softmax(logits.detach(), -1).gather(-1, actions)
     loss, _ = grpo_loss(logits, actions, logp_old, ref, rewards, GRPOConfig(beta=1.0, kl="exact"))
     loss.backward()
-    assert logits.grad[0, 0] > 0                     # gradient descent lowers the over-weighted action
+    assert logits.grad[0, 0] > 0  # gradient descent lowers the over-weighted action
 
 
 def test_shape_mismatch_is_an_error():
     with pytest.raises(ValueError, match="same"):
-        grpo_loss(torch.zeros(1, 3), torch.zeros(1, 2, dtype=torch.long), torch.zeros(1, 3), torch.zeros(1, 3),
-                  torch.zeros(1, 2))
+        grpo_loss(
+            torch.zeros(1, 3),
+            torch.zeros(1, 2, dtype=torch.long),
+            torch.zeros(1, 3),
+            torch.zeros(1, 3),
+            torch.zeros(1, 2),
+        )

@@ -1,15 +1,15 @@
 """ID dropout of the FedVLR layer: the server's backward reads a share of the warm items through a content estimate
 of their ID row (DropoutNet-style), while clients train on and evaluations score the real fused views."""
+
 import numpy as np
 import pytest
 import torch
+from test_fusion import cfg, layer, toy
 
 from fedvlr_plus.cli import build_parser
 from fedvlr_plus.federation.engine import FederatedRun
 from fedvlr_plus.fedvlr import FUSED, ColdItemRule, FedVLROptions
 from fedvlr_plus.fedvlr.cold import warm_neighbours
-
-from test_fusion import cfg, layer, toy
 
 
 def _cold(n, every=5):

@@ -1,4 +1,5 @@
 """A joining user's start conditioned on its support items (``--new-user-start items``)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,8 +28,11 @@ def _trained(fusion: bool):
     full = synthetic_data(40, 120, 12.0, groups=4, seed=1)
     full = full.replace(inter=full.inter.assign(split=-1))
     warm, held = cold_user_holdout(full, 0.2, seed=0, min_history=4)
-    model = (FusionLayer(make_backbone("fedavg", full.n_items, 8), _views(full), mode="fedvlr", router_hidden=8)
-             if fusion else "fedavg")
+    model = (
+        FusionLayer(make_backbone("fedavg", full.n_items, 8), _views(full), mode="fedvlr", router_hidden=8)
+        if fusion
+        else "fedavg"
+    )
     run = train_selected(warm, model, FedConfig(rounds=3, local_epochs=2, batch_size=16, dim=8, lr=0.5, seed=0))
     return full, held, run
 
@@ -40,7 +44,7 @@ def test_each_items_mean_is_its_trained_users_mean_pulled_to_the_population(fusi
     means = item_mean_states(run, pop, prior_users=2.0)
     users_of = {i: [] for i in range(full.n_items)}
     for u in run.eligible:
-        for i in run.indices[run.indptr[u]:run.indptr[u + 1]]:
+        for i in run.indices[run.indptr[u] : run.indptr[u + 1]]:
             users_of[int(i)].append(int(u))
     weights = user_weights(run, run.eligible) if fusion else None
     row_of = {int(u): r for r, u in enumerate(run.eligible)}
@@ -54,7 +58,7 @@ def test_each_items_mean_is_its_trained_users_mean_pulled_to_the_population(fusi
             mix = weights[[row_of[u] for u in users_of[i]]].sum(0) + 2.0 * weights.mean(0)
             assert torch.allclose(means["router.weights"][i], mix / (n + 2.0), atol=1e-9)
     assert ("router.weights" in means) == fusion
-    assert not any(k.startswith("router.") for k in means if k != "router.weights")   # the router: function space
+    assert not any(k.startswith("router.") for k in means if k != "router.weights")  # the router: function space
 
 
 def test_a_newcomer_starts_from_its_support_items_means_and_routes_to_their_mixture():
@@ -66,7 +70,7 @@ def test_a_newcomer_starts_from_its_support_items_means_and_routes_to_their_mixt
     indices = sq.train().sort_values("user", kind="stable")["item"].to_numpy()
     starts = item_start_states(run, pop, means, indptr, indices, held[:2])
     for u, state in starts.items():
-        items = torch.from_numpy(indices[indptr[u]:indptr[u + 1]].astype(np.int64))
+        items = torch.from_numpy(indices[indptr[u] : indptr[u + 1]].astype(np.int64))
         assert len(items) == 3
         assert torch.allclose(state["head_w"], means["head_w"][items].mean(0))
         w = means["router.weights"][items].mean(0).float()
@@ -81,7 +85,7 @@ def test_newcomers_with_other_items_start_apart_and_train_from_there(fusion):
     sq = support_query(full, held, 1)
     start = torch.as_tensor(local_private_training(run, sq, held, epochs=0, start="items")(held[:3]))
     population = torch.as_tensor(local_private_training(run, sq, held, epochs=0, start="population")(held[:3]))
-    assert torch.equal(population[0], population[1])          # the population start is the same for everyone
+    assert torch.equal(population[0], population[1])  # the population start is the same for everyone
     assert not torch.allclose(start[0], start[1]) and not torch.allclose(start, population)
     trained = torch.as_tensor(local_private_training(run, sq, held, epochs=2, start="items")(held[:3]))
     assert not torch.allclose(trained, start)
@@ -108,10 +112,25 @@ def test_the_auto_start_keeps_whichever_start_its_validation_users_rank_better(f
 def test_the_auto_start_needs_validation_joining_users(tmp_path):
     from _bad_input import assert_user_error, run_cli
 
-    assert_user_error(run_cli("coldstart", "synthetic:40x120", "--cold-users", "0.2", "--support", "1",
-                              "--support-epochs", "20", "--backbone", "fedavg", "--new-user-start", "auto",
-                              "--out", str(tmp_path / "o")),
-                      "--new-user-start auto")
+    assert_user_error(
+        run_cli(
+            "coldstart",
+            "synthetic:40x120",
+            "--cold-users",
+            "0.2",
+            "--support",
+            "1",
+            "--support-epochs",
+            "20",
+            "--backbone",
+            "fedavg",
+            "--new-user-start",
+            "auto",
+            "--out",
+            str(tmp_path / "o"),
+        ),
+        "--new-user-start auto",
+    )
 
 
 def test_a_runs_starts_are_computed_once_and_score_as_computed_afresh(monkeypatch):
@@ -120,15 +139,19 @@ def test_a_runs_starts_are_computed_once_and_score_as_computed_afresh(monkeypatc
 
     full, held, run = _trained(True)
     sq = support_query(full, held, 3)
-    fresh = {s: torch.as_tensor(local_private_training(run, sq, held, epochs=1, start=s)(held))
-             for s in ("population", "mean-params", "items")}
+    fresh = {
+        s: torch.as_tensor(local_private_training(run, sq, held, epochs=1, start=s)(held))
+        for s in ("population", "mean-params", "items")
+    }
     calls = {"state": 0, "router": 0}
 
     def counted(name, fn):
         def wrapper(*args, **kwargs):
             calls[name] += 1
             return fn(*args, **kwargs)
+
         return wrapper
+
     monkeypatch.setattr(population, "population_state", counted("state", population.population_state))
     monkeypatch.setattr(population, "population_router", counted("router", population.population_router))
     starts = PopulationStarts(run)

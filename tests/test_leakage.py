@@ -1,10 +1,13 @@
 """Item-set leakage: the server-side attack's scores by hand, decoy padding (fixed size, lower precision, same
 model under FedAvg/FedGrad), batched == sequential with decoys, and the leakage command."""
+
 import json
 
 import numpy as np
 import pytest
 import torch
+from _bad_input import run_cli
+from test_simulator import tiny_csr
 
 from fedvlr_plus.adapters import make_backbone
 from fedvlr_plus.errors import ConfigError
@@ -13,16 +16,12 @@ from fedvlr_plus.federation.privacy.leakage import ItemSetAttack, guesses, preci
 from fedvlr_plus.federation.state.initial import init_shared_state
 from fedvlr_plus.federation.strategies.base import make_strategy
 
-from _bad_input import run_cli
-from test_simulator import tiny_csr
-
 
 def test_attack_scores_a_hand_made_upload():
     # rows 2, 5, 7, 9 uploaded; the client trained on 5 and 9 (num_examples 2) and on item 11, which it did not
     # upload; gradient norms 3 (row 2), 5 (row 5), 0 (row 7), 4 (row 9) -> the top two by magnitude are 5 and 9
     grads = torch.tensor([[3.0, 0.0], [3.0, 4.0], [0.0, 0.0], [0.0, 4.0]])
-    up = ClientUpdate(cid=0, kind="grads", arrays={"t": grads}, rows={"t": torch.tensor([2, 5, 7, 9])},
-                      num_examples=2)
+    up = ClientUpdate(cid=0, kind="grads", arrays={"t": grads}, rows={"t": torch.tensor([2, 5, 7, 9])}, num_examples=2)
     g = guesses(up, {"t": torch.zeros(12, 2)})
     assert g["row_ids"].tolist() == [2, 5, 7, 9] and g["magnitude"].tolist() == [5, 9]
     truth = np.array([5, 9, 11])
@@ -34,10 +33,20 @@ def test_attack_scores_a_hand_made_upload():
 
 def test_parameter_uploads_are_ranked_by_their_change_and_pooled_over_uploads():
     shared = {"t": torch.ones(6, 1)}
-    a = ClientUpdate(cid=0, kind="params", arrays={"t": torch.tensor([[1.0], [3.0], [0.5]])},
-                     rows={"t": torch.tensor([0, 1, 2])}, num_examples=1)      # changes 0, 2, 0.5 -> guess row 1
-    b = ClientUpdate(cid=1, kind="params", arrays={"t": torch.tensor([[1.0], [1.2]])},
-                     rows={"t": torch.tensor([3, 4])}, num_examples=1)        # changes 0, 0.2 -> guess row 4
+    a = ClientUpdate(
+        cid=0,
+        kind="params",
+        arrays={"t": torch.tensor([[1.0], [3.0], [0.5]])},
+        rows={"t": torch.tensor([0, 1, 2])},
+        num_examples=1,
+    )  # changes 0, 2, 0.5 -> guess row 1
+    b = ClientUpdate(
+        cid=1,
+        kind="params",
+        arrays={"t": torch.tensor([[1.0], [1.2]])},
+        rows={"t": torch.tensor([3, 4])},
+        num_examples=1,
+    )  # changes 0, 0.2 -> guess row 4
     attack = ItemSetAttack({0: [1, 2], 1: [3]}.__getitem__, lambda: shared)
     attack.observe(1, a)
     attack.observe(1, b)
@@ -52,8 +61,12 @@ def _fit(cls, name, config, shared=None):
     indptr, indices = tiny_csr()
     bb = make_backbone(name, 40, 8)
     shared = shared if shared is not None else init_shared_state(bb, 0)
-    return bb, shared, cls(bb, indptr, indices, MemoryStore(), seed=0).fit(np.arange(len(indptr) - 1), shared,
-                                                                           config), (indptr, indices)
+    return (
+        bb,
+        shared,
+        cls(bb, indptr, indices, MemoryStore(), seed=0).fit(np.arange(len(indptr) - 1), shared, config),
+        (indptr, indices),
+    )
 
 
 CONFIG = dict(seed=0, round=2, epochs=1, negatives=1, batch_size=4, lr=0.3, item_lr_scale=1.0, weight_decay=0.0)
@@ -64,21 +77,22 @@ def test_decoys_make_uploads_fixed_size_and_cut_the_row_id_attack(name, upload):
     config = {**CONFIG, "upload": upload}
     bb, shared, plain, (indptr, indices) = _fit(SequentialSimulator, name, config)
     _, _, padded, _ = _fit(SequentialSimulator, name, {**config, "pad_uploads": 36})
-    truth = lambda c: indices[indptr[c]:indptr[c + 1]]   # noqa: E731
+    truth = lambda c: indices[indptr[c] : indptr[c + 1]]  # noqa: E731
     tables = list(plain[0].rows)
     assert tables
-    assert len({len(u.rows[t]) for u in plain for t in tables}) > 1            # sizes differ without padding
+    assert len({len(u.rows[t]) for u in plain for t in tables}) > 1  # sizes differ without padding
     assert {len(u.rows[t]) for u in padded for t in tables} == {36}
     for p, q in zip(plain, padded):
         for t in tables:
             r = q.rows[t].numpy()
-            assert np.all(np.diff(r) > 0) and set(p.rows[t].tolist()) <= set(r.tolist())   # sorted, real rows kept
+            assert np.all(np.diff(r) > 0) and set(p.rows[t].tolist()) <= set(r.tolist())  # sorted, real rows kept
 
     def precision(ups):
         attack = ItemSetAttack(truth, lambda: shared)
         for u in ups:
             attack.observe(1, u)
         return attack.summary()["overall"]["row_ids"]
+
     assert precision(padded)["precision"] < precision(plain)["precision"]
     assert precision(padded)["recall"] == precision(plain)["recall"] == 1.0
     # a decoy carries no change, so FedAvg / FedGrad aggregate the same model
@@ -106,7 +120,9 @@ def test_batched_and_sequential_pad_with_the_same_decoys(name, upload, noise):
 def test_noise_reaches_the_decoys_so_their_change_is_not_zero():
     config = {**CONFIG, "upload": "grads", "pad_uploads": 30, "upload_noise": 0.5, "upload_clip": 1.0}
     _, _, ups, (indptr, indices) = _fit(SequentialSimulator, "fcf", config)
-    _, _, plain, _ = _fit(SequentialSimulator, "fcf", {**config, "upload_noise": 0.0, "upload_clip": 0.0, "pad_uploads": 0})
+    _, _, plain, _ = _fit(
+        SequentialSimulator, "fcf", {**config, "upload_noise": 0.0, "upload_clip": 0.0, "pad_uploads": 0}
+    )
     for u, p in zip(ups, plain):
         for t, rows in u.rows.items():
             decoy = ~np.isin(rows.numpy(), p.rows[t].numpy())
@@ -120,13 +136,35 @@ def test_a_pad_smaller_than_an_upload_is_refused_naming_the_flag():
 
 def test_leakage_command_runs_on_tiny_data(tmp_path):
     out = tmp_path / "leak"
-    res = run_cli("experiment", "leakage", "synthetic:30x80", "--backbone", "fcf", "--pads", "0,all",
-                  "--noise", "0", "--rounds", "2", "--local-epochs", "1", "--dim", "8", "--metric", "ndcg@10",
-                  "--no-progress", "--out", str(out), "--json")
+    res = run_cli(
+        "experiment",
+        "leakage",
+        "synthetic:30x80",
+        "--backbone",
+        "fcf",
+        "--pads",
+        "0,all",
+        "--noise",
+        "0",
+        "--rounds",
+        "2",
+        "--local-epochs",
+        "1",
+        "--dim",
+        "8",
+        "--metric",
+        "ndcg@10",
+        "--no-progress",
+        "--out",
+        str(out),
+        "--json",
+    )
     assert res.code == 0, res.err
     rows = json.loads(res.out.strip().splitlines()[-1])["rows"]
     plain, dense = rows
     assert (plain["defence"], dense["defence"]) == ("none", "all (dense)")
-    assert dense["row_ids_precision"] < plain["row_ids_precision"] and dense["bytes_per_round"] > plain["bytes_per_round"]
+    assert (
+        dense["row_ids_precision"] < plain["row_ids_precision"] and dense["bytes_per_round"] > plain["bytes_per_round"]
+    )
     assert all(0 <= r[k] <= 1 for r in rows for k in ("magnitude_precision", "magnitude_recall", "row_ids_recall"))
     assert {p.name for p in out.iterdir()} == {"table.md", "table.csv", "result.json"}

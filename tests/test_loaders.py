@@ -1,4 +1,5 @@
 """Loaders on the real data: ML-100K from the recbole wheel, KU (FedVLR), Amazon 2018 (Gift Cards, Magazines)."""
+
 from __future__ import annotations
 
 import collections
@@ -8,11 +9,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from fedvlr_plus.datasets import (DataError, detect_format, load, load_amazon, load_feature_folder, load_ml100k,
-                                  read_atomic, splits, write_atomic)
-
 from _shared import shared_data
+
+from fedvlr_plus.datasets import (
+    DataError,
+    detect_format,
+    load,
+    load_amazon,
+    load_feature_folder,
+    load_ml100k,
+    read_atomic,
+    splits,
+    write_atomic,
+)
 
 
 @pytest.fixture(scope="module")

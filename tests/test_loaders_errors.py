@@ -1,14 +1,22 @@
 """Bad input: every case is a DataError naming the file and the 1-based line (as an editor shows it) or field."""
+
 from __future__ import annotations
 
+import _shared as fx
 import numpy as np
 import pandas as pd
 import pytest
 
-from fedvlr_plus.datasets import (DataError, InteractionData, detect_format, load, load_amazon,
-                                  load_feature_folder, read_atomic, write_atomic)
-
-import _shared as fx
+from fedvlr_plus.datasets import (
+    DataError,
+    InteractionData,
+    detect_format,
+    load,
+    load_amazon,
+    load_feature_folder,
+    read_atomic,
+    write_atomic,
+)
 
 
 def raises(fn, *parts):
@@ -63,8 +71,9 @@ def test_too_few_fields_in_a_string_column_file(tmp_path):
 
 
 def test_unparsable_number(tmp_path):
-    folder = ml_csv(tmp_path, "userId,movieId,rating,timestamp\n1,1,4.0,964982703\n1,3,4.5,964981247\n"
-                              "2,1,abc,1445714835\n")
+    folder = ml_csv(
+        tmp_path, "userId,movieId,rating,timestamp\n1,1,4.0,964982703\n1,3,4.5,964981247\n2,1,abc,1445714835\n"
+    )
     raises(lambda: load(folder), "ratings.csv: line 4", "'rating'", "'abc'")
 
 

@@ -1,20 +1,31 @@
 """Every loader on tiny files in the exact original format, with hand-computed expectations."""
+
 from __future__ import annotations
 
+import _shared as fx
 import numpy as np
 import pandas as pd
 import pytest
 
-from fedvlr_plus.datasets import (DataError, detect_format, load, load_amazon, load_feature_folder,
-                                  load_ml1m, load_movielens_csv, read_atomic, write_atomic)
-
-import _shared as fx
+from fedvlr_plus.datasets import (
+    DataError,
+    detect_format,
+    load,
+    load_amazon,
+    load_feature_folder,
+    load_ml1m,
+    load_movielens_csv,
+    read_atomic,
+    write_atomic,
+)
 
 
 def _pairs(d):
     """(raw user, raw item, rating, timestamp, split) per interaction row."""
-    return [(d.user_ids[u], d.item_ids[i], float(r), float(t), int(s))
-            for u, i, r, t, s in d.inter[["user", "item", "rating", "timestamp", "split"]].itertuples(index=False)]
+    return [
+        (d.user_ids[u], d.item_ids[i], float(r), float(t), int(s))
+        for u, i, r, t, s in d.inter[["user", "item", "rating", "timestamp", "split"]].itertuples(index=False)
+    ]
 
 
 # ------------------------------------------------------------------------------------------ MovieLens
@@ -26,10 +37,20 @@ def test_movielens_csv(tmp_path):
     assert d.format == "movielens-csv" and d.name == "ml-latest-small"
     assert list(d.item_ids) == [1, 3, 7, 50, 99]  # catalogue order; 7 and 99 have no rating but are kept
     assert list(d.user_ids) == [1, 2, 3]
-    assert _pairs(d) == [(1, 1, 4.0, 964982703, -1), (1, 3, 4.5, 964981247, -1), (2, 1, 3.0, 1445714835, -1),
-                         (2, 50, 5.0, 1445714836, -1), (3, 3, 0.5, 1306463578, -1)]
-    assert d.items["title"].tolist() == ["Toy Story (1995)", "American President, The (1995)", "Sabrina (1995)",
-                                         "Usual Suspects, The (1995)", "Some Film (2000)"]
+    assert _pairs(d) == [
+        (1, 1, 4.0, 964982703, -1),
+        (1, 3, 4.5, 964981247, -1),
+        (2, 1, 3.0, 1445714835, -1),
+        (2, 50, 5.0, 1445714836, -1),
+        (3, 3, 0.5, 1306463578, -1),
+    ]
+    assert d.items["title"].tolist() == [
+        "Toy Story (1995)",
+        "American President, The (1995)",
+        "Sabrina (1995)",
+        "Usual Suspects, The (1995)",
+        "Some Film (2000)",
+    ]
     assert d.items.loc[0, "categories"] == ["Adventure", "Animation", "Children", "Comedy", "Fantasy"]
     assert d.items.loc[4, "categories"] == []  # "(no genres listed)"
     assert d.items["image"].isna().all() and (d.items["description"] == "").all()
@@ -54,8 +75,12 @@ def test_ml1m_latin1(tmp_path):
     assert _pairs(d) == [(1, 1193, 5.0, 978300760, -1), (1, 661, 3.0, 978302109, -1), (2, 1193, 4.0, 978298413, -1)]
     assert d.items.loc[2, "title"] == "Misérables, Les (1995)"  # Latin-1 'é' decoded
     assert d.items.loc[0, "categories"] == ["Animation", "Children's", "Musical"]
-    assert d.users.to_dict("list") == {"gender": ["F", "M"], "age": [1, 56], "occupation": [10, 16],
-                                       "zip_code": ["48067", "70072"]}
+    assert d.users.to_dict("list") == {
+        "gender": ["F", "M"],
+        "age": [1, 56],
+        "occupation": [10, 16],
+        "zip_code": ["48067", "70072"],
+    }
 
 
 def test_ml100k_raw(tmp_path):
@@ -64,14 +89,17 @@ def test_ml100k_raw(tmp_path):
     d = load(folder)
     assert d.format == "movielens-100k-raw"
     assert list(d.item_ids) == [242, 302, 1] and list(d.user_ids) == [186, 196]  # u.item / u.user order
-    assert _pairs(d) == [(196, 242, 3.0, 881250949, -1), (186, 302, 3.0, 891717742, -1),
-                         (196, 302, 4.0, 881251000, -1)]
+    assert _pairs(d) == [(196, 242, 3.0, 881250949, -1), (186, 302, 3.0, 891717742, -1), (196, 302, 4.0, 881251000, -1)]
     assert d.items["title"].tolist() == ["Kolya (1996)", "L.A. Confidential (1997)", "Toy Story (1995)"]
     assert d.items.loc[1, "categories"] == ["Crime", "Film-Noir", "Mystery", "Thriller"]
     assert d.items.loc[2, "categories"] == ["Animation", "Children's", "Comedy"]
     assert d.items.loc[0, "release_date"] == "24-Jan-1997"
-    assert d.users.to_dict("list") == {"age": [39, 49], "gender": ["F", "M"], "occupation": ["executive", "writer"],
-                                       "zip_code": ["00000", "55105"]}
+    assert d.users.to_dict("list") == {
+        "age": [39, 49],
+        "gender": ["F", "M"],
+        "occupation": ["executive", "writer"],
+        "zip_code": ["00000", "55105"],
+    }
 
 
 def test_ml100k_raw_genre_names_from_u_genre(tmp_path):
@@ -90,12 +118,20 @@ def test_amazon_2014_python_literal_metadata(tmp_path):
     d = load(reviews)
     assert d.format == "amazon-2014" and d.name == "reviews_Home_5"
     # (U1, A2) twice: the earlier review (line 4, 2 stars) is kept, rows stay in file order
-    assert _pairs(d) == [("U1", "A1", 5.0, 1400000000, -1), ("U2", "A2", 3.0, 1300000000, -1),
-                         ("U1", "A2", 2.0, 1340000000, -1), ("U3", "A3", 1.0, 1200000000, -1)]
+    assert _pairs(d) == [
+        ("U1", "A1", 5.0, 1400000000, -1),
+        ("U2", "A2", 3.0, 1300000000, -1),
+        ("U1", "A2", 2.0, 1340000000, -1),
+        ("U3", "A3", 1.0, 1200000000, -1),
+    ]
     a1 = d.items.loc[0].to_dict()
-    assert a1 == {"title": 'Mug & "Cup"', "description": "It's a big mug. Really.",
-                  "categories": ["Home & Kitchen", "Kitchen", "Dining"],
-                  "image": "http://ecx.images-amazon.com/images/I/a1.jpg", "brand": "Acme"}
+    assert a1 == {
+        "title": 'Mug & "Cup"',
+        "description": "It's a big mug. Really.",
+        "categories": ["Home & Kitchen", "Kitchen", "Dining"],
+        "image": "http://ecx.images-amazon.com/images/I/a1.jpg",
+        "brand": "Acme",
+    }
     assert d.items.loc[1, "title"] == "Plate & Bowl"
     assert d.items.loc[2].to_dict() == {"title": "", "description": "", "categories": [], "image": None, "brand": ""}
     assert load_amazon(reviews, dedup=False).n_inter == 5
@@ -103,16 +139,21 @@ def test_amazon_2014_python_literal_metadata(tmp_path):
 
 
 # Amazon "ratings only" ids: users start with A, products are ASINs (B...) or ISBN-10s
-_RATINGS_ONLY = [("A2SUAM1J3GNN3B", "B000JMLBHU", 5.0, 1400000000), ("A1EE2E3N7PW666", "B000JMLBHU", 4.0, 1300000000),
-                 ("A2SUAM1J3GNN3B", "030758836X", 2.0, 1340000000)]
+_RATINGS_ONLY = [
+    ("A2SUAM1J3GNN3B", "B000JMLBHU", 5.0, 1400000000),
+    ("A1EE2E3N7PW666", "B000JMLBHU", 4.0, 1300000000),
+    ("A2SUAM1J3GNN3B", "030758836X", 2.0, 1340000000),
+]
 
 
 def test_amazon_ratings_only_csv_2014_user_first_and_2018_asin_first(tmp_path):
     rows = "".join(f"{u},{i},{r},{t}\n" for u, i, r, t in _RATINGS_ONLY)
     swapped = "".join(f"{i},{u},{r},{t}\n" for u, i, r, t in _RATINGS_ONLY)
     old = fx.write(tmp_path / "2014" / "ratings_Books.csv", rows)
-    fx.write(tmp_path / "2014" / "meta_Books.json", "{'asin': '030758836X', 'title': 'A Book', "
-                                                    "'categories': [['Books', 'Fiction']]}\n")
+    fx.write(
+        tmp_path / "2014" / "meta_Books.json",
+        "{'asin': '030758836X', 'title': 'A Book', 'categories': [['Books', 'Fiction']]}\n",
+    )
     new = fx.write(tmp_path / "2018" / "Books.csv", swapped)
     assert detect_format(old) == "amazon-2014" and detect_format(tmp_path / "2014") == "amazon-2014"
     assert detect_format(new) == "amazon-2018"
@@ -137,12 +178,25 @@ def test_amazon_ratings_only_csv_bad_rows_name_their_line(tmp_path):
 
 
 def _check_2023(d):
-    assert _pairs(d) == [("UA", "P1", 5.0, 1588615855070, -1), ("UB", "P1", 4.0, 1588615855000, -1),
-                         ("UA", "P2", 2.0, 1600000000000, -1)]
-    assert d.items.loc[0].to_dict() == {"title": "Stacking Blocks", "description": "Ten blocks. Ages 3+.",
-                                        "categories": ["Toys & Games"], "image": "L_main.jpg", "brand": "BlockCo"}
-    assert d.items.loc[1].to_dict() == {"title": "Puzzle", "description": "", "categories": ["Toys & Games", "Puzzles"],
-                                        "image": "p_l.jpg", "brand": ""}
+    assert _pairs(d) == [
+        ("UA", "P1", 5.0, 1588615855070, -1),
+        ("UB", "P1", 4.0, 1588615855000, -1),
+        ("UA", "P2", 2.0, 1600000000000, -1),
+    ]
+    assert d.items.loc[0].to_dict() == {
+        "title": "Stacking Blocks",
+        "description": "Ten blocks. Ages 3+.",
+        "categories": ["Toys & Games"],
+        "image": "L_main.jpg",
+        "brand": "BlockCo",
+    }
+    assert d.items.loc[1].to_dict() == {
+        "title": "Puzzle",
+        "description": "",
+        "categories": ["Toys & Games", "Puzzles"],
+        "image": "p_l.jpg",
+        "brand": "",
+    }
 
 
 def test_amazon_2023_jsonl(tmp_path):
@@ -162,29 +216,65 @@ def test_amazon_2023_csv_gz(tmp_path):
 
 def test_amazon_2023_images_in_column_form_and_explicit_meta(tmp_path):
     reviews = fx.write(tmp_path / "a" / "Toys.jsonl", fx.jsonl(fx.AMAZON_2023_REVIEWS))
-    meta = fx.write(tmp_path / "elsewhere.jsonl", fx.jsonl([
-        {"parent_asin": "P1", "title": "Blocks", "categories": [],
-         "images": {"thumb": ["t0", "t1"], "large": ["l0", "l1"], "variant": ["PT01", "MAIN"], "hi_res": [None, None]}},
-    ]))
+    meta = fx.write(
+        tmp_path / "elsewhere.jsonl",
+        fx.jsonl(
+            [
+                {
+                    "parent_asin": "P1",
+                    "title": "Blocks",
+                    "categories": [],
+                    "images": {
+                        "thumb": ["t0", "t1"],
+                        "large": ["l0", "l1"],
+                        "variant": ["PT01", "MAIN"],
+                        "hi_res": [None, None],
+                    },
+                }
+            ]
+        ),
+    )
     d = load(reviews, meta=meta)
     assert d.items.loc[0, "image"] == "l1" and d.items.loc[0, "title"] == "Blocks"
     assert d.items.loc[1, "title"] == ""  # P2 has no metadata in this file
 
 
 def test_amazon_2018_image_urls(tmp_path):
-    rows = [{"overall": 5.0, "verified": True, "reviewerID": "R1", "asin": "X1", "unixReviewTime": 1},
-            {"overall": 4.0, "verified": True, "reviewerID": "R1", "asin": "X2", "unixReviewTime": 2}]
+    rows = [
+        {"overall": 5.0, "verified": True, "reviewerID": "R1", "asin": "X1", "unixReviewTime": 1},
+        {"overall": 4.0, "verified": True, "reviewerID": "R1", "asin": "X2", "unixReviewTime": 2},
+    ]
     reviews = fx.write(tmp_path / "Cat_5.json.gz", fx.jsonl(rows))
-    fx.write(tmp_path / "meta_Cat.json.gz", fx.jsonl([
-        {"asin": "X1", "title": " Magazines\" />", "image": ["https://h/I/41abc._SX38_SY50_CR,0,0,38,50_.jpg"],
-         "category": ["Books &amp; More"], "description": ["<b>Bold</b> text", ""]},
-        {"asin": "X2", "title": "<span class=\"a-size-medium\"", "main_cat": "Magazines",
-         "imageURL": ["https://h/I/51x._SX38_.jpg"], "imageURLHighRes": ["https://h/I/51x.jpg", "https://h/I/52y.jpg"]},
-    ]))
+    fx.write(
+        tmp_path / "meta_Cat.json.gz",
+        fx.jsonl(
+            [
+                {
+                    "asin": "X1",
+                    "title": " Magazines\" />",
+                    "image": ["https://h/I/41abc._SX38_SY50_CR,0,0,38,50_.jpg"],
+                    "category": ["Books &amp; More"],
+                    "description": ["<b>Bold</b> text", ""],
+                },
+                {
+                    "asin": "X2",
+                    "title": "<span class=\"a-size-medium\"",
+                    "main_cat": "Magazines",
+                    "imageURL": ["https://h/I/51x._SX38_.jpg"],
+                    "imageURLHighRes": ["https://h/I/51x.jpg", "https://h/I/52y.jpg"],
+                },
+            ]
+        ),
+    )
     d = load(reviews)
     assert d.format == "amazon-2018"
-    assert d.items.loc[0].to_dict() == {"title": "", "description": "Bold text", "categories": ["Books & More"],
-                                        "image": "https://h/I/41abc.jpg", "brand": ""}
+    assert d.items.loc[0].to_dict() == {
+        "title": "",
+        "description": "Bold text",
+        "categories": ["Books & More"],
+        "image": "https://h/I/41abc.jpg",
+        "brand": "",
+    }
     assert d.items.loc[1, "image"] == "https://h/I/51x.jpg"
     assert d.items.loc[1, "categories"] == ["Magazines"] and d.items.loc[1, "title"] == ""
 
@@ -197,8 +287,12 @@ def test_recbole_atomic_token_seq(tmp_path):
     d = load(folder)
     assert d.name == "shop" and d.format == "recbole-atomic"
     assert list(d.user_ids) == ["u2", "u1", "u3"] and list(d.item_ids) == ["i9", "i1", "i2", "i3"]
-    assert _pairs(d) == [("u1", "i1", 5.0, 100, -1), ("u2", "i1", 3.0, 90, -1), ("u1", "i2", 4.5, 110, -1),
-                         ("u3", "i3", 1.0, 50, -1)]
+    assert _pairs(d) == [
+        ("u1", "i1", 5.0, 100, -1),
+        ("u2", "i1", 3.0, 90, -1),
+        ("u1", "i2", 4.5, 110, -1),
+        ("u3", "i3", 1.0, 50, -1),
+    ]
     assert d.items["title"].tolist() == ["Unrated Thing", "The Blue Cup", "Plate", "Knife"]
     assert d.items["categories"].tolist() == [["Misc"], ["Kitchen", "Dining"], [], ["Kitchen"]]
     assert d.items["price"].tolist() == [1.5, 3.0, 2.25, 7.0]
@@ -219,18 +313,25 @@ def _content_data():
     """A split dataset whose content has every awkward case: quotes, spaces in categories, None, ints."""
     from fedvlr_plus.datasets import InteractionData
 
-    d = InteractionData.from_raw("awk", [10, 20, 10, 30, 20, 10], ["a", "b", "b", "c", "a", "d"],
-                                 rating=[5, 4, 3, 2, 1, 0.1], timestamp=[1.5, 2, 3, 1e12 + 0.25, 5, 6],
-                                 split=[0, 0, 1, 0, 2, 2])
-    items = pd.DataFrame({
-        "title": ['"Quoted" start', "Tab\tand\nnewline", "", "Plain"],
-        "description": ["", "Long  text  here", "x", ""],
-        "categories": [["Gift Cards", "Home & Kitchen"], [], ["One"], ["a_b", "c-d"]],
-        "image": ["http://x/a.jpg", None, "/local path/b.png", None],
-        "year": [1995, 2001, 0, -3],
-        "vec": [[0.5, 1.0], [0.25, 0.1], [], [3.0]],
-        "tags": [["x y"], [], ["z"], []],
-    })
+    d = InteractionData.from_raw(
+        "awk",
+        [10, 20, 10, 30, 20, 10],
+        ["a", "b", "b", "c", "a", "d"],
+        rating=[5, 4, 3, 2, 1, 0.1],
+        timestamp=[1.5, 2, 3, 1e12 + 0.25, 5, 6],
+        split=[0, 0, 1, 0, 2, 2],
+    )
+    items = pd.DataFrame(
+        {
+            "title": ['"Quoted" start', "Tab\tand\nnewline", "", "Plain"],
+            "description": ["", "Long  text  here", "x", ""],
+            "categories": [["Gift Cards", "Home & Kitchen"], [], ["One"], ["a_b", "c-d"]],
+            "image": ["http://x/a.jpg", None, "/local path/b.png", None],
+            "year": [1995, 2001, 0, -3],
+            "vec": [[0.5, 1.0], [0.25, 0.1], [], [3.0]],
+            "tags": [["x y"], [], ["z"], []],
+        }
+    )
     users = pd.DataFrame({"gender": ["F", "M", ""], "score": [0.1, 2.0, 3.5]})
     return d.replace(items=items, users=users).validate()
 
@@ -239,10 +340,24 @@ def test_write_atomic_round_trip(tmp_path):
     d = _content_data()
     folder = write_atomic(d, tmp_path / "awk")
     assert sorted(p.name for p in folder.iterdir()) == [
-        "awk.inter", "awk.item", "awk.test.inter", "awk.train.inter", "awk.user", "awk.valid.inter"]
+        "awk.inter",
+        "awk.item",
+        "awk.test.inter",
+        "awk.train.inter",
+        "awk.user",
+        "awk.valid.inter",
+    ]
     header = (folder / "awk.item").read_text().splitlines()[0].split("\t")
-    assert header == ["item_id:token", "title:token_seq", "description:token_seq", "categories:token_seq",
-                      "image:token", "year:float", "vec:float_seq", "tags:token_seq"]
+    assert header == [
+        "item_id:token",
+        "title:token_seq",
+        "description:token_seq",
+        "categories:token_seq",
+        "image:token",
+        "year:float",
+        "vec:float_seq",
+        "tags:token_seq",
+    ]
     assert "nan" not in (folder / "awk.item").read_text().lower()
     back = read_atomic(folder)
     assert list(back.user_ids) == ["10", "20", "30"] and list(back.item_ids) == ["a", "b", "c", "d"]
@@ -341,8 +456,10 @@ def test_ml100k_lookup_does_not_import_recbole():
     import subprocess
     import sys
 
-    code = ("import sys; from fedvlr_plus.datasets import load_ml100k; d = load_ml100k(); "
-            "assert d.n_inter == 100000; print(sorted(m for m in sys.modules if m.split('.')[0] == 'recbole'))")
+    code = (
+        "import sys; from fedvlr_plus.datasets import load_ml100k; d = load_ml100k(); "
+        "assert d.n_inter == 100000; print(sorted(m for m in sys.modules if m.split('.')[0] == 'recbole'))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
@@ -361,13 +478,23 @@ def test_recbole_reads_what_write_atomic_writes(tmp_path, monkeypatch):
     d = _content_data()
     write_atomic(d, tmp_path / "data" / "awk")
     monkeypatch.chdir(tmp_path)  # RecBole writes ./log
-    config = Config(model="BPR", dataset="awk", config_dict={
-        "data_path": str(tmp_path / "data"), "benchmark_filename": ["train", "valid", "test"],
-        "load_col": {"inter": ["user_id", "item_id", "rating", "timestamp"],
-                     "item": ["item_id", "title", "categories", "image", "year", "vec"]},
-        "use_gpu": False, "show_progress": False, "save_dataset": False, "save_dataloaders": False,
-        "eval_args": {"order": "TO", "split": None, "group_by": "user", "mode": "full"},
-    })
+    config = Config(
+        model="BPR",
+        dataset="awk",
+        config_dict={
+            "data_path": str(tmp_path / "data"),
+            "benchmark_filename": ["train", "valid", "test"],
+            "load_col": {
+                "inter": ["user_id", "item_id", "rating", "timestamp"],
+                "item": ["item_id", "title", "categories", "image", "year", "vec"],
+            },
+            "use_gpu": False,
+            "show_progress": False,
+            "save_dataset": False,
+            "save_dataloaders": False,
+            "eval_args": {"order": "TO", "split": None, "group_by": "user", "mode": "full"},
+        },
+    )
     ds = create_dataset(config)
     assert (ds.user_num, ds.item_num, ds.inter_num) == (3 + 1, 4 + 1, 6)  # RecBole adds [PAD]
     assert ds.file_size_list == [3, 1, 2]

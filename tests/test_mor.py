@@ -3,9 +3,19 @@ import pytest
 import torch
 
 from fedvlr_plus.alignment.grpo import GRPOConfig
-from fedvlr_plus.alignment.mor.method import (REWARD_KINDS, MoRConfig, RewardClient, Router, Standardiser, fuse,
-                                       make_reward, policy_rankings, query_clients, reward_report, run_grpo,
-                                       train_bradley_terry)
+from fedvlr_plus.alignment.mor.method import (
+    REWARD_KINDS,
+    MoRConfig,
+    RewardClient,
+    Router,
+    Standardiser,
+    fuse,
+    make_reward,
+    query_clients,
+    reward_report,
+    run_grpo,
+    train_bradley_terry,
+)
 from fedvlr_plus.alignment.pairs import PreferencePairs, holdout_split
 from fedvlr_plus.federation.messages import ClientUpdate
 
@@ -26,8 +36,9 @@ def _conflict_pairs(n_per_group=200, d=4, seed=0):
     rejected = np.concatenate([r[1] for r in rows])
     group = np.concatenate([r[2] for r in rows]).astype(np.int64)
     ctx = rng.normal(size=(len(group), d)).astype(np.float32) * 0.1
-    return PreferencePairs(context=ctx, chosen=chosen, rejected=rejected, client=group.copy(), group=group,
-                           group_names=("g0", "g1"))
+    return PreferencePairs(
+        context=ctx, chosen=chosen, rejected=rejected, client=group.copy(), group=group, group_names=("g0", "g1")
+    )
 
 
 @pytest.mark.parametrize("kind", REWARD_KINDS)
@@ -64,21 +75,22 @@ def test_query_clients_rejects_parameter_uploads():
         cid = 0
 
         def fit(self, shared, config):
-            return ClientUpdate(cid=0, kind="params", arrays={"scores": torch.zeros(2, 1), "W": torch.zeros(3)},
-                                num_examples=1)
+            return ClientUpdate(
+                cid=0, kind="params", arrays={"scores": torch.zeros(2, 1), "W": torch.zeros(3)}, num_examples=1
+            )
 
     with pytest.raises(ValueError, match="scores only"):
         query_clients([Leaky()], np.zeros((2, 4)), np.zeros((2, 1, 4)))
 
 
 def test_standardiser_and_fuse_hand_computed():
-    s = torch.tensor([[1.0, 3.0], [10.0, 30.0]])      # client 0 mean 2 std 1.414; client 1 mean 20 std 14.14
+    s = torch.tensor([[1.0, 3.0], [10.0, 30.0]])  # client 0 mean 2 std 1.414; client 1 mean 20 std 14.14
     st = Standardiser.fit(s)
     z = st(s)
-    assert torch.allclose(z[0], z[1], atol=1e-6)      # scales removed
+    assert torch.allclose(z[0], z[1], atol=1e-6)  # scales removed
     assert torch.allclose(z[0], torch.tensor([-0.7071, 0.7071]), atol=1e-4)
-    w = torch.tensor([[1.0, 0.0], [0.25, 0.75]])      # [Q=2, K=2]
-    zq = torch.tensor([[1.0, 2.0], [3.0, 4.0]])       # [K, Q]
+    w = torch.tensor([[1.0, 0.0], [0.25, 0.75]])  # [Q=2, K=2]
+    zq = torch.tensor([[1.0, 2.0], [3.0, 4.0]])  # [K, Q]
     assert torch.allclose(fuse(w, zq), torch.tensor([1.0, 0.25 * 2 + 0.75 * 4]))
 
 
@@ -86,16 +98,17 @@ def test_router_prefers_the_matching_client_and_fused_beats_uniform_and_single()
     p = _conflict_pairs(300)
     train, test = holdout_split(p, 0.3, seed=0)
     train, public = holdout_split(train, 0.3, seed=1)
-    clients = [RewardClient(k, ("bilinear", "mlp")[k], train.of_client(k), test.of_client(k), epochs=30)
-               for k in (0, 1)]
+    clients = [
+        RewardClient(k, ("bilinear", "mlp")[k], train.of_client(k), test.of_client(k), epochs=30) for k in (0, 1)
+    ]
     cfg = MoRConfig(router_epochs=300, router_balance=0.0)
     rep, router, std = reward_report(clients, public, test, cfg)
     w = np.array(rep["router_weights"]["mean_weight"])
-    assert w[0, 0] > 0.5 and w[1, 1] > 0.5            # honesty check 2: w_k > 1/K for the matching objective
+    assert w[0, 0] > 0.5 and w[1, 1] > 0.5  # honesty check 2: w_k > 1/K for the matching objective
     ra = rep["reward_accuracy"]
     assert ra["fused"] >= ra["best_single"] and ra["fused"] > ra["uniform"] + 0.1
     for c in rep["clients"]:
-        assert c["own"] > 0.8 and c["others"] < 0.5    # honesty check 1: each client is worse on the other's pairs
+        assert c["own"] > 0.8 and c["others"] < 0.5  # honesty check 1: each client is worse on the other's pairs
 
 
 def test_router_routes_an_objective_it_never_saw_by_the_mean_over_the_seen_ones():
@@ -104,7 +117,7 @@ def test_router_routes_an_objective_it_never_saw_by_the_mean_over_the_seen_ones(
     torch.manual_seed(0)
     router = Router(3, n_objectives=3, n_clients=2)
     x = torch.randn(40, 3)
-    o = torch.arange(40) % 2                               # objectives 0 and 1 only; 2 is a held-out group
+    o = torch.arange(40) % 2  # objectives 0 and 1 only; 2 is a held-out group
     z = torch.randn(2, 40)
     untrained = router(x[:5], torch.full((5,), 2))
     train_router(router, z, -z, x, o, epochs=20, balance=0.0)
@@ -113,8 +126,9 @@ def test_router_routes_an_objective_it_never_saw_by_the_mean_over_the_seen_ones(
     mean_seen = (router(x[:5], torch.zeros(5, dtype=torch.long)) + router(x[:5], torch.ones(5, dtype=torch.long))) / 2
     assert torch.allclose(w2, mean_seen, atol=1e-6) and not torch.allclose(w2, untrained, atol=1e-3)
     # a seen objective still reads its own input weights: the same as the raw network
-    raw = torch.softmax(router.net(torch.cat([x[:5], torch.nn.functional.one_hot(torch.zeros(5, dtype=torch.long),
-                                                                                   3).float()], -1)), -1)
+    raw = torch.softmax(
+        router.net(torch.cat([x[:5], torch.nn.functional.one_hot(torch.zeros(5, dtype=torch.long), 3).float()], -1)), -1
+    )
     assert torch.allclose(router(x[:5], torch.zeros(5, dtype=torch.long)), raw)
     mixed = router(x[:2], torch.tensor([0, 2]))
     assert torch.allclose(mixed[0], raw[0]) and torch.allclose(mixed[1], w2[1])
@@ -128,8 +142,7 @@ class _ConstClient:
 
     def fit(self, shared, config):
         q = np.asarray(shared["query.items"])
-        return ClientUpdate(cid=self.cid, kind="params", arrays={"scores": torch.ones(q.shape[:-1])},
-                            num_examples=1)
+        return ClientUpdate(cid=self.cid, kind="params", arrays={"scores": torch.ones(q.shape[:-1])}, num_examples=1)
 
 
 class _FeatureClient(_ConstClient):
@@ -157,8 +170,17 @@ def test_grpo_equal_rewards_leave_the_policy_at_the_reference():
     feats, cand, ref, x = _policy_setup()
     router, std = _router_std()
     cfg = MoRConfig(grpo_rounds=5, users_per_round=16, grpo=GRPOConfig(group_size=4, beta=0.0))
-    policy, hist = run_grpo([_ConstClient(0)], router, std, ref_logits=ref, cand=cand, x=x,
-                            o=np.zeros(len(x), np.int64), feats=feats, cfg=cfg)
+    policy, hist = run_grpo(
+        [_ConstClient(0)],
+        router,
+        std,
+        ref_logits=ref,
+        cand=cand,
+        x=x,
+        o=np.zeros(len(x), np.int64),
+        feats=feats,
+        cfg=cfg,
+    )
     assert all(h["kl"] == pytest.approx(0.0, abs=1e-10) for h in hist)
     assert torch.all(policy.W == 0) and torch.all(policy.b == 0)
 
@@ -167,15 +189,17 @@ def test_grpo_raises_reward_and_a_huge_beta_keeps_the_reference():
     feats, cand, ref, x = _policy_setup()
     router, std = _router_std()
     kw = dict(ref_logits=ref, cand=cand, x=x, o=np.zeros(len(x), np.int64), feats=feats)
-    free = MoRConfig(grpo_rounds=40, users_per_round=16, policy_lr=0.05,
-                     grpo=GRPOConfig(group_size=8, beta=0.0, kl="exact"))
+    free = MoRConfig(
+        grpo_rounds=40, users_per_round=16, policy_lr=0.05, grpo=GRPOConfig(group_size=8, beta=0.0, kl="exact")
+    )
     _, h_free = run_grpo([_FeatureClient(0)], router, std, cfg=free, **kw)
-    tied = MoRConfig(grpo_rounds=40, users_per_round=16, policy_lr=0.05,
-                     grpo=GRPOConfig(group_size=8, beta=100.0, kl="exact"))
+    tied = MoRConfig(
+        grpo_rounds=40, users_per_round=16, policy_lr=0.05, grpo=GRPOConfig(group_size=8, beta=100.0, kl="exact")
+    )
     _, h_tied = run_grpo([_FeatureClient(0)], router, std, cfg=tied, **kw)
     first = np.mean([h["reward"] for h in h_free[:5]])
     last = np.mean([h["reward"] for h in h_free[-5:]])
-    assert last > first + 0.3                          # the reward (feature 0) goes up
+    assert last > first + 0.3  # the reward (feature 0) goes up
     assert h_free[-1]["kl"] > 0.1
     assert h_tied[-1]["kl"] < 0.02 * h_free[-1]["kl"]  # a huge KL weight pins pi to pi_ref
 
@@ -183,17 +207,26 @@ def test_grpo_raises_reward_and_a_huge_beta_keeps_the_reference():
 def test_policy_rankings_hand_computed():
     import fedvlr_plus.alignment.mor.method as mor
 
-    class Flip(torch.nn.Module):   # the "policy" reverses the reference order over the candidates
+    class Flip(torch.nn.Module):  # the "policy" reverses the reference order over the candidates
         def forward(self, ref, x, f):
             return -ref
 
     ref_scores = np.array([[5.0, 4.0, 3.0, 2.0, 1.0], [5.0, 4.0, 3.0, 2.0, 1.0]])
     mask = np.zeros((2, 5), bool)
-    mask[1, 0] = True                                   # user 1 trained on item 0
+    mask[1, 0] = True  # user 1 trained on item 0
     cand = np.array([[0, 1, 2], [1, 2, 3]])
     targets = np.array([2, 4])
-    out = mor.policy_rankings(Flip(), ref_scores=ref_scores, train_mask=mask, cand=cand, x=np.zeros((2, 1)),
-                              feats=np.zeros((5, 1)), targets=targets, cfg=MoRConfig(), k=1)
+    out = mor.policy_rankings(
+        Flip(),
+        ref_scores=ref_scores,
+        train_mask=mask,
+        cand=cand,
+        x=np.zeros((2, 1)),
+        feats=np.zeros((5, 1)),
+        targets=targets,
+        cfg=MoRConfig(),
+        k=1,
+    )
     # reference: user 0 target rank 2, user 1 (item 0 masked) target rank 3 -> no hit at 1
     assert out["reference"]["hr@1"] == 0.0
     # flipped: user 0's target (candidate ref-rank 2 of 3) becomes rank 0; user 1's target is not a candidate
@@ -208,17 +241,25 @@ def test_policy_rankings_in_blocks_of_users_equal_one_pass_over_every_user(monke
 
     rng = np.random.default_rng(4)
     n_users, n_items, c_n = 37, 30, 6
-    ref_scores = np.round(rng.normal(size=(n_users, n_items)), 1).astype(np.float32)   # ties included
+    ref_scores = np.round(rng.normal(size=(n_users, n_items)), 1).astype(np.float32)  # ties included
     mask = rng.random((n_users, n_items)) < 0.2
     cand = np.stack([rng.choice(n_items, c_n, replace=False) for _ in range(n_users)])
     targets = np.where(rng.random(n_users) < 0.8, rng.integers(0, n_items, n_users), -1)
     policy = mp.ResidualPolicy(3, 4)
     with torch.no_grad():
         policy.W.normal_(generator=torch.Generator().manual_seed(0))
-    args = dict(ref_scores=ref_scores, train_mask=mask, cand=cand, x=rng.normal(size=(n_users, 3)),
-                feats=rng.normal(size=(n_items, 4)), targets=targets, cfg=MoRConfig(), k=5)
+    args = dict(
+        ref_scores=ref_scores,
+        train_mask=mask,
+        cand=cand,
+        x=rng.normal(size=(n_users, 3)),
+        feats=rng.normal(size=(n_items, 4)),
+        targets=targets,
+        cfg=MoRConfig(),
+        k=5,
+    )
     whole = mp.policy_rankings(policy, **args)
-    monkeypatch.setattr(mp, "RANK_BLOCK", 8)   # 30 users with targets: three full blocks and a partial one
+    monkeypatch.setattr(mp, "RANK_BLOCK", 8)  # 30 users with targets: three full blocks and a partial one
     assert mp.policy_rankings(policy, **args) == whole
     users = np.flatnonzero(targets >= 0)
     s = np.where(mask[users], -np.inf, ref_scores[users]).astype(np.float64)
@@ -229,12 +270,28 @@ def test_policy_rankings_in_blocks_of_users_equal_one_pass_over_every_user(monke
 def test_align_mor_command_on_hh_folder(tmp_path, capsys):
     import json
 
-    from fedvlr_plus.cli import main
     from test_alignment_pairs import make_hh_cached
 
+    from fedvlr_plus.cli import main
+
     root, cache = make_hh_cached(tmp_path)
-    assert main(["align", "mor", str(root), "--cache-dir", str(cache), "--reward-epochs", "3", "--json",
-                 "--out", str(tmp_path / "mor.json")]) == 0
+    assert (
+        main(
+            [
+                "align",
+                "mor",
+                str(root),
+                "--cache-dir",
+                str(cache),
+                "--reward-epochs",
+                "3",
+                "--json",
+                "--out",
+                str(tmp_path / "mor.json"),
+            ]
+        )
+        == 0
+    )
     rep = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert set(rep["reward_accuracy"]) >= {"uniform", "best_single", "fused"}
     assert {c["architecture"] for c in rep["clients"]} == {"bilinear", "mlp"}

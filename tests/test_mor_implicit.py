@@ -1,4 +1,5 @@
 """MoR on implicit feedback: train-only pairs, the FedAvg-reward baseline, held-out clients and the seeds loop."""
+
 from types import SimpleNamespace
 
 import numpy as np
@@ -7,9 +8,9 @@ import pytest
 import torch
 
 import fedvlr_plus.alignment.mor.seeds as mor_seeds
-from fedvlr_plus.alignment.mor.method import MoRConfig, make_clients
 from fedvlr_plus.alignment.mor.baselines import UniformRouter, fedavg_reward
 from fedvlr_plus.alignment.mor.implicit import interaction_pairs, user_profiles, with_popularity
+from fedvlr_plus.alignment.mor.method import MoRConfig, make_clients
 from fedvlr_plus.alignment.mor.table import paired_test, summarise
 
 
@@ -22,8 +23,13 @@ def _split(n_users=24, n_items=30, per_user=8, seed=0):
         for j, i in enumerate(items):
             rows.append((u, int(i), 0 if j < per_user else (1 if j == per_user else 2)))
     inter = pd.DataFrame(rows, columns=["user", "item", "split"])
-    return SimpleNamespace(inter=inter, n_users=n_users, n_items=n_items, name="tiny",
-                           part=lambda p: inter[inter["split"] == {"valid": 1, "test": 2}[p]])
+    return SimpleNamespace(
+        inter=inter,
+        n_users=n_users,
+        n_items=n_items,
+        name="tiny",
+        part=lambda p: inter[inter["split"] == {"valid": 1, "test": 2}[p]],
+    )
 
 
 def _feats(n_items=30, d=4, seed=1):
@@ -47,8 +53,9 @@ def test_interaction_pairs_hold_training_items_only_and_ignore_valid_test(negati
     # the pairs do not depend on the valid / test rows at all: moving them to other items changes nothing
     moved = split.inter.copy()
     moved.loc[moved["split"] > 0, "item"] = (moved.loc[moved["split"] > 0, "item"] + 1) % split.n_items
-    again = interaction_pairs(SimpleNamespace(**{**vars(split), "inter": moved}), feats, groups, ("a", "b", "c"),
-                              negatives=negatives, seed=0)
+    again = interaction_pairs(
+        SimpleNamespace(**{**vars(split), "inter": moved}), feats, groups, ("a", "b", "c"), negatives=negatives, seed=0
+    )
     assert np.array_equal(again.chosen_item, pairs.chosen_item)
     assert np.array_equal(again.rejected_item, pairs.rejected_item)
     assert np.allclose(again.context, pairs.context)
@@ -59,7 +66,7 @@ def test_popularity_and_profiles_read_training_rows_only():
     split = _split()
     feats = _feats()
     moved = split.inter.copy()
-    moved.loc[moved["split"] > 0, "item"] = 0          # every valid / test interaction on item 0
+    moved.loc[moved["split"] > 0, "item"] = 0  # every valid / test interaction on item 0
     other = SimpleNamespace(**{**vars(split), "inter": moved})
     assert np.allclose(with_popularity(split, feats), with_popularity(other, feats))
     assert np.allclose(user_profiles(split, feats), user_profiles(other, feats))
@@ -72,8 +79,14 @@ def test_fedavg_reward_is_the_example_weighted_mean_of_the_client_parameters():
     split = _split()
     pairs = interaction_pairs(split, _feats(), np.arange(split.n_users) % 3, ("a", "b", "c"), seed=0)
     seen = []
-    model, hist = fedavg_reward(pairs, kind="bilinear", rounds=3, local_epochs=1, seed=0,
-                                on_round=lambda r, state, updates: seen.append((state, updates)))
+    model, hist = fedavg_reward(
+        pairs,
+        kind="bilinear",
+        rounds=3,
+        local_epochs=1,
+        seed=0,
+        on_round=lambda r, state, updates: seen.append((state, updates)),
+    )
     assert [h["round"] for h in hist] == [1, 2, 3] and len(seen) == 3
     n = np.array([u.num_examples for u in seen[-1][1]], float)
     assert sorted(u.cid for u in seen[-1][1]) == [0, 1, 2] and n.sum() == len(pairs)
@@ -85,7 +98,7 @@ def test_fedavg_reward_is_the_example_weighted_mean_of_the_client_parameters():
         prev = sum(wk * u.arrays[name].double() for wk, u in zip(w, seen[-2][1]))
         assert torch.allclose(seen[-1][0][name].double(), prev, atol=1e-6)
     state = model.state_dict()
-    for u in seen[-1][1]:      # no client's own parameters are the model
+    for u in seen[-1][1]:  # no client's own parameters are the model
         assert not all(torch.allclose(state[k].double(), u.arrays[k].double()) for k in state)
 
 
@@ -98,8 +111,7 @@ def test_a_held_out_client_never_trains_a_reward():
     split = _split(n_users=40)
     feats = _feats()
     groups = np.arange(split.n_users) % 4
-    setting = SimpleNamespace(split=split, feats=feats, groups=groups, names=("g0", "g1", "g2", "g3"),
-                              held_out=(3,))
+    setting = SimpleNamespace(split=split, feats=feats, groups=groups, names=("g0", "g1", "g2", "g3"), held_out=(3,))
     cfg = MoRConfig(reward_epochs=1, public_fraction=0.2)
     train, public, test, outside = mor_seeds.seed_pairs(setting, cfg, 0.25)
     for part in (train, public, test):
@@ -114,23 +126,39 @@ def test_a_held_out_client_never_trains_a_reward():
 
 
 def _fake_run(seed, mor_hr):
-    pol = lambda hr: {pop: {part: {"grpo": {"hr@10": hr, "ndcg@10": hr / 2}} for part in ("valid", "test")}
-                      for pop in ("clients", "held_out_clients")}
-    ref = {pop: {part: {"hr@10": 0.1, "ndcg@10": 0.05} for part in ("valid", "test")}
-           for pop in ("clients", "held_out_clients")}
-    return {"seed": seed, "reference": ref, "policy": {"mor": pol(mor_hr), "uniform": pol(0.1 + 0.001 * seed),
-                                                        "fedavg": pol(0.09)},
-            "reward_accuracy": {"mor": 0.7, "uniform": 0.6, "fedavg": 0.65},
-            "reward_accuracy_held_out_clients": {"mor": 0.7, "uniform": 0.6, "fedavg": 0.65}}
+    pol = lambda hr: {
+        pop: {part: {"grpo": {"hr@10": hr, "ndcg@10": hr / 2}} for part in ("valid", "test")}
+        for pop in ("clients", "held_out_clients")
+    }
+    ref = {
+        pop: {part: {"hr@10": 0.1, "ndcg@10": 0.05} for part in ("valid", "test")}
+        for pop in ("clients", "held_out_clients")
+    }
+    return {
+        "seed": seed,
+        "reference": ref,
+        "policy": {"mor": pol(mor_hr), "uniform": pol(0.1 + 0.001 * seed), "fedavg": pol(0.09)},
+        "reward_accuracy": {"mor": 0.7, "uniform": 0.6, "fedavg": 0.65},
+        "reward_accuracy_held_out_clients": {"mor": 0.7, "uniform": 0.6, "fedavg": 0.65},
+    }
 
 
 def test_seeds_loop_runs_every_seed_on_one_setting_and_tests_pairs(monkeypatch):
     prepared, seen = [], []
-    monkeypatch.setattr(mor_seeds, "prepare_setting", lambda data, **kw: prepared.append(kw) or SimpleNamespace(
-        names=("g0", "g1"), held_out=(1,), backbone={}, ref=SimpleNamespace(cand=np.zeros((1, 7)))))
+    monkeypatch.setattr(
+        mor_seeds,
+        "prepare_setting",
+        lambda data, **kw: (
+            prepared.append(kw)
+            or SimpleNamespace(
+                names=("g0", "g1"), held_out=(1,), backbone={}, ref=SimpleNamespace(cand=np.zeros((1, 7)))
+            )
+        ),
+    )
     hr = {3: 0.12, 4: 0.15, 5: 0.11}
-    monkeypatch.setattr(mor_seeds, "run_seed",
-                        lambda s, cfg, **kw: seen.append((cfg.seed, kw)) or _fake_run(cfg.seed, hr[cfg.seed]))
+    monkeypatch.setattr(
+        mor_seeds, "run_seed", lambda s, cfg, **kw: seen.append((cfg.seed, kw)) or _fake_run(cfg.seed, hr[cfg.seed])
+    )
     res = mor_seeds.run_mor_seeds(object(), seeds=3, first_seed=3, cfg=MoRConfig(), seed_kw={"negatives": "uniform"})
     assert len(prepared) == 1 and [s for s, _ in seen] == [3, 4, 5] and res["seeds"] == [3, 4, 5]
     assert all(kw == {"negatives": "uniform"} for _, kw in seen)
@@ -146,7 +174,7 @@ def test_seeds_loop_runs_every_seed_on_one_setting_and_tests_pairs(monkeypatch):
 
 def test_paired_test_is_undefined_without_spread_or_seeds():
     assert np.isnan(paired_test([0.1], [0.2])["p"])
-    assert np.isnan(paired_test([0.2, 0.3], [0.1, 0.2])["p"])      # the same difference on every seed
+    assert np.isnan(paired_test([0.2, 0.3], [0.1, 0.2])["p"])  # the same difference on every seed
     assert paired_test([0.2, 0.35, 0.3], [0.1, 0.2, 0.25])["p"] < 1
     assert np.isnan(summarise([_fake_run(0, 0.2)])["stats"]["clients/test/hr@10/mor"]["std"])
 
@@ -165,8 +193,15 @@ def _content_split(n_users=40, n_items=20, per_user=6, seed=0):
     content[:10, 0] += 3.0
     content[10:, 0] -= 3.0
     items = pd.DataFrame({"categories": [[] for _ in range(n_items)]})
-    return SimpleNamespace(inter=inter, n_users=n_users, n_items=n_items, name="tiny", items=items, users=None,
-                           features={"tags": content * 7.0})
+    return SimpleNamespace(
+        inter=inter,
+        n_users=n_users,
+        n_items=n_items,
+        name="tiny",
+        items=items,
+        users=None,
+        features={"tags": content * 7.0},
+    )
 
 
 def test_taste_groups_from_a_shipped_feature_array_separate_users_by_the_content_they_chose():
@@ -174,7 +209,7 @@ def test_taste_groups_from_a_shipped_feature_array_separate_users_by_the_content
 
     split = _content_split()
     feats, vectors = setting_features(split, content="tags")
-    assert np.allclose(np.linalg.norm(feats, axis=1), 1.0, atol=1e-5)   # rows scaled to unit norm
+    assert np.allclose(np.linalg.norm(feats, axis=1), 1.0, atol=1e-5)  # rows scaled to unit norm
     groups, names = train_only_groups(split, "taste", k=2, seed=0, item_vectors=vectors)
     assert names == ("taste-0", "taste-1")
     first, second = groups[:20], groups[20:]
@@ -205,10 +240,13 @@ def test_items_without_genres_or_feature_arrays_are_told_where_content_comes_fro
 def test_a_group_without_users_is_refused_with_every_group_size():
     from fedvlr_plus.errors import ConfigError
 
-    with pytest.raises(ConfigError, match=r"--groups: tiny: group\(s\) taste-2 have no users .*taste-0 3, "
-                                          r"taste-1 2, taste-2 0"):
+    with pytest.raises(
+        ConfigError,
+        match=r"--groups: tiny: group\(s\) taste-2 have no users .*taste-0 3, "
+        r"taste-1 2, taste-2 0",
+    ):
         mor_seeds._check_groups(np.array([0, 0, 1, 0, 1]), ("taste-0", "taste-1", "taste-2"), "tiny")
-    mor_seeds._check_groups(np.array([0, 1, 2]), ("taste-0", "taste-1", "taste-2"), "tiny")   # all present: fine
+    mor_seeds._check_groups(np.array([0, 1, 2]), ("taste-0", "taste-1", "taste-2"), "tiny")  # all present: fine
 
 
 def test_the_rating_gap_comparison_refuses_items_without_genres():
@@ -217,8 +255,9 @@ def test_the_rating_gap_comparison_refuses_items_without_genres():
     from fedvlr_plus.errors import ConfigError
 
     users, items = np.repeat(np.arange(6), 5), np.tile(np.arange(5), 6)
-    data = InteractionData.from_raw("bare", users, items, rating=np.tile([5, 1, 3, 4, 2], 6),
-                                    timestamp=np.arange(30), item_order=np.arange(5))
+    data = InteractionData.from_raw(
+        "bare", users, items, rating=np.tile([5, 1, 3, 4, 2], 6), timestamp=np.arange(30), item_order=np.arange(5)
+    )
     data = data.replace(items=pd.DataFrame({"title": [""] * 5, "categories": [[] for _ in range(5)]}))
     with pytest.raises(ConfigError, match=r"bare: its items have no genres .*interactions comparison takes --content"):
         run_mor_ratings(data)

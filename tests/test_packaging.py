@@ -3,6 +3,7 @@
 Top-level `adapters` and `datasets` belong to AdapterHub and Hugging Face: shadowing them would break a
 user's environment. Checked for the current (editable) install and for a freshly built wheel.
 """
+
 import os
 import subprocess
 import sys
@@ -56,8 +57,12 @@ def _see_dependencies_of_this_interpreter(py: str) -> None:
     """
     import sysconfig
 
-    theirs = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                            capture_output=True, text=True, check=True).stdout.strip()
+    theirs = subprocess.run(
+        [py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     ours = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
     Path(theirs, "_tested_interpreter.pth").write_text("\n".join(sorted(ours)) + "\n")
 
@@ -67,22 +72,31 @@ def test_built_wheel_maps_folders_into_the_package(tmp_path):
     pytest.importorskip("build")
     pytest.importorskip("setuptools", minversion="77")  # SPDX `license = "MIT"` needs setuptools >= 77
     dist = tmp_path / "dist"
-    res = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(ROOT)],
-                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    res = subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     wheel = next(dist.glob("fedvlr_plus-*.whl"))
     import zipfile
 
     names = zipfile.ZipFile(wheel).namelist()
     assert "fedvlr_plus/datasets/core.py" in names and "fedvlr_plus/adapters/__init__.py" in names
-    assert "fedvlr_plus/alignment/fedmpt/data/fedmpt_conditions.json" in names   # package data (FedMPT conditions)
+    assert "fedvlr_plus/alignment/fedmpt/data/fedmpt_conditions.json" in names  # package data (FedMPT conditions)
     assert not any(n.startswith(("datasets/", "adapters/", "tests/")) for n in names), names[:20]
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     py = str(env_dir / "bin" / "python")
     _see_dependencies_of_this_interpreter(py)
-    res = subprocess.run([py, "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)],
-                         capture_output=True, text=True, timeout=600)
+    res = subprocess.run(
+        [py, "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     out = _probe(py, tmp_path)
     assert str(env_dir) in out["datasets"] and str(env_dir) in out["adapters"], out
@@ -96,8 +110,11 @@ def test_every_subpackage_is_listed_in_pyproject():
     root = Path(__file__).resolve().parents[1]
     listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     found = {"fedvlr_plus"}
-    for top, prefix in (("fedvlr_plus", "fedvlr_plus"), ("adapters", "fedvlr_plus.adapters"),
-                        ("datasets", "fedvlr_plus.datasets")):
+    for top, prefix in (
+        ("fedvlr_plus", "fedvlr_plus"),
+        ("adapters", "fedvlr_plus.adapters"),
+        ("datasets", "fedvlr_plus.datasets"),
+    ):
         for init in (root / top).rglob("__init__.py"):
             rel = init.parent.relative_to(root / top)
             found.add(".".join([prefix, *rel.parts]) if rel.parts else prefix)

@@ -1,4 +1,5 @@
 """``experiment paired RUN_A RUN_B``: two run folders compared over the same test users."""
+
 from __future__ import annotations
 
 import json
@@ -6,12 +7,27 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-
 from _bad_input import assert_user_error, run_cli
+
 from fedvlr_plus.cli import main
 
-FLAGS = ["--rounds", "3", "--eval-every", "1", "--local-epochs", "1", "--dim", "8", "--metrics", "hr@10,ndcg@10",
-         "--valid-metric", "ndcg@10", "--seeds", "2", "--no-progress"]
+FLAGS = [
+    "--rounds",
+    "3",
+    "--eval-every",
+    "1",
+    "--local-epochs",
+    "1",
+    "--dim",
+    "8",
+    "--metrics",
+    "hr@10,ndcg@10",
+    "--valid-metric",
+    "ndcg@10",
+    "--seeds",
+    "2",
+    "--no-progress",
+]
 
 
 def test_paired_runs_average_each_user_over_seeds_and_pair_the_two_runs(tmp_path, capsys):
@@ -48,11 +64,12 @@ def test_run_files_keep_each_test_users_training_interactions(tmp_path):
     data = load_and_split("synthetic:40x60")[0]
     counts = data.user_history_length("train")
     assert main(["run", "synthetic:40x60", "--backbone", "fedavg", *FLAGS, "--out", str(tmp_path / "fed")]) == 0
-    assert main(["run", "synthetic:40x60", "--backbone", "pop", "--metrics", "hr@10", "--out",
-                 str(tmp_path / "pop")]) == 0
+    assert (
+        main(["run", "synthetic:40x60", "--backbone", "pop", "--metrics", "hr@10", "--out", str(tmp_path / "pop")]) == 0
+    )
     for path in (tmp_path / "fed" / "seed-1" / "per_user_test.csv", tmp_path / "pop" / "per_user_test.csv"):
         frame = pd.read_csv(path)
-        assert len(frame) > 0 and counts.min() != counts.max()   # (users of different lengths: a real check)
+        assert len(frame) > 0 and counts.min() != counts.max()  # (users of different lengths: a real check)
         np.testing.assert_array_equal(frame["n_train"].to_numpy(), counts[frame["user"].to_numpy()])
 
 
@@ -60,7 +77,8 @@ def _per_user_folder(folder, users, n_train, values, seed=0):
     path = folder / f"seed-{seed}"
     path.mkdir(parents=True, exist_ok=True)
     pd.DataFrame({"user": users, "n_targets": 1, "n_train": n_train, "ndcg@10": values}).to_csv(
-        path / "per_user_test.csv", index=False)
+        path / "per_user_test.csv", index=False
+    )
 
 
 def test_paired_by_history_tests_each_bucket_of_training_interactions_over_its_users(tmp_path):
@@ -70,16 +88,20 @@ def test_paired_by_history_tests_each_bucket_of_training_interactions_over_its_u
 
     g = np.random.default_rng(0)
     users = np.arange(60)
-    n_train = np.repeat([0, 10, 11, 20, 21, 150], 10)   # no history, both edges of the first buckets, a far one
+    n_train = np.repeat([0, 10, 11, 20, 21, 150], 10)  # no history, both edges of the first buckets, a far one
     a, b = g.random(60), g.random(60)
     _per_user_folder(tmp_path / "a", users, n_train, a)
-    _per_user_folder(tmp_path / "b", users[::-1], n_train[::-1], b[::-1])   # row order must not matter
+    _per_user_folder(tmp_path / "b", users[::-1], n_train[::-1], b[::-1])  # row order must not matter
     res = paired_runs(tmp_path / "a", tmp_path / "b", by_history=True)
     rows = {r["bucket"]: r for r in res["by_history"]}
     assert list(rows) == ["0", "1-10", "11-20", "21-50", "101-200"]
     assert [rows[k]["n_users"] for k in rows] == [10, 10, 20, 10, 10]
-    for label, members in (("0", n_train == 0), ("1-10", (n_train > 0) & (n_train <= 10)),
-                           ("11-20", (n_train > 10) & (n_train <= 20)), ("101-200", n_train == 150)):
+    for label, members in (
+        ("0", n_train == 0),
+        ("1-10", (n_train > 0) & (n_train <= 10)),
+        ("11-20", (n_train > 10) & (n_train <= 20)),
+        ("101-200", n_train == 150),
+    ):
         t = rows[label]["tests"]["ndcg@10"]
         assert t["n"] == members.sum()
         assert t["mean_diff"] == pytest.approx(float((a - b)[members].mean()), abs=1e-12)
@@ -96,7 +118,8 @@ def test_paired_by_history_refuses_runs_without_lengths_or_on_different_data(tmp
     assert_user_error(res, str(tmp_path / "b"), "different data")
     (tmp_path / "old" / "seed-0").mkdir(parents=True)
     pd.DataFrame({"user": users, "n_targets": 1, "ndcg@10": 0.0}).to_csv(
-        tmp_path / "old" / "seed-0" / "per_user_test.csv", index=False)
+        tmp_path / "old" / "seed-0" / "per_user_test.csv", index=False
+    )
     res = run_cli("experiment", "paired", str(tmp_path / "a"), str(tmp_path / "old"), "--by-history")
     assert_user_error(res, str(tmp_path / "old"), "n_train")
     assert run_cli("experiment", "paired", str(tmp_path / "a"), str(tmp_path / "old")).code == 0

@@ -1,4 +1,5 @@
 """``fedvlr-plus experiment paper-table``: references, cold-among-cold ranking, paired tests, report, resume."""
+
 import csv
 import json
 import re
@@ -7,13 +8,12 @@ import numpy as np
 import pytest
 
 from fedvlr_plus.cli import build_parser
-from fedvlr_plus.datasets import InteractionData
-from fedvlr_plus.errors import RunFolderError
-from fedvlr_plus.evaluation import evaluate
-from fedvlr_plus.coldstart.content import ContentRanker, RestrictedScorer
-from fedvlr_plus.errors import ConfigError
 from fedvlr_plus.cli.experiment import paper_table_options
-from fedvlr_plus.experiments.paper_table import run_paper_table
+from fedvlr_plus.coldstart.content import ContentRanker, RestrictedScorer
+from fedvlr_plus.datasets import InteractionData
+from fedvlr_plus.errors import ConfigError, RunFolderError
+from fedvlr_plus.evaluation import evaluate
+from fedvlr_plus.experiments.paper.table import run_paper_table
 from fedvlr_plus.federation.synthetic import synthetic_data
 
 
@@ -28,8 +28,7 @@ def _tiny_split():
     # users 0, 1; items 0..3; user 0 trains on 0, 1; user 1 on 2; test: user 0 -> 3 (cold), user 1 -> 0 (warm)
     inter = {"user": [0, 0, 1, 0, 1, 0, 1], "item": [0, 1, 2, 2, 1, 3, 0], "split": [0, 0, 0, 1, 1, 2, 2]}
 
-    data = InteractionData.from_raw("tiny", np.array(inter["user"]), np.array(inter["item"]),
-                                    timestamp=np.arange(7))
+    data = InteractionData.from_raw("tiny", np.array(inter["user"]), np.array(inter["item"]), timestamp=np.arange(7))
     data.inter["split"] = np.array(inter["split"])
     return data
 
@@ -55,7 +54,7 @@ def test_among_cold_ranks_cold_targets_among_cold_items_only():
     plain = evaluate(data, worst_for_cold, split="test", ks=(1,), metrics=("hr",))
     only = evaluate(data, RestrictedScorer(worst_for_cold, cold), split="test", ks=(1,), metrics=("hr",))
     assert plain.summary("cold")["hr@1"] == 0.0
-    assert only.summary("cold")["hr@1"] == 1.0        # the only cold item is first among cold items
+    assert only.summary("cold")["hr@1"] == 1.0  # the only cold item is first among cold items
 
 
 @pytest.fixture(scope="module")
@@ -65,9 +64,28 @@ def table(tmp_path_factory):
     grp = np.arange(data.n_items) % 4
     data.features = {"text": np.hstack([np.eye(4)[grp], 0.3 * g.standard_normal((data.n_items, 6))]).astype(np.float32)}
     out = tmp_path_factory.mktemp("table")
-    argv = ["experiment", "paper-table", "unused", "--backbones", "fedavg", "--variants", "none,fedgrad,fedvlr",
-            "--seeds", "2", "--rounds", "2", "--local-epochs", "1", "--dim", "8", "--no-progress",
-            "--out", str(out), "--override", "fedvlr:server_lr=0.5"]
+    argv = [
+        "experiment",
+        "paper-table",
+        "unused",
+        "--backbones",
+        "fedavg",
+        "--variants",
+        "none,fedgrad,fedvlr",
+        "--seeds",
+        "2",
+        "--rounds",
+        "2",
+        "--local-epochs",
+        "1",
+        "--dim",
+        "8",
+        "--no-progress",
+        "--out",
+        str(out),
+        "--override",
+        "fedvlr:server_lr=0.5",
+    ]
     args = build_parser().parse_args(argv)
     res = _run(args, data, ["hr@10", "ndcg@10"])
     return data, args, res, out
@@ -76,8 +94,17 @@ def table(tmp_path_factory):
 def test_table_has_every_model_and_reference_with_cis_and_paired_tests(table):
     data, _, res, _ = table
     models = {r["model"] for r in res["rows"] if r["part"] == "all"}
-    assert models == {"pop", "random", "antipop", "content", "fedavg", "fedavg (fedgrad)", "fedavg+fedvlr",
-                      "fedavg + cold rule", "fedavg (fedgrad) + cold rule"}
+    assert models == {
+        "pop",
+        "random",
+        "antipop",
+        "content",
+        "fedavg",
+        "fedavg (fedgrad)",
+        "fedavg+fedvlr",
+        "fedavg + cold rule",
+        "fedavg (fedgrad) + cold rule",
+    }
     for r in res["rows"]:
         lo, hi = r["ndcg@10_ci"]
         assert lo <= r["ndcg@10"] + 1e-12 and r["ndcg@10"] <= hi + 1e-12
@@ -108,14 +135,15 @@ def test_table_has_every_model_and_reference_with_cis_and_paired_tests(table):
 def test_cold_rule_rows_score_cold_items_as_their_content_neighbours(table, backbone):
     from fedvlr_plus.api import Experiment
     from fedvlr_plus.coldstart.rules import make_rule
-    from fedvlr_plus.experiments.paper_table import _with_rule
+    from fedvlr_plus.experiments.paper.table import _with_rule
     from fedvlr_plus.federation import FedConfig, FederatedRun
 
     data, _, res, _ = table
     cold = data.cold_items()
     assert cold.any()
-    run = FederatedRun(data, backbone, FedConfig(rounds=2, local_epochs=1, dim=8, ks=(10,), metrics=("hr", "ndcg")),
-                       progress=False)
+    run = FederatedRun(
+        data, backbone, FedConfig(rounds=2, local_epochs=1, dim=8, ks=(10,), metrics=("hr", "ndcg")), progress=False
+    )
     run.run()
     rule = make_rule("neighbours", data.features, cold, k=3)
     common = dict(protocol="full", ks=(10,), metrics=("hr", "ndcg"), mask_history="train")
@@ -128,6 +156,7 @@ def test_cold_rule_rows_score_cold_items_as_their_content_neighbours(table, back
         s = raw(users).double().numpy().copy()
         s[:, np.flatnonzero(cold)] = s[:, rule.neighbours].mean(-1)
         return s
+
     want = evaluate(data, by_hand, split="test", **common)
     for part in ("all", "warm", "cold"):
         assert got.summary(part) == pytest.approx(want.summary(part), abs=1e-9)
@@ -152,7 +181,7 @@ def test_history_length_section_buckets_every_tested_user_and_pairs_fedvlr_with_
 
     data, _, res, out = table
     train = np.bincount(data.train()["user"].to_numpy(), minlength=data.n_users)
-    assert res["sparsity"]["targets"] == "warm"      # the fixture's split has cold test targets
+    assert res["sparsity"]["targets"] == "warm"  # the fixture's split has cold test targets
     tested = np.unique(data.test()["user"].to_numpy()[~data.cold_items()[data.test()["item"].to_numpy()]])
     sections = res["sparsity"]["buckets"]
     assert sum(s["n_users"] for s in sections) == len(tested)
@@ -160,7 +189,7 @@ def test_history_length_section_buckets_every_tested_user_and_pairs_fedvlr_with_
     for s in sections:
         users = tested[history_bucket(train, tested) == labels.index(s["bucket"])]
         assert s["n_users"] == len(users)
-        low, _, high = s["bucket"].lstrip(">").partition("-")   # "a+1-b": a < count <= b; ">b": count > b
+        low, _, high = s["bucket"].lstrip(">").partition("-")  # "a+1-b": a < count <= b; ">b": count > b
         assert (train[users] >= int(low) + (s["bucket"][0] == ">")).all()
         assert not high or (train[users] <= int(high)).all()
         for cmp in ("fedavg+fedvlr vs fedavg (fedgrad)", "fedavg+fedvlr vs fedavg"):
@@ -183,14 +212,39 @@ def test_resume_reads_finished_runs_back_and_refuses_to_overwrite(table):
     data, args, res, out = table
     args.out = None
     with pytest.raises(RunFolderError, match="--resume"):
-        _run(build_parser().parse_args(
-            ["experiment", "paper-table", "unused", "--backbones", "fedavg", "--variants", "none,fedgrad,fedvlr",
-             "--seeds", "2", "--rounds", "2", "--local-epochs", "1", "--dim", "8", "--no-progress",
-             "--out", str(out), "--override", "fedvlr:server_lr=0.5"]), data, ["hr@10", "ndcg@10"])
+        _run(
+            build_parser().parse_args(
+                [
+                    "experiment",
+                    "paper-table",
+                    "unused",
+                    "--backbones",
+                    "fedavg",
+                    "--variants",
+                    "none,fedgrad,fedvlr",
+                    "--seeds",
+                    "2",
+                    "--rounds",
+                    "2",
+                    "--local-epochs",
+                    "1",
+                    "--dim",
+                    "8",
+                    "--no-progress",
+                    "--out",
+                    str(out),
+                    "--override",
+                    "fedvlr:server_lr=0.5",
+                ]
+            ),
+            data,
+            ["hr@10", "ndcg@10"],
+        )
     args.resume = str(out)
     again = _run(args, data, ["hr@10", "ndcg@10"])
-    assert [(r["model"], r["part"], r["ndcg@10"]) for r in again["rows"]] == \
-           [(r["model"], r["part"], r["ndcg@10"]) for r in res["rows"]]
+    assert [(r["model"], r["part"], r["ndcg@10"]) for r in again["rows"]] == [
+        (r["model"], r["part"], r["ndcg@10"]) for r in res["rows"]
+    ]
 
 
 def _resume_copy(table, tmp_path):
@@ -216,8 +270,9 @@ def test_resume_recomputes_an_extra_that_a_kill_left_unsaved(table, tmp_path):
         (seed / name).unlink(missing_ok=True)
     (seed / "manifest.json").write_text(json.dumps(m))
     again = _run(args, data, ["hr@10", "ndcg@10"])
-    assert [(r["model"], r["part"], r["ndcg@10"]) for r in again["rows"]] == \
-           [(r["model"], r["part"], r["ndcg@10"]) for r in res["rows"]]
+    assert [(r["model"], r["part"], r["ndcg@10"]) for r in again["rows"]] == [
+        (r["model"], r["part"], r["ndcg@10"]) for r in res["rows"]
+    ]
     assert "selected_extra.json" in json.loads((seed / "manifest.json").read_text())["files"]
 
 
@@ -232,7 +287,7 @@ def test_resume_refuses_a_changed_extra_naming_it(table, tmp_path):
 def test_unknown_variant_and_bad_override_are_errors(table):
     data, args, _, _ = table
     bad = build_parser().parse_args(["experiment", "paper-table", "x"])
-    bad.variants = "none,magic"   # past the parser's own check: the library refuses it too
+    bad.variants = "none,magic"  # past the parser's own check: the library refuses it too
     with pytest.raises(ConfigError, match="magic"):
         _run(bad, data, ["hr@10"])
     bad = build_parser().parse_args(["experiment", "paper-table", "x", "--override", "fedvlr-server_lr"])
@@ -245,8 +300,26 @@ def test_backbones_the_layer_cannot_wrap_are_skipped_with_the_reason(tmp_path, m
 
     data = synthetic_data(20, 200, 8.0, groups=4, seed=5)
     data.features = {"text": np.random.default_rng(0).standard_normal((data.n_items, 6)).astype(np.float32)}
-    argv = ["experiment", "paper-table", "x", "--backbones", "pfedrec", "--variants", "none,fedvlr", "--seeds", "1",
-            "--rounds", "1", "--local-epochs", "1", "--dim", "8", "--no-progress", "--out", str(tmp_path)]
+    argv = [
+        "experiment",
+        "paper-table",
+        "x",
+        "--backbones",
+        "pfedrec",
+        "--variants",
+        "none,fedvlr",
+        "--seeds",
+        "1",
+        "--rounds",
+        "1",
+        "--local-epochs",
+        "1",
+        "--dim",
+        "8",
+        "--no-progress",
+        "--out",
+        str(tmp_path),
+    ]
     # PFedRec is wrapped (its personal item embedding becomes a private offset on the fused vector)
     res = _run(build_parser().parse_args(argv), data, ["hr@10"])
     assert not res["skipped"] and "pfedrec+fedvlr" in {r["model"] for r in res["rows"]}
@@ -254,8 +327,14 @@ def test_backbones_the_layer_cannot_wrap_are_skipped_with_the_reason(tmp_path, m
     monkeypatch.setattr(fedvlr, "wrap_refusal", lambda base: "no way to wrap it")
     res = _run(build_parser().parse_args(argv[:-1] + [str(tmp_path / "b")]), data, ["hr@10"])
     assert res["skipped"]["pfedrec+fedvlr"] == "no way to wrap it"
-    assert {r["model"] for r in res["rows"]} == {"pop", "random", "antipop", "content", "pfedrec",
-                                                 "pfedrec + cold rule"}
+    assert {r["model"] for r in res["rows"]} == {
+        "pop",
+        "random",
+        "antipop",
+        "content",
+        "pfedrec",
+        "pfedrec + cold rule",
+    }
     assert "Not run: pfedrec+fedvlr" in (tmp_path / "b" / "table.md").read_text()
 
 
@@ -263,9 +342,25 @@ def test_data_without_content_runs_the_backbones_alone_and_says_what_it_left_out
     data = synthetic_data(20, 200, 8.0, groups=4, seed=5)
     from fedvlr_plus.fedvlr.views import has_content
 
-    assert not has_content(data)   # no feature array, no item text
-    argv = ["experiment", "paper-table", "x", "--backbones", "fedavg", "--seeds", "1", "--rounds", "1",
-            "--local-epochs", "1", "--dim", "8", "--no-progress", "--out", str(tmp_path)]
+    assert not has_content(data)  # no feature array, no item text
+    argv = [
+        "experiment",
+        "paper-table",
+        "x",
+        "--backbones",
+        "fedavg",
+        "--seeds",
+        "1",
+        "--rounds",
+        "1",
+        "--local-epochs",
+        "1",
+        "--dim",
+        "8",
+        "--no-progress",
+        "--out",
+        str(tmp_path),
+    ]
     res = _run(build_parser().parse_args(argv), data, ["hr@10"])
     assert {r["model"] for r in res["rows"]} == {"pop", "random", "antipop", "fedavg", "fedavg (fedgrad)"}
     assert set(res["skipped"]) == {"fedavg+mlp", "fedavg+fedvlr"}
@@ -278,9 +373,26 @@ def test_data_without_content_runs_the_backbones_alone_and_says_what_it_left_out
 def test_router_ablation_rows_are_trained_and_tested_against_fedvlr(tmp_path):
     data = synthetic_data(20, 60, 8.0, groups=4, seed=4)
     data.features = {"text": np.random.default_rng(1).standard_normal((data.n_items, 6)).astype(np.float32)}
-    argv = ["experiment", "paper-table", "x", "--backbones", "fedavg", "--variants", "sum,gate,uniform,fedvlr",
-            "--seeds", "1", "--rounds", "1", "--local-epochs", "1", "--dim", "8", "--no-progress",
-            "--out", str(tmp_path)]
+    argv = [
+        "experiment",
+        "paper-table",
+        "x",
+        "--backbones",
+        "fedavg",
+        "--variants",
+        "sum,gate,uniform,fedvlr",
+        "--seeds",
+        "1",
+        "--rounds",
+        "1",
+        "--local-epochs",
+        "1",
+        "--dim",
+        "8",
+        "--no-progress",
+        "--out",
+        str(tmp_path),
+    ]
     res = _run(build_parser().parse_args(argv), data, ["ndcg@10"])
     rows = {(r["model"], r["part"]): r for r in res["rows"]}
     for v in ("sum", "gate", "uniform"):

@@ -1,10 +1,11 @@
 """A poisoned round is never streamed through the real simulator's chunks, which would leave the attackers out."""
+
 import torch
 
 from fedvlr_plus.federation import ClientUpdate
+from fedvlr_plus.federation.attacks.poisoned import PoisonedSimulator
 from fedvlr_plus.federation.config import FedConfig
 from fedvlr_plus.federation.engine import FederatedRun
-from fedvlr_plus.federation.attacks.poisoned import PoisonedSimulator
 from fedvlr_plus.federation.simulation.upload_stream import can_stream
 from fedvlr_plus.run_data import load_and_split
 
@@ -17,8 +18,9 @@ class _Attacker:
 
     def fit(self, shared, config):
         row = shared["item_emb"][:1] + 100.0
-        return ClientUpdate(cid=self.cid, kind="params", arrays={"item_emb": row}, rows={"item_emb": torch.tensor([0])},
-                            num_examples=5)
+        return ClientUpdate(
+            cid=self.cid, kind="params", arrays={"item_emb": row}, rows={"item_emb": torch.tensor([0])}, num_examples=5
+        )
 
 
 def _first_row_after_one_round(poisoned: bool):

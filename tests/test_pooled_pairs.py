@@ -1,4 +1,5 @@
 """``experiment paired A B --also A2 B2``: paired comparisons on several draws of a split, pooled."""
+
 from __future__ import annotations
 
 import json

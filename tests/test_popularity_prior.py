@@ -1,14 +1,20 @@
 """The popularity prior of joining users (``--new-user-prior popularity``): the prior added to a scorer, its weight
 chosen on validation users with a tie kept at the smaller weight, and the coldstart command choosing and recording
 it on the validation joining users only."""
+
 import json
 
 import numpy as np
 import pytest
 import torch
 
-from fedvlr_plus.coldstart.popularity_prior import (PRIOR_EXTENSION, PRIOR_WEIGHTS, WithPrior, best_weight,
-                                                    log_popularity)
+from fedvlr_plus.coldstart.popularity_prior import (
+    PRIOR_EXTENSION,
+    PRIOR_WEIGHTS,
+    WithPrior,
+    best_weight,
+    log_popularity,
+)
 
 
 def test_log_popularity_is_centred_and_ordered_as_the_counts():
@@ -41,6 +47,7 @@ def test_best_weight_goes_on_past_the_grids_top_only_while_the_largest_weight_tr
         def score_valid(s):
             tried.append(s.weight)
             return score(s.weight)
+
         return best_weight(lambda u: None, prior, score_valid)[0], tried
 
     # rising in the weight: every extension weight is tried and the last one kept
@@ -59,18 +66,42 @@ def test_best_weight_goes_on_past_the_grids_top_only_while_the_largest_weight_tr
 
 
 def test_coldstart_prior_is_chosen_on_validation_joining_users_and_recorded(tmp_path, capsys):
-    from fedvlr_plus.cli import main
     from test_coldstart import _feature_folder
 
+    from fedvlr_plus.cli import main
+
     folder = _feature_folder(tmp_path / "fx")
-    args = ["coldstart", str(folder), "--backbone", "fedavg", "--cold-users", "0.2", "--support", "1,3",
-            "--support-epochs", "auto", "--rounds", "2", "--seeds", "2", "--dim", "8", "--local-epochs", "1",
-            "--no-progress", "--metrics", "hr@5,ndcg@5", "--cold-select", "ndcg@5", "--json"]
+    args = [
+        "coldstart",
+        str(folder),
+        "--backbone",
+        "fedavg",
+        "--cold-users",
+        "0.2",
+        "--support",
+        "1,3",
+        "--support-epochs",
+        "auto",
+        "--rounds",
+        "2",
+        "--seeds",
+        "2",
+        "--dim",
+        "8",
+        "--local-epochs",
+        "1",
+        "--no-progress",
+        "--metrics",
+        "hr@5,ndcg@5",
+        "--cold-select",
+        "ndcg@5",
+        "--json",
+    ]
     assert main(args + ["--new-user-prior", "none"]) == 0
     out, err = capsys.readouterr()
     plain = json.loads(out.strip().splitlines()[-1])["user_coldstart"]
-    assert "choices by their ndcg@5 (--cold-select)" in err      # the study says which metric made its choices
-    assert main(args) == 0   # the prior is the default where validation joining users are set aside
+    assert "choices by their ndcg@5 (--cold-select)" in err  # the study says which metric made its choices
+    assert main(args) == 0  # the prior is the default where validation joining users are set aside
     uc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["user_coldstart"]
     assert uc["new_user_prior"] == "popularity" and "new_user_prior" not in plain
     for n in ("1", "3"):
@@ -85,11 +116,32 @@ def test_coldstart_prior_is_chosen_on_validation_joining_users_and_recorded(tmp_
 
 
 def test_coldstart_prior_needs_validation_joining_users(tmp_path, capsys):
-    from fedvlr_plus.cli import main
     from test_coldstart import _feature_folder
 
+    from fedvlr_plus.cli import main
+
     folder = _feature_folder(tmp_path / "fx")
-    code = main(["coldstart", str(folder), "--backbone", "fedavg", "--cold-users", "0.2", "--support", "1",
-                 "--support-epochs", "2", "--rounds", "1", "--seeds", "1", "--dim", "8", "--no-progress",
-                 "--new-user-prior", "popularity"])
+    code = main(
+        [
+            "coldstart",
+            str(folder),
+            "--backbone",
+            "fedavg",
+            "--cold-users",
+            "0.2",
+            "--support",
+            "1",
+            "--support-epochs",
+            "2",
+            "--rounds",
+            "1",
+            "--seeds",
+            "1",
+            "--dim",
+            "8",
+            "--no-progress",
+            "--new-user-prior",
+            "popularity",
+        ]
+    )
     assert code == 2 and "--new-user-prior" in capsys.readouterr().err

@@ -1,4 +1,5 @@
 """The README's Python example runs as written."""
+
 from __future__ import annotations
 
 import contextlib

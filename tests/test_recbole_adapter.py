@@ -4,6 +4,7 @@ refusals, the FedVLR layer on a RecBole model, RecBole's evaluator against ours,
 Everything runs on a tiny synthetic data set (24 users, 120 items) written as RecBole atomic files under
 ``tmp_path``; the current directory is ``tmp_path`` so RecBole cannot write into the repository.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -21,18 +22,20 @@ from fedvlr_plus._compat import patch_recbole  # noqa: E402
 
 patch_recbole()
 
-from fedvlr_plus.adapters.recbole.backbone import (RefusedModel, align_views, federate, fedvlr,  # noqa: E402
-                                          recbole_evaluate, resolve_model)
+from fedvlr_plus.adapters.recbole.backbone import RefusedModel, align_views, federate, recbole_evaluate, resolve_model  # noqa: E402
 from fedvlr_plus.datasets import InteractionData  # noqa: E402
 from fedvlr_plus.datasets.splits import leave_one_out  # noqa: E402
 from fedvlr_plus.evaluation import evaluate  # noqa: E402
 from fedvlr_plus.federation import FedConfig, run_federated  # noqa: E402
 from fedvlr_plus.federation.engine import FederatedRun  # noqa: E402
 from fedvlr_plus.fedvlr import FUSED  # noqa: E402
+from fedvlr_plus.fedvlr.recbole_layer import fedvlr  # noqa: E402
 
-pytestmark = [pytest.mark.filterwarnings("ignore::FutureWarning"),
-              pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-              pytest.mark.filterwarnings("ignore::UserWarning")]
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::FutureWarning"),
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore::UserWarning"),
+]
 
 ROOT = Path(__file__).resolve().parents[1]
 N_USERS, N_ITEMS = 24, 120
@@ -59,8 +62,13 @@ def tiny_data(seed: int = 0, drop_user: int | None = None) -> InteractionData:
         users, items, ts = users[keep], items[keep], ts[keep]
     perm_u = rng.permutation(N_USERS)
     perm_i = rng.permutation(N_ITEMS)
-    data = InteractionData.from_raw("tiny", [f"u{perm_u[u]}" for u in users], [f"i{perm_i[i]}" for i in items],
-                                    timestamp=ts, item_order=[f"i{k}" for k in range(N_ITEMS)])
+    data = InteractionData.from_raw(
+        "tiny",
+        [f"u{perm_u[u]}" for u in users],
+        [f"i{perm_i[i]}" for i in items],
+        timestamp=ts,
+        item_order=[f"i{k}" for k in range(N_ITEMS)],
+    )
     return leave_one_out(data)
 
 
@@ -71,8 +79,17 @@ def workdir(tmp_path, monkeypatch):
 
 
 def small_cfg(**kw) -> FedConfig:
-    base = dict(rounds=2, local_epochs=2, batch_size=4, ks=(5, 10), valid_metric="ndcg@10", patience=5,
-                lr=0.5, item_lr_scale=1.0, strategy="fedavg")
+    base = dict(
+        rounds=2,
+        local_epochs=2,
+        batch_size=4,
+        ks=(5, 10),
+        valid_metric="ndcg@10",
+        patience=5,
+        lr=0.5,
+        item_lr_scale=1.0,
+        strategy="fedavg",
+    )
     base.update(kw)
     return FedConfig(**base)
 
@@ -87,10 +104,14 @@ def test_parameter_split_bpr_and_neumf(workdir):
     assert spec["user_embedding.weight"].shape == (d,) and not spec["user_embedding.weight"].shared
     assert spec["item_embedding.weight"].shape == (N_ITEMS, d) and spec["item_embedding.weight"].item_table
     neumf, _ = federate("NeuMF", data=data, workdir=workdir / "neumf")
-    assert {n for n, k in neumf.kinds.items() if k == "user"} == {"user_mf_embedding.weight",
-                                                                  "user_mlp_embedding.weight"}
-    assert {n for n, k in neumf.kinds.items() if k == "item"} == {"item_mf_embedding.weight",
-                                                                  "item_mlp_embedding.weight"}
+    assert {n for n, k in neumf.kinds.items() if k == "user"} == {
+        "user_mf_embedding.weight",
+        "user_mlp_embedding.weight",
+    }
+    assert {n for n, k in neumf.kinds.items() if k == "item"} == {
+        "item_mf_embedding.weight",
+        "item_mlp_embedding.weight",
+    }
     assert neumf.kinds["predict_layer.weight"] == "dense"
     # override: keep NeuMF's output layer on the device
     neumf2, _ = federate("NeuMF", data=data, workdir=workdir / "neumf2", private=[r"predict_layer\..*"])
@@ -124,9 +145,19 @@ def test_local_step_is_the_models_own_sgd_step(workdir):
     # replay by hand on the module
     from fedvlr_plus.federation.simulation.schedule import build_schedule
 
-    sched = build_schedule(client._indptr, client.positives, np.array([0]), bb.n_items, ids=np.array([c]), seed=0,
-                           round=1, epochs=1, negatives=1, batch_size=100)
-    (items, labels), = sched.steps_of(0)
+    sched = build_schedule(
+        client._indptr,
+        client.positives,
+        np.array([0]),
+        bb.n_items,
+        ids=np.array([c]),
+        seed=0,
+        round=1,
+        epochs=1,
+        negatives=1,
+        batch_size=100,
+    )
+    ((items, labels),) = sched.steps_of(0)
     m = bb.build_module(0)
     U = m.user_embedding.weight.detach().clone().requires_grad_(True)
     V = m.item_embedding.weight.detach().clone().requires_grad_(True)
@@ -156,7 +187,7 @@ def test_param_swap_matches_functional_call_and_restores_the_module():
             super().__init__()
             self.emb = torch.nn.Embedding(5, 3)
             self.out = torch.nn.Linear(3, 5, bias=False)
-            self.out.weight = self.emb.weight          # tied: one Parameter, two names
+            self.out.weight = self.emb.weight  # tied: one Parameter, two names
             self.scale = torch.nn.Parameter(torch.tensor(2.0))
 
         def forward(self, ids):
@@ -195,12 +226,18 @@ def test_module_clients_clip_their_uploads_like_the_other_clients(workdir):
     data = tiny_data()
     bb, _ = federate("BPR", data=data, workdir=workdir)
     seen = []
-    run = FederatedRun(data, bb, small_cfg(rounds=1, strategy="fedgrad", server_lr=0.1, upload_clip=0.01),
-                       progress=False, on_upload=lambda r, u: seen.append(u))
+    run = FederatedRun(
+        data,
+        bb,
+        small_cfg(rounds=1, strategy="fedgrad", server_lr=0.1, upload_clip=0.01),
+        progress=False,
+        on_upload=lambda r, u: seen.append(u),
+    )
     run.run_round()
     norms = [float(torch.sqrt(sum((a.double() ** 2).sum() for a in u.arrays.values()))) for u in seen]
     assert seen and max(norms) <= 0.01 + 1e-6
-    assert max(norms) > 0.005          # the unclipped gradient sums are larger than the clip
+    assert max(norms) > 0.005  # the unclipped gradient sums are larger than the clip
+
 
 def test_module_clients_train_and_score_on_one_thread(workdir, monkeypatch):
     """The module simulator runs its clients (and its scoring) on one torch thread and restores the caller's
@@ -235,14 +272,14 @@ def test_uploads_hold_only_shared_arrays_and_private_state_is_reloaded(workdir):
     run = FederatedRun(data, bb, small_cfg(rounds=2), progress=False, on_upload=lambda r, u: seen.append((r, u)))
     original, original_block = run.store.load, getattr(run.store, "load_block", None)
     run.store.load = lambda cid: (loads.append(int(cid)), original(cid))[1]
-    if original_block is not None:   # the batched simulator reads a chunk's states as one block
+    if original_block is not None:  # the batched simulator reads a chunk's states as one block
         run.store.load_block = lambda cids, names: (loads.extend(int(c) for c in cids), original_block(cids, names))[1]
     shared = set(bb.shared_names)
     user_rows = {n for n, k in bb.kinds.items() if k == "user"}
     for _ in range(2):
         run.run_round()
     assert len(seen) == 2 * len(run.eligible)
-    for r, u in seen:
+    for _, u in seen:
         assert set(u.arrays) == shared and not (set(u.arrays) & user_rows)
         for name, a in u.arrays.items():
             assert a.shape[0] == len(u.rows[name]) if name in u.rows else a.shape == run.shared[name].shape
@@ -304,13 +341,21 @@ def test_lightgcn_client_sees_only_its_own_graph(workdir):
     a, b = ups
     assert torch.equal(a.rows["item_embedding.weight"], b.rows["item_embedding.weight"])
     assert torch.allclose(a.arrays["item_embedding.weight"], b.arrays["item_embedding.weight"], atol=1e-6)
-    assert not torch.allclose(a.arrays["item_embedding.weight"], start[0]["item_embedding.weight"][a.rows[
-        "item_embedding.weight"]])  # it did train
+    assert not torch.allclose(
+        a.arrays["item_embedding.weight"], start[0]["item_embedding.weight"][a.rows["item_embedding.weight"]]
+    )  # it did train
 
 
 # ---------------------------------------------------------------------------------------------- refusals
-@pytest.mark.parametrize("name,words", [("SASRec", "sequential"), ("KGAT", "knowledge-graph"),
-                                        ("Pop", "not trained by gradient"), ("NoSuchModel", "not a RecBole general recommender")])
+@pytest.mark.parametrize(
+    "name,words",
+    [
+        ("SASRec", "sequential"),
+        ("KGAT", "knowledge-graph"),
+        ("Pop", "not trained by gradient"),
+        ("NoSuchModel", "not a RecBole general recommender"),
+    ],
+)
 def test_refusals_name_the_reason(name, words):
     with pytest.raises(ValueError, match=words):
         resolve_model(name)
@@ -337,8 +382,9 @@ def test_refuses_models_holding_global_interactions_and_fedvlr_without_item_tabl
             return logits.gather(1, interaction[self.ITEM_ID].unsqueeze(1)).squeeze(1)
 
         def calculate_loss(self, interaction):
-            return torch.nn.functional.binary_cross_entropy_with_logits(self.predict(interaction),
-                                                                        interaction[self.LABEL])
+            return torch.nn.functional.binary_cross_entropy_with_logits(
+                self.predict(interaction), interaction[self.LABEL]
+            )
 
     bb, _ = federate(UserOnly, data=data, workdir=workdir / "uo")
     assert bb.kinds["out.weight"] == "item"  # [n_items, 8]: an item-indexed matrix, still shared row-wise
@@ -360,11 +406,10 @@ def test_user_defined_model_from_the_example_runs_federated_unchanged(workdir):
     ex = _example_module()
     data = tiny_data()
     bb, _ = federate(ex.BiasedMF, data=data, workdir=workdir, config_dict={"embedding_size": 8})
-    assert bb.kinds == {"user_embedding.weight": "user", "item_embedding.weight": "item",
-                        "item_bias.weight": "item"}
+    assert bb.kinds == {"user_embedding.weight": "user", "item_embedding.weight": "item", "item_bias.weight": "item"}
     res = run_federated(data, bb, small_cfg(rounds=2), progress=False)
     assert res["backbone"] == "recbole:BiasedMF" and np.isfinite(res["test"]["ndcg@10"])
-    assert res["simulator"] == "module-batched"       # the result names the simulator that really ran
+    assert res["simulator"] == "module-batched"  # the result names the simulator that really ran
     assert res["history"][1]["loss"] < res["history"][0]["loss"] + 1e-6
 
 
@@ -378,8 +423,13 @@ def test_fedvlr_layer_replaces_the_item_tables(workdir):
     assert layer.d == bb.dim == 2 * bb.template.mf_embedding_size  # MF and MLP item tables side by side
     assert [s.name for s in layer.id_specs] == ["item_mf_embedding.weight", "item_mlp_embedding.weight"]
     seen = []
-    run = FederatedRun(data, layer, small_cfg(rounds=1, strategy="fedgrad", server_lr=0.1), progress=False,
-                       on_upload=lambda r, u: seen.append(u))
+    run = FederatedRun(
+        data,
+        layer,
+        small_cfg(rounds=1, strategy="fedgrad", server_lr=0.1),
+        progress=False,
+        on_upload=lambda r, u: seen.append(u),
+    )
     run.run_round()
     private = set(layer.private_names)
     assert {n for n in private if n.startswith("router.")} and "user_mf_embedding.weight" in private
@@ -393,7 +443,7 @@ def test_fedvlr_layer_replaces_the_item_tables(workdir):
     p = {**run.shared, **run.store.load(c)}
     mixed = layer.item_repr(p, None, client._ctx(run.shared))
     tables = bb.split_item_repr(mixed)
-    assert torch.allclose(tables["item_mf_embedding.weight"], mixed[:, :bb.template.mf_embedding_size])
+    assert torch.allclose(tables["item_mf_embedding.weight"], mixed[:, : bb.template.mf_embedding_size])
     full = bb.module_params({**p, **tables}, torch.tensor([c]))
     with torch.no_grad():
         want = bb.scores(full, torch.tensor([c]))[0]
@@ -438,7 +488,10 @@ def test_recbole_backbones_default_to_fedgrad_with_server_adam(workdir):
 
     direct = build_fedvlr(data, bb, FedVLROptions(), views={"text": np.ones((N_ITEMS, 4), np.float32)})
     assert (direct.default_server_optimizer, direct.default_server_lr, direct.default_local_epochs) == (
-        "adam", bb.default_server_lr, 1)
+        "adam",
+        bb.default_server_lr,
+        1,
+    )
     run = FederatedRun(data, "fcf", small_cfg(strategy="fedgrad", server_lr=1.0, local_epochs=None), progress=False)
     assert (run.server_optimizer, run.strategy.optimizer_name, run.local_epochs) == ("sgd", "sgd", 5)
     assert FederatedRun(data, "fcf", small_cfg(local_epochs=3), progress=False).round_config(2)["epochs"] == 3
@@ -481,8 +534,7 @@ def test_recbole_evaluator_agrees_with_ours_on_the_federated_model(workdir, mask
     run.run_round()
     scorer = run.scorer()
     ours = evaluate(data, scorer, split="test", ks=(5, 10), metrics=("hr", "ndcg", "mrr"), mask_history=mask)
-    rb = recbole_evaluate(data, scorer, split="test", ks=(5, 10), metrics=("hr", "ndcg", "mrr"),
-                          mask_history=mask)
+    rb = recbole_evaluate(data, scorer, split="test", ks=(5, 10), metrics=("hr", "ndcg", "mrr"), mask_history=mask)
     s = ours.summary()
     for key in ("hr@5", "hr@10", "ndcg@5", "ndcg@10", "mrr@10"):
         assert rb[key] == pytest.approx(s[key], abs=1e-6), key
@@ -499,8 +551,9 @@ def test_fill_nan_patch_imputes_under_copy_on_write():
 
     assert getattr(Dataset._fill_nan, "_fedvlr_plus_patched", False)
     feat = pd.DataFrame({"tok": [1.0, np.nan, 3.0], "x": [1.0, np.nan, 3.0]})
-    fake = types.SimpleNamespace(feat_name_list=["f"], f=feat,
-                                 field2type={"tok": FeatureType.TOKEN, "x": FeatureType.FLOAT})
+    fake = types.SimpleNamespace(
+        feat_name_list=["f"], f=feat, field2type={"tok": FeatureType.TOKEN, "x": FeatureType.FLOAT}
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # pandas' ChainedAssignmentError warning would fail here
         Dataset._fill_nan(fake)
@@ -513,13 +566,33 @@ def test_cli_run_recbole_backbone_with_recbole_evaluator(workdir, capsys):
     from fedvlr_plus.datasets.recbole_atomic import write_atomic
 
     data = tiny_data()
-    folder = write_atomic(data.replace(inter=data.inter.assign(split=-1)), workdir / "tiny", "tiny",
-                          splits=False)
+    folder = write_atomic(data.replace(inter=data.inter.assign(split=-1)), workdir / "tiny", "tiny", splits=False)
     cfg = workdir / "bpr.yaml"
     cfg.write_text("embedding_size: 8\n")
-    rc = main(["run", str(folder), "--backbone", "recbole:BPR", "--recbole-config", str(cfg), "--rounds", "2",
-               "--local-epochs", "1", "--batch-size", "8", "--metrics", "hr@10,ndcg@10", "--evaluator",
-               "recbole", "--mask-history", "all", "--no-progress", "--json"])
+    rc = main(
+        [
+            "run",
+            str(folder),
+            "--backbone",
+            "recbole:BPR",
+            "--recbole-config",
+            str(cfg),
+            "--rounds",
+            "2",
+            "--local-epochs",
+            "1",
+            "--batch-size",
+            "8",
+            "--metrics",
+            "hr@10,ndcg@10",
+            "--evaluator",
+            "recbole",
+            "--mask-history",
+            "all",
+            "--no-progress",
+            "--json",
+        ]
+    )
     assert rc == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["backbone"] == "recbole:BPR" and out["model"]["recbole_model"] == "BPR"
@@ -541,9 +614,16 @@ def test_federate_from_a_users_recbole_config(workdir):
     data = tiny_data()
     write_atomic(data.replace(inter=data.inter.assign(split=-1)), workdir / "tiny", "tiny", splits=False)
     with recbole_workdir(workdir):
-        config = Config(model="BPR", dataset="tiny",
-                        config_dict={"data_path": str(workdir), "embedding_size": 8, "use_gpu": False,
-                                     "load_col": {"inter": ["user_id", "item_id", "rating", "timestamp"]}})
+        config = Config(
+            model="BPR",
+            dataset="tiny",
+            config_dict={
+                "data_path": str(workdir),
+                "embedding_size": 8,
+                "use_gpu": False,
+                "load_col": {"inter": ["user_id", "item_id", "rating", "timestamp"]},
+            },
+        )
     bb, ours = federate("BPR", config)
     tokens = bb.dataset.field2id_token["item_id"]
     assert list(ours.item_ids) == list(tokens[1:]) and bb.item_map.tolist() == list(range(1, len(tokens)))
@@ -557,74 +637,117 @@ def test_federate_from_a_users_recbole_config(workdir):
 
 def test_cli_fusion_options_reach_the_recbole_layer(workdir):
     """--fusion-residual (and the router options) are passed to the layer around a RecBole model."""
-    from fedvlr_plus.cli.recbole import cli_backbone
     from fedvlr_plus.cli import build_parser
+    from fedvlr_plus.cli.recbole import cli_backbone
 
     data = tiny_data()
     data.features = {"text": np.random.default_rng(0).normal(size=(N_ITEMS, 5)).astype(np.float32)}
-    args = build_parser().parse_args(["run", "unused", "--backbone", "recbole:BPR", "--fusion", "fedvlr",
-                                      "--fusion-residual", "--router-temperature", "2.0"])
+    args = build_parser().parse_args(
+        [
+            "run",
+            "unused",
+            "--backbone",
+            "recbole:BPR",
+            "--fusion",
+            "fedvlr",
+            "--fusion-residual",
+            "--router-temperature",
+            "2.0",
+        ]
+    )
     layer = cli_backbone(args, data)
     assert layer.residual and layer.temperature == 2.0
     assert layer.view_scale == "model" and layer.out_scale * np.sqrt(layer.d) == pytest.approx(
-        layer.base.fused_item_norm())
-    unit = cli_backbone(build_parser().parse_args(["run", "unused", "--backbone", "recbole:BPR", "--fusion",
-                                                   "fedvlr", "--fusion-view-scale", "unit"]), data)
+        layer.base.fused_item_norm()
+    )
+    unit = cli_backbone(
+        build_parser().parse_args(
+            ["run", "unused", "--backbone", "recbole:BPR", "--fusion", "fedvlr", "--fusion-view-scale", "unit"]
+        ),
+        data,
+    )
     assert unit.view_scale == "unit" and unit.out_scale * np.sqrt(unit.d) == pytest.approx(1.0)
     sp = layer.init_server(0)
     plain = dict(vars(args), fusion_residual=False)
     import argparse
+
     base = cli_backbone(argparse.Namespace(**plain), data)
-    with torch.no_grad():   # the residual layer adds the raw ID rows (the model's item table) to every expert
+    with torch.no_grad():  # the residual layer adds the raw ID rows (the model's item table) to every expert
         diff = layer.server_forward(sp) - base.server_forward(sp)
         d = layer.d
         ids = layer.base.item_repr(sp, None, {"items_global": torch.arange(N_ITEMS)})
-        warm = torch.as_tensor(~data.cold_items())     # cold rows hold their content neighbours' mean ID row
+        warm = torch.as_tensor(~data.cold_items())  # cold rows hold their content neighbours' mean ID row
         assert warm.any() and torch.allclose(diff[warm, :d], ids[warm], atol=1e-6)
 
 
 def test_residual_gate_starts_the_layer_as_the_models_own_item_rows_and_scales_each_table(workdir):
     """--fusion-residual-gate (implies the residual path): one server scale per expert and NeuMF item table (MF,
     MLP), zero at start, so the broadcast rows are the model's own; each scale moves only its table's columns."""
-    from fedvlr_plus.cli.recbole import cli_backbone
     from fedvlr_plus.cli import build_parser
+    from fedvlr_plus.cli.recbole import cli_backbone
     from fedvlr_plus.fedvlr.layer import GATE
 
     data = tiny_data()
     data.features = {"text": np.random.default_rng(0).normal(size=(N_ITEMS, 5)).astype(np.float32)}
-    args = build_parser().parse_args(["run", "unused", "--backbone", "recbole:NeuMF", "--fusion", "fedvlr",
-                                      "--fusion-residual-gate", "--cold-neighbours", "0"])
+    args = build_parser().parse_args(
+        [
+            "run",
+            "unused",
+            "--backbone",
+            "recbole:NeuMF",
+            "--fusion",
+            "fedvlr",
+            "--fusion-residual-gate",
+            "--cold-neighbours",
+            "0",
+        ]
+    )
     layer = cli_backbone(args, data)
     assert layer.residual and layer.residual_gate and layer.describe()["residual_gate"]
     widths = [int(layer.base.template.get_parameter(n).shape[1]) for n in layer.base.item_table_names]
     assert len(widths) == 2 and layer.table_widths == widths and sum(widths) == layer.d
     sp = layer.init_server(0)
     assert sp[GATE].shape == (3, 2) and not sp[GATE].any()
-    ungated = cli_backbone(build_parser().parse_args(["run", "unused", "--backbone", "recbole:NeuMF", "--fusion",
-                                                      "fedvlr", "--fusion-residual", "--cold-neighbours", "0"]),
-                           data)
-    plain_sp = ungated.init_server(0)      # the gate draws nothing: every other server parameter is the same
+    ungated = cli_backbone(
+        build_parser().parse_args(
+            [
+                "run",
+                "unused",
+                "--backbone",
+                "recbole:NeuMF",
+                "--fusion",
+                "fedvlr",
+                "--fusion-residual",
+                "--cold-neighbours",
+                "0",
+            ]
+        ),
+        data,
+    )
+    plain_sp = ungated.init_server(0)  # the gate draws nothing: every other server parameter is the same
     assert set(sp) - set(plain_sp) == {GATE} and all(torch.equal(sp[k], plain_sp[k]) for k in plain_sp)
     ids = layer.base.item_repr(sp, None, {"items_global": torch.arange(N_ITEMS)})
     d, w0 = layer.d, widths[0]
     with torch.no_grad():
         f = layer.server_forward(sp)
-        assert torch.equal(f, ids.repeat(1, 3))                        # the model's own rows, every expert
-        full = ungated.server_forward(plain_sp) - ids.repeat(1, 3)     # the ungated fused part
+        assert torch.equal(f, ids.repeat(1, 3))  # the model's own rows, every expert
+        full = ungated.server_forward(plain_sp) - ids.repeat(1, 3)  # the ungated fused part
         sp[GATE] = torch.tensor([[1.0, 0.0], [0.0, 2.0], [0.5, 0.5]])
         g = layer.server_forward(sp) - ids.repeat(1, 3)
         assert torch.allclose(g[:, :w0], full[:, :w0], atol=1e-6) and not g[:, w0:d].any()
-        assert not g[:, d:d + w0].any() and torch.allclose(g[:, d + w0:2 * d], 2 * full[:, d + w0:2 * d], atol=1e-6)
-        assert torch.allclose(g[:, 2 * d:], 0.5 * full[:, 2 * d:], atol=1e-6)
+        assert not g[:, d : d + w0].any() and torch.allclose(
+            g[:, d + w0 : 2 * d], 2 * full[:, d + w0 : 2 * d], atol=1e-6
+        )
+        assert torch.allclose(g[:, 2 * d :], 0.5 * full[:, 2 * d :], atol=1e-6)
     # the server step reaches the gate (the fusion parameters' gradient is zero while it is zero)
     sp[GATE].zero_()
     params = {k: v.clone().requires_grad_(True) for k, v in sp.items()}
     out = layer.server_forward(params)
-    grads = dict(zip(params, torch.autograd.grad(out, list(params.values()), torch.randn_like(out),
-                                                 allow_unused=True)))
+    grads = dict(zip(params, torch.autograd.grad(out, list(params.values()), torch.randn_like(out), allow_unused=True)))
     assert grads[GATE].abs().min() > 0 and grads["proj.v0.w"] is not None and not grads["proj.v0.w"].any()
     with pytest.raises(ValueError, match="residual"):
         from fedvlr_plus.fedvlr import FedVLROptions
+
         FedVLROptions(residual_gate=True)
 
 
@@ -641,8 +764,8 @@ def test_models_without_full_sort_score_the_sampled_candidates_alone(workdir):
         assert run.sim.prefers_candidates is wanted
         users, cand = np.array([0, 3, 3, 7]), np.array([[1, 5, 9], [2, 3, 4], [8, 0, 6], [7, 1, 2]])
         full = run.sim.scores(users, run.shared)
-        got = run.sim.score_items(users, cand, run.shared, batch=3)   # two batches, a user in both
+        got = run.sim.score_items(users, cand, run.shared, batch=3)  # two batches, a user in both
         assert torch.allclose(got, torch.gather(full, 1, torch.from_numpy(cand)), atol=1e-6), name
         kw = dict(split="test", protocol="sampled", n_negatives=20, ks=(5, 10), metrics=("hr", "ndcg"), seed=0)
-        plain = evaluate(data, lambda u: run.sim.scores(np.asarray(u), run.shared), **kw)
+        plain = evaluate(data, lambda u, run=run: run.sim.scores(np.asarray(u), run.shared), **kw)
         assert evaluate(data, run.scorer(), **kw).summary() == plain.summary(), name

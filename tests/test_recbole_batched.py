@@ -1,6 +1,8 @@
-"""RecBole clients batched over a round (``federation/simulation/modules/batched.py``) give the one-at-a-time module client's
+"""RecBole clients batched over a round (``federation/simulation/modules/batched.py``) give the one-at-a-time module
+client's
 numbers: the aggregated shared state after a round, the private states, and the metrics of a 2-round run; models
 that cannot be batched fall back to the reference, and say why."""
+
 from __future__ import annotations
 
 import warnings
@@ -17,22 +19,27 @@ from fedvlr_plus._compat import patch_recbole  # noqa: E402
 patch_recbole()
 
 from recbole.model.general_recommender import BPR  # noqa: E402
+from test_recbole_adapter import small_cfg, tiny_data, workdir  # noqa: E402,F401  (workdir: a fixture)
 
-from fedvlr_plus.adapters.recbole.backbone import federate, fedvlr  # noqa: E402
+from fedvlr_plus.adapters.recbole.backbone import federate  # noqa: E402
 from fedvlr_plus.federation import run_federated  # noqa: E402
 from fedvlr_plus.federation.engine import FederatedRun  # noqa: E402
 from fedvlr_plus.federation.simulation.modules.batched import BatchedModuleSimulator  # noqa: E402
 from fedvlr_plus.federation.simulation.modules.client import ModuleSimulator  # noqa: E402
-from test_recbole_adapter import small_cfg, tiny_data, workdir  # noqa: E402,F401  (workdir: a fixture)
+from fedvlr_plus.fedvlr.recbole_layer import fedvlr  # noqa: E402
 
-pytestmark = [pytest.mark.filterwarnings("ignore::FutureWarning"),
-              pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::FutureWarning"),
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+]
 
-CASES = [("BPR", dict(strategy="fedavg")),                       # local steps on shared rows, several steps
-         # dense towers, dropout, gradient uploads; server SGD: Adam's first step, g / (|g| + eps), turns rounding
-         # differences of gradients near zero into steps of up to its lr (the uploads are compared below)
-         ("NeuMF", dict(strategy="fedgrad", server_lr=0.1, server_optimizer="sgd")),
-         ("NeuMF", dict(strategy="fedavg", weight_decay=0.01))]    # stacked towers, lazy row decay
+CASES = [
+    ("BPR", dict(strategy="fedavg")),  # local steps on shared rows, several steps
+    # dense towers, dropout, gradient uploads; server SGD: Adam's first step, g / (|g| + eps), turns rounding
+    # differences of gradients near zero into steps of up to its lr (the uploads are compared below)
+    ("NeuMF", dict(strategy="fedgrad", server_lr=0.1, server_optimizer="sgd")),
+    ("NeuMF", dict(strategy="fedavg", weight_decay=0.01)),
+]  # stacked towers, lazy row decay
 
 
 def _round(data, bb, cfg, simulator):
@@ -69,10 +76,13 @@ def test_neumf_batched_clients_draw_their_own_dropout_masks(workdir):
     cfg = small_cfg(rounds=1, strategy="fedgrad", server_lr=0.1)
     runs = {s: FederatedRun(data, bb, replace(cfg, simulator=s), progress=False) for s in ("sequential", "batched")}
     ups = {s: r.sim.fit(r.eligible, r.shared, r.round_config(1)) for s, r in runs.items()}
-    worst = max(float((a.arrays[k] - b.arrays[k]).abs().max())
-                for a, b in zip(ups["sequential"], ups["batched"]) for k in a.arrays)
+    worst = max(
+        float((a.arrays[k] - b.arrays[k]).abs().max())
+        for a, b in zip(ups["sequential"], ups["batched"])
+        for k in a.arrays
+    )
     assert worst < 1e-5
-    other = small_cfg(rounds=1, strategy="fedgrad", server_lr=0.1, seed=1)   # other seeds, other masks
+    other = small_cfg(rounds=1, strategy="fedgrad", server_lr=0.1, seed=1)  # other seeds, other masks
     run1 = FederatedRun(data, bb, replace(other, simulator="batched"), progress=False)
     up1 = run1.sim.fit(run1.eligible, runs["batched"].shared, runs["batched"].round_config(1))
     far = max(float((a.arrays[k] - b.arrays[k]).abs().max()) for a, b in zip(ups["batched"], up1) for k in a.arrays)
@@ -83,8 +93,10 @@ def test_neumf_batched_clients_draw_their_own_dropout_masks(workdir):
 def test_two_round_runs_report_the_same_metrics(workdir, model):
     data = tiny_data()
     bb, _ = federate(model, data=data, workdir=workdir)
-    res = {s: run_federated(data, bb, small_cfg(rounds=2, simulator=s, strategy="fedgrad", server_lr=0.1),
-                            progress=False) for s in ("sequential", "batched")}
+    res = {
+        s: run_federated(data, bb, small_cfg(rounds=2, simulator=s, strategy="fedgrad", server_lr=0.1), progress=False)
+        for s in ("sequential", "batched")
+    }
     assert res["batched"]["simulator"] == "module-batched" and res["sequential"]["simulator"] == "module"
     for part in ("valid", "test"):
         for k, v in res["sequential"][part].items():
@@ -109,9 +121,11 @@ class SumBPR(BPR):
         return super().calculate_loss(interaction) * len(interaction)
 
 
-@pytest.mark.parametrize("model,why", [("LightGCN", "own graph"), (ItemBPR, "vmap cannot run"),
-                                       (SumBPR, "differ from the one-at-a-time")],
-                         ids=["graph", "item-call", "coupled-rows"])
+@pytest.mark.parametrize(
+    "model,why",
+    [("LightGCN", "own graph"), (ItemBPR, "vmap cannot run"), (SumBPR, "differ from the one-at-a-time")],
+    ids=["graph", "item-call", "coupled-rows"],
+)
 def test_models_that_cannot_be_batched_fall_back_and_say_so(workdir, model, why):
     data = tiny_data()
     bb, _ = federate(model, data=data, workdir=workdir, config_dict={"embedding_size": 8})
@@ -120,13 +134,13 @@ def test_models_that_cannot_be_batched_fall_back_and_say_so(workdir, model, why)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         bat = _round(data, bb, cfg, "batched")
-        bat.run_round()                                   # a later round does not try again
+        bat.run_round()  # a later round does not try again
     assert why in bat.sim.fallback
     said = [w for w in caught if issubclass(w.category, RuntimeWarning) and "one at a time" in str(w.message)]
-    assert len(said) <= 1 and (said or why == "own graph")   # said once (a graph model at construction)
+    assert len(said) <= 1 and (said or why == "own graph")  # said once (a graph model at construction)
     bat_one = FederatedRun(data, bb, replace(cfg, simulator="batched"), progress=False)
     bat_one.run_round()
-    for k in seq.shared:   # the fallback is the reference itself
+    for k in seq.shared:  # the fallback is the reference itself
         assert torch.equal(seq.shared[k], bat_one.shared[k]), k
 
 
@@ -169,5 +183,5 @@ def test_fresh_clients_start_from_their_own_initial_state_drawn_as_one_block(wor
         alone = run.sim.client(int(c)).private_state()
         assert all(torch.equal(block[k][j], alone[k]) for k in block)
     drawn = [s for s in bb.private_specs() if s.init in ("normal", "xavier") and s.name not in run.sim.base.kinds]
-    assert bool(drawn) == fusion   # the layer's router: keyed draws, one row per client
+    assert bool(drawn) == fusion  # the layer's router: keyed draws, one row per client
     assert all(not torch.equal(block[s.name][0], block[s.name][1]) for s in drawn)

@@ -1,5 +1,7 @@
-"""RecBole's BPR in the batched module clients takes its gradients in closed form (``federation/simulation/modules/bpr.py``):
+"""RecBole's BPR in the batched module clients takes its gradients in closed form
+(``federation/simulation/modules/bpr.py``):
 the uploads, private states and losses of autograd's flat path, and only for BPR itself."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -13,15 +15,18 @@ from fedvlr_plus._compat import patch_recbole  # noqa: E402
 
 patch_recbole()
 
-from fedvlr_plus.adapters.recbole.backbone import federate  # noqa: E402
-from fedvlr_plus.federation.simulation.modules import chunk as module_chunk  # noqa: E402
-from fedvlr_plus.federation.engine import FederatedRun  # noqa: E402
-from fedvlr_plus.federation.simulation.modules.bpr import closed_form_bpr  # noqa: E402
 from test_recbole_adapter import small_cfg, tiny_data, workdir  # noqa: E402,F401  (workdir: a fixture)
 from test_recbole_batched import ItemBPR, SumBPR  # noqa: E402
 
-pytestmark = [pytest.mark.filterwarnings("ignore::FutureWarning"),
-              pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+from fedvlr_plus.adapters.recbole.backbone import federate  # noqa: E402
+from fedvlr_plus.federation.engine import FederatedRun  # noqa: E402
+from fedvlr_plus.federation.simulation.modules import chunk as module_chunk  # noqa: E402
+from fedvlr_plus.federation.simulation.modules.bpr import closed_form_bpr  # noqa: E402
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::FutureWarning"),
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+]
 
 
 def _fit(data, bb, cfg, closed_form: bool, monkeypatch):
@@ -31,14 +36,17 @@ def _fit(data, bb, cfg, closed_form: bool, monkeypatch):
     if not closed_form:
         monkeypatch.setattr(module_chunk.ChunkTraining, "bpr", property(lambda self: None))
     run = FederatedRun(data, bb, replace(cfg, simulator="batched"), progress=False)
-    run.sim.lanes_per_chunk = 40                  # several chunks
+    run.sim.lanes_per_chunk = 40  # several chunks
     ups = run.sim.fit(run.eligible, run.shared, run.round_config(1))
     monkeypatch.undo()
     return ups, run, len(calls)
 
 
-@pytest.mark.parametrize("kw", [dict(strategy="fedgrad", server_lr=0.1), dict(strategy="fedavg"),
-                                dict(strategy="fedavg", weight_decay=0.05)], ids=["grads", "params", "params+wd"])
+@pytest.mark.parametrize(
+    "kw",
+    [dict(strategy="fedgrad", server_lr=0.1), dict(strategy="fedavg"), dict(strategy="fedavg", weight_decay=0.05)],
+    ids=["grads", "params", "params+wd"],
+)
 def test_bpr_closed_form_gives_autograds_numbers(workdir, kw, monkeypatch):
     data = tiny_data()
     bb, _ = federate("BPR", data=data, workdir=workdir)
@@ -53,10 +61,10 @@ def test_bpr_closed_form_gives_autograds_numbers(workdir, kw, monkeypatch):
         assert a.cid == b.cid and set(a.arrays) == set(b.arrays)
         for k in a.arrays:
             assert torch.allclose(a.arrays[k], b.arrays[k], rtol=1e-5, atol=1e-7), (a.cid, k)
-            start = 0.0 if a.kind == "grads" else run_f.shared[k][a.rows[k]]   # a gradient, or the new rows
+            start = 0.0 if a.kind == "grads" else run_f.shared[k][a.rows[k]]  # a gradient, or the new rows
             moved = max(moved, float((a.arrays[k] - start).abs().max()))
         assert a.metrics["loss"] == pytest.approx(b.metrics["loss"], abs=1e-7)
-    assert moved > 1e-4                                # the round changed something
+    assert moved > 1e-4  # the round changed something
 
 
 @pytest.mark.parametrize("model", [ItemBPR, SumBPR], ids=["subclass-item-call", "subclass-summed-loss"])
@@ -68,12 +76,14 @@ def test_only_bpr_itself_takes_the_closed_form(workdir, model):
     assert closed_form_bpr(neumf) is None
 
 
-@pytest.mark.parametrize("kw", [dict(strategy="fedgrad", server_lr=0.1), dict(strategy="fedavg")],
-                         ids=["grads-as-rows", "params-as-blocks"])
+@pytest.mark.parametrize(
+    "kw", [dict(strategy="fedgrad", server_lr=0.1), dict(strategy="fedavg")], ids=["grads-as-rows", "params-as-blocks"]
+)
 def test_bpr_chunks_as_blocks_give_the_per_client_sums(workdir, kw):
     """A later round's chunks handed over as blocks: BPR's gradient rows of every step (a fixed item table), or
     the clients' stepped tables; the sums of the per-client uploads (bit for bit for the tables)."""
     import numpy as np
+
     from fedvlr_plus.federation.simulation.running_sum import RunningSums
     from fedvlr_plus.federation.simulation.summed_chunk import SummedChunk, check_summed
 
@@ -84,7 +94,7 @@ def test_bpr_chunks_as_blocks_give_the_per_client_sums(workdir, kw):
     for summed in (True, False):
         run = FederatedRun(data, bb, cfg, progress=False)
         run.sim.lanes_per_chunk = 40
-        run.run_round()                                   # the self-checked first round
+        run.run_round()  # the self-checked first round
         shared, conf = run.shared, run.round_config(2)
         cids = np.asarray(run.eligible)
         n = torch.tensor(np.diff(run.indptr)[cids], dtype=torch.float64)

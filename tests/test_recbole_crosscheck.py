@@ -8,23 +8,25 @@ top-k is unambiguous, so both evaluators must agree to float precision, per user
 2. ``test_recbole_pipeline_*``: RecBole's own data pipeline (``create_dataset`` + ``data_preparation``) makes the
    split and the history masks; our evaluator gets the same split and ``mask_history="all"``.
 """
+
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
+from test_evaluation_real import load_ml100k, ml100k_path
 
 from fedvlr_plus._compat import patch_recbole
 from fedvlr_plus.datasets import InteractionData
 from fedvlr_plus.datasets.splits import leave_one_out, ratio_split
 from fedvlr_plus.evaluation import evaluate
 
-from test_evaluation_real import load_ml100k, ml100k_path
-
 # RecBole 1.2.1 on pandas 2.3 / NumPy 2 emits chained-assignment and __array_wrap__ warnings from its own code.
-pytestmark = [pytest.mark.filterwarnings("ignore::FutureWarning"),
-              pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::FutureWarning"),
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+]
 
 METRICS = ("hr", "ndcg", "mrr", "recall")
 RB_NAME = {"hr": "hit", "ndcg": "ndcg", "mrr": "mrr", "recall": "recall"}
@@ -55,8 +57,13 @@ def recbole_metrics(scores: torch.Tensor, positive_u: torch.Tensor, positive_i: 
     from recbole.evaluator import Collector, Evaluator
     from recbole.evaluator.register import metrics_dict
 
-    config = {"metrics": [RB_NAME[m] for m in METRICS], "topk": list(KS), "eval_args": {"mode": "full"},
-              "device": torch.device("cpu"), "metric_decimal_place": 12}
+    config = {
+        "metrics": [RB_NAME[m] for m in METRICS],
+        "topk": list(KS),
+        "eval_args": {"mode": "full"},
+        "device": torch.device("cpu"),
+        "metric_decimal_place": 12,
+    }
     collector = Collector(config)
     collector.eval_batch_collect(scores, None, positive_u, positive_i)
     struct = collector.get_data_struct()
@@ -109,12 +116,23 @@ def _recbole_split(split_args):
     from recbole.config import Config
     from recbole.data import create_dataset, data_preparation
 
-    config = Config(model="Pop", dataset="ml-100k", config_dict={
-        "eval_args": {"split": split_args, "order": "TO", "group_by": "user", "mode": "full"},
-        "metrics": [RB_NAME[m] for m in METRICS], "topk": list(KS), "metric_decimal_place": 12,
-        "use_gpu": False, "seed": 0, "reproducibility": True, "show_progress": False, "log_wandb": False,
-        "eval_batch_size": 1 << 20, "train_neg_sample_args": None,
-    })
+    config = Config(
+        model="Pop",
+        dataset="ml-100k",
+        config_dict={
+            "eval_args": {"split": split_args, "order": "TO", "group_by": "user", "mode": "full"},
+            "metrics": [RB_NAME[m] for m in METRICS],
+            "topk": list(KS),
+            "metric_decimal_place": 12,
+            "use_gpu": False,
+            "seed": 0,
+            "reproducibility": True,
+            "show_progress": False,
+            "log_wandb": False,
+            "eval_batch_size": 1 << 20,
+            "train_neg_sample_args": None,
+        },
+    )
     dataset = create_dataset(config)
     return config, dataset, data_preparation(config, dataset)
 
@@ -157,8 +175,10 @@ def test_recbole_pipeline_agrees(recbole_env, split_args):
         users_rb = np.concatenate(users_rb)
         assert np.array_equal(np.sort(users_rb), ours.per_user["user"].to_numpy())
         s = ours.summary()
-        print(f"\nRecBole {split_args} {split}: ours hr@10 {s['hr@10']:.6f} ndcg@10 {s['ndcg@10']:.6f} "
-              f"mrr@10 {s['mrr@10']:.6f} recall@10 {s['recall@10']:.6f}; RecBole {rb_summary}")
+        print(
+            f"\nRecBole {split_args} {split}: ours hr@10 {s['hr@10']:.6f} ndcg@10 {s['ndcg@10']:.6f} "
+            f"mrr@10 {s['mrr@10']:.6f} recall@10 {s['recall@10']:.6f}; RecBole {rb_summary}"
+        )
         assert s["hr@10"] > 0.05  # a popularity order is far from random: the comparison is not 0 == 0
         for m in METRICS:
             for k in KS:

@@ -4,10 +4,10 @@ Data: tiny folders in real formats written to tmp_path (ml-latest-small's CSVs, 
 feature-folder layout for the commands that need content views) where every valid/test item also occurs in
 training, a one-user folder (every target is cold), and KU when present.
 """
+
 import json
 
 import pytest
-
 from _shared import shared_data, write
 
 from fedvlr_plus.cli import main
@@ -24,16 +24,22 @@ def _history(n_users=12, n_items=10, per_user=8):
 
 
 def _ml_latest(folder, rows):
-    write(folder / "ratings.csv", "userId,movieId,rating,timestamp\n"
-          + "".join(f"{u + 1},{i + 1},4.0,{1_000_000 + 100 * u + t}\n" for u, i, t in rows))
+    write(
+        folder / "ratings.csv",
+        "userId,movieId,rating,timestamp\n"
+        + "".join(f"{u + 1},{i + 1},4.0,{1_000_000 + 100 * u + t}\n" for u, i, t in rows),
+    )
     items = sorted({i for _, i, _ in rows})
     write(folder / "movies.csv", "movieId,title,genres\n" + "".join(f"{i + 1},Film {i} (2000),Drama\n" for i in items))
     return folder
 
 
 def _atomic(folder, rows, name="shop"):
-    write(folder / name / f"{name}.inter", "user_id:token\titem_id:token\trating:float\ttimestamp:float\n"
-          + "".join(f"u{u}\ti{i}\t4\t{100 * u + t}\n" for u, i, t in rows))
+    write(
+        folder / name / f"{name}.inter",
+        "user_id:token\titem_id:token\trating:float\ttimestamp:float\n"
+        + "".join(f"u{u}\ti{i}\t4\t{100 * u + t}\n" for u, i, t in rows),
+    )
     return folder / name
 
 
@@ -45,8 +51,11 @@ def _feature_folder(folder, rows, n_items=10):
     for u, _, t in rows:
         last[u] = max(last.get(u, t), t)
     label = lambda u, t: 2 if t == last[u] else 1 if t == last[u] - 1 else 0  # noqa: E731
-    write(folder / "inter.csv", "userID,itemID,rating,timestamp,split_label\n"
-          + "".join(f"{u},{i},1,{100 * u + t},{label(u, t)}\n" for u, i, t in rows))
+    write(
+        folder / "inter.csv",
+        "userID,itemID,rating,timestamp,split_label\n"
+        + "".join(f"{u},{i},1,{100 * u + t},{label(u, t)}\n" for u, i, t in rows),
+    )
     g = np.random.default_rng(0)
     for name in ("image_features.npy", "text_features.npy"):
         np.save(folder / name, g.standard_normal((n_items, 6)).astype(np.float16))
@@ -62,10 +71,12 @@ def _own_view_cache(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def sources(tmp_path_factory):
     root = tmp_path_factory.mktemp("src")
-    return {"ml-latest": (_ml_latest(root / "mll", _history()), ["--k-core", "5"]),
-            "atomic": (_atomic(root / "atomic", _history()), []),
-            "features": (_feature_folder(root / "fx", _history()), []),
-            "one-user": (_ml_latest(root / "one", [(0, i, i) for i in range(6)]), [])}
+    return {
+        "ml-latest": (_ml_latest(root / "mll", _history()), ["--k-core", "5"]),
+        "atomic": (_atomic(root / "atomic", _history()), []),
+        "features": (_feature_folder(root / "fx", _history()), []),
+        "one-user": (_ml_latest(root / "one", [(0, i, i) for i in range(6)]), []),
+    }
 
 
 def _run(capsys, argv):
@@ -97,7 +108,7 @@ def test_run_with_one_user_says_there_are_no_warm_targets(sources, capsys, backb
     assert any(n.startswith("test warm: no warm targets in test") for n in res["notes"])
     assert "test warm        (no warm targets in test" in table
     lo, hi = res["test_ci"]["ndcg@10"]
-    assert lo == hi == res["test"]["ndcg@10"]   # one user: every resample is that user
+    assert lo == hi == res["test"]["ndcg@10"]  # one user: every resample is that user
 
 
 @pytest.mark.parametrize("backbone", ["pop", "random", "antipop", "fedavg"])
@@ -111,8 +122,9 @@ def test_run_on_ku_reports_its_cold_targets(capsys, backbone):
 def test_several_seeds_write_the_summary_and_say_the_cold_part_is_empty(sources, capsys, tmp_path):
     folder, flags = sources["ml-latest"]
     out = tmp_path / "run"
-    res, table = _run(capsys, ["run", folder, "--backbone", "fedavg", "--seeds", "2", "--out", out, "--json",
-                               *flags, *FAST])
+    res, table = _run(
+        capsys, ["run", folder, "--backbone", "fedavg", "--seeds", "2", "--out", out, "--json", *flags, *FAST]
+    )
     saved = json.loads((out / "result.json").read_text())
     assert saved["test_cold"] is None and saved["test_cold_n_users"] == 0
     assert len(saved["per_seed"]) == 2
@@ -125,10 +137,21 @@ def test_several_seeds_write_the_summary_and_say_the_cold_part_is_empty(sources,
 
 
 def _seed(seed, cold):
-    return {"backbone": "b", "dataset": "d", "seed": seed, "selected_round": 1, "strategy": "s", "simulator": "x",
-            "config": {}, "valid": {"hr@10": 0.5}, "test": {"hr@10": 0.2 + seed}, "test_n_users": 3,
-            "test_cold": {"hr@10": cold}, "test_cold_n_users": 0 if cold is None else 1,
-            "notes": [] if cold is not None else ["test cold: no cold targets in test"]}
+    return {
+        "backbone": "b",
+        "dataset": "d",
+        "seed": seed,
+        "selected_round": 1,
+        "strategy": "s",
+        "simulator": "x",
+        "config": {},
+        "valid": {"hr@10": 0.5},
+        "test": {"hr@10": 0.2 + seed},
+        "test_n_users": 3,
+        "test_cold": {"hr@10": cold},
+        "test_cold_n_users": 0 if cold is None else 1,
+        "notes": [] if cold is not None else ["test cold: no cold targets in test"],
+    }
 
 
 def test_combine_seeds_combines_only_parts_every_seed_has():
@@ -143,8 +166,25 @@ def test_combine_seeds_combines_only_parts_every_seed_has():
 def test_paper_table_without_cold_targets(sources, capsys, tmp_path):
     folder, flags = sources["features"]
     out = tmp_path / "table"
-    res, table = _run(capsys, ["experiment", "paper-table", folder, "--backbones", "fedavg", "--variants", "none",
-                               "--seeds", "2", "--out", out, "--json", *flags, *FAST])
+    res, table = _run(
+        capsys,
+        [
+            "experiment",
+            "paper-table",
+            folder,
+            "--backbones",
+            "fedavg",
+            "--variants",
+            "none",
+            "--seeds",
+            "2",
+            "--out",
+            out,
+            "--json",
+            *flags,
+            *FAST,
+        ],
+    )
     assert {r["part"] for r in res["rows"]} == {"all", "warm"}
     assert any(n.startswith("cold: no cold targets in test") for n in res["notes"])
     assert any(n.startswith("cold among cold: no cold items") for n in res["notes"])
@@ -156,8 +196,25 @@ def test_paper_table_without_cold_targets(sources, capsys, tmp_path):
 def test_coldstart_without_cold_targets(sources, capsys, tmp_path):
     folder, flags = sources["features"]
     out = tmp_path / "report"
-    res, table = _run(capsys, ["coldstart", folder, "--backbone", "fedavg", "--seeds", "1", "--metrics", "hr@5,ndcg@5",
-                               "--cold-select", "ndcg@5", "--out", out, "--json", *FAST])
+    res, table = _run(
+        capsys,
+        [
+            "coldstart",
+            folder,
+            "--backbone",
+            "fedavg",
+            "--seeds",
+            "1",
+            "--metrics",
+            "hr@5,ndcg@5",
+            "--cold-select",
+            "ndcg@5",
+            "--out",
+            out,
+            "--json",
+            *FAST,
+        ],
+    )
     assert res["n_cold_items"] == 0 and res["cold_among_all"]["hr@5"]["n_users"] == 0
     assert res["cold_rule"] == "trained" and res["warm"]["hr@5"]["mean"] is not None
     assert any(n.startswith("cold among all: no cold targets in test") for n in res["notes"])

@@ -1,11 +1,12 @@
 """The shared round loop (order of the steps, evaluation schedule, store protocol) and the one server Adam."""
+
 import torch
 
 from fedvlr_plus.adapters import ParamSpec
 from fedvlr_plus.alignment.fedvpa_gp.method import fedadam_step
 from fedvlr_plus.federation import ClientUpdate, FedGradStrategy, RoundLoop, ServerAdam
-from fedvlr_plus.federation.state.plain import join_tensors, split_tensors
 from fedvlr_plus.federation.rounds import fit_each, over_the_wire
+from fedvlr_plus.federation.state.plain import join_tensors, split_tensors
 
 
 class _Client:
@@ -43,13 +44,26 @@ def _loop(calls, **kw):
 
 def test_one_round_runs_its_steps_in_order():
     calls = []
-    loop = _loop(calls, sample=lambda r: loop.clients[1:], store=_Store(calls),
-                 evaluate=lambda r, s: calls.append(("evaluate", r)) or {"valid": float(s["w"][0])},
-                 checkpoint=lambda r, s, rec: calls.append(("checkpoint", r, dict(rec))),
-                 on_round=lambda r, s, rec: calls.append(("on_round", r)))
+    loop = _loop(
+        calls,
+        sample=lambda r: loop.clients[1:],
+        store=_Store(calls),
+        evaluate=lambda r, s: calls.append(("evaluate", r)) or {"valid": float(s["w"][0])},
+        checkpoint=lambda r, s, rec: calls.append(("checkpoint", r, dict(rec))),
+        on_round=lambda r, s, rec: calls.append(("on_round", r)),
+    )
     state, record = loop.step(4, {"w": torch.zeros(1)})
-    assert calls == [("begin", 4), ("fit", 1, 4), ("fit", 2, 4), ("aggregate", 4, [1, 2]), ("prepare", 4),
-                     ("evaluate", 4), ("checkpoint", 4, {"round": 4, "valid": 1.5}), ("commit",), ("on_round", 4)]
+    assert calls == [
+        ("begin", 4),
+        ("fit", 1, 4),
+        ("fit", 2, 4),
+        ("aggregate", 4, [1, 2]),
+        ("prepare", 4),
+        ("evaluate", 4),
+        ("checkpoint", 4, {"round": 4, "valid": 1.5}),
+        ("commit",),
+        ("on_round", 4),
+    ]
     assert record == {"round": 4, "valid": 1.5} and state["w"].item() == 1.5
 
 
@@ -66,7 +80,7 @@ def test_configure_sets_message_and_config_and_every_client_fits_by_default():
     loop = _loop(calls, configure=lambda r, s: ({"w": s["w"] * 10}, {"round": r + 100}))
     state, _ = loop.step(1, {"w": torch.ones(1)})
     assert [c for c in calls if c[0] == "fit"] == [("fit", 0, 101), ("fit", 1, 101), ("fit", 2, 101)]
-    assert state["w"].item() == 11.0            # mean of 10 + cid over the three clients
+    assert state["w"].item() == 11.0  # mean of 10 + cid over the three clients
 
 
 def test_over_the_wire_hands_the_server_copies():
@@ -75,7 +89,7 @@ def test_over_the_wire_hands_the_server_copies():
     sent = fit_each(clients, {"w": torch.ones(2)}, {"round": 1})
     got = over_the_wire(fit_each)(clients, {"w": torch.ones(2)}, {"round": 1})
     assert torch.equal(got[0].arrays["w"], sent[0].arrays["w"])
-    got[0].arrays["w"] += 5                     # the server's copy is its own
+    got[0].arrays["w"] += 5  # the server's copy is its own
     assert torch.equal(sent[0].arrays["w"], torch.ones(2))
 
 
@@ -89,7 +103,7 @@ def test_server_adam_against_the_formula_written_out():
         adam.tick()
         p = adam.update("p", p, g, 0.1)
         m, v = 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g * g
-        want = want - 0.1 * (m / (1 - 0.9 ** t)) / ((v / (1 - 0.999 ** t)).sqrt() + 1e-8)
+        want = want - 0.1 * (m / (1 - 0.9**t)) / ((v / (1 - 0.999**t)).sqrt() + 1e-8)
     assert torch.allclose(p, want, atol=1e-7)
     assert adam.t == 2 and not torch.equal(p, torch.tensor([1.0, -2.0]))
 

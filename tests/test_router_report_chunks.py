@@ -1,4 +1,5 @@
 """The router report computes its users' weights in bounded chunks, with the numbers of one pass over all."""
+
 import numpy as np
 import pytest
 
@@ -34,4 +35,4 @@ def test_chunked_report_equals_one_pass(monkeypatch):
         np.testing.assert_allclose(chunked[key], whole[key], rtol=0, atol=1e-7)
     for key in ("mean_entropy", "min_entropy"):
         assert chunked[key] == pytest.approx(whole[key], abs=1e-7)
-    assert max(whole["std_across_users"]) > 1e-4    # routers differ between users, so chunks could disagree
+    assert max(whole["std_across_users"]) > 1e-4  # routers differ between users, so chunks could disagree

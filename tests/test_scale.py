@@ -1,4 +1,5 @@
 """Large populations: the vectorised initial draw, the compact private-state store, --device and bench suite."""
+
 from __future__ import annotations
 
 import json
@@ -6,8 +7,8 @@ import json
 import numpy as np
 import pytest
 import torch
-
 from _bad_input import assert_user_error, run_cli
+
 from fedvlr_plus.adapters import make_backbone
 from fedvlr_plus.compiled import LazyKernels
 from fedvlr_plus.federation import FedConfig, FederatedRun
@@ -35,8 +36,15 @@ def _one_client_draw(bb, cid: int, seed: int) -> dict:
     return out
 
 
-@pytest.mark.parametrize("keys", [(3,), (0, 3, 1, np.arange(7)), (5, np.arange(4)[:, None], np.arange(40000)[None, :]),
-                                  (np.arange(3)[:, None, None], np.arange(2)[None, :, None], np.arange(9)[None, None])])
+@pytest.mark.parametrize(
+    "keys",
+    [
+        (3,),
+        (0, 3, 1, np.arange(7)),
+        (5, np.arange(4)[:, None], np.arange(40000)[None, :]),
+        (np.arange(3)[:, None, None], np.arange(2)[None, :, None], np.arange(9)[None, None]),
+    ],
+)
 def test_fast_normal_is_bitwise_the_two_uniform_box_muller(keys):
     u1, u2 = rng.uniform(*keys, 0), rng.uniform(*keys, 1)
     ref = np.sqrt(-2.0 * np.log1p(-u1)) * np.cos(2.0 * np.pi * u2)
@@ -51,9 +59,14 @@ def numpy_path(monkeypatch):
     monkeypatch.setattr(rng._KERNELS, "module", False)
 
 
-@pytest.mark.parametrize("keys,scale", [((11, 3, 1, np.array([0, 7, 35597, 123456])[:, None], np.arange(12288)[None, :]), 0.01),
-                                        ((0, 3, 0, np.arange(5)[:, None], np.arange(64)[None, :]), 0.3535533905932738),
-                                        ((2, np.arange(3000)), 1.0)])
+@pytest.mark.parametrize(
+    "keys,scale",
+    [
+        ((11, 3, 1, np.array([0, 7, 35597, 123456])[:, None], np.arange(12288)[None, :]), 0.01),
+        ((0, 3, 0, np.arange(5)[:, None], np.arange(64)[None, :]), 0.3535533905932738),
+        ((2, np.arange(3000)), 1.0),
+    ],
+)
 def test_float32_normal_is_bitwise_the_rounded_float64_draw(keys, scale, numpy_path):
     ref = (rng.normal(*keys) * scale).astype(np.float32)
     got = rng.normal_float32(*keys, scale=scale)
@@ -66,6 +79,7 @@ def _perturbed_cos(relative: float):
 
     def cos(x, out=None):
         return real(x, out=out).mul_(1.0 + relative)
+
     return cos
 
 
@@ -75,9 +89,9 @@ def test_float32_normal_recomputes_the_draws_near_a_rounding_boundary(monkeypatc
     # a wider window (2^22 units in the last place) and a cosine off by 2^-32 (2^20-2^21 units): hundreds of the
     # 164k draws cross a float32 boundary, and all must be caught and recomputed
     monkeypatch.setattr(rng, "_SLACK_ULPS", 1 << 22)
-    monkeypatch.setattr(torch, "cos", _perturbed_cos(2.0 ** -32))
+    monkeypatch.setattr(torch, "cos", _perturbed_cos(2.0**-32))
     assert np.array_equal(rng.normal_float32(*keys, scale=0.05).view(np.int32), ref.view(np.int32))
-    monkeypatch.setattr(torch, "cos", _perturbed_cos(2.0 ** -28))   # outside it: the check cannot see it
+    monkeypatch.setattr(torch, "cos", _perturbed_cos(2.0**-28))  # outside it: the check cannot see it
     assert not np.array_equal(rng.normal_float32(*keys, scale=0.05).view(np.int32), ref.view(np.int32))
 
 
@@ -89,10 +103,15 @@ def _compiled_kernels_or_skip(monkeypatch):
     return kernels
 
 
-@pytest.mark.parametrize("keys,scale", [((11, 3, 1, np.array([0, 7, 35597, 123456])[:, None], np.arange(12288)[None, :]), 0.01),
-                                        ((0, 3, 0, np.arange(5)[:, None], np.arange(64)[None, :]), 0.3535533905932738),
-                                        ((np.arange(3)[:, None], np.array([[2]]), np.arange(40000)[None, :]), 1.0),
-                                        ((7, np.arange(9)[:, None], np.array([[5, 0, 99999]])), 2.5)])
+@pytest.mark.parametrize(
+    "keys,scale",
+    [
+        ((11, 3, 1, np.array([0, 7, 35597, 123456])[:, None], np.arange(12288)[None, :]), 0.01),
+        ((0, 3, 0, np.arange(5)[:, None], np.arange(64)[None, :]), 0.3535533905932738),
+        ((np.arange(3)[:, None], np.array([[2]]), np.arange(40000)[None, :]), 1.0),
+        ((7, np.arange(9)[:, None], np.array([[5, 0, 99999]])), 2.5),
+    ],
+)
 def test_compiled_float32_normal_is_bitwise_the_rounded_float64_draw(keys, scale, monkeypatch):
     _compiled_kernels_or_skip(monkeypatch)
     ref = (rng.normal(*keys) * scale).astype(np.float32)
@@ -108,7 +127,7 @@ def test_compiled_cosine_is_within_a_few_units_in_the_last_place_of_numpys(monke
     near_zeros = [np.nextafter(k * np.pi / 2, side) for k in range(1, 5) for side in (0.0, 10.0)]
     angles = np.concatenate([angles, near_zeros, [k * np.pi / 2 for k in range(4)]])
     fast = np.empty_like(angles)
-    kernels.cos_times(angles, np.full_like(angles, -0.5), 1.0, fast)   # log_y = -1/2: a radius of exactly 1
+    kernels.cos_times(angles, np.full_like(angles, -0.5), 1.0, fast)  # log_y = -1/2: a radius of exactly 1
     exact = np.cos(angles)
     ulps = np.abs(fast - exact) / np.spacing(np.abs(exact))
     assert ulps.max() <= 4, ulps.max()
@@ -124,12 +143,14 @@ def test_compiled_float32_normal_recomputes_the_draws_near_a_rounding_boundary(m
         def cos_times(angle, radius, scale, out):
             real(angle, radius, scale, out)
             out *= 1.0 + relative
+
         return cos_times
+
     # as for the torch cosine: a 2^22-unit window and an error of 2^20-2^21 units are all caught; 2^24 units are not
     monkeypatch.setattr(rng, "_SLACK_ULPS", 1 << 22)
-    monkeypatch.setattr(kernels, "cos_times", perturbed(2.0 ** -32))
+    monkeypatch.setattr(kernels, "cos_times", perturbed(2.0**-32))
     assert np.array_equal(rng.normal_float32(*keys, scale=0.05).view(np.int32), ref.view(np.int32))
-    monkeypatch.setattr(kernels, "cos_times", perturbed(2.0 ** -28))
+    monkeypatch.setattr(kernels, "cos_times", perturbed(2.0**-28))
     assert not np.array_equal(rng.normal_float32(*keys, scale=0.05).view(np.int32), ref.view(np.int32))
 
 
@@ -137,35 +158,36 @@ def test_float32_normal_switches_to_the_kernels_after_enough_draws(monkeypatch):
     _compiled_kernels_or_skip(monkeypatch)
     monkeypatch.setattr(rng, "COMPILED_AFTER_DRAWS", 500)
     monkeypatch.setattr(rng._KERNELS, "work_done", 0)
-    monkeypatch.setattr(LazyKernels, "numba_started", False)   # as in a process that has loaded no kernel yet
+    monkeypatch.setattr(LazyKernels, "numba_started", False)  # as in a process that has loaded no kernel yet
     compiled = []
     real = rng._normal_float32_compiled
     monkeypatch.setattr(rng, "_normal_float32_compiled", lambda *a: compiled.append(a[1].size) or real(*a))
-    keys = (0, 3, 0, np.arange(5)[:, None], np.arange(64)[None, :])    # 320 draws a call
+    keys = (0, 3, 0, np.arange(5)[:, None], np.arange(64)[None, :])  # 320 draws a call
     first, second = rng.normal_float32(*keys), rng.normal_float32(*keys)
     assert compiled == [5] and np.array_equal(first.view(np.int32), second.view(np.int32))
 
 
 def test_float32_normal_without_numba_uses_the_numpy_path(monkeypatch):
     monkeypatch.setattr(rng, "COMPILED_AFTER_DRAWS", 0)
-    monkeypatch.setattr(rng._KERNELS, "module", False)    # as where numba does not import
+    monkeypatch.setattr(rng._KERNELS, "module", False)  # as where numba does not import
     keys = (0, 3, 0, np.arange(5)[:, None], np.arange(64)[None, :])
-    assert np.array_equal(rng.normal_float32(*keys, scale=0.2).view(np.int32),
-                          (rng.normal(*keys) * 0.2).astype(np.float32).view(np.int32))
+    assert np.array_equal(
+        rng.normal_float32(*keys, scale=0.2).view(np.int32), (rng.normal(*keys) * 0.2).astype(np.float32).view(np.int32)
+    )
 
 
 def test_preparing_the_kernels_draws_nothing_that_counts_and_says_whether_they_exist(monkeypatch):
     _compiled_kernels_or_skip(monkeypatch)
     monkeypatch.setattr(rng._KERNELS, "work_done", 0)
-    assert rng.prepare_kernels() is True and rng._KERNELS.work_done == 0   # the switch to kernels is unchanged
-    monkeypatch.setattr(rng._KERNELS, "module", False)    # as where numba does not import
+    assert rng.prepare_kernels() is True and rng._KERNELS.work_done == 0  # the switch to kernels is unchanged
+    monkeypatch.setattr(rng._KERNELS, "module", False)  # as where numba does not import
     assert rng.prepare_kernels() is False
 
 
 @pytest.mark.parametrize("backbone", ["fedavg", "fcf", "pfedrec"])
 def test_batched_initial_draw_equals_each_client_alone_bitwise(backbone):
     bb = make_backbone(backbone, 30, 8)
-    cids = np.array([9, 0, 123456, 4, 9])   # any order, repeats, large ids
+    cids = np.array([9, 0, 123456, 4, 9])  # any order, repeats, large ids
     block = init_private_block(bb, cids, seed=11)
     per = init_private_states(bb, cids, seed=11)
     for c, cid in enumerate(cids):
@@ -187,7 +209,7 @@ def test_compact_store_round_trip_block_and_snapshot():
     assert len(store) == 3 and 7 in store and 5 not in store and store.load(5) is None
     back = store.load(7)
     assert all(torch.equal(back[k], state[k]) for k in state)
-    back["w"] += 1   # load hands out copies
+    back["w"] += 1  # load hands out copies
     assert torch.equal(store.load(7)["w"], state["w"])
     got = load_block(store, np.array([3, 5, 7]), ["w"])["w"]
     assert got[1].tolist() == [True, False, True] and torch.equal(got[0][2], state["w"])
@@ -214,11 +236,11 @@ def test_compact_store_hands_out_a_chunk_in_row_order_to_train_in_place():
     store.save_block(chunk, {"w": torch.arange(6.0).view(3, 2)})
     store.save_block(np.array([0, 2]), {"w": torch.zeros(2, 2)})
     store.commit()
-    assert store.view_block(np.array([1, 6, 4]), ["w"]) is None        # not in row order
+    assert store.view_block(np.array([1, 6, 4]), ["w"]) is None  # not in row order
     assert store.view_block(np.array([6, 1]), ["w", "missing"]) is None  # a parameter it does not hold
     store.begin_round(2)
     view = store.view_block(chunk, ["w"])["w"]
-    assert view.data_ptr() == store._cols["w"].data_ptr()               # the table's own rows 0..2
+    assert view.data_ptr() == store._cols["w"].data_ptr()  # the table's own rows 0..2
     view += 10.0
     store.save_block(chunk, {"w": view})
     store.commit()
@@ -240,7 +262,7 @@ def test_compact_store_undoes_new_clients_and_refuses_a_half_overwritten_round()
     store = CompactStore()
     store.begin_round(1)
     store.save(0, {"w": torch.ones(2)})
-    store.begin_round(1)           # round 1 never finished: the client it created is gone
+    store.begin_round(1)  # round 1 never finished: the client it created is gone
     assert 0 not in store
     store.save(0, {"w": torch.ones(2)})
     store.commit()
@@ -255,8 +277,9 @@ def test_engine_uses_the_compact_store_and_gives_the_numbers_of_a_dict_store(bac
     """The compact store hands later rounds' chunks out as its own rows (trained in place, no copy each way);
     the numbers are those of a dict store, whose clients train on copies."""
     data = synthetic_data(40, 150, 10, seed=0)
-    cfg = FedConfig(rounds=3, local_epochs=2, batch_size=8, negatives=2, dim=8, ks=(5, 10), valid_metric="hr@10",
-                    chunk_floats=4096)
+    cfg = FedConfig(
+        rounds=3, local_epochs=2, batch_size=8, negatives=2, dim=8, ks=(5, 10), valid_metric="hr@10", chunk_floats=4096
+    )
     a = FederatedRun(data, backbone, cfg, progress=False)
     b = FederatedRun(data, backbone, cfg, progress=False)
     assert isinstance(a.store, CompactStore)
@@ -267,9 +290,10 @@ def test_engine_uses_the_compact_store_and_gives_the_numbers_of_a_dict_store(bac
         out = view_block(cids, names, dtype)
         in_place.append(out is not None)
         return out
+
     a.store.view_block = counted
     ra, rb = a.run(), b.run()
-    assert sum(in_place) >= 4                      # several chunks, in rounds 2 and 3
+    assert sum(in_place) >= 4  # several chunks, in rounds 2 and 3
     assert [h["loss"] for h in ra["history"]] == [h["loss"] for h in rb["history"]]
     assert ra["test"] == rb["test"]
     for cid in a.eligible[:5]:
@@ -284,8 +308,19 @@ def test_device_cpu_and_auto_run_and_cuda_without_cuda_is_one_line(tmp_path, mon
     cpu = FederatedRun(data, "fedavg", FedConfig(**cfg, device="cpu"), progress=False).run()
     auto = FederatedRun(data, "fedavg", FedConfig(**cfg, device="auto"), progress=False).run()
     assert cpu["test"] == auto["test"]
-    res = run_cli("run", "synthetic:30x60", "--backbone", "fedavg", "--rounds", "1", "--device", "cuda",
-                  "--no-progress", "--out", str(tmp_path / "run"))
+    res = run_cli(
+        "run",
+        "synthetic:30x60",
+        "--backbone",
+        "fedavg",
+        "--rounds",
+        "1",
+        "--device",
+        "cuda",
+        "--no-progress",
+        "--out",
+        str(tmp_path / "run"),
+    )
     line = assert_user_error(res, "--device cuda", "CUDA is not available")
     assert "--device cpu" in line
     assert not (tmp_path / "run").exists() or not any((tmp_path / "run").rglob("*.safetensors"))
@@ -294,8 +329,17 @@ def test_device_cpu_and_auto_run_and_cuda_without_cuda_is_one_line(tmp_path, mon
 def test_bench_suite_quick_writes_json_and_markdown(tmp_path, monkeypatch):
     monkeypatch.setenv("FEDVLR_SHARED_DATA", str(tmp_path / "no-shared-data"))
     out = tmp_path / "suite"
-    res = run_cli("bench", "suite", "--quick", "--out", str(out), "--scale-source", "synthetic:40x30",
-                  "--cases", "ku-fedavg,scale-fedavg,scale-fedavg-fedvlr")
+    res = run_cli(
+        "bench",
+        "suite",
+        "--quick",
+        "--out",
+        str(out),
+        "--scale-source",
+        "synthetic:40x30",
+        "--cases",
+        "ku-fedavg,scale-fedavg,scale-fedavg-fedvlr",
+    )
     assert res.code == 0, res.err
     doc = json.loads((out / "suite.json").read_text())
     by_id = {c["id"]: c for c in doc["cases"]}
@@ -304,13 +348,21 @@ def test_bench_suite_quick_writes_json_and_markdown(tmp_path, monkeypatch):
     assert by_id["scale-fedavg"]["status"] == "skipped" and "--quick" in by_id["scale-fedavg"]["reason"]
     md = (out / "suite.md").read_text()
     assert "KU round, FedAvg alone" in md and "skipped" in md
-    assert doc["kernels"] is None and "kernels" not in md   # no case ran a population's draw
+    assert doc["kernels"] is None and "kernels" not in md  # no case ran a population's draw
 
 
 def test_bench_suite_measures_tiny_cases_each_in_its_own_process(tmp_path):
     out = tmp_path / "suite"
-    res = run_cli("bench", "suite", "--out", str(out), "--scale-source", "synthetic:40x30",
-                  "--cases", "scale-fedavg,scale-fedavg-fedvlr-memory")
+    res = run_cli(
+        "bench",
+        "suite",
+        "--out",
+        str(out),
+        "--scale-source",
+        "synthetic:40x30",
+        "--cases",
+        "scale-fedavg,scale-fedavg-fedvlr-memory",
+    )
     assert res.code == 0, res.err
     doc = json.loads((out / "suite.json").read_text())
     by_id = {c["id"]: c for c in doc["cases"]}
@@ -347,8 +399,15 @@ def test_bench_suite_keeps_each_case_as_it_goes_and_stops_a_case_past_its_timeou
 
     monkeypatch.setattr(suite, "run_case", fake_run_case)
     with pytest.raises(KeyboardInterrupt):
-        suite.run_suite(tmp_path, shared_data=tmp_path / "none", only={"scale-fedavg", "ml100k-fedavg"},
-                        scale_source="synthetic:40x30", case_timeout=7, sequential=False, device="cpu")
+        suite.run_suite(
+            tmp_path,
+            shared_data=tmp_path / "none",
+            only={"scale-fedavg", "ml100k-fedavg"},
+            scale_source="synthetic:40x30",
+            case_timeout=7,
+            sequential=False,
+            device="cpu",
+        )
     assert calls == [("ml100k-fedavg", 0, "cpu", 7), ("scale-fedavg", 0, "cpu", 7)]
     doc = json.loads((tmp_path / "suite.json").read_text())
     assert [c["id"] for c in doc["cases"]] == ["ml100k-fedavg"] and doc["sequential"] is False
@@ -359,8 +418,14 @@ def test_bench_suite_keeps_each_case_as_it_goes_and_stops_a_case_past_its_timeou
 def test_bench_suite_markdown_names_the_gpu_and_its_memory():
     from fedvlr_plus.bench.suite import markdown
 
-    row = {"id": "x", "title": "KU round", "status": "ok", "peak_rss_mb": 1024.0, "peak_gpu_mb": 512.0,
-           "batched": {"round1_cpu_s": 0.5, "later_cpu_s": 0.1, "later_wall_s": 0.1}}
+    row = {
+        "id": "x",
+        "title": "KU round",
+        "status": "ok",
+        "peak_rss_mb": 1024.0,
+        "peak_gpu_mb": 512.0,
+        "batched": {"round1_cpu_s": 0.5, "later_cpu_s": 0.1, "later_wall_s": 0.1},
+    }
     md = markdown({"device": "cuda", "accelerator": "NVIDIA H200", "cases": [row]})
     assert "1.00 GB (GPU 0.50 GB)" in md and "on the NVIDIA H200 (`--device cuda`)" in md
     md = markdown({"device": "auto", "accelerator": None, "cases": []})
@@ -379,8 +444,9 @@ def test_the_gpu_check_example_refuses_in_one_line_without_cuda(tmp_path):
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     res = subprocess.run(["bash", str(script), str(tmp_path / "out")], capture_output=True, text=True, env=env)
     assert res.returncode == 1 and not (tmp_path / "out").exists()
-    assert res.stderr.strip().splitlines() == [f"gpu_check.sh: no CUDA device is visible to torch {torch.__version__}; "
-                                               "nothing to check here"]
+    assert res.stderr.strip().splitlines() == [
+        f"gpu_check.sh: no CUDA device is visible to torch {torch.__version__}; nothing to check here"
+    ]
 
 
 def test_bench_suite_times_the_real_toys_population_where_its_folder_is(tmp_path):

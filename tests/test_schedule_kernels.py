@@ -1,15 +1,15 @@
 """The touched rows of a round's schedule: the compiled counting sort against numpy.unique."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from _kernels import compiled_or_skip
+from test_simulator import tiny_csr
 
 from fedvlr_plus.compiled import LOADED_DISCOUNT, LazyKernels
 from fedvlr_plus.federation.simulation import schedule
 from fedvlr_plus.federation.simulation.schedule import build_schedule
-
-from _kernels import compiled_or_skip
-from test_simulator import tiny_csr
 
 
 @pytest.fixture
@@ -21,7 +21,7 @@ def kernels():
 def test_counting_sort_gives_numpy_uniques_arrays(kernels, c_n, n_items, n):
     g = np.random.default_rng(c_n)
     client = g.integers(0, c_n, n).astype(np.int64)
-    item = np.minimum(g.zipf(1.3, n), n_items) - 1   # many repeats of a few items, as positives over epochs
+    item = np.minimum(g.zipf(1.3, n), n_items) - 1  # many repeats of a few items, as positives over epochs
     want_keys, want_rank = np.unique(client * n_items + item, return_inverse=True)
     keys, rank = kernels.touched_keys(client, item, c_n, n_items)
     assert np.array_equal(keys, want_keys) and np.array_equal(rank, want_rank.reshape(-1))
@@ -29,12 +29,11 @@ def test_counting_sort_gives_numpy_uniques_arrays(kernels, c_n, n_items, n):
 
 def _schedule(n_items: int):
     indptr, indices = tiny_csr(n_users=25, n_items=n_items)
-    return build_schedule(indptr, indices, np.arange(25), n_items, seed=3, round=2, epochs=3, negatives=4,
-                          batch_size=4)
+    return build_schedule(indptr, indices, np.arange(25), n_items, seed=3, round=2, epochs=3, negatives=4, batch_size=4)
 
 
 def test_schedule_is_the_same_with_the_kernel(monkeypatch, kernels):
-    n_items = 5000   # a sparse key space: the bitmap is not used
+    n_items = 5000  # a sparse key space: the bitmap is not used
     monkeypatch.setattr(schedule, "KERNEL_AFTER_KEYS", 1 << 60)
     plain = _schedule(n_items)
     calls = []
@@ -48,12 +47,12 @@ def test_schedule_is_the_same_with_the_kernel(monkeypatch, kernels):
 
 
 def test_the_kernel_waits_until_enough_examples_are_ranked(monkeypatch):
-    monkeypatch.setattr(LazyKernels, "numba_started", False)   # as in a process that has loaded no kernel yet
+    monkeypatch.setattr(LazyKernels, "numba_started", False)  # as in a process that has loaded no kernel yet
     monkeypatch.setattr(schedule._KERNELS, "work_done", 0)
     monkeypatch.setattr(schedule._KERNELS, "module", None)
     assert schedule._KERNELS.once_worth_it(60, 100) is None
-    assert schedule._KERNELS.module is None   # not even imported
-    monkeypatch.setattr(schedule._KERNELS, "module", False)   # as where numba does not import
+    assert schedule._KERNELS.module is None  # not even imported
+    monkeypatch.setattr(schedule._KERNELS, "module", False)  # as where numba does not import
     assert schedule._KERNELS.once_worth_it(60, 100) is None
 
 
@@ -64,8 +63,8 @@ def test_the_kernel_waits_for_far_less_work_once_numba_has_started(monkeypatch):
     monkeypatch.setattr(LazyKernels, "numba_started", False)
     assert schedule._KERNELS.once_worth_it(LOADED_DISCOUNT, 100 * LOADED_DISCOUNT) is None
     monkeypatch.setattr(LazyKernels, "numba_started", True)
-    assert schedule._KERNELS.once_worth_it(0, 100 * LOADED_DISCOUNT) is None                 # 64 of 100
-    assert schedule._KERNELS.once_worth_it(LOADED_DISCOUNT, 100 * LOADED_DISCOUNT) is not None   # 128 of 100
+    assert schedule._KERNELS.once_worth_it(0, 100 * LOADED_DISCOUNT) is None  # 64 of 100
+    assert schedule._KERNELS.once_worth_it(LOADED_DISCOUNT, 100 * LOADED_DISCOUNT) is not None  # 128 of 100
 
 
 def test_a_loaded_module_marks_numba_as_started(monkeypatch):

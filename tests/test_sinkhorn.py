@@ -20,21 +20,23 @@ def test_both_marginals_within_1e3_on_a_batch_with_padding():
     g = torch.Generator().manual_seed(0)
     cost = torch.rand(4, 3, 7, 5, generator=g)
     a = torch.softmax(torch.randn(4, 3, 7, generator=g), -1)
-    a[..., 5:] = 0.0                      # two padding tokens
+    a[..., 5:] = 0.0  # two padding tokens
     a = a / a.sum(-1, keepdim=True)
     b = torch.full((4, 3, 5), 0.2)
     res = sinkhorn_log(cost, a, b, eps=0.1, max_iter=500, tol=1e-4)
     assert (res.plan.sum(-1) - a).abs().max() < 1e-3
     assert (res.plan.sum(-2) - b).abs().max() < 1e-3
-    assert res.plan[..., 5:, :].abs().max() < 1e-12       # padding carries no mass
+    assert res.plan[..., 5:, :].abs().max() < 1e-12  # padding carries no mass
     assert torch.isfinite(res.plan).all()
 
 
 def test_matches_the_textbook_scaling_iterations():
     rng = np.random.default_rng(1)
     C = rng.random((6, 4))
-    a = rng.random(6); a /= a.sum()
-    b = rng.random(4); b /= b.sum()
+    a = rng.random(6)
+    a /= a.sum()
+    b = rng.random(4)
+    b /= b.sum()
     expected = _naive_sinkhorn(C, a, b, eps=0.2)
     got = sinkhorn_log(torch.tensor(C), torch.tensor(a), torch.tensor(b), eps=0.2, max_iter=5000, tol=1e-12).plan
     np.testing.assert_allclose(got.numpy(), expected, atol=1e-9)
@@ -81,13 +83,13 @@ def test_unbalanced_limits_and_row_marginal():
     b = torch.full((2, 4), 0.25, dtype=torch.float64)
     bal = sinkhorn_log(cost, a, b, eps=0.1, max_iter=2000, tol=1e-10)
     big = sinkhorn_log(cost, a, b, eps=0.1, max_iter=2000, tol=1e-10, rho=1e6)
-    assert torch.allclose(big.plan, bal.plan, atol=1e-5)              # rho -> inf: the balanced plan
+    assert torch.allclose(big.plan, bal.plan, atol=1e-5)  # rho -> inf: the balanced plan
     tiny = sinkhorn_log(cost, a, b, eps=0.1, max_iter=2000, tol=1e-10, rho=1e-9)
     # rho -> 0: each row spreads its mass by softmax over columns of -C / eps, whatever b says
     want = a.unsqueeze(-1) * torch.softmax(-cost / 0.1, -1)
     assert torch.allclose(tiny.plan, want, atol=1e-6)
     mid = sinkhorn_log(cost, a, b, eps=0.1, max_iter=2000, tol=1e-10, rho=0.5)
-    assert (mid.plan.sum(-1) - a).abs().max() < 1e-8                   # the row marginal is still enforced
+    assert (mid.plan.sum(-1) - a).abs().max() < 1e-8  # the row marginal is still enforced
     # the column marginals lie between the free (rho -> 0) and the enforced (b) ones
     col_err = lambda r: float((r.plan.sum(-2) - b).abs().sum())  # noqa: E731
     assert col_err(bal) < col_err(mid) < col_err(tiny)
@@ -101,11 +103,11 @@ def test_reported_error_is_the_plans_row_error_at_every_stop(rho):
     g = torch.Generator().manual_seed(3)
     cost = torch.rand(3, 6, 4, generator=g, dtype=torch.float64)
     a = torch.softmax(torch.randn(3, 6, generator=g, dtype=torch.float64), -1)
-    a[:, -1] = 0.0                        # one padding row
+    a[:, -1] = 0.0  # one padding row
     a = a / a.sum(-1, keepdim=True)
     b = torch.full((3, 4), 0.25, dtype=torch.float64)
     for max_iter in (1, 2, 5, 50):
-        res = sinkhorn_log(cost, a, b, eps=0.1, max_iter=max_iter, tol=0.0, rho=rho)   # never early
+        res = sinkhorn_log(cost, a, b, eps=0.1, max_iter=max_iter, tol=0.0, rho=rho)  # never early
         assert res.n_iter == max_iter
         assert res.marginal_error == pytest.approx(float((res.plan.sum(-1) - a).abs().max()), rel=1e-6, abs=1e-12)
     loose = sinkhorn_log(cost, a, b, eps=0.1, max_iter=500, tol=1e-3, rho=rho)

@@ -1,9 +1,9 @@
 """Preprocessing and splits on small hand-built data, where every expected label is known."""
+
 import numpy as np
 import pytest
 
-from fedvlr_plus.datasets import TEST, TRAIN, UNSPLIT, VALID, DataError, InteractionData
-from fedvlr_plus.datasets import splits
+from fedvlr_plus.datasets import TEST, TRAIN, UNSPLIT, VALID, DataError, InteractionData, splits
 
 
 def make(rows, name="toy"):
@@ -14,8 +14,7 @@ def make(rows, name="toy"):
 
 def labels_by(data):
     inter = data.inter
-    return {(data.user_ids[u], data.item_ids[i]): s for u, i, s in
-            zip(inter["user"], inter["item"], inter["split"])}
+    return {(data.user_ids[u], data.item_ids[i]): s for u, i, s in zip(inter["user"], inter["item"], inter["split"])}
 
 
 def test_from_raw_keeps_first_appearance_order_and_raw_ids():
@@ -26,8 +25,9 @@ def test_from_raw_keeps_first_appearance_order_and_raw_ids():
 
 
 def test_leave_one_out_uses_time_not_row_order():
-    d = make([("u", "a", 1, 30), ("u", "b", 1, 10), ("u", "c", 1, 20), ("u", "d", 1, 5),
-              ("v", "a", 1, 1), ("v", "b", 1, 2)])
+    d = make(
+        [("u", "a", 1, 30), ("u", "b", 1, 10), ("u", "c", 1, 20), ("u", "d", 1, 5), ("v", "a", 1, 1), ("v", "b", 1, 2)]
+    )
     out = splits.leave_one_out(d)
     lab = labels_by(out)
     assert lab[("u", "a")] == TEST and lab[("u", "c")] == VALID
@@ -63,8 +63,14 @@ def test_implicit_threshold_and_dedup_keep_earliest_or_latest():
 
 def test_k_core_is_iterative_and_renumbers():
     # u1 has 2 items; after removing item c (only 1 user), u2 falls below 2 and must go too.
-    rows = [("u1", "a", 1, 1), ("u1", "b", 1, 2), ("u3", "a", 1, 3), ("u3", "b", 1, 4),
-            ("u2", "a", 1, 5), ("u2", "c", 1, 6)]
+    rows = [
+        ("u1", "a", 1, 1),
+        ("u1", "b", 1, 2),
+        ("u3", "a", 1, 3),
+        ("u3", "b", 1, 4),
+        ("u2", "a", 1, 5),
+        ("u2", "c", 1, 6),
+    ]
     out = splits.k_core(make(rows), k=2)
     assert sorted(out.user_ids) == ["u1", "u3"] and sorted(out.item_ids) == ["a", "b"]
     assert out.inter["user"].max() == 1 and out.inter["item"].max() == 1
@@ -79,15 +85,27 @@ def test_ratio_split_per_user_by_time():
 
 
 def test_ratio_split_global_time_cut():
-    rows = [("u", "a", 1, 1), ("v", "b", 1, 2), ("u", "c", 1, 3), ("v", "d", 1, 4), ("u", "e", 1, 5),
-            ("v", "f", 1, 6), ("u", "g", 1, 7), ("v", "h", 1, 8), ("u", "i", 1, 9), ("v", "j", 1, 10)]
+    rows = [
+        ("u", "a", 1, 1),
+        ("v", "b", 1, 2),
+        ("u", "c", 1, 3),
+        ("v", "d", 1, 4),
+        ("u", "e", 1, 5),
+        ("v", "f", 1, 6),
+        ("u", "g", 1, 7),
+        ("v", "h", 1, 8),
+        ("u", "i", 1, 9),
+        ("v", "j", 1, 10),
+    ]
     lab = labels_by(splits.ratio_split(make(rows), (0.8, 0.1, 0.1), by="time"))
     assert lab[("v", "j")] == TEST and lab[("u", "i")] == VALID and lab[("v", "h")] == TRAIN
 
 
 def test_cold_item_split_holds_items_out_of_training():
     rng = np.random.default_rng(0)
-    rows = [(f"u{u}", f"i{i}", 1, k) for k, (u, i) in enumerate(zip(rng.integers(0, 30, 400), rng.integers(0, 40, 400)))]
+    rows = [
+        (f"u{u}", f"i{i}", 1, k) for k, (u, i) in enumerate(zip(rng.integers(0, 30, 400), rng.integers(0, 40, 400)))
+    ]
     d = splits.dedup(make(rows))
     out = splits.cold_item_split(d, 0.25, seed=3)
     train_items = set(out.train()["item"])
@@ -126,8 +144,9 @@ def test_validate_names_the_bad_row():
 
 
 def test_stats_count_cold_targets():
-    d = make([("u", "a", 1, 1), ("u", "b", 1, 2), ("u", "c", 1, 3), ("v", "a", 1, 1), ("v", "b", 1, 2),
-              ("v", "d", 1, 3)])
+    d = make(
+        [("u", "a", 1, 1), ("u", "b", 1, 2), ("u", "c", 1, 3), ("v", "a", 1, 1), ("v", "b", 1, 2), ("v", "d", 1, 3)]
+    )
     s = splits.leave_one_out(d).stats()
     assert s["users"] == 2 and s["items"] == 4 and s["interactions"] == 6
     assert s["splits"]["test"]["interactions"] == 2

@@ -1,5 +1,6 @@
 """``--private-store auto`` (the default): the file store for a population whose states reach the threshold and
 whose temporary folder is on a disk with room; the memory store otherwise. Either way the same numbers."""
+
 import math
 from collections import namedtuple
 
@@ -11,8 +12,17 @@ from fedvlr_plus.federation.state import choice as store_choice
 from fedvlr_plus.federation.state.choice import FILE_STORE_FROM_BYTES, choose_private_store, private_state_bytes
 from fedvlr_plus.federation.synthetic import synthetic_data
 
-FAST = dict(rounds=2, local_epochs=1, batch_size=8, negatives=2, dim=8, patience=10, ks=(5, 10),
-            valid_metric="hr@10", chunk_floats=4096)
+FAST = dict(
+    rounds=2,
+    local_epochs=1,
+    batch_size=8,
+    negatives=2,
+    dim=8,
+    patience=10,
+    ks=(5, 10),
+    valid_metric="hr@10",
+    chunk_floats=4096,
+)
 Usage = namedtuple("Usage", "total used free")
 
 
@@ -27,19 +37,21 @@ def test_auto_keeps_small_populations_in_memory_and_large_ones_in_files(tmp_path
     monkeypatch.setattr(store_choice.shutil, "disk_usage", lambda path: Usage(1 << 40, 0, 1 << 40))
     assert choose_private_store("auto", FILE_STORE_FROM_BYTES - 1, str(tmp_path)) == ("memory", None)
     kind, why = choose_private_store("auto", FILE_STORE_FROM_BYTES, str(tmp_path))
-    assert kind == "file" and why == (f"private states: 1.00 GiB in files under {tmp_path} (--private-store auto; "
-                                      "--private-store memory keeps them in memory)")
+    assert kind == "file" and why == (
+        f"private states: 1.00 GiB in files under {tmp_path} (--private-store auto; "
+        "--private-store memory keeps them in memory)"
+    )
 
 
 def test_auto_stays_in_memory_where_files_would_not_help_or_not_fit(tmp_path, monkeypatch):
     big = 2 * FILE_STORE_FROM_BYTES
     monkeypatch.setattr(store_choice.shutil, "disk_usage", lambda path: Usage(1 << 40, 0, 1 << 40))
     monkeypatch.setattr(store_choice, "memory_file_system", lambda path: "tmpfs")
-    kind, why = choose_private_store("auto", big, str(tmp_path))   # files there are memory
+    kind, why = choose_private_store("auto", big, str(tmp_path))  # files there are memory
     assert kind == "memory" and f"{tmp_path} is a tmpfs (memory); set TMPDIR" in why
     monkeypatch.setattr(store_choice, "memory_file_system", lambda path: None)
     monkeypatch.setattr(store_choice.shutil, "disk_usage", lambda path: Usage(big, big, big))
-    kind, why = choose_private_store("auto", big, str(tmp_path))   # no room beyond the tables
+    kind, why = choose_private_store("auto", big, str(tmp_path))  # no room beyond the tables
     assert kind == "memory" and why.startswith("private states: 2.00 GiB kept in memory") and "2.00 GiB free" in why
     monkeypatch.setattr(store_choice.shutil, "disk_usage", lambda path: Usage(4 * big, 0, 2 * big))
     assert choose_private_store("auto", big, str(tmp_path))[0] == "file"
@@ -78,7 +90,7 @@ def test_auto_picks_files_at_the_threshold_with_the_same_numbers(data, monkeypat
     monkeypatch.setattr(store_choice, "_SAID", set())
     run = FederatedRun(data, "fcf", FedConfig(**FAST), progress=True)
     assert run.cfg.private_store == "auto" and run.store.kind == "file"
-    assert "in files under" in capsys.readouterr().err   # the run says where its states go, once a process
+    assert "in files under" in capsys.readouterr().err  # the run says where its states go, once a process
     FederatedRun(data, "fcf", FedConfig(**FAST), progress=True)
     assert "in files under" not in capsys.readouterr().err
     auto = run_federated(data, "fcf", FedConfig(**FAST), out_dir=tmp_path / "run", progress=False)
@@ -94,9 +106,16 @@ def test_a_run_interrupted_with_the_memory_store_resumes_under_auto_in_files(dat
     def interrupt(run, record):
         if record["round"] == 2:
             raise KeyboardInterrupt
+
     with pytest.raises(KeyboardInterrupt):
-        run_federated(data, "fcf", FedConfig(**{**cfg.to_dict(), "private_store": "memory"}),
-                      out_dir=tmp_path / "cut", progress=False, on_round=interrupt)
+        run_federated(
+            data,
+            "fcf",
+            FedConfig(**{**cfg.to_dict(), "private_store": "memory"}),
+            out_dir=tmp_path / "cut",
+            progress=False,
+            on_round=interrupt,
+        )
     monkeypatch.setattr(store_choice, "FILE_STORE_FROM_BYTES", 1)
     monkeypatch.setattr(store_choice, "memory_file_system", lambda path: None)
     resumed = run_federated(data, "fcf", cfg, out_dir=tmp_path / "cut", resume=True, progress=False)

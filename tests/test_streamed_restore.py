@@ -1,6 +1,7 @@
 """A resumed run restores the clients' state tables from its checkpoint a block of rows at a time: the tables stay
 in the file (:class:`StoredTensor`) until the store reads them, so a resume never holds a population's states
 whole (or twice, with the memory store). Same numbers as an uninterrupted run."""
+
 import struct
 
 import numpy as np
@@ -11,21 +12,40 @@ from safetensors.torch import save_file
 from fedvlr_plus.federation import FedConfig, run_federated
 from fedvlr_plus.federation.state import streamed_safetensors
 from fedvlr_plus.federation.state.store import CompactStore
-from fedvlr_plus.federation.state.streamed_safetensors import (StoredTensor, load_streamed, loaded, read_header,
-                                                         save_streamed)
+from fedvlr_plus.federation.state.streamed_safetensors import (
+    StoredTensor,
+    load_streamed,
+    loaded,
+    read_header,
+    save_streamed,
+)
 from fedvlr_plus.federation.synthetic import synthetic_data
 
-FAST = dict(rounds=4, local_epochs=2, batch_size=8, negatives=2, dim=8, patience=10, ks=(5, 10),
-            valid_metric="hr@10", chunk_floats=4096)
+FAST = dict(
+    rounds=4,
+    local_epochs=2,
+    batch_size=8,
+    negatives=2,
+    dim=8,
+    patience=10,
+    ks=(5, 10),
+    valid_metric="hr@10",
+    chunk_floats=4096,
+)
 
 
 @pytest.mark.parametrize("writer", ["safetensors", "streamed"])
 def test_large_tensors_stay_in_the_file_and_read_back_by_rows(tmp_path, writer):
-    tensors = {"big": torch.randn(10, 3), "ids": torch.arange(4), "x": torch.tensor(2.5, dtype=torch.float64),
-               "empty": torch.zeros(0, 2), "flags": torch.tensor([True, False, True])}
+    tensors = {
+        "big": torch.randn(10, 3),
+        "ids": torch.arange(4),
+        "x": torch.tensor(2.5, dtype=torch.float64),
+        "empty": torch.zeros(0, 2),
+        "flags": torch.tensor([True, False, True]),
+    }
     path = tmp_path / "t.safetensors"
     save_file(tensors, path) if writer == "safetensors" else save_streamed(tensors, path)
-    back = load_streamed(path, on_disk_from=100)   # only "big" (120 bytes) is left on disk
+    back = load_streamed(path, on_disk_from=100)  # only "big" (120 bytes) is left on disk
     assert isinstance(back["big"], StoredTensor) and back["big"].shape == (10, 3)
     assert not any(isinstance(back[k], StoredTensor) for k in tensors if k != "big")
     assert torch.equal(back["big"].rows(2, 7), tensors["big"][2:7]) and torch.equal(back["big"].load(), tensors["big"])
@@ -39,9 +59,12 @@ def test_a_header_that_does_not_fit_its_file_is_refused(tmp_path):
     save_file({"a": torch.ones(4)}, path)
     raw = path.read_bytes()
     (n,) = struct.unpack("<Q", raw[:8])
-    cases = {"short": raw[:5], "length": struct.pack("<Q", 10 ** 9) + raw[8:],
-             "truncated": raw[:8 + n + 8],   # the header names 16 bytes of data; 8 are there
-             "dtype": raw.replace(b'"F32"', b'"X32"')}
+    cases = {
+        "short": raw[:5],
+        "length": struct.pack("<Q", 10**9) + raw[8:],
+        "truncated": raw[: 8 + n + 8],  # the header names 16 bytes of data; 8 are there
+        "dtype": raw.replace(b'"F32"', b'"X32"'),
+    }
     for name, data in cases.items():
         (tmp_path / name).write_bytes(data)
         with pytest.raises(ValueError):
@@ -56,6 +79,7 @@ def reads(monkeypatch):
     def counting(self, start, stop):
         sizes.append(stop - start)
         return rows(self, start, stop)
+
     monkeypatch.setattr(StoredTensor, "rows", counting)
     return sizes
 
@@ -64,11 +88,15 @@ def test_a_store_restores_a_table_left_on_disk_block_by_block(tmp_path, monkeypa
     values = torch.arange(40.0).reshape(10, 4)
     path = tmp_path / "t.safetensors"
     save_streamed({"v": values}, path)
-    monkeypatch.setattr(streamed_safetensors, "ROW_BLOCK_BYTES", 48)   # three rows of 16 bytes a block
+    monkeypatch.setattr(streamed_safetensors, "ROW_BLOCK_BYTES", 48)  # three rows of 16 bytes a block
     store = CompactStore(capacity=10)
     cids = np.array([9, 3, 5, 0, 1, 2, 4, 6, 7, 8])
-    store.restore({"format": "compact", "params": {"v": {"clients": torch.from_numpy(cids),
-                                                          "values": load_streamed(path, on_disk_from=1)["v"]}}})
+    store.restore(
+        {
+            "format": "compact",
+            "params": {"v": {"clients": torch.from_numpy(cids), "values": load_streamed(path, on_disk_from=1)["v"]}},
+        }
+    )
     assert reads == [3, 3, 3, 1]
     for i, cid in enumerate(cids):
         assert torch.equal(store.load(int(cid))["v"], values[i])
@@ -83,11 +111,12 @@ def test_a_run_resumed_from_blocks_gives_the_uninterrupted_numbers(tmp_path, mon
     def interrupt(run, record):
         if record["round"] == 2:
             raise KeyboardInterrupt
+
     with pytest.raises(KeyboardInterrupt):
         run_federated(data, "fcf", cfg, out_dir=tmp_path / "cut", progress=False, on_round=interrupt)
     monkeypatch.setattr(streamed_safetensors, "ROW_BLOCK_BYTES", 64)
     resumed = run_federated(data, "fcf", cfg, out_dir=tmp_path / "cut", resume=True, progress=False)
-    assert len(reads) > 1 and max(reads) < 40   # the tables came in blocks, never a whole population's
+    assert len(reads) > 1 and max(reads) < 40  # the tables came in blocks, never a whole population's
     assert [h["loss"] for h in resumed["history"]] == [h["loss"] for h in full["history"]]
     assert resumed["test"] == full["test"]
 
@@ -99,8 +128,24 @@ def test_the_resume_at_scale_example_trains_then_resumes(tmp_path):
     from pathlib import Path
 
     script = Path(__file__).resolve().parents[1] / "examples" / "resume_at_scale.py"
-    res = subprocess.run([sys.executable, str(script), "--out", str(tmp_path / "run"), "--clients", "60",
-                          "--items", "40", "--store", "file", "--study"], capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            "--out",
+            str(tmp_path / "run"),
+            "--clients",
+            "60",
+            "--items",
+            "40",
+            "--store",
+            "file",
+            "--study",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     train, resume, study = (json.loads(line) for line in res.stdout.strip().splitlines())
     assert (study["step"], study["rounds"], study["store"]) == ("study", 3, "file")
@@ -114,8 +159,7 @@ def test_states_kept_in_a_file_come_back_after_the_store_moved_on(tmp_path):
     from fedvlr_plus.federation.state.kept import KeptStates
 
     store = FileStore(tmp_path / "t", capacity=6)
-    store.save_block(np.array([4, 1, 5]), {"w.a/b": torch.arange(12.0).reshape(3, 4),
-                                           "n": torch.tensor([1, 2, 3])})
+    store.save_block(np.array([4, 1, 5]), {"w.a/b": torch.arange(12.0).reshape(3, 4), "n": torch.tensor([1, 2, 3])})
     store.commit()
     before = {c: store.load(c) for c in (4, 1, 5)}
     kept = KeptStates(store, tmp_path / "kept.safetensors")

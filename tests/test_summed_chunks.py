@@ -1,19 +1,21 @@
-"""Chunks handed over as blocks (``federation/simulation/summed_chunk.py``) give the sums of the per-client uploads: bit for
+"""Chunks handed over as blocks (``federation/simulation/summed_chunk.py``) give the sums of the per-client uploads:
+bit for
 bit where they are the uploads' rows, to float rounding where they are the FedVLR layer's factors; and they are
 used only where nothing changes or reads single uploads."""
+
 import numpy as np
 import pytest
 import torch
+from test_fedvlr_speed import N_ITEMS, N_USERS, _layer, _shared
+from test_simulator import tiny_csr
 
 from fedvlr_plus.adapters import make_backbone
 from fedvlr_plus.federation import BatchedSimulator, MemoryStore
 from fedvlr_plus.federation.simulation.running_sum import RunningSums
-from fedvlr_plus.federation.state.initial import init_shared_state
 from fedvlr_plus.federation.simulation.summed_chunk import SummedChunk, check_summed, may_sum
 from fedvlr_plus.federation.simulation.upload_stream import fit_streamed
+from fedvlr_plus.federation.state.initial import init_shared_state
 from fedvlr_plus.fedvlr import FUSED
-from test_fedvlr_speed import N_ITEMS, N_USERS, _layer, _shared
-from test_simulator import tiny_csr
 
 BASE = dict(seed=0, round=2, epochs=2, negatives=2, batch_size=4, lr=0.3, item_lr_scale=3.0)
 
@@ -35,7 +37,7 @@ def _sums(bb, shared, config, summed: bool, chunk_floats: int = 4096):
             sums.add_summed(chunk, weights[torch.tensor([where[int(c)] for c in chunk.cids])])
         else:
             sums.add(chunk, weights[torch.tensor([where[u.cid] for u in chunk])])
-    assert len(kinds) > 2                                   # several chunks
+    assert len(kinds) > 2  # several chunks
     return sums, kinds
 
 
@@ -59,9 +61,15 @@ def test_row_blocks_give_the_per_client_sums_bit_for_bit(backbone, upload):
     assert any(float(_sum_of(got, n)[0].abs().max()) > 0 for n in shared)
 
 
-@pytest.mark.parametrize("backbone,extra", [("fedavg", dict(upload="params")), ("fcf", dict(upload="grads")),
-                                            ("fedavg", dict(upload="grads", local_shared=True))],
-                         ids=["fedavg-params", "fcf-grads", "fedavg-local-shared"])
+@pytest.mark.parametrize(
+    "backbone,extra",
+    [
+        ("fedavg", dict(upload="params")),
+        ("fcf", dict(upload="grads")),
+        ("fedavg", dict(upload="grads", local_shared=True)),
+    ],
+    ids=["fedavg-params", "fcf-grads", "fedavg-local-shared"],
+)
 def test_dot_head_factors_give_the_per_client_sums(backbone, extra):
     """A dot-product head's rank-one steps (``federation/simulation/dot_steps.py``) go to the sums as factors."""
     bb = make_backbone(backbone, N_ITEMS, 8)
@@ -102,15 +110,18 @@ def test_factors_are_used_when_they_fit(model, chunk_floats):
     config = {**BASE, "upload": "grads" if model == "fedvlr" else "params"}
     chunks = list(sim.fit_chunks(np.arange(N_USERS), shared, config, summed=True))
     assert all(c.row_factors and not c.row_blocks for c in chunks)
-    if model == "fedvlr":   # the layer's coef holds the steps' nonzero per-row sums only
+    if model == "fedvlr":  # the layer's coef holds the steps' nonzero per-row sums only
         for c in chunks:
             coef, factor = c.row_factors[FUSED][:2]
             assert coef.layout == torch.sparse_csr
             assert 0 < coef._nnz() <= len(c.row_factors[FUSED][4]) * factor.shape[0] // len(c.cids)
 
 
-@pytest.mark.parametrize("change", [dict(upload_noise=0.5), dict(upload_clip=1.0), dict(pad_uploads=N_ITEMS),
-                                    "on_upload"], ids=["noise", "clip", "decoys", "inspected"])
+@pytest.mark.parametrize(
+    "change",
+    [dict(upload_noise=0.5), dict(upload_clip=1.0), dict(pad_uploads=N_ITEMS), "on_upload"],
+    ids=["noise", "clip", "decoys", "inspected"],
+)
 def test_uploads_changed_or_inspected_on_their_way_come_one_by_one(change):
     config = {**BASE, "upload": "params"}
     assert may_sum(config, None)
@@ -125,11 +136,11 @@ def test_uploads_changed_or_inspected_on_their_way_come_one_by_one(change):
     real = sim.fit_chunks
     sim.fit_chunks = lambda *a, **k: (seen.append(type(c)) or c for c in real(*a, **k))
     from fedvlr_plus.federation import make_strategy
+
     shared = init_shared_state(bb, 0)
     specs = {s.name: s for s in bb.all_specs()}
     cids = np.arange(N_USERS)
-    fit_streamed(sim, make_strategy("fedavg"), cids, shared, specs, config, np.diff(indptr)[cids],
-                 on_upload=on_upload)
+    fit_streamed(sim, make_strategy("fedavg"), cids, shared, specs, config, np.diff(indptr)[cids], on_upload=on_upload)
     assert seen and SummedChunk not in seen
 
 

@@ -1,4 +1,5 @@
 """``--tune``: the layer's recipe chosen on validation (the grid, its selection, the run and the paper table)."""
+
 import json
 
 import numpy as np
@@ -9,7 +10,7 @@ from fedvlr_plus.fedvlr.tuning import RECIPES, Recipe, candidate_recipes, select
 
 
 def test_grid_keeps_the_values_a_user_fixed_and_drops_duplicates():
-    own = [r.name for r in RECIPES if not (r.unit_scale or r.residual_gate)]   # the package's backbones: one view size
+    own = [r.name for r in RECIPES if not (r.unit_scale or r.residual_gate)]  # the package's backbones: one view size
     assert [r.name for r in candidate_recipes()] == own
     fixed_lr = candidate_recipes(lr=0.2)
     assert {r.lr for r in fixed_lr} == {0.2} and len(fixed_lr) == len(own)
@@ -44,7 +45,7 @@ def test_a_cold_item_study_adds_an_id_dropout_twin_of_every_recipe_after_the_oth
 def test_the_twins_are_tried_where_validation_sees_cold_items():
     from fedvlr_plus.fedvlr.tuning import COLD_VALID_SHARE, tries_id_dropout
 
-    class Data:   # the two facts the rule reads
+    class Data:  # the two facts the rule reads
         def __init__(self, cold, valid_items):
             self._cold, self._valid = np.asarray(cold), valid_items
 
@@ -53,30 +54,45 @@ def test_the_twins_are_tried_where_validation_sees_cold_items():
 
         def valid(self):
             import pandas as pd
+
             return pd.DataFrame({"item": self._valid})
 
     cold = np.array([False, False, True])
-    assert not tries_id_dropout(Data(cold, [0, 1] * 100 + [2]))       # 0.5% of validation targets: no
-    assert tries_id_dropout(Data(cold, [0, 1] * 40 + [2]))            # 1.2%: yes
+    assert not tries_id_dropout(Data(cold, [0, 1] * 100 + [2]))  # 0.5% of validation targets: no
+    assert tries_id_dropout(Data(cold, [0, 1] * 40 + [2]))  # 1.2%: yes
     assert not tries_id_dropout(Data(cold, []))
     assert COLD_VALID_SHARE == 0.01
 
 
 def test_fast_recipe_triples_the_models_own_server_step():
     fast = {r.name: r for r in candidate_recipes()}["fast"]
-    assert (fast.lr, fast.server_lr) == (None, 3.0)           # the layer's SGD step 1.0, client step its default
+    assert (fast.lr, fast.server_lr) == (None, 3.0)  # the layer's SGD step 1.0, client step its default
     rb = {r.name: r for r in candidate_recipes(backbone="recbole:NeuMF")}
-    assert (rb["fast"].server_lr, rb["fast+residual"].server_lr) == (0.15, 0.15)   # the RecBole model's Adam 0.05
+    assert (rb["fast"].server_lr, rb["fast+residual"].server_lr) == (0.15, 0.15)  # the RecBole model's Adam 0.05
     assert rb["default"].server_lr is None
     # a server step the user fixed leaves fast nothing to change: it collapses into the defaults
     assert [r.name for r in candidate_recipes(server_lr=0.5, backbone="recbole:BPR")] == [
-        "default", "residual", "unit", "unit+residual", "residual+gate", "residual+gate+wd"]
+        "default",
+        "residual",
+        "unit",
+        "unit+residual",
+        "residual+gate",
+        "residual+gate+wd",
+    ]
 
 
 def test_a_recbole_model_also_tries_unit_size_views_unless_the_user_fixed_the_size():
     names = [r.name for r in candidate_recipes(backbone="recbole:NeuMF")]
-    assert names == ["default", "residual", "fast", "fast+residual", "unit", "unit+residual", "residual+gate",
-                     "residual+gate+wd"]
+    assert names == [
+        "default",
+        "residual",
+        "fast",
+        "fast+residual",
+        "unit",
+        "unit+residual",
+        "residual+gate",
+        "residual+gate+wd",
+    ]
     unit = {r.name: r for r in candidate_recipes(backbone="recbole:NeuMF")}["unit"]
     assert unit.settings()["--fusion-view-scale"] == "unit" and not unit.residual
     assert all(r.unit_scale for r in candidate_recipes(view_scale="unit", backbone="recbole:BPR"))
@@ -86,12 +102,11 @@ def test_a_recbole_model_also_tries_unit_size_views_unless_the_user_fixed_the_si
 def test_a_recbole_model_also_tries_the_residual_gate_and_a_fixed_gate_fixes_the_residual_path():
     gate = {r.name: r for r in candidate_recipes(backbone="recbole:NeuMF")}["residual+gate"]
     assert gate.residual and gate.residual_gate and not gate.unit_scale and gate.server_lr is None
-    assert gate.settings() == {"--fusion-residual": True, "--content-preference": False,
-                               "--fusion-residual-gate": True}
-    assert not any(r.residual_gate for r in candidate_recipes())     # the package's own backbones: not in the grid
+    assert gate.settings() == {"--fusion-residual": True, "--content-preference": False, "--fusion-residual-gate": True}
+    assert not any(r.residual_gate for r in candidate_recipes())  # the package's own backbones: not in the grid
     fixed = candidate_recipes(residual_gate=True, backbone="recbole:NeuMF")
     assert fixed and all(r.residual and r.residual_gate for r in fixed)
-    assert [r.name for r in fixed] == ["default", "fast", "unit", "residual+gate+wd"]   # the rest collapse
+    assert [r.name for r in fixed] == ["default", "fast", "unit", "residual+gate+wd"]  # the rest collapse
 
 
 def test_the_gated_recipe_with_weight_decay_is_a_recbole_recipe_and_a_decay_the_user_passes_replaces_it():
@@ -101,7 +116,7 @@ def test_the_gated_recipe_with_weight_decay_is_a_recbole_recipe_and_a_decay_the_
     assert wd.residual and wd.residual_gate and wd.weight_decay == GATE_WEIGHT_DECAY == 1e-4
     assert wd.settings()["--weight-decay"] == 1e-4
     assert all(r.weight_decay is None for r in candidate_recipes(backbone="recbole:NeuMF") if r.name != wd.name)
-    assert not any(r.weight_decay for r in candidate_recipes())      # the package's own backbones: not in the grid
+    assert not any(r.weight_decay for r in candidate_recipes())  # the package's own backbones: not in the grid
     # a decay the user passed is every recipe's, so the two gated recipes are one
     fixed = candidate_recipes(weight_decay=0.0, backbone="recbole:NeuMF")
     assert "residual+gate+wd" not in [r.name for r in fixed] and {r.weight_decay for r in fixed} == {0.0}
@@ -113,8 +128,7 @@ def test_a_run_tunes_the_recipes_weight_decay_and_keeps_a_decay_the_user_passed(
     from fedvlr_plus.cli.run_tune import _candidates, _with_recipe
 
     def decays(argv):
-        args = build_parser().parse_args(
-            ["run", "ml-100k", "--backbone", "recbole:NeuMF", "--fusion", "fedvlr", *argv])
+        args = build_parser().parse_args(["run", "ml-100k", "--backbone", "recbole:NeuMF", "--fusion", "fedvlr", *argv])
         return {r.name: config_from_args(_with_recipe(args, r, seeds=1)).weight_decay for r in _candidates(args)}
 
     grid = decays([])
@@ -134,19 +148,23 @@ def test_selection_keeps_the_best_validation_score_and_ties_keep_the_earlier_rec
         return {"default": 0.3, "residual": 0.5, "fast": 0.5, "fast+residual": 0.1, "content": 0.2}[r.name]
 
     report = select_recipe(recipes, score, metric="ndcg@10", seed=4)
-    assert seen == [r.name for r in recipes]            # each recipe trained once, in grid order
-    assert report.selected == "residual"                # 0.5 first reached by residual; fast only ties it
+    assert seen == [r.name for r in recipes]  # each recipe trained once, in grid order
+    assert report.selected == "residual"  # 0.5 first reached by residual; fast only ties it
     js = report.to_json()
     assert js["split"] == "valid" and js["seed"] == 4
     assert js["selected_settings"] == {"--fusion-residual": True, "--content-preference": False}
     assert [c["valid"] for c in js["candidates"]] == [0.3, 0.5, 0.5, 0.1, 0.2]
     flat = select_recipe(recipes, lambda r: 0.2, metric="ndcg@10", seed=0)
-    assert flat.selected == "default"                   # no recipe strictly better: the layer's defaults
+    assert flat.selected == "default"  # no recipe strictly better: the layer's defaults
 
 
 def test_recipe_settings_name_the_flags():
-    assert Recipe("x", lr=0.5, server_lr=3.0).settings() == {"--fusion-residual": False, "--lr": 0.5,
-                                                            "--server-lr": 3.0, "--content-preference": False}
+    assert Recipe("x", lr=0.5, server_lr=3.0).settings() == {
+        "--fusion-residual": False,
+        "--lr": 0.5,
+        "--server-lr": 3.0,
+        "--content-preference": False,
+    }
     with pytest.raises(ValueError):
         select_recipe([], lambda r: 0.0, metric="hr@10", seed=0)
 
@@ -166,8 +184,26 @@ def _folder(tmp_path):
     return tmp_path
 
 
-FLAGS = ["--backbone", "fedavg", "--fusion", "fedvlr", "--rounds", "4", "--eval-every", "2", "--local-epochs", "1",
-         "--dim", "8", "--metrics", "hr@10,ndcg@10", "--valid-metric", "ndcg@10", "--no-progress", "--json"]
+FLAGS = [
+    "--backbone",
+    "fedavg",
+    "--fusion",
+    "fedvlr",
+    "--rounds",
+    "4",
+    "--eval-every",
+    "2",
+    "--local-epochs",
+    "1",
+    "--dim",
+    "8",
+    "--metrics",
+    "hr@10,ndcg@10",
+    "--valid-metric",
+    "ndcg@10",
+    "--no-progress",
+    "--json",
+]
 
 
 def _last_json(capsys) -> dict:
@@ -187,7 +223,8 @@ def test_run_tune_trains_the_grid_on_valid_and_runs_the_chosen_recipe(tmp_path, 
     # the run trained the chosen recipe: the same seed and settings give the candidate's validation score again
     assert res["valid"]["ndcg@10"] == pytest.approx(chosen["valid"])
     assert sorted(p.name for p in (tmp_path / "run" / "tuning").iterdir()) == sorted(
-        r.name.replace("+", "-") for r in RECIPES if not (r.unit_scale or r.residual_gate))
+        r.name.replace("+", "-") for r in RECIPES if not (r.unit_scale or r.residual_gate)
+    )
     # resumed: every candidate and the run are read back, the same choice and figures
     assert main(["run", str(src), *FLAGS, "--tune", "--resume", str(tmp_path / "run")]) == 0
     again = _last_json(capsys)
@@ -200,21 +237,48 @@ def test_run_tune_leaves_a_flag_the_user_passed_alone(tmp_path, capsys):
     tune = _last_json(capsys)["tuning"]
     assert [(c["lr"], c["residual"]) for c in tune["candidates"]] == [(0.3, True)] * 3
     assert [(c["server_lr"], c["content_preference"]) for c in tune["candidates"]] == [
-        (None, False), (3.0, False), (None, True)]
+        (None, False),
+        (3.0, False),
+        (None, True),
+    ]
 
 
 def test_paper_table_tune_chooses_the_fusion_row_recipe_on_valid(tmp_path, capsys):
     src = _folder(tmp_path / "data")
-    argv = ["experiment", "paper-table", str(src), "--backbones", "fedavg", "--variants", "fedgrad,sum,fedvlr",
-            "--seeds", "2", "--rounds", "4", "--eval-every", "2", "--local-epochs", "1", "--dim", "8",
-            "--metrics", "hr@10,ndcg@10", "--valid-metric", "ndcg@10", "--no-progress", "--tune", "--json",
-            "--out", str(tmp_path / "table")]
+    argv = [
+        "experiment",
+        "paper-table",
+        str(src),
+        "--backbones",
+        "fedavg",
+        "--variants",
+        "fedgrad,sum,fedvlr",
+        "--seeds",
+        "2",
+        "--rounds",
+        "4",
+        "--eval-every",
+        "2",
+        "--local-epochs",
+        "1",
+        "--dim",
+        "8",
+        "--metrics",
+        "hr@10,ndcg@10",
+        "--valid-metric",
+        "ndcg@10",
+        "--no-progress",
+        "--tune",
+        "--json",
+        "--out",
+        str(tmp_path / "table"),
+    ]
     assert main(argv) == 0
     res = _last_json(capsys)
-    assert sorted(res["tuning"]) == ["fedavg+fedvlr", "fedavg+sum"]     # fusion rows only, not the fedgrad row
+    assert sorted(res["tuning"]) == ["fedavg+fedvlr", "fedavg+sum"]  # fusion rows only, not the fedgrad row
     tune = res["tuning"]["fedavg+fedvlr"]
     chosen = next(c for c in tune["candidates"] if c["name"] == tune["selected"])
-    for row in ("fedavg+fedvlr", "fedavg+sum"):   # the ablation row trains with the FedVLR row's recipe
+    for row in ("fedavg+fedvlr", "fedavg+sum"):  # the ablation row trains with the FedVLR row's recipe
         assert res["row_configs"][row]["lr"] == chosen["lr"]
         assert res["row_configs"][row]["server_lr"] == chosen["server_lr"]
     assert res["tuning"]["fedavg+sum"]["from"] == "fedavg+fedvlr"
@@ -229,21 +293,23 @@ def test_run_tune_adds_the_id_dropout_twins_where_the_data_has_cold_items(tmp_pa
     # validation and test rows on an item nobody trained on: the data now has a cold item that validation sees
     lines = (src / "inter.csv").read_text().splitlines()
     (src / "inter.csv").write_text("\n".join(lines + [f"{u},48,1,9,{1 + u % 2}" for u in range(4)]) + "\n")
-    np.save(src / "text_features.npy", np.vstack([np.load(src / "text_features.npy"),
-                                                  np.ones((1, 8), dtype=np.float16)]))
+    np.save(
+        src / "text_features.npy", np.vstack([np.load(src / "text_features.npy"), np.ones((1, 8), dtype=np.float16)])
+    )
     assert main(["run", str(src), *FLAGS, "--fusion-residual", "--content-preference", "--tune"]) == 0
     tune = _last_json(capsys)["tuning"]
     assert [c["name"] for c in tune["candidates"]] == ["default", "fast", "default+dropout", "fast+dropout"]
     assert [c["id_dropout"] for c in tune["candidates"]] == [0.0, 0.0, 0.5, 0.5]
     assert all(c["residual"] and c["content_preference"] for c in tune["candidates"])
+
+
 def test_the_gate_recipe_reaches_the_layer_options_and_a_passed_gate_stays_on():
     from fedvlr_plus.cli.fusion import options_from_args
     from fedvlr_plus.cli.main import build_parser
     from fedvlr_plus.cli.run_tune import _candidates, _with_recipe
 
     def options(argv):
-        args = build_parser().parse_args(
-            ["run", "ml-100k", "--backbone", "recbole:NeuMF", "--fusion", "fedvlr", *argv])
+        args = build_parser().parse_args(["run", "ml-100k", "--backbone", "recbole:NeuMF", "--fusion", "fedvlr", *argv])
         return {r.name: options_from_args(_with_recipe(args, r, seeds=1)) for r in _candidates(args)}
 
     grid = options([])
@@ -260,7 +326,7 @@ def test_the_paper_table_hands_a_recipes_weight_decay_to_the_row_and_a_nonzero_t
     import pandas as pd
 
     from fedvlr_plus.api import FedVLR, Model
-    from fedvlr_plus.experiments.paper_tuning import _candidate, _fixed
+    from fedvlr_plus.experiments.paper.tuning import _candidate, _fixed
 
     row = FedVLR(Model("recbole:NeuMF", "recbole:NeuMF"), label="neumf+fedvlr")
     points = {r.name: r for r in candidate_recipes(backbone="recbole:NeuMF")}
@@ -271,5 +337,5 @@ def test_the_paper_table_hands_a_recipes_weight_decay_to_the_row_and_a_nonzero_t
         data = SimpleNamespace(cold_items=lambda: np.zeros(3, bool), valid=lambda: {"item": pd.Series([0, 1])})
         return SimpleNamespace(experiment=SimpleNamespace(training={"weight_decay": decay}), data=data)
 
-    assert _fixed(study(0.0), row)["weight_decay"] is None          # the table's default: the grid may choose
+    assert _fixed(study(0.0), row)["weight_decay"] is None  # the table's default: the grid may choose
     assert _fixed(study(1e-3), row)["weight_decay"] == 1e-3

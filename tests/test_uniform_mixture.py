@@ -1,4 +1,5 @@
 """``mode="uniform"``: the three experts with fixed equal weights and no router, the router's ablation."""
+
 import numpy as np
 import torch
 
@@ -24,8 +25,12 @@ def test_uniform_is_the_routed_layer_at_equal_weights_without_a_router():
     p = {FUSED: routed.fused_views(sp)}
     p.update({s.name: torch.randn(s.shape, generator=g) for s in routed.private_specs()})
     hist = torch.tensor([1, 2])
-    ctx = {"items_global": torch.arange(data.n_items), "hist_global": hist,
-           "hist_mask": torch.ones(2, dtype=torch.bool), **routed.round_context(p)}
+    ctx = {
+        "items_global": torch.arange(data.n_items),
+        "hist_global": hist,
+        "hist_mask": torch.ones(2, dtype=torch.bool),
+        **routed.round_context(p),
+    }
     # a routed user whose router outputs zero logits has weights 1/3: exactly the uniform mixture
     p_zero = {**p, "router.w2": torch.zeros_like(p["router.w2"]), "router.b2": torch.zeros_like(p["router.b2"])}
     expected = routed.logits(p_zero, None, dict(ctx))

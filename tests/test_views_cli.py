@@ -1,4 +1,5 @@
 """``fedvlr-plus views build|info|knn|bench`` through register()/run(), with the loader stubbed by real data."""
+
 from __future__ import annotations
 
 import argparse
@@ -9,9 +10,9 @@ import pandas as pd
 import pytest
 
 import fedvlr_plus.datasets as datasets
+from fedvlr_plus.cli import views as views_cli
 from fedvlr_plus.datasets import InteractionData
 from fedvlr_plus.views import ViewStore
-from fedvlr_plus.cli import views as views_cli
 
 
 def parse(argv):
@@ -26,10 +27,12 @@ def run(argv) -> int:
 
 @pytest.fixture
 def catalogue(monkeypatch):
-    items = pd.DataFrame({
-        "title": ["Toy Story (1995)", "Toy Soldiers (1991)", "Heat (1995)", "Casino (1995)", "Babe (1995)"],
-        "categories": [["Animation", "Comedy"], ["Action"], ["Action", "Crime"], ["Crime", "Drama"], ["Comedy"]],
-    })
+    items = pd.DataFrame(
+        {
+            "title": ["Toy Story (1995)", "Toy Soldiers (1991)", "Heat (1995)", "Casino (1995)", "Babe (1995)"],
+            "categories": [["Animation", "Comedy"], ["Action"], ["Action", "Crime"], ["Crime", "Drama"], ["Comedy"]],
+        }
+    )
     data = InteractionData.from_raw("toy-movies", [0, 0, 1, 1, 2], ["1", "2", "3", "4", "5"]).replace(items=items)
     seen = {}
 
@@ -45,8 +48,9 @@ def catalogue(monkeypatch):
 def test_build_info_knn_json(tmp_path, catalogue, capsys):
     data, seen = catalogue
     out = tmp_path / "store"
-    assert run(["views", "build", "toy-movies", "--out", str(out), "--encoder", "hashing", "--no-progress",
-                "--json"]) == 0
+    assert (
+        run(["views", "build", "toy-movies", "--out", str(out), "--encoder", "hashing", "--no-progress", "--json"]) == 0
+    )
     report = json.loads(capsys.readouterr().out)
     assert seen["source"] == "toy-movies" and report["encoder"] == "hashing" and report["n_items"] == 5
     assert report["views"] == ["title", "metadata", "balanced", "cca"]
@@ -93,8 +97,10 @@ def test_build_without_any_item_content_says_where_content_comes_from(tmp_path, 
     monkeypatch.setattr(datasets, "load", lambda source, **kw: bare, raising=False)
     assert run(["views", "build", "x", "--out", str(tmp_path / "s"), "--no-progress"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("error: views build x: bare has no item content to encode (no feature array, item "
-                              "text or image); add image_features.npy")
+    assert err[-1].startswith(
+        "error: views build x: bare has no item content to encode (no feature array, item "
+        "text or image); add image_features.npy"
+    )
     assert not (tmp_path / "s").exists()
 
 

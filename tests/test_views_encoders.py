@@ -1,4 +1,5 @@
 """Encoders: OpenCLIP from a local checkpoint (Gift Cards), offline fail-fast, encoder choice, MiniLM on ml-100k."""
+
 from __future__ import annotations
 
 import gzip
@@ -13,8 +14,15 @@ import pytest
 from _shared import shared_data
 
 from fedvlr_plus.datasets import InteractionData
-from fedvlr_plus.views import (EncoderUnavailable, HashingTextEncoder, PrecomputedEncoder, ViewStore, build_store,
-                               combined_texts, make_encoder)
+from fedvlr_plus.views import (
+    EncoderUnavailable,
+    HashingTextEncoder,
+    PrecomputedEncoder,
+    ViewStore,
+    build_store,
+    combined_texts,
+    make_encoder,
+)
 
 # A deliberately tiny OpenCLIP architecture (1.6 M parameters, mostly the token embedding): plumbing only.
 TINY_CLIP = {
@@ -35,14 +43,23 @@ def gift_cards() -> InteractionData:
             m = json.loads(line)
             meta.setdefault(m["asin"], m)
     order = list(dict.fromkeys(reviews["asin"]))
-    data = InteractionData.from_raw("Gift_Cards", reviews["reviewerID"], reviews["asin"], reviews["overall"],
-                                    reviews["unixReviewTime"], item_order=order, source=str(folder))
-    items = pd.DataFrame({
-        "title": [meta.get(a, {}).get("title") for a in order],
-        "description": [meta.get(a, {}).get("description") for a in order],
-        "categories": [meta.get(a, {}).get("category") for a in order],
-        "image": [(meta.get(a, {}).get("image") or [None])[0] for a in order],
-    })
+    data = InteractionData.from_raw(
+        "Gift_Cards",
+        reviews["reviewerID"],
+        reviews["asin"],
+        reviews["overall"],
+        reviews["unixReviewTime"],
+        item_order=order,
+        source=str(folder),
+    )
+    items = pd.DataFrame(
+        {
+            "title": [meta.get(a, {}).get("title") for a in order],
+            "description": [meta.get(a, {}).get("description") for a in order],
+            "categories": [meta.get(a, {}).get("category") for a in order],
+            "image": [(meta.get(a, {}).get("image") or [None])[0] for a in order],
+        }
+    )
     return data.replace(items=items)
 
 
@@ -86,8 +103,16 @@ def test_open_clip_from_local_checkpoint_on_gift_cards(tmp_path, tiny_checkpoint
     data = data.replace(items=items)
 
     t0 = time.perf_counter()
-    store, report = build_store(data, tmp_path / "gift", encoder="open_clip", model=str(cfg), pretrained=str(ckpt),
-                                image_root=str(tmp_path), progress=False, batch_size=16)
+    store, report = build_store(
+        data,
+        tmp_path / "gift",
+        encoder="open_clip",
+        model=str(cfg),
+        pretrained=str(ckpt),
+        image_root=str(tmp_path),
+        progress=False,
+        batch_size=16,
+    )
     assert time.perf_counter() - t0 < 20
     assert report.encoder == "open_clip" and store.views == ["text", "image", "balanced", "cca"]
     assert store.dims["text"] == 32 and store.manifest["modalities"]["image"]["dim"] == 32
@@ -97,9 +122,12 @@ def test_open_clip_from_local_checkpoint_on_gift_cards(tmp_path, tiny_checkpoint
     # The fallback is flagged: every item without a readable image borrowed its text embedding.
     assert set(np.flatnonzero(store.imputed("image")).tolist()) == set(range(148)) - set(local)
     no_image = int(data.items["image"].isna().sum())
-    assert report.encoder_report == {"image: unreadable": 1, "image: no image": no_image,
-                                     "image: url not fetched (fetch_images=False)": 148 - len(local) - 1 - no_image,
-                                     "text: none": 0}
+    assert report.encoder_report == {
+        "image: unreadable": 1,
+        "image: no image": no_image,
+        "image: url not fetched (fetch_images=False)": 148 - len(local) - 1 - no_image,
+        "text: none": 0,
+    }
     np.testing.assert_allclose(store.get([1], "image"), store.get([1], "text"), atol=1e-6)
 
     # The weights really came from the file: the store's vectors equal the reference model's.
@@ -119,8 +147,9 @@ def test_open_clip_from_local_checkpoint_on_gift_cards(tmp_path, tiny_checkpoint
     # A cold-start arrival without an image: encoded by the same encoder, image imputed, old rows untouched.
     enc, _ = make_encoder("open_clip", model=str(cfg), pretrained=str(ckpt), progress=False)
     old = again.get(np.arange(148), "cca")
-    new = pd.DataFrame({"title": ["Coffee shop gift card"], "description": [None], "categories": [["Gift Cards"]],
-                        "image": [None]})
+    new = pd.DataFrame(
+        {"title": ["Coffee shop gift card"], "description": [None], "categories": [["Gift Cards"]], "image": [None]}
+    )
     grown = again.add_items(["NEW-ASIN"], items=new, encoder=enc)
     assert grown.n_items == 149 and grown.imputed("image")[148] and not grown.imputed("text")[148]
     assert np.array_equal(grown.get(np.arange(148), "cca"), old)
@@ -143,8 +172,13 @@ def test_open_clip_fetches_urls_only_when_enabled(tmp_path, tiny_checkpoint):
 
 def test_open_clip_without_images_encodes_text_fields(tiny_checkpoint):
     cfg, ckpt, _, _ = tiny_checkpoint
-    items = pd.DataFrame({"title": ["a red card", "a blue card", "tea"], "categories": [["x"], ["x"], ["y"]],
-                          "image": ["https://example.invalid/a.jpg", None, None]})
+    items = pd.DataFrame(
+        {
+            "title": ["a red card", "a blue card", "tea"],
+            "categories": [["x"], ["x"], ["y"]],
+            "image": ["https://example.invalid/a.jpg", None, None],
+        }
+    )
     enc, _ = make_encoder("open_clip", model=str(cfg), pretrained=str(ckpt), progress=False)
     emb = enc.encode(items)
     assert emb.kind == "text-fields" and emb.names == ["title", "metadata"]
@@ -219,11 +253,13 @@ def ml100k_items() -> tuple[np.ndarray, pd.DataFrame]:
     root = Path(list(importlib.util.find_spec("recbole").submodule_search_locations)[0])
     raw = pd.read_csv(root / "dataset_example" / "ml-100k" / "ml-100k.item", sep="\t", dtype=str, keep_default_na=False)
     raw.columns = [c.split(":")[0] for c in raw.columns]
-    items = pd.DataFrame({
-        "title": [f"{t} ({y})" if y.isdigit() else t for t, y in zip(raw["movie_title"], raw["release_year"])],
-        "categories": [c.split() for c in raw["class"]],
-        "year": raw["release_year"],
-    })
+    items = pd.DataFrame(
+        {
+            "title": [f"{t} ({y})" if y.isdigit() else t for t, y in zip(raw["movie_title"], raw["release_year"])],
+            "categories": [c.split() for c in raw["class"]],
+            "year": raw["release_year"],
+        }
+    )
     return raw["item_id"].to_numpy(), items
 
 

@@ -1,12 +1,26 @@
 """Pre-fusion operators, text templates and the missing-content fallback, against hand-computed values."""
+
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from fedvlr_plus.views import (OPERATORS, Embeddings, ViewOperator, ViewSpec, ViewStore, ViewStoreError, apply_views,
-                               combined_texts, complete, default_views, field_texts, fit_views, parse_views)
+from fedvlr_plus.views import (
+    OPERATORS,
+    Embeddings,
+    ViewOperator,
+    ViewSpec,
+    ViewStore,
+    ViewStoreError,
+    apply_views,
+    combined_texts,
+    complete,
+    default_views,
+    field_texts,
+    fit_views,
+    parse_views,
+)
 from fedvlr_plus.views.cca import apply_cca, fit_cca
 from fedvlr_plus.views.procrustes import fit_procrustes
 
@@ -24,9 +38,11 @@ def unit(x):
 
 def test_mean_weighted_concat_by_hand():
     e = emb2([[1, 0], [0.6, 0.8]], [[0, 1], [0.6, 0.8]])
-    specs = [ViewSpec("balanced", "mean", ("text", "image")),
-             ViewSpec("text_heavy", "weighted", ("text", "image"), {"weights": [0.75, 0.25]}),
-             ViewSpec("concat", "concat", ("text", "image"))]
+    specs = [
+        ViewSpec("balanced", "mean", ("text", "image")),
+        ViewSpec("text_heavy", "weighted", ("text", "image"), {"weights": [0.75, 0.25]}),
+        ViewSpec("concat", "concat", ("text", "image")),
+    ]
     v = apply_views(e, specs, fit_views(e, specs))
     h = 1 / np.sqrt(2)
     np.testing.assert_allclose(v["balanced"][0], [h, h], atol=1e-7)
@@ -110,8 +126,9 @@ def test_registry_is_open_and_views_parse(tmp_path, monkeypatch):
     specs = parse_views("text, mx=maxpool(text,image)", e)
     assert [s.name for s in specs] == ["text", "mx"] and specs[1].inputs == ("text", "image")
     store = ViewStore.create(tmp_path / "s", e, specs)
-    np.testing.assert_allclose(store.get([0, 2], "mx"), [[np.sqrt(0.5), np.sqrt(0.5)], [0.8 / np.hypot(0.8, 0.8)] * 2],
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        store.get([0, 2], "mx"), [[np.sqrt(0.5), np.sqrt(0.5)], [0.8 / np.hypot(0.8, 0.8)] * 2], atol=1e-6
+    )
     with pytest.raises(ViewStoreError, match="unknown view 'nope'; available here: text, image, balanced"):
         parse_views("nope", e)
     with pytest.raises(ViewStoreError, match="input 'title' is not an encoded modality"):
@@ -123,12 +140,18 @@ def test_registry_is_open_and_views_parse(tmp_path, monkeypatch):
 def test_default_views_by_kind():
     e = emb2(np.eye(3), np.eye(3))
     assert [(s.name, s.op, s.inputs) for s in default_views(e)] == [
-        ("text", "identity", ("text",)), ("image", "identity", ("image",)),
-        ("balanced", "mean", ("text", "image")), ("cca", "cca", ("text", "image"))]
+        ("text", "identity", ("text",)),
+        ("image", "identity", ("image",)),
+        ("balanced", "mean", ("text", "image")),
+        ("cca", "cca", ("text", "image")),
+    ]
     f = Embeddings({"title": unit(np.eye(3)), "metadata": unit(np.eye(3)[::-1])}, {}, "text-fields")
     assert [(s.name, s.inputs) for s in default_views(f)] == [
-        ("title", ("title",)), ("metadata", ("metadata",)), ("balanced", ("title", "metadata")),
-        ("cca", ("title", "metadata"))]
+        ("title", ("title",)),
+        ("metadata", ("metadata",)),
+        ("balanced", ("title", "metadata")),
+        ("cca", ("title", "metadata")),
+    ]
     mixed = Embeddings({"text": unit(np.eye(3)), "image": unit(np.eye(4)[:3])}, {}, "multimodal")
     assert {s.name: s.op for s in default_views(mixed)}["balanced"] == "concat"  # dims differ
     single = Embeddings({"text": unit(np.eye(3))}, {}, "precomputed")
@@ -136,14 +159,19 @@ def test_default_views_by_kind():
 
 
 def test_text_templates_by_hand():
-    items = pd.DataFrame({
-        "title": ["Toy Story (1995)", None, "  Spaced   out "],
-        "description": [None, ["Great card.", "Never expires"], float("nan")],
-        "categories": [["Animation", "Children's", "Animation"], ["Gift Cards", "Gift Cards"], []],
-        "year": ["1995", None, None],
-    })
-    assert combined_texts(items) == ["Toy Story (1995). Animation, Children's.",
-                                     "Gift Cards. Great card. Never expires.", "Spaced out."]
+    items = pd.DataFrame(
+        {
+            "title": ["Toy Story (1995)", None, "  Spaced   out "],
+            "description": [None, ["Great card.", "Never expires"], float("nan")],
+            "categories": [["Animation", "Children's", "Animation"], ["Gift Cards", "Gift Cards"], []],
+            "year": ["1995", None, None],
+        }
+    )
+    assert combined_texts(items) == [
+        "Toy Story (1995). Animation, Children's.",
+        "Gift Cards. Great card. Never expires.",
+        "Spaced out.",
+    ]
     f = field_texts(items)
     assert f["title"] == ["Toy Story (1995)", None, "Spaced out"]
     assert f["description"] == [None, "Great card. Never expires", None]

@@ -1,4 +1,5 @@
 """ViewStore: exact kNN on KU's CLIP features, reload, checksums, corrupt stores, add_items, atomic writes."""
+
 from __future__ import annotations
 
 import json
@@ -10,17 +11,35 @@ import pytest
 from _shared import shared_data
 
 from fedvlr_plus.datasets import InteractionData
-from fedvlr_plus.views import (CorruptStoreError, Embeddings, PrecomputedEncoder, ViewSpec, ViewStore,
-                               ViewStoreError, build_store)
+from fedvlr_plus.views import (
+    CorruptStoreError,
+    Embeddings,
+    PrecomputedEncoder,
+    ViewSpec,
+    ViewStore,
+    ViewStoreError,
+    build_store,
+)
 
 
 def ku_data() -> InteractionData:
     ku = shared_data("ku")
     inter = pd.read_csv(ku / "inter.csv")
-    data = InteractionData.from_raw("ku", inter["userID"], inter["itemID"], split=inter["split_label"],
-                                    item_order=range(560), source=str(ku), format="ku")
-    return data.replace(features={"image_features": np.load(ku / "image_features.npy"),
-                                  "text_features": np.load(ku / "text_features.npy")})
+    data = InteractionData.from_raw(
+        "ku",
+        inter["userID"],
+        inter["itemID"],
+        split=inter["split_label"],
+        item_order=range(560),
+        source=str(ku),
+        format="ku",
+    )
+    return data.replace(
+        features={
+            "image_features": np.load(ku / "image_features.npy"),
+            "text_features": np.load(ku / "text_features.npy"),
+        }
+    )
 
 
 def toy_embeddings(n: int = 40, d: int = 8, seed: int = 0, imputed_text_rows=()) -> Embeddings:
@@ -36,10 +55,15 @@ def toy_embeddings(n: int = 40, d: int = 8, seed: int = 0, imputed_text_rows=())
 
 def toy_store(tmp_path, n=40, **kw) -> ViewStore:
     emb = toy_embeddings(n)
-    specs = [ViewSpec("text", "identity", ("text",)), ViewSpec("image", "identity", ("image",)),
-             ViewSpec("balanced", "mean", ("text", "image")), ViewSpec("cca", "cca", ("text", "image"), {"dim": 4})]
-    return ViewStore.create(tmp_path / "store", emb, specs, item_ids=[f"i{r}" for r in range(n)],
-                            encoder={"encoder": "toy"}, **kw)
+    specs = [
+        ViewSpec("text", "identity", ("text",)),
+        ViewSpec("image", "identity", ("image",)),
+        ViewSpec("balanced", "mean", ("text", "image")),
+        ViewSpec("cca", "cca", ("text", "image"), {"dim": 4}),
+    ]
+    return ViewStore.create(
+        tmp_path / "store", emb, specs, item_ids=[f"i{r}" for r in range(n)], encoder={"encoder": "toy"}, **kw
+    )
 
 
 def brute_force(vectors: np.ndarray, row: int, k: int):
@@ -60,8 +84,10 @@ def test_ku_store_reloads_and_knn_equals_brute_force_cosine(tmp_path):
     assert store.dims == {"text": 512, "image": 512, "balanced": 512, "cca": 128}
 
     again = ViewStore(tmp_path / "ku")  # full verification on load
-    raw = {"text": np.load(shared_data("ku") / "text_features.npy"),
-           "image": np.load(shared_data("ku") / "image_features.npy")}
+    raw = {
+        "text": np.load(shared_data("ku") / "text_features.npy"),
+        "image": np.load(shared_data("ku") / "image_features.npy"),
+    }
     k = 20
     for view in ("text", "image"):
         x = raw[view].astype(np.float32)
@@ -169,8 +195,10 @@ def test_nan_vectors_are_refused(tmp_path):
     np.save(store.path / "views" / "balanced.npy", arr)
     from fedvlr_plus.views.encoders import sha256_file
 
-    _rewrite_manifest(store.path, lambda m: m["files"].update(
-        {"views/balanced.npy": sha256_file(store.path / "views" / "balanced.npy")}))
+    _rewrite_manifest(
+        store.path,
+        lambda m: m["files"].update({"views/balanced.npy": sha256_file(store.path / "views" / "balanced.npy")}),
+    )
     with pytest.raises(CorruptStoreError, match=r"balanced\.npy: row 13 contains NaN"):
         ViewStore(store.path)
     with pytest.raises(ViewStoreError, match="NaN"):
@@ -184,8 +212,9 @@ def test_missing_rows_are_refused(tmp_path):
     with pytest.raises(ViewStoreError, match="item 'zzz' is not in the store"):
         store.knn(item="zzz")
     with pytest.raises(ViewStoreError, match="3 item ids for 40 embedded items"):
-        ViewStore.create(tmp_path / "other", toy_embeddings(), [ViewSpec("text", "identity", ("text",))],
-                         item_ids=["a", "b", "c"])
+        ViewStore.create(
+            tmp_path / "other", toy_embeddings(), [ViewSpec("text", "identity", ("text",))], item_ids=["a", "b", "c"]
+        )
     data = ku_data()
     short = data.replace(features={"text": data.features["text_features"][:500]})
     with pytest.raises(ViewStoreError, match="encoded 500 rows for 560 items"):
@@ -223,13 +252,22 @@ def test_add_items_keeps_old_rows_bit_identical(tmp_path):
 def test_add_items_with_encoder_checks_fingerprint(tmp_path):
     from fedvlr_plus.views import HashingTextEncoder
 
-    items = pd.DataFrame({"title": ["red apple pie", "green apple tart", "blue cheese"],
-                          "categories": [["Dessert"], ["Dessert"], ["Cheese"]]})
+    items = pd.DataFrame(
+        {
+            "title": ["red apple pie", "green apple tart", "blue cheese"],
+            "categories": [["Dessert"], ["Dessert"], ["Cheese"]],
+        }
+    )
     enc = HashingTextEncoder(64)
     emb = enc.encode(items)
-    store = ViewStore.create(tmp_path / "s", emb, [ViewSpec("title", "identity", ("title",)),
-                                                   ViewSpec("metadata", "identity", ("metadata",))],
-                             item_ids=["a", "b", "c"], encoder=enc.fingerprint(), titles=list(items["title"]))
+    store = ViewStore.create(
+        tmp_path / "s",
+        emb,
+        [ViewSpec("title", "identity", ("title",)), ViewSpec("metadata", "identity", ("metadata",))],
+        item_ids=["a", "b", "c"],
+        encoder=enc.fingerprint(),
+        titles=list(items["title"]),
+    )
     # New items without categories: the metadata field is imputed (flagged), the store keeps its modalities.
     new = pd.DataFrame({"title": ["apple crumble"], "categories": [None]})
     store = store.add_items(["d"], items=new, encoder=enc)
@@ -265,8 +303,9 @@ def test_failed_write_leaves_the_old_store_intact(tmp_path, monkeypatch):
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "keep.txt").write_text("mine")
     with pytest.raises(ViewStoreError, match="not a ViewStore; refusing"):
-        ViewStore.create(tmp_path / "notes", toy_embeddings(), [ViewSpec("text", "identity", ("text",))],
-                         overwrite=True)
+        ViewStore.create(
+            tmp_path / "notes", toy_embeddings(), [ViewSpec("text", "identity", ("text",))], overwrite=True
+        )
     assert (tmp_path / "notes" / "keep.txt").read_text() == "mine"
 
 
@@ -282,7 +321,9 @@ def test_approximate_indexes_find_each_item_first(tmp_path, kind):
     assert store.manifest["index"]["type"] == kind
     rows, scores = store.search(x[:50], 1, "text")
     assert (rows[:, 0] == np.arange(50)).mean() >= 0.96
-    store = store.add_items(list(range(400, 410)), embeddings=Embeddings({"text": x[:10][::-1].copy()}, {}, "precomputed"))
+    store = store.add_items(
+        list(range(400, 410)), embeddings=Embeddings({"text": x[:10][::-1].copy()}, {}, "precomputed")
+    )
     assert store.index("text").ntotal == 410
 
 

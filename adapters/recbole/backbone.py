@@ -33,6 +33,7 @@ What the adapter does with the wrapped ``torch.nn.Module``:
 RecBole writes ``./log`` and ``./log_tensorboard`` into the current directory; everything here that may write
 (``Trainer``) runs inside :func:`recbole_workdir`, a temporary folder, unless the caller passes a folder.
 """
+
 from __future__ import annotations
 
 import re
@@ -42,16 +43,34 @@ import numpy as np
 import torch
 
 from ..base import Backbone, ParamSpec, take_rows
+
 # the model lookup, the data bridge and the evaluation have files of their own; their names stay importable here
 from .data import _dataset_name, build_from_data, data_from_recbole  # noqa: F401
 from .evaluation import CACHE_ATTRIBUTES, RB_METRIC, central_scorer, recbole_evaluate, train_central  # noqa: F401
+from .models import (  # noqa: F401
+    MODEL_FAMILIES,
+    RefusedModel,
+    _family_models,
+    _model_by_name,
+    _refusal_for_type,
+    recbole_workdir,
+    resolve_model,
+)
 from .neumf import neumf_scores
-from .models import (MODEL_FAMILIES, RefusedModel, _family_models, _model_by_name,  # noqa: F401
-                             _refusal_for_type, recbole_workdir, resolve_model)
 
-__all__ = ["RecBoleBackbone", "RefusedModel", "resolve_model", "recbole_workdir", "build_from_data",
-           "data_from_recbole", "federate", "fedvlr", "align_views", "recbole_evaluate", "train_central",
-           "central_scorer"]
+__all__ = [
+    "RecBoleBackbone",
+    "RefusedModel",
+    "resolve_model",
+    "recbole_workdir",
+    "build_from_data",
+    "data_from_recbole",
+    "federate",
+    "align_views",
+    "recbole_evaluate",
+    "train_central",
+    "central_scorer",
+]
 
 GRAPH_ATTRIBUTES = ("interaction_matrix", "norm_adj_matrix", "eye_matrix")
 
@@ -118,8 +137,18 @@ class RecBoleBackbone(Backbone):
     #: (:mod:`.recbole_neumf`); False runs ``predict`` on every pair (the reference ``bench eval --check`` times)
     score_decomposed = True
 
-    def __init__(self, model, config, dataset, *, item_map=None, user_map=None, private=None, shared=None,
-                 seed: int | None = None):
+    def __init__(
+        self,
+        model,
+        config,
+        dataset,
+        *,
+        item_map=None,
+        user_map=None,
+        private=None,
+        shared=None,
+        seed: int | None = None,
+    ):
         self.model_class = resolve_model(model)
         self.config, self.dataset = config, dataset
         self.seed = int(config["seed"] if seed is None else seed)
@@ -138,8 +167,10 @@ class RecBoleBackbone(Backbone):
 
         self.input_type = getattr(m, "input_type", None)
         if self.input_type not in (InputType.PAIRWISE, InputType.POINTWISE):
-            raise RefusedModel(f"cannot federate {self.model_class.__name__}: input type {self.input_type} "
-                               f"(only pairwise and pointwise training batches are built)")
+            raise RefusedModel(
+                f"cannot federate {self.model_class.__name__}: input type {self.input_type} "
+                f"(only pairwise and pointwise training batches are built)"
+            )
         self.kinds = self._classify(private, shared)
         widths = [int(np.prod(p.shape[1:])) for n, p in m.named_parameters() if self.kinds[n] == "item"]
         super().__init__(len(self.item_map), max(1, sum(widths)))
@@ -174,9 +205,11 @@ class RecBoleBackbone(Backbone):
             if not leak and isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim >= 1:
                 leak = value.shape[0] in (self.nu, self.nu + self.ni)
             if leak:
-                raise RefusedModel(f"cannot federate {name}: attribute {attr!r} holds data derived from every "
-                                   f"user's interactions (built from the global dataset at construction); a "
-                                   f"client must not see other users' interactions")
+                raise RefusedModel(
+                    f"cannot federate {name}: attribute {attr!r} holds data derived from every "
+                    f"user's interactions (built from the global dataset at construction); a "
+                    f"client must not see other users' interactions"
+                )
         for bname, buf in m.named_buffers():
             if buf.ndim >= 1 and buf.shape[0] in (self.nu, self.nu + self.ni):
                 raise RefusedModel(f"cannot federate {name}: buffer {bname!r} has one row per user")
@@ -200,9 +233,11 @@ class RecBoleBackbone(Backbone):
                 elif "item" in low and "user" not in low:
                     kinds[name] = "item"
                 else:
-                    raise ValueError(f"{self.name}: parameter {name!r} has {rows} rows and n_users == n_items; "
-                                     f"say whether it is private (private=[{name!r}]) or shared "
-                                     f"(shared=[{name!r}])")
+                    raise ValueError(
+                        f"{self.name}: parameter {name!r} has {rows} rows and n_users == n_items; "
+                        f"say whether it is private (private=[{name!r}]) or shared "
+                        f"(shared=[{name!r}])"
+                    )
             elif rows == self.nu:
                 kinds[name] = "user"
             elif rows == self.ni:
@@ -222,8 +257,9 @@ class RecBoleBackbone(Backbone):
             elif kind == "private":
                 out.append(ParamSpec(name, tuple(prm.shape), shared=False, std=std))
             elif kind == "item":
-                out.append(ParamSpec(name, (self.n_items,) + tuple(prm.shape[1:]), shared=True, item_table=True,
-                                     std=std))
+                out.append(
+                    ParamSpec(name, (self.n_items,) + tuple(prm.shape[1:]), shared=True, item_table=True, std=std)
+                )
             else:
                 out.append(ParamSpec(name, tuple(prm.shape), shared=True, std=std))
         return out
@@ -244,8 +280,10 @@ class RecBoleBackbone(Backbone):
         representation the FedVLR layer fuses with the content views."""
         names = self.item_table_names
         if not names:
-            raise RefusedModel(f"{self.name} has no item embedding table (no parameter with one row per item); "
-                               f"the FedVLR layer has no item representation to wrap")
+            raise RefusedModel(
+                f"{self.name} has no item embedding table (no parameter with one row per item); "
+                f"the FedVLR layer has no item representation to wrap"
+            )
         parts = [take_rows(p[n], items) for n in names]
         return torch.cat(parts, -1)
 
@@ -254,7 +292,7 @@ class RecBoleBackbone(Backbone):
         out, c = {}, 0
         for n in self.item_table_names:
             w = int(self.template.get_parameter(n).shape[1])
-            out[n] = rep[..., c:c + w]
+            out[n] = rep[..., c : c + w]
             c += w
         return out
 
@@ -289,8 +327,12 @@ class RecBoleBackbone(Backbone):
 
     def describe(self) -> dict:
         out = super().describe()
-        out.update(recbole_model=self.model_class.__name__, graph_local=self.graph,
-                   input_type=str(self.input_type), kinds=dict(self.kinds))
+        out.update(
+            recbole_model=self.model_class.__name__,
+            graph_local=self.graph,
+            input_type=str(self.input_type),
+            kinds=dict(self.kinds),
+        )
         return out
 
     # ------------------------------------------------------------------ running the module
@@ -327,8 +369,9 @@ class RecBoleBackbone(Backbone):
         if cached is None:
             rows = np.full(len(positives), int(self.user_map[cid]))
             cols = self.item_map[torch.as_tensor(positives, dtype=torch.long)].numpy()
-            m.interaction_matrix = sp.coo_matrix((np.ones(len(rows), np.float32), (rows, cols)),
-                                                 shape=(self.nu, self.ni))
+            m.interaction_matrix = sp.coo_matrix(
+                (np.ones(len(rows), np.float32), (rows, cols)), shape=(self.nu, self.ni)
+            )
             cached = (m.interaction_matrix, m.get_norm_adj_mat())
             self._graph_cache[int(cid)] = cached
         m.interaction_matrix, m.norm_adj_matrix = cached
@@ -353,8 +396,13 @@ class RecBoleBackbone(Backbone):
         m, uid = self.template, int(self.user_map[cid])
         rb_items = self.item_map[torch.as_tensor(items, dtype=torch.long)]
         if self.input_type == InputType.POINTWISE:
-            return Interaction({m.USER_ID: torch.full((len(items),), uid, dtype=torch.long), m.ITEM_ID: rb_items,
-                                m.LABEL: torch.as_tensor(labels, dtype=torch.float32)})
+            return Interaction(
+                {
+                    m.USER_ID: torch.full((len(items),), uid, dtype=torch.long),
+                    m.ITEM_ID: rb_items,
+                    m.LABEL: torch.as_tensor(labels, dtype=torch.float32),
+                }
+            )
         k = int(negatives)
         if k < 1:
             raise ValueError(f"{self.name} is pairwise: it needs at least one negative per positive")
@@ -363,8 +411,13 @@ class RecBoleBackbone(Backbone):
         if not ((lab[:, 0] == 1).all() and (lab[:, 1:] == 0).all()):
             raise RuntimeError("schedule layout changed: expected each positive followed by its negatives")
         pos = grid[:, :1].expand(-1, k).reshape(-1)
-        return Interaction({m.USER_ID: torch.full((len(pos),), uid, dtype=torch.long), m.ITEM_ID: pos,
-                            m.NEG_ITEM_ID: grid[:, 1:].reshape(-1)})
+        return Interaction(
+            {
+                m.USER_ID: torch.full((len(pos),), uid, dtype=torch.long),
+                m.ITEM_ID: pos,
+                m.NEG_ITEM_ID: grid[:, 1:].reshape(-1),
+            }
+        )
 
     def loss(self, params: dict, interaction, *, cid: int, positives=None) -> torch.Tensor:
         out = self.call(params, "calculate_loss", interaction, cid=cid, positives=positives)
@@ -386,12 +439,17 @@ class RecBoleBackbone(Backbone):
         from recbole.data.interaction import Interaction
 
         m = self.template
-        inter = Interaction({m.USER_ID: self.user_map[users].repeat_interleave(items.shape[1]),
-                             m.ITEM_ID: self.item_map[items.reshape(-1)]})
+        inter = Interaction(
+            {
+                m.USER_ID: self.user_map[users].repeat_interleave(items.shape[1]),
+                m.ITEM_ID: self.item_map[items.reshape(-1)],
+            }
+        )
         return self.call(params, "predict", inter).view(items.shape)
 
-    def scores(self, params: dict, users: torch.Tensor, *, cid: int | None = None, positives=None,
-               max_pairs: int = 1 << 18) -> torch.Tensor:
+    def scores(
+        self, params: dict, users: torch.Tensor, *, cid: int | None = None, positives=None, max_pairs: int = 1 << 18
+    ) -> torch.Tensor:
         """Scores ``[B, n_items]`` in our item order for ``users`` (our ids), from full module ``params``."""
         from recbole.data.interaction import Interaction
 
@@ -408,15 +466,27 @@ class RecBoleBackbone(Backbone):
         rows = []  # RecBole's trainer does the same: predict over every (user, item) pair
         step = max(1, max_pairs // max(1, self.n_items))
         for b0 in range(0, len(rb), step):
-            ub = rb[b0:b0 + step]
-            inter = Interaction({m.USER_ID: ub.repeat_interleave(self.n_items),
-                                 m.ITEM_ID: self.item_map.repeat(len(ub))})
+            ub = rb[b0 : b0 + step]
+            inter = Interaction(
+                {m.USER_ID: ub.repeat_interleave(self.n_items), m.ITEM_ID: self.item_map.repeat(len(ub))}
+            )
             rows.append(self.call(params, "predict", inter, cid=cid, positives=positives).view(len(ub), -1))
         return torch.cat(rows)
 
 
-def federate(model, config=None, dataset=None, *, data=None, workdir=None, config_file=None, config_dict=None,
-             private=None, shared=None, seed: int = 0):
+def federate(
+    model,
+    config=None,
+    dataset=None,
+    *,
+    data=None,
+    workdir=None,
+    config_file=None,
+    config_dict=None,
+    private=None,
+    shared=None,
+    seed: int = 0,
+):
     """One call from a RecBole model to a federated backbone plus the data it runs on.
 
     - From our data (``data``, a split InteractionData): the RecBole dataset is written from it (into
@@ -435,10 +505,12 @@ def federate(model, config=None, dataset=None, *, data=None, workdir=None, confi
             workdir = tmp.name
         else:
             tmp = None
-        cfg, train_ds, item_map, user_map = build_from_data(model, data, workdir, config_file=config_file,
-                                                            config_dict=config_dict, seed=seed)
-        bb = RecBoleBackbone(model, cfg, train_ds, item_map=item_map, user_map=user_map, private=private,
-                             shared=shared, seed=seed)
+        cfg, train_ds, item_map, user_map = build_from_data(
+            model, data, workdir, config_file=config_file, config_dict=config_dict, seed=seed
+        )
+        bb = RecBoleBackbone(
+            model, cfg, train_ds, item_map=item_map, user_map=user_map, private=private, shared=shared, seed=seed
+        )
         bb._workdir = tmp  # keep the atomic files alive as long as the backbone
         return bb, data
     if config is None:
@@ -463,26 +535,3 @@ def align_views(views: dict[str, np.ndarray], view_item_ids, data) -> dict[str, 
         raise ValueError(f"{len(missing)} items of {data.name} have no view row (first: {missing[:3]})")
     rows = np.array([pos[str(t)] for t in data.item_ids], dtype=np.int64)
     return {k: np.asarray(v, np.float32)[rows] for k, v in views.items()}
-
-
-def fedvlr(backbone: RecBoleBackbone, views: dict[str, np.ndarray] | None = None, data=None,
-           options=None, **option_fields):
-    """The FedVLR layer around a RecBole backbone: the model's item embedding tables become the ID modality
-    ``D`` of the server's fusion, and each client replaces them by its router-weighted fused views.
-
-    Built by :func:`fedvlr_plus.fedvlr.build_fedvlr` from ``options`` (a :class:`~fedvlr_plus.fedvlr.FedVLROptions`;
-    ``option_fields`` such as ``mode="sum"`` or ``cold_neighbours=0`` replace its fields). ``views`` are loaded as
-    the options say when not given; without ``data`` there is no cold-item rule."""
-    from dataclasses import replace
-
-    from fedvlr_plus.fedvlr import FedVLROptions, build_fedvlr
-
-    if not backbone.item_table_names:
-        raise RefusedModel(f"{backbone.name} has no item embedding table (no parameter with one row per item); "
-                           f"the FedVLR layer has nothing to wrap")
-    bad = [n for n in backbone.item_table_names if backbone.template.get_parameter(n).dim() != 2]
-    if bad:
-        raise RefusedModel(f"{backbone.name}: item tables {bad} are not [n_items, d] matrices; the FedVLR layer "
-                           f"fuses 2-d embedding tables only")
-    # the same builder (and cold-item rule) as every other backbone
-    return build_fedvlr(data, backbone, replace(options or FedVLROptions(), **option_fields), views)

@@ -1,5 +1,6 @@
 """RecBole's side of the evaluation: the same masked scores ranked by RecBole's own evaluator, and a wrapped model
 trained centrally by RecBole's ``Trainer`` (the non-federated reference) with its scorer."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -16,8 +17,16 @@ RB_METRIC = {"hr": "hit", "ndcg": "ndcg", "recall": "recall", "mrr": "mrr"}
 CACHE_ATTRIBUTES = ("restore_user_e", "restore_item_e")
 
 
-def recbole_evaluate(data, scorer, *, split: str = "test", ks=(10,), metrics=("hr", "ndcg"),
-                     mask_history: str = "train", batch_size: int = 512) -> dict:
+def recbole_evaluate(
+    data,
+    scorer,
+    *,
+    split: str = "test",
+    ks=(10,),
+    metrics=("hr", "ndcg"),
+    mask_history: str = "train",
+    batch_size: int = 512,
+) -> dict:
     """RecBole's own evaluator (``Collector`` + metric classes) on full-sort scores from ``scorer``.
 
     The history is masked with -inf before RecBole's top-k exactly as our evaluator masks it
@@ -32,17 +41,23 @@ def recbole_evaluate(data, scorer, *, split: str = "test", ks=(10,), metrics=("h
     unknown = set(metrics) - set(RB_METRIC)
     if unknown:
         raise ValueError(f"RecBole evaluator: unsupported metrics {sorted(unknown)}")
-    conf = {"metrics": [RB_METRIC[m] for m in metrics], "topk": [int(k) for k in ks],
-            "eval_args": {"mode": "full"}, "device": torch.device("cpu"), "metric_decimal_place": 12}
-    mask_splits = {"train": ["train"], "none": [],
-                   "all": ["train", "valid"] if split == "test" else ["train"]}[mask_history]
+    conf = {
+        "metrics": [RB_METRIC[m] for m in metrics],
+        "topk": [int(k) for k in ks],
+        "eval_args": {"mode": "full"},
+        "device": torch.device("cpu"),
+        "metric_decimal_place": 12,
+    }
+    mask_splits = {"train": ["train"], "none": [], "all": ["train", "valid"] if split == "test" else ["train"]}[
+        mask_history
+    ]
     tgt = data.part(split)[["user", "item"]].drop_duplicates()
     target = data.matrix([split]).tocsr()
     users = np.unique(tgt["user"].to_numpy(np.int64))
     mask = data.matrix(mask_splits).tocsr() if mask_splits else None
     collector = Collector(conf)
     for b0 in range(0, len(users), batch_size):
-        bu = users[b0:b0 + batch_size]
+        bu = users[b0 : b0 + batch_size]
         out = scorer(bu)
         S = (out.detach() if torch.is_tensor(out) else torch.as_tensor(np.asarray(out))).to(torch.float64).clone()
         if mask is not None:
@@ -78,9 +93,14 @@ def central_scorer(backbone: RecBoleBackbone, model):
                 s = model.full_sort_predict(Interaction({model.USER_ID: rb})).view(len(rb), -1)
                 return s[:, backbone.item_map]
             except NotImplementedError:
-                inter = Interaction({model.USER_ID: rb.repeat_interleave(backbone.n_items),
-                                     model.ITEM_ID: backbone.item_map.repeat(len(rb))})
+                inter = Interaction(
+                    {
+                        model.USER_ID: rb.repeat_interleave(backbone.n_items),
+                        model.ITEM_ID: backbone.item_map.repeat(len(rb)),
+                    }
+                )
                 return model.predict(inter).view(len(rb), -1)
+
     return score
 
 

@@ -1,6 +1,7 @@
 """Which RecBole models the adapter takes: a model named (any case) or given as a class is looked up in RecBole's
 model families, and one that cannot be federated (sequential, context-aware, knowledge-graph, non-trainable) is
 refused with the reason; and the temporary folder RecBole's own code runs in."""
+
 from __future__ import annotations
 
 import contextlib
@@ -47,14 +48,14 @@ def _refusal_for_type(cls) -> str | None:
     t = getattr(cls, "type", None)
     reasons = {
         ModelType.SEQUENTIAL: "it is a sequential model (it reads ordered item sequences, not a user's set of "
-                              "positives); federating sequential models is not supported",
+        "positives); federating sequential models is not supported",
         ModelType.KNOWLEDGE: "it is a knowledge-graph model (it needs the global knowledge graph and entity "
-                             "tables); federating knowledge-graph models is not supported",
+        "tables); federating knowledge-graph models is not supported",
         ModelType.CONTEXT: "it is a context-aware (feature) model; the adapter federates general "
-                           "(user, item) recommenders only",
+        "(user, item) recommenders only",
         ModelType.TRADITIONAL: "it is not trained by gradient descent (a 'traditional' model such as Pop, "
-                               "ItemKNN or EASE computes its scores from the global interaction matrix); "
-                               "there is nothing to federate",
+        "ItemKNN or EASE computes its scores from the global interaction matrix); "
+        "there is nothing to federate",
     }
     if t in reasons:
         return reasons[t]
@@ -65,8 +66,12 @@ def _refusal_for_type(cls) -> str | None:
 
 #: RecBole's model families, searched in this order; a model found outside the first is refused with the
 #: reason its type gives (sequential, context-aware, knowledge-graph)
-MODEL_FAMILIES = ("general_recommender", "sequential_recommender", "context_aware_recommender",
-                  "knowledge_aware_recommender")
+MODEL_FAMILIES = (
+    "general_recommender",
+    "sequential_recommender",
+    "context_aware_recommender",
+    "knowledge_aware_recommender",
+)
 
 
 def _family_models(family: str) -> tuple[dict[str, type], str | None]:
@@ -75,10 +80,13 @@ def _family_models(family: str) -> tuple[dict[str, type], str | None]:
 
     try:
         module = importlib.import_module(f"recbole.model.{family}")
-    except ImportError as exc:   # a family whose optional dependency is missing here
+    except ImportError as exc:  # a family whose optional dependency is missing here
         return {}, f"{family}: {exc}"
-    return {name.lower(): obj for name, obj in vars(module).items()
-            if isinstance(obj, type) and issubclass(obj, torch.nn.Module)}, None
+    return {
+        name.lower(): obj
+        for name, obj in vars(module).items()
+        if isinstance(obj, type) and issubclass(obj, torch.nn.Module)
+    }, None
 
 
 def _model_by_name(name: str):
@@ -93,8 +101,11 @@ def _model_by_name(name: str):
         if family == MODEL_FAMILIES[0]:
             general = models
     close = difflib.get_close_matches(name.lower(), list(general), n=3, cutoff=0.6)
-    hint = ("did you mean " + " or ".join(f"recbole:{general[k].__name__}" for k in close) + "?") if close \
+    hint = (
+        ("did you mean " + " or ".join(f"recbole:{general[k].__name__}" for k in close) + "?")
+        if close
         else "general recommenders: " + ", ".join(sorted(c.__name__ for c in general.values()))
+    )
     why = "not a RecBole general recommender" + (f" (could not import {'; '.join(broken)})" if broken else "")
     raise RefusedModel(f"recbole:{name}", why, hint)
 

@@ -11,6 +11,7 @@ Taken only for RecBole's own ``NeuMF`` class (a subclass may change ``forward``)
 ``Linear`` layers and parameter-free element-wise activations (no batch norm); otherwise :func:`plan` returns None
 and the caller runs ``predict`` on every pair.
 """
+
 from __future__ import annotations
 
 import torch
@@ -42,7 +43,7 @@ def plan(module) -> list[tuple[str, object]] | None:
             continue
         elif isinstance(layer, ELEMENTWISE) and first is not None:
             steps.append(("apply", layer))
-        else:   # batch norm, a layer with parameters, or an activation on the concatenation itself
+        else:  # batch norm, a layer with parameters, or an activation on the concatenation itself
             return None
     return None if first is None else [("first", first)] + steps
 
@@ -56,7 +57,7 @@ def neumf_scores(module, params: dict, rb_users: torch.Tensor, rb_items: torch.T
     w_out, bias = params["predict_layer.weight"][0], params["predict_layer.bias"][0]
     d_mf = module.mf_embedding_size if module.mf_train else 0
     out = torch.full((len(rb_users), len(rb_items)), float(bias), dtype=w_out.dtype)
-    if module.mf_train:   # predict_layer over [u * i, ...]: (u * w) . i
+    if module.mf_train:  # predict_layer over [u * i, ...]: (u * w) . i
         u = params["user_mf_embedding.weight"][rb_users] * w_out[:d_mf]
         out += u @ params["item_mf_embedding.weight"][rb_items].T
     if module.mlp_train:
@@ -74,10 +75,13 @@ def _add_tower(out: torch.Tensor, steps, params: dict, rb_users, rb_items, w_tow
         user_half = user_half + b1
     item_half = params["item_mlp_embedding.weight"][rb_items] @ weight[:, d:].T
     for u0 in range(0, len(rb_users), USERS_PER_BLOCK):
-        uh = user_half[u0:u0 + USERS_PER_BLOCK, None, :]
+        uh = user_half[u0 : u0 + USERS_PER_BLOCK, None, :]
         for i0 in range(0, len(rb_items), ITEMS_PER_BLOCK):
-            h = uh + item_half[None, i0:i0 + ITEMS_PER_BLOCK, :]
+            h = uh + item_half[None, i0 : i0 + ITEMS_PER_BLOCK, :]
             for kind, what in steps[1:]:
-                h = what(h) if kind == "apply" else torch.nn.functional.linear(
-                    h, params[f"{what}.weight"], params.get(f"{what}.bias"))
-            out[u0:u0 + USERS_PER_BLOCK, i0:i0 + ITEMS_PER_BLOCK] += h @ w_tower
+                h = (
+                    what(h)
+                    if kind == "apply"
+                    else torch.nn.functional.linear(h, params[f"{what}.weight"], params.get(f"{what}.bias"))
+                )
+            out[u0 : u0 + USERS_PER_BLOCK, i0 : i0 + ITEMS_PER_BLOCK] += h @ w_tower

@@ -14,6 +14,7 @@ arXiv 2402.03300 (2024). For a context q, G actions o_1..o_G are sampled from th
 Loss = -(1/G) sum_i [surrogate_i - beta * KL_i], averaged over contexts. Actions here are single items, so the
 per-token normalisation |o_i| of the original is 1.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,8 +29,9 @@ def group_advantages(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     return (rewards - mean) / (std + eps)
 
 
-def clipped_surrogate(logp: torch.Tensor, logp_old: torch.Tensor, adv: torch.Tensor,
-                      clip_eps: float = 0.2) -> torch.Tensor:
+def clipped_surrogate(
+    logp: torch.Tensor, logp_old: torch.Tensor, adv: torch.Tensor, clip_eps: float = 0.2
+) -> torch.Tensor:
     """Per-sample PPO/GRPO surrogate min(rho A, clip(rho) A) (to be maximised); rho = exp(logp - logp_old)."""
     ratio = torch.exp(logp - logp_old)
     return torch.minimum(ratio * adv, torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * adv)
@@ -50,10 +52,10 @@ def kl_categorical(logits: torch.Tensor, ref_logits: torch.Tensor) -> torch.Tens
 
 @dataclass
 class GRPOConfig:
-    group_size: int = 8        #: G, actions sampled per context
-    clip_eps: float = 0.2      #: epsilon of the clipped ratio
-    beta: float = 0.04         #: weight of the KL penalty to the reference
-    kl: str = "k3"             #: "k3" (sampled estimator) or "exact" (categorical KL over all actions)
+    group_size: int = 8  #: G, actions sampled per context
+    clip_eps: float = 0.2  #: epsilon of the clipped ratio
+    beta: float = 0.04  #: weight of the KL penalty to the reference
+    kl: str = "k3"  #: "k3" (sampled estimator) or "exact" (categorical KL over all actions)
     adv_eps: float = 1e-6
 
 
@@ -63,8 +65,14 @@ def sample_groups(logits: torch.Tensor, group_size: int, generator: torch.Genera
     return torch.multinomial(probs, group_size, replacement=True, generator=generator)
 
 
-def grpo_loss(logits: torch.Tensor, actions: torch.Tensor, logp_old: torch.Tensor, ref_logits: torch.Tensor,
-              rewards: torch.Tensor, cfg: GRPOConfig | None = None) -> tuple[torch.Tensor, dict]:
+def grpo_loss(
+    logits: torch.Tensor,
+    actions: torch.Tensor,
+    logp_old: torch.Tensor,
+    ref_logits: torch.Tensor,
+    rewards: torch.Tensor,
+    cfg: GRPOConfig | None = None,
+) -> tuple[torch.Tensor, dict]:
     """GRPO loss for categorical policies over an enumerable action set.
 
     logits, ref_logits: [B, A] current and reference policy logits; actions: [B, G] sampled action indices;
@@ -73,24 +81,29 @@ def grpo_loss(logits: torch.Tensor, actions: torch.Tensor, logp_old: torch.Tenso
     """
     cfg = cfg or GRPOConfig()
     if actions.shape != rewards.shape or actions.shape != logp_old.shape:
-        raise ValueError(f"actions {tuple(actions.shape)}, rewards {tuple(rewards.shape)} and logp_old "
-                         f"{tuple(logp_old.shape)} must have the same [B, G] shape")
+        raise ValueError(
+            f"actions {tuple(actions.shape)}, rewards {tuple(rewards.shape)} and logp_old "
+            f"{tuple(logp_old.shape)} must have the same [B, G] shape"
+        )
     logp_all = torch.log_softmax(logits, dim=-1)
     logp = logp_all.gather(-1, actions)
     adv = group_advantages(rewards, cfg.adv_eps)
     surrogate = clipped_surrogate(logp, logp_old, adv, cfg.clip_eps)
     if cfg.kl == "k3":
         ref_logp = torch.log_softmax(ref_logits, dim=-1).gather(-1, actions)
-        kl = kl_k3(logp, ref_logp)                       # [B, G]
+        kl = kl_k3(logp, ref_logp)  # [B, G]
         kl_mean = kl.mean()
         loss = -(surrogate - cfg.beta * kl).mean()
     elif cfg.kl == "exact":
-        kl = kl_categorical(logits, ref_logits)          # [B]
+        kl = kl_categorical(logits, ref_logits)  # [B]
         kl_mean = kl.mean()
         loss = -surrogate.mean() + cfg.beta * kl_mean
     else:
         raise ValueError(f"kl must be 'k3' or 'exact', got {cfg.kl!r}")
     ratio = torch.exp(logp - logp_old)
     clipped = ((ratio < 1 - cfg.clip_eps) | (ratio > 1 + cfg.clip_eps)).float().mean()
-    return loss, {"reward": float(rewards.float().mean()), "kl": float(kl_mean.detach()),
-                  "clip_fraction": float(clipped)}
+    return loss, {
+        "reward": float(rewards.float().mean()),
+        "kl": float(kl_mean.detach()),
+        "clip_fraction": float(clipped),
+    }

@@ -1,4 +1,5 @@
 """A paired comparison of two methods over the same seeds (the tables of FedDTL, FedMPT and FedVPA-GP)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -10,12 +11,18 @@ def paired(a, b) -> dict:
 
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     d = a - b
-    out = {"diff": d.tolist(), "mean": float(d.mean()), "higher": int((d > 0).sum()), "n": int(len(d)),
-           "sem": float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else None, "p": None}
+    out = {
+        "diff": d.tolist(),
+        "mean": float(d.mean()),
+        "higher": int((d > 0).sum()),
+        "n": int(len(d)),
+        "sem": float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else None,
+        "p": None,
+    }
     if len(d) > 1 and np.any(d != d[0]):
         out["p"] = float(ttest_rel(a, b).pvalue)
     elif len(d) > 1:
-        out["p"] = 0.0 if d[0] != 0 else 1.0      # a constant difference: t is infinite (or 0 / 0 when none)
+        out["p"] = 0.0 if d[0] != 0 else 1.0  # a constant difference: t is infinite (or 0 / 0 when none)
     return out
 
 

@@ -26,9 +26,9 @@ import gzip
 import hashlib
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -81,13 +81,13 @@ class PreferencePairs:
     def n_clients(self) -> int:
         return int(self.client.max()) + 1 if len(self) else 0
 
-    def take(self, idx) -> "PreferencePairs":
+    def take(self, idx) -> PreferencePairs:
         idx = np.asarray(idx)
         return replace(self, context=self.context[idx], chosen=self.chosen[idx], rejected=self.rejected[idx],
                        client=self.client[idx], group=self.group[idx], user=self.user[idx],
                        chosen_item=self.chosen_item[idx], rejected_item=self.rejected_item[idx])
 
-    def of_client(self, cid: int) -> "PreferencePairs":
+    def of_client(self, cid: int) -> PreferencePairs:
         return self.take(np.flatnonzero(self.client == cid))
 
     def client_groups(self) -> np.ndarray:

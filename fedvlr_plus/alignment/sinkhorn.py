@@ -19,6 +19,7 @@ Entries with a_m = 0 (padding tokens) get a very negative log-mass instead of -i
 the plan are numerically zero. Used by PLOT (Chen et al., arXiv 2210.01253) and FedMPT for token-to-prompt matching;
 the plan is computed without gradient there and gradients flow through the similarity it weights.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,17 +31,24 @@ _NEG = -1e4  # log-mass standing in for log(0); exp(-1e4 / eps) is exactly 0 in 
 
 @dataclass
 class SinkhornResult:
-    plan: torch.Tensor        #: [..., M, N]
-    n_iter: int               #: iterations run
-    marginal_error: float     #: max |T 1 - a| after the last iteration (the b side is exact after a g update)
+    plan: torch.Tensor  #: [..., M, N]
+    n_iter: int  #: iterations run
+    marginal_error: float  #: max |T 1 - a| after the last iteration (the b side is exact after a g update)
 
 
 def _safe_log(x: torch.Tensor) -> torch.Tensor:
     return torch.where(x > 0, torch.log(x.clamp_min(1e-38)), torch.full_like(x, _NEG))
 
 
-def sinkhorn_log(cost: torch.Tensor, a: torch.Tensor, b: torch.Tensor, eps: float = 0.1, max_iter: int = 100,
-                 tol: float = 1e-3, rho: float | None = None) -> SinkhornResult:
+def sinkhorn_log(
+    cost: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    eps: float = 0.1,
+    max_iter: int = 100,
+    tol: float = 1e-3,
+    rho: float | None = None,
+) -> SinkhornResult:
     """Entropic OT plan between ``a`` ([..., M]) and ``b`` ([..., N]) under ``cost`` ([..., M, N]).
 
     Stops when the row-marginal error (max over the batch) falls below ``tol`` or after ``max_iter`` iterations
@@ -59,7 +67,7 @@ def sinkhorn_log(cost: torch.Tensor, a: torch.Tensor, b: torch.Tensor, eps: floa
     if rho is None and mass_gap > 1e-4 * max(1.0, float(a.sum(-1).abs().max())):
         raise ValueError(f"marginals must have equal mass per problem (largest gap {mass_gap:.3g})")
     log_a, log_b = _safe_log(a), _safe_log(b)
-    kern = -cost / eps                                                    # log K, computed once
+    kern = -cost / eps  # log K, computed once
     g = torch.zeros_like(b)
     f = eps * (log_a - torch.logsumexp(g.unsqueeze(-2) / eps + kern, dim=-1))
     err, it = float("inf"), 0

@@ -1,9 +1,9 @@
 """``load``: a data source, read and split, ready for an experiment."""
+
 from __future__ import annotations
 
 
-def load(source: str, *, split: str = "auto", k_core: int = 0, implicit_threshold: float | None = None,
-         seed: int = 0):
+def load(source: str, *, split: str = "auto", k_core: int = 0, implicit_threshold: float | None = None, seed: int = 0):
     """Read ``source`` (``"ml-100k"``, a folder or a file; the format is detected) and split it, as ``run`` does.
 
     ``split="auto"`` keeps the data's own split labels when it has them, else leave-one-out by time (last

@@ -4,6 +4,7 @@ Every federated model is trained once per seed, selected on validation only, and
 reference rankers (pop, random, antipop) run on the same test unless ``references=False``. The result keeps
 each model's per-user figures, so intervals and paired tests come from the same numbers as the table.
 """
+
 from __future__ import annotations
 
 import sys
@@ -30,8 +31,19 @@ class Experiment:
     progress: bool = True
     training: dict = field(default_factory=dict)
 
-    def __init__(self, data, models, metrics=None, seeds: int = 1, *, seed: int = 0, protocol: str = "full",
-                 references: bool = True, progress: bool = True, **training):
+    def __init__(
+        self,
+        data,
+        models,
+        metrics=None,
+        seeds: int = 1,
+        *,
+        seed: int = 0,
+        protocol: str = "full",
+        references: bool = True,
+        progress: bool = True,
+        **training,
+    ):
         self.data, self.models = data, list(models)
         self.metrics = list(metrics or ["hr@10", "ndcg@10", "hr@50", "ndcg@50"])
         self.names, self.ks, self.keys = parse_metrics(",".join(self.metrics))
@@ -51,8 +63,13 @@ class Experiment:
         per_seed = {}
         for model in rows:
             per_seed[model.label] = [self._evaluate(model, self.seed + i) for i in range(self.seeds)]
-        return ExperimentResult(self.data.name, self.keys, per_seed, protocol=self.protocol,
-                                references=[m.label for m in rows if isinstance(m, Reference)])
+        return ExperimentResult(
+            self.data.name,
+            self.keys,
+            per_seed,
+            protocol=self.protocol,
+            references=[m.label for m in rows if isinstance(m, Reference)],
+        )
 
     # ------------------------------------------------------------------ one model, one seed
     def _evaluate(self, model, seed: int):
@@ -67,8 +84,16 @@ class Experiment:
         experiment's protocol, cut-offs and metrics, and the history mask of its training options."""
         from ..evaluation import evaluate
 
-        return evaluate(self.data, scorer, split="test", protocol=self.protocol, ks=self.ks, metrics=self.names,
-                        mask_history=self.training.get("mask_history", "train"), seed=seed)
+        return evaluate(
+            self.data,
+            scorer,
+            split="test",
+            protocol=self.protocol,
+            ks=self.ks,
+            metrics=self.names,
+            mask_history=self.training.get("mask_history", "train"),
+            seed=seed,
+        )
 
     def _reference(self, model: Reference, seed: int):
         from ..evaluation import reference_scorer
@@ -83,11 +108,14 @@ class Experiment:
         options = {**self.training, **model.train}
         unknown = sorted(set(options) - known)
         if unknown:
-            raise ValueError(f"{model.label}: unknown training option(s) {', '.join(unknown)} "
-                             f"(FedConfig fields, e.g. rounds, lr, dim, server_lr)")
+            raise ValueError(
+                f"{model.label}: unknown training option(s) {', '.join(unknown)} "
+                f"(FedConfig fields, e.g. rounds, lr, dim, server_lr)"
+            )
         names = tuple(dict.fromkeys(list(self.names) + ["hr"]))
-        return replace(FedConfig(**options), seed=seed, seeds=1, ks=self.ks, metrics=names,
-                       valid_protocol=self.protocol)
+        return replace(
+            FedConfig(**options), seed=seed, seeds=1, ks=self.ks, metrics=names, valid_protocol=self.protocol
+        )
 
     def start(self, model: Model, seed: int, *, folder=None, on_round=None):
         """``model``'s run for ``seed``, built and ready to train (``.run()``): its training options, selection on
@@ -96,8 +124,9 @@ class Experiment:
         from ..federation.engine import FederatedRun
 
         cfg = self.config(model, seed)
-        return FederatedRun(self.data, model.build(self.data, cfg), cfg, folder, progress=self.progress,
-                            on_round=on_round)
+        return FederatedRun(
+            self.data, model.build(self.data, cfg), cfg, folder, progress=self.progress, on_round=on_round
+        )
 
     def selected_test(self, run):
         """The test result of ``run`` at the round selected on validation."""

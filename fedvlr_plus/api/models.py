@@ -4,6 +4,7 @@ A recipe knows its label and how to build its backbone for a given data set, so 
 ``n_items`` or ``dim`` by hand: ``FedAvg()``, ``FedVLR(FedAvg())``, ``RecBole("BPR")``, ``Pop()``. Training
 options given to a recipe (``FedAvg(lr=0.5)``) override the experiment's for that model only.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
@@ -55,7 +56,7 @@ class FedRAP(Model):
 
     def __init__(self, fedrap_lambda: float | None = None, fedrap_mu: float | None = None, **train):
         own = {k: v for k, v in (("fedrap_lambda", fedrap_lambda), ("fedrap_mu", fedrap_mu)) if v is not None}
-        if own:   # refused here, not when the experiment reaches this model
+        if own:  # refused here, not when the experiment reaches this model
             from ..adapters.fedrap import FedRAPOptions
 
             FedRAPOptions(**own)
@@ -82,8 +83,7 @@ class FedVLR(Model):
     start from; keyword arguments named like its fields (``mode="mlp"``, ``residual=True``) replace them, and any
     other keyword is a training option of this model. ``label``: the model's name in the result."""
 
-    def __init__(self, inner: Model, views: dict | None = None, *, label: str | None = None, options=None,
-                 **settings):
+    def __init__(self, inner: Model, views: dict | None = None, *, label: str | None = None, options=None, **settings):
         from ..fedvlr import FedVLROptions
 
         names = {f.name for f in fields(FedVLROptions)}
@@ -102,7 +102,7 @@ class FedVLR(Model):
             base = make_backbone(base, data.n_items, cfg.dim)
         try:
             return build_fedvlr(data, base, self.options, views=self.views)
-        except ValueError as exc:   # a backbone the layer cannot wrap, unusable views: one line naming the model
+        except ValueError as exc:  # a backbone the layer cannot wrap, unusable views: one line naming the model
             if isinstance(exc, UserError):
                 raise
             raise ConfigError(self.label, str(exc)) from None

@@ -4,6 +4,7 @@ Each model's per-user figures are averaged over its seeds first (the same users 
 bootstrap interval and the paired tests are over users of the seed-averaged figure; the ``± sd`` beside the
 mean is the spread across seeds.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,10 +26,10 @@ def _seed_average(results: list[EvalResult], which: str, keys: list[str]) -> pd.
 class ExperimentResult:
     dataset: str
     metrics: list[str]
-    per_seed: dict[str, list[EvalResult]]        # model label -> one EvalResult per seed
+    per_seed: dict[str, list[EvalResult]]  # model label -> one EvalResult per seed
     protocol: str = "full"
     references: list[str] = field(default_factory=list)
-    ci_seed: int = 0                             # seed of the bootstrap intervals' resamples
+    ci_seed: int = 0  # seed of the bootstrap intervals' resamples
 
     @property
     def models(self) -> list[str]:
@@ -56,10 +57,12 @@ class ExperimentResult:
 
     def paired(self, a: str, b: str, metric: str, which: str = "all") -> dict:
         """Paired t-test and Wilcoxon test of ``a`` against ``b`` over the users both have (seed-averaged)."""
-        def wrap(m):   # the seed-averaged users in the slot of ``which``, the other groups empty
+
+        def wrap(m):  # the seed-averaged users in the slot of ``which``, the other groups empty
             users = self.per_user(m, which)
             frames = {w: users if w == which else users.iloc[:0] for w in ("all", "warm", "cold")}
             return EvalResult(frames["all"], frames["warm"], frames["cold"], metric_names=list(self.metrics))
+
         return paired_test(wrap(a), wrap(b), metric, which)
 
     def to_dict(self) -> dict:
@@ -68,7 +71,8 @@ class ExperimentResult:
         for model in self.models:
             row = table.loc[model]
             out["models"][model] = {
-                "seeds": int(row["seeds"]), "users": int(row["users"]),
+                "seeds": int(row["seeds"]),
+                "users": int(row["users"]),
                 **{k: _num(row[k]) for k in self.metrics},
                 **{f"{k}_sd": _num(row[f"{k}_sd"]) for k in self.metrics},
                 **{f"{k}_ci": [_num(x) for x in row[f"{k}_ci"]] for k in self.metrics},
@@ -86,8 +90,10 @@ class ExperimentResult:
             cells = [_cell(row, k) for k in self.metrics]
             lines.append(f"| {model} | {int(row['seeds'])} | {int(row['users'])} | " + " | ".join(cells) + " |")
         lines.append("")
-        lines.append(f"{self.dataset}, test, {self.protocol} protocol: mean over seeds ± sd across seeds "
-                     f"[95% bootstrap interval over users of the seed-averaged figure].")
+        lines.append(
+            f"{self.dataset}, test, {self.protocol} protocol: mean over seeds ± sd across seeds "
+            f"[95% bootstrap interval over users of the seed-averaged figure]."
+        )
         return "\n".join(lines)
 
     def plot(self, path, metric: str | None = None, which: str = "all") -> None:

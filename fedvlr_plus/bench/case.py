@@ -13,6 +13,7 @@ store folder to read instead of encoding the items), ``rounds``,
 ``chunk_floats`` (the batched simulator's memory bound of a chunk, when not the default) and ``private_store``
 (``memory`` by default, ``file`` for the tables in files).
 """
+
 from __future__ import annotations
 
 import json
@@ -55,8 +56,9 @@ def _model(case: dict, data):
 
         backbone = make_backbone(backbone, data.n_items, int(case.get("dim", 64)))
     views = synthetic_views(data.n_items) if case["source"].startswith("synthetic:") else None
-    opts = FedVLROptions(residual=bool(case["fusion"].get("residual", False)), progress=False,
-                         views=case["fusion"].get("views"))
+    opts = FedVLROptions(
+        residual=bool(case["fusion"].get("residual", False)), progress=False, views=case["fusion"].get("views")
+    )
     return build_fedvlr(data, backbone, opts, views)
 
 
@@ -69,35 +71,50 @@ def _timed_rounds(data, model, cfg, rounds: int) -> tuple[list[dict], object]:
     for _ in range(rounds):
         t, c, k = time.perf_counter(), time.process_time(), resource.getrusage(resource.RUSAGE_SELF).ru_stime
         run.run_round()
-        times.append({"wall_s": time.perf_counter() - t, "cpu_s": time.process_time() - c,
-                      "sys_s": resource.getrusage(resource.RUSAGE_SELF).ru_stime - k})
+        times.append(
+            {
+                "wall_s": time.perf_counter() - t,
+                "cpu_s": time.process_time() - c,
+                "sys_s": resource.getrusage(resource.RUSAGE_SELF).ru_stime - k,
+            }
+        )
     return times, run
 
 
 def _summary(times: list[dict]) -> dict:
     """Round 1, and the median of the later rounds (round 1 itself when it is the only one)."""
     later = times[1:] or times
-    return {"rounds": times, "round1_cpu_s": times[0]["cpu_s"], "round1_wall_s": times[0]["wall_s"],
-            "round1_sys_s": times[0]["sys_s"], "later_cpu_s": statistics.median(t["cpu_s"] for t in later),
-            "later_wall_s": statistics.median(t["wall_s"] for t in later),
-            "later_sys_s": statistics.median(t["sys_s"] for t in later)}
+    return {
+        "rounds": times,
+        "round1_cpu_s": times[0]["cpu_s"],
+        "round1_wall_s": times[0]["wall_s"],
+        "round1_sys_s": times[0]["sys_s"],
+        "later_cpu_s": statistics.median(t["cpu_s"] for t in later),
+        "later_wall_s": statistics.median(t["wall_s"] for t in later),
+        "later_sys_s": statistics.median(t["sys_s"] for t in later),
+    }
 
 
 def measure(case: dict) -> dict:
     """Run ``case`` in this process and return its figures."""
     import torch
 
-    from ..run_data import load_and_split
     from ..federation.config import FedConfig
+    from ..run_data import load_and_split
 
     torch.set_num_threads(int(case.get("threads", 1)))
     t0, c0 = time.perf_counter(), time.process_time()
     data = load_and_split(case["source"])[0]
     model = _model(case, data)
-    out = {"setup_cpu_s": time.process_time() - c0, "setup_wall_s": time.perf_counter() - t0,
-           "clients": int(data.n_users), "items": int(data.n_items), "threads": torch.get_num_threads()}
+    out = {
+        "setup_cpu_s": time.process_time() - c0,
+        "setup_wall_s": time.perf_counter() - t0,
+        "clients": int(data.n_users),
+        "items": int(data.n_items),
+        "threads": torch.get_num_threads(),
+    }
     extra = {k: case[k] for k in ("device", "chunk_floats", "private_store") if case.get(k)}
-    cfg = FedConfig(rounds=10 ** 6, eval_every=10 ** 6, seed=0, **extra)
+    cfg = FedConfig(rounds=10**6, eval_every=10**6, seed=0, **extra)
     times, run = _timed_rounds(data, model, replace(cfg, simulator="batched"), int(case.get("rounds", 3)))
     out["batched"] = _summary(times)
     out["simulator"] = getattr(run.sim, "name", "batched")
@@ -114,9 +131,9 @@ def measure(case: dict) -> dict:
         out["speedup_cpu"] = out["sequential"]["later_cpu_s"] / max(out["batched"]["later_cpu_s"], 1e-12)
     usage = resource.getrusage(resource.RUSAGE_SELF)
     out["process_cpu_s"] = usage.ru_utime + usage.ru_stime
-    out["peak_rss_mb"] = usage.ru_maxrss / 1024.0   # kilobytes on Linux
+    out["peak_rss_mb"] = usage.ru_maxrss / 1024.0  # kilobytes on Linux
     if torch.cuda.is_initialized():
-        out["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2 ** 20
+        out["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
     return out
 
 

@@ -5,6 +5,7 @@ user alone), its time and whether the figures agree.
 
 The fast paths (candidates alone, mixtures scored per expert) sum floats in another order than the reference
 path; ``check`` is how a user sees, on their own data, that no reported figure moves."""
+
 from __future__ import annotations
 
 import time
@@ -17,18 +18,27 @@ def timed_pass(run, split: str, protocol: str) -> dict:
     """Wall and CPU seconds of ``run.evaluate(split, protocol)`` and its summary figures."""
     wall, cpu = time.perf_counter(), time.process_time()
     result = run.evaluate(split, protocol)
-    return {"wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu,
-            "figures": {k: float(v) for k, v in result.summary().items()}}
+    return {
+        "wall_s": time.perf_counter() - wall,
+        "cpu_s": time.process_time() - cpu,
+        "figures": {k: float(v) for k, v in result.summary().items()},
+    }
 
 
 @contextmanager
 def reference_paths(run):
     """Within the block, ``run`` scores by its reference paths (the switches exist on the batched simulator and
     the FedVLR layer; other simulators and backbones have no fast path to switch off)."""
-    switches = [(obj, name) for obj, name in ((run.sim, "score_candidates"), (run.bb, "score_mixtures"),
-                                              (getattr(run.sim, "base", None), "score_decomposed"),
-                                              (run.sim, "score_users_together"))
-                if hasattr(obj, name)]
+    switches = [
+        (obj, name)
+        for obj, name in (
+            (run.sim, "score_candidates"),
+            (run.bb, "score_mixtures"),
+            (getattr(run.sim, "base", None), "score_decomposed"),
+            (run.sim, "score_users_together"),
+        )
+        if hasattr(obj, name)
+    ]
     saved = [getattr(obj, name) for obj, name in switches]
     try:
         for obj, name in switches:
@@ -59,7 +69,9 @@ def format_pass(row: dict) -> str:
     if "reference" in row:
         ref = row["reference"]
         same = "the same figures" if row["same_figures"] else "figures DIFFER"
-        line += (f"; reference path {ref['wall_s']:.1f} s wall, {ref['cpu_s']:.1f} s CPU "
-                 f"({ref['cpu_s'] / max(row['cpu_s'], 1e-9):.2f}x), {same}")
+        line += (
+            f"; reference path {ref['wall_s']:.1f} s wall, {ref['cpu_s']:.1f} s CPU "
+            f"({ref['cpu_s'] / max(row['cpu_s'], 1e-9):.2f}x), {same}"
+        )
     figures = ", ".join(f"{k} {v:.4f}" for k, v in row["figures"].items())
     return f"{line}\n  {figures}"

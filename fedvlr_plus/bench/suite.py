@@ -1,7 +1,8 @@
 """``fedvlr-plus bench suite``: every speed figure of the project measured in one run, each case in its own process.
 
 A case's process trains a few rounds (see :mod:`.case`) and reports CPU and wall time per round and its own
-CPU time and peak RSS as the operating system counts them, so the memory figure is the case's alone. Ratios are taken against the sequential reference measured in the same run. Cases whose real
+CPU time and peak RSS as the operating system counts them, so the memory figure is the case's alone. Ratios are taken
+against the sequential reference measured in the same run. Cases whose real
 data folder is missing are skipped with the reason. The results are written as ``suite.json`` and ``suite.md``.
 """
 from __future__ import annotations
@@ -143,7 +144,8 @@ def prepare_kernels() -> dict:
     layer's factor and the evaluation in a process of their own, before the cases: a case's round 1 and evaluation
     then show what every run pays, and the one-time compilation is reported apart."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.run([sys.executable, "-c", "from fedvlr_plus.federation.simulation.rng import prepare_kernels as p; "
+    proc = subprocess.run([sys.executable, "-c",
+                           "from fedvlr_plus.federation.simulation.rng import prepare_kernels as p; "
                            "from fedvlr_plus.federation.simulation.indexed_rows import prepare_kernels as q; "
                            "from fedvlr_plus.evaluation.row_ranks import prepare_kernels as r; "
                            "from fedvlr_plus.federation.simulation.schedule import prepare_kernels as s; "

@@ -5,6 +5,7 @@ One module per command registers its parser and turns the parsed flags into call
 (experiment.py), ``coldstart`` (coldstart.py), ``align`` (align.py), ``flower`` (flower.py). With ``--json`` the
 last line printed is one JSON object. Building the parser imports no torch, pandas or RecBole.
 """
+
 from .main import build_parser, main
 
 __all__ = ["build_parser", "main"]

@@ -1,4 +1,5 @@
 """``python -m fedvlr_plus.cli ...``: the ``fedvlr-plus`` command."""
+
 import sys
 
 from .main import main

@@ -293,10 +293,11 @@ def _check_architectures(args) -> None:
 
 def cmd_mor_seeds(args) -> int:
     """The implicit-feedback comparison over seeds: MoR vs FedAvg reward vs uniform vs the reference."""
+    from fedvlr_plus.datasets import load
+
     from ..alignment.mor.seeds import run_mor_seeds
     from ..alignment.mor.table import markdown_table
     from ..jsonio import json_default
-    from fedvlr_plus.datasets import load
 
     _check_seeds_flags(args)
     cfg = _mor_config(args, interactions=True)

@@ -2,6 +2,7 @@
 
 No torch import (the parser is built without it).
 """
+
 from __future__ import annotations
 
 import os
@@ -13,8 +14,9 @@ def check_out_dir(out_dir) -> None:
 
     if out_dir and os.path.exists(out_dir) and not os.path.isdir(out_dir):
         # checked before training, so a mistyped path does not cost the whole run
-        raise ConfigError(f"--out-dir {out_dir}: exists and is not a folder (it names a folder for "
-                          "result.json and table.md)")
+        raise ConfigError(
+            f"--out-dir {out_dir}: exists and is not a folder (it names a folder for result.json and table.md)"
+        )
 
 
 def write_table(report: dict, folder: str, markdown) -> None:

@@ -10,8 +10,14 @@ import sys
 import time
 
 from .align_tables import check_out_dir, write_table
-from .argtypes import (auto_or_non_negative_int, non_negative_float, non_negative_int, open_fraction, positive_float,
-                       positive_int)
+from .argtypes import (
+    auto_or_non_negative_int,
+    non_negative_float,
+    non_negative_int,
+    open_fraction,
+    positive_float,
+    positive_int,
+)
 
 #: FedMPT ablation rows (report name -> variant)
 MPT_ABLATION = {"prompts_only": "prompts", "prompts+ot": "prompts_ot", "prompts+gate": "prompts_gate",
@@ -20,7 +26,6 @@ MPT_FIGURES = ("mAP", "CF1", "OF1", "spurious_rate")
 
 
 def _default_cache() -> str:
-    import os
 
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "fedvlr_plus", "encodings")
@@ -248,8 +253,8 @@ def _fedmpt_seed(args, M, data, task, ids, seed: int, t0: float, log) -> dict:
 
 
 def cli_feddtl(args) -> int:
-    from ..alignment.feddtl.table import markdown
     from ..alignment.feddtl.method import DTLConfig, run_feddtl
+    from ..alignment.feddtl.table import markdown
 
     check_out_dir(args.out_dir)
 

@@ -4,6 +4,7 @@ A flag out of range is refused while the command line is parsed, before any data
 names the flag, the allowed range and the value given. Nothing here imports torch, numpy or pandas: the parser
 is built on every start, ``--help`` included.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -90,7 +91,7 @@ def clients_per_round(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a fraction like 0.1 or a count like 50, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a fraction like 0.1 or a count like 50, got {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {text}")
     if "." in text or "e" in text.lower():
@@ -107,8 +108,7 @@ def int_list(low: int = 1, name: str = "int_list"):
         try:
             values = tuple(int(x) for x in text.split(",") if x.strip())
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected comma-separated integers like 10,20,50, got {text!r}") \
-                from None
+            raise argparse.ArgumentTypeError(f"expected comma-separated integers like 10,20,50, got {text!r}") from None
         if not values:
             raise argparse.ArgumentTypeError("expected at least one integer")
         if min(values) < low:

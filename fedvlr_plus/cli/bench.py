@@ -2,6 +2,7 @@
 (``B`` a federated backbone or ``recbole:<Model>``); ``fedvlr-plus bench eval``: time the evaluation passes of a
 trained model, with ``--check`` against the reference paths; ``fedvlr-plus bench suite``: every speed figure of
 the project, each case in its own process."""
+
 from __future__ import annotations
 
 import argparse
@@ -18,19 +19,30 @@ def register(subparsers) -> argparse.ArgumentParser:
 
     p = subparsers.add_parser("bench", help="speed benchmarks of the federated engine")
     sub = p.add_subparsers(dest="bench_command", metavar="{round,eval,suite}", required=True)
-    r = sub.add_parser("round", help="time one full round (all clients, local epochs, no evaluation), batched "
-                                     "and sequential",
-                       usage="%(prog)s SOURCE --backbone NAME [options]",
-                       description="Time one full federated round for the batched simulator and the sequential "
-                                   "reference in one process and print both and their ratio. SOURCE may also "
-                                   "be synthetic:USERSxITEMS (e.g. synthetic:35000x18000).")
+    r = sub.add_parser(
+        "round",
+        help="time one full round (all clients, local epochs, no evaluation), batched and sequential",
+        usage="%(prog)s SOURCE --backbone NAME [options]",
+        description="Time one full federated round for the batched simulator and the sequential "
+        "reference in one process and print both and their ratio. SOURCE may also "
+        "be synthetic:USERSxITEMS (e.g. synthetic:35000x18000).",
+    )
     add_data_arguments(r)
-    r.add_argument("--backbone", required=True, metavar="NAME",
-                   help=f"federated backbone to time: {', '.join(FEDERATED_BACKBONES)} or recbole:<Model>")
+    r.add_argument(
+        "--backbone",
+        required=True,
+        metavar="NAME",
+        help=f"federated backbone to time: {', '.join(FEDERATED_BACKBONES)} or recbole:<Model>",
+    )
     r.add_argument("--repeats", type=positive_int, default=3, help="time each simulator this many times, keep the best")
-    r.add_argument("--timed-rounds", type=positive_int, default=1, metavar="N",
-                   help="train N rounds in a row and report the median of rounds 2..N (default 1: the first "
-                        "round, best of --repeats)")
+    r.add_argument(
+        "--timed-rounds",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="train N rounds in a row and report the median of rounds 2..N (default 1: the first "
+        "round, best of --repeats)",
+    )
     r.add_argument("--no-sequential", action="store_true", help="time the batched simulator only")
     _add_model_arguments(r, cmd_bench_round)
     _register_eval(sub)
@@ -41,26 +53,42 @@ def register(subparsers) -> argparse.ArgumentParser:
 def _register_eval(sub) -> None:
     from ..federation.config import FEDERATED_BACKBONES
 
-    e = sub.add_parser("eval", help="time the evaluation passes (full sort, sampled) of a model trained for a few "
-                                    "rounds; --check also times the reference paths and compares the figures",
-                       usage="%(prog)s SOURCE --backbone NAME [--train-rounds N] [--check] [options]",
-                       description="Train a federated model for --train-rounds rounds (the quality does not matter "
-                                   "here), then time one pass of each protocol over the chosen split (on the torch "
-                                   "threads the process has: OMP_NUM_THREADS=1 for one). "
-                                   "With --check, each pass runs again by the reference path (the sampled "
-                                   "protocol scoring every item instead of its 100 candidates; the FedVLR layer "
-                                   "forming each user's mixtures before FedNCF's head) and the line says whether "
-                                   "the figures are the same.")
+    e = sub.add_parser(
+        "eval",
+        help="time the evaluation passes (full sort, sampled) of a model trained for a few "
+        "rounds; --check also times the reference paths and compares the figures",
+        usage="%(prog)s SOURCE --backbone NAME [--train-rounds N] [--check] [options]",
+        description="Train a federated model for --train-rounds rounds (the quality does not matter "
+        "here), then time one pass of each protocol over the chosen split (on the torch "
+        "threads the process has: OMP_NUM_THREADS=1 for one). "
+        "With --check, each pass runs again by the reference path (the sampled "
+        "protocol scoring every item instead of its 100 candidates; the FedVLR layer "
+        "forming each user's mixtures before FedNCF's head) and the line says whether "
+        "the figures are the same.",
+    )
     add_data_arguments(e)
-    e.add_argument("--backbone", required=True, metavar="NAME",
-                   help=f"federated backbone: {', '.join(FEDERATED_BACKBONES)} or recbole:<Model>")
-    e.add_argument("--train-rounds", type=non_negative_int, default=1, metavar="N",
-                   help="rounds trained before the passes are timed (default 1; 0 times the initial model, whose "
-                        "passes cost the same)")
+    e.add_argument(
+        "--backbone",
+        required=True,
+        metavar="NAME",
+        help=f"federated backbone: {', '.join(FEDERATED_BACKBONES)} or recbole:<Model>",
+    )
+    e.add_argument(
+        "--train-rounds",
+        type=non_negative_int,
+        default=1,
+        metavar="N",
+        help="rounds trained before the passes are timed (default 1; 0 times the initial model, whose "
+        "passes cost the same)",
+    )
     e.add_argument("--eval-split", choices=("valid", "test"), default="test", help="the split scored (default test)")
-    e.add_argument("--protocols", default=None, metavar="LIST",
-                   help="comma-separated protocols to time: full, sampled (default both, the sampled one where "
-                        "the catalogue has 99 negatives for every test user)")
+    e.add_argument(
+        "--protocols",
+        default=None,
+        metavar="LIST",
+        help="comma-separated protocols to time: full, sampled (default both, the sampled one where "
+        "the catalogue has 99 negatives for every test user)",
+    )
     e.add_argument("--check", action="store_true", help="also time each pass by the reference path and compare")
     _add_model_arguments(e, cmd_bench_eval)
 
@@ -77,25 +105,41 @@ def _add_model_arguments(p, func) -> None:
 
 
 def _register_suite(sub) -> None:
-    s = sub.add_parser("suite", help="every speed figure (KU, ml-100k, recbole:BPR, 35,598 synthetic clients, "
-                                     "19,412 Amazon Toys clients, full-sort evaluation), each case in its own "
-                                     "process, as JSON and Markdown",
-                       description="Measure every case of the speed table in one run: CPU and wall time per round "
-                                   "(one thread), round 1 and the median of later rounds, the sequential reference "
-                                   "and the ratio where there is one, full-sort evaluation time, and each case's "
-                                   "peak RSS (one process per case). Real-data cases whose folder is missing are "
-                                   "skipped with the reason. Writes DIR/suite.json and DIR/suite.md.")
+    s = sub.add_parser(
+        "suite",
+        help="every speed figure (KU, ml-100k, recbole:BPR, 35,598 synthetic clients, "
+        "19,412 Amazon Toys clients, full-sort evaluation), each case in its own "
+        "process, as JSON and Markdown",
+        description="Measure every case of the speed table in one run: CPU and wall time per round "
+        "(one thread), round 1 and the median of later rounds, the sequential reference "
+        "and the ratio where there is one, full-sort evaluation time, and each case's "
+        "peak RSS (one process per case). Real-data cases whose folder is missing are "
+        "skipped with the reason. Writes DIR/suite.json and DIR/suite.md.",
+    )
     s.add_argument("--out", metavar="DIR", default="bench-suite", help="folder for suite.json and suite.md")
-    s.add_argument("--quick", action="store_true",
-                   help="leave out the big cases (35,598 and 19,412 clients, ml-100k FedVLR)")
+    s.add_argument(
+        "--quick", action="store_true", help="leave out the big cases (35,598 and 19,412 clients, ml-100k FedVLR)"
+    )
     s.add_argument("--cases", metavar="IDS", default=None, help="comma-separated case ids to run (default: all)")
-    s.add_argument("--scale-source", metavar="SOURCE", default=None,
-                   help="data of the large-population cases (default synthetic:35598x18357)")
+    s.add_argument(
+        "--scale-source",
+        metavar="SOURCE",
+        default=None,
+        help="data of the large-population cases (default synthetic:35598x18357)",
+    )
     s.add_argument("--device", choices=("cpu", "cuda", "auto"), default=None, help="device of every case")
-    s.add_argument("--case-timeout", type=positive_float, metavar="SECONDS", default=None,
-                   help="stop a case that runs longer and record it as failed (default: no limit)")
-    s.add_argument("--no-sequential", action="store_true",
-                   help="time the batched simulator only (no sequential reference, no ratio)")
+    s.add_argument(
+        "--case-timeout",
+        type=positive_float,
+        metavar="SECONDS",
+        default=None,
+        help="stop a case that runs longer and record it as failed (default: no limit)",
+    )
+    s.add_argument(
+        "--no-sequential",
+        action="store_true",
+        help="time the batched simulator only (no sequential reference, no ratio)",
+    )
     s.set_defaults(func=cmd_bench_suite)
 
 
@@ -107,10 +151,17 @@ def cmd_bench_suite(args) -> int:
 
     shared = Path(os.environ.get("FEDVLR_SHARED_DATA") or Path.cwd().parent / "shared" / "data")
     only = set(args.cases.split(",")) if args.cases else None
-    doc = run_suite(Path(args.out), shared_data=shared, quick=args.quick, only=only,
-                    scale_source=args.scale_source or SCALE_SOURCE, device=args.device,
-                    case_timeout=args.case_timeout, sequential=not args.no_sequential,
-                    progress=lambda line: print(line, file=sys.stderr, flush=True))
+    doc = run_suite(
+        Path(args.out),
+        shared_data=shared,
+        quick=args.quick,
+        only=only,
+        scale_source=args.scale_source or SCALE_SOURCE,
+        device=args.device,
+        case_timeout=args.case_timeout,
+        sequential=not args.no_sequential,
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
+    )
     print((Path(args.out) / "suite.md").read_text(), end="")
     failed = [c["id"] for c in doc["cases"] if c["status"] == "failed"]
     return 1 if failed else 0
@@ -138,17 +189,34 @@ def cmd_bench_eval(args) -> int:
         protocols.remove("sampled")
     cfg = config_from_args(args)
     run = FederatedRun(data, build_backbone(args, data, cfg.dim, is_recbole), cfg, progress=False)
-    say(f"bench eval: training {args.train_rounds} round(s) of {run.bb.name} on {data.name} "
+    say(
+        f"bench eval: training {args.train_rounds} round(s) of {run.bb.name} on {data.name} "
         f"({data.n_users:,} users, {data.n_items:,} items), then timing {', '.join(protocols)} on {args.eval_split} "
-        f"({torch.get_num_threads()} torch threads)")
+        f"({torch.get_num_threads()} torch threads)"
+    )
     for _ in range(args.train_rounds):
         run.run_round()
-    rows = eval_passes(run, args.eval_split, protocols, args.check,
-                       say=lambda line: print(line, file=sys.stderr if args.json else sys.stdout, flush=True))
+    rows = eval_passes(
+        run,
+        args.eval_split,
+        protocols,
+        args.check,
+        say=lambda line: print(line, file=sys.stderr if args.json else sys.stdout, flush=True),
+    )
     if args.json:
-        print(json.dumps({"data": data.name, "model": run.bb.name, "users": int(data.n_users),
-                          "items": int(data.n_items), "train_rounds": args.train_rounds,
-                          "threads": torch.get_num_threads(), "passes": rows}))
+        print(
+            json.dumps(
+                {
+                    "data": data.name,
+                    "model": run.bb.name,
+                    "users": int(data.n_users),
+                    "items": int(data.n_items),
+                    "train_rounds": args.train_rounds,
+                    "threads": torch.get_num_threads(),
+                    "passes": rows,
+                }
+            )
+        )
     return 0 if all(row.get("same_figures", True) for row in rows) else 1
 
 
@@ -160,8 +228,11 @@ def _is_recbole(backbone: str) -> bool:
 
     is_recbole = backbone.startswith("recbole:")
     if backbone not in FEDERATED_BACKBONES and not is_recbole:
-        raise ConfigError(f"--backbone {backbone}", "unknown backbone",
-                          f"choose from {', '.join(FEDERATED_BACKBONES)} or recbole:<Model>")
+        raise ConfigError(
+            f"--backbone {backbone}",
+            "unknown backbone",
+            f"choose from {', '.join(FEDERATED_BACKBONES)} or recbole:<Model>",
+        )
     return is_recbole
 
 
@@ -174,8 +245,11 @@ def _bench_protocols(flag: str | None) -> list[str]:
     protocols = [x.strip() for x in flag.split(",") if x.strip()]
     unknown = sorted(set(protocols) - set(PROTOCOLS))
     if unknown or not protocols:
-        raise ConfigError(f"--protocols {flag}", f"unknown protocol {', '.join(unknown) or '(none)'}",
-                          f"choose from {', '.join(PROTOCOLS)}")
+        raise ConfigError(
+            f"--protocols {flag}",
+            f"unknown protocol {', '.join(unknown) or '(none)'}",
+            f"choose from {', '.join(PROTOCOLS)}",
+        )
     return protocols
 
 
@@ -188,8 +262,9 @@ def cmd_bench_round(args) -> int:
     data = load_for_run(args)[0]
     cfg = config_from_args(args)
     backbone = build_backbone(args, data, cfg.dim, is_recbole)
-    res = bench_round(data, backbone, cfg, sequential=not args.no_sequential, repeats=args.repeats,
-                      rounds=args.timed_rounds)
+    res = bench_round(
+        data, backbone, cfg, sequential=not args.no_sequential, repeats=args.repeats, rounds=args.timed_rounds
+    )
     print(format_bench(res), file=sys.stderr if args.json else sys.stdout)
     if args.json:
         print(json.dumps(res))

@@ -1,5 +1,6 @@
 """``fedvlr-plus coldstart SOURCE --backbone B [--fusion none|fedvlr] [--cold-items F] [--cold-users F
---support N,...] [--seeds 3] [--out DIR] [--json]``: the flags turned into :class:`~fedvlr_plus.coldstart.study.ColdStartOptions` for
+--support N,...] [--seeds 3] [--out DIR] [--json]``: the flags turned into
+:class:`~fedvlr_plus.coldstart.study.ColdStartOptions` for
 :func:`fedvlr_plus.coldstart.study.run_coldstart`.
 
 Without ``--cold-items`` / ``--cold-users`` the data's own split is used (leave-one-out when it has none); its
@@ -20,7 +21,7 @@ def _supports(text: str) -> tuple:
     try:
         out = tuple(sorted({int(x) for x in text.split(",") if x.strip()}))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated support sizes like 1,3,5, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected comma-separated support sizes like 1,3,5, got {text!r}") from None
     if not out or min(out) < 1:
         raise argparse.ArgumentTypeError("support sizes must be integers >= 1")
     return out
@@ -30,7 +31,7 @@ def _fraction(text: str) -> float:
     try:
         v = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a fraction like 0.2, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a fraction like 0.2, got {text!r}") from None
     if not 0 < v < 1:
         raise argparse.ArgumentTypeError(f"the fraction must be in (0, 1), got {v}")
     return v
@@ -46,7 +47,7 @@ NEW_USER_PRIORS = ("none", "popularity")
 
 def register(subparsers) -> argparse.ArgumentParser:
     from ..federation.config import FEDERATED_BACKBONES
-    from .argtypes import auto_or_non_negative_int, metric_list, non_negative_int, one_metric, positive_int
+    from .argtypes import auto_or_non_negative_int, metric_list, non_negative_int, one_metric
     from .fusion_args import add_fusion_arguments
     from .run_args import add_run_arguments
 
@@ -166,7 +167,9 @@ def cmd_coldstart(args) -> int:
                f"cold users {args.cold_users} (support {','.join(map(str, args.support))})" if args.cold_users else ""]
     studies = "; ".join(s for s in studies if s) or "natural cold targets of the data's own split"
     model = args.backbone + (f"+{args.fusion}" if args.fusion != "none" else "")
-    log(f"cold-start study of {model} on {args.source}: {studies}; {len(seeds)} seed{'s' * (len(seeds) > 1)} ({', '.join(map(str, seeds))}; "
+    seed_list = ", ".join(map(str, seeds))
+    log(f"cold-start study of {model} on {args.source}: {studies}; {len(seeds)} seed{'s' * (len(seeds) > 1)} "
+        f"({seed_list}; "
         f"change with --seeds), up to {args.rounds} rounds" + (f"; writing to {args.out}" if args.out else ""))
     opts = coldstart_options(args)
     if args.cold_users is not None:

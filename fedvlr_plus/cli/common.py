@@ -1,5 +1,6 @@
 """What several commands share: the flags that say how SOURCE is read and split, loading it as they say, and
 the two output channels (the last stdout line as JSON, progress on stderr)."""
+
 from __future__ import annotations
 
 import argparse
@@ -24,21 +25,42 @@ def say(message: str) -> None:
 def add_data_arguments(p: argparse.ArgumentParser) -> None:
     """Flags that say how SOURCE is read and split (shared by every command that trains or evaluates)."""
     g = p.add_argument_group("data")
-    g.add_argument("source", metavar="SOURCE",
-                   help="'ml-100k' (embedded, from the recbole wheel) or a path to a data folder/file; "
-                        "the format is detected")
-    g.add_argument("--split", default="auto", choices=list(SPLITS),
-                   help="auto: the data's own split labels when it has them, else leave-one-out by time "
-                        "(last = test, second-to-last = valid)")
-    g.add_argument("--implicit-threshold", type=float, default=None, metavar="R",
-                   help="keep only interactions with rating >= R as positives (default: all interactions)")
-    g.add_argument("--k-core", type=non_negative_int, default=0, metavar="K",
-                   help="iterative K-core filter on users and items before splitting (default: none)")
+    g.add_argument(
+        "source",
+        metavar="SOURCE",
+        help="'ml-100k' (embedded, from the recbole wheel) or a path to a data folder/file; the format is detected",
+    )
+    g.add_argument(
+        "--split",
+        default="auto",
+        choices=list(SPLITS),
+        help="auto: the data's own split labels when it has them, else leave-one-out by time "
+        "(last = test, second-to-last = valid)",
+    )
+    g.add_argument(
+        "--implicit-threshold",
+        type=float,
+        default=None,
+        metavar="R",
+        help="keep only interactions with rating >= R as positives (default: all interactions)",
+    )
+    g.add_argument(
+        "--k-core",
+        type=non_negative_int,
+        default=0,
+        metavar="K",
+        help="iterative K-core filter on users and items before splitting (default: none)",
+    )
 
 
 def load_for_run(args):
     """``(data, split used)``: SOURCE loaded with the requested preprocessing and split."""
     from ..run_data import load_and_split
 
-    return load_and_split(args.source, split=args.split, k_core=args.k_core, threshold=args.implicit_threshold,
-                          seed=getattr(args, "seed", 0))
+    return load_and_split(
+        args.source,
+        split=args.split,
+        k_core=args.k_core,
+        threshold=args.implicit_threshold,
+        seed=getattr(args, "seed", 0),
+    )

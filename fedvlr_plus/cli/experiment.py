@@ -135,7 +135,7 @@ def paper_table_options(args):
 
     from ..adapters import backbone_options
     from ..errors import RunFolderError
-    from ..experiments.paper_table import PaperTableOptions
+    from ..experiments.paper.table import PaperTableOptions
     from ..metric_spec import parse_metrics
     from .fusion import options_from_args
     from .run_args import config_from_args
@@ -149,14 +149,15 @@ def paper_table_options(args):
     return PaperTableOptions(
         backbones=backbones, backbone_options={b: backbone_options(b, args) for b in backbones},
         variants=tuple(v.strip() for v in args.variants.split(",") if v.strip()),
-        training=config_from_args(args, ks=ks), fedvlr=options_from_args(args, mode="fedvlr"), metrics=keys, overrides=parse_overrides(args.override),
+        training=config_from_args(args, ks=ks), fedvlr=options_from_args(args, mode="fedvlr"), metrics=keys,
+        overrides=parse_overrides(args.override),
         folder=Path(folder) if folder else None, resume=bool(args.resume), progress=not args.no_progress,
         tune=args.tune)
 
 
 def cmd_paper_table(args) -> int:
-    from ..experiments.paper_report import print_table
-    from ..experiments.paper_table import run_paper_table
+    from ..experiments.paper.report import print_table
+    from ..experiments.paper.table import run_paper_table
     from ..jsonio import json_default
     from .common import load_for_run
 

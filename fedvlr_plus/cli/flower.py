@@ -11,8 +11,16 @@ import sys
 import tempfile
 
 from ..errors import ConfigError, UserError
-from ..flower.deploy import (DEFAULT_RUNTIME_PORT, DEFAULT_SUPERLINK_PORT, absolute_paths, run_command,
-                             superlink_command, supernode_command, wait_for_result, write_connection)
+from ..flower.deploy import (
+    DEFAULT_RUNTIME_PORT,
+    DEFAULT_SUPERLINK_PORT,
+    absolute_paths,
+    run_command,
+    superlink_command,
+    supernode_command,
+    wait_for_result,
+    write_connection,
+)
 from .argtypes import port as port_number
 from .argtypes import positive_float
 

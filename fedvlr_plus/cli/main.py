@@ -3,6 +3,7 @@
 A :class:`~fedvlr_plus.errors.UserError` raised anywhere below prints ``error: <message>`` as one line on stderr
 and exits 2 (``--debug`` shows the traceback instead); a bad flag is refused the same way while parsing.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,8 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .. import __version__
     from .parser import CliParser
 
-    parser = CliParser(prog="fedvlr-plus",
-                       description="Personalised multimodal fusion for federated recommenders.")
+    parser = CliParser(prog="fedvlr-plus", description="Personalised multimodal fusion for federated recommenders.")
     parser.add_argument("--version", action="version", version=f"fedvlr-plus {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:

@@ -4,13 +4,14 @@ that shows each option's default.
 Sub-commands inherit the class (argparse's ``add_subparsers`` uses the parent's class), so a mistake in any
 command reads ``error: --rounds: must be >= 1, got 0 (see fedvlr-plus run --help)`` on stderr, exit code 2.
 """
+
 from __future__ import annotations
 
 import argparse
 import sys
 
 _NO_DEFAULT = (None, False, argparse.SUPPRESS)
-_HELP_OF = "_cli_help_of"   # namespace attribute: the command whose help lists the flags it takes
+_HELP_OF = "_cli_help_of"  # namespace attribute: the command whose help lists the flags it takes
 
 
 class DefaultsHelpFormatter(argparse.HelpFormatter):
@@ -53,7 +54,7 @@ class CliParser(argparse.ArgumentParser):
 
     def _fail(self, message: str, prog: str):
         if message.startswith("argument "):  # "argument --rounds: ..." -> "--rounds: ..."
-            message = message[len("argument "):]
+            message = message[len("argument ") :]
         self.exit(2, f"error: {message} (see {prog} --help)\n")
 
     def exit(self, status: int = 0, message: str | None = None):

@@ -69,7 +69,9 @@ def register(ex) -> argparse.ArgumentParser:
     a.add_argument("--target-quantile", type=_positive(float), default=0.1, metavar="Q",
                    help="the target is drawn from the least popular Q of the warm items (by training count)")
     o = p.add_argument_group("output")
-    o.add_argument("--out", metavar="DIR", default=None, help="report folder (Markdown, CSV, plot, JSON); each finished run is kept in DIR/cells, so the same command run again resumes the grid")
+    o.add_argument("--out", metavar="DIR", default=None,
+                   help="report folder (Markdown, CSV, plot, JSON); each finished run is kept in DIR/cells, "
+                        "so the same command run again resumes the grid")
     o.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     # the cold-start command's set of engine flags: no --resume (this experiment keeps no run folders)
     add_run_arguments(p, command="coldstart")

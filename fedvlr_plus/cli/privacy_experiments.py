@@ -1,4 +1,5 @@
 """``fedvlr-plus experiment privacy-table SOURCE ...`` and ``fedvlr-plus experiment leakage SOURCE ...``."""
+
 from __future__ import annotations
 
 import argparse
@@ -47,28 +48,45 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def register(ex) -> None:
-    t = ex.add_parser("privacy-table", help="the FedVLR paper's Table 4: noise levels -> test figure, with epsilon",
-                      usage="%(prog)s SOURCE [--backbone B] [--fusion fedvlr] [--noise 0,0.1,...] [options]",
-                      description="Train the unprotected model, then one per noise multiplier with every upload "
-                                  "clipped at --upload-clip (default 1; sigma 0 = clipping alone), over several "
-                                  "seeds, each selected on validation, and report the test figure with its "
-                                  "bootstrap CI, a paired test against the unprotected run and the accounted "
-                                  "client-level (epsilon, delta). --out writes table.md, table.csv, table.png, "
-                                  "result.json.")
+    t = ex.add_parser(
+        "privacy-table",
+        help="the FedVLR paper's Table 4: noise levels -> test figure, with epsilon",
+        usage="%(prog)s SOURCE [--backbone B] [--fusion fedvlr] [--noise 0,0.1,...] [options]",
+        description="Train the unprotected model, then one per noise multiplier with every upload "
+        "clipped at --upload-clip (default 1; sigma 0 = clipping alone), over several "
+        "seeds, each selected on validation, and report the test figure with its "
+        "bootstrap CI, a paired test against the unprotected run and the accounted "
+        "client-level (epsilon, delta). --out writes table.md, table.csv, table.png, "
+        "result.json.",
+    )
     _common(t)
-    t.add_argument("--noise", type=_float_list, default=[0.0, 0.1, 0.5, 1.0], metavar="S,...",
-                   help="noise multipliers (default 0,0.1,0.5,1)")
+    t.add_argument(
+        "--noise",
+        type=_float_list,
+        default=[0.0, 0.1, 0.5, 1.0],
+        metavar="S,...",
+        help="noise multipliers (default 0,0.1,0.5,1)",
+    )
     t.set_defaults(func=cmd_privacy_table, seeds=3)
-    lk = ex.add_parser("leakage", help="item-set leakage: a server-side attack with and without decoy padding",
-                       usage="%(prog)s SOURCE [--backbone B] [--pads 0,all] [--noise 0,1] [options]",
-                       description="Train with every padding and noise level while a server-side attacker guesses "
-                                   "each client's training items from its uploads (row ids; change magnitudes); "
-                                   "report the attacks' precision/recall, the test figure and bytes per round.")
+    lk = ex.add_parser(
+        "leakage",
+        help="item-set leakage: a server-side attack with and without decoy padding",
+        usage="%(prog)s SOURCE [--backbone B] [--pads 0,all] [--noise 0,1] [options]",
+        description="Train with every padding and noise level while a server-side attacker guesses "
+        "each client's training items from its uploads (row ids; change magnitudes); "
+        "report the attacks' precision/recall, the test figure and bytes per round.",
+    )
     _common(lk)
-    lk.add_argument("--pads", type=_pad_list, default=[0, -1], metavar="K,...",
-                    help="upload paddings: 0 (none), a row count, or all (dense); default 0,all")
-    lk.add_argument("--noise", type=_float_list, default=[0.0, 1.0], metavar="S,...",
-                    help="noise multipliers (default 0,1)")
+    lk.add_argument(
+        "--pads",
+        type=_pad_list,
+        default=[0, -1],
+        metavar="K,...",
+        help="upload paddings: 0 (none), a row count, or all (dense); default 0,all",
+    )
+    lk.add_argument(
+        "--noise", type=_float_list, default=[0.0, 1.0], metavar="S,...", help="noise multipliers (default 0,1)"
+    )
     lk.set_defaults(func=cmd_leakage, seeds=1)
 
 
@@ -84,8 +102,9 @@ def _setup(args):
     data, _ = load_for_run(args)
     cfg = config_from_args(args, valid_metric=args.metric)
 
-    def backbone():   # what `run` trains from the same flags, built afresh for every seed
+    def backbone():  # what `run` trains from the same flags, built afresh for every seed
         return build_backbone(args, data, cfg.dim, is_recbole=False)
+
     label = args.backbone + ("" if args.fusion == "none" else f"+{args.fusion}")
     return data, cfg, backbone, label
 
@@ -114,7 +133,9 @@ def cmd_leakage(args) -> int:
     from ..experiments.leakage import format_markdown, run_leakage, write_leakage
 
     data, cfg, backbone, label = _setup(args)
-    print(f"leakage on {args.source}: {label}, paddings {args.pads}, noise {args.noise}, {cfg.seeds} seeds",
-          file=sys.stderr)
+    print(
+        f"leakage on {args.source}: {label}, paddings {args.pads}, noise {args.noise}, {cfg.seeds} seeds",
+        file=sys.stderr,
+    )
     result = run_leakage(data, backbone, cfg, args.pads, args.noise, metric=args.metric, label=label)
     return _finish(args, result, format_markdown, write_leakage)

@@ -1,5 +1,6 @@
 """How ``run`` hands back a result: its files with ``--out``, the console table, and with ``--json`` one JSON
 line last."""
+
 from __future__ import annotations
 
 from .common import emit_json

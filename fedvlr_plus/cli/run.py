@@ -103,7 +103,7 @@ def _run_plan(args, dataset: str) -> str:
         return f"ranking {dataset} with the reference ranker {args.backbone} (no training); {where}"
     seeds = list(range(args.seed, args.seed + args.seeds))
     model = args.backbone + ("" if args.fusion == "none" else f" + {args.fusion} fusion")
-    tune = (f"after choosing its recipe on valid (one seed per recipe of the --tune grid; --no-tune skips it), "
+    tune = ("after choosing its recipe on valid (one seed per recipe of the --tune grid; --no-tune skips it), "
             if getattr(args, "tune", False) else "")
     return (f"training {model} on {dataset}{_on_gpu(args)}{' ' + tune.rstrip(', ') if tune else ''}: {len(seeds)} "
             f"seed{'s' * (len(seeds) > 1)} ({', '.join(map(str, seeds))}), up to {args.rounds} rounds, patience "

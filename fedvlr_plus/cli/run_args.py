@@ -6,8 +6,16 @@ import argparse
 
 from ..errors import ConfigError
 from ..federation.config import FEDERATED_BACKBONES, PRIVATE_STORES, STRATEGIES, FedConfig, config_from_options
-from .argtypes import (bounded, clients_per_round, int_list, non_negative_float, non_negative_int, one_metric,
-                       positive_float, positive_int)
+from .argtypes import (
+    bounded,
+    clients_per_round,
+    int_list,
+    non_negative_float,
+    non_negative_int,
+    one_metric,
+    positive_float,
+    positive_int,
+)
 
 
 class _SkipExisting:

@@ -1,6 +1,7 @@
 """``run ... --fusion fedvlr`` (``--tune``, on by default with a fusion layer): train the layer's grid of recipes on
 the first seed, keep the one with the best validation score, and hand the run the flags of that recipe (see
 :mod:`fedvlr_plus.fedvlr.tuning`)."""
+
 from __future__ import annotations
 
 import argparse
@@ -14,8 +15,11 @@ from .common import say
 def check_tune_flags(args) -> None:
     """``--tune`` chooses the fusion layer's recipe; without the layer there is nothing to choose."""
     if getattr(args, "tune", None) and getattr(args, "fusion", "none") == "none":
-        raise ConfigError("--tune", "chooses the fusion layer's training recipe on validation; this run has no "
-                          "fusion layer", "add --fusion fedvlr (or another --fusion mode), or drop --tune")
+        raise ConfigError(
+            "--tune",
+            "chooses the fusion layer's training recipe on validation; this run has no fusion layer",
+            "add --fusion fedvlr (or another --fusion mode), or drop --tune",
+        )
 
 
 def resolve_tune(args) -> bool:
@@ -39,13 +43,18 @@ def grid_has_choice(args) -> bool:
 def _candidates(args, cold_items: bool = False):
     from ..fedvlr.tuning import candidate_recipes
 
-    return candidate_recipes(cold_items=cold_items, lr=args.lr, server_lr=args.server_lr,
-                             residual=True if args.fusion_residual else None,
-                             residual_gate=True if getattr(args, "fusion_residual_gate", False) else None,
-                             content_preference=True if getattr(args, "content_preference", False) else None,
-                             view_scale=getattr(args, "fusion_view_scale", None),
-                             id_dropout=getattr(args, "id_dropout", 0.0) or None,
-                             weight_decay=getattr(args, "weight_decay", None), backbone=args.backbone)
+    return candidate_recipes(
+        cold_items=cold_items,
+        lr=args.lr,
+        server_lr=args.server_lr,
+        residual=True if args.fusion_residual else None,
+        residual_gate=True if getattr(args, "fusion_residual_gate", False) else None,
+        content_preference=True if getattr(args, "content_preference", False) else None,
+        view_scale=getattr(args, "fusion_view_scale", None),
+        id_dropout=getattr(args, "id_dropout", 0.0) or None,
+        weight_decay=getattr(args, "weight_decay", None),
+        backbone=args.backbone,
+    )
 
 
 def tune_recipe(args, data, *, config_for, build_backbone):
@@ -65,20 +74,34 @@ def tune_recipe(args, data, *, config_for, build_backbone):
         ns = _with_recipe(args, recipe, seeds=1)
         cfg = config_for(ns)
         out = Path(run_dir) / "tuning" / _folder_name(recipe.name) if run_dir else None
-        res = run_federated(data, build_backbone(ns, cfg), cfg, out_dir=out,
-                            resume=bool(args.resume) and out is not None and out.is_dir(),
-                            progress=not getattr(args, "no_progress", False))
+        res = run_federated(
+            data,
+            build_backbone(ns, cfg),
+            cfg,
+            out_dir=out,
+            resume=bool(args.resume) and out is not None and out.is_dir(),
+            progress=not getattr(args, "no_progress", False),
+        )
         return float(res["valid"][metric])
 
     def announce(i, recipe) -> None:
-        flags = " ".join(f"{k} {v}" if not isinstance(v, bool) else k
-                         for k, v in recipe.settings().items() if v is not False) or "the layer's defaults"
-        say(f"tuning {i + 1}/{len(recipes)}: recipe {recipe.name} ({flags}), seed {args.seed}, "
-            f"selecting on valid {metric}")
+        flags = (
+            " ".join(
+                f"{k} {v}" if not isinstance(v, bool) else k for k, v in recipe.settings().items() if v is not False
+            )
+            or "the layer's defaults"
+        )
+        say(
+            f"tuning {i + 1}/{len(recipes)}: recipe {recipe.name} ({flags}), seed {args.seed}, "
+            f"selecting on valid {metric}"
+        )
 
     report = select_recipe(recipes, valid_score, metric=metric, seed=args.seed, on_candidate=announce)
-    say(f"tuning: kept recipe {report.selected} (valid {metric} "
-        + ", ".join(f"{n} {s:.4f}" for n, s in report.scores.items()) + ")")
+    say(
+        f"tuning: kept recipe {report.selected} (valid {metric} "
+        + ", ".join(f"{n} {s:.4f}" for n, s in report.scores.items())
+        + ")"
+    )
     return _with_recipe(args, report.chosen, seeds=args.seeds), report
 
 

@@ -2,6 +2,7 @@
 content vector of the user's training items (the classic content-based profile, e.g. Pazzani & Billsus,
 "Content-Based Recommendation Systems", The Adaptive Web, 2007). It needs no training and no ID embedding, so it
 ranks cold items exactly like warm ones: the bar any use of content on cold items has to clear."""
+
 from __future__ import annotations
 
 import numpy as np

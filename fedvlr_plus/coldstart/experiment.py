@@ -425,8 +425,8 @@ def user_coldstart(full, warm, held_out: np.ndarray, make_model, cfg, views: dic
     the warm users' log-popularity to the joining users' logits, its weight chosen on that third
     (:mod:`.popularity_prior`)."""
     from .paired import PER_USER
-    from .population import PopulationStarts
     from .popularity_prior import log_popularity
+    from .population import PopulationStarts
     from .splits import support_query
     from .support_epochs import only, split_joining_users
 
@@ -504,8 +504,8 @@ def joining_epochs(run, support, users: np.ndarray, valid_users: np.ndarray, spe
     (``[N]``, :mod:`.popularity_prior`) each epoch count is scored at its best prior weight, and the scorer
     returned carries that weight. ``starts``: the run's :class:`~.population.PopulationStarts` (made here when
     not given, and shared by every epoch count)."""
-    from .population import PopulationStarts
     from .popularity_prior import best_weight
+    from .population import PopulationStarts
     from .support_epochs import EPOCH_EXTENSION, EPOCH_GRID, choose_epochs, only
 
     def valid_score(scorer):

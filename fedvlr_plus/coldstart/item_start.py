@@ -13,6 +13,7 @@ once and sent to newcomers with the item table; a newcomer combines the rows of 
 router is handled in function space, as in :mod:`.population`: each item keeps the mean expert weights of its
 users, and the newcomer's router outputs the mean of those over its support items.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -38,7 +39,7 @@ def item_mean_states(run, population: dict[str, torch.Tensor], prior_users: floa
     weights, weight_sum, trained = None, None, 0
     counts = torch.zeros(n_items, dtype=torch.float64)
     for a in range(0, len(run.eligible), _CLIENTS_PER_BLOCK):
-        cids = run.eligible[a:a + _CLIENTS_PER_BLOCK]
+        cids = run.eligible[a : a + _CLIENTS_PER_BLOCK]
         block = load_block(run.store, cids, names)
         has = np.logical_and.reduce([block[n][1] for n in names]) if names else np.ones(len(cids), bool)
         cids, pos = cids[has], np.flatnonzero(has)
@@ -75,13 +76,19 @@ def _histories(indptr: np.ndarray, indices: np.ndarray, cids: np.ndarray) -> tup
     return user_of, indices[np.repeat(starts, lengths) + offsets].astype(np.int64)
 
 
-def item_start_states(run, population: dict[str, torch.Tensor], item_means: dict, indptr: np.ndarray,
-                      indices: np.ndarray, users: np.ndarray) -> dict[int, dict[str, torch.Tensor]]:
+def item_start_states(
+    run,
+    population: dict[str, torch.Tensor],
+    item_means: dict,
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    users: np.ndarray,
+) -> dict[int, dict[str, torch.Tensor]]:
     """Each of ``users``' start: the mean over its support items (``indptr``/``indices``) of the items' mean
     states; the router (FedVLR) outputs the mean of the items' mean expert weights for every input."""
     out = {}
     for u in np.asarray(users, np.int64):
-        items = torch.from_numpy(indices[indptr[u]:indptr[u + 1]].astype(np.int64))
+        items = torch.from_numpy(indices[indptr[u] : indptr[u + 1]].astype(np.int64))
         state = dict(population)
         for n, table in item_means.items():
             if n != "router.weights":

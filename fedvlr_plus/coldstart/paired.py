@@ -9,6 +9,7 @@ difference (layer − other), the paired t-test and the Wilcoxon signed-rank tes
   and against the content-only ranker, per part (cold among cold items, cold among all, warm) and metric
   (:func:`paired_cold_items`).
 """
+
 from __future__ import annotations
 
 #: the key under which :func:`~.experiment.user_coldstart` hands its per-user frames over (removed before JSON)
@@ -25,8 +26,9 @@ def paired_against_backbone(layer: dict, alone: dict, keys) -> dict:
     from ..evaluation.stats import paired_frames
 
     a, b = layer[PER_USER], alone[PER_USER]
-    return {n: {k: paired_frames(a[n], b[n], k, which=f"joining users, support {n}") for k in keys}
-            for n in a if n in b}
+    return {
+        n: {k: paired_frames(a[n], b[n], k, which=f"joining users, support {n}") for k in keys} for n in a if n in b
+    }
 
 
 def paired_cold_items(layer: dict, alone: dict | None, keys) -> dict:
@@ -37,8 +39,18 @@ def paired_cold_items(layer: dict, alone: dict | None, keys) -> dict:
     mine = layer[PER_USER]["headline"]
     others = {"content only": layer[PER_USER].get("content only", {})}
     if alone is not None and PER_USER in alone:
-        others.update({f"backbone alone, {name}": parts for name, parts in alone[PER_USER].items()
-                       if name not in ("headline", "content only")})
-    return {other: {part: {k: paired_frames(mine[part], theirs[part], k, which=part) for k in keys}
-                    for part in mine if part in theirs}
-            for other, theirs in others.items()}
+        others.update(
+            {
+                f"backbone alone, {name}": parts
+                for name, parts in alone[PER_USER].items()
+                if name not in ("headline", "content only")
+            }
+        )
+    return {
+        other: {
+            part: {k: paired_frames(mine[part], theirs[part], k, which=part) for k in keys}
+            for part in mine
+            if part in theirs
+        }
+        for other, theirs in others.items()
+    }

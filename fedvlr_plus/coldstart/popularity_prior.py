@@ -13,6 +13,7 @@ best (as the epoch grid does), up to the weight where the prior alone orders the
 same for every model, so the layer and its backbone each get it only as far as their own validation users ask
 for it. Off (``none``) by default.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -13,6 +13,7 @@ gets it in function space instead: a zero output layer whose bias is ``T · log`
 weights, which routes every input to exactly that mean mixture until the newcomer's own data moves it (on lfm2k's
 validation joining users this start scored at least as well as the parameter mean at every support size).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -55,8 +56,11 @@ def population_router(run, state: dict[str, torch.Tensor]) -> dict[str, torch.Te
     if getattr(run.bb, "mode", None) != "fedvlr" or "router.b2" not in state:
         return state
     mean_w = torch.tensor(router_report(run)["mean_weights"], dtype=state["router.b2"].dtype)
-    return {**state, "router.w2": torch.zeros_like(state["router.w2"]),
-            "router.b2": run.bb.temperature * torch.log(mean_w.clamp_min(1e-6))}
+    return {
+        **state,
+        "router.w2": torch.zeros_like(state["router.w2"]),
+        "router.b2": run.bb.temperature * torch.log(mean_w.clamp_min(1e-6)),
+    }
 
 
 class PopulationStarts:

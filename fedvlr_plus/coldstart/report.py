@@ -240,7 +240,7 @@ def _plot_sparsity(result: dict, path: Path, metric: str) -> None:
     models = [(l, r) for l, r in _models(result) if r.get("sparsity")]
     width = 0.8 / (len(models) + 1)
     buckets = []
-    for l, r in models:
+    for _, r in models:
         for row in r["sparsity"]:
             if row["bucket"] not in buckets:
                 buckets.append(row["bucket"])

@@ -24,6 +24,7 @@ map from content to fused views. The input form asks the fusion to turn an estim
 the output form estimates the item vector itself, in the space the clients' heads were trained on, exactly as the
 rule does for a backbone's own item rows.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -41,7 +42,7 @@ LAMBDAS = (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
 
 def plain_rule(name: str) -> str:
     """The rule ``name`` names without its ``fused-`` prefix (the same estimate, made in the space it is given)."""
-    return name[len(FUSED_PREFIX):] if name.startswith(FUSED_PREFIX) else name
+    return name[len(FUSED_PREFIX) :] if name.startswith(FUSED_PREFIX) else name
 
 
 def content_matrix(views: dict[str, np.ndarray]) -> np.ndarray:
@@ -78,7 +79,7 @@ def choose_lambda(x: np.ndarray, y: np.ndarray, lambdas=LAMBDAS, seed: int = 0) 
     if n < 10:
         return float(lambdas[len(lambdas) // 2]), {}
     perm = np.random.default_rng(seed).permutation(n)
-    hold, fit = perm[: max(2, n // 5)], perm[max(2, n // 5):]
+    hold, fit = perm[: max(2, n // 5)], perm[max(2, n // 5) :]
     errs = {}
     for lam in lambdas:
         w, b = ridge_fit(x[fit], y[fit], lam)
@@ -91,10 +92,10 @@ class ColdRule:
     """A fitted rule: ``apply(table)`` returns ``table`` with the cold rows replaced (differentiable in the warm
     rows for ``neighbours``; the ridge map is refitted on the detached warm rows at every call)."""
 
-    rule: str                        # one of RULES
-    cold: np.ndarray                 # bool [N]
-    content: np.ndarray              # [N, f] (content_matrix)
-    neighbours: np.ndarray | None    # [n_cold, k] warm item ids
+    rule: str  # one of RULES
+    cold: np.ndarray  # bool [N]
+    content: np.ndarray  # [N, f] (content_matrix)
+    neighbours: np.ndarray | None  # [n_cold, k] warm item ids
     lambdas: tuple = LAMBDAS
     seed: int = 0
     last_lambda: float | None = None

@@ -9,6 +9,7 @@
 - :func:`support_query`: a held-out user's first ``n`` interactions by time are the support (train), the rest the
   query (test).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -44,19 +45,21 @@ def cold_item_loo(data: InteractionData, fraction: float = 0.2, *, seed: int = 0
     cold = np.random.default_rng(seed).permutation(present)[:n_cold]
     code = np.full(data.n_items, -1, np.int8)
     code[cold[: n_cold // 2]] = VALID
-    code[cold[n_cold // 2:]] = TEST
+    code[cold[n_cold // 2 :]] = TEST
     item = data.inter["item"].to_numpy()
     labels = code[item]
     warm = labels < 0
-    labels[warm] = _loo_labels(data.inter["user"].to_numpy()[warm], data.inter["timestamp"].to_numpy()[warm],
-                               data.n_users)
+    labels[warm] = _loo_labels(
+        data.inter["user"].to_numpy()[warm], data.inter["timestamp"].to_numpy()[warm], data.n_users
+    )
     out = data.replace(inter=data.inter.assign(split=labels))
     out.require_split(need=("train", "valid", "test"))
     return out
 
 
-def cold_user_holdout(data: InteractionData, fraction: float = 0.2, *, seed: int = 0,
-                      min_history: int = 6) -> tuple[InteractionData, np.ndarray]:
+def cold_user_holdout(
+    data: InteractionData, fraction: float = 0.2, *, seed: int = 0, min_history: int = 6
+) -> tuple[InteractionData, np.ndarray]:
     """``(warm data split leave-one-out, held-out user ids)``. Held-out users are drawn among users with at least
     ``min_history`` interactions (support + at least one query item); their rows are absent from the warm data."""
     if not 0 < fraction < 1:

@@ -6,6 +6,7 @@ cold targets (KU: items that occur only in valid/test) are then the item cold-st
 Python API's recipes (:class:`~fedvlr_plus.api.FedVLR` around the backbone), so this study builds the layer as
 every other path does.
 """
+
 from __future__ import annotations
 
 import sys
@@ -41,8 +42,10 @@ def load_study_splits(split: StudySplit) -> dict:
 
     out = {}
     if split.cold_items is not None:
-        out["items"] = (cold_item_loo(prepared(), split.cold_items, seed=split.split_seed),
-                        f"cold-items {split.cold_items}")
+        out["items"] = (
+            cold_item_loo(prepared(), split.cold_items, seed=split.split_seed),
+            f"cold-items {split.cold_items}",
+        )
     if split.cold_users is not None:
         d = prepared()
         warm, held = cold_user_holdout(d, split.cold_users, seed=split.split_seed, min_history=split.min_history)
@@ -106,13 +109,17 @@ def _views(opts: ColdStartOptions, data) -> dict:
     from ..fedvlr.views import load_views
 
     fo = opts.fedvlr
-    views = load_views(data, fo.views, list(fo.fusion_views) if fo.fusion_views else None, progress=opts.progress,
-                       optional=opts.fusion == "none")
-    if not views:   # a backbone alone on data without content
+    views = load_views(
+        data,
+        fo.views,
+        list(fo.fusion_views) if fo.fusion_views else None,
+        progress=opts.progress,
+        optional=opts.fusion == "none",
+    )
+    if not views:  # a backbone alone on data without content
         if opts.split.cold_items is not None:
             raise _no_content_for_cold_items(data)
-        print(f"{data.name} has no item content: the study goes on without the content-only ranker",
-              file=sys.stderr)
+        print(f"{data.name} has no item content: the study goes on without the content-only ranker", file=sys.stderr)
         return {}
     return {k: v for k, v in views.items() if k not in set(fo.drop_modality)}
 
@@ -121,10 +128,13 @@ def _no_content_for_cold_items(data):
     from ..errors import ConfigError
     from ..fedvlr.views import content_remedy
 
-    return ConfigError("--cold-items", f"{data.name} has no item content, so nothing can place the items that "
-                       "no one has interacted with (the cold rules and the content-only ranker read their content)",
-                       f"{content_remedy(data)}, pass --views DIR with a view store of the same items, or study "
-                       "joining users alone with --cold-users")
+    return ConfigError(
+        "--cold-items",
+        f"{data.name} has no item content, so nothing can place the items that "
+        "no one has interacted with (the cold rules and the content-only ranker read their content)",
+        f"{content_remedy(data)}, pass --views DIR with a view store of the same items, or study "
+        "joining users alone with --cold-users",
+    )
 
 
 def _spec_and_config(opts: ColdStartOptions):
@@ -145,10 +155,17 @@ def run_coldstart(opts: ColdStartOptions, log=None) -> dict:
     parts = load_study_splits(opts.split)
     any_data = parts["items"][0] if "items" in parts else parts["users"][1]
     views = _views(opts, any_data)
-    result = {"dataset": any_data.name, "backbone": opts.backbone, "fusion": opts.fusion,
-              "model": opts.backbone if opts.fusion == "none" else f"{opts.backbone}+{opts.fusion}",
-              "seeds": list(range(cfg.seed, cfg.seed + cfg.seeds)), "metrics": list(spec.keys),
-              "views": sorted(views), "config": cfg.to_dict(), "command": opts.command}
+    result = {
+        "dataset": any_data.name,
+        "backbone": opts.backbone,
+        "fusion": opts.fusion,
+        "model": opts.backbone if opts.fusion == "none" else f"{opts.backbone}+{opts.fusion}",
+        "seeds": list(range(cfg.seed, cfg.seed + cfg.seeds)),
+        "metrics": list(spec.keys),
+        "views": sorted(views),
+        "config": cfg.to_dict(),
+        "command": opts.command,
+    }
     fusions = [opts.fusion] + (["none"] if opts.with_backbone and opts.fusion != "none" else [])
     for fusion in fusions:
         target = result if fusion == opts.fusion else result.setdefault("backbone_alone", {"model": opts.backbone})
@@ -205,13 +222,21 @@ def _tuned(opts: ColdStartOptions, fusion: str, cfg, data, log, parts: dict | No
     # but ranking those is not what it measures
     cold_items = "items" in (parts or {}) and tries_id_dropout(data)
     # a weight decay of 0 is the config's default, so only a non-zero one counts as fixed
-    points = candidate_recipes(lr=cfg.lr, server_lr=cfg.server_lr, **fixed_by(fo), cold_items=cold_items,
-                               weight_decay=cfg.weight_decay or None, backbone=opts.backbone)
+    points = candidate_recipes(
+        lr=cfg.lr,
+        server_lr=cfg.server_lr,
+        **fixed_by(fo),
+        cold_items=cold_items,
+        weight_decay=cfg.weight_decay or None,
+        backbone=opts.backbone,
+    )
 
     def apply(point):
         decay = cfg.weight_decay if point.weight_decay is None else point.weight_decay
-        return (replace(opts, fedvlr=point.layer_options(fo)),
-                replace(cfg, lr=point.lr, server_lr=point.server_lr, weight_decay=decay))
+        return (
+            replace(opts, fedvlr=point.layer_options(fo)),
+            replace(cfg, lr=point.lr, server_lr=point.server_lr, weight_decay=decay),
+        )
 
     joining = _joining_validation(opts, parts, cfg) if parts is not None else None
     among_cold = _cold_item_validation(opts, parts, views) if joining is None else None
@@ -223,9 +248,13 @@ def _tuned(opts: ColdStartOptions, fusion: str, cfg, data, log, parts: dict | No
         run = train_selected(data, _recipe(o, fusion, c)(data), c, progress=opts.progress)
         return float(run.best["metric"]) if rate is None else rate(run)
 
-    metric = (f"{opts.cold_select.lower()} of validation joining users" if joining is not None else
-              f"valid {opts.cold_select.lower()} among cold items (best cold rule)" if among_cold is not None else
-              cfg.valid_metric)
+    metric = (
+        f"{opts.cold_select.lower()} of validation joining users"
+        if joining is not None
+        else f"valid {opts.cold_select.lower()} among cold items (best cold rule)"
+        if among_cold is not None
+        else cfg.valid_metric
+    )
 
     def announce(i, point) -> None:
         if log:
@@ -249,8 +278,9 @@ def _cold_item_validation(opts: ColdStartOptions, parts: dict | None, views):
     from .experiment import best_rule_valid_score
 
     spec, _ = _spec_and_config(opts)
-    return best_rule_valid_score(parts["items"][0], views, spec, opts.cold_select.lower(),
-                                 max(opts.fedvlr.cold_neighbours, 1))
+    return best_rule_valid_score(
+        parts["items"][0], views, spec, opts.cold_select.lower(), max(opts.fedvlr.cold_neighbours, 1)
+    )
 
 
 def _joining_validation(opts: ColdStartOptions, parts: dict, cfg):
@@ -258,8 +288,8 @@ def _joining_validation(opts: ColdStartOptions, parts: dict, cfg):
     joining users' mean score over the support sizes (:mod:`.tune_joining`); None for any other study."""
     if "users" not in parts or "items" in parts:
         return None
-    from .splits import support_query
     from .popularity_prior import log_popularity
+    from .splits import support_query
     from .support_epochs import split_joining_users
     from .tune_joining import joining_valid_score
 
@@ -268,8 +298,16 @@ def _joining_validation(opts: ColdStartOptions, parts: dict, cfg):
     valid_users, _ = split_joining_users(held, spec.seed)
     joins = {n: support_query(full, held, n) for n in opts.support}
     prior = log_popularity(warm.item_popularity("train")) if opts.new_user_prior == "popularity" else None
-    return lambda run: joining_valid_score(run, joins, valid_users, spec, epochs=opts.support_epochs,
-                                           start=opts.new_user_start, metric=opts.cold_select.lower(), prior=prior)
+    return lambda run: joining_valid_score(
+        run,
+        joins,
+        valid_users,
+        spec,
+        epochs=opts.support_epochs,
+        start=opts.new_user_start,
+        metric=opts.cold_select.lower(),
+        prior=prior,
+    )
 
 
 def _study_one_model(opts, fusion: str, parts: dict, views: dict, spec, cfg, target: dict, log) -> None:
@@ -281,28 +319,52 @@ def _study_one_model(opts, fusion: str, parts: dict, views: dict, spec, cfg, tar
     who = fusion if fusion != "none" else "backbone alone"
     if "items" in parts:
         data, how = parts["items"]
-        rule = None if opts.cold_rule == "auto" and fusion != "none" else (
-            "none" if opts.cold_rule == "auto" else opts.cold_rule)
+        rule = (
+            None
+            if opts.cold_rule == "auto" and fusion != "none"
+            else ("none" if opts.cold_rule == "auto" else opts.cold_rule)
+        )
         if fusion == "none":
-            rule = plain_rule(rule)   # a backbone's item rows are its output: the same estimate
+            rule = plain_rule(rule)  # a backbone's item rows are its output: the same estimate
         if log:
             log(f"item cold-start, {who}: {how}")
-        rules = rules_for(fusion != "none") if views else ()   # every rule reads the items' content
-        res = item_coldstart(data, make, cfg, views, spec=spec, rules=rules,
-                             neighbours_k=max(opts.fedvlr.cold_neighbours, 1),
-                             select_metric=opts.cold_select.lower(), default_rule=rule, progress=opts.progress,
-                             log=log)
+        rules = rules_for(fusion != "none") if views else ()  # every rule reads the items' content
+        res = item_coldstart(
+            data,
+            make,
+            cfg,
+            views,
+            spec=spec,
+            rules=rules,
+            neighbours_k=max(opts.fedvlr.cold_neighbours, 1),
+            select_metric=opts.cold_select.lower(),
+            default_rule=rule,
+            progress=opts.progress,
+            log=log,
+        )
         res["split"] = how
         target.update(res)
     if "users" in parts:
         full, warm, held = parts["users"]
         if log:
             log(f"user cold-start, {who}: {len(held)} held-out users")
-        target["user_coldstart"] = user_coldstart(full, warm, held, make, cfg, views, spec=spec,
-                                                  supports=opts.support, epochs=opts.support_epochs,
-                                                  start=opts.new_user_start, progress=opts.progress, log=log,
-                                                  select_metric=opts.cold_select.lower(), hold_valid=opts.tune,
-                                                  prior=opts.new_user_prior)
+        target["user_coldstart"] = user_coldstart(
+            full,
+            warm,
+            held,
+            make,
+            cfg,
+            views,
+            spec=spec,
+            supports=opts.support,
+            epochs=opts.support_epochs,
+            start=opts.new_user_start,
+            progress=opts.progress,
+            log=log,
+            select_metric=opts.cold_select.lower(),
+            hold_valid=opts.tune,
+            prior=opts.new_user_prior,
+        )
         if "items" not in parts:
             target["sparsity"] = target["user_coldstart"]["sparsity"]
             target["sparsity_targets"] = "all"

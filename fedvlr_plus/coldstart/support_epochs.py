@@ -17,6 +17,7 @@ with :data:`EPOCH_EXTENSION`, one count at a time, while the longest count tried
 model that needs longer local training than another (on KU the layer's joining users kept 20, the top, at every
 support size and seed while the backbone alone kept 1-20) was compared at a cut-off that suits only the other.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -9,13 +9,15 @@ on popularity and the fusion's LayerNorm leaves little of it in the item vectors
 recipe lets the validation users join with every support size, and its score is their mean ``select_metric``
 over the support sizes (with ``--support-epochs auto`` at the best epoch count of each size).
 """
+
 from __future__ import annotations
 
 import numpy as np
 
 
-def joining_valid_score(run, joins: dict, valid_users: np.ndarray, spec, *, epochs, start: str,
-                        metric: str, prior=None) -> float:
+def joining_valid_score(
+    run, joins: dict, valid_users: np.ndarray, spec, *, epochs, start: str, metric: str, prior=None
+) -> float:
     """Mean over support sizes of the validation users' ``metric`` after they join ``run``; ``joins`` maps each
     support size to its support/query data; ``prior``: the popularity prior the users are served with (its
     weight chosen as the study chooses it, :mod:`.popularity_prior`), or None."""
@@ -23,7 +25,8 @@ def joining_valid_score(run, joins: dict, valid_users: np.ndarray, spec, *, epoc
 
     per_support = []
     for data in joins.values():
-        best, _, scores = joining_epochs(run, data, valid_users, valid_users, spec, start=start, metric=metric,
-                                         epochs=epochs, prior=prior)
+        best, _, scores = joining_epochs(
+            run, data, valid_users, valid_users, spec, start=start, metric=metric, epochs=epochs, prior=prior
+        )
         per_support.append(scores[best])
     return float(np.mean(per_support))

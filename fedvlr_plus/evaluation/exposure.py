@@ -6,6 +6,7 @@ scored higher and ``e`` others tied with it, ``max(0, min(e + 1, K - g)) / (e + 
 orders that the library's other metrics use). The exposure at K is the mean hit over those users; an attack that
 promotes the item raises it.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -29,7 +30,7 @@ def item_hits(scores: torch.Tensor, masked: sp.csr_matrix, item: int, ks) -> dic
 def non_interacting_users(data, item: int) -> np.ndarray:
     """Users with no interaction with ``item`` in any split (train, valid or test) and some training item."""
     every = data.matrix(["train", "valid", "test"]).tocsc()
-    touched = every.indices[every.indptr[item]:every.indptr[item + 1]]
+    touched = every.indices[every.indptr[item] : every.indptr[item + 1]]
     train = data.matrix(["train"]).tocsr()
     has_train = np.diff(train.indptr) > 0
     users = np.setdiff1d(np.flatnonzero(has_train), touched)
@@ -43,7 +44,7 @@ def exposure(data, score, item: int, ks=(10, 50), chunk: int = 512) -> dict:
     train = data.matrix(["train"]).tocsr()
     hits = {int(k): [] for k in ks}
     for a in range(0, len(users), chunk):
-        part = users[a:a + chunk]
+        part = users[a : a + chunk]
         for k, h in item_hits(score(part), train[part], item, ks).items():
             hits[k].append(h)
     per_user = {k: np.concatenate(v) if v else np.zeros(0) for k, v in hits.items()}

@@ -27,10 +27,11 @@ relevance and the ideal DCG over min(#targets, K) positions (Järvelin & Kekäl�
 evaluation of IR techniques", TOIS 2002), Recall@K = hits / #targets, MRR@K = 1 / rank of the first relevant
 item if it is within the top K, else 0. All values are fractions in [0, 1].
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -176,7 +177,7 @@ class _TieGroups:
     first: np.ndarray
 
     @classmethod
-    def of(cls, u: np.ndarray, r: np.ndarray, g: np.ndarray) -> "_TieGroups":
+    def of(cls, u: np.ndarray, r: np.ndarray, g: np.ndarray) -> _TieGroups:
         order = np.lexsort((r, u))
         u_s, r_s, g_s = u[order], r[order], g[order]
         new_group = np.ones(len(u_s), bool)
@@ -287,5 +288,8 @@ def masked_rank_counts(scores, masked, pair_rows, pair_items):
     greater = n - hi
     ties = hi - lo - torch.where(torch.isneginf(t), n_masked[rows], torch.zeros_like(lo))
     ties = torch.where(masked[rows, items], torch.zeros_like(ties), ties)
-    return (greater.cpu().numpy().astype(np.int64), ties.cpu().numpy().astype(np.int64),
-            (n - n_masked).cpu().numpy().astype(np.int64))
+    return (
+        greater.cpu().numpy().astype(np.int64),
+        ties.cpu().numpy().astype(np.int64),
+        (n - n_masked).cpu().numpy().astype(np.int64),
+    )

@@ -16,10 +16,11 @@
 Targets are the distinct items of the user in ``split``. Ties are scored by the exact expectation over random
 tie orders (:mod:`fedvlr_plus.evaluation.metrics`). Users weigh equally in every mean.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Union
 
 import numpy as np
 import pandas as pd
@@ -27,12 +28,11 @@ import torch
 
 from ..datasets import InteractionData
 from ..datasets.core import DataError
-from .metrics import (TIE_POLICY, check_ks_metrics, expected_metrics, masked_rank_counts, metric_columns,
-                      rank_counts)
+from .metrics import TIE_POLICY, check_ks_metrics, expected_metrics, masked_rank_counts, metric_columns, rank_counts
 from .results import EvalResult
 from .row_ranks import compared_rank_counts
 
-Scorer = Callable[[np.ndarray], Union[np.ndarray, torch.Tensor]]
+Scorer = Callable[[np.ndarray], np.ndarray | torch.Tensor]
 """int64 user ids ``[B]`` -> scores ``[B, n_items]``, higher is better (+-inf allowed, NaN is an error). May also offer
 ``score_items(users [B], items [B, C]) -> [B, C]``, which the sampled protocol uses when present."""
 
@@ -80,16 +80,23 @@ def evaluate(
     _check_options(split, protocol, mask_history, batch_size, n_negatives)
     data.require_split(need=("train", split))
     pairs = _TargetPairs.of(data, split)
-    meta = {"protocol": protocol, "split": split, "ks": list(ks), "metrics": list(metrics), "seed": int(seed),
-            "tie_policy": TIE_POLICY, "n_items": int(data.n_items)}
+    meta = {
+        "protocol": protocol,
+        "split": split,
+        "ks": list(ks),
+        "metrics": list(metrics),
+        "seed": int(seed),
+        "tie_policy": TIE_POLICY,
+        "n_items": int(data.n_items),
+    }
     if protocol == "full":
-        mask_splits = {"train": ["train"], "none": [],
-                       "all": ["train", "valid"] if split == "test" else ["train"]}[mask_history]
+        mask_splits = {"train": ["train"], "none": [], "all": ["train", "valid"] if split == "test" else ["train"]}[
+            mask_history
+        ]
         frames, n_cand = _evaluate_full(data, scorer, pairs, mask_splits, ks, metrics, int(batch_size))
         meta.update(mask_history=mask_history, masked_splits=mask_splits)
     else:
-        frames, n_cand = _evaluate_sampled(data, scorer, pairs, int(n_negatives), seed, ks, metrics,
-                                           int(batch_size))
+        frames, n_cand = _evaluate_sampled(data, scorer, pairs, int(n_negatives), seed, ks, metrics, int(batch_size))
         meta.update(n_negatives=int(n_negatives))
     meta["n_candidates"] = n_cand
     meta["mean_candidates"] = float(n_cand.mean()) if len(n_cand) else float("nan")
@@ -132,7 +139,7 @@ class _TargetPairs:
     cold: np.ndarray
 
     @classmethod
-    def of(cls, data: InteractionData, split: str) -> "_TargetPairs":
+    def of(cls, data: InteractionData, split: str) -> _TargetPairs:
         tgt = data.part(split)[["user", "item"]].drop_duplicates().sort_values(["user", "item"], kind="stable")
         pair_user_id = tgt["user"].to_numpy(np.int64)
         pair_item = tgt["item"].to_numpy(np.int64)
@@ -146,10 +153,8 @@ class _TargetPairs:
 
 def _evaluate_full(data, scorer, pairs: _TargetPairs, mask_splits, ks, metrics, batch_size):
     """Per-user frames (all, warm, cold) and candidates per user, ranking every item."""
-    greater, ties, n_cand = _full_rank_stats(data, scorer, pairs.users, pairs.row, pairs.item, mask_splits,
-                                             batch_size)
-    frames = [_per_user_full(pairs.users, pairs.row, greater, ties, sel, ks, metrics)
-              for sel in pairs.selections()]
+    greater, ties, n_cand = _full_rank_stats(data, scorer, pairs.users, pairs.row, pairs.item, mask_splits, batch_size)
+    frames = [_per_user_full(pairs.users, pairs.row, greater, ties, sel, ks, metrics) for sel in pairs.selections()]
     return frames, n_cand
 
 
@@ -194,8 +199,9 @@ def _mask_tensor(sub, S: torch.Tensor) -> torch.Tensor:
     masked = torch.zeros(S.shape, dtype=torch.bool, device=S.device)
     if sub is not None:
         rows = np.repeat(np.arange(sub.shape[0]), np.diff(sub.indptr))
-        masked[torch.as_tensor(rows, device=S.device),
-               torch.as_tensor(sub.indices.astype(np.int64), device=S.device)] = True
+        masked[
+            torch.as_tensor(rows, device=S.device), torch.as_tensor(sub.indices.astype(np.int64), device=S.device)
+        ] = True
     return masked
 
 
@@ -222,13 +228,14 @@ def sample_negatives(data: InteractionData, pair_user: np.ndarray, n_negatives: 
     n_items = data.n_items
     out = np.empty((len(pair_user), n_negatives), np.int64)
     for p, u in enumerate(np.asarray(pair_user, np.int64)):
-        own = np.sort(pos.indices[pos.indptr[u]:pos.indptr[u + 1]]).astype(np.int64)
+        own = np.sort(pos.indices[pos.indptr[u] : pos.indptr[u + 1]]).astype(np.int64)
         n_free = n_items - len(own)
         if n_free < n_negatives:
-            raise DataError(f"{data.name}: user {data.user_ids[u]}",
-                            f"has only {n_free} items it never interacted with; cannot sample {n_negatives} "
-                            f"negatives", "the sampled protocol needs a larger catalogue; use the full protocol, "
-                                          "--protocol full")
+            raise DataError(
+                f"{data.name}: user {data.user_ids[u]}",
+                f"has only {n_free} items it never interacted with; cannot sample {n_negatives} negatives",
+                "the sampled protocol needs a larger catalogue; use the full protocol, --protocol full",
+            )
         j = rng.choice(n_free, size=n_negatives, replace=False).astype(np.int64)
         shift = own - np.arange(len(own))
         out[p] = j + np.searchsorted(shift, j, side="right")
@@ -246,8 +253,10 @@ def sampled_unavailable(data: InteractionData, n_negatives: int = 99, split: str
     free = data.n_items - np.diff(pos.indptr)[users]
     if int(free.min()) >= int(n_negatives):
         return None
-    return (f"{int((free < n_negatives).sum())} {split} users have fewer than "
-            f"{int(n_negatives)} items they never interacted with ({data.n_items} items in all)")
+    return (
+        f"{int((free < n_negatives).sum())} {split} users have fewer than "
+        f"{int(n_negatives)} items they never interacted with ({data.n_items} items in all)"
+    )
 
 
 def _sampled_rank_stats(scorer, users, pair_row, cand, n_items, batch_size):

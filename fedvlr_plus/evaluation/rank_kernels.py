@@ -9,6 +9,7 @@ items (the user's own history, a CSR row), so no masked copy of the scores is ev
 :mod:`.row_ranks` imports this module only for a batch of scores large enough to repay numba's import, and keeps
 the sorting path where numba does not import. The kernel compiles on first use and is cached next to this file.
 """
+
 from __future__ import annotations
 
 import numba

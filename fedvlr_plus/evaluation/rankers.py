@@ -11,6 +11,7 @@
 Each scorer maps int64 user ids ``[B]`` to ``[B, n_items]`` float64 scores and also offers
 ``score_items(users [B], items [B, C]) -> [B, C]`` (same values, fewer computed) for the sampled protocol.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -59,8 +60,11 @@ class _RandomRanker:
     def score_items(self, users, items) -> np.ndarray:
         users = np.asarray(users, np.int64)
         items = np.asarray(items, np.int64)
-        return np.stack([self._row(u)[it] for u, it in zip(users, items)]) if len(users) else \
-            np.zeros(items.shape, np.float64)
+        return (
+            np.stack([self._row(u)[it] for u, it in zip(users, items)])
+            if len(users)
+            else np.zeros(items.shape, np.float64)
+        )
 
     def __repr__(self):
         return f"<reference ranker random seed={self.seed}>"

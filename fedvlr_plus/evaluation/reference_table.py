@@ -1,5 +1,6 @@
 """The reference rankers (pop, random, antipop) on a run's test: the bar every model's figures stand beside,
 and the whole result of ``run --backbone pop|random|antipop``."""
+
 from __future__ import annotations
 
 from ..backbones import REFERENCE_BACKBONES
@@ -13,8 +14,11 @@ def reference_table(data, keys: list[str], **common) -> dict:
     out = {}
     for name in REFERENCE_BACKBONES:
         res = evaluate(data, reference_scorer(name, data, seed=common.get("seed", 0)), split="test", **common)
-        out[name] = {part: {k: v for k, v in res.summary(part).items() if k in keys}
-                     for part in ("all", "warm", "cold") if res.n_users(part)}
+        out[name] = {
+            part: {k: v for k, v in res.summary(part).items() if k in keys}
+            for part in ("all", "warm", "cold")
+            if res.n_users(part)
+        }
     return out
 
 
@@ -25,8 +29,18 @@ def select_keys(value, keys):
     return value
 
 
-def reference_run(data, backbone: str, *, protocol_name: str, split_used: str, names, ks, keys: list[str],
-                  mask_history: str, seed: int):
+def reference_run(
+    data,
+    backbone: str,
+    *,
+    protocol_name: str,
+    split_used: str,
+    names,
+    ks,
+    keys: list[str],
+    mask_history: str,
+    seed: int,
+):
     """``(result, test EvalResult)`` of one reference ranker: valid and test figures (with intervals and the
     warm/cold parts), the other reference rankers beside it, and the data's warnings."""
     protocol = "sampled" if protocol_name == "sampled99" else "full"

@@ -5,6 +5,7 @@ JSON form with ``<prefix>_<part>_n_users: 0`` and null figures and intervals, an
 (``"test cold: no cold targets in test; every target item was seen in training"``). Nothing is dropped
 silently and nothing is computed from no users.
 """
+
 from __future__ import annotations
 
 import math
@@ -65,13 +66,21 @@ class EvalResult:
         f = self.frame(which)
         return {m: (float(f[m].mean()) if len(f) and m in f.columns else math.nan) for m in self.metric_names}
 
-    def ci(self, which: str = "all", level: float = 0.95, n_resamples: int = 2000, seed: int = 0,
-           method: str = "BCa") -> dict[str, list[float]]:
+    def ci(
+        self, which: str = "all", level: float = 0.95, n_resamples: int = 2000, seed: int = 0, method: str = "BCa"
+    ) -> dict[str, list[float]]:
         """Metric -> ``[low, high]`` bootstrap interval of the mean over users (:func:`scipy.stats.bootstrap`)."""
         f = self.frame(which)
-        return {m: bootstrap_ci(f[m].to_numpy() if m in f.columns else [], level=level, n_resamples=n_resamples,
-                                seed=seed, method=method)
-                for m in self.metric_names}
+        return {
+            m: bootstrap_ci(
+                f[m].to_numpy() if m in f.columns else [],
+                level=level,
+                n_resamples=n_resamples,
+                seed=seed,
+                method=method,
+            )
+            for m in self.metric_names
+        }
 
     def to_json(self, prefix: str = "test", ci: bool = True) -> dict:
         """A JSON-ready dict: summaries for all/warm/cold targets, user counts, optional CIs and the tie policy.
@@ -101,7 +110,6 @@ class EvalResult:
             out[f"{prefix}_cold_ci"] = _clean(self.ci("cold"))
         return out
 
-
     def notes(self, prefix: str = "test") -> list[str]:
         """One sentence per part without users, e.g. ``"test cold: no cold targets in test"``."""
         split = self.meta.get("split", prefix.split("_")[0])
@@ -110,9 +118,11 @@ class EvalResult:
 
 def empty_part_reason(which: str, split: str = "test") -> str:
     """What a report prints in place of the figures of a part without users: ``no cold targets in test; ...``."""
-    return {"all": f"no users with targets in {split}",
-            "warm": f"no warm targets in {split}; every target item is new to training",
-            "cold": f"no cold targets in {split}; every target item was seen in training"}[which]
+    return {
+        "all": f"no users with targets in {split}",
+        "warm": f"no warm targets in {split}; every target item is new to training",
+        "cold": f"no cold targets in {split}; every target item was seen in training",
+    }[which]
 
 
 def empty_part_note(prefix: str, which: str, split: str = "test") -> str:

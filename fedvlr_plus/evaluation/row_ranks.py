@@ -9,6 +9,7 @@ The comparison runs in a compiled kernel (:mod:`.rank_kernels`) for large float3
 few targets per row; anything else (a small batch, which would not repay numba's import, other dtypes, scores on
 an accelerator, many targets per user, or no numba) keeps the sorting path.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -25,8 +26,9 @@ KERNEL_FROM_SCORES = 1 << 21
 _KERNELS = LazyKernels("fedvlr_plus.evaluation.rank_kernels")
 
 
-def compared_rank_counts(scores: torch.Tensor, mask_rows, pair_rows: np.ndarray, pair_items: np.ndarray, *,
-                         total_scores: int | None = None):
+def compared_rank_counts(
+    scores: torch.Tensor, mask_rows, pair_rows: np.ndarray, pair_items: np.ndarray, *, total_scores: int | None = None
+):
     """``(greater, ties, n_candidates)`` as :func:`~.metrics.masked_rank_counts` gives them, counted by comparison,
     or None where this path does not apply (the caller then sorts).
 
@@ -34,8 +36,12 @@ def compared_rank_counts(scores: torch.Tensor, mask_rows, pair_rows: np.ndarray,
     (None: nothing masked); ``pair_rows`` / ``pair_items``: each target's row and item; ``total_scores``: the
     whole evaluation's users x items (default: this batch's), which decides whether the kernel is worth loading."""
     b_n, n = scores.shape
-    usable = (scores.device.type == "cpu" and scores.dtype in (torch.float32, torch.float64)
-              and scores.is_contiguous() and not scores.requires_grad)
+    usable = (
+        scores.device.type == "cpu"
+        and scores.dtype in (torch.float32, torch.float64)
+        and scores.is_contiguous()
+        and not scores.requires_grad
+    )
     few = len(pair_rows) <= COMPARE_UP_TO_TARGETS * max(b_n, 1)
     large = (scores.numel() if total_scores is None else total_scores) >= KERNEL_FROM_SCORES
     if not (usable and few and large):
@@ -47,9 +53,17 @@ def compared_rank_counts(scores: torch.Tensor, mask_rows, pair_rows: np.ndarray,
     p_n = len(pair_rows)
     greater, ties = np.empty(p_n, np.int64), np.empty(p_n, np.int64)
     masked = np.empty(p_n, np.bool_)
-    kernels.target_counts(scores.numpy(), np.ascontiguousarray(pair_rows, dtype=np.int64),
-                          np.ascontiguousarray(pair_items, dtype=np.int64), mask_ptr, mask_idx, greater, ties, masked)
-    ties[masked] = 0   # a masked target is a miss (as the sorting path scores it)
+    kernels.target_counts(
+        scores.numpy(),
+        np.ascontiguousarray(pair_rows, dtype=np.int64),
+        np.ascontiguousarray(pair_items, dtype=np.int64),
+        mask_ptr,
+        mask_idx,
+        greater,
+        ties,
+        masked,
+    )
+    ties[masked] = 0  # a masked target is a miss (as the sorting path scores it)
     return greater, ties, n - np.diff(mask_ptr)
 
 
@@ -67,6 +81,15 @@ def prepare_kernels() -> bool:
     """Compile the evaluation's kernel, or load it from numba's cache, with one tiny call (float32 scores, as a run
     passes them); False where numba is missing (evaluation then sorts). ``bench suite`` calls this before its cases."""
     one = np.zeros(1, np.int64)
-    return _KERNELS.prepare(lambda kernels: kernels.target_counts(
-        np.zeros((1, 2), np.float32), one, one, np.zeros(2, np.int64), np.zeros(0, np.int64), np.empty(1, np.int64),
-        np.empty(1, np.int64), np.empty(1, np.bool_)))
+    return _KERNELS.prepare(
+        lambda kernels: kernels.target_counts(
+            np.zeros((1, 2), np.float32),
+            one,
+            one,
+            np.zeros(2, np.int64),
+            np.zeros(0, np.int64),
+            np.empty(1, np.int64),
+            np.empty(1, np.int64),
+            np.empty(1, np.bool_),
+        )
+    )

@@ -1,5 +1,6 @@
 """What a finished run prints and keeps: the console table of its figures (valid, test, warm / cold parts,
 reference rankers, intervals, notes) and its files (``result.json``, ``per_user_test.csv``)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,16 +20,20 @@ def format_table(rows: list[tuple], keys: list[str]) -> str:
         if not _has_figures(means):
             lines.append(f"{label:<14}   ({note[0] if note and note[0] else 'no users'})")
             continue
-        cells = "".join(f"{v:>12.4f}" if isinstance(v, (int, float)) and v == v else f"{'–':>12}"
-                        for v in (means.get(k) for k in keys))
+        cells = "".join(
+            f"{v:>12.4f}" if isinstance(v, (int, float)) and v == v else f"{'–':>12}"
+            for v in (means.get(k) for k in keys)
+        )
         lines.append(f"{label:<14}" + cells + (f"   ({n} users)" if n is not None else ""))
     return "\n".join(lines)
 
 
 def part_rows(result: dict) -> list[tuple]:
     """The console rows of a run: valid, test, then test warm / cold, each with its note when it is empty."""
-    rows = [("valid", result.get("valid"), None, "no validation figures"),
-            ("test", result.get("test"), result.get("n_users"), "no test figures")]
+    rows = [
+        ("valid", result.get("valid"), None, "no validation figures"),
+        ("test", result.get("test"), result.get("n_users"), "no test figures"),
+    ]
     for part in ("warm", "cold"):
         n = result.get(f"test_{part}_n_users")
         if f"test_{part}" not in result and n is None:
@@ -40,8 +45,10 @@ def part_rows(result: dict) -> list[tuple]:
 
 def format_run_report(result: dict, keys: list[str]) -> str:
     """The console report of a run's result (the lines ``run`` prints before its JSON)."""
-    lines = [f"{result['dataset']} | {result['backbone']} | {result['protocol']} | split {result['split']}",
-             format_table(part_rows(result), keys)]
+    lines = [
+        f"{result['dataset']} | {result['backbone']} | {result['protocol']} | split {result['split']}",
+        format_table(part_rows(result), keys),
+    ]
     if result.get("baselines"):
         present = [p for p in ("all", "warm", "cold") if any(p in v for v in result["baselines"].values())]
         names = {"all": "overall", "warm": "warm", "cold": "cold"}
@@ -51,8 +58,9 @@ def format_run_report(result: dict, keys: list[str]) -> str:
     ci = result.get("test_ci") or {}
     shown = [k for k in keys if isinstance(ci.get(k), list) and None not in ci[k]]
     if shown:
-        lines.append("95% CI (bootstrap over users): "
-                     + ", ".join(f"{k} [{ci[k][0]:.4f}, {ci[k][1]:.4f}]" for k in shown))
+        lines.append(
+            "95% CI (bootstrap over users): " + ", ".join(f"{k} [{ci[k][0]:.4f}, {ci[k][1]:.4f}]" for k in shown)
+        )
     if result.get("privacy"):
         lines.append(format_privacy(result["privacy"]))
     lines.extend(f"note: {note}" for note in result.get("notes", []))
@@ -63,9 +71,11 @@ def format_privacy(p: dict) -> str:
     """One line: the run's accounted (epsilon, delta) and what it was computed from."""
     eps = "inf" if p["epsilon"] is None else f"{p['epsilon']:.3g}"
     server = "inf" if p["epsilon_server"] is None else f"{p['epsilon_server']:.3g}"
-    return (f"privacy: epsilon {eps} at delta {p['delta']:.2g} (client level, uploaded values only; sigma "
-            f"{p['sigma']:.4g}, clip {p['clip']:g}, {p['clients_per_round']} of {p['population']} clients per round, "
-            f"{p['rounds']} rounds; against the server itself: epsilon {server}; docs/privacy.md)")
+    return (
+        f"privacy: epsilon {eps} at delta {p['delta']:.2g} (client level, uploaded values only; sigma "
+        f"{p['sigma']:.4g}, clip {p['clip']:g}, {p['clients_per_round']} of {p['population']} clients per round, "
+        f"{p['rounds']} rounds; against the server itself: epsilon {server}; docs/privacy.md)"
+    )
 
 
 #: the column of ``per_user_test.csv`` with each user's number of training interactions

@@ -7,6 +7,7 @@
   Wilcoxon signed-rank test (:func:`scipy.stats.wilcoxon`), as recommended for IR evaluation by Smucker, Allan &
   Carterette, "A comparison of statistical significance tests for information retrieval evaluation", CIKM 2007.
 """
+
 from __future__ import annotations
 
 import math
@@ -36,8 +37,9 @@ def _bootstrap_means(x: np.ndarray, n_resamples: int, seed: int) -> np.ndarray:
     """The bootstrap distribution of the mean: SciPy's resampling, drawn in bounded batches (the batch size does
     not change the draws: the same generator fills the same indices in the same order)."""
     batch = max(1, min(n_resamples, RESAMPLE_FLOATS // len(x)))
-    res = stats.bootstrap((x,), np.mean, n_resamples=n_resamples, batch=batch, method="percentile",
-                          vectorized=True, **_rng_kwarg(seed))
+    res = stats.bootstrap(
+        (x,), np.mean, n_resamples=n_resamples, batch=batch, method="percentile", vectorized=True, **_rng_kwarg(seed)
+    )
     return np.asarray(res.bootstrap_distribution, dtype=np.float64)
 
 
@@ -50,7 +52,7 @@ def _bca_levels(x: np.ndarray, means: np.ndarray, alpha: float) -> tuple[float, 
     theta = float(np.mean(x))
     z0 = special.ndtri((np.count_nonzero(means < theta) + np.count_nonzero(means <= theta)) / (2 * len(means)))
     d = x - theta
-    accel = float(np.sum(d ** 3) / (6.0 * np.sum(d ** 2) ** 1.5))
+    accel = float(np.sum(d**3) / (6.0 * np.sum(d**2) ** 1.5))
     z = special.ndtri(alpha)
     lo = special.ndtr(z0 + (z0 + z) / (1 - accel * (z0 + z)))
     hi = special.ndtr(z0 + (z0 - z) / (1 - accel * (z0 - z)))
@@ -63,8 +65,9 @@ def _quantile(a: np.ndarray, levels: np.ndarray) -> np.ndarray:
     return quantile(a, levels) if quantile is not None else np.quantile(a, levels)
 
 
-def bootstrap_ci(values, *, level: float = 0.95, n_resamples: int = 2000, seed: int = 0,
-                 method: str = "BCa") -> list[float]:
+def bootstrap_ci(
+    values, *, level: float = 0.95, n_resamples: int = 2000, seed: int = 0, method: str = "BCa"
+) -> list[float]:
     """``[low, high]`` bootstrap interval for the mean of ``values`` (one value per user).
 
     ``method``: ``"BCa"`` (default), ``"percentile"`` or ``"basic"``, as in :func:`scipy.stats.bootstrap`, whose
@@ -97,7 +100,7 @@ def bootstrap_ci(values, *, level: float = 0.95, n_resamples: int = 2000, seed: 
     return [low, high]
 
 
-def paired_test(a: "EvalResult", b: "EvalResult", metric: str, which: str = "all") -> dict:
+def paired_test(a: EvalResult, b: EvalResult, metric: str, which: str = "all") -> dict:
     """Compare ``a`` and ``b`` on ``metric`` over the users both evaluated (inner join on ``user``).
 
     Returns ``n`` (common users), ``n_only_a``/``n_only_b`` (users one side lacks), ``mean_a``, ``mean_b``,

@@ -6,6 +6,7 @@ command with the same ``--out`` reads those cells back instead of training them 
 settings is refused with the first setting that differs, so a changed command never mixes its rows with old ones.
 The folder is locked (``federation.run_folder.locked``) while the grid runs, so two runs cannot write it at once.
 """
+
 from __future__ import annotations
 
 import json
@@ -44,12 +45,14 @@ def load_cell(folder, key: str, settings: dict) -> dict | None:
         saved = json.loads(path.read_text(encoding="utf-8"))
         cell, their = saved["cell"], saved["settings"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise RunFolderError(str(path), f"unreadable finished cell ({exc})",
-                             "remove the file to train that cell again") from None
+        raise RunFolderError(
+            str(path), f"unreadable finished cell ({exc})", "remove the file to train that cell again"
+        ) from None
     diff = _first_difference(json.loads(json.dumps(settings)), their)
     if diff:
-        raise ResumeMismatch(str(path), f"was trained under other settings ({diff})",
-                             "use the same command, or another --out folder")
+        raise ResumeMismatch(
+            str(path), f"was trained under other settings ({diff})", "use the same command, or another --out folder"
+        )
     cell["per_user"] = {k: np.asarray(v, dtype=np.float64) for k, v in cell.get("per_user", {}).items()}
     return cell
 

@@ -5,6 +5,7 @@ For every (padding, noise) setting and seed, one federated run with a server-sid
 precision and recall against the clients' true training items (pooled over all rounds' uploads, mean over seeds),
 the bytes uploaded per round, the test figure at the round selected on validation and the accounted ε.
 """
+
 from __future__ import annotations
 
 import csv
@@ -21,7 +22,7 @@ from .privacy_table import seed_runs, summarise_runs
 
 def _attacker(run):
     indptr, indices = run.indptr, run.indices
-    run.attack = ItemSetAttack(lambda c: indices[indptr[c]:indptr[c + 1]], lambda: run.shared)
+    run.attack = ItemSetAttack(lambda c: indices[indptr[c] : indptr[c + 1]], lambda: run.shared)
     return run.attack.observe
 
 
@@ -30,13 +31,21 @@ def pad_label(pad: int) -> str:
 
 
 def run_setting(data, backbone, cfg, pad: int, sigma: float, metric: str) -> dict:
-    runs = seed_runs(data, backbone, replace(cfg, pad_uploads=int(pad), upload_noise=float(sigma),
-                                             target_epsilon=None), observer=_attacker)
+    runs = seed_runs(
+        data,
+        backbone,
+        replace(cfg, pad_uploads=int(pad), upload_noise=float(sigma), target_epsilon=None),
+        observer=_attacker,
+    )
     summaries = [r.attack.summary() for r in runs]
-    row = {"pad_uploads": int(pad), "defence": pad_label(pad), "sigma": float(sigma),
-           **summarise_runs(runs, metric, cfg.seed),
-           "bytes_per_round": float(np.mean([s["bytes_per_round"] for s in summaries])),
-           "per_seed_attack": summaries}
+    row = {
+        "pad_uploads": int(pad),
+        "defence": pad_label(pad),
+        "sigma": float(sigma),
+        **summarise_runs(runs, metric, cfg.seed),
+        "bytes_per_round": float(np.mean([s["bytes_per_round"] for s in summaries])),
+        "per_seed_attack": summaries,
+    }
     for a in ATTACKS:
         for k in ("precision", "recall"):
             row[f"{a}_{k}"] = float(np.mean([s["overall"][a][k] for s in summaries]))
@@ -47,27 +56,49 @@ def run_setting(data, backbone, cfg, pad: int, sigma: float, metric: str) -> dic
 def run_leakage(data, backbone, cfg, pads, noises, *, metric: str = "ndcg@50", label: str = "") -> dict:
     """Every padding in ``pads`` with every noise multiplier in ``noises``; the JSON-ready table."""
     rows = [run_setting(data, backbone, cfg, pad, sigma, metric) for pad in pads for sigma in noises]
-    return {"experiment": "leakage", "dataset": data.name, "model": label, "metric": metric,
-            "seeds": list(range(cfg.seed, cfg.seed + cfg.seeds)), "rows": rows, "config": cfg.to_dict()}
+    return {
+        "experiment": "leakage",
+        "dataset": data.name,
+        "model": label,
+        "metric": metric,
+        "seeds": list(range(cfg.seed, cfg.seed + cfg.seeds)),
+        "rows": rows,
+        "config": cfg.to_dict(),
+    }
 
 
 def format_markdown(result: dict) -> str:
     m = result["metric"]
-    lines = [f"| padding | σ | ε | row-id attack P / R | magnitude attack P / R | test {m} (± std) | "
-             f"MB per round |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"| padding | σ | ε | row-id attack P / R | magnitude attack P / R | test {m} (± std) | MB per round |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in result["rows"]:
         eps = "∞" if r["epsilon"] is None else f"{r['epsilon']:.3g}"
-        lines.append(f"| {r['defence']} | {r['sigma']:g} | {eps} | {r['row_ids_precision']:.3f} / "
-                     f"{r['row_ids_recall']:.3f} | {r['magnitude_precision']:.3f} / {r['magnitude_recall']:.3f} | "
-                     f"{r['test']:.4f} ± {r['test_std']:.4f} | {r['bytes_per_round'] / 1e6:.2f} |")
+        lines.append(
+            f"| {r['defence']} | {r['sigma']:g} | {eps} | {r['row_ids_precision']:.3f} / "
+            f"{r['row_ids_recall']:.3f} | {r['magnitude_precision']:.3f} / {r['magnitude_recall']:.3f} | "
+            f"{r['test']:.4f} ± {r['test_std']:.4f} | {r['bytes_per_round'] / 1e6:.2f} |"
+        )
     return "\n".join(lines)
 
 
 def format_csv(result: dict) -> str:
     buf = io.StringIO()
     w = csv.writer(buf)
-    cols = ["pad_uploads", "sigma", "epsilon", "row_ids_precision", "row_ids_recall", "magnitude_precision",
-            "magnitude_recall", "test", "test_std", "valid", "bytes_per_round"]
+    cols = [
+        "pad_uploads",
+        "sigma",
+        "epsilon",
+        "row_ids_precision",
+        "row_ids_recall",
+        "magnitude_precision",
+        "magnitude_recall",
+        "test",
+        "test_std",
+        "valid",
+        "bytes_per_round",
+    ]
     w.writerow(cols)
     for r in result["rows"]:
         w.writerow([r[c] for c in cols])

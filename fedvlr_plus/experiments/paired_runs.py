@@ -8,6 +8,7 @@ pair: their users differ, and the overlap is reported. With ``by_history`` the s
 bucket of users' training interactions (the paper tables' buckets), which shows whether a change helps sparse
 users, dense ones, or both.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -27,8 +28,11 @@ def per_user_of_run(folder) -> tuple[pd.DataFrame, list[str]]:
     folder = Path(folder)
     files = sorted(folder.glob(f"seed-*/{PER_USER_FILE}")) or sorted(folder.glob(PER_USER_FILE))
     if not files:
-        raise RunFolderError(str(folder), f"has no {PER_USER_FILE} (neither in seed-*/ nor at the top)",
-                             "pass the --out folder of a finished run made by this version")
+        raise RunFolderError(
+            str(folder),
+            f"has no {PER_USER_FILE} (neither in seed-*/ nor at the top)",
+            "pass the --out folder of a finished run made by this version",
+        )
     from ..evaluation.stats import per_user_mean
 
     frames = [pd.read_csv(f) for f in files]
@@ -37,8 +41,11 @@ def per_user_of_run(folder) -> tuple[pd.DataFrame, list[str]]:
     if all(HISTORY_COLUMN in f.columns for f in frames):
         lengths = pd.concat([f[["user", HISTORY_COLUMN]] for f in frames]).drop_duplicates()
         if lengths["user"].duplicated().any():
-            raise RunFolderError(str(folder), "its seeds give a user different numbers of training interactions",
-                                 "its seed folders come from different data; re-run it into an empty folder")
+            raise RunFolderError(
+                str(folder),
+                "its seeds give a user different numbers of training interactions",
+                "its seed folders come from different data; re-run it into an empty folder",
+            )
         out = out.merge(lengths, on="user")
     return out, [str(f.parent) for f in files]
 
@@ -54,10 +61,18 @@ def paired_runs(folder_a, folder_b, metrics=None, by_history: bool = False) -> d
     wanted = list(metrics) if metrics else common
     missing = [m for m in wanted if m not in common]
     if missing:
-        raise RunFolderError(str(folder_a if missing[0] not in a.columns else folder_b),
-                             f"has no per-user {', '.join(missing)}", f"choose from {', '.join(common)}")
-    result = {"a": str(folder_a), "b": str(folder_b), "seeds_a": len(seeds_a), "seeds_b": len(seeds_b),
-              "tests": {m: paired_frames(a, b, m, which="all") for m in wanted}}
+        raise RunFolderError(
+            str(folder_a if missing[0] not in a.columns else folder_b),
+            f"has no per-user {', '.join(missing)}",
+            f"choose from {', '.join(common)}",
+        )
+    result = {
+        "a": str(folder_a),
+        "b": str(folder_b),
+        "seeds_a": len(seeds_a),
+        "seeds_b": len(seeds_b),
+        "tests": {m: paired_frames(a, b, m, which="all") for m in wanted},
+    }
     if by_history:
         result["by_history"] = history_buckets(a, b, wanted, folder_a, folder_b)
     return result
@@ -71,17 +86,24 @@ def history_buckets(a: pd.DataFrame, b: pd.DataFrame, metrics: list[str], folder
 
     for frame, folder in ((a, folder_a), (b, folder_b)):
         if HISTORY_COLUMN not in frame.columns:
-            raise RunFolderError(str(folder), f"its {PER_USER_FILE} has no {HISTORY_COLUMN} column (the users' "
-                                 "training interactions, which `run --out` folders of this version keep; a "
-                                 "cold-start study's joining users all have their support size instead)",
-                                 "pair `run --out` folders made by this version, or leave out --by-history")
+            raise RunFolderError(
+                str(folder),
+                f"its {PER_USER_FILE} has no {HISTORY_COLUMN} column (the users' "
+                "training interactions, which `run --out` folders of this version keep; a "
+                "cold-start study's joining users all have their support size instead)",
+                "pair `run --out` folders made by this version, or leave out --by-history",
+            )
     lengths = a[["user", HISTORY_COLUMN]].merge(b[["user", HISTORY_COLUMN]], on="user", suffixes=("_a", "_b"))
     differ = lengths[f"{HISTORY_COLUMN}_a"] != lengths[f"{HISTORY_COLUMN}_b"]
     if differ.any():
         row = lengths[differ].iloc[0]
-        raise RunFolderError(str(folder_b), f"gives user {int(row['user'])} {int(row[HISTORY_COLUMN + '_b'])} "
-                             f"training interactions where {folder_a} gives {int(row[HISTORY_COLUMN + '_a'])}: "
-                             "the two runs were trained on different data", "compare runs of the same data and split")
+        raise RunFolderError(
+            str(folder_b),
+            f"gives user {int(row['user'])} {int(row[HISTORY_COLUMN + '_b'])} "
+            f"training interactions where {folder_a} gives {int(row[HISTORY_COLUMN + '_a'])}: "
+            "the two runs were trained on different data",
+            "compare runs of the same data and split",
+        )
     counts = lengths[f"{HISTORY_COLUMN}_a"].to_numpy(np.int64)
     bucket = pd.Series(history_bucket(counts, np.arange(len(counts))), index=lengths["user"].to_numpy())
     out = []
@@ -90,8 +112,13 @@ def history_buckets(a: pd.DataFrame, b: pd.DataFrame, metrics: list[str], folder
         if not len(users):
             continue
         sub_a, sub_b = a[a["user"].isin(users)], b[b["user"].isin(users)]
-        out.append({"bucket": label, "n_users": int(len(users)),
-                    "tests": {m: paired_frames(sub_a, sub_b, m, which="all") for m in metrics}})
+        out.append(
+            {
+                "bucket": label,
+                "n_users": int(len(users)),
+                "tests": {m: paired_frames(sub_a, sub_b, m, which="all") for m in metrics},
+            }
+        )
     return out
 
 
@@ -101,16 +128,22 @@ _TEST_HEADER = f"{'metric':<12}{'A':>9}{'B':>9}{'A - B':>10}{'t-test p':>11}{'Wi
 
 def format_paired(result: dict) -> str:
     """A console table: one line per metric (then, with buckets, one per bucket and metric)."""
-    lines = [f"A = {result['a']} ({result['seeds_a']} seeds), B = {result['b']} ({result['seeds_b']} seeds); "
-             "per user: the mean over seeds; paired over the users both evaluated", _TEST_HEADER]
+    lines = [
+        f"A = {result['a']} ({result['seeds_a']} seeds), B = {result['b']} ({result['seeds_b']} seeds); "
+        "per user: the mean over seeds; paired over the users both evaluated",
+        _TEST_HEADER,
+    ]
     lines += [_test_line(m, t) for m, t in result["tests"].items()]
     if result.get("by_history"):
         lines += ["", "by the users' training interactions:", f"{'history':<10}" + _TEST_HEADER]
-        lines += [f"{row['bucket']:<10}" + _test_line(m, t)
-                  for row in result["by_history"] for m, t in row["tests"].items()]
+        lines += [
+            f"{row['bucket']:<10}" + _test_line(m, t) for row in result["by_history"] for m, t in row["tests"].items()
+        ]
     return "\n".join(lines)
 
 
 def _test_line(metric: str, t: dict) -> str:
-    return (f"{metric:<12}{t['mean_a']:>9.4f}{t['mean_b']:>9.4f}{t['mean_diff']:>+10.4f}"
-            f"{t['t_pvalue']:>11.3g}{t['wilcoxon_pvalue']:>12.3g}{t['n']:>8}")
+    return (
+        f"{metric:<12}{t['mean_a']:>9.4f}{t['mean_b']:>9.4f}{t['mean_diff']:>+10.4f}"
+        f"{t['t_pvalue']:>11.3g}{t['wilcoxon_pvalue']:>12.3g}{t['n']:>8}"
+    )

@@ -8,6 +8,7 @@ the users who never interacted with it, ``evaluation.exposure``) and the overall
 target are used across strategies and fractions, so each attacked row is compared, user by user, with the
 unattacked row of its strategy (paired t-test over (seed, user) pairs).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -39,15 +40,26 @@ def build_attackers(run, data, target: int, fraction: float, *, pool_size: int, 
     lengths = np.diff(data.matrix(["train"]).tocsr().indptr)
     profile = int(np.median(lengths[lengths > 0]))
     n_fake = attacker_count(fraction, len(run.eligible))
-    return [PromotionAttacker(run.n_users + j, run.bb, target, pool, profile, seed=run.cfg.seed, boost=boost)
-            for j in range(n_fake)]
+    return [
+        PromotionAttacker(run.n_users + j, run.bb, target, pool, profile, seed=run.cfg.seed, boost=boost)
+        for j in range(n_fake)
+    ]
 
 
-def run_cell(data, backbone: str, cfg, target: int, fraction: float, *, pool_size: int = 100,
-             boost: float = 1.0, options: dict | None = None) -> dict:
+def run_cell(
+    data,
+    backbone: str,
+    cfg,
+    target: int,
+    fraction: float,
+    *,
+    pool_size: int = 100,
+    boost: float = 1.0,
+    options: dict | None = None,
+) -> dict:
     """One run: train with the attackers, select on validation, measure exposure and test at that round."""
-    from ..federation.engine import FederatedRun
     from ..federation.attacks.poisoned import PoisonedSimulator
+    from ..federation.engine import FederatedRun
 
     at_best = {}
 
@@ -62,17 +74,40 @@ def run_cell(data, backbone: str, cfg, target: int, fraction: float, *, pool_siz
     result = run.run()
     test = run.best["test_full"].frame("all")
     exp = at_best["exposure"]
-    return {"strategy": cfg.strategy, "fraction": float(fraction), "seed": int(cfg.seed), "target": int(target),
-            "attackers": len(attackers), "selected_round": int(result["selected_round"]),
-            "exposure": {f"hr@{k}": exp[f"hr@{k}"] for k in EXPOSURE_KS}, "exposure_users": exp["users"],
-            "test": {k: float(result["test"][k]) for k in TEST_KEYS},
-            "per_user": {**{f"exposure_hr@{k}": exp["per_user"][k] for k in EXPOSURE_KS},
-                         **{f"test_{k}": test[k].to_numpy(np.float64) for k in TEST_KEYS}},
-            "wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu}
+    return {
+        "strategy": cfg.strategy,
+        "fraction": float(fraction),
+        "seed": int(cfg.seed),
+        "target": int(target),
+        "attackers": len(attackers),
+        "selected_round": int(result["selected_round"]),
+        "exposure": {f"hr@{k}": exp[f"hr@{k}"] for k in EXPOSURE_KS},
+        "exposure_users": exp["users"],
+        "test": {k: float(result["test"][k]) for k in TEST_KEYS},
+        "per_user": {
+            **{f"exposure_hr@{k}": exp["per_user"][k] for k in EXPOSURE_KS},
+            **{f"test_{k}": test[k].to_numpy(np.float64) for k in TEST_KEYS},
+        },
+        "wall_s": time.perf_counter() - wall,
+        "cpu_s": time.process_time() - cpu,
+    }
 
 
-def run_grid(data, backbone: str, base_cfg, strategies, fractions, seeds: int, *, target_quantile: float = 0.1,
-             pool_size: int = 100, boost: float = 1.0, log=None, folder=None, options: dict | None = None) -> list[dict]:
+def run_grid(
+    data,
+    backbone: str,
+    base_cfg,
+    strategies,
+    fractions,
+    seeds: int,
+    *,
+    target_quantile: float = 0.1,
+    pool_size: int = 100,
+    boost: float = 1.0,
+    log=None,
+    folder=None,
+    options: dict | None = None,
+) -> list[dict]:
     """Every (seed, strategy, fraction) cell; the seed's target is shared by all its cells. With ``folder`` each
     finished cell is saved there at once and read back instead of trained when the grid is run again.
     ``options``: the backbone's own options (FedRAP's penalties)."""
@@ -82,7 +117,7 @@ def run_grid(data, backbone: str, base_cfg, strategies, fractions, seeds: int, *
 
     cells = []
     counts = train_counts(data)
-    with (locked(folder) if folder is not None else contextlib.nullcontext()):
+    with locked(folder) if folder is not None else contextlib.nullcontext():
         for s in range(seeds):
             seed = base_cfg.seed + s
             target = choose_target(counts, seed, target_quantile)
@@ -90,13 +125,20 @@ def run_grid(data, backbone: str, base_cfg, strategies, fractions, seeds: int, *
                 for fraction in fractions:
                     cfg = replace(base_cfg, strategy=strategy, seed=seed, seeds=1)
                     key = f"seed{seed}-{strategy}-{fraction:g}"
-                    settings = {"dataset": data.name, "backbone": backbone, "config": cfg.to_dict(),
-                                "backbone_options": dict(options or {}), "target": int(target),
-                                "popular_pool": pool_size, "boost": boost}
+                    settings = {
+                        "dataset": data.name,
+                        "backbone": backbone,
+                        "config": cfg.to_dict(),
+                        "backbone_options": dict(options or {}),
+                        "target": int(target),
+                        "popular_pool": pool_size,
+                        "boost": boost,
+                    }
                     cell = load_cell(folder, key, settings) if folder is not None else None
                     if cell is None:
-                        cell = run_cell(data, backbone, cfg, target, fraction, pool_size=pool_size, boost=boost,
-                                        options=options)
+                        cell = run_cell(
+                            data, backbone, cfg, target, fraction, pool_size=pool_size, boost=boost, options=options
+                        )
                         if folder is not None:
                             save_cell(folder, key, settings, cell)
                     elif log is not None:
@@ -108,10 +150,12 @@ def run_grid(data, backbone: str, base_cfg, strategies, fractions, seeds: int, *
 
 
 def _cell_line(cell: dict, counts: np.ndarray) -> str:
-    return (f"seed {cell['seed']} target {cell['target']} ({counts[cell['target']]} training users) "
-            f"{cell['strategy']} {cell['fraction']:.0%} attackers: exposure hr@10 {cell['exposure']['hr@10']:.4f}, "
-            f"ndcg@10 {cell['test']['ndcg@10']:.4f}, round {cell['selected_round']}, "
-            f"{cell['wall_s']:.0f} s wall, {cell['cpu_s']:.0f} s CPU")
+    return (
+        f"seed {cell['seed']} target {cell['target']} ({counts[cell['target']]} training users) "
+        f"{cell['strategy']} {cell['fraction']:.0%} attackers: exposure hr@10 {cell['exposure']['hr@10']:.4f}, "
+        f"ndcg@10 {cell['test']['ndcg@10']:.4f}, round {cell['selected_round']}, "
+        f"{cell['wall_s']:.0f} s wall, {cell['cpu_s']:.0f} s CPU"
+    )
 
 
 def _paired_p(attacked: list[np.ndarray], clean: list[np.ndarray]) -> float | None:
@@ -132,12 +176,19 @@ def summarise(cells: list[dict], strategies, fractions, seed: int = 0) -> list[d
     for strategy in strategies:
         clean = [c for c in cells if c["strategy"] == strategy and c["fraction"] == 0.0]
         for fraction in fractions:
-            mine = sorted((c for c in cells if c["strategy"] == strategy and c["fraction"] == fraction),
-                          key=lambda c: c["seed"])
-            row = {"strategy": strategy, "fraction": float(fraction), "seeds": [c["seed"] for c in mine],
-                   "targets": [c["target"] for c in mine], "attackers": mine[0]["attackers"] if mine else 0,
-                   "selected_rounds": [c["selected_round"] for c in mine],
-                   "cpu_s": float(sum(c["cpu_s"] for c in mine)), "wall_s": float(sum(c["wall_s"] for c in mine))}
+            mine = sorted(
+                (c for c in cells if c["strategy"] == strategy and c["fraction"] == fraction), key=lambda c: c["seed"]
+            )
+            row = {
+                "strategy": strategy,
+                "fraction": float(fraction),
+                "seeds": [c["seed"] for c in mine],
+                "targets": [c["target"] for c in mine],
+                "attackers": mine[0]["attackers"] if mine else 0,
+                "selected_rounds": [c["selected_round"] for c in mine],
+                "cpu_s": float(sum(c["cpu_s"] for c in mine)),
+                "wall_s": float(sum(c["wall_s"] for c in mine)),
+            }
             for key in [f"exposure_hr@{k}" for k in EXPOSURE_KS] + [f"test_{k}" for k in TEST_KEYS]:
                 part, metric = key.split("_", 1)
                 vals = [c[part][metric] for c in mine]
@@ -147,7 +198,10 @@ def summarise(cells: list[dict], strategies, fractions, seed: int = 0) -> list[d
                 row[f"{key}_ci"] = bootstrap_ci(pooled, seed=seed)
                 paired = sorted(clean, key=lambda c: c["seed"])
                 same = [c["seed"] for c in paired] == row["seeds"] and fraction != 0.0
-                row[f"{key}_p"] = (_paired_p([c["per_user"][key] for c in mine],
-                                             [c["per_user"][key] for c in paired]) if same else None)
+                row[f"{key}_p"] = (
+                    _paired_p([c["per_user"][key] for c in mine], [c["per_user"][key] for c in paired])
+                    if same
+                    else None
+                )
             rows.append(row)
     return rows

@@ -1,4 +1,5 @@
 """The poisoning table as Markdown, CSV and a plot (exposure and NDCG against the attacker fraction)."""
+
 from __future__ import annotations
 
 import csv
@@ -30,11 +31,14 @@ def markdown_table(result: dict) -> str:
         cells.append(",".join(map(str, row["selected_rounds"])))
         lines.append("| " + " | ".join(cells) + " |")
     s = result["settings"]
-    lines += ["", f"Mean ± std over {s['seeds']} seeds (targets {', '.join(map(str, s['targets']))}); "
-              "[95% bootstrap CI over the pooled (seed, user) values]; p: paired t-test against the same "
-              "aggregation without attackers. exposure hr@K: the target's HR@K among users who never "
-              "interacted with it; test ndcg@K: all test users, at the round selected on validation.",
-              f"CPU time {result['cpu_s']:.0f} s, wall time {result['wall_s']:.0f} s."]
+    lines += [
+        "",
+        f"Mean ± std over {s['seeds']} seeds (targets {', '.join(map(str, s['targets']))}); "
+        "[95% bootstrap CI over the pooled (seed, user) values]; p: paired t-test against the same "
+        "aggregation without attackers. exposure hr@K: the target's HR@K among users who never "
+        "interacted with it; test ndcg@K: all test users, at the round selected on validation.",
+        f"CPU time {result['cpu_s']:.0f} s, wall time {result['wall_s']:.0f} s.",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -45,8 +49,17 @@ def csv_text(result: dict) -> str:
     w.writerow(["strategy", "fraction", "attackers", "seeds", "targets", "selected_rounds"] + extra)
     for r in result["rows"]:
         vals = [v for c in COLUMNS for v in (r[c], r[f"{c}_std"], *r[f"{c}_ci"], r[f"{c}_p"])]
-        w.writerow([r["strategy"], r["fraction"], r["attackers"], " ".join(map(str, r["seeds"])),
-                    " ".join(map(str, r["targets"])), " ".join(map(str, r["selected_rounds"]))] + vals)
+        w.writerow(
+            [
+                r["strategy"],
+                r["fraction"],
+                r["attackers"],
+                " ".join(map(str, r["seeds"])),
+                " ".join(map(str, r["targets"])),
+                " ".join(map(str, r["selected_rounds"])),
+            ]
+            + vals
+        )
     return buf.getvalue()
 
 
@@ -57,13 +70,16 @@ def plot(result: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, key, label in ((axes[0], "exposure_hr@10", "target exposure HR@10"),
-                           (axes[1], "test_ndcg@10", "test NDCG@10")):
+    for ax, key, label in (
+        (axes[0], "exposure_hr@10", "target exposure HR@10"),
+        (axes[1], "test_ndcg@10", "test NDCG@10"),
+    ):
         for strategy in dict.fromkeys(r["strategy"] for r in result["rows"]):
             rows = [r for r in result["rows"] if r["strategy"] == strategy]
             x = [100 * r["fraction"] for r in rows]
-            ax.errorbar(x, [r[key] for r in rows], yerr=[r[f"{key}_std"] for r in rows], marker="o",
-                        capsize=3, label=strategy)
+            ax.errorbar(
+                x, [r[key] for r in rows], yerr=[r[f"{key}_std"] for r in rows], marker="o", capsize=3, label=strategy
+            )
         ax.set_xlabel("attackers (% of real clients)")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)

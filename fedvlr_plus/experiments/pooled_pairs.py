@@ -8,6 +8,7 @@ several draws counts once per draw, which makes the pooled test too confident wh
 cold items share nearly all of them, and the variation between item draws is not counted at all); the number of
 distinct users is reported beside it.
 """
+
 from __future__ import annotations
 
 import math
@@ -27,8 +28,11 @@ def pooled_pairs(pairs, metrics=None) -> dict:
     wanted = list(metrics) if metrics else common
     missing = [m for m in wanted if m not in common]
     if missing:
-        raise RunFolderError(str(pairs[0][0]), f"not every folder has per-user {', '.join(missing)}",
-                             f"choose from {', '.join(common) or 'no metric they share'}")
+        raise RunFolderError(
+            str(pairs[0][0]),
+            f"not every folder has per-user {', '.join(missing)}",
+            f"choose from {', '.join(common) or 'no metric they share'}",
+        )
     draws, users, pairs_of = [], [], {m: ([], []) for m in wanted}
     for fa, fb, a, b in frames:
         joined = fa.merge(fb, on="user", suffixes=("_a", "_b"))
@@ -36,12 +40,23 @@ def pooled_pairs(pairs, metrics=None) -> dict:
         for m in wanted:
             pairs_of[m][0].append(joined[f"{m}_a"].to_numpy(np.float64))
             pairs_of[m][1].append(joined[f"{m}_b"].to_numpy(np.float64))
-        draws.append({"a": str(a), "b": str(b),
-                      "tests": {m: _difference_test(pairs_of[m][0][-1], pairs_of[m][1][-1], m) for m in wanted}})
-    pooled = {m: dict(_difference_test(np.concatenate(xa), np.concatenate(xb), m), draws=len(pairs))
-              for m, (xa, xb) in pairs_of.items()}
-    return {"draws": draws, "pooled": pooled, "n_users": sum(len(u) for u in users),
-            "n_distinct_users": len(set().union(*users))}
+        draws.append(
+            {
+                "a": str(a),
+                "b": str(b),
+                "tests": {m: _difference_test(pairs_of[m][0][-1], pairs_of[m][1][-1], m) for m in wanted},
+            }
+        )
+    pooled = {
+        m: dict(_difference_test(np.concatenate(xa), np.concatenate(xb), m), draws=len(pairs))
+        for m, (xa, xb) in pairs_of.items()
+    }
+    return {
+        "draws": draws,
+        "pooled": pooled,
+        "n_users": sum(len(u) for u in users),
+        "n_distinct_users": len(set().union(*users)),
+    }
 
 
 def _difference_test(xa: np.ndarray, xb: np.ndarray, metric: str) -> dict:
@@ -57,12 +72,19 @@ def _difference_test(xa: np.ndarray, xb: np.ndarray, metric: str) -> dict:
 
 def format_pooled(result: dict) -> str:
     """A console table: each draw's line per metric, then the pooled line."""
-    lines = ["", f"pooled over {len(result['draws'])} pairs of runs ({result['n_users']} paired users, "
-             f"{result['n_distinct_users']} distinct; one t-test over every draw's users):",
-             f"{'pair':<6}{'metric':<12}{'A - B':>10}{'se':>9}{'p':>11}{'users':>8}"]
+    lines = [
+        "",
+        f"pooled over {len(result['draws'])} pairs of runs ({result['n_users']} paired users, "
+        f"{result['n_distinct_users']} distinct; one t-test over every draw's users):",
+        f"{'pair':<6}{'metric':<12}{'A - B':>10}{'se':>9}{'p':>11}{'users':>8}",
+    ]
     for i, draw in enumerate(result["draws"], 1):
-        lines += [f"{i:<6}{m:<12}{t['mean_diff']:>+10.4f}{t['se']:>9.4f}{t['t_pvalue']:>11.3g}{t['n']:>8}"
-                  for m, t in draw["tests"].items()]
-    lines += [f"{'all':<6}{m:<12}{t['mean_diff']:>+10.4f}{t['se']:>9.4f}{t['t_pvalue']:>11.3g}{t['n']:>8}"
-              for m, t in result["pooled"].items()]
+        lines += [
+            f"{i:<6}{m:<12}{t['mean_diff']:>+10.4f}{t['se']:>9.4f}{t['t_pvalue']:>11.3g}{t['n']:>8}"
+            for m, t in draw["tests"].items()
+        ]
+    lines += [
+        f"{'all':<6}{m:<12}{t['mean_diff']:>+10.4f}{t['se']:>9.4f}{t['t_pvalue']:>11.3g}{t['n']:>8}"
+        for m, t in result["pooled"].items()
+    ]
     return "\n".join(lines)

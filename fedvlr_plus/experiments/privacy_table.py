@@ -9,6 +9,7 @@ over seeds, and a paired test against the unprotected run) beside the accounted 
 Every σ row clips uploads at the same C, σ = 0 included, and the first row is the run with neither clipping nor
 noise: the σ = 0 row then shows what clipping alone costs, and each other row what the noise adds on top.
 """
+
 from __future__ import annotations
 
 import csv
@@ -52,18 +53,25 @@ def summarise_runs(runs, metric: str, seed: int) -> dict:
     """Test ``metric`` over seeds (mean, std), its bootstrap CI over users, validation figure, selected rounds."""
     per_seed = [float(r.best["test_full"].frame("all")[metric].mean()) for r in runs]
     users = per_user_mean(runs, metric)
-    return {"test": float(np.mean(per_seed)), "test_std": float(np.std(per_seed, ddof=1)) if len(runs) > 1 else 0.0,
-            "test_ci": bootstrap_ci(users[metric].to_numpy(), seed=seed), "per_seed": per_seed,
-            "valid": float(np.mean([r.best["valid"][metric] for r in runs])),
-            "selected_round": [int(r.best["round"]) for r in runs], "n_users": int(len(users)),
-            "privacy": runs[0].result_json.get("privacy")}
+    return {
+        "test": float(np.mean(per_seed)),
+        "test_std": float(np.std(per_seed, ddof=1)) if len(runs) > 1 else 0.0,
+        "test_ci": bootstrap_ci(users[metric].to_numpy(), seed=seed),
+        "per_seed": per_seed,
+        "valid": float(np.mean([r.best["valid"][metric] for r in runs])),
+        "selected_round": [int(r.best["round"]) for r in runs],
+        "n_users": int(len(users)),
+        "privacy": runs[0].result_json.get("privacy"),
+    }
 
 
 def paired_vs(runs, base_runs, metric: str) -> dict:
     """Paired test over users of the seed-averaged per-user ``metric``: ``runs`` minus ``base_runs``."""
+
     def as_result(frame):
         empty = pd.DataFrame(columns=["user", metric])
         return EvalResult(per_user=frame, per_user_warm=empty, per_user_cold=empty, metric_names=[metric])
+
     return paired_test(as_result(per_user_mean(runs, metric)), as_result(per_user_mean(base_runs, metric)), metric)
 
 
@@ -72,7 +80,7 @@ def run_privacy_table(data, backbone, cfg, noises, *, metric: str = "ndcg@50", l
     unset), each over ``cfg.seeds`` seeds; the JSON-ready table."""
     from ..federation.privacy.accountant import DEFAULT_UPLOAD_CLIP
 
-    clip = float(cfg.upload_clip or DEFAULT_UPLOAD_CLIP)   # the engine's own default when noise is on
+    clip = float(cfg.upload_clip or DEFAULT_UPLOAD_CLIP)  # the engine's own default when noise is on
     rows, base = [], None
     for sigma, c in [(0.0, 0.0)] + [(float(s), clip) for s in noises]:
         runs = seed_runs(data, backbone, replace(cfg, upload_noise=sigma, upload_clip=c, target_epsilon=None))
@@ -86,10 +94,18 @@ def run_privacy_table(data, backbone, cfg, noises, *, metric: str = "ndcg@50", l
             row["vs_unprotected"] = {k: t[k] for k in ("mean_diff", "t_pvalue", "wilcoxon_pvalue") if k in t}
         rows.append(row)
     first = next((r["privacy"] for r in rows if r["privacy"]), {}) or {}
-    return {"experiment": "privacy-table", "dataset": data.name, "model": label, "metric": metric,
-            "seeds": list(range(cfg.seed, cfg.seed + cfg.seeds)), "rows": rows,
-            "delta": first.get("delta"), "clip": clip, "q": first.get("q"),
-            "config": cfg.to_dict()}
+    return {
+        "experiment": "privacy-table",
+        "dataset": data.name,
+        "model": label,
+        "metric": metric,
+        "seeds": list(range(cfg.seed, cfg.seed + cfg.seeds)),
+        "rows": rows,
+        "delta": first.get("delta"),
+        "clip": clip,
+        "q": first.get("q"),
+        "config": cfg.to_dict(),
+    }
 
 
 def row_label(row: dict) -> str:
@@ -103,28 +119,61 @@ def _fmt(x, spec=".4f") -> str:
 
 def format_markdown(result: dict) -> str:
     m = result["metric"]
-    lines = [f"| σ | clip C | ε (δ = {_fmt(result['delta'], '.2g')}) | ε vs server | valid {m} | test {m} (± std) | "
-             f"95% CI | Δ vs none (p) |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"| σ | clip C | ε (δ = {_fmt(result['delta'], '.2g')}) | ε vs server | valid {m} | test {m} (± std) | "
+        f"95% CI | Δ vs none (p) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in result["rows"]:
         vs = r.get("vs_unprotected")
         diff = f"{vs['mean_diff']:+.4f} ({vs.get('t_pvalue', float('nan')):.2g})" if vs else "—"
         eps = "∞" if r["epsilon"] is None else f"{r['epsilon']:.3g}"
         eps_s = "∞" if r["epsilon_server"] is None else f"{r['epsilon_server']:.3g}"
         clip = "off" if r["clip"] == 0 else f"{r['clip']:g}"
-        lines.append(f"| {row_label(r)} | {clip} | {eps} | {eps_s} | {r['valid']:.4f} | {r['test']:.4f} ± "
-                     f"{r['test_std']:.4f} | [{_fmt(r['test_ci'][0])}, {_fmt(r['test_ci'][1])}] | {diff} |")
+        lines.append(
+            f"| {row_label(r)} | {clip} | {eps} | {eps_s} | {r['valid']:.4f} | {r['test']:.4f} ± "
+            f"{r['test_std']:.4f} | [{_fmt(r['test_ci'][0])}, {_fmt(r['test_ci'][1])}] | {diff} |"
+        )
     return "\n".join(lines)
 
 
 def format_csv(result: dict) -> str:
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow(["sigma", "clip", "epsilon", "delta", "epsilon_server", "valid", "test", "test_std", "ci_low",
-                "ci_high", "mean_diff_vs_unprotected", "t_pvalue"])
+    w.writerow(
+        [
+            "sigma",
+            "clip",
+            "epsilon",
+            "delta",
+            "epsilon_server",
+            "valid",
+            "test",
+            "test_std",
+            "ci_low",
+            "ci_high",
+            "mean_diff_vs_unprotected",
+            "t_pvalue",
+        ]
+    )
     for r in result["rows"]:
         vs = r.get("vs_unprotected") or {}
-        w.writerow([r["sigma"], r["clip"], r["epsilon"], result["delta"], r["epsilon_server"], r["valid"], r["test"],
-                    r["test_std"], r["test_ci"][0], r["test_ci"][1], vs.get("mean_diff"), vs.get("t_pvalue")])
+        w.writerow(
+            [
+                r["sigma"],
+                r["clip"],
+                r["epsilon"],
+                result["delta"],
+                r["epsilon_server"],
+                r["valid"],
+                r["test"],
+                r["test_std"],
+                r["test_ci"][0],
+                r["test_ci"][1],
+                vs.get("mean_diff"),
+                vs.get("t_pvalue"),
+            ]
+        )
     return buf.getvalue()
 
 

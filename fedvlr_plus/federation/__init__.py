@@ -10,21 +10,35 @@
 Only the configuration is imported eagerly (building the CLI parser must not import torch); everything else
 loads on first use.
 """
+
 from importlib import import_module
 
-from .config import FEDERATED_BACKBONES, STRATEGIES, FedConfig, config_from_options
+from .config import FEDERATED_BACKBONES, STRATEGIES, FedConfig, config_from_options  # noqa: F401 (in __all__)
 
 _LAZY = {
-    "BatchedSimulator": ".simulation.batched", "SequentialSimulator": ".simulation.sequential",
-    "Client": ".client", "RecClient": ".client",
-    "FederatedRun": ".engine", "bench_round": ".simulation.round_timing", "combine_seeds": ".runs.seeds",
+    "BatchedSimulator": ".simulation.batched",
+    "SequentialSimulator": ".simulation.sequential",
+    "Client": ".client",
+    "RecClient": ".client",
+    "FederatedRun": ".engine",
+    "bench_round": ".simulation.round_timing",
+    "combine_seeds": ".runs.seeds",
     "format_bench": ".simulation.round_timing",
-    "run_federated": ".engine", "federated_result": ".runs.result",
-    "FedAvgStrategy": ".strategies.fedavg", "FedGradStrategy": ".strategies.fedgrad", "CoordinateMedian": ".strategies.median",
-    "ClientUpdate": ".messages", "SparseRowAvg": ".strategies.sparse_avg", "TrimmedMean": ".strategies.trimmed_mean",
-    "RoundLoop": ".rounds", "ServerAdam": ".strategies.server_adam",
-    "DiskStore": ".state.store", "MemoryStore": ".state.store", "make_store": ".state.store",
-    "Strategy": ".strategies.base", "make_strategy": ".strategies.base",
+    "run_federated": ".engine",
+    "federated_result": ".runs.result",
+    "FedAvgStrategy": ".strategies.fedavg",
+    "FedGradStrategy": ".strategies.fedgrad",
+    "CoordinateMedian": ".strategies.median",
+    "ClientUpdate": ".messages",
+    "SparseRowAvg": ".strategies.sparse_avg",
+    "TrimmedMean": ".strategies.trimmed_mean",
+    "RoundLoop": ".rounds",
+    "ServerAdam": ".strategies.server_adam",
+    "DiskStore": ".state.store",
+    "MemoryStore": ".state.store",
+    "make_store": ".state.store",
+    "Strategy": ".strategies.base",
+    "make_strategy": ".strategies.base",
 }
 
 
@@ -36,5 +50,4 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = sorted(["FEDERATED_BACKBONES", "STRATEGIES", "FedConfig", "config_from_options",
-                  *_LAZY])
+__all__ = sorted(["FEDERATED_BACKBONES", "STRATEGIES", "FedConfig", "config_from_options", *_LAZY])

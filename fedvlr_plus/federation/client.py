@@ -16,6 +16,7 @@ in-process simulator, under a Flower ``ClientApp`` (shared = the ``ArrayRecord``
 :class:`RecClient` is also the *sequential reference* of the batched simulator: it trains with ordinary autograd
 on full tables, one step at a time, and the batched trainer must reproduce its numbers.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -65,7 +66,7 @@ class LocalTraining:
     acc: dict
 
     @classmethod
-    def start(cls, bb: Backbone, cid: int, shared: dict, state: dict, config: dict, dtype) -> "LocalTraining":
+    def start(cls, bb: Backbone, cid: int, shared: dict, state: dict, config: dict, dtype) -> LocalTraining:
         upload = config.get("upload", "params")
         if upload not in ("params", "grads"):
             raise ValueError(f"config['upload'] must be 'params' or 'grads', got {upload!r}")
@@ -79,9 +80,18 @@ class LocalTraining:
         for s in bb.private_specs():
             p[s.name] = state[s.name].detach().clone().to(dtype).requires_grad_(True)
         acc = {name: torch.zeros_like(p[name]) for name in bb.shared_names} if upload == "grads" else {}
-        return cls(upload=upload, lr=lr, item_lr=lr * float(config.get("item_lr_scale", 1.0)),
-                   wd=float(config.get("weight_decay", 0.0)), local_shared=bool(config.get("local_shared", False)),
-                   specs={s.name: s for s in bb.all_specs()}, shared=shared, p=p, names=list(p), acc=acc)
+        return cls(
+            upload=upload,
+            lr=lr,
+            item_lr=lr * float(config.get("item_lr_scale", 1.0)),
+            wd=float(config.get("weight_decay", 0.0)),
+            local_shared=bool(config.get("local_shared", False)),
+            specs={s.name: s for s in bb.all_specs()},
+            shared=shared,
+            p=p,
+            names=list(p),
+            acc=acc,
+        )
 
     @torch.no_grad()
     def step(self, grads, items: torch.Tensor) -> None:
@@ -104,8 +114,9 @@ class LocalTraining:
                     g = g + self.wd * p[name]
             p[name] -= (self.item_lr if spec.scaled else self.lr) * g
 
-    def finish(self, bb: Backbone, cid: int, touched: torch.Tensor, num_examples: int, losses: list,
-               config: dict) -> ClientUpdate:
+    def finish(
+        self, bb: Backbone, cid: int, touched: torch.Tensor, num_examples: int, losses: list, config: dict
+    ) -> ClientUpdate:
         """The upload: shared arrays only (item tables by the rows touched), clipped and noised on the client
         when the run asks for it (``privacy.privatise``), before it leaves."""
         arrays, rows = {}, {}
@@ -116,8 +127,14 @@ class LocalTraining:
                 rows[name] = touched.clone()
             else:
                 arrays[name] = src.clone()
-        update = ClientUpdate(cid=cid, kind=self.upload, arrays=arrays, rows=rows, num_examples=int(num_examples),
-                              metrics={"loss": float(np.mean(losses)) if losses else 0.0, "steps": len(losses)})
+        update = ClientUpdate(
+            cid=cid,
+            kind=self.upload,
+            arrays=arrays,
+            rows=rows,
+            num_examples=int(num_examples),
+            metrics={"loss": float(np.mean(losses)) if losses else 0.0, "steps": len(losses)},
+        )
         return privatise(update, self.shared, config)
 
 
@@ -163,8 +180,17 @@ def evaluate_client(client, shared: dict, config: dict) -> dict:
 class RecClient:
     """One user's device: its positives, its private state (in ``store``) and the backbone's functions."""
 
-    def __init__(self, cid: int, backbone: Backbone, positives, store, *, seed: int = 0,
-                 targets: dict[str, np.ndarray] | None = None, dtype=torch.float32):
+    def __init__(
+        self,
+        cid: int,
+        backbone: Backbone,
+        positives,
+        store,
+        *,
+        seed: int = 0,
+        targets: dict[str, np.ndarray] | None = None,
+        dtype=torch.float32,
+    ):
         self.cid = int(cid)
         self.bb = backbone
         self.positives = np.unique(np.asarray(positives, dtype=np.int64))
@@ -187,8 +213,10 @@ class RecClient:
         return state
 
     def _ctx(self, items: torch.Tensor | None, shared: dict) -> dict:
-        ctx = {"items_global": items if items is not None else torch.arange(self.bb.n_items),
-               **self.bb.round_context(shared)}
+        ctx = {
+            "items_global": items if items is not None else torch.arange(self.bb.n_items),
+            **self.bb.round_context(shared),
+        }
         if self.bb.uses_history:
             h = torch.as_tensor(self.positives)
             ctx.update(hist_global=h, hist_mask=torch.ones(len(h), dtype=torch.bool))
@@ -199,10 +227,18 @@ class RecClient:
         bb, dtype = self.bb, self.dtype
         t = LocalTraining.start(bb, self.cid, shared, self.private_state(), config, dtype)
         p = t.p
-        sched = build_schedule(self._indptr, self.positives, np.array([0]), bb.n_items,
-                               ids=np.array([self.cid]), seed=int(config.get("seed", self.seed)),
-                               round=int(config["round"]), epochs=int(config["epochs"]),
-                               negatives=int(config["negatives"]), batch_size=int(config["batch_size"]))
+        sched = build_schedule(
+            self._indptr,
+            self.positives,
+            np.array([0]),
+            bb.n_items,
+            ids=np.array([self.cid]),
+            seed=int(config.get("seed", self.seed)),
+            round=int(config["round"]),
+            epochs=int(config["epochs"]),
+            negatives=int(config["negatives"]),
+            batch_size=int(config["batch_size"]),
+        )
         losses = []
         for items_np, labels_np in sched.steps_of(0):
             items = torch.from_numpy(items_np)

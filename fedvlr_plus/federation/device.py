@@ -4,6 +4,7 @@ The simulator moves each chunk's tensors to the device, trains and scores there,
 CPU (the store, the strategies and the evaluation's bookkeeping stay on the CPU), so a CUDA machine speeds up the
 chunk work without changing anything else. Numbers on a GPU differ from the CPU's in the last bits (other kernels).
 """
+
 from __future__ import annotations
 
 import torch
@@ -23,6 +24,9 @@ def resolve_device(name: str | None) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
         why = "this torch build has no CUDA" if torch.version.cuda is None else "no CUDA device is visible"
-        raise ConfigError("--device cuda", f"CUDA is not available on this machine ({why})",
-                          "use --device cpu, or --device auto to take a GPU only where there is one")
+        raise ConfigError(
+            "--device cuda",
+            f"CUDA is not available on this machine ({why})",
+            "use --device cpu, or --device auto to take a GPU only where there is one",
+        )
     return torch.device(name)

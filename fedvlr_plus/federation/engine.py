@@ -28,26 +28,26 @@ import numpy as np
 import torch
 
 from ..adapters import Backbone, make_backbone, option_names
-from .privacy.accountant import run_clip, run_noise, run_privacy
-from .simulation.batched import BatchedSimulator
-from .simulation.sequential import SequentialSimulator
 from ..errors import ResumeMismatch, RunFolderError
-from .config import COMPACT_STORES, RESUMABLE_CHANGES, FedConfig
-from .simulation.rng import TAG_SAMPLE
 from ..evaluation.run_report import per_user_file_frame
 from ..jsonio import write_json_atomic
+from .config import COMPACT_STORES, RESUMABLE_CHANGES, FedConfig
+from .privacy.accountant import run_clip, run_noise, run_privacy
 from .rounds import RoundLoop
-from .simulation.round_timing import bench_round, format_bench  # noqa: F401  (named here before)
 from .runs.folder import SeedFolder, locked, seed_folders
 from .runs.seeds import SEED_PARTS, combine_seeds  # noqa: F401  (named here before)
-from .state.initial import init_shared_state
-from .state.file_store import FileStore
+from .simulation.batched import BatchedSimulator
+from .simulation.rng import TAG_SAMPLE
+from .simulation.round_timing import bench_round, format_bench  # noqa: F401  (named here before)
+from .simulation.sequential import SequentialSimulator
+from .simulation.upload_stream import StreamedUploads, can_stream, fit_streamed
 from .state import streamed_safetensors
+from .state.choice import choose_private_store, private_state_bytes, say_once
+from .state.file_store import FileStore
+from .state.initial import init_shared_state
 from .state.store import CompactStore, make_store
 from .state.streamed_safetensors import loaded
-from .state.choice import choose_private_store, private_state_bytes, say_once
 from .strategies.base import make_strategy
-from .simulation.upload_stream import StreamedUploads, can_stream, fit_streamed
 
 CHECKPOINT_FORMAT = 2
 

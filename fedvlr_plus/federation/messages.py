@@ -6,6 +6,7 @@ examples (the aggregation weight) and scalar metrics. Item tables travel row-wis
 the client touched and ``rows[name]`` their item ids. ``to_message`` / ``from_message`` convert to and from a dict
 of numpy arrays and Python scalars, which is what a Flower ``ArrayRecord`` / ``MetricRecord`` pair carries.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -19,9 +20,9 @@ KINDS = ("params", "grads")
 @dataclass
 class ClientUpdate:
     cid: int
-    kind: str                                   # "params" (new values) or "grads" (accumulated gradients)
-    arrays: dict[str, torch.Tensor]             # shared names only
-    rows: dict[str, torch.Tensor] = field(default_factory=dict)   # item-table name -> int64 row ids
+    kind: str  # "params" (new values) or "grads" (accumulated gradients)
+    arrays: dict[str, torch.Tensor]  # shared names only
+    rows: dict[str, torch.Tensor] = field(default_factory=dict)  # item-table name -> int64 row ids
     num_examples: int = 0
     metrics: dict[str, float] = field(default_factory=dict)
 
@@ -29,14 +30,13 @@ class ClientUpdate:
         if self.kind not in KINDS:
             raise ValueError(f"ClientUpdate.kind must be one of {KINDS}, got {self.kind!r}")
 
-    def validate(self) -> "ClientUpdate":
+    def validate(self) -> ClientUpdate:
         """Row ids must belong to an uploaded array and match its number of rows."""
         for name, r in self.rows.items():
             if name not in self.arrays:
                 raise ValueError(f"ClientUpdate: rows given for {name!r} but no array of that name")
             if r.shape[0] != self.arrays[name].shape[0]:
-                raise ValueError(f"ClientUpdate: {name!r} has {self.arrays[name].shape[0]} rows but "
-                                 f"{len(r)} row ids")
+                raise ValueError(f"ClientUpdate: {name!r} has {self.arrays[name].shape[0]} rows but {len(r)} row ids")
         return self
 
     def to_message(self) -> dict:
@@ -51,12 +51,14 @@ class ClientUpdate:
         }
 
     @classmethod
-    def from_message(cls, msg: dict) -> "ClientUpdate":
+    def from_message(cls, msg: dict) -> ClientUpdate:
         return cls(
-            cid=int(msg["cid"]), kind=str(msg["kind"]),
+            cid=int(msg["cid"]),
+            kind=str(msg["kind"]),
             arrays={k: torch.as_tensor(np.asarray(v)) for k, v in msg["arrays"].items()},
             rows={k: torch.as_tensor(np.asarray(v, dtype=np.int64)) for k, v in msg.get("rows", {}).items()},
-            num_examples=int(msg["num_examples"]), metrics=dict(msg.get("metrics", {})),
+            num_examples=int(msg["num_examples"]),
+            metrics=dict(msg.get("metrics", {})),
         ).validate()
 
 

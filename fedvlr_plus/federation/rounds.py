@@ -10,10 +10,12 @@ The loop owns the order, nothing else: what a client receives, how uploads are c
 stay with the method, so each method draws its random numbers exactly where it always did. The store commits only
 after the checkpoint, so a crash between the two leaves the checkpointed round's client states (:mod:`.store`).
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from .messages import ClientUpdate
 
@@ -26,8 +28,10 @@ def fit_each(cohort: Sequence, message: dict, config: dict) -> list[ClientUpdate
 def over_the_wire(fit: Callable) -> Callable:
     """``fit`` whose uploads the server receives as a real deployment would: serialised and read back, so a method
     can only use what a message can carry."""
+
     def fit_serialised(cohort, message, config):
         return [ClientUpdate.from_message(u.to_message()) for u in fit(cohort, message, config)]
+
     return fit_serialised
 
 

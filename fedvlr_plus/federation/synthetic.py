@@ -5,6 +5,7 @@ whole catalogue with Zipf-like popularity. History lengths are geometric-ish aro
 ``min_items``). Timestamps increase along each user's draws, and the result is split leave-one-out by time, so
 it looks like a real implicit-feedback log to every part of the engine.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -12,16 +13,24 @@ import numpy as np
 SYNTHETIC_PREFIX = "synthetic:"
 
 
-def synthetic_data(n_users: int = 200, n_items: int = 300, mean_items: float = 20.0, *, groups: int = 10,
-                   share: float = 0.8, min_items: int = 5, seed: int = 0, name: str | None = None):
+def synthetic_data(
+    n_users: int = 200,
+    n_items: int = 300,
+    mean_items: float = 20.0,
+    *,
+    groups: int = 10,
+    share: float = 0.8,
+    min_items: int = 5,
+    seed: int = 0,
+    name: str | None = None,
+):
     from ..datasets import InteractionData
     from ..datasets.splits import leave_one_out
 
     if n_items < 2 * min_items:
         raise ValueError("n_items must be at least twice min_items")
     g = np.random.default_rng(seed)
-    lengths = np.minimum(min_items + g.geometric(1.0 / max(mean_items - min_items + 1, 1.0), n_users) - 1,
-                         n_items // 2)
+    lengths = np.minimum(min_items + g.geometric(1.0 / max(mean_items - min_items + 1, 1.0), n_users) - 1, n_items // 2)
     total = int(lengths.sum())
     user = np.repeat(np.arange(n_users), lengths)
     user_group = g.integers(0, groups, n_users)
@@ -44,8 +53,9 @@ def synthetic_data(n_users: int = 200, n_items: int = 300, mean_items: float = 2
     _, first = np.unique(key, return_index=True)
     first.sort()
     user, items, ts = user[first], items[first], ts[first]
-    data = InteractionData.from_raw(name or f"synthetic-{n_users}x{n_items}", user, items, timestamp=ts,
-                                    item_order=np.arange(n_items))
+    data = InteractionData.from_raw(
+        name or f"synthetic-{n_users}x{n_items}", user, items, timestamp=ts, item_order=np.arange(n_items)
+    )
     # users whose draws collapsed below 3 distinct items stay in train only (leave_one_out convention)
     return leave_one_out(data)
 
@@ -56,10 +66,11 @@ def synthetic_source(source: str, seed: int = 0):
     from ..errors import ConfigError
 
     try:
-        users, items = (int(x) for x in source[len(SYNTHETIC_PREFIX):].lower().split("x"))
+        users, items = (int(x) for x in source[len(SYNTHETIC_PREFIX) :].lower().split("x"))
     except ValueError:
-        raise ConfigError(f"SOURCE {source!r}", "a synthetic source is synthetic:USERSxITEMS",
-                          "e.g. synthetic:35000x18000") from None
+        raise ConfigError(
+            f"SOURCE {source!r}", "a synthetic source is synthetic:USERSxITEMS", "e.g. synthetic:35000x18000"
+        ) from None
     if users < 1 or items < 10:
         raise ConfigError(f"SOURCE {source!r}", "a synthetic source needs at least 1 user and 10 items")
     return synthetic_data(users, items, 30.0, groups=50, seed=seed, name=f"synthetic-{users}x{items}")

@@ -74,8 +74,8 @@ class MixtureDotHead:
         hidden = torch.relu(pre)
         return hidden, torch.softmax(linear(hidden, p["router.w2"], p["router.b2"]) / self.temperature, dim=-1)
 
-    def step_from(self, rows: "IndexedRows | AllRows", pre, p: dict, y, a, with_table: bool = True,
-                  content: "ContentRows | None" = None):
+    def step_from(self, rows: IndexedRows | AllRows, pre, p: dict, y, a, with_table: bool = True,
+                  content: ContentRows | None = None):
         """One step of every client of a chunk from its router's pre-activation ``pre [C, H]``.
 
         ``rows``: the fused views of the step's examples (read by id, or from the whole broadcast table);
@@ -122,9 +122,11 @@ class MixtureDotHead:
         theta = p[self.preference].expand(*direction.shape[:-1], self.d)
         return torch.cat([direction, theta], -1)
 
-    def local_steps(self, x: torch.Tensor, p: dict, lr: float, wd: float, defer: tuple[int, int, int] | None):
-        """The state of one chunk's local training (:class:`MixtureSteps`)."""
-        return MixtureSteps(self, x, p, lr, wd, defer)
+    def local_steps(self, ctx: dict, p: dict, lr: float, wd: float, defer: tuple[int, int, int] | None):
+        """The state of one chunk's local training (:class:`MixtureSteps`). ``ctx`` is the chunk's call context:
+        the router's input, each client's mean history view, is read from it here, so the engine needs to know
+        nothing of the router."""
+        return MixtureSteps(self, history_mean(ctx), p, lr, wd, defer)
 
     def reads_all_rows(self, n_items: int, slots: int) -> bool:
         """Whether a step of ``slots`` examples per client reads the whole broadcast table (two matrix products
@@ -200,7 +202,7 @@ class MixtureSteps:
         return self._experts[1]
 
     @torch.no_grad()
-    def step(self, rows: "StepRows", p: dict, y: torch.Tensor, a: torch.Tensor, active: torch.Tensor,
+    def step(self, rows: StepRows, p: dict, y: torch.Tensor, a: torch.Tensor, active: torch.Tensor,
              fidx: torch.Tensor):
         """The step's gradients (None for what this object applies itself: ``router.w1``, and the fused rows
         when deferred) and each client's loss; ``fidx``: the flat touched-row ids of the examples."""
@@ -301,8 +303,8 @@ class StepRows(NamedTuple):
     """A step's fused rows (:meth:`MixtureSteps.rows`): the experts' blocks, and the projected content (None
     without a content preference)."""
 
-    experts: "IndexedRows | AllRows"
-    content: "ContentRows | None"
+    experts: IndexedRows | AllRows
+    content: ContentRows | None
 
 
 class ContentRows:

@@ -27,12 +27,12 @@ import numpy as np
 import torch
 
 from ..adapters.base import Backbone, ParamSpec, init_shared, take_rows
-from .closed_form import MixtureDotHead
 from ..federation.simulation import rng
+from . import preference
+from .closed_form import MixtureDotHead
 from .cold import NO_COLD_RULE, ColdItemRule, warm_neighbours
 from .experts import EXPERTS, expert_outputs, fusion_specs, mix, project
 from .options import VIEW_SCALES
-from . import preference
 from .router import VIEWS, entropy, history_input, history_mean, router_specs, router_weights
 
 #: ``uniform``: the three experts mixed with fixed equal weights (no router): the router ablation
@@ -298,6 +298,21 @@ class FusionLayer(Backbone):
         _, weight, bias = base.dot_head
         return MixtureDotHead(FUSED, weight, bias, len(self.experts), self.d, self.temperature,
                               preference.THETA if self.content_preference else None)
+
+    def chunk_refusal(self) -> str | None:
+        """Why the clients of this layer around a torch-module backbone cannot be trained as one batched chunk
+        (:mod:`.batched_modules`); None when they can. The module engine asks the layer, so that it needs to know
+        nothing of the router."""
+        from .batched_modules import layer_refusal
+
+        return layer_refusal(self)
+
+    def start_chunk(self, sched, c0: int, c1: int, shared: dict, states: dict, config: dict, dtype, positives):
+        """One batched chunk of this layer's clients around a torch-module backbone
+        (:class:`~.batched_modules.FusedChunk`)."""
+        from .batched_modules import FusedChunk
+
+        return FusedChunk.start(self, sched, c0, c1, shared, states, config, dtype, positives)
 
     # ------------------------------------------------------------------ the client's forward
     def weights(self, p: dict, ctx: dict) -> torch.Tensor:

@@ -11,7 +11,6 @@ import torch
 
 from .router import entropy
 
-
 # A user's router input is the mean of its padded history's fused views, [users, longest history, J d] floats
 # before the mean: over every user at once that is 8 GB on amazon2014-toys (19,412 users, 548 items the longest
 # history), so the weights are computed for bounded chunks of users, and their private states loaded per chunk.

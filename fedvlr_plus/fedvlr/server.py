@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import torch
 
-from ..federation.strategies.fedgrad import FedGradStrategy
 from ..federation.messages import ClientUpdate
 from ..federation.strategies.base import Strategy
-
+from ..federation.strategies.fedgrad import FedGradStrategy
 from .layer import FUSED
 
 
@@ -54,7 +53,8 @@ class ServerFusion(Strategy):
 
     def from_sums(self, shared, sums, specs):
         """Algorithm 1's server step from the round's example-weighted sums (added chunk by chunk as uploads
-        arrive, :mod:`fedvlr_plus.federation.simulation.upload_stream`, or all at once by :meth:`Strategy.aggregate`)."""
+        arrive, :mod:`fedvlr_plus.federation.simulation.upload_stream`, or all at once by
+        :meth:`Strategy.aggregate`)."""
         g_fused = sums.row_sums(FUSED)[0].reshape(shared[FUSED].shape)
         rest = {k: v for k, v in shared.items() if k != FUSED}
         out = self.inner.from_sums(rest, sums, specs) if rest else {}

@@ -36,8 +36,8 @@ weight decay the user passes replaces the grid's, so that recipe then collapses 
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from typing import Callable
 
 
 @dataclass(frozen=True)

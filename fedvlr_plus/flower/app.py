@@ -12,7 +12,8 @@ Flower App whose two halves are built by this module:
   local training, so a SuperNode that restarts continues from it. It never enters a message.
 - :func:`make_server_app` -> ``ServerApp``. Its :class:`FedVLRStrategy` (a Flower ``Strategy``) sends the shared
   state, turns the replies back into :class:`~fedvlr_plus.federation.messages.ClientUpdate` objects and hands them
-  to *our* strategies (:func:`~fedvlr_plus.federation.strategies.base.make_strategy`: FedAvg, gradient aggregation with a
+  to *our* strategies (:func:`~fedvlr_plus.federation.strategies.base.make_strategy`: FedAvg, gradient aggregation
+  with a
   server optimizer, sparse row averaging, ...), wrapped by the FedVLR server fusion when the layer is on. Stock
   Flower FedAvg cannot do this: uploads carry different item rows per client. Evaluation is federated (each node
   ranks its own users' held-out items and returns metric *sums*, never per-user values) or on the server
@@ -38,13 +39,24 @@ receives is written there, so anyone can check what left the nodes). Fault drill
 ``fault-round``, ``fault-delay-s`` make that partition's node wait before training in that round, which leaves
 time to kill it mid-round (the tests use it; leave them unset otherwise).
 """
+
 from __future__ import annotations
 
-# the deployment in four files, all named here: the settings, the wire format, the node side, the server side
-from .wire import (content_to_updates, record_to_shared, shared_to_record,  # noqa: F401  (checks for flwr)
-                          updates_to_content)
-from .settings import (DEPLOY_KEYS, Settings, build_backbone, fedvlr_options, load_data,  # noqa: F401
-                              partition_users)
-from .node import (STATE_FORMAT, NodeStore, _config_dict, _node_model, _node_store,  # noqa: F401
-                          _NODE_CACHE, _NodeModel, file_digest, make_client_app, node_evaluate, node_train)
+from .node import (  # noqa: F401
+    _NODE_CACHE,
+    STATE_FORMAT,
+    NodeStore,
+    _config_dict,
+    _node_model,
+    _node_store,
+    _NodeModel,
+    file_digest,
+    make_client_app,
+    node_evaluate,
+    node_train,
+)
 from .server import FedVLRStrategy, SecureFedVLRStrategy, make_server_app, server_main  # noqa: F401
+from .settings import DEPLOY_KEYS, Settings, build_backbone, fedvlr_options, load_data, partition_users  # noqa: F401
+
+# the deployment in four files, all named here: the settings, the wire format, the node side, the server side
+from .wire import content_to_updates, record_to_shared, shared_to_record, updates_to_content  # noqa: F401  (checks for flwr)

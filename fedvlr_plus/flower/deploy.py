@@ -11,6 +11,7 @@ and download torch), TLS certificates or ``--insecure`` are explicit, and ``flwr
 configuration (``FLWR_HOME``) holding one SuperLink connection. The ``*_command`` functions return the argument
 lists, which the tests use to start real processes. Nothing here imports flwr or torch.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,38 +34,61 @@ def _exe(name: str) -> str:
         return str(here)
     found = shutil.which(name)
     if found is None:
-        raise UserError(f"{name} not found", "Flower is not installed",
-                        "pip install 'fedvlr-plus[flower]'")
+        raise UserError(f"{name} not found", "Flower is not installed", "pip install 'fedvlr-plus[flower]'")
     return found
 
 
-def tls_args(*, insecure: bool, certificates: str | None = None, root_certificates: str | None = None,
-             server: bool) -> list[str]:
+def tls_args(
+    *, insecure: bool, certificates: str | None = None, root_certificates: str | None = None, server: bool
+) -> list[str]:
     if insecure:
         if certificates or root_certificates:
             raise ConfigError("--insecure", "choose either --insecure or TLS certificates, not both")
         return ["--insecure"]
     if server:
         if not certificates:
-            raise ConfigError("--certificates", "the SuperLink needs TLS files or --insecure",
-                              "give --certificates DIR with ca.crt, server.pem and server.key, or --insecure")
+            raise ConfigError(
+                "--certificates",
+                "the SuperLink needs TLS files or --insecure",
+                "give --certificates DIR with ca.crt, server.pem and server.key, or --insecure",
+            )
         d = Path(certificates)
-        files = {"--ssl-ca-certfile": d / "ca.crt", "--ssl-certfile": d / "server.pem", "--ssl-keyfile": d / "server.key"}
+        files = {
+            "--ssl-ca-certfile": d / "ca.crt",
+            "--ssl-certfile": d / "server.pem",
+            "--ssl-keyfile": d / "server.key",
+        }
         missing = [str(p) for p in files.values() if not p.exists()]
         if missing:
             raise ConfigError(f"--certificates {certificates}", f"TLS files missing: {', '.join(missing)}")
         return [x for flag, p in files.items() for x in (flag, str(p))]
     if not root_certificates:
-        raise ConfigError("--root-certificates", "a SuperNode needs the SuperLink's CA certificate or --insecure",
-                          "give --root-certificates CA.crt, or --insecure")
+        raise ConfigError(
+            "--root-certificates",
+            "a SuperNode needs the SuperLink's CA certificate or --insecure",
+            "give --root-certificates CA.crt, or --insecure",
+        )
     return ["--root-certificates", str(root_certificates)]
 
 
-def superlink_command(*, host: str = "127.0.0.1", port: int = DEFAULT_SUPERLINK_PORT, insecure: bool = False,
-                      certificates: str | None = None, database: str | None = None,
-                      supernode_auth: bool = False) -> list[str]:
-    cmd = [_exe("flower-superlink"), *tls_args(insecure=insecure, certificates=certificates, server=True),
-           "--host", host, "--port", str(port), "--disable-runtime-dependency-installation"]
+def superlink_command(
+    *,
+    host: str = "127.0.0.1",
+    port: int = DEFAULT_SUPERLINK_PORT,
+    insecure: bool = False,
+    certificates: str | None = None,
+    database: str | None = None,
+    supernode_auth: bool = False,
+) -> list[str]:
+    cmd = [
+        _exe("flower-superlink"),
+        *tls_args(insecure=insecure, certificates=certificates, server=True),
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--disable-runtime-dependency-installation",
+    ]
     if database:
         cmd += ["--database", str(database)]
     if supernode_auth:
@@ -72,19 +96,34 @@ def superlink_command(*, host: str = "127.0.0.1", port: int = DEFAULT_SUPERLINK_
     return cmd
 
 
-def supernode_command(*, superlink: str, partition: tuple[int, int], runtime_port: int = DEFAULT_RUNTIME_PORT,
-                      insecure: bool = False, root_certificates: str | None = None, state_dir: str | None = None,
-                      data: str | None = None, auth_key: str | None = None,
-                      max_wait_time: float | None = None) -> list[str]:
+def supernode_command(
+    *,
+    superlink: str,
+    partition: tuple[int, int],
+    runtime_port: int = DEFAULT_RUNTIME_PORT,
+    insecure: bool = False,
+    root_certificates: str | None = None,
+    state_dir: str | None = None,
+    data: str | None = None,
+    auth_key: str | None = None,
+    max_wait_time: float | None = None,
+) -> list[str]:
     i, n = partition
     node_config = f"partition-id={i} num-partitions={n}"
     if state_dir:
         node_config += f" state-dir={json.dumps(str(Path(state_dir).resolve()))}"
     if data:
         node_config += f" data={json.dumps(str(Path(data).resolve()))}"
-    cmd = [_exe("flower-supernode"),
-           *tls_args(insecure=insecure, root_certificates=root_certificates, server=False),
-           "--superlink", superlink, "--node-config", node_config, "--port", str(runtime_port)]
+    cmd = [
+        _exe("flower-supernode"),
+        *tls_args(insecure=insecure, root_certificates=root_certificates, server=False),
+        "--superlink",
+        superlink,
+        "--node-config",
+        node_config,
+        "--port",
+        str(runtime_port),
+    ]
     if auth_key:
         cmd += ["--auth-supernode-private-key", str(auth_key)]
     if max_wait_time is not None:
@@ -92,8 +131,14 @@ def supernode_command(*, superlink: str, partition: tuple[int, int], runtime_por
     return cmd
 
 
-def write_connection(flwr_home: str | os.PathLike, superlink: str, *, insecure: bool,
-                     root_certificates: str | None = None, name: str = "fedvlr") -> Path:
+def write_connection(
+    flwr_home: str | os.PathLike,
+    superlink: str,
+    *,
+    insecure: bool,
+    root_certificates: str | None = None,
+    name: str = "fedvlr",
+) -> Path:
     """A Flower configuration (``FLWR_HOME/config.toml``) whose default SuperLink connection is ``superlink``."""
     home = Path(flwr_home)
     home.mkdir(parents=True, exist_ok=True)

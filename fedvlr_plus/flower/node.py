@@ -1,6 +1,7 @@
 """The ClientApp's side of a deployment: a node's users trained with the simulator's
 :class:`~fedvlr_plus.federation.client.RecClient`, their private state kept in the node (``context.state`` and a
 local file, never a message), and federated evaluation that returns metric sums only."""
+
 from __future__ import annotations
 
 import hashlib
@@ -12,14 +13,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
-from .wire import record_to_shared, shared_to_record, updates_to_content  # (first: it checks for flwr)
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from ..federation.client import RecClient
-from .settings import Settings, build_backbone, load_data, partition_users
 from ..federation.state.store import atomic_torch_save
+from .settings import Settings, build_backbone, load_data, partition_users
+from .wire import record_to_shared, shared_to_record, updates_to_content  # (first: it checks for flwr)
 
 STATE_FORMAT = 1
 
@@ -44,7 +44,7 @@ class NodeStore:
         keys = [k for k in self.context.state.keys() if k.startswith("fedvlr.private.u")]
         if keys:
             for k in keys:
-                states[int(k[len("fedvlr.private.u"):])] = record_to_shared(self.context.state[k])
+                states[int(k[len("fedvlr.private.u") :])] = record_to_shared(self.context.state[k])
             source = "context.state"
         elif self.path.exists():
             blob = self.path.read_bytes()
@@ -56,8 +56,14 @@ class NodeStore:
                 raise RuntimeError(f"{self.path}: private state format {obj.get('format')} is not {STATE_FORMAT}")
             states = {int(c): dict(st) for c, st in obj["users"].items()}
             source = "file"
-            self._log({"event": "restore", "source": "file", "sha256": hashlib.sha256(blob).hexdigest(),
-                       "users": sorted(states)})
+            self._log(
+                {
+                    "event": "restore",
+                    "source": "file",
+                    "sha256": hashlib.sha256(blob).hexdigest(),
+                    "users": sorted(states),
+                }
+            )
             for cid, st in states.items():  # back into the SuperNode's context for the rest of the run
                 self.context.state[self._key(cid)] = shared_to_record(st)
         else:
@@ -92,9 +98,14 @@ class NodeStore:
         for cid, st in self.states.items():
             self.context.state[self._key(cid)] = shared_to_record(st)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_torch_save({"format": STATE_FORMAT, "round": int(round_index),
-                           "users": {int(c): {k: v.contiguous() for k, v in st.items()}
-                                     for c, st in self.states.items()}}, self.path)
+        atomic_torch_save(
+            {
+                "format": STATE_FORMAT,
+                "round": int(round_index),
+                "users": {int(c): {k: v.contiguous() for k, v in st.items()} for c, st in self.states.items()},
+            },
+            self.path,
+        )
         self._log({"event": "saved", "round": int(round_index), "sha256": file_digest(self.path)})
         self.dirty = False
 
@@ -122,14 +133,14 @@ class _NodeModel:
         self.train_users = users[counts[users] > 0]
         # the node's own users only: evaluation never sees anyone else's interactions
         keep = np.isin(data.inter["user"].to_numpy(), users)
-        self.cold = data.cold_items()   # item-level catalogue fact ("new item"), the same on every node
+        self.cold = data.cold_items()  # item-level catalogue fact ("new item"), the same on every node
         self.data = data.replace(inter=data.inter[keep].reset_index(drop=True))
         self.partition, self.num_partitions = part, nparts
         home = Path(os.environ.get("FLWR_HOME", Path.home() / ".flwr"))
         self.state_dir = Path(node_config.get("state-dir") or home / "fedvlr-state")
 
     def client(self, cid: int, store) -> RecClient:
-        pos = self.indices[self.indptr[cid]:self.indptr[cid + 1]]
+        pos = self.indices[self.indptr[cid] : self.indptr[cid + 1]]
         return RecClient(int(cid), self.bb, pos, store, seed=self.s.cfg.seed)
 
 
@@ -137,8 +148,12 @@ _NODE_CACHE: dict[str, _NodeModel] = {}
 
 
 def _node_model(context: Context) -> _NodeModel:
-    key = json.dumps([sorted((str(k), str(v)) for k, v in context.run_config.items()),
-                      sorted((str(k), str(v)) for k, v in context.node_config.items())])
+    key = json.dumps(
+        [
+            sorted((str(k), str(v)) for k, v in context.run_config.items()),
+            sorted((str(k), str(v)) for k, v in context.node_config.items()),
+        ]
+    )
     if key not in _NODE_CACHE:
         _NODE_CACHE[key] = _NodeModel(Settings.from_run_config(context.run_config), dict(context.node_config))
     return _NODE_CACHE[key]
@@ -171,7 +186,7 @@ def node_train(msg: Message, context: Context) -> Message:
     r = int(config["round"])
     store._log({"event": "fit-start", "round": r, "users": [int(u) for u in node.train_users]})
     if node.s.fault_delay_s and node.s.fault_partition == node.partition and node.s.fault_round in (0, r):
-        time.sleep(node.s.fault_delay_s)   # a fault drill: time to kill this node in the middle of the round
+        time.sleep(node.s.fault_delay_s)  # a fault drill: time to kill this node in the middle of the round
     updates = [node.client(int(cid), store).fit(shared, config) for cid in node.train_users]
     store.flush(r)
     store._log({"event": "fit-done", "round": r})
@@ -193,7 +208,7 @@ def node_evaluate(msg: Message, context: Context) -> Message:
     cold = node.cold
 
     class _NodeData(type(node.data)):
-        def cold_items(self):   # warm/cold targets are judged against the whole federation's training data
+        def cold_items(self):  # warm/cold targets are judged against the whole federation's training data
             return cold
 
     data = _NodeData(**{f.name: getattr(node.data, f.name) for f in fields(node.data)})
@@ -207,9 +222,16 @@ def node_evaluate(msg: Message, context: Context) -> Message:
             for group in ("all", "warm", "cold"):
                 out[f"{split}/{group}/n"] = 0
             continue
-        res = evaluate(data, scorer, split=split, protocol="full", ks=tuple(config["ks"]),
-                       metrics=tuple(config["metrics"]), mask_history=str(config["mask_history"]),
-                       seed=int(config["seed"]))
+        res = evaluate(
+            data,
+            scorer,
+            split=split,
+            protocol="full",
+            ks=tuple(config["ks"]),
+            metrics=tuple(config["metrics"]),
+            mask_history=str(config["mask_history"]),
+            seed=int(config["seed"]),
+        )
         for group in ("all", "warm", "cold"):
             f = res.frame(group)
             out[f"{split}/{group}/n"] = int(len(f))
@@ -224,6 +246,6 @@ def make_client_app() -> ClientApp:
     from .secagg import secagg_mod
 
     app = ClientApp()
-    app.train(mods=[secagg_mod])(node_train)   # SecAgg+ only for messages of a secure round
+    app.train(mods=[secagg_mod])(node_train)  # SecAgg+ only for messages of a secure round
     app.evaluate()(node_evaluate)
     return app

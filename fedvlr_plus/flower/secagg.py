@@ -14,6 +14,7 @@ The ClientApp always carries :func:`secagg_mod`, which hands a message to ``seca
 SecAgg+ configuration, so one ClientApp serves runs with and without secure aggregation; the run config's
 ``secagg`` decides.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,7 @@ import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.client.mod import secaggplus_mod
-from flwr.common import (Code, FitIns, FitRes, Status, bytes_to_ndarray, ndarrays_to_parameters,
-                         parameters_to_ndarrays)
+from flwr.common import Code, FitIns, FitRes, Status, bytes_to_ndarray, ndarrays_to_parameters, parameters_to_ndarrays
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, RECORD_KEY_STATE, Key, Stage
 from flwr.compat.common import recorddict_compat as compat
 from flwr.server import LegacyContext
@@ -35,8 +35,8 @@ from flwr.server.workflow import SecAggPlusWorkflow
 from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD
 from flwr.server.workflow.constant import Key as WorkflowKey
 
-from ..jsonio import write_json_atomic
 from ..federation.privacy.secure_sum import clipping_range, layout, node_vector, quantization_range, split_aggregate
+from ..jsonio import write_json_atomic
 
 FIT_NAMES, FIT_CONFIG = "fedvlr-names", "fedvlr-config"
 
@@ -73,10 +73,16 @@ def secure_fit_reply(updates, shared: dict, item_tables: set[str], context: Cont
     parts = layout({k: tuple(v.shape) for k, v in shared.items()}, item_tables)
     vector, n_node = node_vector(updates, parts, clipping_range)
     if n_node > max_weight:
-        raise ValueError(f"secure aggregation: this node has {n_node} training examples, more than the weight "
-                         f"bound {max_weight:g}; set secagg-max-weight to at least the largest node's count")
-    res = FitRes(status=Status(code=Code.OK, message="ok"), parameters=ndarrays_to_parameters(vector),
-                 num_examples=int(n_node), metrics={"users": len(updates)})
+        raise ValueError(
+            f"secure aggregation: this node has {n_node} training examples, more than the weight "
+            f"bound {max_weight:g}; set secagg-max-weight to at least the largest node's count"
+        )
+    res = FitRes(
+        status=Status(code=Code.OK, message="ok"),
+        parameters=ndarrays_to_parameters(vector),
+        num_examples=int(n_node),
+        metrics={"users": len(updates)},
+    )
     return compat.fitres_to_recorddict(res, keep_input=False)
 
 
@@ -143,6 +149,7 @@ def workflow_from_settings(s, n_nodes: int, max_weight: float, clip: float) -> S
     """SecAgg+ with the run's share count, threshold (an int above 1 is a count, a float up to 1 a fraction),
     clipping range ``clip``, the weight bound ``max_weight`` and the finest quantisation ``n_nodes`` allow (unless
     the run config fixes one)."""
+
     def count_or_fraction(v: float, key: str):
         if v > 1:
             if v != int(v):
@@ -150,23 +157,39 @@ def workflow_from_settings(s, n_nodes: int, max_weight: float, clip: float) -> S
             return int(v)
         return float(v)
 
-    return SecAggPlusWorkflow(count_or_fraction(s.secagg_num_shares, "secagg-num-shares"),
-                              count_or_fraction(s.secagg_reconstruction_threshold, "secagg-reconstruction-threshold"),
-                              max_weight=float(max_weight), clipping_range=float(clip),
-                              quantization_range=int(s.secagg_quantization_range or quantization_range(n_nodes)),
-                              timeout=float(s.round_timeout))
+    return SecAggPlusWorkflow(
+        count_or_fraction(s.secagg_num_shares, "secagg-num-shares"),
+        count_or_fraction(s.secagg_reconstruction_threshold, "secagg-reconstruction-threshold"),
+        max_weight=float(max_weight),
+        clipping_range=float(clip),
+        quantization_range=int(s.secagg_quantization_range or quantization_range(n_nodes)),
+        timeout=float(s.round_timeout),
+    )
 
 
-def run_secure_round(grid, nodes: list[int], shared: dict, round_config: dict, item_tables: set[str], s,
-                     server_round: int, max_weight: float, audit_dir: Path | None = None) -> SecureRound:
+def run_secure_round(
+    grid,
+    nodes: list[int],
+    shared: dict,
+    round_config: dict,
+    item_tables: set[str],
+    s,
+    server_round: int,
+    max_weight: float,
+    audit_dir: Path | None = None,
+) -> SecureRound:
     clip = float(s.secagg_clipping_range or clipping_range(shared, round_config["upload"]))
     """One training round under SecAgg+: only the aggregate of the nodes' vectors reaches this function."""
     names = sorted(shared)
     params = ndarrays_to_parameters([shared[n].detach().cpu().numpy() for n in names])
     config = {FIT_NAMES: json.dumps(names), FIT_CONFIG: json.dumps(round_config)}
     one = _OneRound([(GridClientProxy(n, grid, 0), FitIns(params, config)) for n in nodes])
-    state = RecordDict({MAIN_CONFIGS_RECORD: ConfigRecord({WorkflowKey.CURRENT_ROUND: int(server_round)}),
-                        MAIN_PARAMS_RECORD: ArrayRecord()})
+    state = RecordDict(
+        {
+            MAIN_CONFIGS_RECORD: ConfigRecord({WorkflowKey.CURRENT_ROUND: int(server_round)}),
+            MAIN_PARAMS_RECORD: ArrayRecord(),
+        }
+    )
     ctx = LegacyContext(Context(run_id=0, node_id=0, node_config={}, state=state, run_config={}), strategy=one)
     tap = _ReplyTap(grid, lambda stage, m: audit_reply(audit_dir, server_round, stage, m) if audit_dir else None)
     workflow_from_settings(s, len(nodes), max_weight, clip)(tap, ctx)
@@ -176,9 +199,15 @@ def run_secure_round(grid, nodes: list[int], shared: dict, round_config: dict, i
     aggregate = parameters_to_ndarrays(one.results[0][1].parameters)
     parts = layout({k: tuple(v.shape) for k, v in shared.items()}, item_tables)
     means, weights, loss = split_aggregate(aggregate, parts)
-    return SecureRound(means, weights, loss, n_total=sum(int(r.num_examples) for _, r in one.results),
-                       nodes=len(one.results), users=sum(int(r.metrics.get("users", 0)) for _, r in one.results),
-                       failures=[str(f) for f in one.failures])
+    return SecureRound(
+        means,
+        weights,
+        loss,
+        n_total=sum(int(r.num_examples) for _, r in one.results),
+        nodes=len(one.results),
+        users=sum(int(r.metrics.get("users", 0)) for _, r in one.results),
+        failures=[str(f) for f in one.failures],
+    )
 
 
 def audit_reply(folder: Path, server_round: int, stage: str, msg: Message) -> None:
@@ -199,8 +228,15 @@ def audit_reply(folder: Path, server_round: int, stage: str, msg: Message) -> No
     masked = msg.content.config_records.get(RECORD_KEY_CONFIGS, {}).get(Key.MASKED_PARAMETERS) or []
     arrays.update({f"masked::{i}": bytes_to_ndarray(b) for i, b in enumerate(masked)})
     np.savez(f"{stem}.npz", **arrays)
-    write_json_atomic(f"{stem}.json", {"records": sorted(msg.content.keys()), "configs": configs,
-                                       "arrays": sorted(arrays), "masked_bytes": int(sum(len(b) for b in masked))})
+    write_json_atomic(
+        f"{stem}.json",
+        {
+            "records": sorted(msg.content.keys()),
+            "configs": configs,
+            "arrays": sorted(arrays),
+            "masked_bytes": int(sum(len(b) for b in masked)),
+        },
+    )
 
 
 def _describe(v):

@@ -1,5 +1,6 @@
 """The ServerApp's side of a deployment: a Flower strategy that aggregates with our strategies, selects the round on
 validation as the simulator does, and optionally runs the training rounds under SecAgg+."""
+
 from __future__ import annotations
 
 import random
@@ -8,15 +9,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
-from .wire import content_to_updates, shared_to_record  # (first: it checks for flwr)
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Strategy as FlowerStrategyBase
 
+from ..federation.messages import ClientUpdate
 from ..jsonio import write_json_atomic
 from .settings import Settings, build_backbone, load_data
-from ..federation.messages import ClientUpdate
+from .wire import content_to_updates, shared_to_record  # (first: it checks for flwr)
 
 
 class FedVLRStrategy(FlowerStrategyBase):
@@ -41,8 +41,10 @@ class FedVLRStrategy(FlowerStrategyBase):
         deadline = time.time() + float(self.s.round_timeout)
         while len(ids := sorted(grid.get_node_ids())) < need:
             if time.time() > deadline:
-                raise RuntimeError(f"only {len(ids)} SuperNodes connected after {self.s.round_timeout:.0f} s; "
-                                   f"the run needs {need} (min-available-nodes / min-train-nodes)")
+                raise RuntimeError(
+                    f"only {len(ids)} SuperNodes connected after {self.s.round_timeout:.0f} s; "
+                    f"the run needs {need} (min-available-nodes / min-train-nodes)"
+                )
             time.sleep(0.5)
         k = max(int(minimum), int(np.ceil(fraction * len(ids))))
         return sorted(self._rng.sample(ids, min(k, len(ids))))
@@ -51,16 +53,19 @@ class FedVLRStrategy(FlowerStrategyBase):
         nodes = self._nodes(grid, self.s.min_train_nodes, self.s.fraction_train)
         conf = ConfigRecord(self.run.round_config(server_round))
         rec = shared_to_record(self.run.shared)
-        return [Message(RecordDict({"arrays": rec, "config": conf}), dst_node_id=n, message_type="train")
-                for n in nodes]
+        return [
+            Message(RecordDict({"arrays": rec, "config": conf}), dst_node_id=n, message_type="train") for n in nodes
+        ]
 
     def _ok(self, replies, server_round: int, what: str, minimum: int) -> list[Message]:
         replies = list(replies)
         ok = [m for m in replies if not m.has_error()]
         if len(ok) < minimum:
             errors = "; ".join(f"node {m.metadata.src_node_id}: {m.error.reason}" for m in replies if m.has_error())
-            raise RuntimeError(f"round {server_round}: {len(ok)} {what} replies, fewer than the minimum {minimum}"
-                               + (f" ({errors})" if errors else ""))
+            raise RuntimeError(
+                f"round {server_round}: {len(ok)} {what} replies, fewer than the minimum {minimum}"
+                + (f" ({errors})" if errors else "")
+            )
         return ok
 
     def _audit(self, server_round: int, what: str, msg: Message) -> None:
@@ -77,8 +82,9 @@ class FedVLRStrategy(FlowerStrategyBase):
             else:
                 scalars[rname] = {k: (list(v) if isinstance(v, (list, tuple)) else v) for k, v in rec.items()}
         np.savez(f"{stem}.npz", **arrays)
-        write_json_atomic(f"{stem}.json", {"records": sorted(msg.content.keys()), "scalars": scalars,
-                                           "arrays": sorted(arrays)})
+        write_json_atomic(
+            f"{stem}.json", {"records": sorted(msg.content.keys()), "scalars": scalars, "arrays": sorted(arrays)}
+        )
 
     def aggregate_train(self, server_round, replies):
         ok = self._ok(replies, server_round, "training", self.s.min_train_nodes)
@@ -86,7 +92,7 @@ class FedVLRStrategy(FlowerStrategyBase):
         for m in ok:
             self._audit(server_round, "train", m)
             updates += content_to_updates(m.content, self.run.strategy.upload)
-        updates.sort(key=lambda u: u.cid)   # the simulator's order: aggregation is then bit-for-bit the same
+        updates.sort(key=lambda u: u.cid)  # the simulator's order: aggregation is then bit-for-bit the same
         if len({u.cid for u in updates}) != len(updates):
             raise RuntimeError(f"round {server_round}: a user was uploaded by two nodes (overlapping partitions)")
         if not updates:
@@ -112,8 +118,13 @@ class FedVLRStrategy(FlowerStrategyBase):
 
     def eval_config(self) -> dict:
         cfg = self.run.cfg
-        return {"splits": "valid,test", "ks": [int(k) for k in cfg.ks], "metrics": list(cfg.metrics),
-                "mask_history": cfg.mask_history, "seed": int(cfg.seed)}
+        return {
+            "splits": "valid,test",
+            "ks": [int(k) for k in cfg.ks],
+            "metrics": list(cfg.metrics),
+            "mask_history": cfg.mask_history,
+            "seed": int(cfg.seed),
+        }
 
     def configure_evaluate(self, server_round, arrays, config, grid):
         if self.s.evaluation != "federated" or not self._evaluating(server_round):
@@ -121,8 +132,9 @@ class FedVLRStrategy(FlowerStrategyBase):
         nodes = self._nodes(grid, self.s.min_evaluate_nodes, 1.0)
         conf = ConfigRecord(self.eval_config())
         rec = shared_to_record(self.run.shared)
-        return [Message(RecordDict({"arrays": rec, "config": conf}), dst_node_id=n, message_type="evaluate")
-                for n in nodes]
+        return [
+            Message(RecordDict({"arrays": rec, "config": conf}), dst_node_id=n, message_type="evaluate") for n in nodes
+        ]
 
     def aggregate_evaluate(self, server_round, replies):
         if self.s.evaluation != "federated" or not self._evaluating(server_round):
@@ -139,24 +151,34 @@ class FedVLRStrategy(FlowerStrategyBase):
             for group in ("all", "warm", "cold"):
                 n = sums.get(f"{split}/{group}/n", 0.0)
                 names = sorted({k.split("/")[2] for k in sums if k.startswith(f"{split}/{group}/")} - {"n"})
-                res[(split, group)] = ({name: (sums[f"{split}/{group}/{name}"] / n if n else None) for name in names},
-                                       int(n))
+                res[(split, group)] = (
+                    {name: (sums[f"{split}/{group}/{name}"] / n if n else None) for name in names},
+                    int(n),
+                )
         self._select(server_round, res, nodes=len(ok))
         return MetricRecord({f"valid/{k}": float(v) for k, v in res[("valid", "all")][0].items() if v is not None})
 
     def _select(self, server_round: int, res: dict, nodes: int) -> None:
         """The engine's rule: the best validation metric selects the round; its test figures are kept."""
         valid = res[("valid", "all")][0]
-        rec = self.history[-1] if self.history and self.history[-1]["round"] == server_round else {"round": server_round}
+        rec = (
+            self.history[-1] if self.history and self.history[-1]["round"] == server_round else {"round": server_round}
+        )
         rec["valid"] = valid
         rec["eval_nodes"] = nodes
         metric = valid.get(self.run.cfg.valid_metric)
         if metric is not None and (self.best is None or metric > self.best["metric"]):
-            self.best = {"round": server_round, "metric": float(metric), "valid": valid,
-                         "test": res[("test", "all")][0], "test_warm": res[("test", "warm")][0],
-                         "test_cold": res[("test", "cold")][0], "n_users": res[("test", "all")][1],
-                         "test_warm_n_users": res[("test", "warm")][1],
-                         "test_cold_n_users": res[("test", "cold")][1]}
+            self.best = {
+                "round": server_round,
+                "metric": float(metric),
+                "valid": valid,
+                "test": res[("test", "all")][0],
+                "test_warm": res[("test", "warm")][0],
+                "test_cold": res[("test", "cold")][0],
+                "n_users": res[("test", "all")][1],
+                "test_warm_n_users": res[("test", "warm")][1],
+                "test_cold_n_users": res[("test", "cold")][1],
+            }
 
     def server_evaluate(self, server_round: int, arrays) -> MetricRecord | None:
         """Server-side evaluation: the global model for users with an untrained (initial) private state."""
@@ -167,33 +189,59 @@ class FedVLRStrategy(FlowerStrategyBase):
         for split in ("valid", "test"):
             r = run.evaluate(split, "full")
             for group in ("all", "warm", "cold"):
-                groups[(split, group)] = ({k: (None if v != v else float(v)) for k, v in r.summary(group).items()},
-                                          r.n_users(group))
+                groups[(split, group)] = (
+                    {k: (None if v != v else float(v)) for k, v in r.summary(group).items()},
+                    r.n_users(group),
+                )
         self._select(server_round, groups, nodes=0)
-        return MetricRecord({f"valid/{k}": float(v) for k, v in groups[("valid", "all")][0].items()
-                             if v is not None})
+        return MetricRecord({f"valid/{k}": float(v) for k, v in groups[("valid", "all")][0].items() if v is not None})
 
     def summary(self) -> None:
-        from flwr.common.logger import log
         from logging import INFO
 
-        log(INFO, "\t├── fedvlr-plus strategy %s (upload %s), backbone %s, evaluation %s",
-            self.run.strategy_name, self.run.strategy.upload, self.run.backbone_name, self.s.evaluation)
-        log(INFO, "\t└── min train nodes %d, min evaluate nodes %d, min available nodes %d, fraction-train %.2f",
-            self.s.min_train_nodes, self.s.min_evaluate_nodes, self.s.min_available_nodes, self.s.fraction_train)
+        from flwr.common.logger import log
+
+        log(
+            INFO,
+            "\t├── fedvlr-plus strategy %s (upload %s), backbone %s, evaluation %s",
+            self.run.strategy_name,
+            self.run.strategy.upload,
+            self.run.backbone_name,
+            self.s.evaluation,
+        )
+        log(
+            INFO,
+            "\t└── min train nodes %d, min evaluate nodes %d, min available nodes %d, fraction-train %.2f",
+            self.s.min_train_nodes,
+            self.s.min_evaluate_nodes,
+            self.s.min_available_nodes,
+            self.s.fraction_train,
+        )
 
     def result(self) -> dict:
         if self.best is None:
             raise RuntimeError("no validation evaluation was run")
         run = self.run
-        out = {"backbone": run.backbone_name, "dataset": run.data.name, "seed": int(run.cfg.seed),
-               "selected_round": int(self.best["round"]), "rounds_run": int(run.round),
-               "strategy": run.strategy_name, "engine": "flower", "evaluation": self.s.evaluation,
-               "valid": self.best["valid"], "test": self.best["test"], "test_warm": self.best["test_warm"],
-               "test_cold": self.best["test_cold"], "n_users": self.best["n_users"],
-               "test_warm_n_users": self.best["test_warm_n_users"],
-               "test_cold_n_users": self.best["test_cold_n_users"], "history": self.history,
-               "config": run.recorded_config(), "model": run.bb.describe()}
+        out = {
+            "backbone": run.backbone_name,
+            "dataset": run.data.name,
+            "seed": int(run.cfg.seed),
+            "selected_round": int(self.best["round"]),
+            "rounds_run": int(run.round),
+            "strategy": run.strategy_name,
+            "engine": "flower",
+            "evaluation": self.s.evaluation,
+            "valid": self.best["valid"],
+            "test": self.best["test"],
+            "test_warm": self.best["test_warm"],
+            "test_cold": self.best["test_cold"],
+            "n_users": self.best["n_users"],
+            "test_warm_n_users": self.best["test_warm_n_users"],
+            "test_cold_n_users": self.best["test_cold_n_users"],
+            "history": self.history,
+            "config": run.recorded_config(),
+            "model": run.bb.describe(),
+        }
         return out
 
 
@@ -208,8 +256,10 @@ class SecureFedVLRStrategy(FedVLRStrategy):
         super().__init__(run, s)
         self.rule = "fedgrad" if run.strategy.upload == "grads" else run.strategy_name
         if self.rule not in SUMMABLE:
-            raise ValueError(f"secagg: strategy {run.strategy_name!r} needs every upload and cannot run on a "
-                             f"secure sum; choose one of {', '.join(SUMMABLE)}")
+            raise ValueError(
+                f"secagg: strategy {run.strategy_name!r} needs every upload and cannot run on a "
+                f"secure sum; choose one of {', '.join(SUMMABLE)}"
+            )
         self._secure = None
         # SecAgg+ weights a node by N_i / max_weight: no node holds more training examples than the dataset
         self.max_weight = float(s.secagg_max_weight or int(np.diff(run.indptr).sum()))
@@ -221,33 +271,52 @@ class SecureFedVLRStrategy(FedVLRStrategy):
         tables = {n for n in self.run.shared if self.run.specs[n].item_table}
         if self.audit is not None:
             self.audit.mkdir(parents=True, exist_ok=True)
-        self._secure = run_secure_round(grid, nodes, self.run.shared, self.run.round_config(server_round), tables,
-                                        self.s, server_round, self.max_weight, self.audit)
-        return []   # the round's messages were exchanged by the SecAgg+ workflow
+        self._secure = run_secure_round(
+            grid,
+            nodes,
+            self.run.shared,
+            self.run.round_config(server_round),
+            tables,
+            self.s,
+            server_round,
+            self.max_weight,
+            self.audit,
+        )
+        return []  # the round's messages were exchanged by the SecAgg+ workflow
 
     def aggregate_train(self, server_round, replies):
         from ..federation.privacy.secure_sum import aggregate_as_update
 
         sec, self._secure = self._secure, None
         if sec.nodes < self.s.min_train_nodes:
-            raise RuntimeError(f"round {server_round}: {sec.nodes} nodes in the secure sum, fewer than the minimum "
-                               f"{self.s.min_train_nodes} ({'; '.join(sec.failures)})")
-        update = aggregate_as_update(self.rule, self.run.shared, sec.means, sec.weights, sec.n_total,
-                                     self.run.strategy.upload)
+            raise RuntimeError(
+                f"round {server_round}: {sec.nodes} nodes in the secure sum, fewer than the minimum "
+                f"{self.s.min_train_nodes} ({'; '.join(sec.failures)})"
+            )
+        update = aggregate_as_update(
+            self.rule, self.run.shared, sec.means, sec.weights, sec.n_total, self.run.strategy.upload
+        )
         out = self._apply(server_round, [update], loss=sec.loss, nodes=sec.nodes, clients=sec.users)
-        if self.audit is not None:   # what the server holds after the round (the aggregate, nothing per node)
-            np.savez(self.audit / f"round{server_round:03d}-shared.npz",
-                     **{k: v.numpy() for k, v in self.run.shared.items()})
+        if self.audit is not None:  # what the server holds after the round (the aggregate, nothing per node)
+            np.savez(
+                self.audit / f"round{server_round:03d}-shared.npz", **{k: v.numpy() for k, v in self.run.shared.items()}
+            )
         return out
 
     def result(self) -> dict:
         s = self.s
-        return {**super().result(), "secure_aggregation": {
-            "protocol": "SecAgg+ (flwr secaggplus_mod / SecAggPlusWorkflow)", "rule": self.rule,
-            "num_shares": float(s.secagg_num_shares),
-            "reconstruction_threshold": float(s.secagg_reconstruction_threshold),
-            "max_weight": self.max_weight, "clipping_range": float(s.secagg_clipping_range) or "auto",
-            "quantization_range": int(s.secagg_quantization_range) or "auto"}}
+        return {
+            **super().result(),
+            "secure_aggregation": {
+                "protocol": "SecAgg+ (flwr secaggplus_mod / SecAggPlusWorkflow)",
+                "rule": self.rule,
+                "num_shares": float(s.secagg_num_shares),
+                "reconstruction_threshold": float(s.secagg_reconstruction_threshold),
+                "max_weight": self.max_weight,
+                "clipping_range": float(s.secagg_clipping_range) or "auto",
+                "quantization_range": int(s.secagg_quantization_range) or "auto",
+            },
+        }
 
 
 def server_main(grid: Grid, context: Context) -> dict:
@@ -260,14 +329,17 @@ def server_main(grid: Grid, context: Context) -> dict:
         bb = build_backbone(data, s)
         run = FederatedRun(data, bb, s.cfg, progress=False)
         strategy = (SecureFedVLRStrategy if s.secagg else FedVLRStrategy)(run, s)
-        strategy.start(grid=grid, initial_arrays=shared_to_record(run.shared), num_rounds=s.cfg.rounds,
-                       timeout=s.round_timeout,
-                       evaluate_fn=strategy.server_evaluate if s.evaluation == "server" else None)
+        strategy.start(
+            grid=grid,
+            initial_arrays=shared_to_record(run.shared),
+            num_rounds=s.cfg.rounds,
+            timeout=s.round_timeout,
+            evaluate_fn=strategy.server_evaluate if s.evaluation == "server" else None,
+        )
         result = strategy.result()
     except BaseException as exc:
         if s.result:
-            write_json_atomic(Path(s.result).with_suffix(".error.json"),
-                              {"error": f"{type(exc).__name__}: {exc}"})
+            write_json_atomic(Path(s.result).with_suffix(".error.json"), {"error": f"{type(exc).__name__}: {exc}"})
         raise
     if s.result:
         write_json_atomic(s.result, result)

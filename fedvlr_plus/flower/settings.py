@@ -1,6 +1,7 @@
 """A Flower deployment's settings: the run config (``[tool.flwr.app.config]``) read into the simulator's
 :class:`~fedvlr_plus.federation.config.FedConfig`, the backbone's own options, the FedVLR layer and the deployment
 knobs; and what every node and the server build from them (the data, the backbone, a node's users)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
@@ -9,15 +10,33 @@ import numpy as np
 
 from ..federation.config import FedConfig
 
-
 #: run-config keys that are not FedConfig fields
-DEPLOY_KEYS = {"data": "", "max-users": 0, "fusion": "none", "router-temperature": 1.0, "router-balance": 0.0,
-               "cold-neighbours": 10, "min-train-nodes": 1, "min-evaluate-nodes": 1, "min-available-nodes": 1,
-               "fraction-train": 1.0, "round-timeout": 3600.0, "evaluation": "federated", "result": "",
-               "audit-dir": "", "fault-partition": -1, "fault-round": 0, "fault-delay-s": 0.0,
-               # secure aggregation (Flower's SecAgg+), see flower_secagg.py and docs/flower.md
-               "secagg": 0, "secagg-num-shares": 1.0, "secagg-reconstruction-threshold": 0.67,
-               "secagg-max-weight": 0.0, "secagg-clipping-range": 0.0, "secagg-quantization-range": 0}
+DEPLOY_KEYS = {
+    "data": "",
+    "max-users": 0,
+    "fusion": "none",
+    "router-temperature": 1.0,
+    "router-balance": 0.0,
+    "cold-neighbours": 10,
+    "min-train-nodes": 1,
+    "min-evaluate-nodes": 1,
+    "min-available-nodes": 1,
+    "fraction-train": 1.0,
+    "round-timeout": 3600.0,
+    "evaluation": "federated",
+    "result": "",
+    "audit-dir": "",
+    "fault-partition": -1,
+    "fault-round": 0,
+    "fault-delay-s": 0.0,
+    # secure aggregation (Flower's SecAgg+), see flower_secagg.py and docs/flower.md
+    "secagg": 0,
+    "secagg-num-shares": 1.0,
+    "secagg-reconstruction-threshold": 0.67,
+    "secagg-max-weight": 0.0,
+    "secagg-clipping-range": 0.0,
+    "secagg-quantization-range": 0,
+}
 
 
 @dataclass
@@ -45,15 +64,15 @@ class Settings:
     secagg: int = 0
     secagg_num_shares: float = 1.0
     secagg_reconstruction_threshold: float = 0.67
-    secagg_max_weight: float = 0.0          # 0: the training examples of the whole dataset (no node has more)
-    secagg_clipping_range: float = 0.0      # 0: from the broadcast (secure_sum.clipping_range)
-    secagg_quantization_range: int = 0      # 0: the finest the round's number of nodes allows
+    secagg_max_weight: float = 0.0  # 0: the training examples of the whole dataset (no node has more)
+    secagg_clipping_range: float = 0.0  # 0: from the broadcast (secure_sum.clipping_range)
+    secagg_quantization_range: int = 0  # 0: the finest the round's number of nodes allows
     backbone: str = "fedavg"
     #: the backbone's own options (``fedrap-lambda``, ``fedrap-mu``); keys another backbone declares are ignored
     backbone_options: dict = field(default_factory=dict)
 
     @classmethod
-    def from_run_config(cls, rc) -> "Settings":
+    def from_run_config(cls, rc) -> Settings:
         """From Flower's run config (kebab-case keys; ``ks``/``metrics`` as comma-separated strings)."""
         from ..adapters import option_names
 
@@ -69,25 +88,37 @@ class Settings:
             elif name in names:
                 if name in ("ks", "metrics") and isinstance(value, str):
                     value = tuple(int(x) if name == "ks" else x for x in value.split(",") if x.strip())
-                if name in ("lr", "item_lr_scale", "server_lr", "strategy", "clients_per_round",
-                            "local_epochs") and value in ("", 0):
+                if name in (
+                    "lr",
+                    "item_lr_scale",
+                    "server_lr",
+                    "strategy",
+                    "clients_per_round",
+                    "local_epochs",
+                ) and value in ("", 0):
                     continue  # "" / 0 in a TOML file means "the backbone's default" (TOML has no null)
                 fed[name] = value
             elif key in DEPLOY_KEYS:
                 extra[name] = type(DEPLOY_KEYS[key])(value) if not isinstance(DEPLOY_KEYS[key], str) else str(value)
             else:
-                raise ValueError(f"run config: unknown key {key!r} (FedConfig fields or a backbone's own options in "
-                                 f"kebab case, or one of {', '.join(sorted(DEPLOY_KEYS))}, backbone)")
+                raise ValueError(
+                    f"run config: unknown key {key!r} (FedConfig fields or a backbone's own options in "
+                    f"kebab case, or one of {', '.join(sorted(DEPLOY_KEYS))}, backbone)"
+                )
         if fed.get("clients_per_round") not in (None, 1.0):
-            raise ValueError("run config: clients-per-round is a simulator setting; under Flower every user of a "
-                             "sampled node trains (sample nodes with fraction-train)")
+            raise ValueError(
+                "run config: clients-per-round is a simulator setting; under Flower every user of a "
+                "sampled node trains (sample nodes with fraction-train)"
+            )
         if not extra.get("data"):
             raise ValueError("run config: 'data' (the dataset path, or ml-100k) is required")
         if extra.get("evaluation", "federated") not in ("federated", "server"):
             raise ValueError("run config: evaluation must be 'federated' or 'server'")
         if extra.get("secagg") and int(extra.get("min_train_nodes", 1)) < 2:
-            raise ValueError("run config: secagg needs at least 2 nodes per round (min-train-nodes >= 2): a secure "
-                             "sum of one node is that node's upload")
+            raise ValueError(
+                "run config: secagg needs at least 2 nodes per round (min-train-nodes >= 2): a secure "
+                "sum of one node is that node's upload"
+            )
         return cls(cfg=FedConfig(**fed), backbone=str(rc.get("backbone", "fedavg")), backbone_options=own, **extra)
 
 
@@ -101,8 +132,9 @@ def load_data(source: str, max_users: int = 0):
     if max_users and max_users < data.n_users:
         inter = data.inter[data.inter["user"].to_numpy() < max_users].reset_index(drop=True)
         users = data.users.iloc[:max_users] if len(data.users) else data.users
-        data = data.replace(inter=inter, user_ids=data.user_ids[:max_users], users=users,
-                            name=f"{data.name}-{max_users}u")
+        data = data.replace(
+            inter=inter, user_ids=data.user_ids[:max_users], users=users, name=f"{data.name}-{max_users}u"
+        )
     if not data.is_split:
         data = leave_one_out(dedup(data))
     return data
@@ -125,8 +157,13 @@ def fedvlr_options(s: Settings):
     """The FedVLR layer's options of a deployment (the run config's ``fusion``, ``router-*``, ``cold-neighbours``)."""
     from ..fedvlr import FedVLROptions
 
-    return FedVLROptions(mode=s.fusion, temperature=s.router_temperature, balance=s.router_balance,
-                         cold_neighbours=s.cold_neighbours, progress=False)
+    return FedVLROptions(
+        mode=s.fusion,
+        temperature=s.router_temperature,
+        balance=s.router_balance,
+        cold_neighbours=s.cold_neighbours,
+        progress=False,
+    )
 
 
 def partition_users(n_users: int, partition_id: int, num_partitions: int) -> np.ndarray:

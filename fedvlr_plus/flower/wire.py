@@ -1,5 +1,6 @@
 """What travels in a Flower message: the shared state as an ``ArrayRecord``, and a node's uploads as one
 ``ArrayRecord`` (keys ``u<cid>/<name>`` and ``u<cid>/<name>/rows``) with a ``MetricRecord`` of their counts."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -8,9 +9,10 @@ import torch
 try:
     from flwr.app import ArrayRecord, MetricRecord, RecordDict
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError("fedvlr_plus.flower.app needs Flower's Message API: pip install 'fedvlr-plus[flower]' "
-                      "(flwr>=1.40,<2; do not add flwr[simulation], it pins a Ray that RecBole 1.2.1 refuses)"
-                      ) from exc
+    raise ImportError(
+        "fedvlr_plus.flower.app needs Flower's Message API: pip install 'fedvlr-plus[flower]' "
+        "(flwr>=1.40,<2; do not add flwr[simulation], it pins a Ray that RecBole 1.2.1 refuses)"
+    ) from exc
 
 from ..federation.messages import ClientUpdate
 
@@ -31,13 +33,15 @@ def updates_to_content(updates: list[ClientUpdate]) -> RecordDict:
             arrays[f"u{u.cid}/{name}"] = a.detach().cpu().contiguous()
         for name, r in u.rows.items():
             arrays[f"u{u.cid}/{name}/rows"] = r.detach().cpu().to(torch.int64).contiguous()
-    metrics = MetricRecord({
-        "num-examples": int(sum(u.num_examples for u in updates)),
-        "cids": [int(u.cid) for u in updates],
-        "n-examples": [int(u.num_examples) for u in updates],
-        "loss": [float(u.metrics.get("loss", 0.0)) for u in updates],
-        "steps": [int(u.metrics.get("steps", 0)) for u in updates],
-    })
+    metrics = MetricRecord(
+        {
+            "num-examples": int(sum(u.num_examples for u in updates)),
+            "cids": [int(u.cid) for u in updates],
+            "n-examples": [int(u.num_examples) for u in updates],
+            "loss": [float(u.metrics.get("loss", 0.0)) for u in updates],
+            "steps": [int(u.metrics.get("steps", 0)) for u in updates],
+        }
+    )
     return RecordDict({"arrays": ArrayRecord(arrays), "metrics": metrics})
 
 
@@ -61,6 +65,9 @@ def content_to_updates(content: RecordDict, kind: str) -> list[ClientUpdate]:
             per[cid][1][rest[:-5]] = t.to(torch.int64)
         else:
             per[cid][0][rest] = t
-    return [ClientUpdate(cid=c, kind=kind, arrays=per[c][0], rows=per[c][1], num_examples=n,
-                         metrics={"loss": lo, "steps": st}).validate()
-            for c, n, lo, st in zip(cids, n_ex, losses, steps)]
+    return [
+        ClientUpdate(
+            cid=c, kind=kind, arrays=per[c][0], rows=per[c][1], num_examples=n, metrics={"loss": lo, "steps": st}
+        ).validate()
+        for c, n, lo, st in zip(cids, n_ex, losses, steps)
+    ]

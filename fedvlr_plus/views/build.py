@@ -8,8 +8,8 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from .embeddings import Embeddings
 from .encoders import ItemEncoder, PrecomputedEncoder, make_encoder

@@ -15,6 +15,7 @@ are the (regularised) canonical correlations. ``k = min(dim, d_a, d_b, n - 1)``.
 with fewer items than dimensions (148 Gift Cards, 512-d CLIP) plain CCA finds perfect, meaningless
 correlations.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -14,6 +14,7 @@ precomputed row), in this order:
 Every imputed row is flagged in ``Embeddings.imputed[modality]`` and the flags are saved in the
 ViewStore manifest, so nobody mistakes an imputed vector for content. A silent zero row never appears.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -53,7 +54,7 @@ class Embeddings:
     def names(self) -> list[str]:
         return list(self.modalities)
 
-    def check(self, where: str = "embeddings") -> "Embeddings":
+    def check(self, where: str = "embeddings") -> Embeddings:
         if not self.modalities:
             raise ViewStoreError(f"{where}: no modality was encoded (the items have no usable text, image or features)")
         n = self.n
@@ -64,7 +65,9 @@ class Embeddings:
                 raise ViewStoreError(f"{where}: modality '{name}' is {arr.dtype}, expected float32")
             bad = ~np.isfinite(arr).all(axis=1)
             if bad.any():
-                raise ViewStoreError(f"{where}: modality '{name}' row {int(np.flatnonzero(bad)[0])} contains NaN or inf")
+                raise ViewStoreError(
+                    f"{where}: modality '{name}' row {int(np.flatnonzero(bad)[0])} contains NaN or inf"
+                )
             flags = self.imputed.setdefault(name, np.zeros(n, bool))
             if flags.shape != (n,):
                 raise ViewStoreError(f"{where}: imputed flags for '{name}' have shape {flags.shape}, expected ({n},)")

@@ -18,14 +18,16 @@ Encoders in this package:
 :func:`make_encoder` turns the CLI's ``--encoder/--model/--pretrained`` into an encoder; with
 ``encoder="auto"`` it picks the best one that works offline for the catalogue and says why.
 """
+
 from __future__ import annotations
 
 import hashlib
 import os
 import re
 import zlib
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
@@ -124,8 +126,17 @@ def encode_text_fields(
 
 # ---------------------------------------------------------------------------------------------- precomputed
 _SUFFIXES = ("_features", "_feature", "_feats", "_feat", "_embeddings", "_embedding", "_emb")
-_ALIASES = {"image": "image", "img": "image", "visual": "image", "vision": "image", "v": "image",
-            "text": "text", "txt": "text", "textual": "text", "t": "text"}
+_ALIASES = {
+    "image": "image",
+    "img": "image",
+    "visual": "image",
+    "vision": "image",
+    "v": "image",
+    "text": "text",
+    "txt": "text",
+    "textual": "text",
+    "t": "text",
+}
 
 
 def modality_name(feature_name: str) -> str:
@@ -148,8 +159,9 @@ class PrecomputedEncoder:
 
     name = "precomputed"
 
-    def __init__(self, features: dict[str, np.ndarray], *, source: str = "InteractionData.features",
-                 shared_space: bool = False):
+    def __init__(
+        self, features: dict[str, np.ndarray], *, source: str = "InteractionData.features", shared_space: bool = False
+    ):
         if not features:
             raise EncoderUnavailable(f"{source}: no precomputed features to use (pass --encoder sentence or open_clip)")
         self.source = source
@@ -170,7 +182,7 @@ class PrecomputedEncoder:
             raise ViewStoreError(f"{source}: feature arrays have different row counts {lengths}")
 
     @classmethod
-    def from_folder(cls, folder: str | os.PathLike, **kwargs) -> "PrecomputedEncoder":
+    def from_folder(cls, folder: str | os.PathLike, **kwargs) -> PrecomputedEncoder:
         """Every 2-D ``*.npy`` array in ``folder`` (file stem = feature name)."""
         folder = Path(folder)
         files = sorted(folder.glob("*.npy"))
@@ -191,8 +203,9 @@ class PrecomputedEncoder:
 
     def encode(self, items: pd.DataFrame | None = None, modalities: Sequence[str] | None = None) -> Embeddings:
         if modalities is not None and set(modalities) != set(self.features):
-            raise ViewStoreError(f"{self.source}: features give modalities {sorted(self.features)}, "
-                                 f"expected {sorted(modalities)}")
+            raise ViewStoreError(
+                f"{self.source}: features give modalities {sorted(self.features)}, expected {sorted(modalities)}"
+            )
         if items is not None and len(items) and len(items) != self.n:
             raise ViewStoreError(
                 f"{self.source}: features have {self.n} rows but the catalogue has {len(items)} items (missing rows)"
@@ -206,8 +219,9 @@ class PrecomputedEncoder:
                 raise ViewStoreError(f"{self.source}: feature '{m}' row {row} (item {row}) contains NaN or inf")
             raw[m], present[m] = arr, np.linalg.norm(arr, axis=1) > 0
         kind = "multimodal" if {"text", "image"} <= set(raw) else "precomputed"
-        return complete(raw, present, shared_space=self.shared_space, kind=kind, where=self.source,
-                        keep=tuple(modalities or ()))
+        return complete(
+            raw, present, shared_space=self.shared_space, kind=kind, where=self.source, keep=tuple(modalities or ())
+        )
 
     def fingerprint(self) -> dict:
         h = hashlib.sha256()
@@ -254,12 +268,17 @@ class HashingTextEncoder:
         return out
 
     def encode(self, items: pd.DataFrame | None, modalities: Sequence[str] | None = None) -> Embeddings:
-        return encode_text_fields(items, self.embed, max_chars=self.max_chars, where="hashing encoder",
-                                  modalities=modalities)
+        return encode_text_fields(
+            items, self.embed, max_chars=self.max_chars, where="hashing encoder", modalities=modalities
+        )
 
     def fingerprint(self) -> dict:
-        return {"encoder": self.name, "model": f"crc32-words-bigrams-{self.dim}", "checkpoint": None,
-                "checkpoint_sha256": None}
+        return {
+            "encoder": self.name,
+            "model": f"crc32-words-bigrams-{self.dim}",
+            "checkpoint": None,
+            "checkpoint_sha256": None,
+        }
 
 
 # ---------------------------------------------------------------------------------------------- choice
@@ -272,8 +291,9 @@ def _has_text(items: pd.DataFrame | None) -> bool:
     return items is not None and len(items) > 0 and bool(field_texts(items))
 
 
-def _auto_kind(name: str, items: pd.DataFrame | None, features: dict, model: str | None,
-               pretrained: str | None) -> tuple[str, str]:
+def _auto_kind(
+    name: str, items: pd.DataFrame | None, features: dict, model: str | None, pretrained: str | None
+) -> tuple[str, str]:
     """The encoder ``auto`` picks for a catalogue, and why (see :func:`make_encoder`)."""
     if pretrained:
         kind = "sentence" if _looks_like_sentence_dir(pretrained) else "open_clip"
@@ -340,7 +360,14 @@ def make_encoder(
                 "--encoder open_clip needs --pretrained: a checkpoint file (e.g. /path/to/ViT-B-32.pt), a tag such "
                 "as 'openai' on a connected machine, or 'none' for random weights (plumbing only)"
             )
-        enc = OpenClipEncoder(model or "ViT-B-32", pretrained, device=device, batch_size=batch_size,
-                              progress=progress, fetch_images=fetch_images, image_root=image_root)
+        enc = OpenClipEncoder(
+            model or "ViT-B-32",
+            pretrained,
+            device=device,
+            batch_size=batch_size,
+            progress=progress,
+            fetch_images=fetch_images,
+            image_root=image_root,
+        )
         return enc, why
     return HashingTextEncoder(), why

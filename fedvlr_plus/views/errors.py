@@ -2,6 +2,7 @@
 
 Each message names what is wrong and, where there is one, the file at fault and what to pass instead.
 """
+
 from __future__ import annotations
 
 from ..errors import UserError

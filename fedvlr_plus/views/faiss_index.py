@@ -4,6 +4,7 @@ Vectors are L2-normalised, so an inner-product index returns cosines. The defaul
 is exact (Johnson, Douze & Jégou, "Billion-scale similarity search with GPUs", IEEE TBD 2019); ``hnsw``
 (Malkov & Yashunin, TPAMI 2018) and ``ivf`` are approximate options for large catalogues.
 """
+
 from __future__ import annotations
 
 import numpy as np

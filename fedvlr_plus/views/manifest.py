@@ -6,6 +6,7 @@ also carries ``manifest_sha256``, the sha256 of its own content (canonical JSON 
 a hand edit is refused like a damaged file. Version 1 stores (no digest) are still read; every other
 check applies to them too.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -42,8 +43,10 @@ def read_manifest(store: Path) -> dict:
     if not isinstance(m, dict) or m.get("format") != FORMAT:
         raise CorruptStoreError(f"{f}: not a {FORMAT} manifest")
     if m.get("format_version") not in READABLE_VERSIONS:
-        raise CorruptStoreError(f"{f}: format_version {m.get('format_version')} is not supported "
-                                f"(this version reads {', '.join(map(str, READABLE_VERSIONS))})")
+        raise CorruptStoreError(
+            f"{f}: format_version {m.get('format_version')} is not supported "
+            f"(this version reads {', '.join(map(str, READABLE_VERSIONS))})"
+        )
     for key in REQUIRED:
         if key not in m:
             raise CorruptStoreError(f"{f}: required field '{key}' is missing")
@@ -52,7 +55,9 @@ def read_manifest(store: Path) -> dict:
 
 
 def _fail(store: Path, why: str) -> CorruptStoreError:
-    return CorruptStoreError(f"{store / 'manifest.json'}: {why}; the manifest was edited or damaged - rebuild the store")
+    return CorruptStoreError(
+        f"{store / 'manifest.json'}: {why}; the manifest was edited or damaged - rebuild the store"
+    )
 
 
 def check_manifest(store: Path, m: dict) -> None:
@@ -111,13 +116,17 @@ def _check_views(store: Path, m: dict, files: dict) -> None:
 def check_inside(store: Path, rel: str) -> Path:
     """``store / rel`` resolved (links followed); refused when it leaves the store folder."""
     if not isinstance(rel, str) or not rel or Path(rel).is_absolute():
-        raise CorruptStoreError(f"{store / 'manifest.json'}: file path {rel!r} is not relative to the store "
-                                "folder; the manifest was edited - rebuild the store")
+        raise CorruptStoreError(
+            f"{store / 'manifest.json'}: file path {rel!r} is not relative to the store "
+            "folder; the manifest was edited - rebuild the store"
+        )
     root = store.resolve()
     target = (root / rel).resolve()
     if target != root and root not in target.parents:
-        raise CorruptStoreError(f"{store / 'manifest.json'}: file path {rel!r} points outside the store "
-                                f"({target}); the manifest was edited - rebuild the store")
+        raise CorruptStoreError(
+            f"{store / 'manifest.json'}: file path {rel!r} points outside the store "
+            f"({target}); the manifest was edited - rebuild the store"
+        )
     return target
 
 

@@ -19,6 +19,7 @@ modality, since CLIP embeds both into one space) and is flagged. When no item ha
 encoder encodes the text fields (title, description, metadata) separately with the text tower, as for a
 text-only catalogue.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -26,8 +27,9 @@ import hashlib
 import logging
 import os
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -130,8 +132,7 @@ def _weights(open_clip, model_name: str, pretrained: str | None, cache_dir: str 
     if cached is None and hub_offline():
         # open_clip would try the network; offline that is either an instant error or ~1 min of retries.
         raise EncoderUnavailable(
-            f"HF_HUB_OFFLINE=1 and the weights of {model_name}/{pretrained} are not in the local cache; "
-            f"{_HOW_TO_FIX}"
+            f"HF_HUB_OFFLINE=1 and the weights of {model_name}/{pretrained} are not in the local cache; {_HOW_TO_FIX}"
         )
     return pretrained, f"tag:{pretrained}", sha256_file(cached) if cached else None
 
@@ -141,10 +142,21 @@ class OpenClipEncoder:
 
     name = "open_clip"
 
-    def __init__(self, model: str = "ViT-B-32", pretrained: str | None = None, *, device: str | None = None,
-                 batch_size: int = 64, progress: bool = True, image_root: str | os.PathLike | None = None,
-                 fetch_images: bool = False, image_cache: str | os.PathLike | None = None,
-                 fetch_timeout: float = 10.0, max_chars: int = DEFAULT_MAX_CHARS, cache_dir: str | None = None):
+    def __init__(
+        self,
+        model: str = "ViT-B-32",
+        pretrained: str | None = None,
+        *,
+        device: str | None = None,
+        batch_size: int = 64,
+        progress: bool = True,
+        image_root: str | os.PathLike | None = None,
+        fetch_images: bool = False,
+        image_cache: str | os.PathLike | None = None,
+        fetch_timeout: float = 10.0,
+        max_chars: int = DEFAULT_MAX_CHARS,
+        cache_dir: str | None = None,
+    ):
         try:
             import open_clip
             import torch
@@ -169,10 +181,12 @@ class OpenClipEncoder:
         self.device = dev
         try:
             self.model, _, self.preprocess = open_clip.create_model_and_transforms(
-                model_name, pretrained=pretrained, device=dev, cache_dir=cache_dir)
+                model_name, pretrained=pretrained, device=dev, cache_dir=cache_dir
+            )
         except Exception as e:
-            raise EncoderUnavailable(f"could not build open_clip {model_name} with pretrained={pretrained!r}: {e}; "
-                                     f"{_HOW_TO_FIX}") from e
+            raise EncoderUnavailable(
+                f"could not build open_clip {model_name} with pretrained={pretrained!r}: {e}; {_HOW_TO_FIX}"
+            ) from e
         self.model.eval()
         self.tokenizer = open_clip.get_tokenizer(model_name)
         if self._sha is None and self.checkpoint and self.checkpoint.startswith("tag:"):
@@ -184,8 +198,9 @@ class OpenClipEncoder:
         from tqdm.auto import tqdm
 
         starts = range(0, n, self.batch_size)
-        return tqdm(starts, desc=f"{desc}, batches of {self.batch_size}", unit="batch",
-                    disable=not self.progress or n == 0)
+        return tqdm(
+            starts, desc=f"{desc}, batches of {self.batch_size}", unit="batch", disable=not self.progress or n == 0
+        )
 
     def embed_texts(self, texts: list[str], label: str | None = None) -> np.ndarray:
         """Unit-norm float32 ``[len(texts), d]`` from the text tower (77-token truncation is open_clip's)."""
@@ -194,7 +209,7 @@ class OpenClipEncoder:
         out = []
         with torch.inference_mode():
             for s in self._batches(len(texts), label or f"text ({len(texts):,} texts)"):
-                tokens = self.tokenizer(texts[s:s + self.batch_size]).to(self.device)
+                tokens = self.tokenizer(texts[s : s + self.batch_size]).to(self.device)
                 out.append(self.model.encode_text(tokens, normalize=True).float().cpu().numpy())
         return np.concatenate(out) if out else np.zeros((0, self.dim), np.float32)
 
@@ -238,7 +253,7 @@ class OpenClipEncoder:
         with torch.inference_mode():
             for s in self._batches(len(rows), f"image ({len(rows):,} images)"):
                 tensors, ok = [], []
-                for r in rows[s:s + self.batch_size]:
+                for r in rows[s : s + self.batch_size]:
                     try:
                         with Image.open(resolved[r][0]) as im:
                             tensors.append(self.preprocess(im.convert("RGB")))
@@ -266,15 +281,21 @@ class OpenClipEncoder:
         self.report = {}
         multimodal = modalities is None or set(modalities) == {"text", "image"}
         if multimodal:
-            img, have_img = (self.embed_images(list(items["image"])) if "image" in items.columns
-                             else (np.zeros((len(items), 0), np.float32), np.zeros(len(items), bool)))
+            img, have_img = (
+                self.embed_images(list(items["image"]))
+                if "image" in items.columns
+                else (np.zeros((len(items), 0), np.float32), np.zeros(len(items), bool))
+            )
         if not multimodal or (modalities is None and not have_img.any()):
             if multimodal:
                 self.report["text fields instead of image+text"] = len(items)
-                log.warning("open_clip: no item has a readable image (%s); encoding text fields instead",
-                            ", ".join(f"{k}: {v}" for k, v in self.report.items()))
-            return encode_text_fields(items, self.embed_texts, max_chars=self.max_chars, where="open_clip encoder",
-                                      modalities=modalities)
+                log.warning(
+                    "open_clip: no item has a readable image (%s); encoding text fields instead",
+                    ", ".join(f"{k}: {v}" for k, v in self.report.items()),
+                )
+            return encode_text_fields(
+                items, self.embed_texts, max_chars=self.max_chars, where="open_clip encoder", modalities=modalities
+            )
         texts = combined_texts(items, self.max_chars)
         have_txt = np.array([t is not None for t in texts])
         d = self.dim if img.shape[1] == 0 else img.shape[1]
@@ -287,10 +308,19 @@ class OpenClipEncoder:
         missing = {k: v for k, v in self.report.items() if v}
         if missing:
             log.warning("open_clip: items without content get the fallback and are flagged: %s", missing)
-        return complete({"text": txt, "image": img}, {"text": have_txt, "image": have_img},
-                        shared_space=True, kind="multimodal", where="open_clip encoder",
-                        keep=("text", "image") if modalities is not None else ())
+        return complete(
+            {"text": txt, "image": img},
+            {"text": have_txt, "image": have_img},
+            shared_space=True,
+            kind="multimodal",
+            where="open_clip encoder",
+            keep=("text", "image") if modalities is not None else (),
+        )
 
     def fingerprint(self) -> dict:
-        return {"encoder": self.name, "model": self.model_name,
-                "checkpoint": self.checkpoint or "random-init", "checkpoint_sha256": self._sha}
+        return {
+            "encoder": self.name,
+            "model": self.model_name,
+            "checkpoint": self.checkpoint or "random-init",
+            "checkpoint_sha256": self._sha,
+        }

@@ -38,11 +38,12 @@ Default views (:func:`default_views`), by what the encoder produced:
 Extra named views for ``--views``: ``text_heavy`` / ``visual_heavy`` (weighted 0.75 / 0.25),
 ``concat``, ``procrustes``; or a custom ``NAME=OP(IN1,IN2,...)``.
 """
+
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -133,7 +134,7 @@ class ViewSpec:
         return {"name": self.name, "op": self.op, "inputs": list(self.inputs), "options": dict(self.options)}
 
     @classmethod
-    def from_json(cls, d: dict) -> "ViewSpec":
+    def from_json(cls, d: dict) -> ViewSpec:
         return cls(d["name"], d["op"], tuple(d["inputs"]), dict(d.get("options", {})))
 
 
@@ -193,8 +194,10 @@ def parse_views(spec: str | list | None, emb: Embeddings) -> list[ViewSpec]:
         elif item.strip() in named:
             out.append(named[item.strip()])
         else:
-            raise ViewStoreError(f"unknown view '{item.strip()}'; available here: {', '.join(named)} "
-                                 "or NAME=OP(INPUT,...) with OP in " + ", ".join(OPERATORS))
+            raise ViewStoreError(
+                f"unknown view '{item.strip()}'; available here: {', '.join(named)} "
+                "or NAME=OP(INPUT,...) with OP in " + ", ".join(OPERATORS)
+            )
     names = [v.name for v in out]
     if len(set(names)) != len(names):
         raise ViewStoreError(f"view names must be unique, got {names}")
@@ -203,7 +206,9 @@ def parse_views(spec: str | list | None, emb: Embeddings) -> list[ViewSpec]:
             raise ViewStoreError(f"view '{v.name}': unknown operator '{v.op}' (known: {', '.join(OPERATORS)})")
         for i in v.inputs:
             if i not in emb.modalities:
-                raise ViewStoreError(f"view '{v.name}': input '{i}' is not an encoded modality ({', '.join(emb.names)})")
+                raise ViewStoreError(
+                    f"view '{v.name}': input '{i}' is not an encoded modality ({', '.join(emb.names)})"
+                )
     return out
 
 
@@ -238,7 +243,9 @@ def apply_views(emb: Embeddings, specs: list[ViewSpec], params: dict[str, Params
         norms = np.linalg.norm(v, axis=1)
         if not np.isfinite(v).all() or (norms == 0).any():
             bad = int(np.flatnonzero(~np.isfinite(v).all(axis=1) | (norms == 0))[0])
-            raise ViewStoreError(f"view '{spec.name}': row {bad} is zero or not finite after '{spec.op}' "
-                                 "(e.g. opposite inputs cancel); choose another operator")
+            raise ViewStoreError(
+                f"view '{spec.name}': row {bad} is zero or not finite after '{spec.op}' "
+                "(e.g. opposite inputs cancel); choose another operator"
+            )
         out[spec.name] = l2_normalise(v)
     return out

@@ -7,6 +7,7 @@ Schönemann, "A generalized solution of the orthogonal Procrustes problem", Psyc
 ``normalise(A + B R)``. A rotation keeps norms and angles within each modality, so it only removes the
 offset between the two clouds (CLIP's "modality gap") before they are summed.
 """
+
 from __future__ import annotations
 
 import numpy as np

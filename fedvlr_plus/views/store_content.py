@@ -2,12 +2,14 @@
 
 Reading and checking a manifest is :mod:`.manifest`; writing the files it lists is :class:`.store.ViewStore`.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
 import json
+from collections.abc import Sequence
 from importlib import metadata
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -42,9 +44,18 @@ def library_versions() -> dict:
     return out
 
 
-def new_manifest(embeddings: Embeddings, specs: list[ViewSpec], views: dict[str, np.ndarray], *,
-                 item_ids: list, titles: Sequence[str | None] | None, encoder: dict | None, catalogue: str,
-                 dtype: str, index: dict) -> dict:
+def new_manifest(
+    embeddings: Embeddings,
+    specs: list[ViewSpec],
+    views: dict[str, np.ndarray],
+    *,
+    item_ids: list,
+    titles: Sequence[str | None] | None,
+    encoder: dict | None,
+    catalogue: str,
+    dtype: str,
+    index: dict,
+) -> dict:
     """The manifest of a new store, without its ``views`` entries (see :func:`view_entries`) and files."""
     return {
         "format": FORMAT,
@@ -73,8 +84,9 @@ def new_manifest(embeddings: Embeddings, specs: list[ViewSpec], views: dict[str,
     }
 
 
-def view_entries(specs: list[ViewSpec], params: dict[str, dict], views: dict[str, np.ndarray]
-                 ) -> tuple[list[dict], dict[str, np.ndarray]]:
+def view_entries(
+    specs: list[ViewSpec], params: dict[str, dict], views: dict[str, np.ndarray]
+) -> tuple[list[dict], dict[str, np.ndarray]]:
     """The manifest entry of every view (scalar parameters inline) and the array parameters, keyed
     ``"<view>/<param>"`` for operators.npz."""
     entries, arrays = [], {}
@@ -90,8 +102,9 @@ def view_entries(specs: list[ViewSpec], params: dict[str, dict], views: dict[str
     return entries, arrays
 
 
-def grown_manifest(manifest: dict, new_ids: list, titles: Sequence[str | None] | None,
-                   embeddings: Embeddings, specs: list[ViewSpec]) -> dict:
+def grown_manifest(
+    manifest: dict, new_ids: list, titles: Sequence[str | None] | None, embeddings: Embeddings, specs: list[ViewSpec]
+) -> dict:
     """A copy of ``manifest`` with ``new_ids`` appended: ids, titles, row flags and the addition's record."""
     n_old, n_new = int(manifest["n_items"]), len(new_ids)
     manifest = json.loads(json.dumps(manifest))
@@ -108,7 +121,8 @@ def grown_manifest(manifest: dict, new_ids: list, titles: Sequence[str | None] |
         flags["imputed"].setdefault(m, []).extend((np.flatnonzero(f) + n_old).tolist())
     for spec in specs:
         flags["imputed_views"].setdefault(spec.name, []).extend(
-            (np.flatnonzero(view_imputed(embeddings, spec)) + n_old).tolist())
+            (np.flatnonzero(view_imputed(embeddings, spec)) + n_old).tolist()
+        )
     manifest["updated"] = now()
     manifest.setdefault("additions", []).append({"time": manifest["updated"], "items": n_new})
     manifest["library_versions"] = library_versions()

@@ -3,6 +3,7 @@
 A store file is read once: the bytes that go by feed a sha256 (checked against the manifest) while they are
 parsed. A finished store is written to a temporary sibling folder and renamed into place.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -34,10 +35,10 @@ class HashingReader:
         view = memoryview(array.reshape(-1).view(np.uint8))
         pos = 0
         while pos < len(view):
-            n = self.fh.readinto(view[pos:pos + self.CHUNK])
+            n = self.fh.readinto(view[pos : pos + self.CHUNK])
             if not n:
                 raise ValueError(f"file ends after {pos} of {len(view)} data bytes")
-            self.sha.update(view[pos:pos + n])
+            self.sha.update(view[pos : pos + n])
             pos += n
 
 

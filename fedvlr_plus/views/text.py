@@ -19,6 +19,7 @@ Two documented templates:
 
 A part is missing when the value is None, NaN, an empty string or an empty list.
 """
+
 from __future__ import annotations
 
 import math
@@ -94,8 +95,9 @@ def metadata_text(items: pd.DataFrame, row: int) -> str | None:
     return " ".join(parts) if parts else None
 
 
-def field_texts(items: pd.DataFrame, max_chars: int = DEFAULT_MAX_CHARS, *,
-                keep_empty: bool = False) -> dict[str, list[str | None]]:
+def field_texts(
+    items: pd.DataFrame, max_chars: int = DEFAULT_MAX_CHARS, *, keep_empty: bool = False
+) -> dict[str, list[str | None]]:
     """Per-field texts (title, description, metadata); a field absent from every item is left out
     unless ``keep_empty``."""
     fields = {

@@ -1,22 +1,30 @@
 """Bad and doubtful data through the CLI (``data stats`` and ``run``): a fault is one ``error:`` line naming the
 file and line (exit 2, nothing written); a doubtful but usable set loads with one ``warning:`` line per finding,
 and the same findings, with counts, in the JSON (``warnings`` in ``data stats``, ``data_warnings`` in ``run``)."""
+
 from __future__ import annotations
 
 import json
 import time
 
+import _shared as fx
 import numpy as np
 import pytest
-
-import _shared as fx
 from _bad_input import assert_user_error, files_under, run_cli
 
 HEADER = "userID,itemID,rating,timestamp,split_label\n"
 # Two users, each with two train rows, one valid and one test row, over four items; user 0's test item (3)
 # is cold (never in train), user 1's (0) is warm, so every part of the run report has users.
-CLEAN = [(0, 0, 1, 10, 0), (0, 1, 1, 20, 0), (0, 2, 1, 30, 1), (0, 3, 1, 40, 2),
-         (1, 1, 1, 11, 0), (1, 2, 1, 21, 0), (1, 3, 1, 31, 1), (1, 0, 1, 41, 2)]
+CLEAN = [
+    (0, 0, 1, 10, 0),
+    (0, 1, 1, 20, 0),
+    (0, 2, 1, 30, 1),
+    (0, 3, 1, 40, 2),
+    (1, 1, 1, 11, 0),
+    (1, 2, 1, 21, 0),
+    (1, 3, 1, 31, 1),
+    (1, 0, 1, 41, 2),
+]
 
 
 def folder_with(tmp_path, rows, *, features: int | None = None):
@@ -64,9 +72,12 @@ def test_duplicate_rows_in_a_predefined_split_are_counted_and_kept(tmp_path):
 
 def test_duplicate_rows_of_unsplit_data_are_dropped_by_the_split_keeping_the_earliest(tmp_path):
     folder = tmp_path / "ml"
-    fx.write(folder / "ratings.csv", "userId,movieId,rating,timestamp\n"
-                                     "1,1,4,100\n1,2,4,200\n1,3,4,300\n1,4,4,400\n1,2,5,50\n"
-                                     "2,3,3,100\n2,4,3,200\n2,1,3,300\n")
+    fx.write(
+        folder / "ratings.csv",
+        "userId,movieId,rating,timestamp\n"
+        "1,1,4,100\n1,2,4,200\n1,3,4,300\n1,4,4,400\n1,2,5,50\n"
+        "2,3,3,100\n2,4,3,200\n2,1,3,300\n",
+    )
     stats, warned = stats_json(folder)
     assert by_code(stats["warnings"])["duplicate_rows"]["splits"] == {"unsplit": 1}
     assert "splitting (leave-one-out, ratio, cold) drops them" in warned[0]
@@ -150,12 +161,16 @@ def test_bad_byte_on_line_51_is_reported_on_line_51(tmp_path, layout):
     assert_user_error(run_cli("data", "stats", path.parent), f"{path.name}: line 51", "not valid utf-8")
 
 
-@pytest.mark.parametrize("text,needles", [
-    ("", ("inter.csv", "the file is empty")),
-    (HEADER, ("inter.csv", "no interactions", "header but no data rows")),
-    ("userID,rating,timestamp,split_label\n0,1,10,0\n", ("inter.csv: line 1", "missing column 'itemID'")),
-    (HEADER + "0,0,1,10,0\n0,1,high,20,2\n", ("inter.csv: line 3", "'rating'", "'high'", "not a finite number")),
-], ids=["empty-file", "header-only", "missing-column", "non-numeric-rating"])
+@pytest.mark.parametrize(
+    "text,needles",
+    [
+        ("", ("inter.csv", "the file is empty")),
+        (HEADER, ("inter.csv", "no interactions", "header but no data rows")),
+        ("userID,rating,timestamp,split_label\n0,1,10,0\n", ("inter.csv: line 1", "missing column 'itemID'")),
+        (HEADER + "0,0,1,10,0\n0,1,high,20,2\n", ("inter.csv: line 3", "'rating'", "'high'", "not a finite number")),
+    ],
+    ids=["empty-file", "header-only", "missing-column", "non-numeric-rating"],
+)
 def test_unreadable_interactions(tmp_path, text, needles):
     folder = tmp_path / "ff"
     fx.write(folder / "inter.csv", text)
@@ -170,8 +185,9 @@ def test_nan_feature_row(tmp_path):
     arr = np.load(folder / "text_features.npy")
     arr[2, 1] = np.nan
     np.save(folder / "text_features.npy", arr)
-    assert_user_error(run_cli("run", folder, "--backbone", "pop", "--json"),
-                      "text_features.npy", "row 2 (item 2)", "NaN")
+    assert_user_error(
+        run_cli("run", folder, "--backbone", "pop", "--json"), "text_features.npy", "row 2 (item 2)", "NaN"
+    )
 
 
 def test_feature_rows_not_matching_the_catalogue(tmp_path):
@@ -179,8 +195,7 @@ def test_feature_rows_not_matching_the_catalogue(tmp_path):
     np.save(folder / "image_features.npy", np.zeros((6, 3), np.float16))  # text has 4 rows, image 6
     assert_user_error(run_cli("data", "stats", folder), "text_features.npy", "4 rows", "6 items")
     np.save(folder / "image_features.npy", np.zeros((3, 3), np.float16))  # item 3 has no image row
-    assert_user_error(run_cli("data", "stats", folder), "inter.csv: line 5", "itemID 3", "image_features.npy",
-                      "3 rows")
+    assert_user_error(run_cli("data", "stats", folder), "inter.csv: line 5", "itemID 3", "image_features.npy", "3 rows")
 
 
 # ------------------------------------------------------------------------------------------ honest stats

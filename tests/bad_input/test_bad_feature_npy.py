@@ -1,4 +1,5 @@
 """Bad extra .npy views in a feature folder: one line naming the file, exit 2, nothing written."""
+
 import numpy as np
 import pytest
 from _bad_input import assert_user_error, files_under, run_cli
@@ -11,10 +12,10 @@ def _folder(tmp_path):
     return folder
 
 
-@pytest.mark.parametrize("fault, needles", [
-    ("rows", ("whisper.npy", "3 rows", "4 items")),
-    ("twice", ("text.npy", "text_features.npy", "rename")),
-])
+@pytest.mark.parametrize(
+    "fault, needles",
+    [("rows", ("whisper.npy", "3 rows", "4 items")), ("twice", ("text.npy", "text_features.npy", "rename"))],
+)
 def test_bad_extra_feature_file(tmp_path, fault, needles):
     folder = _folder(tmp_path)
     if fault == "rows":

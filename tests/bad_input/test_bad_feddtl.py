@@ -1,7 +1,7 @@
 """Bad flags of ``fedvlr-plus align feddtl`` on the class-skewed split: one line, exit 2, nothing written."""
+
 import numpy as np
 import pytest
-
 from _bad_input import assert_user_error, files_under, run_cli
 
 
@@ -15,14 +15,17 @@ def _folder(tmp_path):
     return data
 
 
-@pytest.mark.parametrize("flags, needles", [
-    (["--novel-classes", "1", "--classes", "0"], ("--novel-classes", "--classes K, or auto", "--classes 0")),
-    (["--novel-classes", "1"], ("--content text", "vec")),        # auto makes k-means classes; no text to encode
-    (["--content", "nosuch"], ("--content nosuch", "vec")),
-    (["--content", "vec", "--classes", "1"], ("--classes 1", "between 2 and the 9 items")),
-    (["--content", "vec", "--classes", "3", "--novel-classes", "3"], ("--novel-classes 3", "fewer than the 3")),
-    (["--content", "vec", "--prototypes", "class"], ("--prototypes", "'class'", "item", "example")),
-])
+@pytest.mark.parametrize(
+    "flags, needles",
+    [
+        (["--novel-classes", "1", "--classes", "0"], ("--novel-classes", "--classes K, or auto", "--classes 0")),
+        (["--novel-classes", "1"], ("--content text", "vec")),  # auto makes k-means classes; no text to encode
+        (["--content", "nosuch"], ("--content nosuch", "vec")),
+        (["--content", "vec", "--classes", "1"], ("--classes 1", "between 2 and the 9 items")),
+        (["--content", "vec", "--classes", "3", "--novel-classes", "3"], ("--novel-classes 3", "fewer than the 3")),
+        (["--content", "vec", "--prototypes", "class"], ("--prototypes", "'class'", "item", "example")),
+    ],
+)
 def test_bad_feddtl_class_flags(tmp_path, flags, needles):
     data = _folder(tmp_path)
     out = tmp_path / "table"

@@ -1,4 +1,5 @@
 """Bad flags of ``fedvlr-plus align fedmpt``: one line, exit 2, nothing trained or written."""
+
 from _bad_input import assert_user_error, files_under, run_cli
 
 

@@ -1,5 +1,6 @@
 """Bad run folders: every fault is one ``error:`` line naming the file or flag, exit code 2, and the folder is left
 exactly as it was (no temporary file, no half-written checkpoint, nothing unpickled)."""
+
 from __future__ import annotations
 
 import errno
@@ -54,8 +55,11 @@ def run_dir(finished, tmp_path) -> Path:
 def contents(folder: Path) -> dict[str, str]:
     """Every file under ``folder`` with the sha256 of its bytes: equal before and after means nothing changed
     (the empty lock file a run creates to lock the folder aside)."""
-    return {name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name in files_under(folder)
-            if name != ".fedvlr.lock"}
+    return {
+        name: hashlib.sha256((folder / name).read_bytes()).hexdigest()
+        for name in files_under(folder)
+        if name != ".fedvlr.lock"
+    }
 
 
 def manifest(run_dir: Path) -> dict:
@@ -86,7 +90,7 @@ class _PlantedPayload:
 def _flip_a_tensor_byte(run_dir):
     path = checkpoint_file(run_dir, "safetensors")
     data = bytearray(path.read_bytes())
-    data[-5] ^= 0xFF   # inside the tensor data, after the header
+    data[-5] ^= 0xFF  # inside the tensor data, after the header
     path.write_bytes(bytes(data))
     return path.name
 
@@ -115,8 +119,11 @@ def _delete_the_result(run_dir):
     return "result.json"
 
 
-@pytest.mark.parametrize("fault", [_flip_a_tensor_byte, _truncate_metadata, _edit_a_checksum, _garble_the_manifest,
-                                   _delete_the_result], ids=lambda f: f.__name__.strip("_"))
+@pytest.mark.parametrize(
+    "fault",
+    [_flip_a_tensor_byte, _truncate_metadata, _edit_a_checksum, _garble_the_manifest, _delete_the_result],
+    ids=lambda f: f.__name__.strip("_"),
+)
 def test_a_changed_run_folder_is_refused_naming_the_file(source, run_dir, fault):
     named = fault(run_dir)
     before = contents(run_dir)
@@ -163,13 +170,17 @@ def test_resume_of_a_folder_without_a_run_is_an_error(source, tmp_path):
     assert files_under(tmp_path / "empty") <= {".fedvlr.lock"}
 
 
-@pytest.mark.parametrize("flags,needles", [
-    (["--lr", "0.3"], ["--lr", "0.5", "0.3"]),
-    (["--metrics", "hr@10,ndcg@10,hr@50,ndcg@50,mrr@10"], ["--metrics", "'mrr'"]),
-    (["--mask-history", "all"], ["--mask-history", "'train'", "'all'"]),
-    (["--seed", "3"], ["--seed", "0", "3"]),
-    (["--rounds", "1"], ["--rounds", "already trained 2"]),
-], ids=["lr", "metrics", "mask-history", "seed", "fewer-rounds"])
+@pytest.mark.parametrize(
+    "flags,needles",
+    [
+        (["--lr", "0.3"], ["--lr", "0.5", "0.3"]),
+        (["--metrics", "hr@10,ndcg@10,hr@50,ndcg@50,mrr@10"], ["--metrics", "'mrr'"]),
+        (["--mask-history", "all"], ["--mask-history", "'train'", "'all'"]),
+        (["--seed", "3"], ["--seed", "0", "3"]),
+        (["--rounds", "1"], ["--rounds", "already trained 2"]),
+    ],
+    ids=["lr", "metrics", "mask-history", "seed", "fewer-rounds"],
+)
 def test_resume_with_a_different_setting_names_it_and_both_values(source, run_dir, flags, needles):
     before = contents(run_dir)
     res = run_cli("run", source, *FAST, "--rounds", "2", "--resume", run_dir, *flags)
@@ -181,7 +192,7 @@ def test_a_locked_folder_is_refused_while_another_run_writes_it(source, run_dir)
     from filelock import FileLock
 
     before = contents(run_dir)
-    with FileLock(str(run_dir / ".fedvlr.lock"), is_singleton=False):   # what a running writer holds
+    with FileLock(str(run_dir / ".fedvlr.lock"), is_singleton=False):  # what a running writer holds
         res = run_cli("run", source, *FAST, "--rounds", "3", "--resume", run_dir)
     assert_user_error(res, str(run_dir), "another run is writing")
     assert contents(run_dir) == before
@@ -201,27 +212,31 @@ def test_resume_with_a_different_out_is_refused(source, run_dir, tmp_path):
 
 
 def _failing_fsync(code: int):
-    def fsync(path):   # the data reached the temporary file; flushing it to the disk fails
+    def fsync(path):  # the data reached the temporary file; flushing it to the disk fails
         assert Path(path).exists()
         raise OSError(code, os.strerror(code))
+
     return fsync
 
 
-@pytest.mark.parametrize("code,hint", [(errno.ENOSPC, "free some disk space"), (errno.EROFS, "read-only")],
-                         ids=["disk-full", "read-only"])
+@pytest.mark.parametrize(
+    "code,hint", [(errno.ENOSPC, "free some disk space"), (errno.EROFS, "read-only")], ids=["disk-full", "read-only"]
+)
 def test_a_failing_disk_is_one_line_and_leaves_the_last_checkpoint(source, run_dir, monkeypatch, code, hint):
     before = contents(run_dir)
     monkeypatch.setattr(atomic_write, "_fsync", _failing_fsync(code))
     res = run_cli("run", source, *FAST, "--rounds", "3", "--resume", run_dir)
     assert_user_error(res, str(run_dir / "seed-0" / "checkpoint-000003"), hint, os.strerror(code))
-    assert contents(run_dir) == before   # no temporary file, the round-2 checkpoint still current
+    assert contents(run_dir) == before  # no temporary file, the round-2 checkpoint still current
     monkeypatch.undo()
-    res = run_cli("run", source, *FAST, "--rounds", "3", "--resume", run_dir)   # the disk has room again
+    res = run_cli("run", source, *FAST, "--rounds", "3", "--resume", run_dir)  # the disk has room again
     assert res.code == 0, res.err
 
 
-@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0,
-                    reason="root writes into a read-only folder anyway; the fake disk above covers it")
+@pytest.mark.skipif(
+    hasattr(os, "geteuid") and os.geteuid() == 0,
+    reason="root writes into a read-only folder anyway; the fake disk above covers it",
+)
 def test_a_read_only_folder_is_one_line(source, run_dir):
     before = contents(run_dir)
     for folder in (run_dir, run_dir / "seed-0"):
@@ -257,8 +272,10 @@ def test_resume_with_more_rounds_extends_a_finished_run_to_the_same_numbers(sour
     assert _figures(extended) == _figures(json.loads(fresh.out.strip().splitlines()[-1]))
     assert manifest(run_dir)["checkpoint"] == "checkpoint-000004"
     assert not any(atomic_write.is_temp_file(Path(p)) for p in files_under(run_dir))
-    assert sorted(p for p in files_under(run_dir / "seed-0") if p.startswith("checkpoint-")) == \
-        ["checkpoint-000004.json", "checkpoint-000004.safetensors"]   # the old checkpoint is gone
+    assert sorted(p for p in files_under(run_dir / "seed-0") if p.startswith("checkpoint-")) == [
+        "checkpoint-000004.json",
+        "checkpoint-000004.safetensors",
+    ]  # the old checkpoint is gone
 
 
 def test_resume_with_more_seeds_adds_them(source, run_dir):

@@ -1,4 +1,5 @@
 """``--tune`` without a fusion layer: one line that names the flag."""
+
 from _bad_input import assert_user_error, run_cli
 
 

@@ -1,6 +1,7 @@
 """Bad input around view stores: a damaged, edited or swapped store is refused on every open (views knn, views
 info, run --views), and --views / --fusion mistakes get one line naming the file or flag, exit 2, nothing
 half-written. Stores are built in tmp_path from small random arrays (no model is loaded)."""
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,11 @@ def make_store(path: Path, n: int = N_ITEMS) -> Path:
     rng = np.random.default_rng(0)
     mods = {"text": _unit(rng, n, DIM), "image": _unit(rng, n, DIM)}
     emb = Embeddings(mods, {k: np.zeros(n, bool) for k in mods}, "multimodal")
-    specs = [ViewSpec("text", "identity", ("text",)), ViewSpec("image", "identity", ("image",)),
-             ViewSpec("cca", "cca", ("text", "image"), {"dim": 2})]
+    specs = [
+        ViewSpec("text", "identity", ("text",)),
+        ViewSpec("image", "identity", ("image",)),
+        ViewSpec("cca", "cca", ("text", "image"), {"dim": 2}),
+    ]
     ViewStore.create(path, emb, specs, item_ids=[str(i) for i in range(n)], encoder={"encoder": "precomputed"})
     return path
 
@@ -76,6 +80,7 @@ def point_outside(store: Path) -> None:
     def change(m):
         m["files"]["../x"] = m["files"].pop("views/text.npy")
         m["views"][0]["files"]["vectors"] = "../x"
+
     edit_manifest(store, change)
 
 
@@ -85,6 +90,7 @@ def point_absolute(store: Path) -> None:
     def change(m):
         m["files"][target] = m["files"].pop("views/text.npy")
         m["views"][0]["files"]["vectors"] = target
+
     edit_manifest(store, change)
 
 
@@ -110,21 +116,37 @@ def not_json(store: Path) -> None:
 
 # (fault, command, needles in the one error line). Each is a different way a store goes bad.
 STORE_FAULTS = [
-    ("flipped-byte-in-index", lambda s: flip_byte(s / "views" / "text.faiss"), "knn",
-     ("views/text.faiss", "checksum mismatch")),
-    ("truncated-vectors", lambda s: truncate(s / "views" / "image.npy"), "info",
-     ("views/image.npy", "checksum mismatch")),
+    (
+        "flipped-byte-in-index",
+        lambda s: flip_byte(s / "views" / "text.faiss"),
+        "knn",
+        ("views/text.faiss", "checksum mismatch"),
+    ),
+    (
+        "truncated-vectors",
+        lambda s: truncate(s / "views" / "image.npy"),
+        "info",
+        ("views/image.npy", "checksum mismatch"),
+    ),
     ("index-swapped-for-another-views", swap_index, "knn", ("views/text.faiss", "checksum mismatch")),
     ("manifest-item-id-edited", rename_item, "knn", ("manifest.json", "manifest_sha256")),
     ("manifest-duplicate-item-ids", duplicate_item, "info", ("manifest.json", "duplicates")),
     ("manifest-path-outside-store", point_outside, "knn", ("manifest.json", "'../x'", "points outside the store")),
     ("manifest-absolute-path", point_absolute, "info", ("manifest.json", "is not relative to the store")),
-    ("manifest-index-of-another-view", index_of_other_view, "knn",
-     ("manifest.json", "views/image.faiss is also the index of view 'text'")),
+    (
+        "manifest-index-of-another-view",
+        index_of_other_view,
+        "knn",
+        ("manifest.json", "views/image.faiss is also the index of view 'text'"),
+    ),
     ("manifest-dim-changed", change_dim, "knn", ("views/text.npy", f"shape ({N_ITEMS}, {DIM})")),
     ("manifest-not-json", not_json, "info", ("manifest.json", "not valid JSON")),
-    ("missing-operators-file", lambda s: (s / "operators.npz").unlink(), "knn",
-     ("operators.npz", "listed in the manifest but missing")),
+    (
+        "missing-operators-file",
+        lambda s: (s / "operators.npz").unlink(),
+        "knn",
+        ("operators.npz", "listed in the manifest but missing"),
+    ),
 ]
 
 
@@ -147,17 +169,32 @@ def test_intact_store_still_answers(tmp_path):
     assert run_cli("views", "info", store).code == 0
 
 
-@pytest.mark.parametrize("args, needles", [
-    (["--item", "zzz"], ("no item with id or title 'zzz'",)),
-    (["--item", "1", "--view", "audio"], ("no view 'audio'", "text, image, cca")),
-], ids=["unknown-item", "unknown-view"])
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (["--item", "zzz"], ("no item with id or title 'zzz'",)),
+        (["--item", "1", "--view", "audio"], ("no view 'audio'", "text, image, cca")),
+    ],
+    ids=["unknown-item", "unknown-view"],
+)
 def test_knn_unknown_item_or_view(tmp_path, args, needles):
     store = make_store(tmp_path / "store")
     assert_user_error(run_cli("views", "knn", store, *args), str(store), *needles)
 
 
-RUN = ("--backbone", "fedavg", "--fusion", "fedvlr", "--rounds", "1", "--local-epochs", "1", "--dim", "4",
-       "--no-progress")
+RUN = (
+    "--backbone",
+    "fedavg",
+    "--fusion",
+    "fedvlr",
+    "--rounds",
+    "1",
+    "--local-epochs",
+    "1",
+    "--dim",
+    "4",
+    "--no-progress",
+)
 
 
 @pytest.fixture
@@ -188,8 +225,11 @@ def test_run_views_typo_of_an_existing_store(tmp_path, cache):
 def test_run_views_parent_missing(tmp_path, cache):
     src = make_source(tmp_path / "data")
     target = tmp_path / "nowhere" / "store"
-    assert_user_error(run_cli("run", src, *RUN, "--views", target), f"--views {target}",
-                      f"the folder {tmp_path / 'nowhere'} does not exist")
+    assert_user_error(
+        run_cli("run", src, *RUN, "--views", target),
+        f"--views {target}",
+        f"the folder {tmp_path / 'nowhere'} does not exist",
+    )
     assert not (tmp_path / "nowhere").exists()
 
 
@@ -205,8 +245,9 @@ def test_run_views_folder_that_is_not_a_store(tmp_path, cache):
 def test_run_fusion_without_content(tmp_path, cache):
     src = make_source(tmp_path / "data", features=False)
     before = snapshot(tmp_path)
-    line = assert_user_error(run_cli("run", src, *RUN), "--fusion fedvlr", "has no item content",
-                             "--views DIR", "--fusion none")
+    line = assert_user_error(
+        run_cli("run", src, *RUN), "--fusion fedvlr", "has no item content", "--views DIR", "--fusion none"
+    )
     assert "--encoder" not in line  # run has no --encoder flag
     assert snapshot(tmp_path) == before and not cache.exists()
 
@@ -247,16 +288,18 @@ def test_nocontent_remedy_names_where_each_format_keeps_content(tmp_path):
     from fedvlr_plus.datasets.amazon import find_meta
     from fedvlr_plus.fedvlr.views import content_remedy
 
-    for reviews, meta in (("All_Beauty_5.json.gz", "meta_All_Beauty.json.gz"),
-                          ("reviews_Toys_and_Games.json.gz", "meta_Toys_and_Games.json.gz")):
+    for reviews, meta in (
+        ("All_Beauty_5.json.gz", "meta_All_Beauty.json.gz"),
+        ("reviews_Toys_and_Games.json.gz", "meta_Toys_and_Games.json.gz"),
+    ):
         source = tmp_path / reviews
         amazon = SimpleNamespace(format="amazon-2018", source=str(source), name="x", n_items=85)
         line = content_remedy(amazon)
         assert f"{meta} " in line and str(source) in line, line
         assert find_meta(source, "amazon-2018") is None
-        (tmp_path / meta).write_text("")      # the file the line names is the one the loader reads
+        (tmp_path / meta).write_text("")  # the file the line names is the one the loader reads
         assert find_meta(source, "amazon-2018") == tmp_path / meta
-    ratings = tmp_path / "ratings_Books.csv"                    # a 2014 ratings-only file
+    ratings = tmp_path / "ratings_Books.csv"  # a 2014 ratings-only file
     line = content_remedy(SimpleNamespace(format="amazon-2014", source=str(ratings), name="x", n_items=3))
     assert "meta_Books.json.gz " in line and str(ratings) in line, line
     atomic = SimpleNamespace(format="recbole-atomic", source="/d/x", name="x", n_items=9)

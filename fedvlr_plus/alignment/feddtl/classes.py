@@ -5,6 +5,7 @@ On lfm2k the content vectors are the shipped MiniLM embeddings of each artist's 
 of artists with similar tags (a music style); a user's history is concentrated on few of them, which is what
 makes a Dirichlet split over the users' dominant class skewed at the item level.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -33,8 +34,10 @@ def novel_classes(item_class: np.ndarray, n_novel: int, seed: int = 0) -> np.nda
     """A seeded random choice of ``n_novel`` of the classes that have items (sorted ids)."""
     present = np.unique(item_class)
     if not 1 <= n_novel < len(present):
-        raise ConfigError(f"--novel-classes {n_novel}: must be at least 1 and fewer than the {len(present)} classes "
-                          "(some classes must stay base)")
+        raise ConfigError(
+            f"--novel-classes {n_novel}: must be at least 1 and fewer than the {len(present)} classes "
+            "(some classes must stay base)"
+        )
     rng = np.random.default_rng([int(seed), 7])
     return np.sort(rng.choice(present, size=n_novel, replace=False))
 

@@ -1,5 +1,6 @@
 """A FedDTL client: a group of users whose histories stay private; SFT of the user tower (or both towers for the
 FedAvg baseline), then GRPO against a hybrid reference, and the item prototypes it uploads for the server."""
+
 from __future__ import annotations
 
 import math
@@ -12,15 +13,25 @@ from ...federation.messages import ClientUpdate
 from ...federation.state.store import MemoryStore
 from ..grpo import GRPOConfig, grpo_loss
 from .model import ITEM_PARAMS, USER_PARAMS, DTLConfig, evaluate_users, noisy_candidates, user_vectors
-from .towers import ItemContent, ItemTower
 from .task import RecTask
+from .towers import ItemContent, ItemTower
 
 
 class DTLClient:
     """A group of users (their histories are private and never leave :meth:`fit`)."""
 
-    def __init__(self, cid: int, task: RecTask, users, cfg: DTLConfig, *, seed: int = 0, store=None,
-                 targets: list[np.ndarray] | None = None, warm_content: ItemContent | None = None):
+    def __init__(
+        self,
+        cid: int,
+        task: RecTask,
+        users,
+        cfg: DTLConfig,
+        *,
+        seed: int = 0,
+        store=None,
+        targets: list[np.ndarray] | None = None,
+        warm_content: ItemContent | None = None,
+    ):
         """``targets``: per user of ``users``, the train items this client holds as that user's examples (the
         label skew over examples, :mod:`.dtl_examples`); None: every labelled train item of the user.
         ``warm_content``: the warm items' content, shared by the clients of one task (built here when None)."""
@@ -47,8 +58,13 @@ class DTLClient:
         ctx, tgt = [], []
         for j, u in enumerate(self.users):
             h = self.task.histories[u]
-            targets = self.targets[j] if self.targets is not None else \
-                h if self.task.labelled is None else self.task.labelled[u]
+            targets = (
+                self.targets[j]
+                if self.targets is not None
+                else h
+                if self.task.labelled is None
+                else self.task.labelled[u]
+            )
             if len(h) < 2 or not len(targets):
                 continue
             pick = rng.choice(targets, size=min(self.cfg.per_user, len(targets)), replace=False)
@@ -68,8 +84,9 @@ class DTLClient:
         state = self.store.load(self.cid) or {}
         personal = cfg.user_tower == "private" and not train_items
         # a private user tower continues from where this client left it, not from the average
-        start = {**glob, **{k: state[f"own.{k}"] for k in USER_PARAMS}} if personal and "own.user_down" in state \
-            else glob
+        start = (
+            {**glob, **{k: state[f"own.{k}"] for k in USER_PARAMS}} if personal and "own.user_down" in state else glob
+        )
         p = {k: v.clone().requires_grad_(k in names) for k, v in start.items()}
         opt = torch.optim.Adam([p[k] for k in names], lr=cfg.lr)
         ctx_np, tgt_np = self.examples(int(config.get("round", 0)))
@@ -83,8 +100,12 @@ class DTLClient:
                 frozen_items = self._warm_content.tower(p)
         rl = self._rl_reference(glob, state, ctx, tgt, gen, frozen_items) if stage == "rl" else None
         losses, rewards, nonzero = [], [], []
-        batches = [perm[s:s + cfg.batch_size] for _ in range(cfg.epochs)
-                   for perm in [torch.randperm(len(tgt), generator=gen)] for s in range(0, len(tgt), cfg.batch_size)]
+        batches = [
+            perm[s : s + cfg.batch_size]
+            for _ in range(cfg.epochs)
+            for perm in [torch.randperm(len(tgt), generator=gen)]
+            for s in range(0, len(tgt), cfg.batch_size)
+        ]
         for b in batches:
             loss, signal = self._batch_loss(p, ctx[b], tgt[b], b, rl, gen, frozen_items)
             if signal is not None:
@@ -99,11 +120,13 @@ class DTLClient:
         metrics = {"loss": float(np.mean(losses)) if losses else 0.0, "steps": len(losses)}
         if rewards:
             metrics.update(reward=float(np.mean(rewards)), groups_with_signal=float(np.mean(nonzero)))
-        return ClientUpdate(cid=self.cid, kind="params", arrays=arrays, rows=rows,
-                            num_examples=max(int(len(tgt)), 1), metrics=metrics)
+        return ClientUpdate(
+            cid=self.cid, kind="params", arrays=arrays, rows=rows, num_examples=max(int(len(tgt)), 1), metrics=metrics
+        )
 
-    def _rl_reference(self, glob: dict, state: dict, ctx, tgt, gen,
-                      frozen_items: ItemTower | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _rl_reference(
+        self, glob: dict, state: dict, ctx, tgt, gen, frozen_items: ItemTower | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(action sets [n, k], reference log-probabilities over them) of the GRPO stage.
 
         ``frozen_items``: the global item tower over the warm items when the caller has it already."""
@@ -113,8 +136,8 @@ class DTLClient:
         n_warm = len(self.task.warm_items)
         k = min(cfg.rl_candidates, n_warm)
         neg = torch.randint(0, n_warm - 1, (len(tgt), k - 1), generator=gen)
-        neg = neg + (neg >= tgt.unsqueeze(1)).long()          # skip the target itself
-        cand = torch.cat([tgt.unsqueeze(1), neg], 1)           # [n, k]
+        neg = neg + (neg >= tgt.unsqueeze(1)).long()  # skip the target itself
+        cand = torch.cat([tgt.unsqueeze(1), neg], 1)  # [n, k]
         sft = {**glob, **{k_: state[k_] for k_ in USER_PARAMS}} if "user_down" in state else glob
         with torch.no_grad():
             v_ref = frozen_items if frozen_items is not None else self._warm_content.tower(glob)
@@ -122,9 +145,15 @@ class DTLClient:
             ref_sft = v_ref.scores(user_vectors(sft, ctx)).gather(1, cand) / cfg.tau
             ref_glob = v_ref.scores(user_vectors(glob, ctx)).gather(1, cand) / cfg.tau
             # hybrid reference: the mixture ref_mix * pi_SFT + (1 - ref_mix) * pi_global, as log-probabilities
-            ref_logits = torch.logsumexp(torch.stack([
-                math.log(cfg.ref_mix) + torch.log_softmax(ref_sft, -1),
-                math.log(1 - cfg.ref_mix) + torch.log_softmax(ref_glob, -1)]), 0)
+            ref_logits = torch.logsumexp(
+                torch.stack(
+                    [
+                        math.log(cfg.ref_mix) + torch.log_softmax(ref_sft, -1),
+                        math.log(1 - cfg.ref_mix) + torch.log_softmax(ref_glob, -1),
+                    ]
+                ),
+                0,
+            )
         return cand, ref_logits
 
     def _batch_loss(self, p: dict, ctx_b, tgt_b, b, rl, gen, frozen_items: ItemTower | None = None):
@@ -137,9 +166,9 @@ class DTLClient:
             return F.cross_entropy(logits, tgt_b), None
         cand, ref_logits = rl
         gcfg = GRPOConfig(group_size=cfg.group, clip_eps=cfg.clip_eps, beta=cfg.beta, kl="k3")
-        logits = logits.gather(1, cand[b])                  # [B, k] over the action set
+        logits = logits.gather(1, cand[b])  # [B, k] over the action set
         actions = noisy_candidates(u, v, cfg.group, cfg.sigma, gen, columns=cand[b])
-        r = (actions == 0).float()                          # column 0 is the held-out target
+        r = (actions == 0).float()  # column 0 is the held-out target
         with torch.no_grad():
             logp_old = torch.log_softmax(logits, -1).gather(-1, actions)
         loss, diag = grpo_loss(logits, actions, logp_old, ref_logits[b], r, gcfg)
@@ -147,7 +176,7 @@ class DTLClient:
 
     def _keep_private(self, p: dict, state: dict, stage: str, personal: bool) -> None:
         new_state = dict(state)
-        if stage == "sft":          # the client's latest SFT model: half of its hybrid reference later
+        if stage == "sft":  # the client's latest SFT model: half of its hybrid reference later
             new_state.update({k: p[k].detach().clone() for k in USER_PARAMS})
         if personal:
             new_state.update({f"own.{k}": p[k].detach().clone() for k in USER_PARAMS})

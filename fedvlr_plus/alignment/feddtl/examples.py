@@ -10,6 +10,7 @@ examples it holds, as every image of the paper's clients is whole and only the l
 user, so evaluation serves every user with the global model, and the report's "each client's own tower" evaluation
 scores a user with the tower of the client holding most of its examples (its home client).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -18,8 +19,9 @@ from ...errors import ConfigError
 from .task import RecTask, client_skew, label_shares
 
 
-def deal_examples(task: RecTask, item_class: np.ndarray, n_clients: int, alpha: float,
-                  seed: int = 0) -> list[dict[int, np.ndarray]]:
+def deal_examples(
+    task: RecTask, item_class: np.ndarray, n_clients: int, alpha: float, seed: int = 0
+) -> list[dict[int, np.ndarray]]:
     """Per client, ``{user: the train items it holds as that user's examples}``. Only a user's labelled items
     (every train item outside the few-shot regime) are examples; a user with fewer than two train items has none
     (an example needs another item as its input). Redraws until every client holds an example."""
@@ -40,14 +42,19 @@ def deal_examples(task: RecTask, item_class: np.ndarray, n_clients: int, alpha: 
                 held[c][u] = items[client == c]
         if all(held):
             return held
-    raise ConfigError(f"--clients {n_clients} --alpha {alpha}", "no draw of 100 gave every client a training example",
-                      "use fewer clients or a larger --alpha")
+    raise ConfigError(
+        f"--clients {n_clients} --alpha {alpha}",
+        "no draw of 100 gave every client a training example",
+        "use fewer clients or a larger --alpha",
+    )
 
 
 def _example_items(task: RecTask) -> list:
     """Per user, the train items that are its examples (none for a history shorter than two items)."""
-    return [np.asarray(h if task.labelled is None else task.labelled[u], np.int64) if len(h) >= 2 else
-            np.zeros(0, np.int64) for u, h in enumerate(task.histories)]
+    return [
+        np.asarray(h if task.labelled is None else task.labelled[u], np.int64) if len(h) >= 2 else np.zeros(0, np.int64)
+        for u, h in enumerate(task.histories)
+    ]
 
 
 def home_clients(held: list[dict[int, np.ndarray]], n_users: int) -> np.ndarray:

@@ -55,13 +55,33 @@ from ...errors import ConfigError
 from ...federation.messages import ClientUpdate
 from ...federation.rounds import RoundLoop
 from ...federation.strategies.base import make_strategy
-from .client import DTLClient
-from .model import (ITEM_PARAMS, METHODS, USER_PARAMS, DTLConfig, evaluate_users, init_params, item_vectors, lora,
-                        noisy_candidates, param_specs, user_vectors)
-from .task import (RecTask, build_task, dirichlet_split, dominant_labels, few_shot_targets, item_label_weights,
-                       item_texts, label_skew, minilm_content)
-from .towers import ItemContent
 from ..pairs import content_flag_hint, shipped_features
+from .client import DTLClient
+from .model import (
+    ITEM_PARAMS,
+    METHODS,
+    USER_PARAMS,
+    DTLConfig,
+    evaluate_users,
+    init_params,
+    item_vectors,
+    lora,
+    noisy_candidates,
+    param_specs,
+    user_vectors,
+)
+from .task import (
+    RecTask,
+    build_task,
+    dirichlet_split,
+    dominant_labels,
+    few_shot_targets,
+    item_label_weights,
+    item_texts,
+    label_skew,
+    minilm_content,
+)
+from .towers import ItemContent
 
 __all__ = ["DTLClient", "DTLConfig", "DTLResult", "ITEM_PARAMS", "METHODS", "RecTask", "SPLITS", "USER_PARAMS",
            "anchor_penalty", "build_task", "dirichlet_split", "dominant_labels", "evaluate_users", "few_shot_targets",

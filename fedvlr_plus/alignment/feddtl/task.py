@@ -1,5 +1,6 @@
 """FedDTL's task on a rating dataset: item texts and their content embeddings, warm and cold items, the users'
 dominant labels and the label-skewed Dirichlet split of users over clients."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,13 +14,13 @@ from ...errors import ConfigError
 class RecTask:
     """Item content embeddings, per-user train histories and held-out targets, cold items."""
 
-    content: np.ndarray                 #: [n_items, d] frozen, unit-norm
-    histories: list[np.ndarray]         #: per user: train item ids (warm items only)
-    warm_target: np.ndarray             #: [n_users] item id or -1
-    cold_target: np.ndarray             #: [n_users] item id or -1
-    warm_items: np.ndarray              #: ids of the items with training interactions
+    content: np.ndarray  #: [n_items, d] frozen, unit-norm
+    histories: list[np.ndarray]  #: per user: train item ids (warm items only)
+    warm_target: np.ndarray  #: [n_users] item id or -1
+    cold_target: np.ndarray  #: [n_users] item id or -1
+    warm_items: np.ndarray  #: ids of the items with training interactions
     cold_items: np.ndarray
-    user_genre: np.ndarray              #: [n_users] dominant genre index (for the label-skewed split)
+    user_genre: np.ndarray  #: [n_users] dominant genre index (for the label-skewed split)
     #: per user: the train items that may be a training target (few-shot: :func:`few_shot_targets`); None = all
     labelled: list[np.ndarray] | None = None
     #: [n_items] one class per item, for the label skew over examples (:mod:`.dtl_examples`); None = not set
@@ -35,7 +36,7 @@ class RecTask:
 
 
 def item_texts(data) -> list[str]:
-    """"title. genre, genre. year" per item (what the server tower reads)."""
+    """ "title. genre, genre. year" per item (what the server tower reads)."""
     items = data.items.reindex(range(data.n_items))
     out = []
     for _, row in items.iterrows():
@@ -62,8 +63,9 @@ def _category_labels(data) -> list[list[int]]:
     return item_labels
 
 
-def dominant_labels(data, histories: list[np.ndarray], rule: str = "count", min_share: float = 0.1,
-                    item_class: np.ndarray | None = None) -> np.ndarray:
+def dominant_labels(
+    data, histories: list[np.ndarray], rule: str = "count", min_share: float = 0.1, item_class: np.ndarray | None = None
+) -> np.ndarray:
     """Each user's dominant genre/category over its train items (an item's labels share weight 1).
 
     ``rule="count"``: the genre with the largest weight in the history (on ml-100k 623 of 943 users get Drama, so a
@@ -92,9 +94,17 @@ def dominant_labels(data, histories: list[np.ndarray], rule: str = "count", min_
     return out
 
 
-def build_task(data, content: np.ndarray, *, cold_share: float = 0.2, seed: int = 0,
-               dominant: str = "count", item_class: np.ndarray | None = None, novel: np.ndarray | None = None,
-               valid: bool = False) -> RecTask:
+def build_task(
+    data,
+    content: np.ndarray,
+    *,
+    cold_share: float = 0.2,
+    seed: int = 0,
+    dominant: str = "count",
+    item_class: np.ndarray | None = None,
+    novel: np.ndarray | None = None,
+    valid: bool = False,
+) -> RecTask:
     """Cold items (a random ``cold_share`` of the rated items, or with ``novel`` every rated item of those
     classes of ``item_class``) lose every training interaction. Per user, the latest warm interaction and the
     latest cold interaction are held out; the other warm ones are the history. Without timestamps (all equal)
@@ -115,7 +125,7 @@ def build_task(data, content: np.ndarray, *, cold_share: float = 0.2, seed: int 
         items = grp["item"].to_numpy()
         warm = items[~is_cold[items]]
         cold_u = items[is_cold[items]]
-        if valid:           # the test targets are removed, as if never observed
+        if valid:  # the test targets are removed, as if never observed
             warm = warm[:-1] if len(warm) >= 2 else warm
             cold_u = cold_u[:-1]
         if len(warm) >= 2:
@@ -129,9 +139,15 @@ def build_task(data, content: np.ndarray, *, cold_share: float = 0.2, seed: int 
     warm_items = np.flatnonzero(~is_cold & np.isin(np.arange(data.n_items), rated))
     content = np.asarray(content, np.float32)
     content = content / np.linalg.norm(content, axis=1, keepdims=True).clip(1e-12)
-    return RecTask(content=content, histories=histories, warm_target=wt, cold_target=ct,
-                   warm_items=warm_items, cold_items=cold,
-                   user_genre=dominant_labels(data, histories, dominant, item_class=item_class))
+    return RecTask(
+        content=content,
+        histories=histories,
+        warm_target=wt,
+        cold_target=ct,
+        warm_items=warm_items,
+        cold_items=cold,
+        user_genre=dominant_labels(data, histories, dominant, item_class=item_class),
+    )
 
 
 def few_shot_targets(histories: list[np.ndarray], shots: int, seed: int) -> list[np.ndarray]:
@@ -142,14 +158,14 @@ def few_shot_targets(histories: list[np.ndarray], shots: int, seed: int) -> list
     items = np.concatenate([np.asarray(h, np.int64) for h in histories] + [np.zeros(0, np.int64)])
     rng = np.random.default_rng([int(seed), 13])
     order = rng.permutation(len(items))
-    order = order[np.argsort(items[order], kind="stable")]   # each item's examples in a seeded random order
+    order = order[np.argsort(items[order], kind="stable")]  # each item's examples in a seeded random order
     by_item = items[order]
-    rank = np.arange(len(order)) - np.searchsorted(by_item, by_item, side="left")   # position among its item's
+    rank = np.arange(len(order)) - np.searchsorted(by_item, by_item, side="left")  # position among its item's
     keep = order[rank < shots]
     kept = np.zeros(len(items), bool)
     kept[keep] = True
     bounds = np.cumsum([0] + [len(h) for h in histories])
-    return [items[bounds[u]:bounds[u + 1]][kept[bounds[u]:bounds[u + 1]]] for u in range(len(histories))]
+    return [items[bounds[u] : bounds[u + 1]][kept[bounds[u] : bounds[u + 1]]] for u in range(len(histories))]
 
 
 def _ordered(inter, seed: int):
@@ -169,8 +185,11 @@ def label_shares(rng, n_labels: int, n_clients: int, alpha: float, present) -> n
         return rng.dirichlet(np.full(n_clients, alpha), size=n_labels)
     present = np.asarray(present, np.int64)
     if len(present) < n_clients:
-        raise ConfigError(f"--alpha 0 --clients {n_clients}", f"each class goes to one client, and only "
-                          f"{len(present)} classes have training examples", "use fewer clients or --alpha > 0")
+        raise ConfigError(
+            f"--alpha 0 --clients {n_clients}",
+            f"each class goes to one client, and only {len(present)} classes have training examples",
+            "use fewer clients or --alpha > 0",
+        )
     shares = np.zeros((n_labels, n_clients))
     shares[rng.permutation(present), np.arange(len(present)) % n_clients] = 1.0
     return shares
@@ -192,8 +211,11 @@ def dirichlet_split(labels: np.ndarray, n_clients: int, alpha: float, seed: int 
             out[users] = rng.choice(n_clients, size=len(users), p=props)
         if len(np.unique(out)) == n_clients:
             return out
-    raise ConfigError(f"--clients {n_clients} --alpha {alpha}", "no draw of 100 gave every client a user",
-                      "use fewer clients or a larger --alpha")
+    raise ConfigError(
+        f"--clients {n_clients} --alpha {alpha}",
+        "no draw of 100 gave every client a user",
+        "use fewer clients or a larger --alpha",
+    )
 
 
 def class_mix(item_lists, weights: np.ndarray) -> np.ndarray:
@@ -208,8 +230,9 @@ def label_skew(genres: np.ndarray, task: RecTask, assign: np.ndarray) -> list[fl
     """Per client, the total-variation distance between the label mix of its users' train items and the global
     mix (``genres``: [n_items, n_labels] item label weights, rows summing to 1 or 0): how skewed the split is over
     the items, which are the classes here."""
-    return client_skew([[task.histories[u] for u in np.flatnonzero(assign == c)] for c in range(int(assign.max()) + 1)],
-                       genres)
+    return client_skew(
+        [[task.histories[u] for u in np.flatnonzero(assign == c)] for c in range(int(assign.max()) + 1)], genres
+    )
 
 
 def client_skew(per_client: list, weights: np.ndarray) -> list[float]:
@@ -222,8 +245,10 @@ def client_skew(per_client: list, weights: np.ndarray) -> list[float]:
 def item_label_weights(data) -> np.ndarray:
     """[n_items, n_labels] genre weights (an item's labels share weight 1; items without labels are zero rows)."""
     cats = data.items["categories"].reindex(range(data.n_items)) if "categories" in data.items.columns else None
-    lists = [list(c) if isinstance(c, (list, tuple, np.ndarray)) else [] for c in
-             (cats if cats is not None else [None] * data.n_items)]
+    lists = [
+        list(c) if isinstance(c, (list, tuple, np.ndarray)) else []
+        for c in (cats if cats is not None else [None] * data.n_items)
+    ]
     names = {c: j for j, c in enumerate(sorted({c for cs in lists for c in cs}))}
     out = np.zeros((data.n_items, max(len(names), 1)))
     for i, cs in enumerate(lists):

@@ -10,6 +10,7 @@ makes the dense product cost ``queries × items × d`` for a few nonzeros per it
 every term is a sparse product or a rank-r one, and autograd runs through them as through the dense form. Dense
 content keeps the dense product unchanged (the same operations, so the same numbers bit for bit).
 """
+
 from __future__ import annotations
 
 import torch
@@ -44,11 +45,11 @@ class ItemContent:
     def __init__(self, content: torch.Tensor):
         density = float((content != 0).float().mean()) if content.numel() else 1.0
         sparse = density <= SPARSE_DENSITY
-        self.dense = None if sparse else content           # one of the two forms is kept, not both
+        self.dense = None if sparse else content  # one of the two forms is kept, not both
         self.sparse = content.to_sparse_coo().coalesce() if sparse else None
         self.sq_norm = (content * content).sum(1) if sparse else None
 
-    def tower(self, p: dict) -> "ItemTower":
+    def tower(self, p: dict) -> ItemTower:
         """The item tower of parameters ``p`` over these items (differentiable in ``p``'s item adapter)."""
         return ItemTower(self, p)
 
@@ -61,9 +62,9 @@ class ItemTower:
         if content.sparse is None:
             self.vectors = item_vectors(p, content.dense)
             return
-        down, up = p["item_down"], p["item_up"]                # A [r, d], B [d, r]
-        self._proj = torch.sparse.mm(content.sparse, down.T)     # [n, r]: A e_i
-        back = torch.sparse.mm(content.sparse, up)               # [n, r]: Bᵀ e_i
+        down, up = p["item_down"], p["item_up"]  # A [r, d], B [d, r]
+        self._proj = torch.sparse.mm(content.sparse, down.T)  # [n, r]: A e_i
+        back = torch.sparse.mm(content.sparse, up)  # [n, r]: Bᵀ e_i
         sq = content.sq_norm + 2 * (back * self._proj).sum(1) + ((self._proj @ (up.T @ up)) * self._proj).sum(1)
         self._inv_norm = 1.0 / sq.clamp_min(0).sqrt().clamp_min(_EPS)
         self._up = up

@@ -1,7 +1,7 @@
 """A FedMPT client (its training items stay private; it uploads every trained array and, for the decision rule,
 only summed threshold counts) and the k-means label clients the items are dealt to."""
-from __future__ import annotations
 
+from __future__ import annotations
 
 import numpy as np
 import torch
@@ -37,10 +37,11 @@ class TaggingClient:
         for _ in range(int(config.get("epochs", cfg.local_epochs))):
             order = rng.permutation(self.train_idx)
             for s in range(0, len(order), cfg.batch_size):
-                idx = order[s:s + cfg.batch_size]
+                idx = order[s : s + cfg.batch_size]
                 logits, diag = forward(p, self.task, idx, cfg)
-                loss = asymmetric_loss(logits, torch.from_numpy(self.task.labels[idx]), cfg.gamma_neg,
-                                       cfg.gamma_pos, cfg.margin)
+                loss = asymmetric_loss(
+                    logits, torch.from_numpy(self.task.labels[idx]), cfg.gamma_neg, cfg.gamma_pos, cfg.margin
+                )
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
@@ -50,8 +51,13 @@ class TaggingClient:
         metrics = {"loss": float(np.mean(losses)), "steps": len(losses)}
         if gate_h:
             metrics["gate_entropy"] = float(np.mean(gate_h))
-        return ClientUpdate(cid=self.cid, kind="params", arrays={k: v.detach().clone() for k, v in p.items()},
-                            num_examples=len(self.train_idx), metrics=metrics)
+        return ClientUpdate(
+            cid=self.cid,
+            kind="params",
+            arrays={k: v.detach().clone() for k, v in p.items()},
+            num_examples=len(self.train_idx),
+            metrics=metrics,
+        )
 
     def threshold_counts(self, shared: dict, grid: np.ndarray) -> dict[str, np.ndarray]:
         """Per-label counts on this client's training items for every candidate threshold: predicted [G, L],
@@ -59,9 +65,12 @@ class TaggingClient:
         p = {k: torch.as_tensor(v, dtype=torch.float32) for k, v in shared.items()}
         probs = predict(p, self.task, self.train_idx, self.cfg)
         y = self.task.labels[self.train_idx] > 0
-        pred = probs[None] > grid[:, None, None]                          # [G, n, L]
-        return {"pred": pred.sum(1).astype(np.float64), "tp": (pred & y[None]).sum(1).astype(np.float64),
-                "pos": y.sum(0).astype(np.float64)}
+        pred = probs[None] > grid[:, None, None]  # [G, n, L]
+        return {
+            "pred": pred.sum(1).astype(np.float64),
+            "tp": (pred & y[None]).sum(1).astype(np.float64),
+            "pos": y.sum(0).astype(np.float64),
+        }
 
     def evaluate(self, shared: dict, config: dict) -> dict:
         idx = self.eval_idx if len(self.eval_idx) else self.train_idx
@@ -87,7 +96,7 @@ def kmeans_label_clients(labels: np.ndarray, k: int, seed: int = 0, iters: int =
     assign = np.zeros(n, dtype=np.int64)
     for _ in range(iters):
         new = np.argmin(((x[:, None] - c[None]) ** 2).sum(-1), 1)
-        for j in range(k):   # an empty cluster takes the point farthest from its centre, never another's last one
+        for j in range(k):  # an empty cluster takes the point farthest from its centre, never another's last one
             if not (new == j).any():
                 d2 = ((x - c[new]) ** 2).sum(-1)
                 d2[np.bincount(new, minlength=k)[new] <= 1] = -1.0

@@ -1,7 +1,7 @@
 """The offline MiniLM text encoders FedMPT and FedDTL read item texts with, and an on-disk cache keyed by the
 texts so a rerun never encodes the same texts twice."""
-from __future__ import annotations
 
+from __future__ import annotations
 
 import numpy as np
 
@@ -13,7 +13,7 @@ def minilm_encoders(device: str = "cpu"):
     enc = SentenceEncoder(device=device, progress=False)
 
     def embed_tokens(texts):
-        model = enc._load()          # lazily: a fully cached run never loads the weights
+        model = enc._load()  # lazily: a fully cached run never loads the weights
         out = model.encode(list(texts), output_value="token_embeddings", batch_size=128, show_progress_bar=False)
         return [o.detach().cpu().numpy() if hasattr(o, "detach") else np.asarray(o) for o in out]
 

@@ -23,7 +23,8 @@ here) and its labels are its genres or categories. Per item:
   the local OT matching, as global/local prompt learners do); with it off the OT score stands alone;
 - a learned gate ``g = softmax(W_g mean_m(x) + b_g)`` over conditions; logit ``= s * sum_n g_n psi_{n,c} + bias_c``;
 - asymmetric loss (Ridnik et al., arXiv 2009.14119; gamma- = 2, gamma+ = 1, margin 0.05);
-- FedAvg (example-weighted, :func:`fedvlr_plus.federation.strategies.base.make_strategy`) of every trained array: prompts,
+- FedAvg (example-weighted, :func:`fedvlr_plus.federation.strategies.base.make_strategy`) of every trained array:
+prompts,
   adapters, gate, feature-token projections, scale and biases. Clients are k-means clusters of the label vectors
   of the training items (label co-occurrence skew), the test set is global;
 - decision rule (``MPTConfig.threshold``): per-label thresholds that maximise F1 on the clients' own training items,
@@ -39,6 +40,7 @@ MiniLM, disk cache), :mod:`.mpt_model` (settings, parameters, forward pass), :mo
 F1 thresholds), :mod:`.mpt_client` (client, label clients); this module trains one variant and re-exports every
 public name.
 """
+
 from __future__ import annotations
 
 import math
@@ -51,17 +53,56 @@ from ...federation.rounds import RoundLoop
 from ...federation.strategies.base import make_strategy
 from .client import TaggingClient, kmeans_label_clients
 from .encoders import cached_encoders, minilm_encoders
-from .metrics import (THRESHOLD_GRID, asymmetric_loss, average_precision, f1_thresholds, multilabel_metrics,
-                          usual_co_labels)
+from .metrics import (
+    THRESHOLD_GRID,
+    asymmetric_loss,
+    average_precision,
+    f1_thresholds,
+    multilabel_metrics,
+    usual_co_labels,
+)
 from .model import _USES, VARIANTS, MPTConfig, forward, init_params, item_tokens, param_specs, predict
-from .task import (TaggingTask, build_task, item_label_matrix, item_side_features, load_conditions,
-                       prompt_sentences, rater_tokens, split_items)
+from .task import (
+    TaggingTask,
+    build_task,
+    item_label_matrix,
+    item_side_features,
+    load_conditions,
+    prompt_sentences,
+    rater_tokens,
+    split_items,
+)
 
-__all__ = ["FedMPTResult", "MPTConfig", "THRESHOLD_GRID", "TaggingClient", "TaggingTask", "VARIANTS",
-           "asymmetric_loss", "average_precision", "build_task", "cached_encoders", "config_dict", "f1_thresholds",
-           "forward", "init_params", "item_label_matrix", "item_side_features", "item_tokens",
-           "kmeans_label_clients", "load_conditions", "minilm_encoders", "multilabel_metrics", "param_specs",
-           "predict", "prompt_sentences", "rater_tokens", "split_items", "train_federated", "usual_co_labels"]
+__all__ = [
+    "FedMPTResult",
+    "MPTConfig",
+    "THRESHOLD_GRID",
+    "TaggingClient",
+    "TaggingTask",
+    "VARIANTS",
+    "asymmetric_loss",
+    "average_precision",
+    "build_task",
+    "cached_encoders",
+    "config_dict",
+    "f1_thresholds",
+    "forward",
+    "init_params",
+    "item_label_matrix",
+    "item_side_features",
+    "item_tokens",
+    "kmeans_label_clients",
+    "load_conditions",
+    "minilm_encoders",
+    "multilabel_metrics",
+    "param_specs",
+    "predict",
+    "prompt_sentences",
+    "rater_tokens",
+    "split_items",
+    "train_federated",
+    "usual_co_labels",
+]
 
 
 @dataclass
@@ -72,8 +113,17 @@ class FedMPTResult:
     n_params: int = 0
 
 
-def train_federated(task: TaggingTask, train_idx: np.ndarray, test_idx: np.ndarray, cfg: MPTConfig, *,
-                    n_clients: int = 5, rounds: int = 20, seed: int = 0, log=None) -> FedMPTResult:
+def train_federated(
+    task: TaggingTask,
+    train_idx: np.ndarray,
+    test_idx: np.ndarray,
+    cfg: MPTConfig,
+    *,
+    n_clients: int = 5,
+    rounds: int = 20,
+    seed: int = 0,
+    log=None,
+) -> FedMPTResult:
     """FedAvg over k-means label clients; returns the global model's figures on the global test items."""
     assign = kmeans_label_clients(task.labels[train_idx], n_clients, seed)
     clients = [TaggingClient(c, task, train_idx[assign == c], cfg, seed=seed) for c in range(n_clients)]
@@ -84,8 +134,10 @@ def train_federated(task: TaggingTask, train_idx: np.ndarray, test_idx: np.ndarr
 
     def aggregate(r, shared, updates, config):
         shared = {k: v.to(torch.float32) for k, v in strategy.aggregate(shared, updates, specs).items()}
-        row = {"round": r, "loss": float(np.average([u.metrics["loss"] for u in updates],
-                                                    weights=[u.num_examples for u in updates]))}
+        row = {
+            "round": r,
+            "loss": float(np.average([u.metrics["loss"] for u in updates], weights=[u.num_examples for u in updates])),
+        }
         gh = [u.metrics["gate_entropy"] for u in updates if "gate_entropy" in u.metrics]
         if gh:
             row["gate_entropy"] = float(np.mean(gh))
@@ -101,8 +153,10 @@ def train_federated(task: TaggingTask, train_idx: np.ndarray, test_idx: np.ndarr
     # the decision rule is part of the model: per-label F1 thresholds from the clients' own training items (only
     # summed counts reach the server), or a fixed 0.5; both are reported, cfg.threshold picks the headline
     thr = f1_thresholds([c.threshold_counts(shared, THRESHOLD_GRID) for c in clients])
-    rules = {"fixed": multilabel_metrics(probs, task.labels[test_idx], co),
-             "f1": multilabel_metrics(probs, task.labels[test_idx], co, threshold=thr)}
+    rules = {
+        "fixed": multilabel_metrics(probs, task.labels[test_idx], co),
+        "f1": multilabel_metrics(probs, task.labels[test_idx], co, threshold=thr),
+    }
     test = dict(rules[cfg.threshold])
     test["decision_rule"] = cfg.threshold
     keep = ("CP", "CR", "CF1", "OP", "OR", "OF1", "spurious_rate")

@@ -1,15 +1,21 @@
 """FedMPT's loss and figures: the asymmetric multi-label loss, mAP, per-class and overall P / R / F1, the
 spurious-activation rate, and the per-label F1 thresholds from the clients' summed counts."""
-from __future__ import annotations
 
+from __future__ import annotations
 
 import numpy as np
 import torch
 
 
 # ----------------------------------------------------------------------------------------------- losses, metrics
-def asymmetric_loss(logits: torch.Tensor, targets: torch.Tensor, gamma_neg: float = 2.0, gamma_pos: float = 1.0,
-                    margin: float = 0.05, eps: float = 1e-8) -> torch.Tensor:
+def asymmetric_loss(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    gamma_neg: float = 2.0,
+    gamma_pos: float = 1.0,
+    margin: float = 0.05,
+    eps: float = 1e-8,
+) -> torch.Tensor:
     """ASL: -y (1-p)^g+ log p - (1-y) p_m^g- log(1-p_m), p_m = max(p - m, 0); summed over labels, mean over items."""
     p = torch.sigmoid(logits)
     p_m = (p - margin).clamp_min(0.0) if margin > 0 else p
@@ -40,15 +46,17 @@ def usual_co_labels(labels: np.ndarray, min_count: int = 5) -> dict[int, int]:
     return out
 
 
-def multilabel_metrics(scores: np.ndarray, labels: np.ndarray, co_label: dict[int, int],
-                       threshold: float = 0.5) -> dict:
+def multilabel_metrics(
+    scores: np.ndarray, labels: np.ndarray, co_label: dict[int, int], threshold: float = 0.5
+) -> dict:
     """mAP (over labels with a positive), CP/CR/CF1 (per-label means), OP/OR/OF1 (pooled), spurious rate.
 
     ``scores`` are probabilities; a label is predicted when its probability exceeds ``threshold`` (a scalar or one
     value per label). The spurious
     activation rate pools, over labels j with a usual co-label i, the items where i is present and j absent, and
     counts how often j is predicted there; ``spurious_rate_at_r`` does the same when each label j is predicted on
-    exactly its top-R_j items (R_j its positives), the same count for every model. ``co_label_auc`` is threshold-free: per such label, the AUC of j's score
+    exactly its top-R_j items (R_j its positives), the same count for every model. ``co_label_auc`` is threshold-free:
+    per such label, the AUC of j's score
     between the items that carry j and the items that carry only its co-label (higher = fewer spurious
     activations at any threshold), averaged over labels.
     """
@@ -83,11 +91,20 @@ def multilabel_metrics(scores: np.ndarray, labels: np.ndarray, co_label: dict[in
         if len(pos) and len(neg):
             diff = pos[:, None] - neg[None, :]
             aucs.append(float((diff > 0).mean() + 0.5 * (diff == 0).mean()))
-    return {"mAP": float(np.mean(aps)) if aps else float("nan"), "CP": cp, "CR": cr, "CF1": f1(cp, cr),
-            "OP": op, "OR": orr, "OF1": f1(op, orr),
-            "spurious_rate": fired / eligible if eligible else float("nan"), "spurious_eligible": eligible,
-            "spurious_rate_at_r": fired_r / eligible if eligible else float("nan"),
-            "co_label_auc": float(np.mean(aucs)) if aucs else float("nan"), "ap_per_label": ap_all}
+    return {
+        "mAP": float(np.mean(aps)) if aps else float("nan"),
+        "CP": cp,
+        "CR": cr,
+        "CF1": f1(cp, cr),
+        "OP": op,
+        "OR": orr,
+        "OF1": f1(op, orr),
+        "spurious_rate": fired / eligible if eligible else float("nan"),
+        "spurious_eligible": eligible,
+        "spurious_rate_at_r": fired_r / eligible if eligible else float("nan"),
+        "co_label_auc": float(np.mean(aucs)) if aucs else float("nan"),
+        "ap_per_label": ap_all,
+    }
 
 
 THRESHOLD_GRID = np.round(np.arange(0.05, 0.951, 0.025), 3)
@@ -99,7 +116,7 @@ def f1_thresholds(counts: list[dict], grid: np.ndarray = THRESHOLD_GRID) -> np.n
     pred = sum(c["pred"] for c in counts)
     tp = sum(c["tp"] for c in counts)
     pos = sum(c["pos"] for c in counts)
-    f1 = 2 * tp / np.maximum(pred + pos[None], 1e-12)                    # [G, L]
+    f1 = 2 * tp / np.maximum(pred + pos[None], 1e-12)  # [G, L]
     out = np.full(f1.shape[1], 0.5)
     for j in range(f1.shape[1]):
         if pos[j] > 0:

@@ -1,5 +1,6 @@
 """FedMPT's model: settings and variants, the shared parameters, the item tokens through per-condition adapters,
 condition prompts, the OT matching of tokens to labels and the condition gate."""
+
 from __future__ import annotations
 
 import math
@@ -13,20 +14,24 @@ from ...adapters.base import ParamSpec
 from ..sinkhorn import sinkhorn_log
 from .task import TaggingTask
 
-
 VARIANTS = ("baseline", "prompts", "prompts_ot", "prompts_gate", "fedmpt")
-_USES = {"baseline": (False, False), "prompts": (False, False), "prompts_ot": (True, False),
-         "prompts_gate": (False, True), "fedmpt": (True, True)}   # (OT, gate)
+_USES = {
+    "baseline": (False, False),
+    "prompts": (False, False),
+    "prompts_ot": (True, False),
+    "prompts_gate": (False, True),
+    "fedmpt": (True, True),
+}  # (OT, gate)
 
 
 # ----------------------------------------------------------------------------------------------- model
 @dataclass
 class MPTConfig:
     variant: str = "fedmpt"
-    rank: int = 32               #: adapter rank (the paper's D_s)
-    scale: float = 10.0          #: initial logit scale (learned in log space; 10 beat 20 and 40 on validation)
-    bias_init: float = -2.0      #: initial label bias (sigmoid(-2) = 0.12, near the mean label frequency)
-    ot_eps: float = 0.1          #: Sinkhorn entropic regularisation (FedOTP: 0.1)
+    rank: int = 32  #: adapter rank (the paper's D_s)
+    scale: float = 10.0  #: initial logit scale (learned in log space; 10 beat 20 and 40 on validation)
+    bias_init: float = -2.0  #: initial label bias (sigmoid(-2) = 0.12, near the mean label frequency)
+    ot_eps: float = 0.1  #: Sinkhorn entropic regularisation (FedOTP: 0.1)
     ot_iter: int = 50
     ot_tol: float = 1e-3
     #: unbalanced OT: KL weight on the label marginal (None: every label receives exactly 1/C of the token mass);
@@ -34,7 +39,7 @@ class MPTConfig:
     #: chosen on validation mAP: rho 1 with rater tokens (the command's default), rho 0.1 without them (the sweep
     #: is in docs/alignment-vlm.md)
     ot_rho: float | None = 1.0
-    tau_a: float = 0.1           #: temperature of the importance-weighted token marginal
+    tau_a: float = 0.1  #: temperature of the importance-weighted token marginal
     gamma_neg: float = 2.0
     gamma_pos: float = 1.0
     margin: float = 0.05
@@ -73,31 +78,38 @@ class MPTConfig:
 def param_specs(task: TaggingTask, cfg: MPTConfig) -> dict[str, ParamSpec]:
     d, L, r = task.dim, task.labels.shape[1], cfg.rank
     n = 1 if cfg.variant == "baseline" else task.prompt_emb.shape[0]
-    specs = [ParamSpec("adapter_down", (n, r, d), True, init="normal", std=1.0 / math.sqrt(d)),
-             ParamSpec("adapter_up", (n, d, r), True, init="zeros"),
-             ParamSpec("cond_ctx", (n, d), True, init="zeros"),
-             ParamSpec("shared_ctx", (d,), True, init="zeros"),
-             ParamSpec("label_ctx", (L, d), True, init="zeros"),
-             ParamSpec("log_scale", (1,), True, init="zeros"),
-             ParamSpec("bias", (L,), True, init="zeros")]
+    specs = [
+        ParamSpec("adapter_down", (n, r, d), True, init="normal", std=1.0 / math.sqrt(d)),
+        ParamSpec("adapter_up", (n, d, r), True, init="zeros"),
+        ParamSpec("cond_ctx", (n, d), True, init="zeros"),
+        ParamSpec("shared_ctx", (d,), True, init="zeros"),
+        ParamSpec("label_ctx", (L, d), True, init="zeros"),
+        ParamSpec("log_scale", (1,), True, init="zeros"),
+        ParamSpec("bias", (L,), True, init="zeros"),
+    ]
     if _USES[cfg.variant][1]:
         specs += [ParamSpec("gate_w", (n, d), True, init="zeros"), ParamSpec("gate_b", (n,), True, init="zeros")]
     if _USES[cfg.variant][0] and cfg.global_local and cfg.label_local_weight:
         specs.append(ParamSpec("local_w", (L,), True, init="zeros"))
     if task.raters is not None and cfg.rater_tokens:
         k = task.raters.shape[-1]
-        specs += [ParamSpec("rater_w", (d, k), True, init="normal", std=1.0 / math.sqrt(k)),
-                  ParamSpec("rater_b", (d,), True, init="zeros")]
+        specs += [
+            ParamSpec("rater_w", (d, k), True, init="normal", std=1.0 / math.sqrt(k)),
+            ParamSpec("rater_b", (d,), True, init="zeros"),
+        ]
     column = cfg.side_tokens == "column" or (cfg.side_tokens == "both" and _USES[cfg.variant][0])
     for g, x in task.side.items():
         if cfg.side_tokens in ("group", "both"):
-            specs += [ParamSpec(f"side_w.{g}", (d, x.shape[1]), True, init="normal",
-                                std=1.0 / math.sqrt(x.shape[1])),
-                      ParamSpec(f"side_b.{g}", (d,), True, init="zeros")]
+            specs += [
+                ParamSpec(f"side_w.{g}", (d, x.shape[1]), True, init="normal", std=1.0 / math.sqrt(x.shape[1])),
+                ParamSpec(f"side_b.{g}", (d,), True, init="zeros"),
+            ]
         if column:
             # token k = x_k e_k + f_k: the column's value scales its own direction, f_k its offset
-            specs += [ParamSpec(f"side_e.{g}", (x.shape[1], d), True, init="normal", std=1.0),
-                      ParamSpec(f"side_f.{g}", (x.shape[1], d), True, init="normal", std=0.1)]
+            specs += [
+                ParamSpec(f"side_e.{g}", (x.shape[1], d), True, init="normal", std=1.0),
+                ParamSpec(f"side_f.{g}", (x.shape[1], d), True, init="normal", std=0.1),
+            ]
     return {s.name: s for s in specs}
 
 
@@ -131,8 +143,9 @@ def _batch_trimmed(values: np.ndarray, mask: np.ndarray, idx: np.ndarray) -> tup
     return torch.from_numpy(values[idx, :width]), torch.from_numpy(mask[idx, :width])
 
 
-def item_tokens(p: dict, task: TaggingTask, idx: np.ndarray, kind: str | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+def item_tokens(
+    p: dict, task: TaggingTask, idx: np.ndarray, kind: str | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Content tokens [B, T + G, d] and mask: frozen text tokens, then one projected token per feature group
     (``kind="group"``, ``side_w.*`` parameters) or one token per feature column (``"column"``, ``side_e.*`` /
     ``side_f.*``); by default the group tokens when the parameters have them."""
@@ -141,14 +154,14 @@ def item_tokens(p: dict, task: TaggingTask, idx: np.ndarray, kind: str | None = 
     for g, x in task.side.items():
         v = torch.from_numpy(x[idx])
         if (kind or ("group" if f"side_w.{g}" in p else "column")) == "column":
-            extra.append(v.unsqueeze(-1) * p[f"side_e.{g}"] + p[f"side_f.{g}"])          # [B, k, d]
+            extra.append(v.unsqueeze(-1) * p[f"side_e.{g}"] + p[f"side_f.{g}"])  # [B, k, d]
         else:
-            extra.append((v @ p[f"side_w.{g}"].T + p[f"side_b.{g}"]).unsqueeze(1))       # [B, 1, d]
+            extra.append((v @ p[f"side_w.{g}"].T + p[f"side_b.{g}"]).unsqueeze(1))  # [B, 1, d]
     if extra:
         extra = torch.cat(extra, 1)
         tok = torch.cat([tok, extra], 1)
         mask = torch.cat([mask, torch.ones(len(idx), extra.shape[1], dtype=torch.bool)], 1)
-    if "rater_w" in p:                       # one token per sampled rater: a shared linear map of its embedding
+    if "rater_w" in p:  # one token per sampled rater: a shared linear map of its embedding
         rt, rm = _batch_trimmed(task.raters, task.rater_mask, idx)
         tok = torch.cat([tok, rt @ p["rater_w"].T + p["rater_b"]], 1)
         mask = torch.cat([mask, rm], 1)
@@ -158,45 +171,47 @@ def item_tokens(p: dict, task: TaggingTask, idx: np.ndarray, kind: str | None = 
 def forward(p: dict, task: TaggingTask, idx: np.ndarray, cfg: MPTConfig) -> tuple[torch.Tensor, dict]:
     """Label logits [B, L] for items ``idx`` and diagnostics (gate weights, OT marginal error)."""
     use_ot, use_gate = _USES[cfg.variant]
-    x, mask = item_tokens(p, task, idx)                                  # [B, T, d]
+    x, mask = item_tokens(p, task, idx)  # [B, T, d]
 
-    def adapt(t):   # per-condition low-rank adapters: x_n = x + B_n A_n x            -> [B, N, T, d]
-        return t.unsqueeze(1) + torch.einsum("bntr,ner->bnte", torch.einsum("btd,nrd->bntr", t, p["adapter_down"]),
-                                             p["adapter_up"])
+    def adapt(t):  # per-condition low-rank adapters: x_n = x + B_n A_n x            -> [B, N, T, d]
+        return t.unsqueeze(1) + torch.einsum(
+            "bntr,ner->bnte", torch.einsum("btd,nrd->bntr", t, p["adapter_down"]), p["adapter_up"]
+        )
 
     xa = adapt(x)
     # "both": the OT score reads the per-column tokens, the pooled score and the gate the per-group ones
     split = cfg.side_tokens == "both" and use_ot
-    xl, mask_l = (item_tokens(p, task, idx, "column") if split else (x, mask))
+    xl, mask_l = item_tokens(p, task, idx, "column") if split else (x, mask)
     xla = adapt(xl) if split else xa
-    base = torch.from_numpy(task.base_prompt_emb)[None] if cfg.variant == "baseline" \
-        else torch.from_numpy(task.prompt_emb)                          # [N, L, d]
+    base = (
+        torch.from_numpy(task.base_prompt_emb)[None] if cfg.variant == "baseline" else torch.from_numpy(task.prompt_emb)
+    )  # [N, L, d]
     prompts = F.normalize(base + p["cond_ctx"][:, None] + p["shared_ctx"] + p["label_ctx"][None], dim=-1)
     diag = {}
     if use_ot:
         xn = F.normalize(xla, dim=-1)
-        S = torch.einsum("bntd,nld->bntl", xn, prompts)                 # [B, N, T, L]
+        S = torch.einsum("bntd,nld->bntl", xn, prompts)  # [B, N, T, L]
         with torch.no_grad():
             imp = S.max(-1).values / cfg.tau_a
             imp = imp.masked_fill(~mask_l[:, None, :], -torch.inf)
-            a = torch.softmax(imp, -1)                                   # importance-weighted token marginal
+            a = torch.softmax(imp, -1)  # importance-weighted token marginal
             L = S.shape[-1]
             b = torch.full(S.shape[:-2] + (L,), 1.0 / L, dtype=S.dtype)
             res = sinkhorn_log(1.0 - S, a, b, eps=cfg.ot_eps, max_iter=cfg.ot_iter, tol=cfg.ot_tol, rho=cfg.ot_rho)
-        psi = L * (res.plan * S).sum(-2)                                 # [B, N, L]
+        psi = L * (res.plan * S).sum(-2)  # [B, N, L]
         diag["ot_marginal_error"] = res.marginal_error
         diag["ot_iter"] = res.n_iter
     if not use_ot or cfg.global_local:
-        pooled = F.normalize(_masked_mean(xa, mask), dim=-1)            # [B, N, d]
+        pooled = F.normalize(_masked_mean(xa, mask), dim=-1)  # [B, N, d]
         glob_psi = torch.einsum("bnd,nld->bnl", pooled, prompts)
         # the OT score is a re-weighted mean of per-token cosines: it adds local evidence to the pooled
         # (global) cosine rather than replacing it, which on short titles is the stronger signal
-        lam = p["local_w"] if "local_w" in p else cfg.local_weight      # per label, or one lambda
+        lam = p["local_w"] if "local_w" in p else cfg.local_weight  # per label, or one lambda
         psi = glob_psi + lam * psi if use_ot else glob_psi
     n = psi.shape[1]
     if use_gate:
-        glob = _masked_mean(x, mask)                                     # [B, d]
-        gate = torch.softmax(glob @ p["gate_w"].T + p["gate_b"], -1)     # [B, N]
+        glob = _masked_mean(x, mask)  # [B, d]
+        gate = torch.softmax(glob @ p["gate_w"].T + p["gate_b"], -1)  # [B, N]
         diag["gate_entropy"] = float(-(gate * gate.clamp_min(1e-12).log()).sum(-1).mean().detach())
     else:
         gate = torch.full((psi.shape[0], n), 1.0 / n)
@@ -211,5 +226,5 @@ def predict(p: dict, task: TaggingTask, idx: np.ndarray, cfg: MPTConfig, batch: 
     out = []
     with torch.no_grad():
         for s in range(0, len(idx), batch):
-            out.append(torch.sigmoid(forward(p, task, idx[s:s + batch], cfg)[0]).numpy())
+            out.append(torch.sigmoid(forward(p, task, idx[s : s + batch], cfg)[0]).numpy())
     return np.concatenate(out) if out else np.zeros((0, task.labels.shape[1]), np.float32)

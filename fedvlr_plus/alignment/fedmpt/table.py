@@ -1,5 +1,6 @@
 """FedMPT over several seeds: each row's per-seed figures, paired tests of every row against the single-prompt
 baseline, as a JSON-ready dict and as markdown."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -19,29 +20,58 @@ def seeds_report(per_seed: list[dict], seeds) -> dict:
     """Per-seed reports of ``align fedmpt`` -> means per row and figure, and each row minus the baseline."""
     rows = _rows(per_seed[0])
     mean = {r: {f: float(np.mean([_rows(s)[r][f] for s in per_seed])) for f in FIGURES} for r in rows}
-    tests = {f"{r} - baseline": {f: paired([_rows(s)[r][f] for s in per_seed],
-                                           [s["baseline"][f] for s in per_seed]) for f in FIGURES}
-             for r in rows if r != "baseline"}
-    keep = ("source", "n_items", "n_train", "n_test", "clients", "rounds", "evaluated_on", "decision_rule",
-            "ot_rho", "raters")
-    return {**{k: per_seed[0][k] for k in keep}, "seeds": list(seeds), "mean": mean, "paired": tests,
-            "per_seed": per_seed}
+    tests = {
+        f"{r} - baseline": {
+            f: paired([_rows(s)[r][f] for s in per_seed], [s["baseline"][f] for s in per_seed]) for f in FIGURES
+        }
+        for r in rows
+        if r != "baseline"
+    }
+    keep = (
+        "source",
+        "n_items",
+        "n_train",
+        "n_test",
+        "clients",
+        "rounds",
+        "evaluated_on",
+        "decision_rule",
+        "ot_rho",
+        "raters",
+    )
+    return {
+        **{k: per_seed[0][k] for k in keep},
+        "seeds": list(seeds),
+        "mean": mean,
+        "paired": tests,
+        "per_seed": per_seed,
+    }
 
 
 def markdown(report: dict, command: str) -> str:
     seeds, per_seed = report["seeds"], report["per_seed"]
-    lines = [f"Command: `{command}`", "",
-             f"Source {report['source']}; {report['n_train']} train / {report['n_test']} {report['evaluated_on']} "
-             f"items; {report['clients']} clients, {report['rounds']} rounds, {report['raters']} rater tokens, "
-             f"rho {report['ot_rho']}, decision rule {report['decision_rule']}. Cells: seed "
-             f"{' / '.join(map(str, seeds))} (**mean**).", "",
-             "| Row | " + " | ".join(FIGURES) + " |", "|---" * (len(FIGURES) + 1) + "|"]
+    lines = [
+        f"Command: `{command}`",
+        "",
+        f"Source {report['source']}; {report['n_train']} train / {report['n_test']} {report['evaluated_on']} "
+        f"items; {report['clients']} clients, {report['rounds']} rounds, {report['raters']} rater tokens, "
+        f"rho {report['ot_rho']}, decision rule {report['decision_rule']}. Cells: seed "
+        f"{' / '.join(map(str, seeds))} (**mean**).",
+        "",
+        "| Row | " + " | ".join(FIGURES) + " |",
+        "|---" * (len(FIGURES) + 1) + "|",
+    ]
     for r in report["mean"]:
         cells = [seeds_cell([_rows(s)[r][f] for s in per_seed]) for f in FIGURES]
         lines.append(f"| {r} | " + " | ".join(cells) + " |")
-    lines += ["", "Each row minus the baseline, paired over seeds (mean ± standard error, seeds where higher, "
-              "paired t-test p; lower is better for the spurious rates):", "",
-              "| Comparison | " + " | ".join(FIGURES) + " |", "|---" * (len(FIGURES) + 1) + "|"]
+    lines += [
+        "",
+        "Each row minus the baseline, paired over seeds (mean ± standard error, seeds where higher, "
+        "paired t-test p; lower is better for the spurious rates):",
+        "",
+        "| Comparison | " + " | ".join(FIGURES) + " |",
+        "|---" * (len(FIGURES) + 1) + "|",
+    ]
     for name, row in report["paired"].items():
         lines.append(f"| {name} | " + " | ".join(diff_text(row[f]) for f in FIGURES) + " |")
     return "\n".join(lines) + "\n"

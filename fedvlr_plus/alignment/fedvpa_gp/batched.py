@@ -1,6 +1,7 @@
 """Every FedVPA-GP client of a round trained at once, the clients stacked on a leading axis: the same local
 objective, uploads and private state as :class:`~.vpa_client.VPAClient`, vectorised because a few thousand tiny
 sequential steps are too slow on CPU."""
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -24,24 +25,24 @@ def _lin(x, params, name):
 
 
 class _PeerPrior(NamedTuple):
-    allowed: torch.Tensor   # [K, n_table] bool: the rows of client k's mixture (peers with a summary)
+    allowed: torch.Tensor  # [K, n_table] bool: the rows of client k's mixture (peers with a summary)
     mu: torch.Tensor
     logvar: torch.Tensor
     count: torch.Tensor
 
 
 class _PrototypePull(NamedTuple):
-    labels: torch.Tensor         # [K] the server's prototype label per client (-1: none yet)
-    has_label: torch.Tensor      # [K] bool: the pull applies
-    proto: torch.Tensor | None   # fixed prototypes (None: each client's learnable copy in params)
+    labels: torch.Tensor  # [K] the server's prototype label per client (-1: none yet)
+    has_label: torch.Tensor  # [K] bool: the pull applies
+    proto: torch.Tensor | None  # fixed prototypes (None: each client's learnable copy in params)
     ortho_const: torch.Tensor | None
 
 
 class _Step(NamedTuple):
     z: torch.Tensor
     posterior: tuple | None
-    loss: torch.Tensor   # [K]
-    kl: torch.Tensor     # [K]
+    loss: torch.Tensor  # [K]
+    kl: torch.Tensor  # [K]
 
 
 class BatchedVPAClients:
@@ -62,8 +63,8 @@ class BatchedVPAClients:
         self.R = torch.zeros(K, nmax, d)
         for i, k in enumerate(self.cids):
             rows = np.flatnonzero(train.client == k)
-            self.C[i, :len(rows)] = torch.as_tensor(train.chosen[rows])
-            self.R[i, :len(rows)] = torch.as_tensor(train.rejected[rows])
+            self.C[i, : len(rows)] = torch.as_tensor(train.chosen[rows])
+            self.R[i, : len(rows)] = torch.as_tensor(train.rejected[rows])
 
     def fit(self, shared: dict, config: dict) -> list[ClientUpdate]:
         cfg = self.cfg
@@ -83,8 +84,14 @@ class BatchedVPAClients:
     def _stacked_params(self, shared: dict) -> dict[str, torch.Tensor]:
         """Every client's own copy of the broadcast network, stacked: [K, *shape] per array."""
         K = len(self.cids)
-        return {k[4:]: torch.as_tensor(np.asarray(v), dtype=torch.float32).unsqueeze(0).repeat(
-            K, *([1] * np.asarray(v).ndim)).requires_grad_(True) for k, v in shared.items() if k.startswith("net.")}
+        return {
+            k[4:]: torch.as_tensor(np.asarray(v), dtype=torch.float32)
+            .unsqueeze(0)
+            .repeat(K, *([1] * np.asarray(v).ndim))
+            .requires_grad_(True)
+            for k, v in shared.items()
+            if k.startswith("net.")
+        }
 
     def _peer_prior(self, shared: dict) -> _PeerPrior | None:
         """Each client's peers in the prior table; None without a mixture (some client has no peer yet, or the
@@ -93,7 +100,7 @@ class BatchedVPAClients:
         K, cids = len(self.cids), torch.as_tensor(self.cids)
         present = torch.as_tensor(np.asarray(shared.get("prior.present", np.zeros(self.n_table, bool)))).bool()
         allowed = present.unsqueeze(0).repeat(K, 1)
-        allowed[torch.arange(K), cids] = False                    # peers only
+        allowed[torch.arange(K), cids] = False  # peers only
         if not (cfg.method == "fedvpa_gp" and bool(allowed.any(1).all())):
             return None
         pmu = torch.as_tensor(np.asarray(shared["prior.mu"]), dtype=torch.float32)
@@ -107,7 +114,8 @@ class BatchedVPAClients:
     def _prototype_pull(self, shared: dict, params: dict) -> _PrototypePull:
         cfg = self.cfg
         labels = torch.as_tensor(np.asarray(shared.get("labels", np.full(self.n_table, -1))))[
-            torch.as_tensor(self.cids)]
+            torch.as_tensor(self.cids)
+        ]
         proto = ortho_const = None
         if "proto" in params:
             with torch.no_grad():
@@ -197,8 +205,9 @@ class BatchedVPAClients:
         else:
             log_w = torch.log((prior.count.unsqueeze(0) * allowed).clamp_min(1e-30))
             log_w = log_w - torch.logsumexp(log_w.masked_fill(~allowed, -torch.inf), -1, keepdim=True)
-        log_p = torch.logsumexp((log_w + log_normal(z.unsqueeze(1), prior.mu, prior.logvar)).masked_fill(
-            ~allowed, -torch.inf), -1)
+        log_p = torch.logsumexp(
+            (log_w + log_normal(z.unsqueeze(1), prior.mu, prior.logvar)).masked_fill(~allowed, -torch.inf), -1
+        )
         return log_normal(z, mu, logvar) - log_p
 
     def _prototype_distance(self, params: dict, pull: _PrototypePull, z):
@@ -206,7 +215,7 @@ class BatchedVPAClients:
         cfg = self.cfg
         K = len(self.cids)
         if "proto" in params:
-            P = params["proto"]                                       # [K, M, d], each client's copy
+            P = params["proto"]  # [K, M, d], each client's copy
             pn = P / P.norm(dim=-1, keepdim=True)
             ortho_const = cfg.gamma * ((pn @ pn.transpose(1, 2) - torch.eye(P.shape[1])) ** 2).sum((1, 2))
             target = P[torch.arange(K), pull.labels.clamp_min(0)]
@@ -226,8 +235,19 @@ class BatchedVPAClients:
             arrays = {f"net.{k}": v[i].detach().clone() for k, v in params.items()}
             if cfg.method != "monolithic":
                 arrays[POSTERIOR_MU], arrays[POSTERIOR_LOGVAR] = posterior_summary(
-                    torch.stack([s.z[i] for s in steps]), torch.stack([s.posterior[0][i] for s in steps]),
-                    torch.stack([s.posterior[1][i] for s in steps]), cfg.summary_mean, mu_all[i])
-            out.append(ClientUpdate(cid=c, kind="params", arrays=arrays, num_examples=int(self.n[i]),
-                                    metrics={"loss": float(loss_m[i]), "kl": float(kl_m[i])}))
+                    torch.stack([s.z[i] for s in steps]),
+                    torch.stack([s.posterior[0][i] for s in steps]),
+                    torch.stack([s.posterior[1][i] for s in steps]),
+                    cfg.summary_mean,
+                    mu_all[i],
+                )
+            out.append(
+                ClientUpdate(
+                    cid=c,
+                    kind="params",
+                    arrays=arrays,
+                    num_examples=int(self.n[i]),
+                    metrics={"loss": float(loss_m[i]), "kl": float(kl_m[i])},
+                )
+            )
         return out

@@ -1,5 +1,6 @@
 """A FedVPA-GP / FedVPL / monolithic client, one at a time: the plain reference of the local objective
 (:class:`~.vpa_batched.BatchedVPAClients` trains all clients of a round at once with the same objective)."""
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -12,8 +13,18 @@ from ...federation.messages import ClientUpdate
 from ...federation.state.store import MemoryStore
 from ..pairs import PreferencePairs, pairwise_accuracy
 from .config import POSTERIOR_LOGVAR, POSTERIOR_MU, VPAConfig
-from .model import (VPAModel, gumbel_weights, kl_standard_normal, load_arrays, mixture_kl_mc, named_arrays,
-                        ortho_loss, orthonormal_rows, posterior_summary, prototype_matrix)
+from .model import (
+    VPAModel,
+    gumbel_weights,
+    kl_standard_normal,
+    load_arrays,
+    mixture_kl_mc,
+    named_arrays,
+    ortho_loss,
+    orthonormal_rows,
+    posterior_summary,
+    prototype_matrix,
+)
 from .optim import local_optimizer
 
 
@@ -26,7 +37,8 @@ def context_target_sizes(n: int, cfg: VPAConfig) -> tuple[int, int]:
 
 class _PeerPrior(NamedTuple):
     """The peers' rows of the server's prior table that this client's mixture prior is made of."""
-    present: torch.Tensor   # [n_table] bool: which rows are peers with a summary
+
+    present: torch.Tensor  # [n_table] bool: which rows are peers with a summary
     mu: torch.Tensor
     logvar: torch.Tensor
     count: torch.Tensor
@@ -34,7 +46,7 @@ class _PeerPrior(NamedTuple):
 
 class _Step(NamedTuple):
     z: torch.Tensor
-    posterior: tuple | None   # (mu, logvar) of the step's context, None for the monolithic method
+    posterior: tuple | None  # (mu, logvar) of the step's context, None for the monolithic method
     loss: float
     kl: float
 
@@ -45,8 +57,16 @@ class VPAClient:
     Private: its pairs and (FedVPA-GP) its mixture-weight logits pi, kept in ``store``. ``fit`` uploads the shared
     network parameters (``net.*``) and the posterior summary (``posterior.mu``, ``posterior.logvar``)."""
 
-    def __init__(self, cid: int, train: PreferencePairs, test: PreferencePairs | None, cfg: VPAConfig, *,
-                 n_table: int, store=None):
+    def __init__(
+        self,
+        cid: int,
+        train: PreferencePairs,
+        test: PreferencePairs | None,
+        cfg: VPAConfig,
+        *,
+        n_table: int,
+        store=None,
+    ):
         if len(train) < 2:
             raise ValueError(f"client {cid}: needs at least 2 training pairs, has {len(train)}")
         self.cid, self.train, self.test, self.cfg = int(cid), train, test, cfg
@@ -73,25 +93,34 @@ class VPAClient:
         proto = self._prototypes(model)
         c, rj = self._t(self.train.chosen), self._t(self.train.rejected)
         sizes = context_target_sizes(len(c), cfg)
-        with torch.no_grad():             # z from all the client's pairs under the broadcast network
+        with torch.no_grad():  # z from all the client's pairs under the broadcast network
             mu_all = model.posterior(c, rj, cfg.logvar_max)[0]
-        steps = [self._local_step(model, opt, pi, prior, proto, label, (c, rj), sizes, g)
-                 for _ in range(cfg.local_steps)]
+        steps = [
+            self._local_step(model, opt, pi, prior, proto, label, (c, rj), sizes, g) for _ in range(cfg.local_steps)
+        ]
         self.store.save(self.cid, {"pi": pi.detach().clone()})
         arrays = named_arrays(model)
         if cfg.method != "monolithic":
             arrays[POSTERIOR_MU], arrays[POSTERIOR_LOGVAR] = posterior_summary(
-                torch.stack([s.z for s in steps]), torch.stack([s.posterior[0] for s in steps]),
-                torch.stack([s.posterior[1] for s in steps]), cfg.summary_mean, mu_all)
-        return ClientUpdate(cid=self.cid, kind="params", arrays=arrays, num_examples=len(c),
-                            metrics={"loss": float(np.mean([s.loss for s in steps])),
-                                     "kl": float(np.mean([s.kl for s in steps]))})
+                torch.stack([s.z for s in steps]),
+                torch.stack([s.posterior[0] for s in steps]),
+                torch.stack([s.posterior[1] for s in steps]),
+                cfg.summary_mean,
+                mu_all,
+            )
+        return ClientUpdate(
+            cid=self.cid,
+            kind="params",
+            arrays=arrays,
+            num_examples=len(c),
+            metrics={"loss": float(np.mean([s.loss for s in steps])), "kl": float(np.mean([s.kl for s in steps]))},
+        )
 
     def _peer_prior(self, shared: dict) -> _PeerPrior | None:
         """The peers' summaries of the mixture prior; None without a mixture (no peer yet, or not FedVPA-GP)."""
         cfg = self.cfg
         present = torch.as_tensor(np.asarray(shared.get("prior.present", np.zeros(self.n_table, bool)))).bool().clone()
-        present[self.cid] = False                 # the prior mixes the *peers'* summaries
+        present[self.cid] = False  # the prior mixes the *peers'* summaries
         if not (cfg.method == "fedvpa_gp" and bool(present.any())):
             return None
         pmu = self._t(shared["prior.mu"])[present]
@@ -103,7 +132,7 @@ class VPAClient:
     def _prototypes(self, model: VPAModel) -> torch.Tensor:
         cfg = self.cfg
         if hasattr(model, "proto"):
-            with torch.no_grad():             # FedAvg of orthonormal rows is not orthonormal
+            with torch.no_grad():  # FedAvg of orthonormal rows is not orthonormal
                 model.proto.copy_(orthonormal_rows(model.proto, cfg.prototype_scale))
             return model.proto
         return prototype_matrix(cfg.prototypes, cfg.latent, cfg.prototype_scale)
@@ -116,10 +145,10 @@ class VPAClient:
         n = len(c)
         c_size, b_size = sizes
         perm = torch.randperm(n, generator=g)
-        ctx, tgt = perm[:c_size], perm[c_size:c_size + b_size]
+        ctx, tgt = perm[:c_size], perm[c_size : c_size + b_size]
         post = None
         if cfg.method == "monolithic":
-            tgt = perm[:min(cfg.batch_size, n)]
+            tgt = perm[: min(cfg.batch_size, n)]
             z = torch.zeros(cfg.latent)
             kl = torch.zeros(())
         else:
@@ -158,8 +187,11 @@ class VPAClient:
         model = VPAModel.from_config(self.d_in, self.cfg)
         load_arrays(model, shared)
         mu, logvar = self.infer_z(model)
-        out = {"cid": self.cid, "n_test": 0 if self.test is None else len(self.test),
-               "kl_standard_normal": float(kl_standard_normal(mu, logvar))}
+        out = {
+            "cid": self.cid,
+            "n_test": 0 if self.test is None else len(self.test),
+            "kl_standard_normal": float(kl_standard_normal(mu, logvar)),
+        }
         if self.test is not None and len(self.test):
             out["accuracy"] = accuracy(model, self.test, mu)
         return out

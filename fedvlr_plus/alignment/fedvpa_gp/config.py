@@ -1,5 +1,6 @@
 """FedVPA-GP's settings: the three methods it compares and every knob of the local objective, the optimisers and
 the server (what each does: :mod:`.fedvpa_gp`; why the defaults: docs/alignment-preference.md)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,35 +15,35 @@ SUMMARY_MEANS = ("all_pairs", "posterior", "samples")
 class VPAConfig:
     method: str = "fedvpa_gp"
     rounds: int = 100
-    local_steps: int = 2          # few local steps: with many, each client fits its own type through the z-free
-                                  # path and FedAvg cancels the types out (measured; see docs/alignment-preference.md)
-    batch_size: int = 32          # target pairs per local step
-    context_size: int = 8         # context pairs per posterior sample during training
-    latent: int = 8               # d
+    local_steps: int = 2  # few local steps: with many, each client fits its own type through the z-free
+    # path and FedAvg cancels the types out (measured; see docs/alignment-preference.md)
+    batch_size: int = 32  # target pairs per local step
+    context_size: int = 8  # context pairs per posterior sample during training
+    latent: int = 8  # d
     hidden: int = 64
-    decoder: str = "bilinear"     # bilinear: r = e_s^T (w_0 + U z) | concat: VPL's MLP([e_s ; z])
-    lr: float = 3e-2              # Adam step size: the server's (server_optimizer adam) or the clients' (none)
+    decoder: str = "bilinear"  # bilinear: r = e_s^T (w_0 + U z) | concat: VPL's MLP([e_s ; z])
+    lr: float = 3e-2  # Adam step size: the server's (server_optimizer adam) or the clients' (none)
     lr_schedule: str = "constant"  # constant | cosine (lr * (1 + cos(pi (r - 1) / rounds)) / 2 in round r)
-    weight_decay: float = 0.0     # L2 on the network (the local optimiser's weight_decay)
+    weight_decay: float = 0.0  # L2 on the network (the local optimiser's weight_decay)
     server_optimizer: str = "adam"  # adam: local SGD (local_lr), FedAvg of the updates taken as a pseudo-gradient
-                                    # by a server Adam (lr) (Reddi et al. 2021) | none: local Adam (lr) + FedAvg;
-                                    # see local_optimizer for why (measured on an HH-RLHF validation split)
-    local_lr: float = 0.1         # local SGD step size with server_optimizer="adam"
-    beta: float = 0.05            # KL weight (the paper: 0.5; with local Adam 0.5 pinned every z to the peers;
-                                  # with the server Adam 0.5 and 0.05 are level on HH-RLHF validation pairs)
-    ortho: float = 1.0            # lambda
-    gamma: float = 0.1            # weight of ||P P^T - I||
-    tau: float = 1.0              # Gumbel-Softmax temperature
-    logvar_max: float = 0.0       # variance cap
-    prototypes: int = 2           # M
+    # by a server Adam (lr) (Reddi et al. 2021) | none: local Adam (lr) + FedAvg;
+    # see local_optimizer for why (measured on an HH-RLHF validation split)
+    local_lr: float = 0.1  # local SGD step size with server_optimizer="adam"
+    beta: float = 0.05  # KL weight (the paper: 0.5; with local Adam 0.5 pinned every z to the peers;
+    # with the server Adam 0.5 and 0.05 are level on HH-RLHF validation pairs)
+    ortho: float = 1.0  # lambda
+    gamma: float = 0.1  # weight of ||P P^T - I||
+    tau: float = 1.0  # Gumbel-Softmax temperature
+    logvar_max: float = 0.0  # variance cap
+    prototypes: int = 2  # M
     prototype_scale: float = 5.0
     prototype_mode: str = "fixed"  # fixed: scaled identity rows | learnable: QR init, shared (FedAvg), QR
-                                   # re-orthonormalised after every step (the paper's option)
-    prior_weights: str = "gumbel"   # gumbel (paper) | samples (released code)
+    # re-orthonormalised after every step (the paper's option)
+    prior_weights: str = "gumbel"  # gumbel (paper) | samples (released code)
     prior_min_logvar: float | None = 0.0  # floor on the prior components' log-variance (None: none) [inferred]
     summary_mean: str = "all_pairs"  # the uploaded mubar: posterior from all pairs | mean of the steps' posterior
-                                     # means | of the sampled z (paper); see posterior_summary [inferred]
-    ortho_warmup: int | None = 10    # rounds before prototype labels are broadcast (None: rounds // 3) [inferred]
+    # means | of the sampled z (paper); see posterior_summary [inferred]
+    ortho_warmup: int | None = 10  # rounds before prototype labels are broadcast (None: rounds // 3) [inferred]
     seed: int = 0
 
     def __post_init__(self):
@@ -62,4 +63,3 @@ class VPAConfig:
             raise ValueError(f"prior_weights must be 'gumbel' or 'samples', got {self.prior_weights!r}")
         if self.prototypes > self.latent:
             raise ValueError(f"{self.prototypes} orthogonal prototypes need latent >= {self.prototypes}")
-

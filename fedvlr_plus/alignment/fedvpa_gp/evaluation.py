@@ -1,5 +1,6 @@
 """How FedVPA-GP and its baselines are measured: held-out accuracy per client type, separation of the clients'
 mean z by type, the swap test, unseen clients from a few context pairs, and the central linear ceiling."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,8 +14,16 @@ from .model import VPAModel, kl_standard_normal, load_arrays
 from .server import train_federated
 
 
-def evaluate_method(train: PreferencePairs, test: PreferencePairs, unseen: PreferencePairs | None, cfg: VPAConfig,
-                    *, context_pairs: int = 10, log: list | None = None, simulator: str = "batched") -> dict:
+def evaluate_method(
+    train: PreferencePairs,
+    test: PreferencePairs,
+    unseen: PreferencePairs | None,
+    cfg: VPAConfig,
+    *,
+    context_pairs: int = 10,
+    log: list | None = None,
+    simulator: str = "batched",
+) -> dict:
     """Train one method and measure: held-out accuracy per client type, KL to N(0, I) of the clients' posteriors,
     silhouette / purity of client mean-z by true type, unseen-client accuracy from ``context_pairs`` pairs."""
     shared, clients, table, labels, history = train_federated(train, test, cfg, log=log, simulator=simulator)
@@ -34,8 +43,7 @@ def evaluate_method(train: PreferencePairs, test: PreferencePairs, unseen: Prefe
                 sc = model.score(torch.as_tensor(c.test.chosen), mu) - model.score(torch.as_tensor(c.test.rejected), mu)
             hits[names[types[c.cid]]] += ((sc > 0).float() + 0.5 * (sc == 0).float()).tolist()
     mus, tys = np.array(mus), np.array(tys)
-    out = {"accuracy": {n: float(np.mean(h)) if h else float("nan") for n, h in hits.items()},
-           "history": history}
+    out = {"accuracy": {n: float(np.mean(h)) if h else float("nan") for n, h in hits.items()}, "history": history}
     if cfg.method != "monolithic":
         out["kl"] = float(np.mean(kls))
         out["kl_term"] = history[-1]["kl_term"]
@@ -85,14 +93,20 @@ def unseen_accuracy(model: VPAModel, unseen: PreferencePairs, cfg: VPAConfig, co
             z = torch.zeros(cfg.latent)
         else:
             with torch.no_grad():
-                z, _ = model.posterior(torch.as_tensor(ctx.chosen), torch.as_tensor(ctx.rejected),
-                                       cfg.logvar_max)
+                z, _ = model.posterior(torch.as_tensor(ctx.chosen), torch.as_tensor(ctx.rejected), cfg.logvar_max)
         accs.append((accuracy(model, rest, z), len(rest)))
     return float(np.average([a for a, _ in accs], weights=[n for _, n in accs]))
 
 
-def fit_linear_bt(chosen: np.ndarray, rejected: np.ndarray, *, weight_decay: float = 0.0, steps: int = 100,
-                  lr: float = 1e-2, seed: int = 0) -> np.ndarray:
+def fit_linear_bt(
+    chosen: np.ndarray,
+    rejected: np.ndarray,
+    *,
+    weight_decay: float = 0.0,
+    steps: int = 100,
+    lr: float = 1e-2,
+    seed: int = 0,
+) -> np.ndarray:
     """A linear Bradley-Terry reward r(s) = w^T s fitted centrally (full-batch Adam, L2 ``weight_decay``)."""
     torch.manual_seed(seed)
     w = torch.zeros(chosen.shape[1], requires_grad=True)
@@ -106,8 +120,14 @@ def fit_linear_bt(chosen: np.ndarray, rejected: np.ndarray, *, weight_decay: flo
     return w.detach().numpy()
 
 
-def central_ceiling(train: PreferencePairs, test: PreferencePairs, *, seed: int = 0,
-                    weight_decays=(0.0, 1e-3, 1e-2, 1e-1), val_fraction: float = 0.2) -> dict:
+def central_ceiling(
+    train: PreferencePairs,
+    test: PreferencePairs,
+    *,
+    seed: int = 0,
+    weight_decays=(0.0, 1e-3, 1e-2, 1e-1),
+    val_fraction: float = 0.2,
+) -> dict:
     """How much a type-conditioned reward can gain on these features: linear Bradley-Terry rewards trained
     *centrally* (all pairs in one place, no federation) on the pooled pairs vs one per client type (the true type
     known: an oracle z). ``weight_decay`` is chosen per model on a validation split of ``train``; the test pairs are
@@ -119,9 +139,13 @@ def central_ceiling(train: PreferencePairs, test: PreferencePairs, *, seed: int 
     groups = np.unique(train.group)
 
     def pick(rows_tr, rows_va):
-        accs = [pairwise_accuracy(va.chosen[rows_va] @ w, va.rejected[rows_va] @ w)
-                for w in (fit_linear_bt(tr.chosen[rows_tr], tr.rejected[rows_tr], weight_decay=wd, seed=seed)
-                          for wd in weight_decays)]
+        accs = [
+            pairwise_accuracy(va.chosen[rows_va] @ w, va.rejected[rows_va] @ w)
+            for w in (
+                fit_linear_bt(tr.chosen[rows_tr], tr.rejected[rows_tr], weight_decay=wd, seed=seed)
+                for wd in weight_decays
+            )
+        ]
         return weight_decays[int(np.argmax(accs))]
 
     def acc(w, t):
@@ -130,13 +154,18 @@ def central_ceiling(train: PreferencePairs, test: PreferencePairs, *, seed: int 
 
     wd = pick(np.ones(len(tr), bool), np.ones(len(va), bool))
     w_pool = fit_linear_bt(train.chosen, train.rejected, weight_decay=wd, seed=seed)
-    out = {"pooled": {names[t]: acc(w_pool, t) for t in groups}, "per_type": {}, "cross": {},
-           "weight_decay": {"pooled": wd}}
+    out = {
+        "pooled": {names[t]: acc(w_pool, t) for t in groups},
+        "per_type": {},
+        "cross": {},
+        "weight_decay": {"pooled": wd},
+    }
     ws = {}
     for t in groups:
         wd_t = pick(tr.group == t, va.group == t)
-        ws[t] = fit_linear_bt(train.chosen[train.group == t], train.rejected[train.group == t], weight_decay=wd_t,
-                              seed=seed)
+        ws[t] = fit_linear_bt(
+            train.chosen[train.group == t], train.rejected[train.group == t], weight_decay=wd_t, seed=seed
+        )
         out["weight_decay"][names[t]] = wd_t
         out["per_type"][names[t]] = acc(ws[t], t)
     if len(groups) == 2:

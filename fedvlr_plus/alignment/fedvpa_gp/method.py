@@ -53,8 +53,19 @@ from .batched import BatchedVPAClients
 from .client import VPAClient, accuracy, context_target_sizes
 from .config import DECODERS, METHODS, POSTERIOR_LOGVAR, POSTERIOR_MU, SUMMARY_MEANS, VPAConfig
 from .evaluation import central_ceiling, evaluate_method, fit_linear_bt, swap_flip_rate, unseen_accuracy
-from .model import (VPAModel, gumbel_weights, kl_standard_normal, load_arrays, log_normal, mixture_kl_mc,
-                        named_arrays, ortho_loss, orthonormal_rows, posterior_summary, prototype_matrix)
+from .model import (
+    VPAModel,
+    gumbel_weights,
+    kl_standard_normal,
+    load_arrays,
+    log_normal,
+    mixture_kl_mc,
+    named_arrays,
+    ortho_loss,
+    orthonormal_rows,
+    posterior_summary,
+    prototype_matrix,
+)
 from .optim import fedadam_step, local_optimizer, round_lr
 from .server import PriorTable, prototype_labels, train_federated
 

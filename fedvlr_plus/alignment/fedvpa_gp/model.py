@@ -1,5 +1,6 @@
 """FedVPA-GP's model and its terms: the pair encoder q(z | C) with the z-conditioned reward decoder, the KL terms
 to N(0, I) and to the peers' mixture prior, the orthogonal prototypes and the posterior summary a client uploads."""
+
 from __future__ import annotations
 
 import math
@@ -13,13 +14,22 @@ from .config import DECODERS, SUMMARY_MEANS, VPAConfig
 class VPAModel(torch.nn.Module):
     """Pair encoder -> q(z | C); z-conditioned reward decoder. All of it is shared (FedAvg)."""
 
-    def __init__(self, d_in: int, latent: int, hidden: int = 64, decoder: str = "bilinear", *,
-                 prototypes: int = 0, prototype_scale: float = 5.0):
+    def __init__(
+        self,
+        d_in: int,
+        latent: int,
+        hidden: int = 64,
+        decoder: str = "bilinear",
+        *,
+        prototypes: int = 0,
+        prototype_scale: float = 5.0,
+    ):
         super().__init__()
         if decoder not in DECODERS:
             raise ValueError(f"decoder must be one of {DECODERS}, got {decoder!r}")
-        self.pair = torch.nn.Sequential(torch.nn.Linear(2 * d_in, hidden), torch.nn.ReLU(),
-                                        torch.nn.Linear(hidden, hidden), torch.nn.ReLU())
+        self.pair = torch.nn.Sequential(
+            torch.nn.Linear(2 * d_in, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, hidden), torch.nn.ReLU()
+        )
         self.mu = torch.nn.Linear(hidden, latent)
         self.logvar = torch.nn.Linear(hidden, latent)
         if decoder == "bilinear":
@@ -31,18 +41,25 @@ class VPAModel(torch.nn.Module):
             torch.nn.init.zeros_(self.w0.weight)
             torch.nn.init.zeros_(self.U.weight)
         else:
-            self.reward = torch.nn.Sequential(torch.nn.Linear(d_in + latent, hidden), torch.nn.ReLU(),
-                                              torch.nn.Linear(hidden, 1))
+            self.reward = torch.nn.Sequential(
+                torch.nn.Linear(d_in + latent, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 1)
+            )
         self.latent, self.decoder = latent, decoder
         if prototypes:
             # learnable prototypes: QR-orthonormalised Gaussian rows, scaled (the paper's "QR init, learnable")
             self.proto = torch.nn.Parameter(orthonormal_rows(torch.randn(prototypes, latent), prototype_scale))
 
     @classmethod
-    def from_config(cls, d_in: int, cfg: "VPAConfig") -> "VPAModel":
+    def from_config(cls, d_in: int, cfg: VPAConfig) -> VPAModel:
         learn = cfg.prototype_mode == "learnable" and cfg.method == "fedvpa_gp"
-        return cls(d_in, cfg.latent, cfg.hidden, cfg.decoder, prototypes=cfg.prototypes if learn else 0,
-                   prototype_scale=cfg.prototype_scale)
+        return cls(
+            d_in,
+            cfg.latent,
+            cfg.hidden,
+            cfg.decoder,
+            prototypes=cfg.prototypes if learn else 0,
+            prototype_scale=cfg.prototype_scale,
+        )
 
     def direction(self, z):
         """w(z) = w_0 + U z of the bilinear decoder: z [..., d] -> [..., d_in]."""
@@ -68,8 +85,9 @@ def named_arrays(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def load_arrays(model: torch.nn.Module, shared: dict) -> None:
-    state = {k[4:]: torch.as_tensor(np.asarray(v), dtype=torch.float32) for k, v in shared.items()
-             if k.startswith("net.")}
+    state = {
+        k[4:]: torch.as_tensor(np.asarray(v), dtype=torch.float32) for k, v in shared.items() if k.startswith("net.")
+    }
     model.load_state_dict(state)
 
 
@@ -81,11 +99,12 @@ def log_normal(z, mu, logvar):
 
 def kl_standard_normal(mu, logvar):
     """Closed-form KL(N(mu, sigma^2) || N(0, I))."""
-    return 0.5 * (mu ** 2 + logvar.exp() - 1.0 - logvar).sum(-1)
+    return 0.5 * (mu**2 + logvar.exp() - 1.0 - logvar).sum(-1)
 
 
-def gumbel_weights(logits: torch.Tensor, tau: float = 1.0, generator: torch.Generator | None = None,
-                   noise: bool = True) -> torch.Tensor:
+def gumbel_weights(
+    logits: torch.Tensor, tau: float = 1.0, generator: torch.Generator | None = None, noise: bool = True
+) -> torch.Tensor:
     """softmax((logits + g) / tau) with Gumbel noise g = -log(-log U) (Jang et al. 2017; Maddison et al. 2017)."""
     if noise:
         u = torch.rand(logits.shape, generator=generator).clamp(1e-10, 1 - 1e-10)

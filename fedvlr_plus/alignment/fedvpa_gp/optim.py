@@ -1,5 +1,6 @@
 """FedVPA-GP's step sizes and optimisers: the round's Adam step size, the clients' local optimisers and the
 server's Adam step on FedAvg's averaged update (FedAdam)."""
+
 from __future__ import annotations
 
 import math

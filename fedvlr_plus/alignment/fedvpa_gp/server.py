@@ -7,8 +7,8 @@ import torch
 
 from ...federation.messages import ClientUpdate
 from ...federation.rounds import RoundLoop, fit_each, over_the_wire
-from ...federation.strategies.server_adam import ServerAdam
 from ...federation.state.store import MemoryStore
+from ...federation.strategies.server_adam import ServerAdam
 from ..pairs import PreferencePairs, kmeans
 from .batched import BatchedVPAClients
 from .client import VPAClient

@@ -1,16 +1,17 @@
 """The federated alignment baselines MoR is compared with on the same GRPO run: one reward model of one
 architecture trained by FedAvg over the clients' pairs (parameters are exchanged, the thing MoR avoids), and the
 clients' own rewards averaged uniformly (no router)."""
+
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from ...federation.strategies.fedavg import FedAvgStrategy
 from ...federation.messages import ClientUpdate
 from ...federation.rounds import RoundLoop, fit_each, over_the_wire
-from .rewards import SCORE_ARRAY, make_reward, train_bradley_terry
+from ...federation.strategies.fedavg import FedAvgStrategy
 from ..pairs import PreferencePairs
+from .rewards import SCORE_ARRAY, make_reward, train_bradley_terry
 
 
 class _DenseSpec:
@@ -28,29 +29,50 @@ class FedAvgRewardClient:
     def fit(self, shared: dict, config: dict) -> ClientUpdate:
         model = make_reward(self.kind, self.pairs.context.shape[1], self.pairs.chosen.shape[1])
         model.load_state_dict({k: torch.as_tensor(v) for k, v in shared.items()})
-        loss = train_bradley_terry(model, self.pairs, epochs=self.epochs, lr=self.lr,
-                                   seed=self.seed * 1000 + 7 * int(config["round"]) + self.cid)
-        return ClientUpdate(cid=self.cid, kind="params", num_examples=len(self.pairs),
-                            arrays={k: v.detach().clone() for k, v in model.state_dict().items()},
-                            metrics={"loss": loss[-1]})
+        loss = train_bradley_terry(
+            model,
+            self.pairs,
+            epochs=self.epochs,
+            lr=self.lr,
+            seed=self.seed * 1000 + 7 * int(config["round"]) + self.cid,
+        )
+        return ClientUpdate(
+            cid=self.cid,
+            kind="params",
+            num_examples=len(self.pairs),
+            arrays={k: v.detach().clone() for k, v in model.state_dict().items()},
+            metrics={"loss": loss[-1]},
+        )
 
 
-def fedavg_reward(train: PreferencePairs, *, kind: str = "bilinear", rounds: int = 10, local_epochs: int = 3,
-                  lr: float = 1e-2, seed: int = 0, on_round=None) -> tuple[torch.nn.Module, list[dict]]:
+def fedavg_reward(
+    train: PreferencePairs,
+    *,
+    kind: str = "bilinear",
+    rounds: int = 10,
+    local_epochs: int = 3,
+    lr: float = 1e-2,
+    seed: int = 0,
+    on_round=None,
+) -> tuple[torch.nn.Module, list[dict]]:
     """One ``kind`` reward model trained by FedAvg (example-weighted mean of the clients' parameters every round)
     over every client of ``train``; returns the model and the per-round mean local loss."""
     model = make_reward(kind, train.context.shape[1], train.chosen.shape[1], seed=seed)
     shared = {k: v.detach().clone() for k, v in model.state_dict().items()}
     specs = {k: _DenseSpec() for k in shared}
-    clients = [FedAvgRewardClient(k, kind, train.of_client(k), epochs=local_epochs, lr=lr, seed=seed)
-               for k in np.unique(train.client)]
+    clients = [
+        FedAvgRewardClient(k, kind, train.of_client(k), epochs=local_epochs, lr=lr, seed=seed)
+        for k in np.unique(train.client)
+    ]
     strategy = FedAvgStrategy()
 
     def aggregate(r, state, updates, config):
         if on_round is not None:
             on_round(r, state, updates)
         return strategy.aggregate(state, updates, specs), {
-            "round": r, "loss": float(np.mean([u.metrics["loss"] for u in updates]))}
+            "round": r,
+            "loss": float(np.mean([u.metrics["loss"] for u in updates])),
+        }
 
     loop = RoundLoop(clients, aggregate, fit=over_the_wire(fit_each))
     shared, history = loop.run(shared, range(1, rounds + 1))

@@ -1,4 +1,5 @@
 """MoR's settings: reward models, router, candidates and the GRPO policy rounds."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -10,12 +11,12 @@ from ..grpo import GRPOConfig
 class MoRConfig:
     reward_epochs: int = 30
     reward_lr: float = 1e-2
-    architectures: tuple = ("bilinear", "mlp")   # dealt round-robin over the clients
-    public_fraction: float = 0.1                 # share of each client's training pairs donated as public pairs
+    architectures: tuple = ("bilinear", "mlp")  # dealt round-robin over the clients
+    public_fraction: float = 0.1  # share of each client's training pairs donated as public pairs
     router_epochs: int = 300
     router_balance: float = 0.05
-    router_holdout: float = 0.0                  # share of the public pairs that early-stops the router (0: none)
-    candidates: int = 100                        # C: the reference's top-C unseen items per user
+    router_holdout: float = 0.0  # share of the public pairs that early-stops the router (0: none)
+    candidates: int = 100  # C: the reference's top-C unseen items per user
     grpo_rounds: int = 30
     users_per_round: int = 256
     inner_steps: int = 2

@@ -22,20 +22,21 @@ A router only beats uniform averaging where the clients differ in *where* they a
 
 Nothing here feeds back into a run: it reads the validation and test items only to report the bound.
 """
+
 from __future__ import annotations
 
 import itertools
 
 import numpy as np
 
+from ..pairs import PreferencePairs, pairwise_accuracy
 from .config import MoRConfig
 from .rewards import query_clients
 from .router import Standardiser
-from ..pairs import PreferencePairs, pairwise_accuracy
 
 #: simplex step per number of clients, coarser as the grid grows (330 rows at 8 clients)
 GRID_STEP = {2: 0.05, 3: 0.1, **{k: 0.25 for k in range(4, 9)}}
-OWN_FIT_TEMPERATURES = (0.03, 0.1, 0.3, 1.0)   # per-user router's softmax temperatures (accuracy units)
+OWN_FIT_TEMPERATURES = (0.03, 0.1, 0.3, 1.0)  # per-user router's softmax temperatures (accuracy units)
 
 
 def simplex_grid(k: int, step: float | None = None) -> np.ndarray:
@@ -77,10 +78,15 @@ def rerank_bound(z: np.ndarray, cand, targets: dict, groups: np.ndarray) -> dict
         m = groups == g
         w = best_weights(z[:, m], cand[m], targets["valid"][m], grid)
         per_group[m], chosen[int(g)] = np.tensordot(w, z[:, m], 1), w.tolist()
-    fused = {"uniform": z.mean(0), "oracle_global": np.tensordot(glob, z, 1), "oracle_per_group": per_group,
-             **{f"client_{k}": z[k] for k in range(len(z))}}
-    out = {name: {part: float(rerank_hits(f, cand, t).mean()) for part, t in targets.items()}
-           for name, f in fused.items()}
+    fused = {
+        "uniform": z.mean(0),
+        "oracle_global": np.tensordot(glob, z, 1),
+        "oracle_per_group": per_group,
+        **{f"client_{k}": z[k] for k in range(len(z))},
+    }
+    out = {
+        name: {part: float(rerank_hits(f, cand, t).mean()) for part, t in targets.items()} for name, f in fused.items()
+    }
     out["weights"] = {"oracle_global": glob.tolist(), "oracle_per_group": chosen}
     return out
 
@@ -95,7 +101,7 @@ def own_fit(clients, std: Standardiser, pair_sets, users: np.ndarray, extra_for=
     for pairs in pair_sets:
         extra = extra_for(pairs) if extra_for is not None else None
         z = std(query_clients(clients, pairs.context, np.stack([pairs.chosen, pairs.rejected], 1), extra=extra))
-        right = (z[..., 0] > z[..., 1]).numpy().astype(np.float64)                # [K, N]
+        right = (z[..., 0] > z[..., 1]).numpy().astype(np.float64)  # [K, N]
         keep = row[pairs.user] >= 0
         for k in range(len(clients)):
             np.add.at(hits[k], row[pairs.user[keep]], right[k, keep])
@@ -105,13 +111,16 @@ def own_fit(clients, std: Standardiser, pair_sets, users: np.ndarray, extra_for=
 
 def own_fit_row(z: np.ndarray, fit: np.ndarray, cand, targets: dict, temperatures=OWN_FIT_TEMPERATURES) -> dict:
     """HR@10 of per-user weights softmax(fit / T) over the clients, T chosen on valid HR@10."""
+
     def fused(t):
         w = np.exp((fit - fit.max(0)) / t)
         return ((w / w.sum(0))[:, :, None] * z).sum(0)
 
     best = max(temperatures, key=lambda t: rerank_hits(fused(t), cand, targets["valid"]).sum())
-    return {**{part: float(rerank_hits(fused(best), cand, tg).mean()) for part, tg in targets.items()},
-            "temperature": best}
+    return {
+        **{part: float(rerank_hits(fused(best), cand, tg).mean()) for part, tg in targets.items()},
+        "temperature": best,
+    }
 
 
 def group_accuracy(clients, std: Standardiser, pairs: PreferencePairs, extra_for=None) -> list[list[float]]:
@@ -119,8 +128,10 @@ def group_accuracy(clients, std: Standardiser, pairs: PreferencePairs, extra_for
     extra = extra_for(pairs) if extra_for is not None else None
     z = std(query_clients(clients, pairs.context, np.stack([pairs.chosen, pairs.rejected], 1), extra=extra))
     z = z.numpy()
-    return [[pairwise_accuracy(z[k, pairs.group == g, 0], z[k, pairs.group == g, 1]) for g in np.unique(pairs.group)]
-            for k in range(len(clients))]
+    return [
+        [pairwise_accuracy(z[k, pairs.group == g, 0], z[k, pairs.group == g, 1]) for g in np.unique(pairs.group)]
+        for k in range(len(clients))
+    ]
 
 
 def reward_rows(ref: np.ndarray, beta: float, rewards: dict, cand, targets: dict) -> dict:
@@ -140,8 +151,9 @@ def _trained_rewards(s, cfg: MoRConfig, clients, train, public, test, extra_for,
     from .seeds import FEDAVG_REWARD, reward_baselines
 
     _, router, std = reward_report(clients, public, test, cfg, extra_for=extra_for)
-    base = reward_baselines(clients, train, public, cfg, item_setting=s if view == "items" else None,
-                            **{**FEDAVG_REWARD, **fedavg})
+    base = reward_baselines(
+        clients, train, public, cfg, item_setting=s if view == "items" else None, **{**FEDAVG_REWARD, **fedavg}
+    )
     return router, std, base["fedavg"]
 
 
@@ -155,19 +167,28 @@ def _fused(router, z: np.ndarray, x, o) -> np.ndarray:
         return fuse(router(x, o), torch.as_tensor(z)).numpy()
 
 
-def headroom_seed(s, cfg: MoRConfig, *, test_fraction: float = 0.2, negatives: str = "popular",
-                  view: str = "items", fedavg: dict | None = None) -> dict:
+def headroom_seed(
+    s,
+    cfg: MoRConfig,
+    *,
+    test_fraction: float = 0.2,
+    negatives: str = "popular",
+    view: str = "items",
+    fedavg: dict | None = None,
+) -> dict:
     """One seed's own-group accuracy matrix and re-ranking bound on the participating clients' users.
     ``fedavg``: the FedAvg reward's ``fedavg_kind`` / ``fedavg_rounds`` / ``fedavg_epochs``."""
     from .seeds import _targets, seed_clients
 
-    if view == "items":   # the router's initial weights, as in a GRPO run's seed
+    if view == "items":  # the router's initial weights, as in a GRPO run's seed
         import torch
+
         torch.manual_seed(cfg.seed)
     train, public, test, _, clients, extra_for = seed_clients(s, cfg, test_fraction, negatives, view)
     # the public set's standardisation comes with the trained router: one query of the public pairs serves both
-    router, std, (scorer, f_router, f_std) = _trained_rewards(s, cfg, clients, train, public, test, extra_for, view,
-                                                              fedavg or {})
+    router, std, (scorer, f_router, f_std) = _trained_rewards(
+        s, cfg, clients, train, public, test, extra_for, view, fedavg or {}
+    )
     inside = (s.groups >= 0) & ~np.isin(s.groups, s.held_out)
     users = np.flatnonzero(inside)
     cand = s.ref.cand[users]
@@ -180,15 +201,23 @@ def headroom_seed(s, cfg: MoRConfig, *, test_fraction: float = 0.2, negatives: s
     bound = rerank_bound(z, cand, targets, s.groups[users])
     bound["own_fit"] = own_fit_row(z, own_fit(clients, std, (train, public, test), users, extra_for), cand, targets)
     x, o = s.x[users], s.groups[users]
-    rewards = {"mor_router": _fused(router, z, x, o),
-               "fedavg_reward": _fused(f_router, candidate_scores(scorer, f_std, x, s.feats, cand, extra), x, o),
-               "uniform": z.mean(0)}
+    rewards = {
+        "mor_router": _fused(router, z, x, o),
+        "fedavg_reward": _fused(f_router, candidate_scores(scorer, f_std, x, s.feats, cand, extra), x, o),
+        "uniform": z.mean(0),
+    }
     rows = reward_rows(s.ref.logits[users] / cfg.temperature, cfg.grpo.beta, rewards, cand, targets)
-    rows.pop("uniform")   # the bound's own uniform row; only its KL optimum is new
+    rows.pop("uniform")  # the bound's own uniform row; only its KL optimum is new
     bound.update(rows)
     ref = s.ref.logits[users]
     bound["reference"] = {p: float(rerank_hits(ref, cand, t).mean()) for p, t in targets.items()}
-    return {"seed": cfg.seed, "clients": [{"cid": c.cid, "kind": c.kind, "group": s.names[int(c.train.group[0])],
-                                           "n_train_pairs": len(c.train)} for c in clients],
-            "group_accuracy": group_accuracy(clients, std, test, extra_for),
-            "groups": [s.names[int(g)] for g in np.unique(test.group)], "rerank": bound}
+    return {
+        "seed": cfg.seed,
+        "clients": [
+            {"cid": c.cid, "kind": c.kind, "group": s.names[int(c.train.group[0])], "n_train_pairs": len(c.train)}
+            for c in clients
+        ],
+        "group_accuracy": group_accuracy(clients, std, test, extra_for),
+        "groups": [s.names[int(g)] for g in np.unique(test.group)],
+        "rerank": bound,
+    }

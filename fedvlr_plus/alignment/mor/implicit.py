@@ -8,6 +8,7 @@ groups and the pairs. The validation and test interactions are never read, so no
 them; a sampled negative is any item outside the user's training interactions, exactly what a client that does
 not know its future would draw.
 """
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -21,19 +22,27 @@ from ..pairs import PreferencePairs, content_flag_hint, genre_matrix, item_featu
 def training_view(split) -> SimpleNamespace:
     """The training interactions of ``split`` with its item / user frames, in the shape ``user_groups`` reads."""
     inter = split.inter[split.inter["split"] == 0]
-    return SimpleNamespace(inter=inter, items=split.items, users=split.users, n_users=split.n_users,
-                           n_items=split.n_items, name=getattr(split, "name", "data"))
+    return SimpleNamespace(
+        inter=inter,
+        items=split.items,
+        users=split.users,
+        n_users=split.n_users,
+        n_items=split.n_items,
+        name=getattr(split, "name", "data"),
+    )
 
 
-def train_only_groups(split, by: str = "taste", *, k: int = 4, seed: int = 0,
-                      item_vectors: np.ndarray | None = None) -> tuple[np.ndarray, tuple]:
+def train_only_groups(
+    split, by: str = "taste", *, k: int = 4, seed: int = 0, item_vectors: np.ndarray | None = None
+) -> tuple[np.ndarray, tuple]:
     """User groups (the clients) computed from the training interactions only; with ``item_vectors`` taste groups
     are read from the users' mean item vectors instead of their rating-centred genre profiles."""
     return user_groups(training_view(split), by, k=k, seed=seed, item_vectors=item_vectors)
 
 
-def setting_features(split, *, content: str | None, text: str = "none", cache_dir=None,
-                     progress: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+def setting_features(
+    split, *, content: str | None, text: str = "none", cache_dir=None, progress: bool = False
+) -> tuple[np.ndarray, np.ndarray | None]:
     """(item features without popularity, the item vectors taste groups read, or None for the genre profiles).
 
     ``content``: a feature array the dataset ships (e.g. lfm2k's tag-text embeddings), rows scaled to unit
@@ -42,7 +51,7 @@ def setting_features(split, *, content: str | None, text: str = "none", cache_di
     if content is not None:
         x = np.asarray(shipped_features(split, content), np.float64)
         x = (x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)).astype(np.float32)
-        return x, x          # the same vectors: the features copy them (popularity appended), the groups read them
+        return x, x  # the same vectors: the features copy them (popularity appended), the groups read them
     require_genres(split, content_flag_hint(split))
     return item_features(split, text=text, cache_dir=cache_dir, progress=progress), None
 
@@ -51,8 +60,12 @@ def require_genres(split, hint: str) -> None:
     """Refuse data whose items have no genres: every user would have the same (zero) taste and every item the
     same features."""
     if split.items is None or "categories" not in split.items or not genre_matrix(split.items)[0].shape[1]:
-        raise ConfigError(getattr(split, "name", "the data"), "its items have no genres (empty 'categories'), so "
-                          "every user would have the same taste and every item the same features", hint)
+        raise ConfigError(
+            getattr(split, "name", "the data"),
+            "its items have no genres (empty 'categories'), so "
+            "every user would have the same taste and every item the same features",
+            hint,
+        )
 
 
 def with_popularity(split, feats: np.ndarray) -> np.ndarray:
@@ -75,8 +88,9 @@ def user_profiles(split, feats: np.ndarray) -> np.ndarray:
     return (x / np.maximum(np.bincount(u, minlength=n), 1)[:, None]).astype(np.float32)
 
 
-def sample_negatives(rng: np.random.Generator, seen: np.ndarray, n_items: int, size: int,
-                     weights: np.ndarray | None = None) -> np.ndarray:
+def sample_negatives(
+    rng: np.random.Generator, seen: np.ndarray, n_items: int, size: int, weights: np.ndarray | None = None
+) -> np.ndarray:
     """``size`` items not in ``seen``, drawn with replacement uniformly or in proportion to ``weights``."""
     pool = np.setdiff1d(np.arange(n_items), seen, assume_unique=False)
     if not len(pool):
@@ -101,9 +115,16 @@ def negative_weights(split, negatives: str) -> np.ndarray | None:
     raise ValueError(f"negatives must be one of {NEGATIVES}, got {negatives!r}")
 
 
-def interaction_pairs(split, feats: np.ndarray, user_group: np.ndarray, group_names, *,
-                      max_pairs_per_user: int | None = 40, negatives: str = "uniform",
-                      seed: int = 0) -> PreferencePairs:
+def interaction_pairs(
+    split,
+    feats: np.ndarray,
+    user_group: np.ndarray,
+    group_names,
+    *,
+    max_pairs_per_user: int | None = 40,
+    negatives: str = "uniform",
+    seed: int = 0,
+) -> PreferencePairs:
     """(user, training item, sampled non-interacted item) pairs; the context is the user's profile without the
     pair's own chosen item (no label in the context). One client per group; users with group -1 are dropped."""
     tr = split.inter[split.inter["split"] == 0]
@@ -119,12 +140,14 @@ def interaction_pairs(split, feats: np.ndarray, user_group: np.ndarray, group_na
                 pos = rng.choice(items, max_pairs_per_user, replace=False)
             yield u, items, pos
 
-    return pairs_from_positives(split, feats, user_group, group_names, positives(), rng=rng,
-                                negatives=negatives, source="interactions")
+    return pairs_from_positives(
+        split, feats, user_group, group_names, positives(), rng=rng, negatives=negatives, source="interactions"
+    )
 
 
-def pairs_from_positives(split, feats: np.ndarray, user_group: np.ndarray, group_names, positives, *, rng,
-                         negatives: str, source: str) -> PreferencePairs:
+def pairs_from_positives(
+    split, feats: np.ndarray, user_group: np.ndarray, group_names, positives, *, rng, negatives: str, source: str
+) -> PreferencePairs:
     """Pairs from ``positives``, ``(user, its training items, its chosen items)`` per grouped user: each chosen
     item over one item outside the user's training items, drawn from ``rng`` right after that user's positives
     (so a generator that draws the positives from the same ``rng`` keeps one fixed order of draws); the context
@@ -142,7 +165,15 @@ def pairs_from_positives(split, feats: np.ndarray, user_group: np.ndarray, group
     user = np.concatenate(us)
     chosen_item, rejected_item = np.concatenate(ch), np.concatenate(rj)
     group = user_group[user].astype(np.int64)
-    return PreferencePairs(context=np.concatenate(ctx).astype(np.float32), chosen=feats[chosen_item],
-                           rejected=feats[rejected_item], client=group.copy(), group=group,
-                           group_names=tuple(group_names), user=user, chosen_item=chosen_item,
-                           rejected_item=rejected_item, meta={"source": source, "negatives": negatives})
+    return PreferencePairs(
+        context=np.concatenate(ctx).astype(np.float32),
+        chosen=feats[chosen_item],
+        rejected=feats[rejected_item],
+        client=group.copy(),
+        group=group,
+        group_names=tuple(group_names),
+        user=user,
+        chosen_item=chosen_item,
+        rejected_item=rejected_item,
+        meta={"source": source, "negatives": negatives},
+    )

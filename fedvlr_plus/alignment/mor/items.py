@@ -16,6 +16,7 @@ keeps the counts private; the server only ever receives scores.
 - Pairs (:func:`next_item_pairs`): a user's latest training items over sampled items outside the user's
   training items; the pair's history is the user's recent items without the chosen one.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -26,18 +27,19 @@ from scipy.optimize import minimize
 from scipy.special import log_expit
 
 from ...federation.messages import ClientUpdate
+from ..pairs import PreferencePairs, pairwise_accuracy
 from .implicit import pairs_from_positives
 from .pair_counts import PairTable, item_counts
 from .rewards import SCORE_ARRAY
-from ..pairs import PreferencePairs, pairwise_accuracy
 
 QUERY_KEYS = ("query.history", "query.history_weight", "query.item_ids")
 
 
 class RecentItems(NamedTuple):
     """Each user's ``length`` most recent training items, newest first (-1 pads) and their recency weights."""
-    hist: np.ndarray     # [n_users, L] int64
-    weight: np.ndarray   # [n_users, L] float32 (0 on pads)
+
+    hist: np.ndarray  # [n_users, L] int64
+    weight: np.ndarray  # [n_users, L] float32 (0 on pads)
 
     def of(self, users, exclude=None) -> tuple[np.ndarray, np.ndarray]:
         """The histories of ``users``; with ``exclude`` [Q] an item per row whose weight is zeroed."""
@@ -61,7 +63,7 @@ def recent_items(split, *, length: int = 20, half_life: float = 5.0) -> RecentIt
     hist = np.full((split.n_users, length), -1, np.int64)
     for u, seq in training_sequences(split).items():
         last = seq[::-1][:length]
-        hist[u, :len(last)] = last
+        hist[u, : len(last)] = last
     weight = np.where(hist >= 0, 0.5 ** (np.arange(length) / half_life)[None, :], 0.0).astype(np.float32)
     return RecentItems(hist, weight)
 
@@ -69,7 +71,7 @@ def recent_items(split, *, length: int = 20, half_life: float = 5.0) -> RecentIt
 def reward_features(sim: PairTable, logpop: np.ndarray, hist, weight, item_ids) -> np.ndarray:
     """[log(1 + sum_l w_l sim[h_l, i]), log(1 + n(i))] for histories [Q, L] and items [Q] or [Q, G]."""
     ids = np.asarray(item_ids)
-    flat = ids.reshape(len(ids), -1)                                     # [Q, G]
+    flat = ids.reshape(len(ids), -1)  # [Q, G]
     h = np.maximum(hist, 0)
     knn = (sim.lookup(h[:, :, None], flat[:, None, :]) * weight[:, :, None]).sum(1)
     return np.stack([np.log1p(knn), logpop[flat]], -1).reshape(*ids.shape, 2)
@@ -81,7 +83,7 @@ def fit_theta(phi_chosen: np.ndarray, phi_rejected: np.ndarray, l2: float = 1e-3
 
     def loss(t):
         m = d @ t
-        p = np.exp(log_expit(-m))                  # sigma(-m): the gradient's weight
+        p = np.exp(log_expit(-m))  # sigma(-m): the gradient's weight
         return -log_expit(m).mean() + l2 * t @ t, -(d * p[:, None]).mean(0) + 2 * l2 * t
 
     return minimize(loss, np.zeros(d.shape[1]), jac=True, method="L-BFGS-B").x
@@ -95,8 +97,18 @@ class ItemRewardClient:
     a history to a pair (a pair's own chosen item left out) when a pair set is scored through :meth:`accuracy`.
     """
 
-    def __init__(self, cid: int, kind: str, train: PreferencePairs, test: PreferencePairs | None, *,
-                 sequences: dict, n_items: int, recent: RecentItems, seed: int = 0):
+    def __init__(
+        self,
+        cid: int,
+        kind: str,
+        train: PreferencePairs,
+        test: PreferencePairs | None,
+        *,
+        sequences: dict,
+        n_items: int,
+        recent: RecentItems,
+        seed: int = 0,
+    ):
         if not len(train):
             raise ValueError(f"MoR client {cid}: no training pairs")
         self.cid, self.kind, self.train, self.test, self.recent = int(cid), kind, train, test, recent
@@ -117,8 +129,12 @@ class ItemRewardClient:
                 continue
             sim, logpop = counts.cosine(n), np.log1p(n)
             h, w = self.recent.of(pairs.user, exclude=pairs.chosen_item)
-            thetas.append(fit_theta(reward_features(sim, logpop, h, w, pairs.chosen_item),
-                                    reward_features(sim, logpop, h, w, pairs.rejected_item)))
+            thetas.append(
+                fit_theta(
+                    reward_features(sim, logpop, h, w, pairs.chosen_item),
+                    reward_features(sim, logpop, h, w, pairs.rejected_item),
+                )
+            )
         return np.mean(thetas, 0) if thetas else np.array([1.0, 0.0])
 
     def score_ids(self, hist, weight, item_ids) -> np.ndarray:
@@ -129,8 +145,13 @@ class ItemRewardClient:
             if key not in shared:
                 raise ValueError(f"MoR item client {self.cid}: the server did not send {key!r}")
         s = self.score_ids(shared["query.history"], shared["query.history_weight"], shared["query.item_ids"])
-        return ClientUpdate(cid=self.cid, kind="params", arrays={SCORE_ARRAY: torch.as_tensor(s, dtype=torch.float32)},
-                            num_examples=len(self.train), metrics={"queries": float(s.size)})
+        return ClientUpdate(
+            cid=self.cid,
+            kind="params",
+            arrays={SCORE_ARRAY: torch.as_tensor(s, dtype=torch.float32)},
+            num_examples=len(self.train),
+            metrics={"queries": float(s.size)},
+        )
 
     def accuracy(self, pairs: PreferencePairs) -> float:
         if not len(pairs):
@@ -141,38 +162,78 @@ class ItemRewardClient:
 
 def pair_queries(recent: RecentItems):
     """The ``extra`` arrays of a query of pairs (chosen, rejected) as [N, 2] items: ids and histories."""
+
     def extra(pairs: PreferencePairs) -> dict:
         h, w = recent.of(pairs.user, exclude=pairs.chosen_item)
-        return {"query.history": h, "query.history_weight": w,
-                "query.item_ids": np.stack([pairs.chosen_item, pairs.rejected_item], 1)}
+        return {
+            "query.history": h,
+            "query.history_weight": w,
+            "query.item_ids": np.stack([pairs.chosen_item, pairs.rejected_item], 1),
+        }
+
     return extra
 
 
-def next_item_pairs(split, feats: np.ndarray, user_group: np.ndarray, group_names, *, latest: int = 10,
-                    negatives: str = "popular", seed: int = 0) -> PreferencePairs:
+def next_item_pairs(
+    split,
+    feats: np.ndarray,
+    user_group: np.ndarray,
+    group_names,
+    *,
+    latest: int = 10,
+    negatives: str = "popular",
+    seed: int = 0,
+) -> PreferencePairs:
     """Each grouped user's ``latest`` training items, each over one sampled item outside the user's training items;
     context = mean features of the user's other training items (as :func:`.mor_implicit.interaction_pairs`)."""
-    positives = ((u, np.unique(seq), seq[::-1][:latest]) for u, seq in training_sequences(split).items()
-                 if user_group[u] >= 0)
-    return pairs_from_positives(split, feats, user_group, group_names, positives,
-                                rng=np.random.default_rng(seed), negatives=negatives, source="next-items")
+    positives = (
+        (u, np.unique(seq), seq[::-1][:latest]) for u, seq in training_sequences(split).items() if user_group[u] >= 0
+    )
+    return pairs_from_positives(
+        split,
+        feats,
+        user_group,
+        group_names,
+        positives,
+        rng=np.random.default_rng(seed),
+        negatives=negatives,
+        source="next-items",
+    )
 
 
-def make_item_clients(train: PreferencePairs, test: PreferencePairs, kinds, *, sequences: dict, n_items: int,
-                      recent: RecentItems, seed: int) -> list[ItemRewardClient]:
+def make_item_clients(
+    train: PreferencePairs,
+    test: PreferencePairs,
+    kinds,
+    *,
+    sequences: dict,
+    n_items: int,
+    recent: RecentItems,
+    seed: int,
+) -> list[ItemRewardClient]:
     """One item client per client of ``train``, kinds dealt round-robin."""
-    return [ItemRewardClient(k, kinds[i % len(kinds)], train.of_client(k), test.of_client(k), sequences=sequences,
-                             n_items=n_items, recent=recent, seed=seed)
-            for i, k in enumerate(np.unique(train.client))]
+    return [
+        ItemRewardClient(
+            k,
+            kinds[i % len(kinds)],
+            train.of_client(k),
+            test.of_client(k),
+            sequences=sequences,
+            n_items=n_items,
+            recent=recent,
+            seed=seed,
+        )
+        for i, k in enumerate(np.unique(train.client))
+    ]
 
 
-def fedavg_item_reward(train: PreferencePairs, *, sequences: dict, n_items: int, recent: RecentItems,
-                       seed: int) -> ItemRewardClient:
+def fedavg_item_reward(
+    train: PreferencePairs, *, sequences: dict, n_items: int, recent: RecentItems, seed: int
+) -> ItemRewardClient:
     """The FedAvg baseline of the item view: one ``cooc`` model whose parameters every client uploads (its raw
     pair counts, item counts and theta); the server sums the counts (the sufficient statistics of the pooled
     model) and averages theta weighted by the clients' numbers of pairs."""
-    parts = make_item_clients(train, train, ("cooc",), sequences=sequences, n_items=n_items, recent=recent,
-                              seed=seed)
+    parts = make_item_clients(train, train, ("cooc",), sequences=sequences, n_items=n_items, recent=recent, seed=seed)
     counts, n = item_counts(sequences, np.unique(train.user), n_items, "cooc")
     pooled = parts[0]
     pooled.cid, pooled.train = 0, train

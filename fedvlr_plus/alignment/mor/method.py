@@ -38,15 +38,25 @@ import torch
 
 from ...federation.messages import ClientUpdate
 from ...federation.state.store import MemoryStore
+from ..pairs import PreferencePairs, pairwise_accuracy
 from .backbone import ReferenceRanking, reference_candidates, train_backbone, user_taste
 from .config import MoRConfig
 from .implicit import require_genres
-from .policy import (ResidualPolicy, expected_reward, policy_rankings, ranking_metrics, run_grpo)
-from .rewards import (REWARD_KINDS, SCORE_ARRAY, BilinearReward, LinearReward, MLPReward, RewardClient,
-                          make_reward, query_clients, score_queries, stack_scores, train_bradley_terry)
-from .router import (Router, Standardiser, fuse, fuse_scores, fused_reward, router_weights_by_objective,
-                         train_router)
-from ..pairs import PreferencePairs, pairwise_accuracy
+from .policy import ResidualPolicy, expected_reward, policy_rankings, ranking_metrics, run_grpo
+from .rewards import (
+    REWARD_KINDS,
+    SCORE_ARRAY,
+    BilinearReward,
+    LinearReward,
+    MLPReward,
+    RewardClient,
+    make_reward,
+    query_clients,
+    score_queries,
+    stack_scores,
+    train_bradley_terry,
+)
+from .router import Router, Standardiser, fuse, fuse_scores, fused_reward, router_weights_by_objective, train_router
 
 __all__ = ["REWARD_KINDS", "SCORE_ARRAY", "BilinearReward", "LinearReward", "MLPReward", "MoRConfig",
            "ReferenceRanking", "ResidualPolicy", "RewardClient", "Router", "Standardiser", "expected_reward",
@@ -82,7 +92,7 @@ def reward_report(clients: list[RewardClient], public: PreferencePairs, test: Pr
     best = int(np.argmax(single_pub))
     single_test = [pairwise_accuracy(s_test[k, :, 0], s_test[k, :, 1]) for k in range(K)]
     per_client = []
-    for k, c in enumerate(clients):
+    for c in clients:
         own = c.accuracy(c.test) if c.test is not None else float("nan")
         others = test.take(np.flatnonzero(test.client != c.cid))
         per_client.append({"cid": c.cid, "group": test.group_names[int(c.train.group[0])],

@@ -6,6 +6,7 @@ its two cross-fitting halves, the FedAvg baseline's parts), while a client's use
 :class:`PairTable` keeps only the non-zero cells, as sorted keys ``row * n + col`` and their values, and looks
 cells up in one vectorised ``searchsorted``; every value and every lookup is the dense table's, bit for bit.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -30,7 +31,7 @@ class PairTable:
         self.values = None if values is None else np.asarray(values, np.float32)
 
     @classmethod
-    def from_pairs(cls, n: int, rows: np.ndarray, cols: np.ndarray) -> "PairTable":
+    def from_pairs(cls, n: int, rows: np.ndarray, cols: np.ndarray) -> PairTable:
         """Sparse: each (row, col) pair counted once per occurrence; the diagonal is dropped."""
         rows, cols = np.asarray(rows, np.int64), np.asarray(cols, np.int64)
         off = rows != cols
@@ -48,7 +49,7 @@ class PairTable:
         at = np.minimum(np.searchsorted(self.keys, query), len(self.keys) - 1)
         return np.where(self.keys[at] == query, self.values[at], np.float32(0.0))
 
-    def cosine(self, n_items: np.ndarray) -> "PairTable":
+    def cosine(self, n_items: np.ndarray) -> PairTable:
         """``count_ij / sqrt(max(n_i n_j, 1))`` with ``n_items`` the item counts (float32 arithmetic in both forms)."""
         n_items = np.asarray(n_items, np.float32)
         if self.dense is not None:
@@ -65,8 +66,9 @@ class PairTable:
         return out.reshape(self.n, self.n)
 
 
-def item_counts(sequences: dict, users, n_items: int, kind: str, window: int = 5, *,
-                dense_max_items: int = DENSE_MAX_ITEMS) -> tuple[PairTable, np.ndarray]:
+def item_counts(
+    sequences: dict, users, n_items: int, kind: str, window: int = 5, *, dense_max_items: int = DENSE_MAX_ITEMS
+) -> tuple[PairTable, np.ndarray]:
     """Pair counts and item counts ``[n_items]`` (float32) over ``users``' sequences. ``cooc``: both items in the
     user's training items; ``next``: i within the ``window`` interactions after j. Dense up to
     ``dense_max_items`` items, sparse above."""
@@ -82,7 +84,7 @@ def item_counts(sequences: dict, users, n_items: int, kind: str, window: int = 5
         items = np.unique(seq)
         n[items] += 1
         if dense is not None and kind == "cooc":
-            dense[np.ix_(items, items)] += 1        # distinct items: each pair once, as a block
+            dense[np.ix_(items, items)] += 1  # distinct items: each pair once, as a block
             continue
         pairs = _user_pairs(seq, items, kind, window)
         if dense is not None:
@@ -94,8 +96,9 @@ def item_counts(sequences: dict, users, n_items: int, kind: str, window: int = 5
         np.fill_diagonal(dense, 0)
         return PairTable(n_items, dense=dense), n
     empty = np.zeros(0, np.int64)
-    return PairTable.from_pairs(n_items, np.concatenate(rows) if rows else empty,
-                                np.concatenate(cols) if cols else empty), n
+    return PairTable.from_pairs(
+        n_items, np.concatenate(rows) if rows else empty, np.concatenate(cols) if cols else empty
+    ), n
 
 
 def _user_pairs(seq: np.ndarray, items: np.ndarray, kind: str, window: int) -> tuple[np.ndarray, np.ndarray]:

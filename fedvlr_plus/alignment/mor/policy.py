@@ -1,5 +1,6 @@
 """MoR's policy side: the residual recommendation policy over the reference's candidates, the GRPO rounds on the
 shared round loop (clients score the sampled items, the server fuses and steps the policy), and its evaluation."""
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -42,13 +43,14 @@ class ItemResidualPolicy(ResidualPolicy):
     def forward(self, ref_logits, x, cand_feats, ids=None):
         """``ids`` = (history [B, L] int, history weights [B, L], candidate ids [B, C])."""
         hist, weight, cand = (torch.as_tensor(a) for a in ids)
-        a = self.A[hist.clamp_min(0).long()[:, :, None], cand.long()[:, None, :]]        # [B, L, C]
+        a = self.A[hist.clamp_min(0).long()[:, :, None], cand.long()[:, None, :]]  # [B, L, C]
         item_term = (weight.float()[:, :, None] * a).sum(1)
         return super().forward(ref_logits, x, cand_feats) + item_term
 
 
 class ItemContext(NamedTuple):
     """What the item policy and item clients read per user row: recent items, their weights, candidate ids."""
+
     hist: np.ndarray
     weight: np.ndarray
     cand: np.ndarray
@@ -57,22 +59,27 @@ class ItemContext(NamedTuple):
         return self.hist[users], self.weight[users], self.cand[users]
 
 
-def _call(policy, ref, x, f, ctx: "ItemContext | None", users):
+def _call(policy, ref, x, f, ctx: ItemContext | None, users):
     """The policy's logits, with the item ids of ``users`` when there is an item context."""
     if ctx is None:
         return policy(ref, x, f)
     return policy(ref, x, f, ids=ctx.rows(users))
 
 
-def ranking_metrics(scores: np.ndarray, target_rank_base: np.ndarray, in_cand: np.ndarray, target_pos: np.ndarray,
-                    k: int = 10) -> dict:
+def ranking_metrics(
+    scores: np.ndarray, target_rank_base: np.ndarray, in_cand: np.ndarray, target_pos: np.ndarray, k: int = 10
+) -> dict:
     """HR@k / NDCG@k where each user's target is either candidate ``target_pos`` (ranked by ``scores`` among the
     candidates) or outside the candidate set (then its rank is ``target_rank_base`` >= number of candidates)."""
-    ranks = np.where(in_cand, (scores > scores[np.arange(len(scores)), np.maximum(target_pos, 0)][:, None]).sum(1),
-                     target_rank_base)
+    ranks = np.where(
+        in_cand, (scores > scores[np.arange(len(scores)), np.maximum(target_pos, 0)][:, None]).sum(1), target_rank_base
+    )
     hit = ranks < k
-    return {f"hr@{k}": float(hit.mean()), f"ndcg@{k}": float(np.where(hit, 1.0 / np.log2(ranks + 2), 0.0).mean()),
-            "n_users": int(len(ranks))}
+    return {
+        f"hr@{k}": float(hit.mean()),
+        f"ndcg@{k}": float(np.where(hit, 1.0 / np.log2(ranks + 2), 0.0).mean()),
+        "n_users": int(len(ranks)),
+    }
 
 
 class _GRPOServer:
@@ -83,8 +90,11 @@ class _GRPOServer:
         torch.manual_seed(cfg.seed)
         self.router, self.std, self.cand, self.o, self.feats, self.cfg, self.log = router, std, cand, o, feats, cfg, log
         self.ctx = item_context
-        self.policy = (ResidualPolicy(x.shape[1], feats.shape[1], cfg.temperature) if item_context is None else
-                       ItemResidualPolicy(x.shape[1], feats.shape[1], feats.shape[0], cfg.temperature))
+        self.policy = (
+            ResidualPolicy(x.shape[1], feats.shape[1], cfg.temperature)
+            if item_context is None
+            else ItemResidualPolicy(x.shape[1], feats.shape[1], feats.shape[0], cfg.temperature)
+        )
         self.opt = torch.optim.Adam(self.policy.parameters(), lr=cfg.policy_lr)
         self.g = torch.Generator().manual_seed(cfg.seed)
         self.rng = np.random.default_rng(cfg.seed)
@@ -96,17 +106,20 @@ class _GRPOServer:
         cfg = self.cfg
         users = self.rng.choice(len(self.x_all), size=min(cfg.users_per_round, len(self.x_all)), replace=False)
         xb = self.x_all[users]
-        fb = torch.as_tensor(self.feats[self.cand[users]], dtype=torch.float32)          # [B, C, d]
+        fb = torch.as_tensor(self.feats[self.cand[users]], dtype=torch.float32)  # [B, C, d]
         with torch.no_grad():
             logits_old = _call(policy, self.ref_all[users], xb, fb, self.ctx, users)
-        actions = sample_groups(logits_old, cfg.grpo.group_size, generator=self.g)     # [B, G]
+        actions = sample_groups(logits_old, cfg.grpo.group_size, generator=self.g)  # [B, G]
         items = torch.gather(fb, 1, actions.unsqueeze(-1).expand(-1, -1, fb.shape[-1]))
         self.batch = (users, xb, fb, actions, torch.log_softmax(logits_old, -1).gather(-1, actions), items)
         extra = None
         if self.ctx is not None:
             hist, weight, cand = self.ctx.rows(users)
-            extra = {"query.history": hist, "query.history_weight": weight,
-                     "query.item_ids": np.take_along_axis(cand, actions.numpy(), 1)}
+            extra = {
+                "query.history": hist,
+                "query.history_weight": weight,
+                "query.item_ids": np.take_along_axis(cand, actions.numpy(), 1),
+            }
         return score_queries(xb.numpy(), items.numpy(), extra), {"round": r}
 
     def aggregate(self, r, policy, updates, config):
@@ -124,13 +137,23 @@ class _GRPOServer:
             self.opt.step()
         with torch.no_grad():
             kl = float(kl_categorical(_call(policy, self.ref_all[users], xb, fb, self.ctx, users), ref_b).mean())
-        return policy, {"round": r, "reward": float(rewards.mean()), "kl": kl,
-                        "clip_fraction": diag["clip_fraction"]}
+        return policy, {"round": r, "reward": float(rewards.mean()), "kl": kl, "clip_fraction": diag["clip_fraction"]}
 
 
-def run_grpo(clients, router, std, *, ref_logits: np.ndarray, cand: np.ndarray, x: np.ndarray, o: np.ndarray,
-             feats: np.ndarray, cfg: MoRConfig, log: list | None = None,
-             item_context: ItemContext | None = None) -> tuple[ResidualPolicy, list[dict]]:
+def run_grpo(
+    clients,
+    router,
+    std,
+    *,
+    ref_logits: np.ndarray,
+    cand: np.ndarray,
+    x: np.ndarray,
+    o: np.ndarray,
+    feats: np.ndarray,
+    cfg: MoRConfig,
+    log: list | None = None,
+    item_context: ItemContext | None = None,
+) -> tuple[ResidualPolicy, list[dict]]:
     """GRPO on the residual policy over each user's candidates; returns the policy and per-round diagnostics
     (mean sampled fused reward, exact KL to the reference over the candidates, clip fraction). With
     ``item_context`` (rows aligned with ``ref_logits``) the policy is :class:`ItemResidualPolicy` and every query
@@ -140,8 +163,9 @@ def run_grpo(clients, router, std, *, ref_logits: np.ndarray, cand: np.ndarray, 
     return loop.run(server.policy, range(1, cfg.grpo_rounds + 1))
 
 
-def expected_reward(clients, router, std, policy, *, ref_logits, cand, x, o, feats, cfg: MoRConfig,
-                    users: np.ndarray) -> dict:
+def expected_reward(
+    clients, router, std, policy, *, ref_logits, cand, x, o, feats, cfg: MoRConfig, users: np.ndarray
+) -> dict:
     """Exact expected fused reward under pi_theta and pi_ref over each user's candidates (all scored)."""
     ref = torch.as_tensor(ref_logits[users], dtype=torch.float32)
     xb = torch.as_tensor(x[users], dtype=torch.float32)
@@ -151,8 +175,7 @@ def expected_reward(clients, router, std, policy, *, ref_logits, cand, x, o, fea
         p = torch.softmax(policy(ref, xb, fb), -1)
         q = torch.softmax(ref / cfg.temperature, -1)
         kl = kl_categorical(policy(ref, xb, fb), ref / cfg.temperature)
-    return {"policy": float((p * R).sum(-1).mean()), "reference": float((q * R).sum(-1).mean()),
-            "kl": float(kl.mean())}
+    return {"policy": float((p * R).sum(-1).mean()), "reference": float((q * R).sum(-1).mean()), "kl": float(kl.mean())}
 
 
 def reference_ranks(ref_scores: np.ndarray, train_mask: np.ndarray, users: np.ndarray, targets: np.ndarray):
@@ -160,9 +183,9 @@ def reference_ranks(ref_scores: np.ndarray, train_mask: np.ndarray, users: np.nd
     masked; a block of users at a time (a whole masked copy of the table is gigabytes at 20k users)."""
     ranks = np.zeros(len(users), np.int64)
     for a in range(0, len(users), RANK_BLOCK):
-        u, t = users[a:a + RANK_BLOCK], targets[a:a + RANK_BLOCK]
+        u, t = users[a : a + RANK_BLOCK], targets[a : a + RANK_BLOCK]
         s = np.where(train_mask[u], -np.inf, ref_scores[u])
-        ranks[a:a + RANK_BLOCK] = (s > s[np.arange(len(u)), t][:, None]).sum(1)
+        ranks[a : a + RANK_BLOCK] = (s > s[np.arange(len(u)), t][:, None]).sum(1)
     return ranks
 
 
@@ -170,13 +193,29 @@ def _policy_logits(policy, ref_scores, x, feats, item_context, users, cand) -> n
     """The policy's logits over ``cand`` for a block of ``users`` (the candidates' features of every user at once
     are [users, C, d]: 8 GB at 20k users, 100 candidates and 1,028 features)."""
     with torch.no_grad():
-        return _call(policy, torch.as_tensor(ref_scores[users[:, None], cand], dtype=torch.float32),
-                     torch.as_tensor(x[users], dtype=torch.float32),
-                     torch.as_tensor(feats[cand], dtype=torch.float32), item_context, users).numpy()
+        return _call(
+            policy,
+            torch.as_tensor(ref_scores[users[:, None], cand], dtype=torch.float32),
+            torch.as_tensor(x[users], dtype=torch.float32),
+            torch.as_tensor(feats[cand], dtype=torch.float32),
+            item_context,
+            users,
+        ).numpy()
 
 
-def policy_rankings(policy, *, ref_scores: np.ndarray, train_mask, cand, x, feats, targets: np.ndarray,
-                    cfg: MoRConfig, k: int = 10, item_context: ItemContext | None = None) -> dict:
+def policy_rankings(
+    policy,
+    *,
+    ref_scores: np.ndarray,
+    train_mask,
+    cand,
+    x,
+    feats,
+    targets: np.ndarray,
+    cfg: MoRConfig,
+    k: int = 10,
+    item_context: ItemContext | None = None,
+) -> dict:
     """HR@k / NDCG@k of the reference (full ranking, training items masked) and of the policy (which re-orders
     the reference's top-C candidates; every other item stays below them) on held-out targets."""
     users = np.flatnonzero(targets >= 0)
@@ -185,13 +224,25 @@ def policy_rankings(policy, *, ref_scores: np.ndarray, train_mask, cand, x, feat
     c = cand[users]
     in_cand = (c == t[:, None]).any(1)
     pos = np.where(in_cand, (c == t[:, None]).argmax(1), -1)
-    logits = np.concatenate([_policy_logits(policy, ref_scores, x, feats, item_context, users[a:a + RANK_BLOCK],
-                                            c[a:a + RANK_BLOCK]) for a in range(0, len(users), RANK_BLOCK)]) \
-        if len(users) else np.zeros((0, c.shape[1]), np.float32)
+    logits = (
+        np.concatenate(
+            [
+                _policy_logits(
+                    policy, ref_scores, x, feats, item_context, users[a : a + RANK_BLOCK], c[a : a + RANK_BLOCK]
+                )
+                for a in range(0, len(users), RANK_BLOCK)
+            ]
+        )
+        if len(users)
+        else np.zeros((0, c.shape[1]), np.float32)
+    )
     # outside the candidates the policy keeps the reference order below all C candidates
     out_rank = np.maximum(ref_rank, c.shape[1])
     pol = ranking_metrics(logits, out_rank, in_cand, pos, k)
     ref_hit = ref_rank < k
-    ref = {f"hr@{k}": float(ref_hit.mean()),
-           f"ndcg@{k}": float(np.where(ref_hit, 1.0 / np.log2(ref_rank + 2), 0.0).mean()), "n_users": int(len(t))}
+    ref = {
+        f"hr@{k}": float(ref_hit.mean()),
+        f"ndcg@{k}": float(np.where(ref_hit, 1.0 / np.log2(ref_rank + 2), 0.0).mean()),
+        "n_users": int(len(t)),
+    }
     return {"reference": ref, "grpo": pol, "target_in_candidates": float(in_cand.mean())}

@@ -1,5 +1,6 @@
 """MoR's clients: private Bradley-Terry reward models of different architectures, and the scoring service
 through which a client uploads only the scores of the server's queries, never its parameters."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,6 +14,7 @@ from ..pairs import PreferencePairs, pairwise_accuracy
 
 REWARD_KINDS = ("bilinear", "mlp", "linear")
 SCORE_ARRAY = "scores"
+
 
 # ------------------------------------------------------------------------------------------------ reward models
 class BilinearReward(torch.nn.Module):
@@ -38,8 +40,9 @@ class MLPReward(torch.nn.Module):
     def __init__(self, dc: int, d: int, hidden: int = 64):
         super().__init__()
         self.prod = dc == d
-        self.net = torch.nn.Sequential(torch.nn.Linear(dc + d + (d if self.prod else 0), hidden), torch.nn.ReLU(),
-                                       torch.nn.Linear(hidden, 1))
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(dc + d + (d if self.prod else 0), hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 1)
+        )
 
     def forward(self, x, y):
         x = x.expand(*y.shape[:-1], x.shape[-1])
@@ -71,8 +74,16 @@ def make_reward(kind: str, dc: int, d: int, seed: int = 0) -> torch.nn.Module:
     raise ValueError(f"unknown reward architecture {kind!r} ({', '.join(REWARD_KINDS)})")
 
 
-def train_bradley_terry(model: torch.nn.Module, pairs: PreferencePairs, *, epochs: int = 30, lr: float = 1e-2,
-                        weight_decay: float = 1e-4, batch_size: int = 256, seed: int = 0) -> list[float]:
+def train_bradley_terry(
+    model: torch.nn.Module,
+    pairs: PreferencePairs,
+    *,
+    epochs: int = 30,
+    lr: float = 1e-2,
+    weight_decay: float = 1e-4,
+    batch_size: int = 256,
+    seed: int = 0,
+) -> list[float]:
     """Minimise -log sigma(r(x, chosen) - r(x, rejected)) with Adam; returns the mean loss per epoch."""
     x, c, r = (torch.as_tensor(a, dtype=torch.float32) for a in (pairs.context, pairs.chosen, pairs.rejected))
     opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
@@ -82,7 +93,7 @@ def train_bradley_terry(model: torch.nn.Module, pairs: PreferencePairs, *, epoch
         perm = torch.randperm(len(x), generator=g)
         tot = 0.0
         for s in range(0, len(x), batch_size):
-            b = perm[s:s + batch_size]
+            b = perm[s : s + batch_size]
             loss = -F.logsigmoid(model(x[b], c[b]) - model(x[b], r[b])).mean()
             opt.zero_grad()
             loss.backward()
@@ -103,8 +114,19 @@ class RewardClient:
     ``"pairs.context" / "pairs.chosen" / "pairs.rejected"``, on those pairs (e.g. other clients' held-out pairs).
     """
 
-    def __init__(self, cid: int, kind: str, train: PreferencePairs, test: PreferencePairs | None = None, *,
-                 store=None, seed: int = 0, epochs: int = 30, lr: float = 1e-2, weight_decay: float = 1e-4):
+    def __init__(
+        self,
+        cid: int,
+        kind: str,
+        train: PreferencePairs,
+        test: PreferencePairs | None = None,
+        *,
+        store=None,
+        seed: int = 0,
+        epochs: int = 30,
+        lr: float = 1e-2,
+        weight_decay: float = 1e-4,
+    ):
         if not len(train):
             raise ValueError(f"MoR client {cid}: no training pairs")
         self.cid, self.kind = int(cid), kind
@@ -118,8 +140,9 @@ class RewardClient:
         model = make_reward(self.kind, self.dc, self.d, seed=self.seed * 1000 + self.cid)
         state = self.store.load(self.cid)
         if state is None:  # first contact: train locally, keep the model private
-            self.train_loss = train_bradley_terry(model, self.train, epochs=self.epochs, lr=self.lr,
-                                                  weight_decay=self.wd, seed=self.seed + self.cid)
+            self.train_loss = train_bradley_terry(
+                model, self.train, epochs=self.epochs, lr=self.lr, weight_decay=self.wd, seed=self.seed + self.cid
+            )
             self.store.save(self.cid, {k: v.detach().clone() for k, v in model.state_dict().items()})
         else:
             model.load_state_dict(state)
@@ -138,18 +161,27 @@ class RewardClient:
             if key not in shared:
                 raise ValueError(f"MoR client {self.cid}: the server did not send {key!r}")
         s = self.score(shared["query.context"], shared["query.items"])
-        return ClientUpdate(cid=self.cid, kind="params", arrays={SCORE_ARRAY: s.to(torch.float32)},
-                            num_examples=len(self.train), metrics={"queries": float(s.numel())})
+        return ClientUpdate(
+            cid=self.cid,
+            kind="params",
+            arrays={SCORE_ARRAY: s.to(torch.float32)},
+            num_examples=len(self.train),
+            metrics={"queries": float(s.numel())},
+        )
 
     def accuracy(self, pairs: PreferencePairs) -> float:
         if not len(pairs):
             return float("nan")
-        return pairwise_accuracy(self.score(pairs.context, pairs.chosen).numpy(),
-                                 self.score(pairs.context, pairs.rejected).numpy())
+        return pairwise_accuracy(
+            self.score(pairs.context, pairs.chosen).numpy(), self.score(pairs.context, pairs.rejected).numpy()
+        )
 
     def evaluate(self, shared: dict, config: dict) -> dict:
-        out = {"cid": self.cid, "architecture": self.kind,
-               "own_accuracy": self.accuracy(self.test) if self.test is not None else float("nan")}
+        out = {
+            "cid": self.cid,
+            "architecture": self.kind,
+            "own_accuracy": self.accuracy(self.test) if self.test is not None else float("nan"),
+        }
         if "pairs.context" in shared:
             s_c = self.score(shared["pairs.context"], shared["pairs.chosen"]).numpy()
             s_r = self.score(shared["pairs.context"], shared["pairs.rejected"]).numpy()
@@ -160,8 +192,11 @@ class RewardClient:
 def score_queries(context, items, extra: dict | None = None) -> dict:
     """The server's message to the clients: contexts [Q, dc] and items [Q, G, d] (or [Q, d]) to score, plus
     ``extra`` named arrays (item ids and histories for clients that score item ids, :mod:`.mor_items`)."""
-    return {"query.context": np.asarray(context, np.float32), "query.items": np.asarray(items, np.float32),
-            **(extra or {})}
+    return {
+        "query.context": np.asarray(context, np.float32),
+        "query.items": np.asarray(items, np.float32),
+        **(extra or {}),
+    }
 
 
 def stack_scores(updates: list[ClientUpdate], shape, log: list | None = None) -> torch.Tensor:
@@ -176,8 +211,9 @@ def stack_scores(updates: list[ClientUpdate], shape, log: list | None = None) ->
     return torch.stack(out).float()
 
 
-def query_clients(clients, context, items, round_index: int = 0, log: list | None = None,
-                  extra: dict | None = None) -> torch.Tensor:
+def query_clients(
+    clients, context, items, round_index: int = 0, log: list | None = None, extra: dict | None = None
+) -> torch.Tensor:
     """Send one batch of queries to every client (their ``fit``) and stack the uploaded scores: [K, Q, G]."""
     updates = over_the_wire(fit_each)(clients, score_queries(context, items, extra), {"round": round_index})
     return stack_scores(updates, np.asarray(items).shape[:-1], log)

@@ -1,5 +1,6 @@
 """MoR's server-side fusion: per-client score standardisation, the router over clients per input and objective,
 and the fused reward R(x, y; o) = sum_k w_k(x, o) z_k(x, y)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,8 +23,9 @@ class Router(torch.nn.Module):
     def __init__(self, dc: int, n_objectives: int, n_clients: int, hidden: int = 32):
         super().__init__()
         self.n_objectives = n_objectives
-        self.net = torch.nn.Sequential(torch.nn.Linear(dc + n_objectives, hidden), torch.nn.Tanh(),
-                                       torch.nn.Linear(hidden, n_clients))
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(dc + n_objectives, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, n_clients)
+        )
         self.register_buffer("seen", torch.zeros(n_objectives, dtype=torch.bool))
 
     def forward(self, x, o):
@@ -31,7 +33,7 @@ class Router(torch.nn.Module):
         o = torch.as_tensor(o, dtype=torch.long)
         w = self._weights(x, o)
         unseen = ~self.seen[o]
-        if self.seen.any() and unseen.any():   # an untrained router (nothing seen) reads its weights as they are
+        if self.seen.any() and unseen.any():  # an untrained router (nothing seen) reads its weights as they are
             w = w.clone()
             w[unseen] = self._over_seen_objectives(x[unseen])
         return w
@@ -49,11 +51,11 @@ class Router(torch.nn.Module):
 class Standardiser:
     """Per-client z-scoring of scores, with statistics from the public set."""
 
-    mean: torch.Tensor   # [K]
-    std: torch.Tensor    # [K]
+    mean: torch.Tensor  # [K]
+    std: torch.Tensor  # [K]
 
     @classmethod
-    def fit(cls, scores: torch.Tensor) -> "Standardiser":
+    def fit(cls, scores: torch.Tensor) -> Standardiser:
         """``scores`` [K, ...]: every score each client gave on the public set."""
         flat = scores.reshape(scores.shape[0], -1)
         return cls(flat.mean(1), flat.std(1).clamp_min(1e-6))
@@ -71,8 +73,19 @@ def fuse(weights: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     return (w * z).sum(0)
 
 
-def train_router(router: Router, z_chosen: torch.Tensor, z_rejected: torch.Tensor, x, o, *, epochs: int = 200,
-                 lr: float = 1e-2, balance: float = 0.1, seed: int = 0, holdout: float = 0.0) -> list[float]:
+def train_router(
+    router: Router,
+    z_chosen: torch.Tensor,
+    z_rejected: torch.Tensor,
+    x,
+    o,
+    *,
+    epochs: int = 200,
+    lr: float = 1e-2,
+    balance: float = 0.1,
+    seed: int = 0,
+    holdout: float = 0.0,
+) -> list[float]:
     """Bradley-Terry loss of the fused reward on public pairs + ``balance`` * sum_k wbar_k log wbar_k.
 
     z_chosen / z_rejected: [K, N] standardised client scores of the public pairs; x [N, dc]; o [N] objectives.
@@ -90,7 +103,7 @@ def train_router(router: Router, z_chosen: torch.Tensor, z_rejected: torch.Tenso
     best, best_state = float("inf"), None
     losses = []
     for _ in range(epochs):
-        w = router(x[fit], o[fit])                                   # [N, K]
+        w = router(x[fit], o[fit])  # [N, K]
         fused = (w.T * margin[:, fit]).sum(0)
         wbar = w.mean(0)
         loss = -F.logsigmoid(fused).mean() + balance * (wbar * torch.log(wbar + 1e-12)).sum()
@@ -123,8 +136,7 @@ def router_weights_by_objective(router: Router, x, o, n_objectives: int) -> list
     with torch.no_grad():
         w = router(x, o).numpy()
     o = np.asarray(o)
-    return [w[o == j].mean(0).tolist() if (o == j).any() else [float("nan")] * w.shape[1]
-            for j in range(n_objectives)]
+    return [w[o == j].mean(0).tolist() if (o == j).any() else [float("nan")] * w.shape[1] for j in range(n_objectives)]
 
 
 def fused_reward(clients, router, std, x, o, items, round_index=0, log=None) -> torch.Tensor:

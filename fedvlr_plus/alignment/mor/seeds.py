@@ -23,17 +23,23 @@ import numpy as np
 import torch
 
 from ...errors import ConfigError
-from .method import make_clients, reward_report, split_public
+from ..pairs import PreferencePairs, holdout_split, pairwise_accuracy
 from .backbone import ReferenceRanking, reference_candidates, train_backbone
 from .baselines import ScoringClient, UniformRouter, fedavg_reward
 from .config import MoRConfig
 from .implicit import interaction_pairs, setting_features, train_only_groups, user_profiles, with_popularity
-from .items import (fedavg_item_reward, make_item_clients, next_item_pairs, pair_queries, recent_items,
-                        training_sequences)
+from .items import (
+    fedavg_item_reward,
+    make_item_clients,
+    next_item_pairs,
+    pair_queries,
+    recent_items,
+    training_sequences,
+)
+from .method import make_clients, reward_report, split_public
 from .policy import ItemContext, policy_rankings, run_grpo
 from .rewards import query_clients
 from .router import Router, Standardiser, fuse
-from ..pairs import PreferencePairs, holdout_split, pairwise_accuracy
 
 METHODS = ("mor", "uniform", "fedavg")
 #: what the clients' rewards and the policy read: item features (genres, year, popularity) or item ids (the

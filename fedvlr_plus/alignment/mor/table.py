@@ -1,12 +1,17 @@
 """Seeds of the MoR comparison turned into mean +- std, paired t-tests (scipy.stats.ttest_rel, MoR against each
 other row on the same seeds) and the markdown table the docs quote."""
+
 from __future__ import annotations
 
 import numpy as np
 
 ROWS = ("reference", "fedavg", "uniform", "mor")
-LABELS = {"reference": "reference policy (backbone)", "fedavg": "GRPO on the FedAvg reward",
-          "uniform": "GRPO on uniform reward averaging", "mor": "GRPO on MoR's routed reward"}
+LABELS = {
+    "reference": "reference policy (backbone)",
+    "fedavg": "GRPO on the FedAvg reward",
+    "uniform": "GRPO on uniform reward averaging",
+    "mor": "GRPO on MoR's routed reward",
+}
 POPULATIONS = ("clients", "held_out_clients")
 
 
@@ -46,8 +51,10 @@ def paired_test(a, b) -> dict:
 def summarise(runs: list[dict]) -> dict:
     """Mean, std (ddof 1) and n of every value, and MoR's paired tests against every other row."""
     values = per_seed_values(runs)
-    stats = {k: {"mean": float(np.mean(v)), "std": float(np.std(v, ddof=1)) if len(v) > 1 else float("nan"),
-                 "n": len(v)} for k, v in values.items()}
+    stats = {
+        k: {"mean": float(np.mean(v)), "std": float(np.std(v, ddof=1)) if len(v) > 1 else float("nan"), "n": len(v)}
+        for k, v in values.items()
+    }
     tests = {}
     for key in values:
         head, _, row = key.rpartition("/")
@@ -75,20 +82,40 @@ def markdown_table(result: dict, command: str) -> str:
     """The comparison table (percent, mean ± std over seeds) with MoR's paired-test p-values per row."""
     st, tests = result["summary"]["stats"], result["summary"]["tests"]
     n = len(result["seeds"])
-    lines = [f"`{command}` ({n} seed{'s' if n != 1 else ''}: {', '.join(map(str, result['seeds']))}; "
-             f"held-out clients: {', '.join(result['held_out_clients']) or 'none'})", "",
-             "| row | test HR@10 | test NDCG@10 | p (MoR vs row, HR / NDCG) | valid HR@10 | reward acc., held-out "
-             "users | held-out clients: test HR@10 | NDCG@10 | reward acc. |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"`{command}` ({n} seed{'s' if n != 1 else ''}: {', '.join(map(str, result['seeds']))}; "
+        f"held-out clients: {', '.join(result['held_out_clients']) or 'none'})",
+        "",
+        "| row | test HR@10 | test NDCG@10 | p (MoR vs row, HR / NDCG) | valid HR@10 | reward acc., held-out "
+        "users | held-out clients: test HR@10 | NDCG@10 | reward acc. |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for row in ROWS:
         base = "clients/test"
-        p = "—" if row == "mor" else (f"{_p(tests, f'{base}/hr@10/mor-vs-{row}')} / "
-                                      f"{_p(tests, f'{base}/ndcg@10/mor-vs-{row}')}")
-        lines.append(" | ".join([
-            f"| {LABELS[row]}", _cell(st, f"{base}/hr@10/{row}"), _cell(st, f"{base}/ndcg@10/{row}"), p,
-            _cell(st, f"clients/valid/hr@10/{row}"), _cell(st, f"reward/held_out_users/{row}"),
-            _cell(st, f"held_out_clients/test/hr@10/{row}"), _cell(st, f"held_out_clients/test/ndcg@10/{row}"),
-            _cell(st, f"reward/held_out_clients/{row}")]) + " |")
-    lines += ["", "p: paired t-test over seeds (scipy.stats.ttest_rel) of MoR's GRPO policy against the row, on the "
-              "participating clients' users; — where undefined (one seed, or no spread)."]
+        p = (
+            "—"
+            if row == "mor"
+            else (f"{_p(tests, f'{base}/hr@10/mor-vs-{row}')} / {_p(tests, f'{base}/ndcg@10/mor-vs-{row}')}")
+        )
+        lines.append(
+            " | ".join(
+                [
+                    f"| {LABELS[row]}",
+                    _cell(st, f"{base}/hr@10/{row}"),
+                    _cell(st, f"{base}/ndcg@10/{row}"),
+                    p,
+                    _cell(st, f"clients/valid/hr@10/{row}"),
+                    _cell(st, f"reward/held_out_users/{row}"),
+                    _cell(st, f"held_out_clients/test/hr@10/{row}"),
+                    _cell(st, f"held_out_clients/test/ndcg@10/{row}"),
+                    _cell(st, f"reward/held_out_clients/{row}"),
+                ]
+            )
+            + " |"
+        )
+    lines += [
+        "",
+        "p: paired t-test over seeds (scipy.stats.ttest_rel) of MoR's GRPO policy against the row, on the "
+        "participating clients' users; — where undefined (one seed, or no spread).",
+    ]
     return "\n".join(lines) + "\n"

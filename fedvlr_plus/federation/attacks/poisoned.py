@@ -6,6 +6,7 @@ round's real uploads, so the aggregation strategy sees them as it would see any 
 the round's participation rate (all of them when every real client trains), drawn by (seed, round). Scoring and
 evaluation are the real users' only: attackers have no test data.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -44,7 +45,7 @@ class PoisonedSimulator:
     def scores(self, users, shared, *args, **kw):
         return self.inner.scores(users, shared, *args, **kw)
 
-    def __getattr__(self, name):   # everything else (client lookup, chunk sizes) is the real simulator's
+    def __getattr__(self, name):  # everything else (client lookup, chunk sizes) is the real simulator's
         # but not its chunked training: a round streamed through the real simulator's chunks would leave the
         # attackers' uploads out, so the engine must call ``fit``
         if name in ("inner", "fit_chunks", "sums_chunks"):

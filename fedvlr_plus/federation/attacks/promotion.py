@@ -17,6 +17,7 @@ Reference for the threat model (fake users uploading crafted item rows, populari
 knowledge): Zhang, Li, Wang, Chen, Sadiq, Yin, "PipAttack: Poisoning Federated Recommender Systems for
 Manipulating Item Promotion", WSDM 2022.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -39,7 +40,7 @@ def choose_target(train_counts: np.ndarray, seed: int, quantile: float = 0.1) ->
     if not len(warm):
         raise ValueError("no item has a training interaction; nothing to promote")
     order = warm[np.argsort(counts[warm], kind="stable")]
-    cold_ish = order[:max(1, int(np.ceil(quantile * len(order))))]
+    cold_ish = order[: max(1, int(np.ceil(quantile * len(order))))]
     return int(np.random.default_rng([int(seed), TAG_TARGET]).choice(cold_ish))
 
 
@@ -61,8 +62,17 @@ class PromotionAttacker:
     """A malicious client on the ordinary client contract (``fit`` / ``evaluate``): an honest
     :class:`~fedvlr_plus.federation.client.RecClient` on a fake profile, its target rows replaced."""
 
-    def __init__(self, cid: int, backbone: Backbone, target: int, pool: np.ndarray, profile_size: int, *,
-                 seed: int = 0, boost: float = 1.0):
+    def __init__(
+        self,
+        cid: int,
+        backbone: Backbone,
+        target: int,
+        pool: np.ndarray,
+        profile_size: int,
+        *,
+        seed: int = 0,
+        boost: float = 1.0,
+    ):
         if not boost > 0:
             raise ValueError(f"boost must be positive, got {boost}")
         self.cid, self.bb, self.target = int(cid), backbone, int(target)
@@ -83,11 +93,18 @@ class PromotionAttacker:
             if not specs[name].item_table:
                 continue
             arrays[name] = self._craft(name, arrays[name], rows, torch.as_tensor(shared[name]), up.kind)
-        return ClientUpdate(cid=up.cid, kind=up.kind, arrays=arrays, rows=up.rows, num_examples=up.num_examples,
-                            metrics=dict(up.metrics))
+        return ClientUpdate(
+            cid=up.cid,
+            kind=up.kind,
+            arrays=arrays,
+            rows=up.rows,
+            num_examples=up.num_examples,
+            metrics=dict(up.metrics),
+        )
 
-    def _craft(self, name: str, values: torch.Tensor, rows: torch.Tensor, table: torch.Tensor,
-               kind: str) -> torch.Tensor:
+    def _craft(
+        self, name: str, values: torch.Tensor, rows: torch.Tensor, table: torch.Tensor, kind: str
+    ) -> torch.Tensor:
         """``values`` with the target's row replaced by a benign-sized step along the popular direction."""
         at = torch.nonzero(rows == self.target).flatten()
         if not len(at):

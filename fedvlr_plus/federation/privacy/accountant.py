@@ -22,6 +22,7 @@ Three figures, all from the library (no hand-written formula):
 δ defaults to ``1 / N^1.1``: below ``1 / N`` (a δ near ``1 / N`` allows releasing one client's data outright) and
 shrinking with the population, as in McMahan et al.
 """
+
 from __future__ import annotations
 
 import logging
@@ -61,7 +62,8 @@ def epsilon_sampled(sigma: float, sample_size: int, population: int, rounds: int
     if sigma <= 0:
         return math.inf
     round_event = dp_accounting.SampledWithoutReplacementDpEvent(
-        int(population), int(sample_size), dp_accounting.GaussianDpEvent(sigma / 2.0))
+        int(population), int(sample_size), dp_accounting.GaussianDpEvent(sigma / 2.0)
+    )
     sampled = _epsilon(dp_accounting.SelfComposedDpEvent(round_event, int(rounds)), delta, _RELATION.REPLACE_ONE)
     # the subsampling bound is not tight: at small sigma it exceeds the bound without sampling, which holds too
     return min(sampled, epsilon_server(sigma, rounds, delta))
@@ -72,8 +74,7 @@ def epsilon_poisson(sigma: float, q: float, rounds: int, delta: float) -> float:
     if sigma <= 0:
         return math.inf
     round_event = dp_accounting.PoissonSampledDpEvent(float(q), dp_accounting.GaussianDpEvent(sigma))
-    return _epsilon(dp_accounting.SelfComposedDpEvent(round_event, int(rounds)), delta,
-                    _RELATION.ADD_OR_REMOVE_ONE)
+    return _epsilon(dp_accounting.SelfComposedDpEvent(round_event, int(rounds)), delta, _RELATION.ADD_OR_REMOVE_ONE)
 
 
 def epsilon_server(sigma: float, rounds: int, delta: float) -> float:
@@ -84,8 +85,9 @@ def epsilon_server(sigma: float, rounds: int, delta: float) -> float:
     return _epsilon(event, delta, _RELATION.REPLACE_ONE)
 
 
-def noise_for_epsilon(target: float, sample_size: int, population: int, rounds: int, delta: float, *,
-                      rel_tol: float = 1e-3) -> float:
+def noise_for_epsilon(
+    target: float, sample_size: int, population: int, rounds: int, delta: float, *, rel_tol: float = 1e-3
+) -> float:
     """The smallest noise multiplier σ whose ``epsilon_sampled`` is at most ``target``, by bisection on the
     accountant (ε falls as σ grows). Raises ConfigError for a target no σ below 10^4 reaches."""
     if not target > 0:
@@ -98,8 +100,11 @@ def noise_for_epsilon(target: float, sample_size: int, population: int, rounds: 
     while eps(hi) > target:
         lo, hi = hi, hi * 2.0
         if hi > 1e4:
-            raise ConfigError(f"--target-epsilon {target:g}", f"no noise multiplier up to 1e4 reaches it "
-                              f"(delta {delta:g}, {rounds} rounds)", "ask for a larger epsilon or fewer rounds")
+            raise ConfigError(
+                f"--target-epsilon {target:g}",
+                f"no noise multiplier up to 1e4 reaches it (delta {delta:g}, {rounds} rounds)",
+                "ask for a larger epsilon or fewer rounds",
+            )
     while hi - lo > rel_tol * hi:
         mid = 0.5 * (lo + hi)
         lo, hi = (lo, mid) if eps(mid) <= target else (mid, hi)
@@ -110,18 +115,33 @@ def _finite(x: float):
     return None if math.isinf(x) else float(x)
 
 
-def privacy_block(sigma: float, clip: float, sample_size: int, population: int, rounds: int,
-                  delta: float | None = None, target_epsilon: float | None = None) -> dict:
+def privacy_block(
+    sigma: float,
+    clip: float,
+    sample_size: int,
+    population: int,
+    rounds: int,
+    delta: float | None = None,
+    target_epsilon: float | None = None,
+) -> dict:
     """The result's ``privacy`` entry: (ε, δ) of a run (ε null: no noise, no guarantee)."""
     delta = float(delta if delta is not None else default_delta(population))
     q = float(sample_size) / float(population)
-    out = {"epsilon": _finite(epsilon_sampled(sigma, sample_size, population, rounds, delta)), "delta": delta,
-           "sigma": float(sigma), "clip": float(clip), "q": q, "clients_per_round": int(sample_size),
-           "population": int(population), "rounds": int(rounds), "accountant": ACCOUNTANT,
-           "epsilon_poisson": _finite(epsilon_poisson(sigma, q, rounds, delta)),
-           "epsilon_server": _finite(epsilon_server(sigma, rounds, delta)),
-           "protects": "the values of each client's uploaded arrays (client level); not which item rows it "
-                       "uploads, its example count or its loss (docs/privacy.md)"}
+    out = {
+        "epsilon": _finite(epsilon_sampled(sigma, sample_size, population, rounds, delta)),
+        "delta": delta,
+        "sigma": float(sigma),
+        "clip": float(clip),
+        "q": q,
+        "clients_per_round": int(sample_size),
+        "population": int(population),
+        "rounds": int(rounds),
+        "accountant": ACCOUNTANT,
+        "epsilon_poisson": _finite(epsilon_poisson(sigma, q, rounds, delta)),
+        "epsilon_server": _finite(epsilon_server(sigma, rounds, delta)),
+        "protects": "the values of each client's uploaded arrays (client level); not which item rows it "
+        "uploads, its example count or its loss (docs/privacy.md)",
+    }
     if target_epsilon is not None:
         out["target_epsilon"] = float(target_epsilon)
     return out

@@ -15,14 +15,15 @@ also noised (``upload_noise``, added after padding, to decoys and real rows alik
 Decoys are drawn from counter-based streams keyed by (seed, round, client, item), so the batched simulator and the
 sequential reference pad a client's upload with the same decoys.
 """
+
 from __future__ import annotations
 
 import numpy as np
 import torch
 
 from ...errors import ConfigError
-from ..simulation import rng
 from ..messages import ClientUpdate
+from ..simulation import rng
 
 TAG_DECOY = 6
 
@@ -37,9 +38,11 @@ def decoy_ids(touched: np.ndarray, n_items: int, size: int, seed: int, round_ind
     smallest keyed uniform draws), sorted."""
     need = size - len(touched)
     if need < 0:
-        raise ConfigError(f"--pad-uploads {size}", f"client {cid} touched {len(touched)} item rows in round "
-                          f"{round_index}, more than the padded size",
-                          f"pad to at least {len(touched)} rows, or pad with 'all' (a dense upload)")
+        raise ConfigError(
+            f"--pad-uploads {size}",
+            f"client {cid} touched {len(touched)} item rows in round {round_index}, more than the padded size",
+            f"pad to at least {len(touched)} rows, or pad with 'all' (a dense upload)",
+        )
     free = np.setdiff1d(np.arange(n_items, dtype=np.int64), touched, assume_unique=False)
     if need == 0 or not len(free):
         return np.zeros(0, dtype=np.int64)
@@ -56,8 +59,14 @@ def pad_with_decoys(update: ClientUpdate, shared: dict[str, torch.Tensor], confi
     for name, real in update.rows.items():
         n_items = int(shared[name].shape[0])
         real_np = real.numpy().astype(np.int64)
-        extra = decoy_ids(real_np, n_items, pad_size(pad, n_items), int(config.get("seed", 0)),
-                          int(config.get("round", 0)), int(update.cid))
+        extra = decoy_ids(
+            real_np,
+            n_items,
+            pad_size(pad, n_items),
+            int(config.get("seed", 0)),
+            int(config.get("round", 0)),
+            int(update.cid),
+        )
         a = update.arrays[name]
         if update.kind == "grads":
             fill = torch.zeros((len(extra),) + tuple(a.shape[1:]), dtype=a.dtype)
@@ -67,5 +76,11 @@ def pad_with_decoys(update: ClientUpdate, shared: dict[str, torch.Tensor], confi
         order = torch.from_numpy(np.argsort(ids, kind="stable"))
         rows[name] = torch.from_numpy(ids)[order]
         arrays[name] = torch.cat([a, fill]).index_select(0, order)
-    return ClientUpdate(cid=update.cid, kind=update.kind, arrays=arrays, rows=rows,
-                        num_examples=update.num_examples, metrics=dict(update.metrics))
+    return ClientUpdate(
+        cid=update.cid,
+        kind=update.kind,
+        arrays=arrays,
+        rows=rows,
+        num_examples=update.num_examples,
+        metrics=dict(update.metrics),
+    )

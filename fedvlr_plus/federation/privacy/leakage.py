@@ -15,6 +15,7 @@ Scores are pooled over uploads (true guesses / guesses, true guesses / true item
 Reference for the threat: Chai, Wang, Chen, Yang, "Secure Federated Matrix Factorization", IEEE Intelligent
 Systems 2021 (the server reads a user's items off the uploaded gradients).
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -35,7 +36,7 @@ def row_change_norms(update: ClientUpdate, shared: dict[str, torch.Tensor]) -> t
         if update.kind == "params":
             a = a - shared[name].double().index_select(0, rows).reshape(len(rows), -1)
         ids.append(rows.numpy().astype(np.int64))
-        sq.append((a ** 2).sum(1).numpy())
+        sq.append((a**2).sum(1).numpy())
     if not ids:
         return np.zeros(0, np.int64), np.zeros(0)
     uniq, inv = np.unique(np.concatenate(ids), return_inverse=True)
@@ -61,8 +62,10 @@ def precision_recall(hits: int, guessed: int, actual: int) -> dict:
 
 def upload_bytes(update: ClientUpdate) -> int:
     """Bytes of an upload's arrays and row ids as sent (numpy buffers; scalars not counted)."""
-    return int(sum(a.numel() * a.element_size() for a in update.arrays.values())
-               + sum(r.numel() * 8 for r in update.rows.values()))
+    return int(
+        sum(a.numel() * a.element_size() for a in update.arrays.values())
+        + sum(r.numel() * 8 for r in update.rows.values())
+    )
 
 
 class ItemSetAttack:
@@ -71,7 +74,7 @@ class ItemSetAttack:
 
     def __init__(self, truth, shared_of):
         self.truth, self.shared_of = truth, shared_of
-        self.counts = defaultdict(lambda: np.zeros(3, dtype=np.int64))   # (round, attack) -> hits, guessed, actual
+        self.counts = defaultdict(lambda: np.zeros(3, dtype=np.int64))  # (round, attack) -> hits, guessed, actual
         self.bytes = defaultdict(int)
         self.uploads = defaultdict(int)
 
@@ -86,9 +89,20 @@ class ItemSetAttack:
     def summary(self) -> dict:
         """Per round and overall precision/recall of each attack, and the bytes uploaded per round."""
         rounds = sorted(self.bytes)
-        per_round = [{"round": r, "bytes": self.bytes[r], "uploads": self.uploads[r],
-                      **{a: precision_recall(*self.counts[(r, a)]) for a in ATTACKS}} for r in rounds]
-        overall = {a: precision_recall(*sum((self.counts[(r, a)] for r in rounds), np.zeros(3, np.int64)))
-                   for a in ATTACKS}
-        return {"overall": overall, "bytes_per_round": float(np.mean([self.bytes[r] for r in rounds]))
-                if rounds else 0.0, "per_round": per_round}
+        per_round = [
+            {
+                "round": r,
+                "bytes": self.bytes[r],
+                "uploads": self.uploads[r],
+                **{a: precision_recall(*self.counts[(r, a)]) for a in ATTACKS},
+            }
+            for r in rounds
+        ]
+        overall = {
+            a: precision_recall(*sum((self.counts[(r, a)] for r in rounds), np.zeros(3, np.int64))) for a in ATTACKS
+        }
+        return {
+            "overall": overall,
+            "bytes_per_round": float(np.mean([self.bytes[r] for r in rounds])) if rounds else 0.0,
+            "per_round": per_round,
+        }

@@ -15,14 +15,15 @@ the client, before anything leaves it. What it does not hide: which item rows a 
 reveal the touched rows, as in the paper's design; :mod:`.decoys` pads them to a fixed size first). The (ε, δ) this
 buys is accounted in :mod:`.accountant`; what it covers and what it does not is in docs/privacy.md.
 """
+
 from __future__ import annotations
 
 import numpy as np
 import torch
 
+from ..messages import ClientUpdate
 from ..simulation import rng
 from .decoys import pad_with_decoys
-from ..messages import ClientUpdate
 
 
 def privatise(update: ClientUpdate, shared: dict[str, torch.Tensor], config: dict) -> ClientUpdate:
@@ -58,7 +59,7 @@ def privatise(update: ClientUpdate, shared: dict[str, torch.Tensor], config: dic
         d = deltas[name]
         if std > 0.0:
             width = int(np.prod(d.shape[1:])) if d.dim() > 1 else 1
-            if name in update.rows:   # key by global row id: independent of which other rows are uploaded
+            if name in update.rows:  # key by global row id: independent of which other rows are uploaded
                 rows = update.rows[name].numpy().astype(np.int64)
                 idx = rows[:, None] * width + np.arange(width, dtype=np.int64)[None, :]
             else:
@@ -71,5 +72,11 @@ def privatise(update: ClientUpdate, shared: dict[str, torch.Tensor], config: dic
             arrays[name] = shared[name].to(d.dtype).index_select(0, update.rows[name]) + d
         else:
             arrays[name] = shared[name].to(d.dtype) + d
-    return ClientUpdate(cid=update.cid, kind=update.kind, arrays=arrays, rows=update.rows,
-                        num_examples=update.num_examples, metrics=dict(update.metrics))
+    return ClientUpdate(
+        cid=update.cid,
+        kind=update.kind,
+        arrays=arrays,
+        rows=update.rows,
+        num_examples=update.num_examples,
+        metrics=dict(update.metrics),
+    )

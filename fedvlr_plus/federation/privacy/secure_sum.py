@@ -20,6 +20,7 @@ the run's own strategy gives the same result as the individual uploads would hav
 and gradient aggregation (also under the FedVLR server fusion) are linear in the uploads, so one aggregate with
 weight 1 stands for all of them. Median and trimmed mean need every upload and cannot run on a sum.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -62,7 +63,7 @@ def node_vector(updates: list[ClientUpdate], parts, clipping_range: float) -> tu
             rows = u.rows.get(name)
             if kind == "weight":
                 if rows is None:
-                    acc += w        # a table sent whole counts as touching every row
+                    acc += w  # a table sent whole counts as touching every row
                 else:
                     np.add.at(acc, rows.numpy().astype(np.int64), w)
                 continue
@@ -71,11 +72,13 @@ def node_vector(updates: list[ClientUpdate], parts, clipping_range: float) -> tu
                 acc += w * vals
             else:
                 np.add.at(acc, rows.numpy().astype(np.int64), w * vals)
-        out.append(acc.reshape(-1))   # 1-d: Flower 1.42's unmasking skips its offset on 0-d arrays
+        out.append(acc.reshape(-1))  # 1-d: Flower 1.42's unmasking skips its offset on 0-d arrays
     worst = max(float(np.abs(a).max()) if a.size else 0.0 for a in out)
     if worst > clipping_range:
-        raise ValueError(f"secure aggregation: an upload value of magnitude {worst:.4g} exceeds the clipping range "
-                         f"{clipping_range:g}; raise secagg-clipping-range (SecAgg+ would clip it silently)")
+        raise ValueError(
+            f"secure aggregation: an upload value of magnitude {worst:.4g} exceeds the clipping range "
+            f"{clipping_range:g}; raise secagg-clipping-range (SecAgg+ would clip it silently)"
+        )
     return out, n_node
 
 
@@ -95,8 +98,9 @@ def split_aggregate(arrays: list[np.ndarray], parts) -> tuple[dict, dict, float]
     return means, weights, loss
 
 
-def aggregate_as_update(rule: str, shared: dict[str, torch.Tensor], means: dict, weights: dict,
-                        n_total: int, kind: str) -> ClientUpdate:
+def aggregate_as_update(
+    rule: str, shared: dict[str, torch.Tensor], means: dict, weights: dict, n_total: int, kind: str
+) -> ClientUpdate:
     """One upload (weight 1) whose aggregation under ``rule`` equals that of the individual uploads.
 
     - ``fedgrad`` (and the FedVLR server fusion): the strategy forms ``Σ_u w_u g_u = M``: send ``M``.
@@ -105,8 +109,9 @@ def aggregate_as_update(rule: str, shared: dict[str, torch.Tensor], means: dict,
       smallest possible positive weight ``1 / N``, so quantisation noise on untouched rows cannot count).
     """
     if rule not in SUMMABLE:
-        raise ValueError(f"strategy {rule!r} cannot run on a secure sum (it needs every upload); "
-                         f"choose one of {', '.join(SUMMABLE)}")
+        raise ValueError(
+            f"strategy {rule!r} cannot run on a secure sum (it needs every upload); choose one of {', '.join(SUMMABLE)}"
+        )
     arrays, rows = {}, {}
     for name, base in shared.items():
         m = torch.from_numpy(means[name])

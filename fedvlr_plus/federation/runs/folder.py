@@ -16,6 +16,7 @@ its checksum was changed by someone else: it is refused, naming the file.
 
 The run folder as a whole is locked (``RUN_DIR/.fedvlr.lock``) while a run writes it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -63,8 +64,9 @@ def locked(folder):
     try:
         lock.acquire()
     except Timeout:
-        raise RunFolderError(str(folder), "another run is writing this folder",
-                             "wait for it to finish, or choose another folder") from None
+        raise RunFolderError(
+            str(folder), "another run is writing this folder", "wait for it to finish, or choose another folder"
+        ) from None
     except OSError as exc:
         raise output_error(folder / LOCK_FILE, exc) from exc
     try:
@@ -77,7 +79,7 @@ def seed_folders(run_dir) -> dict[int, Path]:
     """The seeds that ``run_dir`` holds a checkpoint for (new or legacy format), by seed."""
     out = {}
     for sub in Path(run_dir).glob("seed-*"):
-        seed = sub.name[len("seed-"):]
+        seed = sub.name[len("seed-") :]
         if seed.lstrip("-").isdigit() and SeedFolder(sub).has_checkpoint():
             out[int(seed)] = sub
     return out
@@ -99,19 +101,29 @@ class SeedFolder:
         if not self.manifest_path.exists():
             legacy = self.path / LEGACY_CHECKPOINT
             if legacy.exists():
-                raise RunFolderError(str(legacy), "a pickled checkpoint of an older fedvlr-plus; it is not read, "
-                                     "since unpickling a file can run any code", "start a new run in another folder")
+                raise RunFolderError(
+                    str(legacy),
+                    "a pickled checkpoint of an older fedvlr-plus; it is not read, "
+                    "since unpickling a file can run any code",
+                    "start a new run in another folder",
+                )
             return {"format": MANIFEST_FORMAT, "checkpoint": None, "files": {}}
         try:
             m = json.loads(self.manifest_path.read_bytes())
-            ok = (m.get("format") == MANIFEST_FORMAT and isinstance(m.get("files"), dict)
-                  and all(isinstance(v, str) for v in m["files"].values())
-                  and (m.get("checkpoint") is None or f"{m['checkpoint']}.json" in m["files"]))
+            ok = (
+                m.get("format") == MANIFEST_FORMAT
+                and isinstance(m.get("files"), dict)
+                and all(isinstance(v, str) for v in m["files"].values())
+                and (m.get("checkpoint") is None or f"{m['checkpoint']}.json" in m["files"])
+            )
         except (ValueError, AttributeError, TypeError) as exc:
             raise RunFolderError(str(self.manifest_path), f"not a valid manifest ({exc})", _UNTRUSTED) from None
         if not ok:
-            raise RunFolderError(str(self.manifest_path), "not a valid manifest (wrong format, or it names a "
-                                 "checkpoint it does not list)", _UNTRUSTED)
+            raise RunFolderError(
+                str(self.manifest_path),
+                "not a valid manifest (wrong format, or it names a checkpoint it does not list)",
+                _UNTRUSTED,
+            )
         return m
 
     def verify(self) -> dict:
@@ -123,9 +135,11 @@ class SeedFolder:
 
     def _verified_bytes(self, name: str, manifest: dict) -> bytes:
         """The contents of the listed file ``name``, checked against its sha256 (read once: for small files)."""
+
         def read(path: Path):
             data = path.read_bytes()
             return data, sha256_bytes(data)
+
         return self._verified(name, manifest, read)
 
     def _verified_path(self, name: str, manifest: dict) -> Path:
@@ -151,8 +165,11 @@ class SeedFolder:
     @staticmethod
     def _check_digest(path: Path, digest: str, listed: str) -> None:
         if digest != listed:
-            raise RunFolderError(str(path), f"does not match its sha256 in {MANIFEST} (changed or truncated after "
-                                 "it was written)", _UNTRUSTED)
+            raise RunFolderError(
+                str(path),
+                f"does not match its sha256 in {MANIFEST} (changed or truncated after it was written)",
+                _UNTRUSTED,
+            )
 
     def read_json(self, name: str):
         """The JSON file ``name`` if the manifest lists it (checked), else None."""
@@ -185,8 +202,9 @@ class SeedFolder:
         try:
             return join_tensors(doc["state"], tensors)
         except (KeyError, TypeError, ValueError) as exc:
-            raise RunFolderError(str(self.path / f"{stem}.json"), f"does not fit its tensors ({exc!r})",
-                                 _UNTRUSTED) from None
+            raise RunFolderError(
+                str(self.path / f"{stem}.json"), f"does not fit its tensors ({exc!r})", _UNTRUSTED
+            ) from None
 
     def read_checkpoint(self, on_disk_from: int | None = None) -> dict | None:
         """The latest checkpoint's state (checked), or None when the folder has none (``on_disk_from``: as
@@ -203,13 +221,16 @@ class SeedFolder:
         doc = json.dumps({"state": skeleton}, indent=1).encode()
         old = self.manifest()
         if json_name in old["files"]:  # rewriting a listed name: unlist it first
-            old = self._write_manifest(old, drop=(tensor_name, json_name),
-                                       checkpoint=None if old["checkpoint"] == stem else old["checkpoint"])
+            old = self._write_manifest(
+                old, drop=(tensor_name, json_name), checkpoint=None if old["checkpoint"] == stem else old["checkpoint"]
+            )
         written = {}
         atomic_write(self.path / tensor_name, lambda tmp: written.update(sha256=_save_tensors(tensors, tmp)))
         atomic_write_bytes(self.path / json_name, doc)
-        files = {tensor_name: written.get("sha256") or sha256_file(self.path / tensor_name),
-                 json_name: sha256_bytes(doc)}
+        files = {
+            tensor_name: written.get("sha256") or sha256_file(self.path / tensor_name),
+            json_name: sha256_bytes(doc),
+        }
         stale = [n for n in old["files"] if checkpoint and _CHECKPOINT_FILE.fullmatch(n) and n not in files]
         self._write_manifest(old, add=files, drop=stale, checkpoint=stem if checkpoint else old["checkpoint"])
         for name in stale:
@@ -231,8 +252,11 @@ class SeedFolder:
         """``old`` with the files ``add`` (name: sha256) listed and ``drop`` unlisted, written as the manifest."""
         files = {n: h for n, h in old["files"].items() if n not in drop}
         files.update(add or {})
-        m = {"format": MANIFEST_FORMAT, "checkpoint": old["checkpoint"] if checkpoint is ... else checkpoint,
-             "files": dict(sorted(files.items()))}
+        m = {
+            "format": MANIFEST_FORMAT,
+            "checkpoint": old["checkpoint"] if checkpoint is ... else checkpoint,
+            "files": dict(sorted(files.items())),
+        }
         atomic_write_bytes(self.manifest_path, json.dumps(m, indent=2).encode())
         return m
 
@@ -253,13 +277,13 @@ def _save_tensors(tensors: dict, path: Path) -> str | None:
 
     digest = None
     if any(isinstance(t, StreamedTensor) for t in tensors.values()):
-        digest = save_streamed(tensors, path)   # some are not in memory (private states in files): in blocks
+        digest = save_streamed(tensors, path)  # some are not in memory (private states in files): in blocks
     else:
         try:
             save_file(tensors, str(path))
         except RuntimeError:  # safetensors refuses tensors whose memory overlaps (one referenced twice): copy
             save_file({k: v.clone() for k, v in tensors.items()}, str(path))
-    os.chmod(path, 0o666 & ~process_umask())   # as every other file we write (safetensors makes it 0600)
+    os.chmod(path, 0o666 & ~process_umask())  # as every other file we write (safetensors makes it 0600)
     return digest
 
 

@@ -1,5 +1,6 @@
 """One result from the results of a run's seeds: means and standard deviations of every figure that every seed
 has, the parts some seed lacks named in ``notes``, and every seed's own result kept under ``per_seed``."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,8 +21,7 @@ SEED_PARTS = ("valid", "test", "test_warm", "test_cold", "test_sampled", "test_s
 def _part_present(result: dict, key: str) -> bool:
     """A seed has a part when it has figures for it and (where counted) users in it."""
     part = result.get(key)
-    return (isinstance(part, dict) and any(v is not None for v in part.values())
-            and result.get(f"{key}_n_users", 1) != 0)
+    return isinstance(part, dict) and any(v is not None for v in part.values()) and result.get(f"{key}_n_users", 1) != 0
 
 
 def combine_seeds(results: list[dict]) -> dict:
@@ -34,9 +34,14 @@ def combine_seeds(results: list[dict]) -> dict:
         out = dict(results[0])
         out["per_seed"] = [results[0]]
         return out
-    out = {"backbone": results[0]["backbone"], "dataset": results[0]["dataset"],
-           "seeds": [r["seed"] for r in results], "selected_round": [r["selected_round"] for r in results],
-           "strategy": results[0]["strategy"], "simulator": results[0]["simulator"]}
+    out = {
+        "backbone": results[0]["backbone"],
+        "dataset": results[0]["dataset"],
+        "seeds": [r["seed"] for r in results],
+        "selected_round": [r["selected_round"] for r in results],
+        "strategy": results[0]["strategy"],
+        "simulator": results[0]["simulator"],
+    }
     notes = list(dict.fromkeys(n for r in results for n in r.get("notes", [])))
     for key in SEED_PARTS:
         counts = [r[f"{key}_n_users"] for r in results if f"{key}_n_users" in r]
@@ -50,13 +55,13 @@ def combine_seeds(results: list[dict]) -> dict:
             label = key.replace("_", " ")
             if len(absent) < len(results):
                 notes.append(f"{label}: absent in seeds {', '.join(map(str, absent))}; not combined over seeds")
-            elif not any(n.startswith(f"{label}:") for n in notes):   # else every seed's own note says why
+            elif not any(n.startswith(f"{label}:") for n in notes):  # else every seed's own note says why
                 notes.append(f"{label}: absent in every seed")
     if "test_n_users" in out:
         out["n_users"] = out["test_n_users"]
     out["notes"] = notes
     out["config"] = results[0]["config"]
-    if "privacy" in results[0]:   # the same for every seed but for the rounds each ran: the most spent
+    if "privacy" in results[0]:  # the same for every seed but for the rounds each ran: the most spent
         out["privacy"] = max((r["privacy"] for r in results), key=lambda p: p["rounds"])
     out["per_seed"] = results
     return out

@@ -20,16 +20,14 @@ import torch
 import torch.nn.functional as F
 
 from ...adapters.base import Backbone
-from ...fedvlr.closed_form import MixtureSteps
-from ...fedvlr.router import history_mean
-from .dot_steps import DotSteps
-from .indexed_rows import IndexedRows
 from ..messages import ClientUpdate
 from ..privacy.noise import privatise
-from .schedule import Schedule, build_schedule
 from ..state.initial import init_private_block, round_start
-from .batched_scoring import BatchedScoring, history_ctx
 from ..state.store import load_block, save_block
+from .batched_scoring import BatchedScoring, history_ctx
+from .dot_steps import DotSteps
+from .indexed_rows import IndexedRows
+from .schedule import Schedule, build_schedule
 from .summed_chunk import SummedChunk
 
 
@@ -144,7 +142,7 @@ class BatchedSimulator(BatchedScoring):
             return self._summed_chunk(cids, batch, cpu_shared, private, sgd, loss_sum, steps_done, config)
         return self._chunk_updates(cids, batch, cpu_shared, private, sgd, loss_sum, steps_done, config)
 
-    def _chunk_batch(self, cids: np.ndarray, config: dict) -> "_ChunkBatch":
+    def _chunk_batch(self, cids: np.ndarray, config: dict) -> _ChunkBatch:
         """The chunk's schedule for this round, the rows each client touches and its examples, on the device."""
         dtype, dev = self.dtype, self.device
         sched = build_schedule(self.indptr, self.indices, cids, self.bb.n_items,
@@ -170,8 +168,8 @@ class BatchedSimulator(BatchedScoring):
         items, labels, mask = (x.view(c_n, s_max, l_max).to(dev) for x in (items, labels, mask))
         return _ChunkBatch(sched, owner, pos, touched, items, labels, mask, c_n, t_max, s_max, l_max)
 
-    def _local_sgd(self, batch: "_ChunkBatch", shared: dict, private: dict, config: dict,
-                   fixed: tuple[str, ...] = (), lazy: tuple[str, ...] = ()) -> "_LocalSGD":
+    def _local_sgd(self, batch: _ChunkBatch, shared: dict, private: dict, config: dict,
+                   fixed: tuple[str, ...] = (), lazy: tuple[str, ...] = ()) -> _LocalSGD:
         """The chunk's trainable tensors (shared parts copied per client, item tables as the touched rows) and
         the step rule, from the round's learning rates. ``fixed``: shared item tables the closed-form steps read
         from the broadcast copy and whose uploaded gradient they make themselves (no copy, no accumulator); ``lazy``:
@@ -213,7 +211,7 @@ class BatchedSimulator(BatchedScoring):
                          local_shared=bool(config.get("local_shared", False)),   # see RecClient.fit
                          c_n=c_n, l_max=batch.l_max)
 
-    def _local_steps(self, cids, batch: "_ChunkBatch", shared: dict, sgd: "_LocalSGD", config: dict,
+    def _local_steps(self, cids, batch: _ChunkBatch, shared: dict, sgd: _LocalSGD, config: dict,
                      kernel=None, fixed: tuple[str, ...] = ()):
         """Every local step of every client; each client's summed loss and its number of steps. ``kernel``/``fixed``:
         the closed form of the chunk's steps and the tables it keeps fixed (:meth:`_closed_form_plan`)."""
@@ -234,7 +232,7 @@ class BatchedSimulator(BatchedScoring):
         dot = bb.dot_head
         fast = self._dot_head_fast(set(sgd.names)) and dot[0] in sgd.flat_tables
         mixture = None if kernel is None else kernel.local_steps(
-            history_mean(ctx), sgd.leaves, sgd.lr, sgd.wd, (c_n, t_max, s_max) if fixed else None)
+            ctx, sgd.leaves, sgd.lr, sgd.wd, (c_n, t_max, s_max) if fixed else None)
         dots = self._dot_steps(shared, sgd, s_max) if fast and sgd.leaves[dot[0]] is None else None
         per_steps = []
         for s in range(s_max):
@@ -272,7 +270,7 @@ class BatchedSimulator(BatchedScoring):
         return (dot is not None and type(bb).regulariser is Backbone.regulariser and not bb.uses_history
                 and names == {n for n in dot if n is not None})
 
-    def _dot_steps_apply(self, batch: "_ChunkBatch", config: dict, fixed: tuple[str, ...]) -> bool:
+    def _dot_steps_apply(self, batch: _ChunkBatch, config: dict, fixed: tuple[str, ...]) -> bool:
         """Whether the chunk's steps are rank-one sums over the broadcast table (:mod:`.dot_steps`): a shared
         item table of a dot-product head, no weight decay, and cheaper than stepping gathered rows."""
         names = {n for n in self.bb.shared_names if n not in fixed} | {s.name for s in self.bb.private_specs()}
@@ -282,21 +280,21 @@ class BatchedSimulator(BatchedScoring):
         return (table in self.bb.shared_names and self.specs[table].item_table
                 and DotSteps.fits(self.bb.n_items, batch.c_n, batch.s_max, batch.l_max, self.chunk_floats))
 
-    def _dot_steps(self, shared: dict, sgd: "_LocalSGD", s_max: int) -> DotSteps:
+    def _dot_steps(self, shared: dict, sgd: _LocalSGD, s_max: int) -> DotSteps:
         """The chunk's steps of a dot-product head as rank-one sums over the broadcast table."""
         table = self.bb.dot_head[0]
         item_lr = sgd.item_lr if self.specs[table].scaled else sgd.lr
         stepped = table not in sgd.acc or sgd.local_shared    # as _LocalSGD.step: a gradient upload steps only
         return DotSteps(shared[table].to(self.dtype), sgd.c_n, s_max, item_lr, stepped)
 
-    def _form_deferred(self, sgd: "_LocalSGD", touched: torch.Tensor) -> None:
+    def _form_deferred(self, sgd: _LocalSGD, touched: torch.Tensor) -> None:
         """Write what the chunk's closed-form steps left to the end into its tables: the clients' rows after
         their :class:`DotSteps` (and their gradient, for a gradient upload), or the FedVLR layer's gradient of
         the fixed fused rows."""
         if sgd.deferred is None:
             return
         (table, steps), sgd.deferred = sgd.deferred, None
-        if isinstance(steps, MixtureSteps):
+        if not isinstance(steps, DotSteps):   # the backbone's own closed form
             sgd.acc[table] = steps.table_grads(touched)
             return
         grads = steps.row_grads(touched)
@@ -308,7 +306,7 @@ class BatchedSimulator(BatchedScoring):
             steps.write_rows(rows, grads)
         sgd.leaves[table], sgd.flat_tables[table] = rows, rows.view(-1, rows.shape[-1])
 
-    def _deferred_factors(self, sgd: "_LocalSGD", batch: "_ChunkBatch", upload: str):
+    def _deferred_factors(self, sgd: _LocalSGD, batch: _ChunkBatch, upload: str):
         """``(table, (coef, factor, columns, base))``: the deferred table upload of the chunk as factors of the
         round's sums (:class:`SummedChunk`), where it is a shared table no stored state needs as rows; else
         None."""
@@ -317,13 +315,13 @@ class BatchedSimulator(BatchedScoring):
         table, steps = sgd.deferred
         if table not in self.bb.shared_names or self.bb.personal_copies:
             return None
-        if isinstance(steps, MixtureSteps):
+        if not isinstance(steps, DotSteps):   # the backbone's own closed form
             real = torch.from_numpy(batch.owner * batch.t_max + batch.pos).to(self.device)
             coef, factor, columns = steps.table_factors(batch.touched.view(-1)[real], real, self.bb.n_items)
             return table, (coef, factor, columns, None)
         return table, steps.factors(upload)
 
-    def _closed_form_plan(self, batch: "_ChunkBatch", config: dict):
+    def _closed_form_plan(self, batch: _ChunkBatch, config: dict):
         """The backbone's closed-form step (the FedVLR layer's router and dot-product head), where it covers every
         trained tensor, and the shared tables it keeps fixed: the fused views, when they are not stepped locally
         and the per-step record of their gradient (``[S, C * T]``) is smaller than the gradient itself. (None,
@@ -336,7 +334,7 @@ class BatchedSimulator(BatchedScoring):
                  and batch.s_max < self.specs[kernel.table].shape[1])
         return kernel, (kernel.table,) if fixed else ()
 
-    def _closed_form_step(self, sgd: "_LocalSGD", fidx, y, wt, m, active) -> torch.Tensor:
+    def _closed_form_step(self, sgd: _LocalSGD, fidx, y, wt, m, active) -> torch.Tensor:
         """One step of a dot-product head with its gradients in closed form; each client's weighted loss."""
         tname, wname, bname = self.bb.dot_head
         c_n, l_max, leaves = sgd.c_n, sgd.l_max, sgd.leaves
@@ -354,7 +352,7 @@ class BatchedSimulator(BatchedScoring):
         sgd.step([fast_grads[n] for n in sgd.names], fidx, m, active)
         return per
 
-    def _autograd_step(self, sgd: "_LocalSGD", ctx: dict, fidx, y, wt, m, active, config: dict) -> torch.Tensor:
+    def _autograd_step(self, sgd: _LocalSGD, ctx: dict, fidx, y, wt, m, active, config: dict) -> torch.Tensor:
         """One step through the backbone's own logits and regulariser; each client's loss (with its penalty)."""
         bb, c_n, l_max = self.bb, sgd.c_n, sgd.l_max
         p = dict(sgd.leaves)
@@ -375,7 +373,7 @@ class BatchedSimulator(BatchedScoring):
         sgd.step(grads, fidx, m, active)
         return per.detach()
 
-    def _chunk_updates(self, cids, batch: "_ChunkBatch", shared, private, sgd: "_LocalSGD", loss_sum, steps_done,
+    def _chunk_updates(self, cids, batch: _ChunkBatch, shared, private, sgd: _LocalSGD, loss_sum, steps_done,
                        config: dict) -> list[ClientUpdate]:
         """Store the chunk's private states and cut its stacked results into one upload per client, with a few
         whole-tensor calls (no per-client indexing)."""
@@ -409,7 +407,7 @@ class BatchedSimulator(BatchedScoring):
                                               metrics={"loss": losses[c], "steps": steps_l[c]}), shared, config))
         return out
 
-    def _summed_chunk(self, cids, batch: "_ChunkBatch", shared, private, sgd: "_LocalSGD", loss_sum, steps_done,
+    def _summed_chunk(self, cids, batch: _ChunkBatch, shared, private, sgd: _LocalSGD, loss_sum, steps_done,
                       config: dict) -> SummedChunk:
         """Store the chunk's private states and hand its uploads over as blocks: each item table's real rows,
         client after client (what :meth:`_chunk_updates` cuts into per-client views), dense arrays stacked."""

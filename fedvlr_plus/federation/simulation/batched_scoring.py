@@ -1,10 +1,12 @@
 """Scoring with the batched simulator: the users' restored private states, a chunk of users at a time, against
 every item (full sort) or against chosen items (the sampled protocol's candidates).
 
-:class:`BatchedScoring` is the scoring half of :class:`~fedvlr_plus.federation.simulation.batched.BatchedSimulator`; it reads
+:class:`BatchedScoring` is the scoring half of :class:`~fedvlr_plus.federation.simulation.batched.BatchedSimulator`;
+it reads
 the simulator's backbone ``bb``, private ``store``, ``device``, ``dtype``, ``chunk_floats``, ``table_width``,
 training CSR ``indptr``/``indices`` and its ``_private_block(users)``.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -33,7 +35,7 @@ def history_ctx(indptr: np.ndarray, indices: np.ndarray, cids) -> dict:
 class BatchedScoring:
     """The batched simulator's scoring (the module docstring lists what it reads of the simulator)."""
 
-    maps_private = True   # scores() takes ``private_map``
+    maps_private = True  # scores() takes ``private_map``
     #: False: the sampled protocol scores every item even where its candidates alone would be cheaper (the
     #: reference path ``fedvlr-plus bench eval --check`` times and compares against)
     score_candidates = True
@@ -70,7 +72,7 @@ class BatchedScoring:
                 else:
                     logits = self.bb.logits(p, None, ctx)
                 out.append(logits.cpu())
-        if len(out) == 1:   # (a batch of one chunk: torch.cat would copy it)
+        if len(out) == 1:  # (a batch of one chunk: torch.cat would copy it)
             return out[0]
         return torch.cat(out) if out else torch.zeros(0, n_items, dtype=self.dtype)
 
@@ -86,7 +88,7 @@ class BatchedScoring:
         per_chunk = max(1, self.chunk_floats // max(items.shape[1] * width, 1))
         out = []
         for start, p, ctx in self._scoring_chunks(users, shared, per_chunk, None):
-            chunk_items = items[start:start + per_chunk].to(self.device)
+            chunk_items = items[start : start + per_chunk].to(self.device)
             ctx["items_global"] = chunk_items
             with torch.no_grad():
                 out.append(self.bb.logits(p, chunk_items, ctx).cpu())
@@ -99,14 +101,14 @@ class BatchedScoring:
         dev = self.device
         shared = {k: v.to(self.dtype) for k, v in shared.items()}
         shared_dev = {k: v.to(dev) for k, v in shared.items()}
-        ctx_shared = self.bb.round_context(shared_dev)   # the same for every chunk of this call
+        ctx_shared = self.bb.round_context(shared_dev)  # the same for every chunk of this call
         for start in range(0, len(users), per_chunk):
-            chunk = users[start:start + per_chunk]
+            chunk = users[start : start + per_chunk]
             private = self._private_block(chunk)
             copies = load_block(self.store, chunk, list(self.bb.personal_copies.values()))
             for shared_name, personal in self.bb.personal_copies.items():
                 vals, has = copies[personal]
-                if has.any():   # clients without a personal copy score with the global table
+                if has.any():  # clients without a personal copy score with the global table
                     vals = vals.to(self.dtype)
                     vals[torch.from_numpy(~has)] = shared[shared_name]
                     private[personal] = vals

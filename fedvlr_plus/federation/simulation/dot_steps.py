@@ -19,6 +19,7 @@ weighted sum: ``Σ_c a_c v^c_i = (Σ_{c ∋ i} a_c) V_i - η Σ_{c, s} δ^s_{c i
 (``factors``). Same maths as the step-by-step update (float rounding apart);
 without weight decay only (a decayed row is not a sum of rank-one steps of the same form).
 """
+
 from __future__ import annotations
 
 import torch
@@ -37,7 +38,7 @@ class DotSteps:
     def __init__(self, table: torch.Tensor, c_n: int, s_max: int, item_lr: float, stepped: bool):
         self.table, self.c_n, self.n = table, c_n, table.shape[0]
         self.item_lr, self.stepped = float(item_lr), stepped
-        self.delta = torch.zeros(s_max, c_n * self.n, dtype=table.dtype, device=table.device)   # δ^s, flat
+        self.delta = torch.zeros(s_max, c_n * self.n, dtype=table.dtype, device=table.device)  # δ^s, flat
         self.heads = torch.zeros(s_max, c_n, table.shape[1], dtype=table.dtype, device=table.device)  # w^s
         self.s = 0
 
@@ -54,8 +55,8 @@ class DotSteps:
         flat = (items + torch.arange(c_n, device=items.device).unsqueeze(1) * n).reshape(-1)
         logits = (w @ self.table.T).view(-1).index_select(0, flat).view(items.shape)
         earlier = self.delta[:s].index_select(1, flat).view(s, *items.shape) if self.stepped and s else None
-        if earlier is not None:   # the rows' own earlier steps: - η Σ_{s'} δ^{s'}_i <w^{s'}, w>
-            gram = torch.bmm(self.heads[:s].transpose(0, 1), w.unsqueeze(-1)).squeeze(-1)          # [C, s]
+        if earlier is not None:  # the rows' own earlier steps: - η Σ_{s'} δ^{s'}_i <w^{s'}, w>
+            gram = torch.bmm(self.heads[:s].transpose(0, 1), w.unsqueeze(-1)).squeeze(-1)  # [C, s]
             logits = logits - self.item_lr * (earlier * gram.T.unsqueeze(-1)).sum(0)
         if b is not None:
             logits = logits + b.unsqueeze(-1)
@@ -64,7 +65,7 @@ class DotSteps:
         self.heads[s] = w
         g_w = self.delta[s].view(c_n, n) @ self.table
         if earlier is not None:
-            overlap = (earlier * dlog.unsqueeze(0)).sum(-1)                                         # [s, C]
+            overlap = (earlier * dlog.unsqueeze(0)).sum(-1)  # [s, C]
             g_w = g_w - self.item_lr * torch.bmm(overlap.T.unsqueeze(1), self.heads[:s].transpose(0, 1)).squeeze(1)
         loss = F.binary_cross_entropy_with_logits(logits, y, weight=a, reduction="none").sum(1)
         self.s += 1
@@ -75,8 +76,8 @@ class DotSteps:
         """``Σ_s δ^s_i w^s`` of each client's rows ``touched [C, T]`` (global ids): ``[C, T, d]``."""
         c_n, t_max = touched.shape
         flat = (touched + torch.arange(c_n, device=touched.device).unsqueeze(1) * self.n).reshape(-1)
-        coef = self.delta[:self.s].index_select(1, flat).view(self.s, c_n, t_max).permute(1, 2, 0)
-        return torch.bmm(coef, self.heads[:self.s].transpose(0, 1))
+        coef = self.delta[: self.s].index_select(1, flat).view(self.s, c_n, t_max).permute(1, 2, 0)
+        return torch.bmm(coef, self.heads[: self.s].transpose(0, 1))
 
     @torch.no_grad()
     def write_rows(self, start: torch.Tensor, grads: torch.Tensor) -> None:
@@ -91,7 +92,7 @@ class DotSteps:
         weights of ``columns``, and ``base`` by the weights of the clients holding a row) is ``coef @ factor``
         (+ ``base`` per row): the rows themselves (``params``; ``base`` the broadcast table) or their gradient."""
         s, c_n, n = self.s, self.c_n, self.n
-        coef = self.delta[:s].view(s, c_n, n).permute(2, 0, 1).reshape(n, s * c_n)      # column s' C + c
+        coef = self.delta[:s].view(s, c_n, n).permute(2, 0, 1).reshape(n, s * c_n)  # column s' C + c
         heads = self.heads[:s].reshape(s * c_n, -1)
         columns = torch.arange(c_n, device=coef.device).repeat(s)
         if upload == "params":

@@ -7,6 +7,7 @@ product with one column (slow on CPU). The scores come from a numba kernel (:mod
 imports and the table is large and on the CPU, else from the gathered rows and a batched product; the weighted
 sums from ``embedding_bag``. Both agree with the gathered form to float rounding.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -31,15 +32,19 @@ class IndexedRows:
         big = self.table.numel() >= KERNEL_FROM_FLOATS
         on_cpu = self.table.device.type == "cpu" and self.table.is_contiguous()
         kernels = _row_kernels() if big and on_cpu else None
-        if kernels is not None:   # (contiguous inputs: one compiled version per dtype)
+        if kernels is not None:  # (contiguous inputs: one compiled version per dtype)
             out = torch.empty(c_n, l_n, self.experts, dtype=self.table.dtype)
-            kernels.indexed_dot(self.table.detach().numpy(), self.ids.contiguous().numpy(),
-                                h.detach().to(self.table.dtype).contiguous().numpy(), out.numpy())
+            kernels.indexed_dot(
+                self.table.detach().numpy(),
+                self.ids.contiguous().numpy(),
+                h.detach().to(self.table.dtype).contiguous().numpy(),
+                out.numpy(),
+            )
             return out
         # torch: gathered, then an elementwise product for one block (it beats a batched product with one column),
         # else one batched product (a reduction such as vecdot allocates a product as large as the rows, which
         # costs more than it saves inside a run)
-        rows = self.table.index_select(0, self.ids.reshape(-1))[:, :self.experts * self.d]
+        rows = self.table.index_select(0, self.ids.reshape(-1))[:, : self.experts * self.d]
         h = h.to(self.table.dtype)
         if self.experts == 1:
             return (rows.view(c_n, l_n, self.d) * h.unsqueeze(1)).sum(-1, keepdim=True)
@@ -48,7 +53,7 @@ class IndexedRows:
     def weighted_sum(self, delta: torch.Tensor) -> torch.Tensor:
         """``Σ_l delta_cl F_l`` -> ``[C, J d]``."""
         out = F.embedding_bag(self.ids, self.table, per_sample_weights=delta.to(self.table.dtype), mode="sum")
-        return out[:, :self.experts * self.d]
+        return out[:, : self.experts * self.d]
 
 
 #: the scores come from the compiled kernel where the table has this many floats (8 MB): it no longer sits in the
@@ -68,6 +73,11 @@ def prepare_kernels() -> bool:
     False where numba is missing (steps then take the torch path). ``bench suite`` calls this before its cases."""
     # the argument types :meth:`IndexedRows.dot` passes (contiguous float32 and int64), without a table large
     # enough to pass its size rule
-    return _KERNELS.prepare(lambda kernels: kernels.indexed_dot(
-        np.zeros((2, 4), np.float32), np.zeros((1, 1), np.int64), np.zeros((1, 2), np.float32),
-        np.empty((1, 1, 2), np.float32)))
+    return _KERNELS.prepare(
+        lambda kernels: kernels.indexed_dot(
+            np.zeros((2, 4), np.float32),
+            np.zeros((1, 1), np.int64),
+            np.zeros((1, 2), np.float32),
+            np.empty((1, 1, 2), np.float32),
+        )
+    )

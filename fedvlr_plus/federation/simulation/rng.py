@@ -9,6 +9,7 @@ simulator draw them for all clients at once with numpy.
 splitmix64: Steele, Lea, Flood, "Fast Splittable Pseudorandom Number Generators", OOPSLA 2014 (finaliser
 constants as in Vigna's public-domain reference implementation).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -105,7 +106,7 @@ def normal_float32(*keys, scale: float = 1.0) -> np.ndarray:
     float32; the few that lie near a float32 rounding boundary are recomputed with numpy's cosine. A population's
     draw (the matrix layout of :func:`_row_layout`, once a process has drawn ``COMPILED_AFTER_DRAWS`` values in it)
     runs through the compiled kernels of ``rng_kernels`` instead, with the same check and the same bits."""
-    import torch   # the package's dependency; rng itself stays importable with numpy alone
+    import torch  # the package's dependency; rng itself stays importable with numpy alone
 
     rows = _row_layout(keys)
     kernels = _compiled_kernels_for(rows[0].size * rows[1].size) if rows is not None else None
@@ -115,16 +116,16 @@ def normal_float32(*keys, scale: float = 1.0) -> np.ndarray:
     out = np.empty(shape, dtype=np.float32)
     radius_buffer, fast_buffer = None, None
     for i0, i1, a, (zb, tb, ub) in blocks:
-        if radius_buffer is None:   # (reused: a population's draw is thousands of blocks)
+        if radius_buffer is None:  # (reused: a population's draw is thousands of blocks)
             radius_buffer, fast_buffer = np.empty_like(ub), np.empty_like(ub)
-        radius, fast = radius_buffer[:ub.size], fast_buffer[:ub.size]
+        radius, fast = radius_buffer[: ub.size], fast_buffer[: ub.size]
         _radius(a, zb, tb, radius)
         _angle(a, zb, tb, ub)
         torch.cos(torch.from_numpy(ub), out=torch.from_numpy(fast))
         fast *= radius
         fast *= scale
         near = np.flatnonzero(_near_float32_boundary(fast.view(np.uint64), zb, tb))
-        fast[near] = (radius[near] * np.cos(ub[near])) * scale     # the same operations as ``normal``
+        fast[near] = (radius[near] * np.cos(ub[near])) * scale  # the same operations as ``normal``
         out[i0:i1].reshape(-1)[:] = fast
     return out
 
@@ -194,12 +195,12 @@ def _normal_float32_compiled(kernels, first, last_term, scale: float) -> np.ndar
         n = (r1 - r0) * n_cols
         log_y, a, f = neg_u1[:n], angle[:n], fast[:n]
         kernels.uniforms(first[r0:r1], last_term, log_y, a)
-        np.log1p(log_y, out=log_y)             # numpy's vectorised log1p, as in ``_radius``
+        np.log1p(log_y, out=log_y)  # numpy's vectorised log1p, as in ``_radius``
         kernels.cos_times(a, log_y, float(scale), f)
         block = out[r0:r1].reshape(-1)
         count = kernels.round_checked(f, f.view(np.uint64), slack, block, near)
         redo = near[:count]
-        block[redo] = (np.sqrt(log_y[redo] * -2.0) * np.cos(a[redo])) * scale   # ``normal``'s operations
+        block[redo] = (np.sqrt(log_y[redo] * -2.0) * np.cos(a[redo])) * scale  # ``normal``'s operations
     return out
 
 
@@ -207,10 +208,10 @@ def _normal_float32_compiled(kernels, first, last_term, scale: float) -> np.ndar
 #: check: torch's and numpy's cosines differ by at most one, which the two products can make three; 2^12 leaves
 #: a wide margin and flags only about one draw in 2^16 for recomputation
 _SLACK_ULPS = 1 << 12
-_DROPPED = np.uint64((1 << 29) - 1)    # the 29 mantissa bits a float64 loses on rounding to float32
+_DROPPED = np.uint64((1 << 29) - 1)  # the 29 mantissa bits a float64 loses on rounding to float32
 _EXPONENT = np.uint64(0x7FF << 52)
-_SMALLEST = np.uint64((1023 - 125) << 52)   # below it, float32's grid is not 2^-23 of the binade (subnormals)
-_HALF = np.uint64(1 << 28)                   # the dropped bits of a float32 rounding boundary: 1 and then zeros
+_SMALLEST = np.uint64((1023 - 125) << 52)  # below it, float32's grid is not 2^-23 of the binade (subnormals)
+_HALF = np.uint64(1 << 28)  # the dropped bits of a float32 rounding boundary: 1 and then zeros
 
 
 def _near_float32_boundary(bits: np.ndarray, tmp: np.ndarray, tmp2: np.ndarray) -> np.ndarray:
@@ -219,7 +220,7 @@ def _near_float32_boundary(bits: np.ndarray, tmp: np.ndarray, tmp2: np.ndarray) 
     that test; any float64 within that many units of it then rounds to the same float32 when it is False."""
     half, slack = _HALF, np.uint64(_SLACK_ULPS)
     np.bitwise_and(bits, _DROPPED, out=tmp)
-    tmp -= half - slack                  # (wraps around below the window)
+    tmp -= half - slack  # (wraps around below the window)
     near = tmp < slack + slack
     np.bitwise_and(bits, _EXPONENT, out=tmp2)
     near |= tmp2 < _SMALLEST
@@ -251,13 +252,17 @@ def _key_blocks(keys):
             block = [a[i0:i1] if a.shape[0] > 1 else a for a in arrays]
             if last_fixed:
                 first = _chain(keys[:n_scalar] + block[:-1])
-                a = chain[:(i1 - i0) * row]
-                np.add(first.reshape(first.shape + (1,) * (len(shape) - first.ndim)), last_term,
-                       out=a.reshape((i1 - i0,) + tuple(shape[1:])))
-                _mix_inplace(a, buffers[0][:a.size])
+                a = chain[: (i1 - i0) * row]
+                np.add(
+                    first.reshape(first.shape + (1,) * (len(shape) - first.ndim)),
+                    last_term,
+                    out=a.reshape((i1 - i0,) + tuple(shape[1:])),
+                )
+                _mix_inplace(a, buffers[0][: a.size])
             else:
                 a = np.broadcast_to(_chain(keys[:n_scalar] + block), (i1 - i0,) + tuple(shape[1:])).reshape(-1)
-            yield i0, i1, a, tuple(b[:a.size] for b in buffers)
+            yield i0, i1, a, tuple(b[: a.size] for b in buffers)
+
     return shape, blocks()
 
 

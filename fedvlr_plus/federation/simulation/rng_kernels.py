@@ -10,6 +10,7 @@ numpy's operations), because this cosine, like torch's, may differ from numpy's 
 ``rng`` imports this module only for a draw, and keeps its numpy path where numba does not import. The kernels
 compile on first use and are cached next to this file.
 """
+
 from __future__ import annotations
 
 import math
@@ -26,7 +27,7 @@ _TWO_PI = 2.0 * np.pi
 
 # π/2 in three pieces (fdlibm's): the first two have 33 significant bits, so k · piece is exact for the k <= 4 an
 # angle in [0, 2π) needs, and the reduced angle keeps its relative accuracy even next to a multiple of π/2
-_PIO2_1 = 1.57079632673412561417e+00
+_PIO2_1 = 1.57079632673412561417e00
 _PIO2_2 = 6.07710050630396597660e-11
 _PIO2_2T = 2.02226624879595063154e-21
 _INV_PIO2 = 6.36619772367581382433e-01
@@ -72,8 +73,9 @@ def cos_times(angle, log_y, scale, out):
         y = ((x - k * _PIO2_1) - k * _PIO2_2) - k * _PIO2_2T
         z = y * y
         sin_y = y + y * z * (_S1 + z * (_S2 + z * (_S3 + z * (_S4 + z * (_S5 + z * (_S6 + z * (_S7 + z * _S8)))))))
-        cos_y = 1.0 + z * (_C1 + z * (_C2 + z * (_C3 + z * (_C4 + z * (_C5 + z * (_C6 + z * (_C7 + z * (_C8
-                                                                                                 + z * _C9))))))))
+        cos_y = 1.0 + z * (
+            _C1 + z * (_C2 + z * (_C3 + z * (_C4 + z * (_C5 + z * (_C6 + z * (_C7 + z * (_C8 + z * _C9)))))))
+        )
         quadrant = np.int64(k) & 3
         v = cos_y if (quadrant & 1) == 0 else sin_y
         v = -v if (quadrant == 1 or quadrant == 2) else v

@@ -1,6 +1,7 @@
 """``bench round``: how long one federated round takes with the batched simulator and with the sequential
 reference, from the same initial state, and how far apart their aggregated states end (a speed check that is also
 a correctness check)."""
+
 from __future__ import annotations
 
 import resource
@@ -18,8 +19,9 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def bench_round(data, backbone, cfg: FedConfig | None = None, *, sequential: bool = True,
-                repeats: int = 3, rounds: int = 1) -> dict:
+def bench_round(
+    data, backbone, cfg: FedConfig | None = None, *, sequential: bool = True, repeats: int = 3, rounds: int = 1
+) -> dict:
     """Time full rounds (every client, ``cfg.local_epochs`` local epochs, aggregation included, evaluation
     excluded) with the batched simulator and, unless ``sequential=False``, with the sequential reference, both
     from the same initial state. ``backbone``: a name or a ready adapter (a RecBole model, the FedVLR layer).
@@ -35,18 +37,27 @@ def bench_round(data, backbone, cfg: FedConfig | None = None, *, sequential: boo
 
     cfg = replace(cfg or FedConfig(), clients_per_round=None, private_store="memory", seeds=1)
     repeats, rounds = max(1, int(repeats)), max(1, int(rounds))
-    out = {"backbone": backbone if isinstance(backbone, str) else backbone.name, "dataset": data.name,
-           "clients": None, "items": int(data.n_items), "train_interactions": int(len(data.train())),
-           "negatives": cfg.negatives, "threads": torch.get_num_threads(), "repeats": repeats, "rounds": rounds,
-           "peak_rss_mb_before": _peak_rss_mb()}
+    out = {
+        "backbone": backbone if isinstance(backbone, str) else backbone.name,
+        "dataset": data.name,
+        "clients": None,
+        "items": int(data.n_items),
+        "train_interactions": int(len(data.train())),
+        "negatives": cfg.negatives,
+        "threads": torch.get_num_threads(),
+        "repeats": repeats,
+        "rounds": rounds,
+        "peak_rss_mb_before": _peak_rss_mb(),
+    }
     timed = _timed_rounds if rounds > 1 else _timed_repeats
     runb = FederatedRun(data, backbone, replace(cfg, simulator="batched"), progress=False)
     out["clients"] = int(len(runb.eligible))
     out["local_epochs"] = runb.local_epochs
     out["simulator_batched"] = runb.sim.name
     # warm-up on a few clients (allocator, lazy initialisation) with a throwaway store
-    warm = type(runb.sim)(runb.bb, runb.indptr, runb.indices, MemoryStore(), seed=cfg.seed,
-                          chunk_floats=cfg.chunk_floats)
+    warm = type(runb.sim)(
+        runb.bb, runb.indptr, runb.indices, MemoryStore(), seed=cfg.seed, chunk_floats=cfg.chunk_floats
+    )
     warm.fit(runb.eligible[:8], runb.shared, runb.round_config(1))
     out["batched_s"], out["batched_cpu_s"], new_b = timed(runb, repeats if rounds == 1 else rounds)
     out["fallback"] = getattr(runb.sim, "fallback", None)
@@ -71,7 +82,7 @@ def _timed_repeats(run, repeats: int):
 
     conf = run.round_config(1)
     best, best_cpu, new = float("inf"), float("inf"), None
-    start = run.store.snapshot()   # every repeat trains the same first round from the same states
+    start = run.store.snapshot()  # every repeat trains the same first round from the same states
     for _ in range(repeats):
         run.store.restore(start)
         run.store.begin_round(1)
@@ -116,16 +127,20 @@ def _timed_rounds(run, rounds: int):
 def format_bench(res: dict) -> str:
     rounds = res.get("rounds", 1)
     how = f"median of rounds 2-{rounds}" if rounds > 1 else f"best of {res['repeats']}"
-    lines = [f"{res['backbone']} on {res['dataset']}: {res['clients']} clients, {res['items']} items, "
-             f"{res['train_interactions']} training interactions, {res['local_epochs']} local epochs, "
-             f"{res['threads']} torch threads",
-             f"  batched    {res['batched_s']:.3f} s per round, CPU {res['batched_cpu_s']:.3f} s ({how}; "
-             f"process peak RSS {res['peak_rss_mb_batched']:.0f} MB)"]
+    lines = [
+        f"{res['backbone']} on {res['dataset']}: {res['clients']} clients, {res['items']} items, "
+        f"{res['train_interactions']} training interactions, {res['local_epochs']} local epochs, "
+        f"{res['threads']} torch threads",
+        f"  batched    {res['batched_s']:.3f} s per round, CPU {res['batched_cpu_s']:.3f} s ({how}; "
+        f"process peak RSS {res['peak_rss_mb_batched']:.0f} MB)",
+    ]
     if res.get("fallback"):
         lines.append(f"  (the batched simulator fell back to one client at a time: {res['fallback']})")
     if "sequential_s" in res:
         lines.append(f"  sequential {res['sequential_s']:.3f} s per round, CPU {res['sequential_cpu_s']:.3f} s")
-        lines.append(f"  speed-up   {res['speedup']:.1f}x wall, {res['speedup_cpu']:.1f}x CPU   "
-                     f"(max |batched - sequential| after aggregation "
-                     f"{res['max_abs_diff']:.2e})")
+        lines.append(
+            f"  speed-up   {res['speedup']:.1f}x wall, {res['speedup_cpu']:.1f}x CPU   "
+            f"(max |batched - sequential| after aggregation "
+            f"{res['max_abs_diff']:.2e})"
+        )
     return "\n".join(lines)

@@ -12,6 +12,7 @@ seen as one.
 (``KERNEL_FROM_FLOATS``), and keeps its torch path where numba does not import. The kernel compiles on first use
 and is cached next to this file.
 """
+
 from __future__ import annotations
 
 import numba
@@ -27,7 +28,7 @@ def indexed_dot(table, items, h, out):
     ``d = h.shape[1]`` columns at the start of each row (wider tables keep their other columns unread)."""
     c_n, l_n = items.shape
     j_n, d = out.shape[2], h.shape[1]
-    zero = np.zeros(1, out.dtype)[0]   # (a sum started from a product, or run from k = 1, is not vectorised)
+    zero = np.zeros(1, out.dtype)[0]  # (a sum started from a product, or run from k = 1, is not vectorised)
     for c in range(c_n):
         hc = h[c]
         for l in range(l_n):

@@ -9,6 +9,7 @@ The sums do not depend on how the uploads are cut into chunks, only on their ord
 added with ``index_add_``, one upload after another, whatever the blocks they are buffered in; a dense array is
 summed in float64 (one ``tensordot`` per chunk).
 """
+
 from __future__ import annotations
 
 import torch
@@ -49,9 +50,10 @@ class RowSums:
             return
         block, self._block, self._size = self._block, [], 0
         rows = torch.cat([r for r, _, _ in block])
-        ws = torch.repeat_interleave(torch.tensor([w for _, _, w in block], dtype=torch.float64),
-                                     torch.tensor([r.shape[0] for r, _, _ in block]))
-        vals = torch.cat([v for _, v, _ in block]).to(self.dtype)   # cat always copies: scaling in place is safe
+        ws = torch.repeat_interleave(
+            torch.tensor([w for _, _, w in block], dtype=torch.float64), torch.tensor([r.shape[0] for r, _, _ in block])
+        )
+        vals = torch.cat([v for _, v, _ in block]).to(self.dtype)  # cat always copies: scaling in place is safe
         self.num.index_add_(0, rows, vals.mul_(ws.to(self.dtype).unsqueeze(1)))
         self.den.index_add_(0, rows, ws)
 
@@ -63,8 +65,14 @@ class RowSums:
         self.num.index_add_(0, rows, vals.to(self.dtype).mul_(weights.to(self.dtype).unsqueeze(1)))
         self.den.index_add_(0, *((rows, weights) if held is None else held))
 
-    def add_factors(self, coef: torch.Tensor, factor: torch.Tensor, rows: torch.Tensor, weights: torch.Tensor,
-                    base: torch.Tensor | None = None) -> None:
+    def add_factors(
+        self,
+        coef: torch.Tensor,
+        factor: torch.Tensor,
+        rows: torch.Tensor,
+        weights: torch.Tensor,
+        base: torch.Tensor | None = None,
+    ) -> None:
         """Uploads whose weighted sum is ``coef @ factor`` (weights applied) plus ``base`` times the weights of
         the uploads holding each row, and which touch ``rows`` (``weights``: float64, one per entry of ``rows``)."""
         self._flush()

@@ -15,6 +15,7 @@ A client takes ``epochs * ceil(n_u / batch_size)`` local steps. Within a step, t
 All draws are counter-based (:mod:`.rng`), so one client's schedule is the same whether it is built alone (the
 sequential reference, a Flower client) or together with thousands of others (the batched simulator).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,18 +28,18 @@ from . import rng
 
 @dataclass
 class Schedule:
-    clients: np.ndarray      # [C] global user ids
-    n_pos: np.ndarray        # [C] training positives per client (the client's num_examples)
-    n_steps: np.ndarray      # [C] local steps per client
-    ex_client: np.ndarray    # [X] index into ``clients``
-    ex_step: np.ndarray      # [X]
-    ex_slot: np.ndarray      # [X]
-    ex_item: np.ndarray      # [X] global item id
-    ex_label: np.ndarray     # [X] 1.0 positive, 0.0 negative
+    clients: np.ndarray  # [C] global user ids
+    n_pos: np.ndarray  # [C] training positives per client (the client's num_examples)
+    n_steps: np.ndarray  # [C] local steps per client
+    ex_client: np.ndarray  # [X] index into ``clients``
+    ex_step: np.ndarray  # [X]
+    ex_slot: np.ndarray  # [X]
+    ex_item: np.ndarray  # [X] global item id
+    ex_label: np.ndarray  # [X] 1.0 positive, 0.0 negative
     touched_ptr: np.ndarray  # [C + 1] offsets into ``touched``
-    touched: np.ndarray      # sorted global item ids each client touches this round
-    ex_local: np.ndarray     # [X] row of ``ex_item`` within its client's touched rows
-    slots: int               # slots per step (max over clients)
+    touched: np.ndarray  # sorted global item ids each client touches this round
+    ex_local: np.ndarray  # [X] row of ``ex_item`` within its client's touched rows
+    slots: int  # slots per step (max over clients)
 
     @property
     def steps_max(self) -> int:
@@ -49,7 +50,7 @@ class Schedule:
         return np.diff(self.touched_ptr)
 
     def touched_of(self, c: int) -> np.ndarray:
-        return self.touched[self.touched_ptr[c]:self.touched_ptr[c + 1]]
+        return self.touched[self.touched_ptr[c] : self.touched_ptr[c + 1]]
 
     def steps_of(self, c: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """(global items, labels) of every local step of client index ``c``, in slot order."""
@@ -60,9 +61,19 @@ class Schedule:
         return [(self.ex_item[idx], self.ex_label[idx]) for idx in np.split(order, cuts)]
 
 
-def build_schedule(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray, n_items: int, *, seed: int,
-                   round: int, epochs: int, negatives: int, batch_size: int,
-                   ids: np.ndarray | None = None) -> Schedule:
+def build_schedule(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    rows: np.ndarray,
+    n_items: int,
+    *,
+    seed: int,
+    round: int,
+    epochs: int,
+    negatives: int,
+    batch_size: int,
+    ids: np.ndarray | None = None,
+) -> Schedule:
     """Build the round's schedule for the users in CSR ``rows`` (training CSR ``indptr``, ``indices``; each row
     sorted and duplicate-free).
 
@@ -75,8 +86,9 @@ def build_schedule(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray, n_
     n = _positive_counts(indptr, rows, clients, n_items, k)
     nb = (n + bsz - 1) // bsz
     pos = _Positives.of(indptr, indices, rows, clients, n, n_items)
-    ex, e_pos, q_e = _positive_examples(pos, nb, seed=seed, round=round, epochs=int(epochs), batch_size=bsz,
-                                        negatives=k)
+    ex, e_pos, q_e = _positive_examples(
+        pos, nb, seed=seed, round=round, epochs=int(epochs), batch_size=bsz, negatives=k
+    )
     if k:
         _add_negatives(ex, e_pos, q_e, pos, clients, n, n_items, seed=seed, round=round, negatives=k)
     ex = {name: np.concatenate(v) for name, v in ex.items()}
@@ -84,9 +96,16 @@ def build_schedule(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray, n_
     counts = np.bincount(ukey // n_items, minlength=c_n)
     ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     return Schedule(
-        clients=clients, n_pos=n, n_steps=(epochs * nb).astype(np.int64),
-        ex_client=ex["client"], ex_step=ex["step"], ex_slot=ex["slot"], ex_item=ex["item"],
-        ex_label=ex["label"].astype(np.float32), touched_ptr=ptr, touched=(ukey % n_items).astype(np.int64),
+        clients=clients,
+        n_pos=n,
+        n_steps=(epochs * nb).astype(np.int64),
+        ex_client=ex["client"],
+        ex_step=ex["step"],
+        ex_slot=ex["slot"],
+        ex_item=ex["item"],
+        ex_label=ex["label"].astype(np.float32),
+        touched_ptr=ptr,
+        touched=(ukey % n_items).astype(np.int64),
         ex_local=(inv.reshape(-1) - ptr[ex["client"]]).astype(np.int64),
         slots=int(np.minimum(n, bsz).max() * (1 + k)) if c_n else 0,
     )
@@ -121,7 +140,7 @@ class _Positives:
     adj: np.ndarray
 
     @classmethod
-    def of(cls, indptr, indices, rows, clients, n, n_items: int) -> "_Positives":
+    def of(cls, indptr, indices, rows, clients, n, n_items: int) -> _Positives:
         total = int(n.sum())
         offs = np.concatenate([[0], np.cumsum(n)[:-1]]).astype(np.int64)
         cl = np.repeat(np.arange(len(rows), dtype=np.int64), n)
@@ -133,15 +152,16 @@ class _Positives:
         return cls(cl, j, pos_item, clients[cl], offs, adj)
 
 
-def _positive_examples(pos: _Positives, nb, *, seed: int, round: int, epochs: int, batch_size: int,
-                       negatives: int) -> tuple[dict, np.ndarray, np.ndarray]:
+def _positive_examples(
+    pos: _Positives, nb, *, seed: int, round: int, epochs: int, batch_size: int, negatives: int
+) -> tuple[dict, np.ndarray, np.ndarray]:
     """The positive examples of every epoch at once (arrays of length epochs * positives), each with its client,
     step and slot (lists, for the negatives to join), and each one's epoch and slot within its client's epoch."""
     cl, j, total, k = pos.cl, pos.j, len(pos.cl), negatives
     e_pos = np.repeat(np.arange(epochs, dtype=np.int64), total)
-    cl_e, q_e = np.tile(cl, epochs), np.tile(j, epochs)   # q: the slot a positive takes within its client's epoch
+    cl_e, q_e = np.tile(cl, epochs), np.tile(j, epochs)  # q: the slot a positive takes within its client's epoch
     items_pos = np.tile(pos.item, epochs)
-    multi = np.flatnonzero(nb[cl] > 1)                # positives of clients with several mini-batches
+    multi = np.flatnonzero(nb[cl] > 1)  # positives of clients with several mini-batches
     for e in range(epochs if len(multi) else 0):
         # Shuffle the positives of clients whose epoch spans several mini-batches (for one mini-batch the order
         # only changes the summation order of its mean). Sorting (client, key) keeps clients contiguous.
@@ -150,26 +170,36 @@ def _positive_examples(pos: _Positives, nb, *, seed: int, round: int, epochs: in
         items_pos[e * total + multi] = pos.item[perm]
     step_pos = e_pos * nb[cl_e] + q_e // batch_size
     slot_pos = (q_e % batch_size) * (1 + k)
-    ex = {"client": [cl_e], "step": [step_pos], "slot": [slot_pos], "item": [items_pos],
-          "label": [np.ones(epochs * total, np.float32)]}
+    ex = {
+        "client": [cl_e],
+        "step": [step_pos],
+        "slot": [slot_pos],
+        "item": [items_pos],
+        "label": [np.ones(epochs * total, np.float32)],
+    }
     return ex, e_pos, q_e
 
 
-def _add_negatives(ex: dict, e_pos, q_e, pos: _Positives, clients, n, n_items: int, *, seed: int, round: int,
-                   negatives: int) -> None:
+def _add_negatives(
+    ex: dict, e_pos, q_e, pos: _Positives, clients, n, n_items: int, *, seed: int, round: int, negatives: int
+) -> None:
     """Append ``negatives`` uniform draws from the complement of each client's positives after every positive
     example of ``ex`` (re-drawn every epoch, keyed by (seed, round, epoch, client id, slot))."""
     k = negatives
     cl_e, step_pos, slot_pos = ex["client"][0], ex["step"][0], ex["slot"][0]
     ncl = np.repeat(cl_e, k)
     t = np.tile(np.arange(k, dtype=np.int64), len(cl_e))
-    idx = np.repeat(q_e, k) * k + t                 # the t-th negative of slot q, numbered within the epoch
+    idx = np.repeat(q_e, k) * k + t  # the t-th negative of slot q, numbered within the epoch
     free = n_items - n[ncl]
-    r = np.minimum((rng.uniform(seed, round, rng.TAG_NEG, np.repeat(e_pos, k), clients[ncl], idx)
-                    * free).astype(np.int64), free - 1)
+    r = np.minimum(
+        (rng.uniform(seed, round, rng.TAG_NEG, np.repeat(e_pos, k), clients[ncl], idx) * free).astype(np.int64),
+        free - 1,
+    )
     before = np.searchsorted(pos.adj, ncl * n_items + r, side="right") - pos.offs[ncl]
-    ex["client"].append(ncl); ex["step"].append(np.repeat(step_pos, k))
-    ex["slot"].append(np.repeat(slot_pos, k) + 1 + t); ex["item"].append(r + before)
+    ex["client"].append(ncl)
+    ex["step"].append(np.repeat(step_pos, k))
+    ex["slot"].append(np.repeat(slot_pos, k) + 1 + t)
+    ex["item"].append(r + before)
     ex["label"].append(np.zeros(len(ncl), np.float32))
 
 

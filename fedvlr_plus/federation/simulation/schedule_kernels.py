@@ -9,6 +9,7 @@ order them in linear time, and one pass numbers the distinct pairs: the same arr
 keeps ``numpy.unique`` where numba does not import. The kernel compiles on first use and is cached next to this
 file.
 """
+
 from __future__ import annotations
 
 import numba
@@ -50,4 +51,4 @@ def touched_keys(client, item, c_n, n_items):
             ukey[u] = key
             prev = key
         inv[i] = u
-    return ukey[:u + 1], inv
+    return ukey[: u + 1], inv

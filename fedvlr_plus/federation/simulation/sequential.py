@@ -3,6 +3,7 @@
 One :class:`~fedvlr_plus.federation.client.RecClient` at a time, ordinary autograd on full tables; slow, and
 kept that way on purpose, so that it stays obviously what a client computes.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -18,8 +19,9 @@ class SequentialSimulator:
 
     name = "sequential"
 
-    def __init__(self, bb: Backbone, indptr: np.ndarray, indices: np.ndarray, store, *,
-                 seed: int = 0, dtype=torch.float32, **_):
+    def __init__(
+        self, bb: Backbone, indptr: np.ndarray, indices: np.ndarray, store, *, seed: int = 0, dtype=torch.float32, **_
+    ):
         self.bb = bb
         self.indptr, self.indices = indptr, indices
         self.store = store
@@ -27,7 +29,7 @@ class SequentialSimulator:
         self.dtype = dtype
 
     def client(self, cid: int) -> RecClient:
-        pos = self.indices[self.indptr[cid]:self.indptr[cid + 1]]
+        pos = self.indices[self.indptr[cid] : self.indptr[cid + 1]]
         return RecClient(int(cid), self.bb, pos, self.store, seed=self.seed, dtype=self.dtype)
 
     def fit(self, cids, shared, config) -> list[ClientUpdate]:

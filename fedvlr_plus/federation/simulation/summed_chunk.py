@@ -9,6 +9,7 @@ them more cheaply than the rows (then equal up to float rounding); a dense array
 clients. What is left per
 client is its id, example count and loss.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -21,10 +22,10 @@ import torch
 class SummedChunk:
     """One chunk's uploads as blocks (``C`` clients, ``R`` uploaded rows of a table over all of them)."""
 
-    kind: str                       # "params" or "grads", as every ClientUpdate of the chunk would say
-    cids: np.ndarray                # [C]
-    num_examples: np.ndarray        # [C]
-    losses: np.ndarray              # [C]
+    kind: str  # "params" or "grads", as every ClientUpdate of the chunk would say
+    cids: np.ndarray  # [C]
+    num_examples: np.ndarray  # [C]
+    losses: np.ndarray  # [C]
     # table -> (row ids [R], values [R, width] (the sums may scale them in place), client index [R], real [R]
     # bool: the rows that count, or None for all; the others are added with weight 0, held): ``held`` None
     # where each client's entries are its uploaded rows, once each; else the values may repeat a row (sums of
@@ -35,7 +36,7 @@ class SummedChunk:
     # weighted sum of the uploads is ``coef @ factor`` (factor row k weighed by its client's weight) plus ``base``
     # times the summed weight of the clients uploading each row
     row_factors: dict = field(default_factory=dict)
-    dense: dict = field(default_factory=dict)     # dense shared array -> [C, ...]
+    dense: dict = field(default_factory=dict)  # dense shared array -> [C, ...]
 
     def __len__(self) -> int:
         return len(self.cids)
@@ -43,28 +44,41 @@ class SummedChunk:
 
 def may_sum(config: dict, on_upload) -> bool:
     """Whether a round's uploads may reach the sums as blocks: nothing changes or reads single uploads."""
-    return (on_upload is None and not float(config.get("upload_noise", 0.0) or 0.0)
-            and not float(config.get("upload_clip", 0.0) or 0.0) and not config.get("pad_uploads", 0))
+    return (
+        on_upload is None
+        and not float(config.get("upload_noise", 0.0) or 0.0)
+        and not float(config.get("upload_clip", 0.0) or 0.0)
+        and not config.get("pad_uploads", 0)
+    )
 
 
 def check_summed(shared: dict[str, torch.Tensor], chunk: SummedChunk, kind: str) -> None:
     """The block form of :func:`~.strategy.check_updates`: the right kind, every shared array once, shapes."""
     if chunk.kind != kind:
-        raise ValueError(f"clients {chunk.cids[:3].tolist()}... uploaded {chunk.kind!r} but this strategy "
-                         f"aggregates {kind!r}")
+        raise ValueError(
+            f"clients {chunk.cids[:3].tolist()}... uploaded {chunk.kind!r} but this strategy aggregates {kind!r}"
+        )
     names = [*chunk.row_blocks, *chunk.row_factors, *chunk.dense]
     if sorted(names) != sorted(shared):
         raise ValueError(f"a chunk's uploads carry {sorted(names)}, expected the shared arrays {sorted(shared)}")
     for name, (rows, vals, client, real, held) in chunk.row_blocks.items():
-        if vals.shape[0] != rows.shape[0] or client.shape[0] != rows.shape[0] \
-                or tuple(vals.shape[1:]) != (int(np.prod(shared[name].shape[1:])),) \
-                or (real is not None and real.shape[0] != rows.shape[0]) \
-                or (held is not None and held[0].shape != held[1].shape):
+        if (
+            vals.shape[0] != rows.shape[0]
+            or client.shape[0] != rows.shape[0]
+            or tuple(vals.shape[1:]) != (int(np.prod(shared[name].shape[1:])),)
+            or (real is not None and real.shape[0] != rows.shape[0])
+            or (held is not None and held[0].shape != held[1].shape)
+        ):
             raise ValueError(f"{name!r}: a chunk's row block of shape {tuple(vals.shape)} for {rows.shape[0]} rows")
     for name, (coef, factor, columns, base, rows, client) in chunk.row_factors.items():
-        if coef.shape[0] != shared[name].shape[0] or coef.shape[1] != factor.shape[0] \
-                or factor.shape[1] != int(np.prod(shared[name].shape[1:])) or columns.shape[0] != factor.shape[0] \
-                or rows.shape != client.shape or (base is not None and base.shape != shared[name].shape):
+        if (
+            coef.shape[0] != shared[name].shape[0]
+            or coef.shape[1] != factor.shape[0]
+            or factor.shape[1] != int(np.prod(shared[name].shape[1:]))
+            or columns.shape[0] != factor.shape[0]
+            or rows.shape != client.shape
+            or (base is not None and base.shape != shared[name].shape)
+        ):
             raise ValueError(f"{name!r}: a chunk's factors of shapes {tuple(coef.shape)} and {tuple(factor.shape)}")
     for name, v in chunk.dense.items():
         if tuple(v.shape) != (len(chunk.cids),) + tuple(shared[name].shape):

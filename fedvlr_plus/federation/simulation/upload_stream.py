@@ -9,6 +9,7 @@ The new state equals the all-at-once aggregate up to the order of float addition
 not in client order). A simulator with ``sums_chunks`` may hand a chunk over as blocks (:mod:`.summed_chunk`)
 where nothing changes or inspects single uploads.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -16,8 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .running_sum import RunningSums
 from ..strategies.base import check_updates
+from .running_sum import RunningSums
 from .summed_chunk import SummedChunk, check_summed, may_sum
 
 
@@ -38,17 +39,21 @@ def can_stream(sim, strategy) -> bool:
     as :class:`~.strategy.Strategy` does (a subclass with its own ``aggregate`` gets the whole list)."""
     from ..strategies.base import Strategy
 
-    return (callable(getattr(sim, "fit_chunks", None)) and bool(getattr(strategy, "linear", False))
-            and type(strategy).aggregate is Strategy.aggregate)
+    return (
+        callable(getattr(sim, "fit_chunks", None))
+        and bool(getattr(strategy, "linear", False))
+        and type(strategy).aggregate is Strategy.aggregate
+    )
 
 
-def fit_streamed(sim, strategy, cids, shared: dict, specs: dict, config: dict, examples: np.ndarray,
-                 on_upload=None) -> StreamedUploads:
+def fit_streamed(
+    sim, strategy, cids, shared: dict, specs: dict, config: dict, examples: np.ndarray, on_upload=None
+) -> StreamedUploads:
     """Train ``cids`` with ``sim.fit_chunks`` and add every chunk to the round's sums as it ends. ``examples``:
     each client's training positives (its ``num_examples``), aligned with ``cids``."""
     cids, examples = np.asarray(cids, dtype=np.int64), np.asarray(examples)
     n = torch.tensor([float(x) for x in examples], dtype=torch.float64)
-    weights = n / n.sum()                         # exactly ``example_weights`` of the whole round's uploads
+    weights = n / n.sum()  # exactly ``example_weights`` of the whole round's uploads
     where = {int(c): i for i, c in enumerate(cids.tolist())}
     sums = RunningSums(shared, [k for k in shared if specs[k].item_table])
     losses = np.full(len(cids), np.nan)
@@ -62,7 +67,7 @@ def fit_streamed(sim, strategy, cids, shared: dict, specs: dict, config: dict, e
             _check_examples(chunk.cids, chunk.num_examples, examples[idx])
             losses[idx] = chunk.losses
             sums.add_summed(chunk, weights[torch.tensor(idx)])
-            del chunk   # (else it stays alive while the simulator trains the next chunk)
+            del chunk  # (else it stays alive while the simulator trains the next chunk)
             continue
         check_updates(shared, chunk, strategy.upload)
         idx = [where[int(u.cid)] for u in chunk]

@@ -8,6 +8,7 @@ same numbers. ``auto`` takes the file store once the population's states reach :
 where they would be the larger part of the process, and only where files help: the folder is on a disk (not a
 tmpfs, whose files are memory) with room for the tables, and the platform has positioned reads.
 """
+
 from __future__ import annotations
 
 import os
@@ -42,23 +43,28 @@ def choose_private_store(setting: str, state_bytes: int, folder: str | None = No
     if setting != "auto" or state_bytes < FILE_STORE_FROM_BYTES:
         return ("memory" if setting == "auto" else setting), None
     folder = folder or tempfile.gettempdir()
-    size = f"{state_bytes / 2 ** 30:.2f} GiB"
+    size = f"{state_bytes / 2**30:.2f} GiB"
     memory = f"private states: {size} kept in memory (--private-store auto), as"
     if not hasattr(os, "preadv"):
         return "memory", f"{memory} this platform has no positioned file reads"
     kind = memory_file_system(folder)
     if kind is not None:
-        return "memory", (f"{memory} {folder} is a {kind} (memory); set TMPDIR to a folder on a disk to keep them "
-                          "in files")
+        return "memory", (
+            f"{memory} {folder} is a {kind} (memory); set TMPDIR to a folder on a disk to keep them in files"
+        )
     try:
         free = shutil.disk_usage(folder).free
     except OSError as exc:
         return "memory", f"{memory} {folder} cannot be read ({exc.strerror})"
     if free < DISK_HEADROOM * state_bytes:
-        return "memory", (f"{memory} {folder} has {free / 2 ** 30:.2f} GiB free; set TMPDIR to a folder with more "
-                          "room to keep them in files")
-    return "file", (f"private states: {size} in files under {folder} (--private-store auto; --private-store memory "
-                    "keeps them in memory)")
+        return "memory", (
+            f"{memory} {folder} has {free / 2**30:.2f} GiB free; set TMPDIR to a folder with more "
+            "room to keep them in files"
+        )
+    return "file", (
+        f"private states: {size} in files under {folder} (--private-store auto; --private-store memory "
+        "keeps them in memory)"
+    )
 
 
 def say_once(line: str) -> None:

@@ -15,6 +15,7 @@ opened (the space goes back when the process ends, however it ends), a checkpoin
 the files in blocks, :class:`TableRows`), and a resumed run restores them from there. The same bytes are stored
 either way, so a run gives the same numbers with either store.
 """
+
 from __future__ import annotations
 
 import errno
@@ -36,6 +37,7 @@ from .streamed_safetensors import StreamedTensor, bytes_of, rows_per_block, tens
 @dataclass
 class _Table:
     """One parameter's file: its descriptor, the shape and dtype of a row, and how many rows the file holds."""
+
     path: Path
     fd: int
     shape: tuple
@@ -66,15 +68,18 @@ def _read_exactly(table: _Table, view: memoryview, offset: int) -> None:
     while len(view):
         got = os.preadv(table.fd, [view], offset)
         if got == 0:
-            raise RunFolderError(str(table.path), "a private-state table ends before the rows it should hold",
-                                 "resume the run from its checkpoint (--resume RUN_DIR)")
+            raise RunFolderError(
+                str(table.path),
+                "a private-state table ends before the rows it should hold",
+                "resume the run from its checkpoint (--resume RUN_DIR)",
+            )
         view, offset = view[got:], offset + got
 
 
 def _write_fully(table: _Table, view: memoryview, offset: int) -> None:
     """Write ``view`` at ``offset`` of the table's file; a full disk is one line naming the file."""
     try:
-        while len(view):   # a positioned write may write less than asked: go on from where it stopped
+        while len(view):  # a positioned write may write less than asked: go on from where it stopped
             n = os.pwrite(table.fd, view, offset)
             view, offset = view[n:], offset + n
     except OSError as exc:
@@ -87,7 +92,7 @@ def memory_file_system(path, mounts: str | None = None) -> str | None:
     if mounts is None:
         try:
             mounts = Path("/proc/mounts").read_text()
-        except OSError:   # not Linux: nothing to say
+        except OSError:  # not Linux: nothing to say
             return None
     where, best = str(Path(path).resolve()), ("", None)
     for line in mounts.splitlines():
@@ -117,19 +122,26 @@ class FileStore(CompactStore):
 
     def __init__(self, root: str | os.PathLike, capacity: int = 0):
         if not hasattr(os, "preadv"):
-            raise UserError("--private-store file", "this platform has no positioned file reads (os.preadv)",
-                            "use --private-store memory")
+            raise UserError(
+                "--private-store file",
+                "this platform has no positioned file reads (os.preadv)",
+                "use --private-store memory",
+            )
         super().__init__(capacity)
         self.root = Path(root)
         make_dirs(self.root)
         self._tables: dict[str, _Table] = {}
         kind = memory_file_system(self.root)
         if kind is not None:
-            warnings.warn(f"--private-store file: {self.root.parent} is on a {kind} (memory), so the state files "
-                          "save no memory there; set TMPDIR to a folder on disk", RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"--private-store file: {self.root.parent} is on a {kind} (memory), so the state files "
+                "save no memory there; set TMPDIR to a folder on disk",
+                RuntimeWarning,
+                stacklevel=2,
+            )
 
     def view_block(self, cids, names, dtype: torch.dtype | None = None):
-        return None   # rows live in files: a chunk trains a copy and hands it back to save_block
+        return None  # rows live in files: a chunk trains a copy and hands it back to save_block
 
     # ------------------------------------------------------------------ the tables' files
     def _reserve(self, name: str, vals: torch.Tensor, top: int) -> None:
@@ -146,7 +158,7 @@ class FileStore(CompactStore):
         rows = self.capacity if top <= self.capacity else max(top, 2 * table.rows)
         _grow(table, rows)
         has = np.zeros(rows, dtype=bool)
-        has[:len(self._has[name])] = self._has[name]
+        has[: len(self._has[name])] = self._has[name]
         self._has[name], table.rows = has, rows
 
     def _open_table(self, name: str, shape: tuple, dtype: torch.dtype) -> _Table:
@@ -165,7 +177,7 @@ class FileStore(CompactStore):
         out = torch.empty((len(rows),) + table.shape, dtype=table.dtype)
         buf = memoryview(out.view(-1).view(torch.uint8).numpy()) if out.numel() else None
         for a, b in consecutive_runs(rows):
-            _read_exactly(table, buf[a * table.row_bytes:b * table.row_bytes], int(rows[a]) * table.row_bytes)
+            _read_exactly(table, buf[a * table.row_bytes : b * table.row_bytes], int(rows[a]) * table.row_bytes)
         return out
 
     def _write_rows(self, name: str, rows: np.ndarray, vals: torch.Tensor) -> None:
@@ -173,7 +185,7 @@ class FileStore(CompactStore):
         data = vals.detach().to(device="cpu", dtype=table.dtype).contiguous()
         buf = memoryview(data.view(-1).view(torch.uint8).numpy()) if data.numel() else None
         for a, b in consecutive_runs(np.asarray(rows, dtype=np.int64)):
-            _write_fully(table, buf[a * table.row_bytes:b * table.row_bytes], int(rows[a]) * table.row_bytes)
+            _write_fully(table, buf[a * table.row_bytes : b * table.row_bytes], int(rows[a]) * table.row_bytes)
 
     def _snapshot_rows(self, name: str, rows: np.ndarray, copy: bool):
         """A fresh tensor; with ``copy=False`` (a checkpoint written at once) a source that reads the rows in
@@ -210,4 +222,4 @@ class TableRows(StreamedTensor):
     def blocks(self):
         per_block = rows_per_block(self.store._tables[self.name].row_bytes)
         for a in range(0, len(self.rows), per_block):
-            yield tensor_bytes(self.store._read_rows(self.name, self.rows[a:a + per_block]))
+            yield tensor_bytes(self.store._read_rows(self.name, self.rows[a : a + per_block]))

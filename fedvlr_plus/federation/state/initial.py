@@ -4,6 +4,7 @@ Shared parameters come from one torch generator seeded with the run's seed. A cl
 from counter-based draws keyed by (seed, parameter, client, element), so a client gets the same initial head
 whether it is created alone, in a batch of thousands, or after a restart.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -25,13 +26,14 @@ def round_start(bb: Backbone, state: dict[str, torch.Tensor]) -> dict[str, torch
     if not fresh:
         return state
     out = dict(state)
-    for s in fresh:   # ParamSpec guarantees a zeros or ones init
+    for s in fresh:  # ParamSpec guarantees a zeros or ones init
         out[s.name] = torch.full_like(state[s.name], 0.0 if s.init == "zeros" else 1.0)
     return out
 
 
-def init_private_block(bb: Backbone, cids, seed: int, dtype=torch.float32, *,
-                       skip=frozenset()) -> dict[str, torch.Tensor]:
+def init_private_block(
+    bb: Backbone, cids, seed: int, dtype=torch.float32, *, skip=frozenset()
+) -> dict[str, torch.Tensor]:
     """Initial private state of the clients ``cids`` as one tensor per parameter, ``[len(cids), *shape]``, drawn in
     one vectorised call per parameter. Row ``c`` is what client ``cids[c]`` draws alone: the draws are keyed by
     (seed, parameter, client, element), never by position in the batch. Parameters named in ``skip`` are not
@@ -49,7 +51,7 @@ def init_private_block(bb: Backbone, cids, seed: int, dtype=torch.float32, *,
             raise ValueError(f"parameter {spec.name}: unknown init {spec.init!r}")
         numel = int(np.prod(shape)) if shape else 1
         keys = (seed, rng.TAG_INIT, index, cids[:, None], np.arange(numel)[None, :])
-        if dtype == torch.float32:   # the same bits as the float64 draw below, rounded, at about 2/3 of its cost
+        if dtype == torch.float32:  # the same bits as the float64 draw below, rounded, at about 2/3 of its cost
             vals = rng.normal_float32(*keys, scale=spec.init_std())
         else:
             vals = rng.normal(*keys)

@@ -7,6 +7,7 @@ snapshot's tables into a safetensors file a block at a time (:func:`~.streamed_s
 restores them the way a resumed run does, a block of rows at a time, so neither the copy nor its restore holds the
 population's states in memory.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,13 +25,15 @@ class KeptStates:
         params = store.snapshot(copy=False)["params"]
         self.names = list(params)
         tensors = {}
-        for i, name in enumerate(self.names):   # by position: a parameter's name may hold any character
+        for i, name in enumerate(self.names):  # by position: a parameter's name may hold any character
             tensors[f"{i}.clients"], tensors[f"{i}.values"] = params[name]["clients"], params[name]["values"]
-        save_streamed(tensors, self.path, with_digest=False)   # (a working copy: nothing lists its checksum)
+        save_streamed(tensors, self.path, with_digest=False)  # (a working copy: nothing lists its checksum)
 
     def restore_into(self, store) -> None:
         """Put the kept states back into ``store`` (what it held since is dropped)."""
         tensors = load_streamed(self.path, on_disk_from=streamed_safetensors.ROW_BLOCK_BYTES)
-        params = {name: {"clients": tensors[f"{i}.clients"], "values": tensors[f"{i}.values"]}
-                  for i, name in enumerate(self.names)}
+        params = {
+            name: {"clients": tensors[f"{i}.clients"], "values": tensors[f"{i}.values"]}
+            for i, name in enumerate(self.names)
+        }
         store.restore({"format": "compact", "params": params})

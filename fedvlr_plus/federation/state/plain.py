@@ -9,6 +9,7 @@ with ``repr`` (shortest exact form), arrays as their raw bytes.
 Markers are one-key objects whose key starts with ``$``; a dict whose keys are not all plain strings is written
 as ``{"$dict": [[key, value], ...]}`` so that integer keys (client ids) survive.
 """
+
 from __future__ import annotations
 
 import math
@@ -44,7 +45,7 @@ class _Writer:
             return bool(obj)
         if isinstance(obj, (float, np.floating)):
             return float(obj) if math.isfinite(obj) else {"$float": repr(float(obj))}
-        if isinstance(obj, (torch.Tensor, StreamedTensor)):   # a streamed one is read back as a tensor
+        if isinstance(obj, (torch.Tensor, StreamedTensor)):  # a streamed one is read back as a tensor
             return {"$tensor": self.tensor(obj)}
         if isinstance(obj, np.ndarray):
             return self._array(obj)
@@ -59,13 +60,19 @@ class _Writer:
         from ...evaluation.results import EvalResult
 
         if isinstance(obj, EvalResult):
-            return {"$eval": {"per_user": self._frame(obj.per_user), "per_user_warm": self._frame(obj.per_user_warm),
-                              "per_user_cold": self._frame(obj.per_user_cold),
-                              "metric_names": list(obj.metric_names), "meta": self._dict(obj.meta)}}
+            return {
+                "$eval": {
+                    "per_user": self._frame(obj.per_user),
+                    "per_user_warm": self._frame(obj.per_user_warm),
+                    "per_user_cold": self._frame(obj.per_user_cold),
+                    "metric_names": list(obj.metric_names),
+                    "meta": self._dict(obj.meta),
+                }
+            }
         raise TypeError(f"cannot store a {type(obj).__name__} in a checkpoint")
 
     def _array(self, a: np.ndarray) -> dict:
-        if a.dtype == object and a.size == 0:   # an empty table's columns (pandas gives them no type)
+        if a.dtype == object and a.size == 0:  # an empty table's columns (pandas gives them no type)
             return {"$ndarray": self.tensor(torch.zeros(a.shape)), "dtype": "object"}
         if a.dtype == object or a.dtype.kind in "USV":
             raise TypeError(f"cannot store a numpy array of {a.dtype} in a checkpoint")
@@ -82,8 +89,11 @@ class _Writer:
         return {"$dict": [[self.encode(k), self.encode(v)] for k, v in d.items()]}
 
     def _frame(self, f: pd.DataFrame) -> dict:
-        return {"columns": [str(c) for c in f.columns], "data": [self._array(f[c].to_numpy()) for c in f.columns],
-                "index": self._array(f.index.to_numpy())}
+        return {
+            "columns": [str(c) for c in f.columns],
+            "data": [self._array(f[c].to_numpy()) for c in f.columns],
+            "index": self._array(f.index.to_numpy()),
+        }
 
 
 def split_tensors(state) -> tuple[object, dict[str, torch.Tensor]]:
@@ -110,7 +120,7 @@ class _Reader:
             return obj
         if not any(k.startswith("$") for k in obj):
             return {k: self.decode(v) for k, v in obj.items()}
-        (tag, value), = [(k, v) for k, v in obj.items() if k != "dtype"]
+        ((tag, value),) = [(k, v) for k, v in obj.items() if k != "dtype"]
         if tag == "$tensor":
             return self.tensors[value]
         if tag == "$ndarray":
@@ -126,14 +136,17 @@ class _Reader:
         if tag == "$eval":
             from ...evaluation.results import EvalResult
 
-            return EvalResult(per_user=self._frame(value["per_user"]),
-                              per_user_warm=self._frame(value["per_user_warm"]),
-                              per_user_cold=self._frame(value["per_user_cold"]),
-                              metric_names=list(value["metric_names"]), meta=self.decode(value["meta"]))
+            return EvalResult(
+                per_user=self._frame(value["per_user"]),
+                per_user_warm=self._frame(value["per_user_warm"]),
+                per_user_cold=self._frame(value["per_user_cold"]),
+                metric_names=list(value["metric_names"]),
+                meta=self.decode(value["meta"]),
+            )
         raise ValueError(f"unknown marker {tag!r}")
 
     def _array(self, obj: dict) -> np.ndarray:
-        a = loaded(self.tensors[obj["$ndarray"]]).numpy()   # (a tensor may have been left in its file)
+        a = loaded(self.tensors[obj["$ndarray"]]).numpy()  # (a tensor may have been left in its file)
         dtype = obj["dtype"]
         return a.view(dtype) if dtype in _SIGNED_TWIN else a.astype(dtype, copy=False)
 

@@ -16,6 +16,7 @@ round's checkpoint is safely on disk. :class:`DiskStore` makes that crash-safe w
 Stored tensors are treated as immutable: ``load`` returns the stored tensors themselves and callers copy before
 changing anything (the trainers always do).
 """
+
 from __future__ import annotations
 
 import os
@@ -104,12 +105,12 @@ class CompactStore:
         # page-locked tables for a simulator on a GPU: its chunks' rows cross the bus at full speed both ways
         self.pin_memory = bool(pin_memory)
         self._cols: dict[str, torch.Tensor] = {}
-        self._has: dict[str, np.ndarray] = {}   # per row: whether it holds a value of the parameter
-        self._row = np.full(0, -1, dtype=np.int64)   # client id -> its row (-1: never written)
+        self._has: dict[str, np.ndarray] = {}  # per row: whether it holds a value of the parameter
+        self._row = np.full(0, -1, dtype=np.int64)  # client id -> its row (-1: never written)
         self._rows = 0
-        self._in_round = False                # between begin_round and commit
-        self._created: set[int] = set()       # clients first written by the uncommitted round
-        self._overwrote = False               # the uncommitted round changed stored states
+        self._in_round = False  # between begin_round and commit
+        self._created: set[int] = set()  # clients first written by the uncommitted round
+        self._overwrote = False  # the uncommitted round changed stored states
 
     # ------------------------------------------------------------------ rows
     def _rows_of(self, cids: np.ndarray) -> np.ndarray:
@@ -124,7 +125,7 @@ class CompactStore:
         top = int(cids.max()) + 1
         if top > len(self._row):
             grown = np.full(max(top, self.capacity, 2 * len(self._row)), -1, dtype=np.int64)
-            grown[:len(self._row)] = self._row
+            grown[: len(self._row)] = self._row
             self._row = grown
         new = cids[self._row[cids] < 0]
         if len(new):
@@ -158,7 +159,7 @@ class CompactStore:
         out = {}
         for name in names:
             mask = self._present(name, rows)
-            if not mask.any():   # a parameter never stored, or none of these clients' (round 1's chunks)
+            if not mask.any():  # a parameter never stored, or none of these clients' (round 1's chunks)
                 out[name] = (None, mask)
                 continue
             vals = self._read_rows(name, np.where(mask, rows, 0))
@@ -175,8 +176,10 @@ class CompactStore:
         rows = self._rows_of(cids)
         if not len(cids) or rows[0] < 0 or not np.array_equal(rows, np.arange(rows[0], rows[0] + len(rows))):
             return None
-        if not all(name in self._cols and self._present(name, rows).all()
-                   and dtype in (None, self._cols[name].dtype) for name in names):
+        if not all(
+            name in self._cols and self._present(name, rows).all() and dtype in (None, self._cols[name].dtype)
+            for name in names
+        ):
             return None
         if self._in_round:
             self._overwrote = True
@@ -215,8 +218,10 @@ class CompactStore:
     def _reserve(self, name: str, vals: torch.Tensor, top: int) -> None:
         col = self._cols.get(name)
         if col is not None and tuple(col.shape[1:]) != tuple(vals.shape[1:]):
-            raise ValueError(f"private state {name!r}: shape {tuple(vals.shape[1:])} does not match the stored "
-                             f"{tuple(col.shape[1:])}")
+            raise ValueError(
+                f"private state {name!r}: shape {tuple(vals.shape[1:])} does not match the stored "
+                f"{tuple(col.shape[1:])}"
+            )
         if col is not None and len(col) >= top:
             return
         if col is None:
@@ -229,8 +234,8 @@ class CompactStore:
         new = _empty_table((cap,) + tuple(vals.shape[1:]), vals.dtype if col is None else col.dtype, self.pin_memory)
         has = np.zeros(cap, dtype=bool)
         if col is not None:
-            new[:len(col)] = col
-            has[:len(col)] = self._has[name]
+            new[: len(col)] = col
+            has[: len(col)] = self._has[name]
         self._cols[name], self._has[name] = new, has
 
     # ------------------------------------------------------------------ the store protocol
@@ -253,8 +258,10 @@ class CompactStore:
 
     def begin_round(self, round: int) -> None:
         if self._overwrote:
-            raise RuntimeError("an interrupted round had already changed stored private states, which an "
-                               "in-memory store cannot undo; resume the run from its checkpoint (--resume RUN_DIR)")
+            raise RuntimeError(
+                "an interrupted round had already changed stored private states, which an "
+                "in-memory store cannot undo; resume the run from its checkpoint (--resume RUN_DIR)"
+            )
         rows = self._rows_of(np.fromiter(self._created, dtype=np.int64, count=len(self._created)))
         for has in self._has.values():
             has[rows[(rows >= 0) & (rows < len(has))]] = False
@@ -278,8 +285,8 @@ class CompactStore:
 
     def _snapshot_rows(self, name: str, rows: np.ndarray, copy: bool) -> torch.Tensor:
         col = self._cols[name]
-        if np.array_equal(rows, np.arange(len(rows))):   # every row from row 0 holds one: a slice
-            return col[:len(rows)].clone() if copy else col[:len(rows)]
+        if np.array_equal(rows, np.arange(len(rows))):  # every row from row 0 holds one: a slice
+            return col[: len(rows)].clone() if copy else col[: len(rows)]
         return col.index_select(0, torch.from_numpy(rows))
 
     def restore(self, snapshot) -> None:
@@ -291,7 +298,7 @@ class CompactStore:
             for name, part in snapshot["params"].items():
                 cids = loaded(part["clients"]).numpy()
                 for start, vals in _row_blocks(part["values"]):
-                    self.save_block(cids[start:start + len(vals)], {name: vals})
+                    self.save_block(cids[start : start + len(vals)], {name: vals})
         else:
             for cid, state in (snapshot or {}).items():
                 self.save(int(cid), state)
@@ -323,9 +330,14 @@ def _row_blocks(values):
 
 def _is_rows_of(vals: torch.Tensor, col: torch.Tensor, rows: np.ndarray) -> bool:
     """Whether ``vals`` is ``col``'s own contiguous range ``rows`` (a :meth:`CompactStore.view_block` view)."""
-    return (vals.dtype == col.dtype and vals.is_contiguous() and len(rows) == len(vals) and len(vals) > 0
-            and np.array_equal(rows, np.arange(rows[0], rows[0] + len(rows)))
-            and vals.data_ptr() == col[int(rows[0])].data_ptr())
+    return (
+        vals.dtype == col.dtype
+        and vals.is_contiguous()
+        and len(rows) == len(vals)
+        and len(vals) > 0
+        and np.array_equal(rows, np.arange(rows[0], rows[0] + len(rows)))
+        and vals.data_ptr() == col[int(rows[0])].data_ptr()
+    )
 
 
 class DiskStore:
@@ -350,14 +362,16 @@ class DiskStore:
                 try:  # weights_only: tensors only, a file planted here cannot run code
                     return torch.load(f, map_location="cpu", weights_only=True)
                 except Exception as exc:  # a truncated or foreign file: say which one
-                    raise RunFolderError(str(f), f"private state file is unreadable ({exc})",
-                                         "start a new run in another folder") from None
+                    raise RunFolderError(
+                        str(f), f"private state file is unreadable ({exc})", "start a new run in another folder"
+                    ) from None
         return None
 
     def save(self, cid: int, state: State, *, copy: bool = True) -> None:
         # clone so that a view into a large batched tensor does not serialise the whole storage
-        atomic_torch_save({k: v.detach().clone().contiguous() for k, v in state.items()},
-                          self._file(self.pending_dir, cid))
+        atomic_torch_save(
+            {k: v.detach().clone().contiguous() for k, v in state.items()}, self._file(self.pending_dir, cid)
+        )
 
     def __contains__(self, cid) -> bool:
         return self._file(self.pending_dir, cid).exists() or self._file(self.clients_dir, cid).exists()

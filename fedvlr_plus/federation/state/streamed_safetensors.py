@@ -10,6 +10,7 @@ without the states in memory, with :func:`load_streamed`: its large tensors stay
 and are read a block of rows at a time (positioned reads, not a memory map, whose pages would count as the
 process's memory while it is open).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -21,9 +22,18 @@ import numpy as np
 import torch
 
 #: safetensors' names of the dtypes a checkpoint holds
-DTYPE_NAMES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
-               torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
-               torch.bool: "BOOL"}
+DTYPE_NAMES = {
+    torch.float64: "F64",
+    torch.float32: "F32",
+    torch.float16: "F16",
+    torch.bfloat16: "BF16",
+    torch.int64: "I64",
+    torch.int32: "I32",
+    torch.int16: "I16",
+    torch.int8: "I8",
+    torch.uint8: "U8",
+    torch.bool: "BOOL",
+}
 DTYPES = {name: dtype for dtype, name in DTYPE_NAMES.items()}
 #: a header longer than this is not one this package wrote (safetensors' own limit is 100 MB)
 MAX_HEADER_BYTES = 100_000_000
@@ -49,7 +59,7 @@ class StreamedTensor:
         self.shape, self.dtype = tuple(int(s) for s in shape), dtype
 
     @property
-    def nbytes(self) -> int:   # as ``torch.Tensor.nbytes``, so the writer reads either the same way
+    def nbytes(self) -> int:  # as ``torch.Tensor.nbytes``, so the writer reads either the same way
         return bytes_of(self.shape, self.dtype)
 
     def blocks(self):
@@ -69,10 +79,14 @@ def _header(tensors: dict) -> bytes:
         if t.dtype not in DTYPE_NAMES:
             raise TypeError(f"tensor {name!r}: dtype {t.dtype} cannot be stored in a checkpoint")
         nbytes = t.nbytes
-        entries[name] = {"dtype": DTYPE_NAMES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + nbytes]}
+        entries[name] = {
+            "dtype": DTYPE_NAMES[t.dtype],
+            "shape": list(t.shape),
+            "data_offsets": [offset, offset + nbytes],
+        }
         offset += nbytes
     header = json.dumps(entries, separators=(",", ":")).encode()
-    return header + b" " * (-len(header) % 8)   # the data starts 8-byte aligned, as safetensors writes it
+    return header + b" " * (-len(header) % 8)  # the data starts 8-byte aligned, as safetensors writes it
 
 
 def save_streamed(tensors: dict, path, with_digest: bool = True) -> str | None:
@@ -94,9 +108,9 @@ def save_streamed(tensors: dict, path, with_digest: bool = True) -> str | None:
         for name, t in tensors.items():
             expected = t.nbytes
             written = 0
-            for block in (t.blocks() if isinstance(t, StreamedTensor) else (tensor_bytes(t),)):
+            for block in t.blocks() if isinstance(t, StreamedTensor) else (tensor_bytes(t),):
                 written += put(f, block)
-            if written != expected:   # a source that lies about its size would corrupt every later tensor
+            if written != expected:  # a source that lies about its size would corrupt every later tensor
                 raise ValueError(f"tensor {name!r}: its source gave {written} bytes, {expected} expected")
         f.truncate()
     return digest.hexdigest() if digest is not None else None
@@ -125,7 +139,7 @@ class StoredTensor:
         view = tensor_bytes(out)
         with open(self.path, "rb", buffering=0) as f:
             f.seek(self.offset + skip)
-            while len(view):   # a raw read may return less than asked (Linux stops at 2 GB)
+            while len(view):  # a raw read may return less than asked (Linux stops at 2 GB)
                 got = f.readinto(view)
                 if not got:
                     raise ValueError(f"{self.path}: the file ends inside a tensor")
@@ -151,8 +165,11 @@ def read_header(path) -> tuple[dict, int]:
     start = 8 + n
     for name, e in entries.items():
         a, b = e["data_offsets"]
-        if e["dtype"] not in DTYPES or not 0 <= a <= b <= size - start \
-                or b - a != bytes_of(tuple(e["shape"]), DTYPES[e["dtype"]]):
+        if (
+            e["dtype"] not in DTYPES
+            or not 0 <= a <= b <= size - start
+            or b - a != bytes_of(tuple(e["shape"]), DTYPES[e["dtype"]])
+        ):
             raise ValueError(f"tensor {name!r}: its entry does not fit the file")
     return entries, start
 

@@ -5,6 +5,7 @@ A strategy turns the current shared state and the round's :class:`ClientUpdate` 
 all local steps). Item tables arrive row-wise (values + row ids). Every strategy sees the parameter specs so it
 knows which arrays are item tables.
 """
+
 from __future__ import annotations
 
 import torch
@@ -21,8 +22,9 @@ class Strategy:
     #: sums as the simulator hands them over, and drop them
     linear = False
 
-    def aggregate(self, shared: dict[str, torch.Tensor], updates: list[ClientUpdate],
-                  specs: dict) -> dict[str, torch.Tensor]:
+    def aggregate(
+        self, shared: dict[str, torch.Tensor], updates: list[ClientUpdate], specs: dict
+    ) -> dict[str, torch.Tensor]:
         if self.linear:
             return self.from_sums(shared, summed(shared, updates, specs, self.upload), specs)
         raise NotImplementedError
@@ -57,16 +59,14 @@ def check_updates(shared: dict[str, torch.Tensor], updates: list[ClientUpdate], 
                 raise ValueError(f"client {u.cid} uploaded arrays that are not shared parameters: {sorted(extra)}")
             raise ValueError(f"client {u.cid} did not upload {sorted(missing)}")
         if not u.rows.keys() <= names:
-            raise ValueError(f"client {u.cid} sent row ids for arrays it did not upload: "
-                             f"{sorted(set(u.rows) - names)}")
+            raise ValueError(f"client {u.cid} sent row ids for arrays it did not upload: {sorted(set(u.rows) - names)}")
         for name, a in u.arrays.items():
             shape = tuple(a.shape)
             if name in u.rows:
                 r = u.rows[name]
                 if r.shape[0] != shape[0] or shape[1:] != want[name][1:]:
                     u.validate()  # names the mismatch
-                    raise ValueError(f"client {u.cid}: {name!r} rows of shape {shape[1:]}, expected "
-                                     f"{want[name][1:]}")
+                    raise ValueError(f"client {u.cid}: {name!r} rows of shape {shape[1:]}, expected {want[name][1:]}")
             elif shape != want[name]:
                 raise ValueError(f"client {u.cid}: {name!r} has shape {shape}, expected {want[name]}")
         if u.num_examples <= 0:
@@ -91,8 +91,9 @@ def gather_rows(updates: list[ClientUpdate], name: str, n_rows: int, weights: to
     return torch.cat(rows), vals, ws
 
 
-def weighted_row_sums(updates: list[ClientUpdate], name: str, shape, weights: torch.Tensor, dtype,
-                      block_floats: int = BLOCK_FLOATS):
+def weighted_row_sums(
+    updates: list[ClientUpdate], name: str, shape, weights: torch.Tensor, dtype, block_floats: int = BLOCK_FLOATS
+):
     """``Σ_u w_u x_u[r]`` per row and ``Σ_{u ∋ r} w_u`` per row. Uploads are concatenated in blocks of at most
     ``block_floats`` values, so memory stays bounded and small uploads do not cost one call each."""
     acc = RowSums(shape, dtype, block_floats)
@@ -119,8 +120,15 @@ def summed(shared: dict[str, torch.Tensor], updates: list[ClientUpdate], specs: 
 from ..config import STRATEGIES  # noqa: E402  (names live in config so the CLI can list them cheaply)
 
 
-def make_strategy(name: str, *, server_lr: float | None = None, server_optimizer: str = "sgd",
-                  trim_fraction: float = 0.1, chunk_floats: int = 1 << 24, item_lr_scale: float = 1.0) -> Strategy:
+def make_strategy(
+    name: str,
+    *,
+    server_lr: float | None = None,
+    server_optimizer: str = "sgd",
+    trim_fraction: float = 0.1,
+    chunk_floats: int = 1 << 24,
+    item_lr_scale: float = 1.0,
+) -> Strategy:
     from .fedavg import FedAvgStrategy
     from .fedgrad import FedGradStrategy
     from .median import CoordinateMedian

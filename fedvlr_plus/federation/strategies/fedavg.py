@@ -9,6 +9,7 @@ contributors of each row only.
 Reference: McMahan, Moore, Ramage, Hampson, Agüera y Arcas, "Communication-Efficient Learning of Deep Networks
 from Decentralized Data", AISTATS 2017.
 """
+
 from __future__ import annotations
 
 import torch

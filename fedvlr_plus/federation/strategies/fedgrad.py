@@ -14,10 +14,11 @@ AAAI-26, Algorithm 1; Ammad-ud-din et al., "Federated Collaborative Filtering ..
 factors updated from aggregated user gradients); Reddi, Charles, Zaheer, Garrett, Rush, Konečný, Kumar, McMahan,
 "Adaptive Federated Optimization", ICLR 2021 (the Adam option).
 """
+
 from __future__ import annotations
 
-from .server_adam import ServerAdam
 from .base import Strategy
+from .server_adam import ServerAdam
 
 
 class FedGradStrategy(Strategy):
@@ -25,8 +26,14 @@ class FedGradStrategy(Strategy):
     upload = "grads"
     linear = True
 
-    def __init__(self, server_lr: float, optimizer: str = "sgd", betas=(0.9, 0.999), eps: float = 1e-8,
-                 item_lr_scale: float = 1.0):
+    def __init__(
+        self,
+        server_lr: float,
+        optimizer: str = "sgd",
+        betas=(0.9, 0.999),
+        eps: float = 1e-8,
+        item_lr_scale: float = 1.0,
+    ):
         if optimizer not in ("sgd", "adam"):
             raise ValueError(f"server optimizer must be 'sgd' or 'adam', got {optimizer!r}")
         if not server_lr > 0:

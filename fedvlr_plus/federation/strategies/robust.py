@@ -3,6 +3,7 @@
 For an item table the statistic of row ``r`` is taken over the clients whose upload contains ``r`` (rows nobody
 touched keep their value); for a dense array, over all clients. Work is cut into row chunks of bounded size.
 """
+
 from __future__ import annotations
 
 import torch
@@ -28,7 +29,7 @@ def _reduce_sorted(padded: torch.Tensor, counts: torch.Tensor, trim: float | Non
         return (a + b) / 2
     cut = torch.floor(k.to(torch.float64) * trim).long()
     cut = torch.where(k - 2 * cut <= 0, (k - 1) // 2, cut)  # never trim everything away
-    lo, hi = cut, k - cut                                       # keep sorted positions [lo, hi)
+    lo, hi = cut, k - cut  # keep sorted positions [lo, hi)
     cs = torch.nan_to_num(padded, nan=0.0).cumsum(1)
     cs = torch.cat([torch.zeros_like(cs[:, :1]), cs], dim=1)
     top = cs.gather(1, hi.view(-1, 1, 1).expand(-1, 1, cs.shape[2])).squeeze(1)
@@ -53,13 +54,13 @@ def robust_aggregate(shared, updates, specs, *, trim: float | None, chunk_floats
         kmax = int(counts.max())
         step = max(1, int(chunk_floats) // max(kmax * d, 1))
         for a in range(0, len(uniq), step):
-            cnt = counts[a:a + step]
-            st = starts[a:a + step]
+            cnt = counts[a : a + step]
+            st = starts[a : a + step]
             group = torch.repeat_interleave(torch.arange(len(cnt)), cnt)
             pos = torch.arange(int(cnt.sum())) - torch.repeat_interleave(st - st[0], cnt)
             padded = torch.full((len(cnt), int(cnt.max()), d), float("nan"), dtype=torch.float64)
-            padded[group, pos] = vals[int(st[0]):int(st[0]) + int(cnt.sum())]
+            padded[group, pos] = vals[int(st[0]) : int(st[0]) + int(cnt.sum())]
             padded = padded.sort(dim=1).values  # NaN sorts last
-            new[uniq[a:a + step]] = _reduce_sorted(padded, cnt, trim)
+            new[uniq[a : a + step]] = _reduce_sorted(padded, cnt, trim)
         out[name] = new.reshape(g.shape).to(g.dtype)
     return out

@@ -14,6 +14,7 @@ so a checkpoint stores them as they are (:mod:`.plain_state`).
 Reference: Reddi, Charles, Zaheer, Garrett, Rush, Konečný, Kumar, McMahan, "Adaptive Federated Optimization",
 ICLR 2021 (FedAdam); Kingma & Ba, "Adam: A Method for Stochastic Optimization", ICLR 2015.
 """
+
 from __future__ import annotations
 
 import torch
@@ -36,8 +37,8 @@ class ServerAdam:
         m = self.m.get(name, torch.zeros_like(param)) * b1 + (1 - b1) * grad
         v = self.v.get(name, torch.zeros_like(param)) * b2 + (1 - b2) * grad * grad
         self.m[name], self.v[name] = m, v
-        m_hat = m / (1 - b1 ** self.t)
-        v_hat = v / (1 - b2 ** self.t)
+        m_hat = m / (1 - b1**self.t)
+        v_hat = v / (1 - b2**self.t)
         return param - lr * m_hat / (v_hat.sqrt() + self.eps)
 
     def state_dict(self) -> dict:

@@ -9,6 +9,7 @@ Submodel Design with Tunable Privacy", MobiCom 2020 (clients download and upload
 table); Ding, Niu, Tang, Lv, Wu, Chen, "Federated Submodel Optimization for Hot and Cold Data Features",
 NeurIPS 2022 (FedSubAvg: average each row over the clients involved with it).
 """
+
 from __future__ import annotations
 
 import torch

@@ -7,10 +7,11 @@ nothing, the median is used.
 Reference: Yin, Chen, Ramchandran, Bartlett, "Byzantine-Robust Distributed Learning: Towards Optimal Statistical
 Rates", ICML 2018.
 """
+
 from __future__ import annotations
 
-from .robust import robust_aggregate
 from .base import Strategy
+from .robust import robust_aggregate
 
 
 class TrimmedMean(Strategy):

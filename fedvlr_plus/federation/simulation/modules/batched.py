@@ -32,24 +32,24 @@ and recorded as ``fallback``: graph models (each client has its own graph), laye
 compute (personal item parts, a content preference), a forward that ``vmap`` cannot run (data-dependent control
 flow, ``.item()``, unsupported in-place or random ops), and any model whose numbers differ from the reference's.
 """
+
 from __future__ import annotations
 
 import warnings
 
 import numpy as np
 import torch
-from torch.func import grad_and_value, vmap
 
 from ....adapters.base import Backbone
 from ...client import _tensor
 from ...messages import ClientUpdate
+from ...privacy.noise import privatise
+from ...state.initial import round_start
+from ...state.store import save_block
+from ..schedule import build_schedule
 from .client import ModuleClient, ModuleSimulator, _seed_of, one_thread
 from .dropout import LaneDropout
 from .lanes import example_order, step_lanes
-from ...privacy.noise import privatise
-from ..schedule import build_schedule
-from ...state.initial import round_start
-from ...state.store import save_block
 
 #: padded rows (clients x rows) per vmap call: large enough that the per-call overhead is small, small enough
 #: that the chunk's tensors stay in cache (ml-100k BPR: fastest between 4k and 32k)
@@ -63,11 +63,9 @@ def batch_refusal(bb: Backbone) -> str | None:
     """Why ``bb``'s clients cannot be batched by their structure, or None."""
     from .client import module_base
 
-    from .fused import layer_refusal
-
     base = module_base(bb)
-    if base is not bb:
-        why = layer_refusal(bb)
+    if base is not bb:  # a wrapper (the FusionLayer) says itself what it cannot batch
+        why = bb.chunk_refusal()
         if why:
             return why
     if getattr(base, "graph", False):
@@ -84,10 +82,20 @@ class BatchedModuleSimulator(ModuleSimulator):
     reference simulator's. ``fallback`` is None while batching, else why the clients run one at a time."""
 
     name = "module-batched"
-    sums_chunks = True   # fit_chunks(..., summed=True) may hand chunks over as blocks (:mod:`.summed_chunk`)
+    sums_chunks = True  # fit_chunks(..., summed=True) may hand chunks over as blocks (:mod:`.summed_chunk`)
 
-    def __init__(self, bb: Backbone, indptr, indices, store, *, seed: int = 0, dtype=torch.float32,
-                 lanes_per_chunk: int = LANES_PER_CHUNK, **kw):
+    def __init__(
+        self,
+        bb: Backbone,
+        indptr,
+        indices,
+        store,
+        *,
+        seed: int = 0,
+        dtype=torch.float32,
+        lanes_per_chunk: int = LANES_PER_CHUNK,
+        **kw,
+    ):
         super().__init__(bb, indptr, indices, store, seed=seed, dtype=dtype, **kw)
         self.lanes_per_chunk = int(lanes_per_chunk)
         self.fallback = batch_refusal(bb)
@@ -99,8 +107,9 @@ class BatchedModuleSimulator(ModuleSimulator):
         key = (self.bb.name, self.fallback)
         if key not in _WARNED:
             _WARNED.add(key)
-            warnings.warn(f"{self.bb.name}: clients train one at a time ({self.fallback})", RuntimeWarning,
-                          stacklevel=3)
+            warnings.warn(
+                f"{self.bb.name}: clients train one at a time ({self.fallback})", RuntimeWarning, stacklevel=3
+            )
 
     def fit(self, cids, shared, config) -> list[ClientUpdate]:
         batched = np.asarray(cids, dtype=np.int64)
@@ -110,7 +119,7 @@ class BatchedModuleSimulator(ModuleSimulator):
             with one_thread():
                 try:
                     updates, states = self._fit_batched(batched, shared, config)
-                except Exception as exc:   # a forward vmap cannot run: the reference runs the round instead
+                except Exception as exc:  # a forward vmap cannot run: the reference runs the round instead
                     self.fallback = _cannot_vmap(exc)
             if not self.fallback:
                 for chunk_cids, block in states:
@@ -146,7 +155,7 @@ class BatchedModuleSimulator(ModuleSimulator):
             held = self.store.load(cid)
             if held is not None:
                 probe.save(cid, held)
-            pos = self.indices[self.indptr[cid]:self.indptr[cid + 1]]
+            pos = self.indices[self.indptr[cid] : self.indptr[cid + 1]]
             ref = ModuleClient(cid, self.bb, pos, probe, seed=self.seed, dtype=self.dtype).fit(shared, config)
             block, j = where[cid]
             worst = _difference(ref, updates[i], probe.load(cid), {k: v[j] for k, v in block.items()})
@@ -174,7 +183,7 @@ class BatchedModuleSimulator(ModuleSimulator):
                     out, chunk_cids, states = next(chunks)
             except StopIteration:
                 return
-            except Exception as exc:   # as in ``fit``: the reference trains the clients this chunk had
+            except Exception as exc:  # as in ``fit``: the reference trains the clients this chunk had
                 self.fallback = _cannot_vmap(exc)
                 self._say_fallback()
                 yield super().fit([c for c in cids.tolist() if c in left], shared, config)
@@ -196,14 +205,22 @@ class BatchedModuleSimulator(ModuleSimulator):
         of each chunk in turn."""
         base, dtype = self.base, self.dtype
         order = np.argsort(np.diff(self.indptr)[cids], kind="stable")
-        rows = cids[order]                 # clients of similar size share a chunk
+        rows = cids[order]  # clients of similar size share a chunk
         seed = int(config.get("seed", self.seed))
-        sched = build_schedule(self.indptr, self.indices, rows, base.n_items, seed=seed,
-                               round=int(config["round"]), epochs=int(config["epochs"]),
-                               negatives=int(config["negatives"]), batch_size=int(config["batch_size"]))
+        sched = build_schedule(
+            self.indptr,
+            self.indices,
+            rows,
+            base.n_items,
+            seed=seed,
+            round=int(config["round"]),
+            epochs=int(config["epochs"]),
+            negatives=int(config["negatives"]),
+            batch_size=int(config["batch_size"]),
+        )
         shared_t = {k: _tensor(v, dtype) for k, v in shared.items()}
         ex_order = example_order(sched)
-        ex_order = (ex_order, sched.ex_client[ex_order])   # (the clients in that order: read every step)
+        ex_order = (ex_order, sched.ex_client[ex_order])  # (the clients in that order: read every step)
         per_client = np.bincount(sched.ex_client, minlength=len(rows))
         c0 = 0
         while c0 < len(rows):
@@ -222,33 +239,45 @@ class BatchedModuleSimulator(ModuleSimulator):
 
     def _fit_chunk(self, sched, ex_order, rows, c0, c1, shared, config, seed, summed: bool = False):
         from .chunk import ChunkTraining, summed_chunk
-        from .fused import FusedChunk
 
         cids = rows[c0:c1]
         fused = self.bb is not self.base
         if fused:
-            positives = [np.unique(self.indices[self.indptr[c]:self.indptr[c + 1]]) for c in cids.tolist()]
-            chunk = FusedChunk.start(self.bb, sched, c0, c1, shared, self._initial_states(cids), config,
-                                     self.dtype, positives)
+            positives = [np.unique(self.indices[self.indptr[c] : self.indptr[c + 1]]) for c in cids.tolist()]
+            chunk = self.bb.start_chunk(
+                sched, c0, c1, shared, self._initial_states(cids), config, self.dtype, positives
+            )
         else:
-            chunk = ChunkTraining.start(self.base, sched, c0, c1, shared, self._initial_states(cids), config,
-                                        self.dtype)
+            chunk = ChunkTraining.start(
+                self.base, sched, c0, c1, shared, self._initial_states(cids), config, self.dtype
+            )
         if summed and not fused and chunk.upload == "grads" and not chunk.local_shared and chunk.bpr is not None:
-            chunk.direct = []   # the item gradients go to the sums as rows (the table is fixed in the round)
+            chunk.direct = []  # the item gradients go to the sums as rows (the table is fixed in the round)
         dropout = LaneDropout(lambda: [_seed_of(seed, config["round"], int(c), 17) for c in cids], len(cids))
         steps = sched.n_steps[c0:c1]
         losses = [[] for _ in cids]
         for s in range(int(steps.max())):
-            lanes = step_lanes(sched, ex_order[0], c0, c1, s, clients=ex_order[1], pairwise=chunk.pairwise,
-                               negatives=int(config["negatives"]), fields=chunk.fields, t_max=chunk.t_max)
+            lanes = step_lanes(
+                sched,
+                ex_order[0],
+                c0,
+                c1,
+                s,
+                clients=ex_order[1],
+                pairwise=chunk.pairwise,
+                negatives=int(config["negatives"]),
+                fields=chunk.fields,
+                t_max=chunk.t_max,
+            )
             grads, loss = chunk.gradients(lanes, dropout.step(lanes.rows))
             active = torch.from_numpy(steps > s)
             chunk.step(grads, lanes.used, active)
             for j in np.flatnonzero(steps > s):
                 losses[j].append(float(loss[j]))
         if summed:
-            return (chunk.summed(sched, cids, losses) if fused else summed_chunk(chunk, sched, cids, losses)), \
-                chunk.states()
+            return (
+                chunk.summed(sched, cids, losses) if fused else summed_chunk(chunk, sched, cids, losses)
+            ), chunk.states()
         return chunk.finish(sched, cids, losses, config, privatise)
 
 

@@ -11,6 +11,7 @@ generic flat path (:meth:`~.module_chunk.ChunkTraining._flat_gradients`), in the
 the ``vmap`` and the graph: a few gathers and ``index_add_`` calls per step. It applies to RecBole's own BPR class
 only (a subclass may score or regularise otherwise); every other model keeps the generic path.
 """
+
 from __future__ import annotations
 
 import torch
@@ -22,7 +23,7 @@ def closed_form_bpr(base) -> tuple[str, str, float] | None:
     try:
         from recbole.model.general_recommender.bpr import BPR
         from recbole.model.loss import BPRLoss
-    except ImportError:   # recbole missing: no model of it can be here either
+    except ImportError:  # recbole missing: no model of it can be here either
         return None
     m = base.template
     if type(m) is not BPR or type(getattr(m, "loss", None)) is not BPRLoss:
@@ -44,15 +45,15 @@ def bpr_gradients(tables: dict, names: tuple[str, str, float], user, pos, neg, w
     uname, iname, gamma = names
     users, items = tables[uname], tables[iname]
     e_u = users.index_select(0, user)
-    apart = items.index_select(0, pos).sub_(items.index_select(0, neg))        # e_i - e_j
+    apart = items.index_select(0, pos).sub_(items.index_select(0, neg))  # e_i - e_j
     sig = torch.sigmoid((e_u * apart).sum(dim=1))
     loss = -torch.log(gamma + sig)
     g = ((-weight / (gamma + sig)) * ((1.0 - sig) * sig)).unsqueeze(1)
     g_users = torch.zeros_like(users).index_add_(0, user, apart.mul_(g))
-    if item_rows:   # written in place: positives' rows, then the negatives'
+    if item_rows:  # written in place: positives' rows, then the negatives'
         rows = torch.empty((2 * len(pos),) + tuple(e_u.shape[1:]), dtype=e_u.dtype, device=e_u.device)
-        torch.mul(e_u, g, out=rows[:len(pos)])
-        torch.neg(rows[:len(pos)], out=rows[len(pos):])
+        torch.mul(e_u, g, out=rows[: len(pos)])
+        torch.neg(rows[: len(pos)], out=rows[len(pos) :])
         return {uname: g_users, iname: (torch.cat([pos, neg]), rows)}, loss * weight
     g_e = e_u.mul_(g)
     g_items = torch.zeros_like(items).index_add_(0, pos, g_e).index_add_(0, neg, g_e.neg_())

@@ -9,6 +9,7 @@ Tables per client (``C`` = clients of the chunk, ``T`` = most item rows a client
 - whole private parameters: ``[C, ...]``;
 - dense shared parameters: one copy (``fixed``) when the round keeps them fixed, else ``[C, ...]``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,17 +19,17 @@ import torch
 from torch.func import grad_and_value, vmap
 
 from ...messages import ClientUpdate
-from .bpr import bpr_gradients, closed_form_bpr
 from ..summed_chunk import SummedChunk
+from .bpr import bpr_gradients, closed_form_bpr
 
 
 @dataclass
 class ChunkTraining:
     base: object
-    batched: dict           # name -> [C, ...] tables stepped per client
-    fixed: dict             # name -> dense shared tensor, the same for every client of the round
-    acc: dict               # shared name -> [C, ...] gradient sums (grads upload)
-    shared: dict            # the round's broadcast (for the privacy mechanism)
+    batched: dict  # name -> [C, ...] tables stepped per client
+    fixed: dict  # name -> dense shared tensor, the same for every client of the round
+    acc: dict  # shared name -> [C, ...] gradient sums (grads upload)
+    shared: dict  # the round's broadcast (for the privacy mechanism)
     upload: str
     lr: float
     item_lr: float
@@ -38,14 +39,15 @@ class ChunkTraining:
     fields: dict
     t_max: int
     c0: int
-    item_ids: torch.Tensor | None = None   # [C * (1 + T)] global id of each flat item-table row (-1: padding)
+    item_ids: torch.Tensor | None = None  # [C * (1 + T)] global id of each flat item-table row (-1: padding)
     # where set (a list), BPR's item gradients of a fixed item table go to the round's sums as rows
     # (:func:`summed_chunk`): (global ids, gradients, client index) of every step, no per-client tables
     direct: list | None = None
 
     @classmethod
-    def start(cls, base, sched, c0: int, c1: int, shared: dict, states: dict, config: dict, dtype,
-              fills_items: bool = False):
+    def start(
+        cls, base, sched, c0: int, c1: int, shared: dict, states: dict, config: dict, dtype, fills_items: bool = False
+    ):
         """``states``: the chunk's private states as they start the round, ``{name: [C, ...]}``; ``fills_items``:
         the caller puts the item tables into ``batched`` before every step (the FedVLR layer's mixture)."""
         from recbole.utils import InputType
@@ -53,7 +55,7 @@ class ChunkTraining:
         upload = config.get("upload", "params")
         local_shared = bool(config.get("local_shared", False))
         ptr = sched.touched_ptr
-        t_max = int((ptr[c0 + 1:c1 + 1] - ptr[c0:c1]).max())
+        t_max = int((ptr[c0 + 1 : c1 + 1] - ptr[c0:c1]).max())
         cids = [int(c) for c in sched.clients[c0:c1]]
         batched, fixed, item_ids = {}, {}, None
         for name, prm in base.template.named_parameters():
@@ -78,10 +80,23 @@ class ChunkTraining:
         fields = {"user": m.USER_ID, "item": m.ITEM_ID}
         fields.update({"neg": m.NEG_ITEM_ID} if pairwise else {"label": m.LABEL})
         lr = float(config["lr"])
-        return cls(base=base, batched=batched, fixed=fixed, acc=acc, shared=shared, upload=upload, lr=lr,
-                   item_lr=lr * float(config.get("item_lr_scale", 1.0)), wd=float(config.get("weight_decay", 0.0)),
-                   local_shared=local_shared, pairwise=pairwise, fields=fields, t_max=t_max, c0=c0,
-                   item_ids=item_ids)
+        return cls(
+            base=base,
+            batched=batched,
+            fixed=fixed,
+            acc=acc,
+            shared=shared,
+            upload=upload,
+            lr=lr,
+            item_lr=lr * float(config.get("item_lr_scale", 1.0)),
+            wd=float(config.get("weight_decay", 0.0)),
+            local_shared=local_shared,
+            pairwise=pairwise,
+            fields=fields,
+            t_max=t_max,
+            c0=c0,
+            item_ids=item_ids,
+        )
 
     # ------------------------------------------------------------------ gradients
     def gradients(self, lanes, dropout) -> tuple[dict, torch.Tensor]:
@@ -149,7 +164,7 @@ class ChunkTraining:
         items = [n for n in self.batched if self.base.kinds[n] == "item"]
         lane_tables = {n: self.batched[n][clients[:, None, None], look] for n in items}
         own = {n: v for n, v in self.batched.items() if n not in lane_tables}
-        row_loss = self._row_loss(dropout, 1)     # a client's own two-row user tables
+        row_loss = self._row_loss(dropout, 1)  # a client's own two-row user tables
 
         def client_loss(own, fixed, tables, labels, weight, c):
             params = {**fixed, **own}
@@ -158,8 +173,9 @@ class ChunkTraining:
 
         per_client = vmap(grad_and_value(client_loss, argnums=(0, 1, 2)), in_dims=(0, None, 0, 0, 0, 0))
         with dropout:
-            (g_own, g_fixed, g_tables), loss = per_client(own, self.fixed, lane_tables, self._labels(lanes),
-                                                          lanes.weight, clients)
+            (g_own, g_fixed, g_tables), loss = per_client(
+                own, self.fixed, lane_tables, self._labels(lanes), lanes.weight, clients
+            )
         dropout.lane = None
         grads = {**g_fixed, **g_own}
         flat = (clients[:, None, None] * (self.t_max + 1) + look).reshape(-1)
@@ -178,7 +194,7 @@ class ChunkTraining:
         width = {n: int(v.shape[1]) for n, v in self.batched.items()}
         item_width = next((w for n, w in width.items() if self.base.kinds[n] == "item"), 1)
         user_width = next((w for n, w in width.items() if self.base.kinds[n] == "user"), 2)
-        local = look[cl, r, int(self.padded):]            # the row's local item ids (positive[, negative])
+        local = look[cl, r, int(self.padded) :]  # the row's local item ids (positive[, negative])
         ids = {f["user"]: cl * user_width + 1, f["item"]: cl * item_width + local[:, 0]}
         if self.pairwise:
             ids[f["neg"]] = cl * item_width + local[:, 1]
@@ -188,12 +204,14 @@ class ChunkTraining:
         names = list(tables)
         if self.bpr is not None:
             direct = self.direct is not None
-            g_named, weighted = bpr_gradients(tables, self.bpr, ids[f["user"]], ids[f["item"]], ids[f["neg"]],
-                                              weight, item_rows=direct)
+            g_named, weighted = bpr_gradients(
+                tables, self.bpr, ids[f["user"]], ids[f["item"]], ids[f["neg"]], weight, item_rows=direct
+            )
             if direct:
                 flat, g_rows = g_named.pop(self.bpr[1])
-                self.direct.append((self.item_ids.index_select(0, flat), g_rows,
-                                    torch.div(flat, item_width, rounding_mode="floor")))
+                self.direct.append(
+                    (self.item_ids.index_select(0, flat), g_rows, torch.div(flat, item_width, rounding_mode="floor"))
+                )
             g_flat = [g_named.get(n) for n in names]
         else:
             tables = {n: v.requires_grad_(True) for n, v in tables.items()}
@@ -204,8 +222,11 @@ class ChunkTraining:
                 g_flat = torch.autograd.grad(weighted.sum(), [tables[n] for n in names], allow_unused=True)
             dropout.lane = None
         loss = torch.zeros(n_c, dtype=weighted.dtype).index_add_(0, cl, weighted.detach())
-        grads = {n: torch.zeros_like(self.batched[n]) if g is None else g.reshape(self.batched[n].shape)
-                 for n, g in zip(names, g_flat) if not (self.direct is not None and n == self.bpr[1])}
+        grads = {
+            n: torch.zeros_like(self.batched[n]) if g is None else g.reshape(self.batched[n].shape)
+            for n, g in zip(names, g_flat)
+            if not (self.direct is not None and n == self.bpr[1])
+        }
         return grads, loss
 
     def _flat_row_loss(self, dropout):
@@ -254,8 +275,10 @@ class ChunkTraining:
     # ------------------------------------------------------------------ uploads and private states
     def states(self) -> dict:
         """The chunk's new private states ``{name: [C, ...]}``."""
-        return {s.name: (self.batched[s.name][:, 1] if self.base.kinds[s.name] == "user"
-                         else self.batched[s.name]).clone() for s in self.base.private_specs()}
+        return {
+            s.name: (self.batched[s.name][:, 1] if self.base.kinds[s.name] == "user" else self.batched[s.name]).clone()
+            for s in self.base.private_specs()
+        }
 
     def finish(self, sched, cids, losses: list, config: dict, privatise) -> tuple[dict, dict]:
         """The chunk's uploads ``{cid: ClientUpdate}`` and its new private states ``{name: [C, ...]}``."""
@@ -268,25 +291,32 @@ class ChunkTraining:
                 src = (self.acc if self.upload == "grads" else self.batched)[name][j]
                 # views of the chunk's tensors, which nothing writes to once the chunk is done
                 if self.base.kinds[name] == "item":
-                    arrays[name] = src[1:1 + len(touched)]
+                    arrays[name] = src[1 : 1 + len(touched)]
                     rows[name] = touched
                 else:
                     arrays[name] = src
             steps = losses[j]
-            up = ClientUpdate(cid=cid, kind=self.upload, arrays=arrays, rows=rows,
-                              num_examples=int(sched.n_pos[idx]),
-                              metrics={"loss": float(np.mean(steps)) if len(steps) > 1 else
-                                       (steps[0] if steps else 0.0), "steps": len(steps)})
+            up = ClientUpdate(
+                cid=cid,
+                kind=self.upload,
+                arrays=arrays,
+                rows=rows,
+                num_examples=int(sched.n_pos[idx]),
+                metrics={
+                    "loss": float(np.mean(steps)) if len(steps) > 1 else (steps[0] if steps else 0.0),
+                    "steps": len(steps),
+                },
+            )
             updates[cid] = privatise(up, self.shared, config)
         return updates, self.states()
 
 
-def summed_chunk(chunk: "ChunkTraining", sched, cids, losses: list) -> SummedChunk:
+def summed_chunk(chunk: ChunkTraining, sched, cids, losses: list) -> SummedChunk:
     """The chunk's uploads as blocks for the round's sums (:mod:`.summed_chunk`): each item table's ``[C, 1 + T]``
     rows as they are, the padding rows with weight 0 (no copy), dense arrays stacked."""
     tables, dense, direct = {}, {}, None
     for name in chunk.base.shared_names:
-        if chunk.direct is not None and name == chunk.bpr[1]:   # every step's rows; each client's rows counted once
+        if chunk.direct is not None and name == chunk.bpr[1]:  # every step's rows; each client's rows counted once
             direct = (name, chunk.direct)
             continue
         src = (chunk.acc if chunk.upload == "grads" else chunk.batched)[name]
@@ -294,25 +324,30 @@ def summed_chunk(chunk: "ChunkTraining", sched, cids, losses: list) -> SummedChu
     return summed_blocks(chunk.upload, sched, cids, chunk.c0, chunk.t_max, losses, tables, dense, direct)
 
 
-def summed_blocks(kind: str, sched, cids, c0: int, t_max: int, losses: list, tables: dict, dense: dict,
-                  direct: tuple | None = None) -> SummedChunk:
+def summed_blocks(
+    kind: str, sched, cids, c0: int, t_max: int, losses: list, tables: dict, dense: dict, direct: tuple | None = None
+) -> SummedChunk:
     """A :class:`SummedChunk` of a chunk's uploads: ``tables`` ``{name: [C, 1 + T, ...]}`` item rows in the
     chunk's local layout, ``dense`` ``{name: [C, ...]}``; ``direct``: ``(name, [(global ids, gradients, client
     index) of every step])`` an item table's gradients handed over as rows."""
     c_n = len(cids)
     ptr = sched.touched_ptr
-    counts = ptr[c0 + 1:c0 + c_n + 1] - ptr[c0:c0 + c_n]
+    counts = ptr[c0 + 1 : c0 + c_n + 1] - ptr[c0 : c0 + c_n]
     cl = np.repeat(np.arange(c_n), counts)
-    j = np.arange(int(counts.sum())) - np.repeat(ptr[c0:c0 + c_n] - ptr[c0], counts)
+    j = np.arange(int(counts.sum())) - np.repeat(ptr[c0 : c0 + c_n] - ptr[c0], counts)
     slot = torch.from_numpy(cl * (1 + t_max) + 1 + j)
     rows = torch.zeros(c_n * (1 + t_max), dtype=torch.long)
-    rows[slot] = torch.from_numpy(sched.touched[ptr[c0]:ptr[c0 + c_n]])
+    rows[slot] = torch.from_numpy(sched.touched[ptr[c0] : ptr[c0 + c_n]])
     real = torch.zeros(c_n * (1 + t_max), dtype=torch.bool)
     real[slot] = True
     client = torch.arange(c_n).repeat_interleave(1 + t_max)
     mean = [float(np.mean(x)) if len(x) > 1 else (x[0] if x else 0.0) for x in losses]
-    out = SummedChunk(kind=kind, cids=np.asarray(cids, dtype=np.int64),
-                      num_examples=sched.n_pos[c0:c0 + c_n], losses=np.asarray(mean, dtype=np.float64))
+    out = SummedChunk(
+        kind=kind,
+        cids=np.asarray(cids, dtype=np.int64),
+        num_examples=sched.n_pos[c0 : c0 + c_n],
+        losses=np.asarray(mean, dtype=np.float64),
+    )
     if direct is not None:
         name, steps = direct
         ids, vals, owner = (x[0] if len(x) == 1 else torch.cat(x) for x in zip(*steps))
@@ -328,11 +363,11 @@ def _gathered_rows(table: torch.Tensor, pad: torch.Tensor, sched, c0: int, c1: i
     padding row again past a client's own rows, which it never looks up); and the global id of each of those
     rows, flat (-1: a padding row)."""
     ptr = sched.touched_ptr
-    counts = ptr[c0 + 1:c1 + 1] - ptr[c0:c1]
+    counts = ptr[c0 + 1 : c1 + 1] - ptr[c0:c1]
     cl = np.repeat(np.arange(c1 - c0), counts)
     j = np.arange(ptr[c1] - ptr[c0]) - (ptr[c0:c1] - ptr[c0])[cl]
-    index = np.zeros((c1 - c0, 1 + t_max), dtype=np.int64)        # 0: the padding row
-    index[cl, j + 1] = sched.touched[ptr[c0]:ptr[c1]] + 1
+    index = np.zeros((c1 - c0, 1 + t_max), dtype=np.int64)  # 0: the padding row
+    index[cl, j + 1] = sched.touched[ptr[c0] : ptr[c1]] + 1
     padded = torch.cat([pad.unsqueeze(0), table.detach()])
     flat = torch.from_numpy(index).view(-1)
     # (index_select on the flat ids is several times faster than advanced indexing with [C, 1 + T] ids)

@@ -15,6 +15,7 @@ private state back and uploads only shared arrays (item tables row-wise: the row
 Local optimisation is plain SGD, as in the reference client (item rows at ``lr * item_lr_scale``). Dropout and
 other randomness inside the model draw from a torch generator seeded by (seed, round, client).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -25,10 +26,10 @@ import torch
 from ....adapters.base import Backbone
 from ...client import LocalTraining, _tensor, evaluate_client
 from ...messages import ClientUpdate
-from .fused_scoring import scores_together, together_refusal
-from ..schedule import build_schedule
-from ...state.store import load_block
 from ...state.initial import init_private_block
+from ...state.store import load_block
+from ..schedule import build_schedule
+from .fused_scoring import scores_together, together_refusal
 
 
 def initial_private_block(bb: Backbone, cids, seed: int, dtype=torch.float32) -> dict[str, torch.Tensor]:
@@ -71,8 +72,17 @@ def _seed_of(*parts: int) -> int:
 class ModuleClient:
     """One user's device running a module-based backbone (see the module docstring)."""
 
-    def __init__(self, cid: int, backbone: Backbone, positives, store, *, seed: int = 0,
-                 targets: dict[str, np.ndarray] | None = None, dtype=torch.float32):
+    def __init__(
+        self,
+        cid: int,
+        backbone: Backbone,
+        positives,
+        store,
+        *,
+        seed: int = 0,
+        targets: dict[str, np.ndarray] | None = None,
+        dtype=torch.float32,
+    ):
         self.cid = int(cid)
         self.bb = backbone
         self.base = module_base(backbone)
@@ -90,8 +100,9 @@ class ModuleClient:
     def private_state(self) -> dict[str, torch.Tensor]:
         state = self.store.load(self.cid)
         if state is None:
-            state = {name: v[0] for name, v in initial_private_block(self.bb, [self.cid], self.seed,
-                                                                     self.dtype).items()}
+            state = {
+                name: v[0] for name, v in initial_private_block(self.bb, [self.cid], self.seed, self.dtype).items()
+            }
         return state
 
     def _ctx(self, shared: dict) -> dict:
@@ -113,18 +124,27 @@ class ModuleClient:
         t = LocalTraining.start(bb, self.cid, shared, self.private_state(), config, dtype)
         p = t.p
         k = int(config["negatives"])
-        sched = build_schedule(self._indptr, self.positives, np.array([0]), bb.n_items,
-                               ids=np.array([self.cid]), seed=int(config.get("seed", self.seed)),
-                               round=int(config["round"]), epochs=int(config["epochs"]),
-                               negatives=k, batch_size=int(config["batch_size"]))
+        sched = build_schedule(
+            self._indptr,
+            self.positives,
+            np.array([0]),
+            bb.n_items,
+            ids=np.array([self.cid]),
+            seed=int(config.get("seed", self.seed)),
+            round=int(config["round"]),
+            epochs=int(config["epochs"]),
+            negatives=k,
+            batch_size=int(config["batch_size"]),
+        )
         ctx = self._ctx(t.shared)
         losses = []
         base.template.train()
         try:
             with torch.random.fork_rng(devices=[]):
                 # the CPU generator only (torch.manual_seed also seeds CUDA, which costs ms per client)
-                torch.default_generator.manual_seed(_seed_of(config.get("seed", self.seed), config["round"],
-                                                             self.cid, 17))
+                torch.default_generator.manual_seed(
+                    _seed_of(config.get("seed", self.seed), config["round"], self.cid, 17)
+                )
                 for items_np, labels_np in sched.steps_of(0):
                     inter = base.batch(self.cid, items_np, labels_np, k)
                     loss = base.loss(self._module_params(p, ctx), inter, cid=self.cid, positives=self.positives)
@@ -165,8 +185,9 @@ class ModuleSimulator:
     #: reference path of :mod:`.module_fused_scoring`)
     score_users_together = True
 
-    def __init__(self, bb: Backbone, indptr: np.ndarray, indices: np.ndarray, store, *,
-                 seed: int = 0, dtype=torch.float32, **_):
+    def __init__(
+        self, bb: Backbone, indptr: np.ndarray, indices: np.ndarray, store, *, seed: int = 0, dtype=torch.float32, **_
+    ):
         self.bb = bb
         self.base = module_base(bb)
         self.indptr, self.indices = indptr, indices
@@ -175,7 +196,7 @@ class ModuleSimulator:
         self.dtype = dtype
 
     def client(self, cid: int) -> ModuleClient:
-        pos = self.indices[self.indptr[cid]:self.indptr[cid + 1]]
+        pos = self.indices[self.indptr[cid] : self.indptr[cid + 1]]
         return ModuleClient(int(cid), self.bb, pos, self.store, seed=self.seed, dtype=self.dtype)
 
     def fit(self, cids, shared, config) -> list[ClientUpdate]:
@@ -183,8 +204,7 @@ class ModuleSimulator:
             return [self.client(int(c)).fit(shared, config) for c in cids]
 
     def _batchable(self) -> bool:
-        return (self.bb is self.base and not self.base.graph
-                and all(k != "private" for k in self.base.kinds.values()))
+        return self.bb is self.base and not self.base.graph and all(k != "private" for k in self.base.kinds.values())
 
     def scores(self, users, shared, batch: int = 256) -> torch.Tensor:
         with one_thread():
@@ -206,7 +226,7 @@ class ModuleSimulator:
         with one_thread():
             for b0, ut, params in self._batched_params(users, shared, batch):
                 with torch.no_grad():
-                    out.append(self.base.score_items(params, ut, items[b0:b0 + batch]))
+                    out.append(self.base.score_items(params, ut, items[b0 : b0 + batch]))
         return torch.cat(out) if out else torch.zeros(0, items.shape[1], dtype=self.dtype)
 
     def _scores(self, users, shared, batch: int) -> torch.Tensor:
@@ -247,7 +267,7 @@ class ModuleSimulator:
         these users' restored private rows placed in."""
         shared = {k: _tensor(v, self.dtype) for k, v in shared.items()}
         for b0 in range(0, len(users), batch):
-            bu = users[b0:b0 + batch]
+            bu = users[b0 : b0 + batch]
             p = dict(shared)
             p.update({name: v.to(self.dtype) for name, v in self.private_block(bu).items()})
             ut = torch.as_tensor(bu)

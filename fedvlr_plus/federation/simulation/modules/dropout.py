@@ -7,6 +7,7 @@ client draws the mask of the shape it would draw alone, in the same order, and e
 ``vmap`` multiplies its input by its row of that mask. The draws run outside functorch (they are plain tensors,
 not per-lane random calls, which ``vmap`` refuses).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -17,19 +18,20 @@ import torch.nn.functional as F
 
 
 class LaneDropout(contextlib.AbstractContextManager):
-    """``F.dropout`` replaced while inside; ``seeds``: a function giving the torch seed of each client of the chunk; ``lane`` =
+    """``F.dropout`` replaced while inside; ``seeds``: a function giving the torch seed of each client of the chunk;
+    ``lane`` =
     (client index, row index) of the lane being traced."""
 
     def __init__(self, seeds, n_clients: int):
-        self.seeds = seeds                                      # () -> one seed per client, asked at the first draw
-        self.generators: list[torch.Generator] | None = None   # (most models never draw)
+        self.seeds = seeds  # () -> one seed per client, asked at the first draw
+        self.generators: list[torch.Generator] | None = None  # (most models never draw)
         self.rows = np.zeros(n_clients, dtype=np.int64)
         self.lane = None
         self.masks: list[torch.Tensor] = []
         self.calls = 0
         self._saved = None
 
-    def step(self, rows: np.ndarray) -> "LaneDropout":
+    def step(self, rows: np.ndarray) -> LaneDropout:
         """Start a local step whose clients have ``rows`` rows: the next calls draw fresh masks."""
         self.rows, self.masks, self.calls = rows, [], 0
         return self
@@ -46,7 +48,7 @@ class LaneDropout(contextlib.AbstractContextManager):
     def __call__(self, input, p: float = 0.5, training: bool = True, inplace: bool = False):
         if not training or p == 0.0:
             return input
-        if p == 1.0:   # torch zeroes without drawing (the generator does not move)
+        if p == 1.0:  # torch zeroes without drawing (the generator does not move)
             return input * 0.0
         if self.lane is None or input.dim() < 1 or input.shape[0] != 1:
             raise RuntimeError("dropout outside a one-row lane: its masks cannot match the one-at-a-time client's")

@@ -8,13 +8,14 @@ placed into the model's user tables with one copy per batch instead of one per u
 path's up to the order of float summation; ``bench eval --check`` times that path
 (``ModuleSimulator.score_users_together = False``) and compares the figures.
 """
+
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from ..batched_scoring import history_ctx
 from ...client import _tensor
+from ..batched_scoring import history_ctx
 
 #: floats of one batch's per-user item tables (the mixtures): users are scored together up to this budget, at
 #: least one at a time (larger batches were slower on Toys: the mixtures leave the cache)
@@ -29,8 +30,11 @@ def together_refusal(sim) -> str | None:
         return "no FedVLR layer"
     if base.graph or any(k == "private" for k in base.kinds.values()):
         return "a graph model or whole private tensors: each user runs the model on its own"
-    personal = (getattr(layer, "additive", ()), getattr(layer, "offset", False),
-                getattr(layer, "content_preference", False))
+    personal = (
+        getattr(layer, "additive", ()),
+        getattr(layer, "offset", False),
+        getattr(layer, "content_preference", False),
+    )
     if any(personal):
         return "personal item parts or a content preference"
     return None
@@ -48,13 +52,16 @@ def scores_together(sim, users: np.ndarray, shared: dict) -> torch.Tensor:
     shared = {k: _tensor(v, sim.dtype) for k, v in shared.items()}
     step, out = users_per_batch(sim), []
     for b0 in range(0, len(users), step):
-        bu = users[b0:b0 + step]
+        bu = users[b0 : b0 + step]
         p = dict(shared)
         p.update({name: v.to(sim.dtype) for name, v in sim.private_block(bu).items()})
-        ctx = {"items_global": torch.arange(layer.n_items), **layer.round_context(shared),
-               **history_ctx(sim.indptr, sim.indices, bu)}
+        ctx = {
+            "items_global": torch.arange(layer.n_items),
+            **layer.round_context(shared),
+            **history_ctx(sim.indptr, sim.indices, bu),
+        }
         with torch.no_grad():
-            rep = layer.item_repr(p, None, ctx)   # [B, n_items, D], or [n_items, D] where no user mixes
+            rep = layer.item_repr(p, None, ctx)  # [B, n_items, D], or [n_items, D] where no user mixes
             tables = base.split_item_repr(rep)
             params = base.module_params(p, torch.as_tensor(bu), leave_out=tables)
             same = {} if rep.dim() == 3 else {name: base.item_table(name, t) for name, t in tables.items()}

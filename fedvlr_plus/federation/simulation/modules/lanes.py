@@ -7,6 +7,7 @@ chunk's longest client, with item ids *local* to the client: id ``1 + j`` is the
 this round (``Schedule.touched_of``), id 0 the padding row. The per-client item tables are then the client's
 gathered rows, and a gradient with respect to them is exactly the upload of its touched rows.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,10 +22,10 @@ from ..schedule import Schedule
 class StepLanes:
     """Rows of one local step for the chunk's clients (``c`` indexes the chunk)."""
 
-    ids: dict[str, torch.Tensor]   # field -> [C, R] local ids (or labels), 0 in padding lanes
-    weight: torch.Tensor           # [C, R] 1 / rows of the client in real lanes, 0 in padding
-    rows: np.ndarray               # [C] real rows per client (0: the client takes no step here)
-    used: torch.Tensor             # [C, 1 + T] bool: local item rows this step looks up
+    ids: dict[str, torch.Tensor]  # field -> [C, R] local ids (or labels), 0 in padding lanes
+    weight: torch.Tensor  # [C, R] 1 / rows of the client in real lanes, 0 in padding
+    rows: np.ndarray  # [C] real rows per client (0: the client takes no step here)
+    used: torch.Tensor  # [C, 1 + T] bool: local item rows this step looks up
 
 
 def example_order(sched: Schedule) -> np.ndarray:
@@ -32,8 +33,19 @@ def example_order(sched: Schedule) -> np.ndarray:
     return np.lexsort((sched.ex_slot, sched.ex_step, sched.ex_client))
 
 
-def step_lanes(sched: Schedule, order: np.ndarray, c0: int, c1: int, step: int, *, pairwise: bool,
-               negatives: int, fields: dict[str, str], t_max: int, clients: np.ndarray | None = None) -> StepLanes:
+def step_lanes(
+    sched: Schedule,
+    order: np.ndarray,
+    c0: int,
+    c1: int,
+    step: int,
+    *,
+    pairwise: bool,
+    negatives: int,
+    fields: dict[str, str],
+    t_max: int,
+    clients: np.ndarray | None = None,
+) -> StepLanes:
     """``fields`` names the model's columns: ``user``, ``item`` and ``neg`` (pairwise) or ``label``;
     ``clients``: ``sched.ex_client[order]``, where the caller keeps it for many calls."""
     clients = sched.ex_client[order] if clients is None else clients

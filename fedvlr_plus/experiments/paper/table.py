@@ -21,6 +21,7 @@ cold-rule rows, cold targets ranked among cold items, and the content-only ranke
 
 Protocol as the paper's: leave-one-out by time, full ranking over all items with training items masked.
 """
+
 from __future__ import annotations
 
 import sys
@@ -29,12 +30,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..api import Experiment, ExperimentResult, FedVLR, Model, Pop, Random, AntiPop
-from ..coldstart.content import ContentRanker, RestrictedScorer
-from ..errors import ConfigError, RunFolderError
-from .paper_report import PARTS, table_notes, write_report
-from .paper_sparsity import sparsity_section
-from .variants import FUSION_VARIANTS, ROUTER_ABLATION, VARIANTS
+from ...api import AntiPop, Experiment, ExperimentResult, FedVLR, Model, Pop, Random
+from ...coldstart.content import ContentRanker, RestrictedScorer
+from ...errors import ConfigError, RunFolderError
+from ..variants import FUSION_VARIANTS, ROUTER_ABLATION, VARIANTS
+from .report import PARTS, table_notes, write_report
+from .sparsity import sparsity_section
 
 
 @dataclass
@@ -86,10 +87,10 @@ class _Study:
     views: dict
     cold: np.ndarray
     rule: object
-    tests: dict = field(default_factory=dict)      # label -> [test EvalResult per seed]
-    among: dict = field(default_factory=dict)      # label -> [cold targets among cold items, per seed]
-    selected: dict = field(default_factory=dict)   # label -> [selected round per seed]
-    routers: dict = field(default_factory=dict)    # label -> [router report per seed]
+    tests: dict = field(default_factory=dict)  # label -> [test EvalResult per seed]
+    among: dict = field(default_factory=dict)  # label -> [cold targets among cold items, per seed]
+    selected: dict = field(default_factory=dict)  # label -> [selected round per seed]
+    routers: dict = field(default_factory=dict)  # label -> [router report per seed]
     references: list = field(default_factory=list)
 
     @property
@@ -105,7 +106,7 @@ def run_paper_table(data, opts: PaperTableOptions) -> dict:
     row_configs, tuning = {}, {}
     rows = list(_recipes(study, skipped))
     if opts.tune:
-        from .paper_tuning import tune_rows
+        from .tuning import tune_rows
 
         rows = tune_rows(study, rows, tuning)
     for recipe, variant in rows:
@@ -121,48 +122,69 @@ def run_paper_table(data, opts: PaperTableOptions) -> dict:
 
 # ---------------------------------------------------------------------------------------------- set-up
 def _prepare(data, opts: PaperTableOptions) -> _Study:
-    from ..coldstart.rules import make_rule
-    from ..fedvlr.views import load_views
+    from ...coldstart.rules import make_rule
 
     # the experiment sets the seed, the cut-offs and metrics of every run itself
-    training = {f.name: getattr(opts.training, f.name) for f in fields(opts.training)
-                if f.name not in ("seed", "seeds", "ks", "metrics", "valid_protocol")}
-    experiment = Experiment(data, [], metrics=opts.metrics, seeds=opts.training.seeds, seed=opts.training.seed,
-                            protocol="full", references=False, progress=opts.progress, **training)
+    training = {
+        f.name: getattr(opts.training, f.name)
+        for f in fields(opts.training)
+        if f.name not in ("seed", "seeds", "ks", "metrics", "valid_protocol")
+    }
+    experiment = Experiment(
+        data,
+        [],
+        metrics=opts.metrics,
+        seeds=opts.training.seeds,
+        seed=opts.training.seed,
+        protocol="full",
+        references=False,
+        progress=opts.progress,
+        **training,
+    )
     fo = opts.fedvlr
     views = _content_views(data, opts)
     cold = data.cold_items()
     # the layer's cold-item rule applied to the backbones alone (reference rows): their untrained cold rows
     # replaced by the mean ID row of each cold item's content neighbours, at the round selected on validation
-    rule = (make_rule("neighbours", views, cold, k=fo.cold_neighbours, seed=opts.training.seed)
-            if cold.any() and views and fo.cold_neighbours > 0 else None)
+    rule = (
+        make_rule("neighbours", views, cold, k=fo.cold_neighbours, seed=opts.training.seed)
+        if cold.any() and views and fo.cold_neighbours > 0
+        else None
+    )
     return _Study(data, opts, experiment, views, cold, rule)
 
 
 def _content_views(data, opts: PaperTableOptions) -> dict:
     """The items' content views; none where the data has no content and no store is given (the fusion rows and
     the content-only ranker are then left out, and the backbones alone still run)."""
-    from ..fedvlr.views import content_remedy, load_views
+    from ...fedvlr.views import content_remedy, load_views
 
     fo = opts.fedvlr
-    views = load_views(data, fo.views, list(fo.fusion_views) if fo.fusion_views else None, progress=opts.progress,
-                       optional=True)
+    views = load_views(
+        data, fo.views, list(fo.fusion_views) if fo.fusion_views else None, progress=opts.progress, optional=True
+    )
     if not views:
         if all(v in FUSION_VARIANTS for v in opts.variants):
-            raise ConfigError("--variants", f"every variant asked for ({', '.join(opts.variants)}) fuses item "
-                              f"content, and {data.name} has none", f"{content_remedy(data)}, or add none,fedgrad")
-        print(f"paper-table: {data.name} has no item content: the fusion rows and the content-only ranker are left "
-              f"out ({content_remedy(data)} to have them)", file=sys.stderr)
+            raise ConfigError(
+                "--variants",
+                f"every variant asked for ({', '.join(opts.variants)}) fuses item content, and {data.name} has none",
+                f"{content_remedy(data)}, or add none,fedgrad",
+            )
+        print(
+            f"paper-table: {data.name} has no item content: the fusion rows and the content-only ranker are left "
+            f"out ({content_remedy(data)} to have them)",
+            file=sys.stderr,
+        )
     return views
 
 
 def _add_references(study: _Study) -> None:
     """pop, random, antipop and the content-only ranker: deterministic (random is seeded), evaluated once."""
-    from ..evaluation import reference_scorer
+    from ...evaluation import reference_scorer
 
     exp, seed = study.experiment, study.seed
     scorers = {m.name: reference_scorer(m.name, study.data, seed=seed) for m in (Pop(), Random(), AntiPop())}
-    if study.views:   # the cold-start study's content-only ranker
+    if study.views:  # the cold-start study's content-only ranker
         scorers["content"] = ContentRanker(study.data, study.views)
     for name, scorer in scorers.items():
         study.tests[name] = [exp.test(scorer, seed)]
@@ -173,8 +195,8 @@ def _add_references(study: _Study) -> None:
 
 def _refused_rows(study: _Study) -> dict[str, str]:
     """Fusion rows of backbones the layer cannot wrap, or of data without content -> the reason."""
-    from ..adapters import make_backbone
-    from ..fedvlr import wrap_refusal
+    from ...adapters import make_backbone
+    from ...fedvlr import wrap_refusal
 
     skipped = {}
     for backbone in study.opts.backbones:
@@ -188,7 +210,7 @@ def _refused_rows(study: _Study) -> dict[str, str]:
 
 def _recipes(study: _Study, skipped: dict):
     """(recipe, variant) of every row to train, in table order."""
-    from ..fedvlr import FusionLayer
+    from ...fedvlr import FusionLayer
 
     base, opts = study.opts.training, study.opts
     for backbone in opts.backbones:
@@ -198,7 +220,7 @@ def _recipes(study: _Study, skipped: dict):
                 print(f"paper-table: skipping {label}: {skipped[label]}", file=sys.stderr)
                 continue
             start = base
-            if variant == "fedgrad":   # the layer's aggregation and default server lr, unless overridden
+            if variant == "fedgrad":  # the layer's aggregation and default server lr, unless overridden
                 start = replace(base, strategy="fedgrad", server_lr=base.server_lr or FusionLayer.default_server_lr)
             row = config_for_row(start, opts.overrides, backbone, variant)
             train = {f.name: getattr(row, f.name) for f in fields(row) if getattr(row, f.name) != getattr(base, f.name)}
@@ -206,13 +228,21 @@ def _recipes(study: _Study, skipped: dict):
             if variant not in FUSION_VARIANTS:
                 yield Model(backbone, label, train, backbone_options=own), variant
             else:
-                yield FedVLR(Model(backbone, backbone, train, backbone_options=own), study.views, label=label,
-                             options=opts.fedvlr, mode=variant), variant
+                yield (
+                    FedVLR(
+                        Model(backbone, backbone, train, backbone_options=own),
+                        study.views,
+                        label=label,
+                        options=opts.fedvlr,
+                        mode=variant,
+                    ),
+                    variant,
+                )
 
 
 def config_for_row(base_cfg, overrides, backbone: str, variant: str):
     """``base_cfg`` with the overrides whose selector names this backbone, this variant or both."""
-    from ..federation.config import FedConfig
+    from ...federation.config import FedConfig
 
     cfg = base_cfg
     types = {f: type(getattr(FedConfig(), f)) for f in vars(FedConfig())}
@@ -220,12 +250,15 @@ def config_for_row(base_cfg, overrides, backbone: str, variant: str):
         if sel not in (backbone, variant, f"{backbone}+{variant}"):
             continue
         if name not in types:
-            raise ConfigError(f"--override {sel}:{name}", f"unknown training field {name!r}",
-                              "fields are FedConfig's, e.g. lr, server_lr, rounds, dim")
+            raise ConfigError(
+                f"--override {sel}:{name}",
+                f"unknown training field {name!r}",
+                "fields are FedConfig's, e.g. lr, server_lr, rounds, dim",
+            )
         kind = float if name in ("lr", "server_lr", "item_lr_scale") else types[name]
         try:
             cfg = replace(cfg, **{name: None if value.lower() == "none" else kind(value)})
-        except ValueError as exc:   # not a number, or out of FedConfig's range
+        except ValueError as exc:  # not a number, or out of FedConfig's range
             raise ConfigError(f"--override {sel}:{name}={value}", str(exc)) from None
     return cfg
 
@@ -257,13 +290,16 @@ def _train_seed(study: _Study, recipe: Model, variant: str, seed: int) -> dict:
         if run.best is not None and run.best["round"] == record["round"]:
             extra.update(_selected_extra(study, run, variant))
             if folder is not None:
-                _save_extra(run, extra)   # what the selected round adds, kept for resume
+                _save_extra(run, extra)  # what the selected round adds, kept for resume
 
     run = study.experiment.start(recipe, seed, folder=folder, on_round=on_round)
     if folder is not None and run.folder.has_checkpoint():
         if not study.opts.resume:
-            raise RunFolderError(str(study.opts.folder), "already holds runs",
-                                 f"continue them with --resume {study.opts.folder}, or choose another folder")
+            raise RunFolderError(
+                str(study.opts.folder),
+                "already holds runs",
+                f"continue them with --resume {study.opts.folder}, or choose another folder",
+            )
         run.load_checkpoint()
         extra.update(_load_extra(run) or {})
     run.run()
@@ -273,7 +309,7 @@ def _train_seed(study: _Study, recipe: Model, variant: str, seed: int) -> dict:
 def _selected_extra(study: _Study, run, variant: str) -> dict:
     """At the selected round: cold targets among cold items, the router's report (FedVLR), and the backbone
     alone scored with the layer's cold-item rule."""
-    from ..fedvlr import router_report
+    from ...fedvlr import router_report
 
     exp, cold = study.experiment, study.cold
     extra = {"cold": exp.test(RestrictedScorer(run.scorer(), cold), study.seed) if cold.any() else None}
@@ -291,14 +327,15 @@ def _with_rule(run, rule, experiment: Experiment, cold):
     rewrite private tables and the backbone has some."""
     import torch
 
-    from ..coldstart.rules import apply_to_tables
+    from ...coldstart.rules import apply_to_tables
 
     bb = run.bb
-    private_tables = ({s.name for s in bb.all_specs() if s.item_table and not s.shared}
-                      | set(bb.personal_copies.values()))
+    private_tables = {s.name for s in bb.all_specs() if s.item_table and not s.shared} | set(
+        bb.personal_copies.values()
+    )
     shared = apply_to_tables(bb, run.shared, rule)
 
-    def per_user(name, stacked):          # [B, n_items, ...]: each user's cold rows from the same user's table
+    def per_user(name, stacked):  # [B, n_items, ...]: each user's cold rows from the same user's table
         return torch.stack([rule.apply(t) for t in stacked]) if name in private_tables else stacked
 
     if private_tables and not getattr(run.sim, "maps_private", False):
@@ -307,8 +344,8 @@ def _with_rule(run, rule, experiment: Experiment, cold):
 
     def score(users):
         return run.sim.scores(np.asarray(users, dtype=np.int64), shared, **kw)
-    return (experiment.test(score, experiment.seed),
-            experiment.test(RestrictedScorer(score, cold), experiment.seed))
+
+    return (experiment.test(score, experiment.seed), experiment.test(RestrictedScorer(score, cold), experiment.seed))
 
 
 EXTRA = "selected_extra"
@@ -328,9 +365,12 @@ def _load_extra(run) -> dict:
     if saved is not None and saved["round"] == run.best["round"]:
         return saved["extra"]
     if run.round != run.best["round"] or not run.history:
-        raise RunFolderError(str(run.folder.path / f"{EXTRA}.json"), "missing or from another round than the "
-                             "selected one", "start a new run in another folder")
-    run.on_round(run, run.history[-1])   # recomputes and saves it
+        raise RunFolderError(
+            str(run.folder.path / f"{EXTRA}.json"),
+            "missing or from another round than the selected one",
+            "start a new run in another folder",
+        )
+    run.on_round(run, run.history[-1])  # recomputes and saves it
     return None
 
 
@@ -338,8 +378,10 @@ def _load_extra(run) -> dict:
 def _results(study: _Study) -> tuple[ExperimentResult, ExperimentResult]:
     """The API's result objects of the rows: test targets (all, warm, cold), and cold targets among cold items."""
     keys, name = list(study.experiment.keys), study.data.name
-    return (ExperimentResult(name, keys, study.tests, references=study.references, ci_seed=study.seed),
-            ExperimentResult(name, keys, study.among, references=study.references, ci_seed=study.seed))
+    return (
+        ExperimentResult(name, keys, study.tests, references=study.references, ci_seed=study.seed),
+        ExperimentResult(name, keys, study.among, references=study.references, ci_seed=study.seed),
+    )
 
 
 def _rows(study: _Study, tests: ExperimentResult, among: ExperimentResult) -> list[dict]:
@@ -375,8 +417,11 @@ def _paired_tests(study: _Study, tests: ExperimentResult, among: ExperimentResul
 
     def by_part(a, b):
         """``a`` against ``b`` on every part both have targets in."""
-        return {part: {k: tests.paired(a, b, k, part) for k in keys}
-                for part in ("all", "warm", "cold") if has(tests, a, part) and has(tests, b, part)}
+        return {
+            part: {k: tests.paired(a, b, k, part) for k in keys}
+            for part in ("all", "warm", "cold")
+            if has(tests, a, part) and has(tests, b, part)
+        }
 
     for backbone in study.opts.backbones:
         fedvlr = row_label(backbone, "fedvlr")
@@ -394,8 +439,9 @@ def _paired_tests(study: _Study, tests: ExperimentResult, among: ExperimentResul
             out[f"{fedvlr} vs content"] = against_content
         for b in ["content"] + [rule_label(row_label(backbone, v)) for v in ("none", "fedgrad")]:
             if has(among, fedvlr, "cold") and has(among, b, "cold"):
-                out[f"{fedvlr} vs {b} (cold among cold)"] = {"cold": {k: among.paired(fedvlr, b, k, "cold")
-                                                                      for k in keys}}
+                out[f"{fedvlr} vs {b} (cold among cold)"] = {
+                    "cold": {k: among.paired(fedvlr, b, k, "cold") for k in keys}
+                }
     return out
 
 
@@ -409,15 +455,25 @@ def _sparsity(study: _Study, tests: ExperimentResult) -> dict:
 def _result(study: _Study, skipped: dict, row_configs: dict) -> dict:
     tests, among = _results(study)
     exp, opts = study.experiment, study.opts
-    base = exp.config(Model("", "table"), study.seed)   # the settings every row starts from
-    result = {"dataset": study.data.name, "protocol": "full", "mask_history": base.mask_history,
-              "metrics": list(exp.keys), "seeds": [study.seed + i for i in range(exp.seeds)],
-              "backbones": list(opts.backbones), "variants": list(opts.variants),
-              "rows": _rows(study, tests, among), "paired_tests": _paired_tests(study, tests, among),
-              "selected_round": study.selected,
-              "router": {k: v[0] if len(v) == 1 else v for k, v in study.routers.items()},
-              "config": base.to_dict(), "row_configs": row_configs, "overrides": [list(o) for o in opts.overrides],
-              "n_cold_items": int(study.cold.sum()), "skipped": skipped,
-              "sparsity": _sparsity(study, tests)}
+    base = exp.config(Model("", "table"), study.seed)  # the settings every row starts from
+    result = {
+        "dataset": study.data.name,
+        "protocol": "full",
+        "mask_history": base.mask_history,
+        "metrics": list(exp.keys),
+        "seeds": [study.seed + i for i in range(exp.seeds)],
+        "backbones": list(opts.backbones),
+        "variants": list(opts.variants),
+        "rows": _rows(study, tests, among),
+        "paired_tests": _paired_tests(study, tests, among),
+        "selected_round": study.selected,
+        "router": {k: v[0] if len(v) == 1 else v for k, v in study.routers.items()},
+        "config": base.to_dict(),
+        "row_configs": row_configs,
+        "overrides": [list(o) for o in opts.overrides],
+        "n_cold_items": int(study.cold.sum()),
+        "skipped": skipped,
+        "sparsity": _sparsity(study, tests),
+    }
     result["notes"] = table_notes(result)
     return result

@@ -2,7 +2,8 @@
 item table made from the chunk's rows of the broadcast fused views, in front of the model's own batched training
 (:class:`~fedvlr_plus.federation.simulation.modules.chunk.ChunkTraining`).
 
-The one-at-a-time client (:class:`~fedvlr_plus.federation.simulation.modules.client.ModuleClient`) replaces the model's item
+The one-at-a-time client (:class:`~fedvlr_plus.federation.simulation.modules.client.ModuleClient`) replaces the
+model's item
 tables by ``Σ_j w_uj F_ij`` over every item, ``w_u`` its router's weights of the round's history input. A step's
 loss reads only the rows it looks up, so here each client holds just the rows of ``F`` it touches this round
 (``[C, 1 + T, blocks * d]``, the local ids of :mod:`.module_lanes`) and its router (``[C, ...]``). Every local step
@@ -24,10 +25,17 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ....fedvlr.layer import FUSED
-from ....fedvlr.router import entropy, router_weights
-from ...messages import ClientUpdate
-from .chunk import ChunkTraining, _expand, _gathered_rows, _where, accumulate, summed_blocks
+from ..federation.messages import ClientUpdate
+from ..federation.simulation.modules.chunk import (
+    ChunkTraining,
+    _expand,
+    _gathered_rows,
+    _where,
+    accumulate,
+    summed_blocks,
+)
+from .layer import FUSED
+from .router import entropy, router_weights
 
 
 def layer_refusal(layer) -> str | None:
@@ -59,7 +67,7 @@ class FusedChunk:
 
     @classmethod
     def start(cls, layer, sched, c0: int, c1: int, shared: dict, states: dict, config: dict, dtype,
-              positives) -> "FusedChunk":
+              positives) -> FusedChunk:
         """``positives``: each client's training items (sorted, unique), aligned with ``sched.clients[c0:c1]``."""
         base = layer.base
         base_states = {n: v for n, v in states.items() if n in base.kinds}

@@ -1,5 +1,6 @@
 """The paper table's report: notes on missing parts, Markdown, CSV, JSON, a plot and the terminal summary of the
-result :func:`fedvlr_plus.experiments.paper_table.run_paper_table` returns."""
+result :func:`fedvlr_plus.experiments.paper.table.run_paper_table` returns."""
+
 from __future__ import annotations
 
 import csv
@@ -9,17 +10,18 @@ from pathlib import Path
 
 import numpy as np
 
-from ..atomic_write import atomic_write, atomic_write_text
-from ..jsonio import write_json_atomic
-from .paper_sparsity import sparsity_frame, sparsity_markdown
+from ...atomic_write import atomic_write, atomic_write_text
+from ...jsonio import write_json_atomic
+from .sparsity import sparsity_frame, sparsity_markdown
 
 #: the parts of the table, in the order they are reported
 PARTS = ("all", "warm", "cold", "cold_among_cold")
 
+
 def table_notes(result: dict) -> list[str]:
     """One sentence per part of the table that no row has (no cold targets in test, say), so that every report
     says why a section is missing instead of leaving it out silently."""
-    from ..evaluation.results import empty_part_reason
+    from ...evaluation.results import empty_part_reason
 
     present = {r["part"] for r in result["rows"]}
     notes = []
@@ -47,17 +49,27 @@ def _fmt(row: dict, k: str) -> str:
 
 def markdown_table(result: dict) -> str:
     keys = result["metrics"]
-    lines = [f"# Table 2 on {result['dataset']} (test, full ranking, training items masked; "
-             f"seeds {result['seeds']}; model selection on validation only)", ""]
-    titles = {"all": "All test targets", "warm": "Warm targets (item seen in training)",
-              "cold": "Cold targets (never in training), ranked among all items",
-              "cold_among_cold": "Cold targets ranked among cold items only"}
+    lines = [
+        f"# Table 2 on {result['dataset']} (test, full ranking, training items masked; "
+        f"seeds {result['seeds']}; model selection on validation only)",
+        "",
+    ]
+    titles = {
+        "all": "All test targets",
+        "warm": "Warm targets (item seen in training)",
+        "cold": "Cold targets (never in training), ranked among all items",
+        "cold_among_cold": "Cold targets ranked among cold items only",
+    }
     for part in PARTS:
         part_rows = [r for r in result["rows"] if r["part"] == part]
         if not part_rows:
             continue
-        lines += [f"## {titles[part]} ({part_rows[0]['n_users']} users)", "",
-                  "| model | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
+        lines += [
+            f"## {titles[part]} ({part_rows[0]['n_users']} users)",
+            "",
+            "| model | " + " | ".join(keys) + " |",
+            "|---" * (len(keys) + 1) + "|",
+        ]
         for r in part_rows:
             lines.append(f"| {r['model']} | " + " | ".join(_fmt(r, k) for k in keys) + " |")
         lines.append("")
@@ -70,19 +82,28 @@ def markdown_table(result: dict) -> str:
             lines.append(f"Recipe of {label}: {t['selected']}, the one {t['from']} chose (--tune).")
             continue
         scores = ", ".join(f"{c['name']} {c['valid']:.4f}" for c in t["candidates"])
-        lines.append(f"Recipe of {label} chosen on valid {t['metric']} (seed {t['seed']}; --tune): {t['selected']} "
-                     f"({scores}).")
-    lines.append("Mean over seeds ± standard deviation across seeds [95% bootstrap CI over users of the per-user "
-                 "values averaged over seeds]. References: pop/random/antipop and the content-only ranker.")
+        lines.append(
+            f"Recipe of {label} chosen on valid {t['metric']} (seed {t['seed']}; --tune): {t['selected']} ({scores})."
+        )
+    lines.append(
+        "Mean over seeds ± standard deviation across seeds [95% bootstrap CI over users of the per-user "
+        "values averaged over seeds]. References: pop/random/antipop and the content-only ranker."
+    )
     if result["paired_tests"]:
-        lines += ["", "## Paired tests over users (per-user values averaged over seeds)", "",
-                  "| comparison | part | metric | mean a | mean b | diff | t-test p | Wilcoxon p |",
-                  "|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "## Paired tests over users (per-user values averaged over seeds)",
+            "",
+            "| comparison | part | metric | mean a | mean b | diff | t-test p | Wilcoxon p |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for name, parts in result["paired_tests"].items():
             for part, per in parts.items():
                 for k, t in per.items():
-                    lines.append(f"| {name} | {part} | {k} | {t['mean_a']:.4f} | {t['mean_b']:.4f} | "
-                                 f"{t['mean_diff']:+.4f} | {t['t_pvalue']:.3g} | {t['wilcoxon_pvalue']:.3g} |")
+                    lines.append(
+                        f"| {name} | {part} | {k} | {t['mean_a']:.4f} | {t['mean_b']:.4f} | "
+                        f"{t['mean_diff']:+.4f} | {t['t_pvalue']:.3g} | {t['wilcoxon_pvalue']:.3g} |"
+                    )
     lines += sparsity_markdown(result.get("sparsity", {}), headline_metric(keys))
     return "\n".join(lines) + "\n"
 
@@ -100,11 +121,15 @@ def write_report(result: dict, out: Path) -> None:
     keys = result["metrics"]
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow(["model", "kind", "part", "n_users", "seeds"]
-               + [c for k in keys for c in (k, f"{k}_std", f"{k}_ci_low", f"{k}_ci_high")])
+    w.writerow(
+        ["model", "kind", "part", "n_users", "seeds"]
+        + [c for k in keys for c in (k, f"{k}_std", f"{k}_ci_low", f"{k}_ci_high")]
+    )
     for r in result["rows"]:
-        w.writerow([r["model"], r["kind"], r["part"], r["n_users"], r["seeds"]]
-                   + [c for k in keys for c in (r.get(k), r.get(f"{k}_std"), *r.get(f"{k}_ci", [None, None]))])
+        w.writerow(
+            [r["model"], r["kind"], r["part"], r["n_users"], r["seeds"]]
+            + [c for k in keys for c in (r.get(k), r.get(f"{k}_std"), *r.get(f"{k}_ci", [None, None]))]
+        )
     atomic_write_text(out / "table.csv", buf.getvalue())
     atomic_write_text(out / "table.md", markdown_table(result))
     if result.get("sparsity", {}).get("buckets"):
@@ -127,15 +152,20 @@ def plot_table(result: dict, path: Path) -> None:
         by = {r["model"]: r for r in result["rows"] if r["part"] == part}
         ys = np.arange(len(models))
         vals = [by[m][key] if m in by else np.nan for m in models]
-        def err(m, side):   # CI half-widths; a degenerate interval (all values equal) draws none
+
+        def err(m, side, by=by):  # CI half-widths; a degenerate interval (all values equal) draws none
             if m not in by or by[m][f"{key}_ci"][side] is None or math.isnan(by[m][f"{key}_ci"][side]):
                 return 0.0
             return max(0.0, (by[m][key] - by[m][f"{key}_ci"][0]) if side == 0 else (by[m][f"{key}_ci"][1] - by[m][key]))
 
         lo = [err(m, 0) for m in models]
         hi = [err(m, 1) for m in models]
-        colors = ["#999999" if m in ("pop", "random", "antipop", "content") else
-                  ("#1f77b4" if "+fedvlr" in m else ("#2ca02c" if "+" in m else "#ff7f0e")) for m in models]
+        colors = [
+            "#999999"
+            if m in ("pop", "random", "antipop", "content")
+            else ("#1f77b4" if "+fedvlr" in m else ("#2ca02c" if "+" in m else "#ff7f0e"))
+            for m in models
+        ]
         ax.barh(ys, vals, xerr=[lo, hi], color=colors, capsize=2)
         ax.set_yticks(ys, models if ax is axes[0][0] else [""] * len(models))
         ax.invert_yaxis()
@@ -164,5 +194,8 @@ def print_table(result: dict, file=None) -> None:
         for part, per in parts.items():
             k = keys[-1]
             t = per[k]
-            print(f"  {name} [{part}] {k}: {t['mean_diff']:+.4f} (t-test p {t['t_pvalue']:.3g}, "
-                  f"Wilcoxon p {t['wilcoxon_pvalue']:.3g})", file=file)
+            print(
+                f"  {name} [{part}] {k}: {t['mean_diff']:+.4f} (t-test p {t['t_pvalue']:.3g}, "
+                f"Wilcoxon p {t['wilcoxon_pvalue']:.3g})",
+                file=file,
+            )
