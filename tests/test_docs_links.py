@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", ROOT / "CHANGELOG.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 #: notes that were never part of the repository; the docs that replace them are docs/method.md and docs/alignment.md
 OUTSIDE_NOTES = ("fedvlr-method.md", "alignment-methods.md", "ecosystem-notes.md", "shared/docs")
@@ -60,6 +60,7 @@ def relative_links(page: Path):
 
 
 def test_the_pages_exist():
+    assert all(page.is_file() for page in PAGES)
     assert (ROOT / "docs" / "method.md").is_file() and (ROOT / "docs" / "alignment.md").is_file()
     assert len(PAGES) > 3
 
