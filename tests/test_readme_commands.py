@@ -79,12 +79,7 @@ def test_every_readme_command_parses(command):
 
 @pytest.mark.parametrize("command", FAST_COMMANDS)
 def test_the_fast_readme_commands_run(command, tmp_path):
-    env = dict(
-        os.environ,
-        HF_HUB_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        FEDVLR_CACHE=str(tmp_path / "cache"),
-    )
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", FEDVLR_CACHE=str(tmp_path / "cache"))
     args = shlex.split(command)[1:]
     done = subprocess.run(
         [sys.executable, "-m", "fedvlr_plus.cli", *args],
