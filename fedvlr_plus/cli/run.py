@@ -31,6 +31,9 @@ def register(sub) -> None:
     g.add_argument("--mask-history", default="train", choices=["train", "all"],
                    help="at test time mask only training items (FedVLR protocol; the validation item stays a "
                         "candidate) or training and validation items (RecBole's behaviour)")
+    g.add_argument("--test-both-protocols", action="store_true",
+                   help="federated backbones: also report test under the other protocol (sampled beside full); "
+                        "one more test pass")
     g.add_argument("--metrics", type=metric_list, default=DEFAULT_METRICS,
                    help="comma-separated metric@K list (hr, ndcg, recall, mrr)")
     g.add_argument("--seed", type=non_negative_int, default=0,

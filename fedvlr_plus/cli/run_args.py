@@ -154,6 +154,9 @@ def _add_schedule_arguments(g, parser) -> None:
                         "or auto (cuda where there is one); results come back to the CPU")
     g.add_argument("--chunk-floats", type=bounded(int, 1024, name="chunk_floats"), default=d.chunk_floats,
                    help="memory bound of a batched chunk, in floats (>= 1024)")
+    g.add_argument("--jobs", type=positive_int, default=None, metavar="N",
+                   help="seeds (and --tune's recipes) trained side by side in N worker processes (default: every "
+                        "core; 1: one after another); the same figures")
 
 
 def _add_privacy_arguments(g) -> None:

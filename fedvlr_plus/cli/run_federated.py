@@ -23,7 +23,8 @@ def run_federated_command(args, data, *, split_used: str, metrics, ks, keys, pro
 
     def config_for(ns):
         return config_from_args(ns, ks=tuple(ks), metrics=names, valid_protocol=protocol,
-                                mask_history=getattr(ns, "mask_history", "train"))
+                                mask_history=getattr(ns, "mask_history", "train"),
+                                test_both_protocols=bool(getattr(ns, "test_both_protocols", False)))
 
     run_dir = args.resume or args.out
     if args.resume and args.out and args.resume != args.out:
@@ -77,16 +78,35 @@ def _selected_round_hook(args, data, cfg, metrics, ks, router: dict, rb_eval: di
     recbole_eval = getattr(args, "evaluator", "ours") == "recbole"
     if not (fusion or recbole_eval):
         return None
-    from .fusion import router_report
+    return SelectedRoundReports(fusion, recbole_eval, data, tuple(ks), tuple(metrics), cfg.mask_history, router,
+                                rb_eval)
 
-    def on_round(run, record):
-        if run.best is not None and run.best["round"] == record["round"]:
-            if fusion:
-                router[run.cfg.seed] = router_report(run)
-            if recbole_eval:
-                from ..adapters.recbole.backbone import recbole_evaluate
 
-                rb_eval[run.cfg.seed] = recbole_evaluate(data, run.scorer(), split="test", ks=tuple(ks),
-                                                         metrics=tuple(metrics), mask_history=cfg.mask_history)
+class SelectedRoundReports:
+    """The reports of each seed's selected round: the router report (a fusion layer) and RecBole's own evaluator.
+    An object rather than a closure so that it can go to a worker process with its seed and come back with what it
+    collected (:meth:`merge`)."""
 
-    return on_round
+    def __init__(self, fusion: bool, recbole_eval: bool, data, ks: tuple, metrics: tuple, mask_history: str,
+                 router: dict, rb_eval: dict):
+        self.fusion, self.recbole_eval, self.data = fusion, recbole_eval, data
+        self.ks, self.metrics, self.mask_history = ks, metrics, mask_history
+        self.router, self.rb_eval = router, rb_eval
+
+    def __call__(self, run, record) -> None:
+        if run.best is None or run.best["round"] != record["round"]:
+            return
+        if self.fusion:
+            from .fusion import router_report
+
+            self.router[run.cfg.seed] = router_report(run)
+        if self.recbole_eval:
+            from ..adapters.recbole.backbone import recbole_evaluate
+
+            self.rb_eval[run.cfg.seed] = recbole_evaluate(self.data, run.scorer(), split="test", ks=self.ks,
+                                                          metrics=self.metrics, mask_history=self.mask_history)
+
+    def merge(self, other: SelectedRoundReports) -> None:
+        """Take the reports a worker's copy collected."""
+        self.router.update(other.router)
+        self.rb_eval.update(other.rb_eval)

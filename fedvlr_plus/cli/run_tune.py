@@ -5,6 +5,7 @@ the first seed, keep the one with the best validation score, and hand the run th
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..backbones import REFERENCE_BACKBONES
@@ -63,26 +64,33 @@ def tune_recipe(args, data, *, config_for, build_backbone):
     cfg)`` its model, exactly as the run itself does, so a candidate differs from the final run only in its flags
     and seed count. With a run folder each candidate checkpoints under ``RUN_DIR/tuning/<recipe>/`` and a resumed
     run resumes them (a finished candidate is read back, not retrained)."""
-    from ..federation.engine import run_federated
+    from ..federation.runs.parallel import map_jobs
     from ..fedvlr.tuning import select_recipe, tries_id_dropout
 
     recipes = _candidates(args, cold_items=tries_id_dropout(data))
     run_dir = args.resume or args.out
     metric = config_for(args).valid_metric
 
-    def valid_score(recipe) -> float:
+    def job(recipe) -> RecipeJob:
         ns = _with_recipe(args, recipe, seeds=1)
         cfg = config_for(ns)
         out = Path(run_dir) / "tuning" / _folder_name(recipe.name) if run_dir else None
-        res = run_federated(
-            data,
-            build_backbone(ns, cfg),
-            cfg,
-            out_dir=out,
-            resume=bool(args.resume) and out is not None and out.is_dir(),
-            progress=not getattr(args, "no_progress", False),
-        )
-        return float(res["valid"][metric])
+        resume = bool(args.resume) and out is not None and out.is_dir()
+        return RecipeJob(data, build_backbone(ns, cfg), cfg, out, resume, not getattr(args, "no_progress", False))
+
+    jobs = getattr(args, "jobs", None)
+    scores = {}
+    if jobs != 1 and len(recipes) > 1:   # every recipe at once, one worker process each (the same figures)
+        say(f"tuning: {len(recipes)} recipes side by side on seed {args.seed} (--jobs {jobs or 'every core'})")
+        built = [job(r) for r in recipes]
+        for b in built:
+            b.progress = False
+        scores = dict(zip([r.name for r in recipes], map_jobs(_valid_metric_of, [(b, metric) for b in built], jobs)))
+
+    def valid_score(recipe) -> float:
+        if recipe.name in scores:
+            return scores[recipe.name]
+        return _valid_metric_of((job(recipe), metric))
 
     def announce(i, recipe) -> None:
         flags = (
@@ -103,6 +111,27 @@ def tune_recipe(args, data, *, config_for, build_backbone):
         + ")"
     )
     return _with_recipe(args, report.chosen, seeds=args.seeds), report
+
+
+@dataclass
+class RecipeJob:
+    """One recipe's training run, as a worker process receives it."""
+
+    data: object
+    backbone: object
+    cfg: object
+    out: Path | None
+    resume: bool
+    progress: bool
+
+
+def _valid_metric_of(job_and_metric) -> float:
+    """The best validation ``metric`` of one recipe's run (module level: a worker process calls it)."""
+    from ..federation.engine import run_federated
+
+    job, metric = job_and_metric
+    res = run_federated(job.data, job.backbone, job.cfg, out_dir=job.out, resume=job.resume, progress=job.progress)
+    return float(res["valid"][metric])
 
 
 def _with_recipe(args, recipe, *, seeds: int) -> argparse.Namespace:

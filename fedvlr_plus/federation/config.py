@@ -18,7 +18,8 @@ COMPACT_STORES = ("memory", "file")  # one table per parameter over all clients,
 #: already computed: more rounds or patience extend a run; the simulator and chunking only change speed). The
 #: metrics, cut-offs and test masking are not among them: the saved history and test figures were computed with
 #: the old ones, and a resumed run would mix the two.
-RESUMABLE_CHANGES = {"rounds", "patience", "simulator", "chunk_floats", "seeds", "checkpoint_every", "device"}
+RESUMABLE_CHANGES = {"rounds", "patience", "simulator", "chunk_floats", "seeds", "checkpoint_every", "device",
+                     "test_both_protocols", "jobs"}
 
 
 def _failed(config, checks) -> None:
@@ -87,6 +88,8 @@ class EvaluationConfig:
     ks: tuple = (10, 20, 50)
     metrics: tuple = ("hr", "ndcg")  # computed at every evaluation (hr, ndcg, recall, mrr)
     mask_history: str = "train"  # full protocol at test: mask train (FedVLR) or all earlier splits (RecBole)
+    #: also report test under the protocol validation does not use (sampled beside full): a second test pass
+    test_both_protocols: bool = False
 
     def _checks(self):
         return [
@@ -124,10 +127,12 @@ class RuntimeConfig:
     checkpoint_every: int = 1  # rounds between checkpoints (also at every evaluation and at the end)
     chunk_floats: int = 1 << 24  # memory bound of one batched chunk, in floats
     device: str = "cpu"  # where the batched simulator trains and scores: cpu | cuda | auto
+    jobs: int | None = None  # seeds trained side by side in worker processes (None: every core; 1: one by one)
 
     def _checks(self):
         return [
             (self.seeds >= 1, "seeds must be >= 1"),
+            (self.jobs is None or self.jobs >= 1, "jobs must be >= 1"),
             (self.simulator in ("batched", "sequential"), "simulator must be batched or sequential"),
             (self.private_store in PRIVATE_STORES, f"private_store must be one of {', '.join(PRIVATE_STORES)}"),
             (self.checkpoint_every >= 1, "checkpoint_every must be >= 1"),

@@ -21,7 +21,7 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +35,8 @@ from .config import COMPACT_STORES, RESUMABLE_CHANGES, FedConfig
 from .privacy.accountant import run_clip, run_noise, run_privacy
 from .rounds import RoundLoop
 from .runs.folder import SeedFolder, locked, seed_folders
+from .runs.kept_round import KeptRound
+from .runs.parallel import map_jobs
 from .runs.seeds import SEED_PARTS, combine_seeds  # noqa: F401  (named here before)
 from .simulation.batched import BatchedSimulator
 from .simulation.rng import TAG_SAMPLE
@@ -116,6 +118,8 @@ class FederatedRun:
         self.round = self._checkpointed_round = 0
         self.history: list[dict] = []
         self.best: dict | None = None
+        #: the selected round's model while run() defers its test (None: test is evaluated at the round)
+        self._kept: dict | None = None
         self.bad_evals = 0
         self.stopped_early = False
 
@@ -224,6 +228,24 @@ class FederatedRun:
                         metrics=tuple(self.cfg.metrics), mask_history=self.cfg.mask_history,
                         seed=int(self.cfg.seed))
 
+    def _test_now(self) -> dict:
+        """Test of the current model: full-sort, and sampled where validation is sampled or both are asked for."""
+        cfg = self.cfg
+        both = cfg.valid_protocol == "sampled" or cfg.test_both_protocols
+        return {"test_full": self.evaluate("test", "full"), "test_sampled": self._test_sampled() if both else None}
+
+    def _test_selected(self) -> None:
+        """The selected round's test from its kept model, the model the run ended with put back after."""
+        selected = self._kept.pop("selected", None) if self._kept is not None else None
+        if selected is None:
+            return
+        last = KeptRound(self, Path(self._tmpdir()))
+        selected.put_back(self)
+        self.best.update(self._test_now())
+        last.put_back(self)
+        selected.discard()
+        last.discard()
+
     def _test_sampled(self):
         """The sampled-protocol test beside the full one, or None where the catalogue is too small for it."""
         from ..evaluation import sampled_unavailable
@@ -282,10 +304,16 @@ class FederatedRun:
         valid = _plain(self.evaluate("valid", cfg.valid_protocol).summary())
         metric = float(valid[cfg.valid_metric])
         if self.best is None or metric > self.best["metric"]:
-            # test is computed here but never read by any decision; only the selected round's is reported
-            self.best = {"round": r, "metric": metric, "valid": valid,
-                         "test_full": self.evaluate("test", "full"),
-                         "test_sampled": self._test_sampled()}
+            # test is never read by any decision; only the selected round's is reported: evaluated now, or once
+            # at the end of run() from the round's model kept aside (the same figures, one test pass in all)
+            self.best = {"round": r, "metric": metric, "valid": valid}
+            if self._kept is not None:
+                if "selected" in self._kept:
+                    self._kept["selected"].discard()
+                self._kept["selected"] = KeptRound(self, Path(self._tmpdir()))
+                self.best.update(test_full=None, test_sampled=None)
+            else:
+                self.best.update(self._test_now())
             self.bad_evals = 0
         else:
             self.bad_evals += 1
@@ -314,6 +342,10 @@ class FederatedRun:
 
         bar = tqdm(total=self.cfg.rounds, initial=self.round, unit="round", disable=not self.progress,
                    desc=f"{self.backbone_name} seed {self.cfg.seed}", leave=True, dynamic_ncols=True)
+        # a run without a folder keeps its best round's model aside and evaluates test once, at the end; with a
+        # folder every round's checkpoint must hold the test figures of its selected round, so test is evaluated
+        # as the round happens
+        self._kept = {} if self.folder is None and KeptRound.can_keep(self) else None
         try:
             while not self.done():
                 started = time.perf_counter()
@@ -333,6 +365,8 @@ class FederatedRun:
                       f"continue with --resume", file=sys.stderr)
             raise
         bar.close()
+        self._test_selected()
+        self._kept = None
         result = self.result()
         if self.folder is not None:
             # per user, so that two run folders can be compared with a paired test over the same users
@@ -495,23 +529,57 @@ def run_federated(data, backbone: str, cfg: FedConfig | None = None, out_dir=Non
     if resume and out_dir is None:
         raise RunFolderError("--resume", "needs the run folder to continue")
     seeds = [cfg.seed + i for i in range(cfg.seeds)]
-    if out_dir is None:
-        return combine_seeds([FederatedRun(data, backbone, replace(cfg, seed=s, seeds=1), progress=progress,
-                                           on_round=on_round, on_upload=on_upload, options=options).run()
-                              for s in seeds])
-    out = Path(out_dir)
+    out = Path(out_dir) if out_dir is not None else None
     if resume and not out.is_dir():
         raise RunFolderError(str(out), "no such run folder to resume", f"start the run with --out {out}")
+    jobs = [SeedJob(data, backbone, replace(cfg, seed=s, seeds=1), out / f"seed-{s}" if out else None, resume,
+                    progress, options, on_round) for s in seeds]
+    if out is None:
+        return combine_seeds(_train_seeds(jobs, on_round, on_upload, cfg.jobs))
     with locked(out):
         _check_folder(out, seeds, resume)
-        results = []
-        for seed in seeds:
-            run = FederatedRun(data, backbone, replace(cfg, seed=seed, seeds=1), out / f"seed-{seed}",
-                               progress=progress, on_round=on_round, on_upload=on_upload, options=options)
-            results.append(_resume_or_run(run) if resume else run.run())
-        summary = combine_seeds(results)
+        summary = combine_seeds(_train_seeds(jobs, on_round, on_upload, cfg.jobs))
         write_json_atomic(out / "result.json", summary)
     return summary
+
+
+@dataclass
+class SeedJob:
+    """One seed of :func:`run_federated`, as a worker process receives it."""
+
+    data: object
+    backbone: object
+    cfg: FedConfig
+    run_dir: Path | None
+    resume: bool
+    progress: bool
+    options: dict | None
+    on_round: object = None
+
+    def train(self, on_upload=None) -> dict:
+        run = FederatedRun(self.data, self.backbone, self.cfg, self.run_dir, progress=self.progress,
+                           on_round=self.on_round, on_upload=on_upload, options=self.options)
+        return _resume_or_run(run) if self.resume else run.run()
+
+
+def _train_seeds(jobs: list[SeedJob], on_round, on_upload, n_jobs: int | None) -> list[dict]:
+    """Each seed's result, the seeds side by side in worker processes where that is possible: more than one seed,
+    no upload callback, and a per-round callback that can travel to a worker and merge back (``merge``)."""
+    travels = on_round is None or callable(getattr(on_round, "merge", None))
+    if n_jobs == 1 or len(jobs) < 2 or on_upload is not None or not travels:
+        return [job.train(on_upload) for job in jobs]
+    for job in jobs:
+        job.progress = False   # bars of several processes would overwrite each other
+    done = map_jobs(_train_seed_job, jobs, n_jobs)
+    if on_round is not None:
+        for _, hook in done:
+            on_round.merge(hook)
+    return [result for result, _ in done]
+
+
+def _train_seed_job(job: SeedJob) -> tuple[dict, object]:
+    """A worker's seed: its result and its per-round callback, which carries what it collected back."""
+    return job.train(), job.on_round
 
 
 def _check_folder(out: Path, seeds: list[int], resume: bool) -> None:

@@ -37,7 +37,8 @@ def federated_result(res: dict, data, *, backbone: str, fusion: str, protocol_na
         result["fusion"] = fusion
         result["backbone"] = f"{backbone}+{fusion}"
     other = "test_sampled" if protocol == "full" else "test"
-    result[f"other_protocol_{'sampled' if protocol == 'full' else 'full'}"] = pick(res.get(other))
+    if res.get(other) is not None:   # (sampled beside full with --test-both-protocols)
+        result[f"other_protocol_{'sampled' if protocol == 'full' else 'full'}"] = pick(res.get(other))
     result["baselines"] = reference_table(data, keys, protocol=protocol, ks=tuple(ks), metrics=tuple(metrics),
                                           mask_history=cfg.mask_history, seed=cfg.seed)
     result["data_warnings"] = data.sanity()
