@@ -76,14 +76,16 @@ def test_negatives_are_drawn_once_and_never_stale():
     data = _data()
     users = np.arange(data.n_users)
     first = protocols.sample_negatives(data, users, 20, seed=5)
-    assert np.array_equal(first, protocols._draw_negatives(data, data.matrix(["train", "valid", "test", "unsplit"]),
-                                                           users, 20, 5))
-    first[0, 0] = -1   # a caller may write into its copy
+    assert np.array_equal(
+        first, protocols._draw_negatives(data, data.matrix(["train", "valid", "test", "unsplit"]), users, 20, 5)
+    )
+    first[0, 0] = -1  # a caller may write into its copy
     assert protocols.sample_negatives(data, users, 20, seed=5)[0, 0] != -1
     assert not np.array_equal(protocols.sample_negatives(data, users, 20, seed=6), first)
     edited = synthetic_data(60, 90, 10.0, groups=4, seed=4, name="tiny")
-    assert not np.array_equal(protocols.sample_negatives(edited, users, 20, seed=5),
-                              protocols.sample_negatives(data, users, 20, seed=5))
+    assert not np.array_equal(
+        protocols.sample_negatives(edited, users, 20, seed=5), protocols.sample_negatives(data, users, 20, seed=5)
+    )
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
 """``run SOURCE --backbone <federated or recbole:Model>``: the flags as a FedConfig and a backbone, the engine
 run, and its result as the CLI reports it."""
+
 from __future__ import annotations
 
 from ..backbones import backbone_names
@@ -22,30 +23,57 @@ def run_federated_command(args, data, *, split_used: str, metrics, ks, keys, pro
     names = tuple(dict.fromkeys(list(metrics) + ["hr"]))
 
     def config_for(ns):
-        return config_from_args(ns, ks=tuple(ks), metrics=names, valid_protocol=protocol,
-                                mask_history=getattr(ns, "mask_history", "train"),
-                                test_both_protocols=bool(getattr(ns, "test_both_protocols", False)))
+        return config_from_args(
+            ns,
+            ks=tuple(ks),
+            metrics=names,
+            valid_protocol=protocol,
+            mask_history=getattr(ns, "mask_history", "train"),
+            test_both_protocols=bool(getattr(ns, "test_both_protocols", False)),
+        )
 
     run_dir = args.resume or args.out
     if args.resume and args.out and args.resume != args.out:
-        raise RunFolderError("--out", f"--resume {args.resume} continues the run in that folder; do not pass a "
-                             f"different --out ({args.out})")
+        raise RunFolderError(
+            "--out",
+            f"--resume {args.resume} continues the run in that folder; do not pass a different --out ({args.out})",
+        )
     tuning = None
     if getattr(args, "tune", False):
         from .run_tune import tune_recipe
 
-        args, tuning = tune_recipe(args, data, config_for=config_for,
-                                   build_backbone=lambda ns, c: build_backbone(ns, data, c.dim, is_recbole))
+        args, tuning = tune_recipe(
+            args, data, config_for=config_for, build_backbone=lambda ns, c: build_backbone(ns, data, c.dim, is_recbole)
+        )
     cfg = config_for(args)
     fusion = getattr(args, "fusion", "none")
     backbone = build_backbone(args, data, cfg.dim, is_recbole)
     router, rb_eval = {}, {}
     on_round = _selected_round_hook(args, data, cfg, metrics, ks, router, rb_eval)
-    res = run_federated(data, backbone, cfg, out_dir=run_dir, resume=bool(args.resume),
-                        progress=not getattr(args, "no_progress", False), on_round=on_round)
-    result = federated_result(res, data, backbone=args.backbone, fusion=fusion, protocol_name=args.protocol,
-                              protocol=protocol, split_used=split_used, cfg=cfg, keys=keys, metrics=metrics, ks=ks,
-                              recbole_test=rb_eval, router=router)
+    res = run_federated(
+        data,
+        backbone,
+        cfg,
+        out_dir=run_dir,
+        resume=bool(args.resume),
+        progress=not getattr(args, "no_progress", False),
+        on_round=on_round,
+    )
+    result = federated_result(
+        res,
+        data,
+        backbone=args.backbone,
+        fusion=fusion,
+        protocol_name=args.protocol,
+        protocol=protocol,
+        split_used=split_used,
+        cfg=cfg,
+        keys=keys,
+        metrics=metrics,
+        ks=ks,
+        recbole_test=rb_eval,
+        router=router,
+    )
     if tuning is not None:
         result["tuning"] = tuning.to_json()
     return result
@@ -78,8 +106,9 @@ def _selected_round_hook(args, data, cfg, metrics, ks, router: dict, rb_eval: di
     recbole_eval = getattr(args, "evaluator", "ours") == "recbole"
     if not (fusion or recbole_eval):
         return None
-    return SelectedRoundReports(fusion, recbole_eval, data, tuple(ks), tuple(metrics), cfg.mask_history, router,
-                                rb_eval)
+    return SelectedRoundReports(
+        fusion, recbole_eval, data, tuple(ks), tuple(metrics), cfg.mask_history, router, rb_eval
+    )
 
 
 class SelectedRoundReports:
@@ -87,8 +116,17 @@ class SelectedRoundReports:
     An object rather than a closure so that it can go to a worker process with its seed and come back with what it
     collected (:meth:`merge`)."""
 
-    def __init__(self, fusion: bool, recbole_eval: bool, data, ks: tuple, metrics: tuple, mask_history: str,
-                 router: dict, rb_eval: dict):
+    def __init__(
+        self,
+        fusion: bool,
+        recbole_eval: bool,
+        data,
+        ks: tuple,
+        metrics: tuple,
+        mask_history: str,
+        router: dict,
+        rb_eval: dict,
+    ):
         self.fusion, self.recbole_eval, self.data = fusion, recbole_eval, data
         self.ks, self.metrics, self.mask_history = ks, metrics, mask_history
         self.router, self.rb_eval = router, rb_eval
@@ -103,8 +141,9 @@ class SelectedRoundReports:
         if self.recbole_eval:
             from ..adapters.recbole.backbone import recbole_evaluate
 
-            self.rb_eval[run.cfg.seed] = recbole_evaluate(self.data, run.scorer(), split="test", ks=self.ks,
-                                                          metrics=self.metrics, mask_history=self.mask_history)
+            self.rb_eval[run.cfg.seed] = recbole_evaluate(
+                self.data, run.scorer(), split="test", ks=self.ks, metrics=self.metrics, mask_history=self.mask_history
+            )
 
     def merge(self, other: SelectedRoundReports) -> None:
         """Take the reports a worker's copy collected."""

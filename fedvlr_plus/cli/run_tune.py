@@ -80,7 +80,7 @@ def tune_recipe(args, data, *, config_for, build_backbone):
 
     jobs = getattr(args, "jobs", None)
     scores = {}
-    if jobs != 1 and len(recipes) > 1:   # every recipe at once, one worker process each (the same figures)
+    if jobs != 1 and len(recipes) > 1:  # every recipe at once, one worker process each (the same figures)
         say(f"tuning: {len(recipes)} recipes side by side on seed {args.seed} (--jobs {jobs or 'every core'})")
         built = [job(r) for r in recipes]
         for b in built:

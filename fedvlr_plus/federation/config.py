@@ -18,8 +18,17 @@ COMPACT_STORES = ("memory", "file")  # one table per parameter over all clients,
 #: already computed: more rounds or patience extend a run; the simulator and chunking only change speed). The
 #: metrics, cut-offs and test masking are not among them: the saved history and test figures were computed with
 #: the old ones, and a resumed run would mix the two.
-RESUMABLE_CHANGES = {"rounds", "patience", "simulator", "chunk_floats", "seeds", "checkpoint_every", "device",
-                     "test_both_protocols", "jobs"}
+RESUMABLE_CHANGES = {
+    "rounds",
+    "patience",
+    "simulator",
+    "chunk_floats",
+    "seeds",
+    "checkpoint_every",
+    "device",
+    "test_both_protocols",
+    "jobs",
+}
 
 
 def _failed(config, checks) -> None:

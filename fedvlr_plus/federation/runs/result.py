@@ -1,21 +1,43 @@
 """The result of a federated ``run``: the engine's figures cut to the requested metrics, laid out as the
 reference rankers' result is (valid/test/test_ci/test_warm/test_cold/baselines), plus the selected round,
 per-seed figures and history."""
+
 from __future__ import annotations
 
 
-def federated_result(res: dict, data, *, backbone: str, fusion: str, protocol_name: str, protocol: str,
-                     split_used: str, cfg, keys: list[str], metrics, ks, recbole_test: dict | None = None,
-                     router: dict | None = None) -> dict:
+def federated_result(
+    res: dict,
+    data,
+    *,
+    backbone: str,
+    fusion: str,
+    protocol_name: str,
+    protocol: str,
+    split_used: str,
+    cfg,
+    keys: list[str],
+    metrics,
+    ks,
+    recbole_test: dict | None = None,
+    router: dict | None = None,
+) -> dict:
     """``res`` of :func:`run_federated` as the CLI's result dict. ``recbole_test``: RecBole's own evaluator at the
     selected round of each seed (seed -> figures); ``router``: the router report of each seed."""
     from ...evaluation.reference_table import reference_table
 
     prefix = "test" if protocol == "full" else "test_sampled"
     pick = lambda d: {k: d[k] for k in keys if k in d} if isinstance(d, dict) else d  # noqa: E731
-    result = {"dataset": data.name, "backbone": backbone, "protocol": protocol_name, "split": split_used,
-              "mask_history": cfg.mask_history, "seed": cfg.seed, "metrics": keys,
-              "valid": pick(res["valid"]), "selected_round": res["selected_round"]}
+    result = {
+        "dataset": data.name,
+        "backbone": backbone,
+        "protocol": protocol_name,
+        "split": split_used,
+        "mask_history": cfg.mask_history,
+        "seed": cfg.seed,
+        "metrics": keys,
+        "valid": pick(res["valid"]),
+        "selected_round": res["selected_round"],
+    }
     for part in ("", "_warm", "_cold"):
         if f"{prefix}{part}" in res:
             result[f"test{part}"] = pick(res[f"{prefix}{part}"])
@@ -37,13 +59,32 @@ def federated_result(res: dict, data, *, backbone: str, fusion: str, protocol_na
         result["fusion"] = fusion
         result["backbone"] = f"{backbone}+{fusion}"
     other = "test_sampled" if protocol == "full" else "test"
-    if res.get(other) is not None:   # (sampled beside full with --test-both-protocols)
+    if res.get(other) is not None:  # (sampled beside full with --test-both-protocols)
         result[f"other_protocol_{'sampled' if protocol == 'full' else 'full'}"] = pick(res.get(other))
-    result["baselines"] = reference_table(data, keys, protocol=protocol, ks=tuple(ks), metrics=tuple(metrics),
-                                          mask_history=cfg.mask_history, seed=cfg.seed)
+    result["baselines"] = reference_table(
+        data,
+        keys,
+        protocol=protocol,
+        ks=tuple(ks),
+        metrics=tuple(metrics),
+        mask_history=cfg.mask_history,
+        seed=cfg.seed,
+    )
     result["data_warnings"] = data.sanity()
-    for key in ("strategy", "simulator", "rounds_run", "stopped_early", "resolved", "model", "config", "history",
-                "per_seed", "seeds", "notes", "privacy"):
+    for key in (
+        "strategy",
+        "simulator",
+        "rounds_run",
+        "stopped_early",
+        "resolved",
+        "model",
+        "config",
+        "history",
+        "per_seed",
+        "seeds",
+        "notes",
+        "privacy",
+    ):
         if key in res:
             result[key] = res[key]
     return result
