@@ -143,7 +143,7 @@ def test_a_resumed_fedvlr_run_ends_with_the_same_numbers(tmp_path):
     """The server keeps the graph of the views it broadcast; after a restore it must rebuild it from the restored
     state (a stale graph would step the server from the wrong parameters)."""
     from fedvlr_plus.federation.config import FedConfig
-    from fedvlr_plus.federation.engine import run_federated
+    from fedvlr_plus.federation.run_seeds import run_federated
     from fedvlr_plus.federation.synthetic import synthetic_data
 
     data = synthetic_data(40, 150, 10, seed=0)

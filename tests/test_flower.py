@@ -180,7 +180,7 @@ def run_loopback(cfg: dict, tmp: Path, n_nodes: int = 3) -> dict:
 )
 def test_flower_strategy_in_process_equals_simulator(tmp_path, extra):
     """The ServerApp's strategy loop with our sparse row averaging / gradient aggregation, nodes in-process."""
-    from fedvlr_plus.federation.engine import run_federated
+    from fedvlr_plus.federation.run_seeds import run_federated
 
     cfg = base_config(tmp_path, **{"max-users": 12, "eval-every": 1, **extra})
     res = run_loopback(cfg, tmp_path)
@@ -265,7 +265,7 @@ def deployed(federation, tmp_path_factory):
 
 @pytest.mark.slow  # real processes: SuperLink start-up, a torch import per Flower message
 def test_deployment_matches_the_simulator(deployed):
-    from fedvlr_plus.federation.engine import run_federated
+    from fedvlr_plus.federation.run_seeds import run_federated
 
     s = fl.Settings.from_run_config({k: v for k, v in deployed["cfg"].items()})
     data = fl.load_data(s.data, s.max_users)

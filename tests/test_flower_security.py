@@ -102,7 +102,7 @@ def test_secure_aggregation_over_tls_matches_the_simulator(secure_federation, tm
     res = fed.wait_result(tmp_path / "result.json", timeout=500)
     seconds = time.perf_counter() - t0
 
-    from fedvlr_plus.federation.engine import run_federated
+    from fedvlr_plus.federation.run_seeds import run_federated
 
     s = fl.Settings.from_run_config(cfg)
     data = fl.load_data(s.data, s.max_users)

@@ -12,14 +12,10 @@ from .run_args import config_from_args
 def run_federated_command(args, data, *, split_used: str, metrics, ks, keys, protocol: str) -> dict:
     """Train ``args.backbone`` federatedly on ``data`` and return the CLI's result dict (valid/test/test_ci/
     test_warm/test_cold/baselines as for the reference rankers, plus selected_round, per_seed and history)."""
-    from ..federation.engine import run_federated
+    from ..federation.run_seeds import run_federated
     from ..federation.runs.result import federated_result
 
-    is_recbole = args.backbone.startswith("recbole:")
-    if args.backbone not in FEDERATED_BACKBONES and not is_recbole:
-        raise ConfigError(f"--backbone {args.backbone}", "unknown backbone", f"choose from {backbone_names()}")
-    if getattr(args, "recbole_config", None) and not is_recbole:
-        raise ConfigError("--recbole-config", f"configures a recbole:<Model> backbone only, not {args.backbone}")
+    is_recbole = _check_backbone_flags(args)
     names = tuple(dict.fromkeys(list(metrics) + ["hr"]))
 
     def config_for(ns):
@@ -33,11 +29,6 @@ def run_federated_command(args, data, *, split_used: str, metrics, ks, keys, pro
         )
 
     run_dir = args.resume or args.out
-    if args.resume and args.out and args.resume != args.out:
-        raise RunFolderError(
-            "--out",
-            f"--resume {args.resume} continues the run in that folder; do not pass a different --out ({args.out})",
-        )
     tuning = None
     if getattr(args, "tune", False):
         from .run_tune import tune_recipe
@@ -77,6 +68,21 @@ def run_federated_command(args, data, *, split_used: str, metrics, ks, keys, pro
     if tuning is not None:
         result["tuning"] = tuning.to_json()
     return result
+
+
+def _check_backbone_flags(args) -> bool:
+    """The flags that name the model and the run folder agree; whether the backbone is a RecBole model."""
+    is_recbole = args.backbone.startswith("recbole:")
+    if args.backbone not in FEDERATED_BACKBONES and not is_recbole:
+        raise ConfigError(f"--backbone {args.backbone}", "unknown backbone", f"choose from {backbone_names()}")
+    if getattr(args, "recbole_config", None) and not is_recbole:
+        raise ConfigError("--recbole-config", f"configures a recbole:<Model> backbone only, not {args.backbone}")
+    if args.resume and args.out and args.resume != args.out:
+        raise RunFolderError(
+            "--out",
+            f"--resume {args.resume} continues the run in that folder; do not pass a different --out ({args.out})",
+        )
+    return is_recbole
 
 
 def build_backbone(args, data, dim: int, is_recbole: bool):

@@ -127,7 +127,7 @@ class RecipeJob:
 
 def _valid_metric_of(job_and_metric) -> float:
     """The best validation ``metric`` of one recipe's run (module level: a worker process calls it)."""
-    from ..federation.engine import run_federated
+    from ..federation.run_seeds import run_federated
 
     job, metric = job_and_metric
     res = run_federated(job.data, job.backbone, job.cfg, out_dir=job.out, resume=job.resume, progress=job.progress)

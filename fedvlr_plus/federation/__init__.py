@@ -24,7 +24,7 @@ _LAZY = {
     "bench_round": ".simulation.round_timing",
     "combine_seeds": ".runs.seeds",
     "format_bench": ".simulation.round_timing",
-    "run_federated": ".engine",
+    "run_federated": ".run_seeds",
     "federated_result": ".runs.result",
     "FedAvgStrategy": ".strategies.fedavg",
     "FedGradStrategy": ".strategies.fedgrad",

@@ -4,6 +4,10 @@ per-seed figures and history."""
 
 from __future__ import annotations
 
+#: what the engine's result carries through to the CLI's as it is
+RUN_PARTS = ("strategy", "simulator", "rounds_run", "stopped_early", "resolved", "model", "config", "history",
+             "per_seed", "seeds", "notes", "privacy")
+
 
 def federated_result(
     res: dict,
@@ -38,29 +42,11 @@ def federated_result(
         "valid": pick(res["valid"]),
         "selected_round": res["selected_round"],
     }
-    for part in ("", "_warm", "_cold"):
-        if f"{prefix}{part}" in res:
-            result[f"test{part}"] = pick(res[f"{prefix}{part}"])
-        if f"{prefix}{part}_std" in res:
-            result[f"test{part}_std"] = pick(res[f"{prefix}{part}_std"])
-        if f"{prefix}{part}_ci" in res:
-            result[f"test{part}_ci"] = pick(res[f"{prefix}{part}_ci"])
-        if f"{prefix}{part}_n_users" in res:
-            result[f"test{part}_n_users"] = res[f"{prefix}{part}_n_users"]
-    result["n_users"] = res.get(f"{prefix}_n_users", res.get("n_users"))
-    if recbole_test:
-        # RecBole's own Collector + metric classes on the same masked scores at the selected round(s)
-        per = [recbole_test[k] for k in sorted(recbole_test)]
-        result["test_recbole"] = pick({k: float(sum(d[k] for d in per) / len(per)) for k in per[0]})
-        result["evaluator"] = "recbole"
-    if router:
-        result["router"] = router[max(router)] if len(router) == 1 else {"per_seed": router, **router[min(router)]}
+    result.update(_test_parts(res, prefix, pick))
+    result.update(_reports(res, protocol, recbole_test, router, pick))
     if fusion != "none":
         result["fusion"] = fusion
         result["backbone"] = f"{backbone}+{fusion}"
-    other = "test_sampled" if protocol == "full" else "test"
-    if res.get(other) is not None:  # (sampled beside full with --test-both-protocols)
-        result[f"other_protocol_{'sampled' if protocol == 'full' else 'full'}"] = pick(res.get(other))
     result["baselines"] = reference_table(
         data,
         keys,
@@ -71,20 +57,34 @@ def federated_result(
         seed=cfg.seed,
     )
     result["data_warnings"] = data.sanity()
-    for key in (
-        "strategy",
-        "simulator",
-        "rounds_run",
-        "stopped_early",
-        "resolved",
-        "model",
-        "config",
-        "history",
-        "per_seed",
-        "seeds",
-        "notes",
-        "privacy",
-    ):
-        if key in res:
-            result[key] = res[key]
+    result.update({key: res[key] for key in RUN_PARTS if key in res})
     return result
+
+
+def _test_parts(res: dict, prefix: str, pick) -> dict:
+    """The test figures of the run's protocol (``prefix``) under the plain names: all, warm and cold targets."""
+    out = {}
+    for part in ("", "_warm", "_cold"):
+        for suffix in ("", "_std", "_ci"):
+            if f"{prefix}{part}{suffix}" in res:
+                out[f"test{part}{suffix}"] = pick(res[f"{prefix}{part}{suffix}"])
+        if f"{prefix}{part}_n_users" in res:
+            out[f"test{part}_n_users"] = res[f"{prefix}{part}_n_users"]
+    out["n_users"] = res.get(f"{prefix}_n_users", res.get("n_users"))
+    return out
+
+
+def _reports(res: dict, protocol: str, recbole_test: dict | None, router: dict | None, pick) -> dict:
+    """RecBole's evaluator, the router report and the other protocol's test, where the run has them."""
+    out = {}
+    if recbole_test:
+        # RecBole's own Collector + metric classes on the same masked scores at the selected round(s)
+        per = [recbole_test[k] for k in sorted(recbole_test)]
+        out["test_recbole"] = pick({k: float(sum(d[k] for d in per) / len(per)) for k in per[0]})
+        out["evaluator"] = "recbole"
+    if router:
+        out["router"] = router[max(router)] if len(router) == 1 else {"per_seed": router, **router[min(router)]}
+    other = "test_sampled" if protocol == "full" else "test"
+    if res.get(other) is not None:  # (sampled beside full with --test-both-protocols)
+        out[f"other_protocol_{'sampled' if protocol == 'full' else 'full'}"] = pick(res.get(other))
+    return out
