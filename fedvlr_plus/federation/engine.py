@@ -391,7 +391,7 @@ class FederatedRun:
             sampled = _plain(self.best["test_sampled"].to_json(prefix="test_sampled"))
             out.update({k: v for k, v in sampled.items() if k.startswith("test_sampled")})
             notes += sampled.get("notes", [])
-        else:
+        elif self.cfg.valid_protocol == "sampled" or self.cfg.test_both_protocols:   # asked for, and not possible
             notes.append(f"test sampled: not evaluated, {sampled_unavailable(self.data) or 'not computed'}")
         out["notes"] = notes
         out["history"] = self.history
