@@ -19,7 +19,15 @@ from fedvlr_plus.federation.state.initial import init_shared_state
 from fedvlr_plus.federation.synthetic import synthetic_data
 
 FAST = dict(
-    rounds=3, local_epochs=2, batch_size=8, negatives=2, dim=8, patience=10, ks=(5, 10, 50), valid_metric="hr@10"
+    rounds=3,
+    local_epochs=2,
+    batch_size=8,
+    negatives=2,
+    dim=8,
+    patience=10,
+    ks=(5, 10, 50),
+    valid_metric="hr@10",
+    test_both_protocols=True,  # the sampled test figures are compared too
 )
 
 
