@@ -1,3 +1,4 @@
-"""Alignment modules on the shared client abstraction: MoR, FedVPA-GP (preference alignment), FedDTL and FedMPT
-(vision-language adaptation). Shared pieces: :mod:`.grpo`. Each method registers one ``fedvlr-plus align``
-sub-command (see :mod:`.cli`)."""
+"""Alignment modules on the shared client abstraction, one folder each: :mod:`.mor` and :mod:`.fedvpa_gp`
+(preference alignment), :mod:`.feddtl` and :mod:`.fedmpt` (vision-language adaptation). Shared pieces beside them:
+:mod:`.grpo`, :mod:`.sinkhorn`, :mod:`.pairs`, :mod:`.paired_seeds`. Each method is one ``fedvlr-plus align``
+sub-command (fedvlr_plus/cli/align*.py)."""
