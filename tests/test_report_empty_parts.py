@@ -123,7 +123,9 @@ def test_several_seeds_write_the_summary_and_say_the_cold_part_is_empty(sources,
     folder, flags = sources["ml-latest"]
     out = tmp_path / "run"
     res, table = _run(
-        capsys, ["run", folder, "--backbone", "fedavg", "--seeds", "2", "--out", out, "--json", *flags, *FAST]
+        capsys,
+        ["run", folder, "--backbone", "fedavg", "--seeds", "2", "--out", out, "--json", "--test-both-protocols"]
+        + [*flags, *FAST],
     )
     saved = json.loads((out / "result.json").read_text())
     assert saved["test_cold"] is None and saved["test_cold_n_users"] == 0
@@ -131,7 +133,7 @@ def test_several_seeds_write_the_summary_and_say_the_cold_part_is_empty(sources,
     per_seed = [s["test"]["hr@10"] for s in saved["per_seed"]]
     assert saved["test"]["hr@10"] == pytest.approx(sum(per_seed) / 2)
     assert any(n.startswith(COLD_NOTE) for n in saved["notes"])
-    # the catalogue (10 items) is too small for 99 sampled negatives: said, not raised
+    # sampled test asked for, and the catalogue (10 items) is too small for 99 sampled negatives: said, not raised
     assert any(n.startswith("test sampled: not evaluated") for n in saved["notes"])
     assert "test cold        (no cold targets in test" in table and res["test"] == saved["test"]
 
