@@ -11,7 +11,9 @@ from ..fedvlr.views import load_views  # noqa: F401  (the commands load the view
 def options_from_args(args, mode: str | None = None) -> FedVLROptions:
     """The layer's options from parsed ``--fusion ...`` flags (see :func:`~fedvlr_plus.cli.fusion_args.add_fusion_arguments`);
     ``mode`` replaces ``--fusion`` (a command that trains several fusion variants)."""
+    over = {"router_over": args.router_over} if getattr(args, "router_over", None) else {}
     return FedVLROptions(mode=mode or args.fusion, temperature=args.router_temperature, balance=args.router_balance,
+                         **over,
                          residual=bool(getattr(args, "fusion_residual", False)
                                        or getattr(args, "fusion_residual_gate", False)),
                          residual_gate=getattr(args, "fusion_residual_gate", False),
