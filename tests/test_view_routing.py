@@ -122,3 +122,10 @@ def test_uploads_carry_no_router_state_when_routing_over_views():
         assert set(u.arrays) <= set(bb.shared_names) and FUSED in u.arrays
         assert not any(k.startswith(("router", "head")) for k in u.arrays)
         assert u.arrays[FUSED].shape[1:] == (2 * bb.d,)
+
+
+def test_auto_routes_over_views_where_there_are_two_and_over_operators_where_there_is_one():
+    data = _planted(n_users=40, n_items=60)
+    assert _layer(data, over="auto").experts == ["view:image", "view:text"]
+    one = FusionLayer(make_backbone("fedavg", data.n_items, 8), {"image": data.features["image"]}, router_over="auto")
+    assert one.experts == ["sum", "mlp", "gate"] and one.router_over == "operators"

@@ -123,9 +123,16 @@ def as_result(name: str, rows: dict[str, RowRun], metrics):
     return ExperimentResult(name, list(metrics), {k: r.results for k, r in rows.items()})
 
 
-def paired_against(result, reference: str, metric: str) -> dict[str, dict]:
+def paired_against(result, reference: str, metric: str, which: str = "all") -> dict[str, dict]:
     """Paired t-test and Wilcoxon of ``reference`` against every other row, over users (seed-averaged)."""
-    return {label: result.paired(reference, label, metric) for label in result.models if label != reference}
+    return {label: result.paired(reference, label, metric, which) for label in result.models if label != reference}
+
+
+def parts(result) -> list[str]:
+    """``all``, and ``warm`` where some test targets are cold (KU: a cold-first ranker wins overall, so its
+    warm targets are the figure to read; docs/method.md, "Evaluation protocol")."""
+    first = next(iter(result.per_seed.values()))[0]
+    return ["all", "warm"] if first.n_users("cold") else ["all"]
 
 
 def row_summary(rows: dict[str, RowRun]) -> dict[str, dict]:
@@ -174,6 +181,7 @@ def view_routing_setting(data, views: dict, opts: ViewRoutingOptions) -> dict:
     metric = opts.metrics[0]
     return {"data": data.name, "users": int(data.n_users), "items": int(data.n_items), "views": list(views),
             "result": result, "paired": paired_against(result, VIEWS_ROW, metric), "metric": metric,
+            "warm_paired": paired_against(result, VIEWS_ROW, metric, "warm") if "warm" in parts(result) else None,
             "rows": row_summary(rows), "by_lean": by_lean(result, rows, metric),
             "router_weights": {k: np.mean([w.mean(0) for w in r.weights], 0).round(4).tolist()
                                for k, r in rows.items() if r.weights}}

@@ -13,11 +13,12 @@ def _p(x) -> str:
     return f"{x:.1e}" if x < 1e-3 else f"{x:.3f}"
 
 
-def rows_table(setting: dict) -> str:
+def rows_table(setting: dict, which: str = "all") -> str:
     """Every row: the metrics (mean ± sd over seeds), the difference from FedVLR (views) on the first metric and
-    its paired p-values over users, seconds per round."""
-    result, metric, paired = setting["result"], setting["metric"], setting["paired"]
-    table = result.table()
+    its paired p-values over users, seconds per round (``which``: all or warm test targets)."""
+    result, metric = setting["result"], setting["metric"]
+    paired = setting["paired"] if which == "all" else setting["warm_paired"]
+    table = result.table(which)
     head = ("| row | " + " | ".join(f"test {k}" for k in result.metrics)
             + f" | FedVLR (views) − row, {metric} | p (t) | p (Wilcoxon) | s / round |")
     lines = [head, "|" + "---|" * (len(result.metrics) + 5)]
@@ -31,7 +32,8 @@ def rows_table(setting: dict) -> str:
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {diff} | {pt} | {pw} | "
                      + ("—" if sec is None else f"{sec:.2f}") + " |")
     seeds = int(table["seeds"].max())
-    lines += ["", f"{setting['data']}: {int(table['users'].max())} test users, {seeds} seeds; mean ± sd across "
+    users = f"{int(table['users'].max())} test users" + ("" if which == "all" else " with warm targets")
+    lines += ["", f"{setting['data']}: {users}, {seeds} seeds; mean ± sd across "
               f"seeds; paired tests over users of the seed-averaged figure."]
     return "\n".join(lines)
 
@@ -79,6 +81,8 @@ def render(out: dict) -> str:
         if setting.get("recovery"):
             parts += ["### weight recovery\n", recovery_table(setting), ""]
         parts += ["### rows\n", rows_table(setting), ""]
+        if setting.get("warm_paired"):
+            parts += ["### rows, warm test targets\n", rows_table(setting, "warm"), ""]
         if setting.get("router_weights"):
             parts += ["Mean router weights: " + "; ".join(f"{k}: {', '.join(f'{x:.3f}' for x in w)}"
                                                           for k, w in setting["router_weights"].items()), ""]

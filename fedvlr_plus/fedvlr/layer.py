@@ -144,7 +144,7 @@ class FusionLayer(Backbone):
         self.in_dims = ([self.d] if use_id else []) + [v.shape[1] for v in self.views.values()]
         # the single-expert modes are operators; the router (and its uniform ablation) mixes the operators or,
         # with router_over="views", one expert per content view (:mod:`.view_experts`)
-        self.router_over = router_over if mode in ("fedvlr", "uniform") else "operators"
+        self.router_over = view_experts.resolve(router_over, mode, len(self.view_names))
         if self.router_over == "views":
             self.experts = view_experts.view_expert_names(self.view_names)
         else:

@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import torch
 
-#: what the router weighs: the fusion operators of :mod:`.experts` (the original release's form) or the views
-ROUTER_OVER = ("views", "operators")
+#: what the router (and ``uniform``) mixes: the views, the fusion operators of :mod:`.experts` (the original
+#: release's form), or ``auto``: the views where there are two or more content views, else the operators (one
+#: view leaves nothing to route between)
+ROUTER_OVER = ("auto", "views", "operators")
 #: an expert's name in this mode: ``view:<view name>``
 PREFIX = "view:"
 
@@ -36,6 +38,15 @@ def view_expert_outputs(zs: list[torch.Tensor], use_id: bool) -> list[torch.Tens
     if not use_id:
         return list(zs)
     return [zs[0] + z for z in zs[1:]]
+
+
+def resolve(router_over: str, mode: str, n_views: int) -> str:
+    """What a layer of ``mode`` with ``n_views`` content views routes over: single-expert modes are operators."""
+    if mode not in ("fedvlr", "uniform"):
+        return "operators"
+    if router_over == "auto":
+        return "views" if n_views >= 2 else "operators"
+    return router_over
 
 
 def refusal(router_over: str, mode: str, n_views: int) -> str | None:
