@@ -80,6 +80,10 @@ def test_torch_free_names_match_the_modules_that_define_them():
 
     assert FUSION_MODES == MODES and COLD_RULES == RULES + FUSED_RULES and NEW_USER_STARTS == STARTS
     assert ROUTER_OVER == LAYER_ROUTER_OVER
+    from fedvlr_plus.cli.view_routing import ROW_GROUPS
+    from fedvlr_plus.experiments.view_routing import ROW_GROUPS as LIBRARY_ROW_GROUPS
+
+    assert ROW_GROUPS == LIBRARY_ROW_GROUPS
 
 
 def test_run_says_what_it_does_and_what_to_try_next(tmp_path):

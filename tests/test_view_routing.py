@@ -129,3 +129,22 @@ def test_auto_routes_over_views_where_there_are_two_and_over_operators_where_the
     assert _layer(data, over="auto").experts == ["view:image", "view:text"]
     one = FusionLayer(make_backbone("fedavg", data.n_items, 8), {"image": data.features["image"]}, router_over="auto")
     assert one.experts == ["sum", "mlp", "gate"] and one.router_over == "operators"
+
+
+def test_the_planted_experiment_runs_end_to_end_and_bad_flags_are_one_line(tmp_path, capsys):
+    import json
+
+    from fedvlr_plus.cli import main
+
+    out = tmp_path / "planted"
+    assert main(["experiment", "planted", "--users", "60", "--items", "80", "--seeds", "1", "--rounds", "1",
+                 "--dim", "8", "--rows", "single", "--control-only", "--no-progress", "--out", str(out),
+                 "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    control = result["control"]
+    assert set(control["table"]["models"]) == {"FedVLR (views)", "view image", "view text", "content kNN",
+                                               "oracle kNN", "oracle view"}
+    assert control["recovery"]["FedVLR (views)"]["accuracy"] is not None and (out / "report.md").is_file()
+    with pytest.raises(SystemExit):
+        main(["experiment", "planted", "--rows", "single,everything"])
+    assert "unknown row group everything" in capsys.readouterr().err

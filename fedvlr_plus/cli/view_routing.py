@@ -9,6 +9,18 @@ import sys
 
 from .argtypes import positive_float, positive_int
 
+#: the row groups of fedvlr_plus.experiments.view_routing.ROW_GROUPS (checked by a test; the parser stays torch-free)
+ROW_GROUPS = ("operators", "uniform", "sum", "single", "fedgrad")
+
+
+def _row_groups(text: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    bad = [n for n in names if n not in ROW_GROUPS]
+    if bad:
+        raise argparse.ArgumentTypeError(f"unknown row group {', '.join(bad)}; choose from {', '.join(ROW_GROUPS)}")
+    return names
+
+
 PLANTED_METRICS = "ndcg@10,hr@10,ndcg@50,hr@50"
 REAL_METRICS = "ndcg@50,hr@50,ndcg@10,hr@10"
 
@@ -24,6 +36,9 @@ def _common(p: argparse.ArgumentParser, metrics: str) -> None:
                    help="the backbone every row wraps (default fedavg)")
     g.add_argument("--metrics", type=metric_list, default=metrics,
                    help=f"comma-separated metric@K list; paired tests use the first (default {metrics})")
+    g.add_argument("--rows", type=_row_groups, default=",".join(ROW_GROUPS),
+                   help="row groups trained beside FedVLR (views): operators, uniform, sum, single (every single "
+                        f"view), fedgrad (the backbone alone) (default: all of them)")
     g.add_argument("--router-temperature", type=positive_float, default=1.0, help="softmax temperature of the routers")
     g.add_argument("--out", metavar="DIR", default=None, help="write report.md and result.json into DIR")
     g.add_argument("--json", action="store_true", help="print one JSON object as the last line")
@@ -50,6 +65,8 @@ def register(ex) -> None:
     d.add_argument("--items", type=positive_int, default=1200, help="items (default 1200)")
     d.add_argument("--control", default="image", choices=("image", "text", "none"),
                    help="the modality every user of the control set chooses by (none: no control)")
+    d.add_argument("--control-only", action="store_true",
+                   help="train the control set only (e.g. beside a --control none run in another process)")
     d.add_argument("--data-seed", type=int, default=0, help="seed of the generated data (the same for every row)")
     _common(p, PLANTED_METRICS)
     p.set_defaults(func=cmd_planted)
@@ -82,6 +99,7 @@ def _options(args):
     per_row = {"seed", "seeds", "ks", "metrics", "valid_protocol", "strategy"}
     training = {f.name: getattr(cfg, f.name) for f in fields(FedConfig) if f.name not in per_row}
     return ViewRoutingOptions(backbone=args.backbone, seeds=args.seeds, seed=args.seed, metrics=tuple(keys),
+                              rows=args.rows,
                               training=training, progress=not args.no_progress,
                               fedvlr=FedVLROptions(temperature=args.router_temperature, progress=False))
 
@@ -110,7 +128,12 @@ def cmd_planted(args) -> int:
     from ..experiments.planted import PlantedOptions, run_planted
 
     planted = PlantedOptions(users=args.users, items=args.items, data_seed=args.data_seed,
-                             control=None if args.control == "none" else args.control)
+                             control=None if args.control == "none" else args.control, mixed=not args.control_only)
+    if args.control_only and planted.control is None:
+        from ..errors import ConfigError
+
+        raise ConfigError("--control-only", "there is no control to train with --control none",
+                          "name the control's modality")
     print(f"planted benchmark: {args.users} users x {args.items} items, {args.seeds} seeds, backbone "
           f"{args.backbone}" + (f"; control: every user by {planted.control}" if planted.control else ""),
           file=sys.stderr)

@@ -32,6 +32,8 @@ class PlantedOptions:
     #: the control's shared modality (None: no control)
     control: str | None = "image"
     data_seed: int = 0
+    #: train the mixed set (False: the control only, e.g. in a second process)
+    mixed: bool = True
 
 
 class OracleContentRanker:
@@ -104,7 +106,8 @@ def planted_setting(data, opts: ViewRoutingOptions) -> dict:
     exp = Experiment(data, [], metrics=list(opts.metrics), references=False, progress=False, **opts.training)
     rows[ORACLE_KNN] = RowRun(results=[exp.test(OracleContentRanker(data), opts.seed + i)
                                        for i in range(opts.seeds)])
-    rows[ORACLE_VIEW] = oracle_view(data, rows)
+    if "single" in opts.rows:   # (each user's own single view: those rows must have been trained)
+        rows[ORACLE_VIEW] = oracle_view(data, rows)
     result = as_result(data.name, rows, opts.metrics)
     metric = opts.metrics[0]
     return {"data": data.name, "users": int(data.n_users), "items": int(data.n_items), "result": result,
@@ -122,8 +125,10 @@ def run_planted(planted: PlantedOptions, opts: ViewRoutingOptions) -> dict:
     """The mixed set and, unless ``planted.control`` is None, the one-modality control."""
     from ..federation.planted import planted_data
 
-    out = {"mixed": planted_setting(planted_data(planted.users, planted.items, preference="mixed",
-                                                 seed=planted.data_seed), opts)}
+    out = {}
+    if planted.mixed:
+        out["mixed"] = planted_setting(planted_data(planted.users, planted.items, preference="mixed",
+                                                    seed=planted.data_seed), opts)
     if planted.control is not None:
         control = planted_data(planted.users, planted.items, preference=planted.control, seed=planted.data_seed)
         out["control"] = planted_setting(control, opts)

@@ -24,6 +24,8 @@ import numpy as np
 
 VIEWS_ROW, OPERATORS_ROW, UNIFORM_ROW, SUM_ROW, CONTENT_ROW = (
     "FedVLR (views)", "FedVLR (operators)", "uniform (views)", "sum", "content kNN")
+#: the row groups a run can be limited to (``rows``): FedVLR (views) is always trained, as every test compares to it
+ROW_GROUPS = ("operators", "uniform", "sum", "single", "fedgrad")
 
 
 @dataclass
@@ -38,6 +40,8 @@ class ViewRoutingOptions:
     training: dict = field(default_factory=dict)
     fedvlr: object = None
     progress: bool = False
+    #: the row groups trained beside FedVLR (views) (:data:`ROW_GROUPS`)
+    rows: tuple = ROW_GROUPS
 
 
 @dataclass
@@ -53,7 +57,7 @@ class RowRun:
     selected_round: list = field(default_factory=list)
 
 
-def fusion_rows(views: dict, backbone: str, base_options) -> list[tuple[str, object]]:
+def fusion_rows(views: dict, backbone: str, base_options, groups=ROW_GROUPS) -> list[tuple[str, object]]:
     """``(label, recipe)`` of every federated row (see the module's docstring)."""
     from ..api import FedVLR, Model
 
@@ -65,12 +69,17 @@ def fusion_rows(views: dict, backbone: str, base_options) -> list[tuple[str, obj
     def layer(label, view_set, **changes):
         return label, FedVLR(inner, views=view_set, label=label, options=replace(base, **changes))
 
-    rows = [layer(VIEWS_ROW, views, mode="fedvlr", router_over="views"),
-            layer(OPERATORS_ROW, views, mode="fedvlr", router_over="operators"),
-            layer(UNIFORM_ROW, views, mode="uniform", router_over="views"),
-            layer(SUM_ROW, views, mode="sum")]
-    rows += [layer(f"view {name}", {name: v}, mode="sum") for name, v in views.items()]
-    rows.append((f"{backbone} (fedgrad)", Model(backbone, f"{backbone} (fedgrad)", {"strategy": "fedgrad"})))
+    rows = [layer(VIEWS_ROW, views, mode="fedvlr", router_over="views")]
+    if "operators" in groups:
+        rows.append(layer(OPERATORS_ROW, views, mode="fedvlr", router_over="operators"))
+    if "uniform" in groups:
+        rows.append(layer(UNIFORM_ROW, views, mode="uniform", router_over="views"))
+    if "sum" in groups:
+        rows.append(layer(SUM_ROW, views, mode="sum"))
+    if "single" in groups:
+        rows += [layer(f"view {name}", {name: v}, mode="sum") for name, v in views.items()]
+    if "fedgrad" in groups:
+        rows.append((f"{backbone} (fedgrad)", Model(backbone, f"{backbone} (fedgrad)", {"strategy": "fedgrad"})))
     return rows
 
 
@@ -104,7 +113,7 @@ def train_rows(data, views: dict, opts: ViewRoutingOptions, rows=None) -> dict[s
     exp = Experiment(data, [], metrics=list(opts.metrics), seeds=opts.seeds, seed=opts.seed, references=False,
                      progress=opts.progress, **opts.training)
     out = {}
-    for label, recipe in rows or fusion_rows(views, opts.backbone, opts.fedvlr):
+    for label, recipe in rows or fusion_rows(views, opts.backbone, opts.fedvlr, opts.rows):
         out[label] = RowRun()
         for i in range(opts.seeds):
             started = time.perf_counter()
@@ -146,6 +155,7 @@ def by_lean(result, rows: dict[str, RowRun], metric: str, against=(SUM_ROW, UNIF
     (argmax of the seed-averaged weights) and by how decided it is (its largest weight), each group's mean
     gain of ``FedVLR (views)`` over the rows ``against`` on ``metric`` (seed-averaged per user)."""
     row = rows.get(VIEWS_ROW)
+    against = [a for a in against if a in rows]
     if row is None or not row.weights:
         return []
     users = row.users[0]
