@@ -32,7 +32,7 @@ def add_fusion_arguments(parser: argparse.ArgumentParser) -> None:
                         "(the ID row plus that view), so a user's weights say which modality serves them; or "
                         "operators, the sum / mlp / gate experts over every modality (the original release's "
                         "form); auto: views where there are two or more content views, else operators. "
-                        "Default: operators")
+                        "Default: auto")
     g.add_argument("--router-temperature", type=positive_float, default=1.0, help="softmax temperature of the router")
     g.add_argument("--router-balance", type=non_negative_float, default=0.0,
                    help="weight of the entropy term that keeps a user's routing from collapsing (default 0)")

@@ -102,7 +102,8 @@ class FusionLayer(Backbone):
     """Wrap ``base``: its item representation becomes a (router-weighted) mixture of server-fused views.
 
     Build it with :func:`fedvlr_plus.fedvlr.build_fedvlr` (the options the command line uses); the constructor's
-    own defaults are the layer's, not the command line's (no cold-item rule unless ``cold_items`` is given)."""
+    own defaults are the layer's, not the command line's (no cold-item rule unless ``cold_items`` is given; the
+    router over the operators unless ``router_over`` says otherwise, where the options' default is ``auto``)."""
 
     default_strategy = "fedgrad"
     #: False: scoring every item forms each user's mixtures and runs the backbone's head on them, even where the

@@ -16,9 +16,12 @@ VIEW_SCALES = ("model", "unit")
 class FedVLROptions:
     #: ``fedvlr``: the three experts mixed by the private router; ``sum`` / ``mlp`` / ``gate``: one expert, no router
     mode: str = "fedvlr"
-    #: what the router (and ``uniform``) mixes: ``operators``, the sum / mlp / gate experts over every modality
-    #: (the original release's form), or ``views``, one expert per content view (ID row + that view)
-    router_over: str = "operators"
+    #: what the router (and ``uniform``) mixes: ``views``, one expert per content view (ID row + that view);
+    #: ``operators``, the sum / mlp / gate experts over every modality (the original release's form); ``auto``
+    #: (default), the views where there are two or more content views, else the operators. Chosen on the planted
+    #: benchmark and KU (docs/personal-fusion.md): the view router recovers a planted preference that operator
+    #: experts cannot express, and is level with or above the operators on real data
+    router_over: str = "auto"
     #: softmax temperature of the router
     temperature: float = 1.0
     #: weight of the entropy term that keeps a user's routing from collapsing onto one expert
