@@ -1,7 +1,7 @@
 """The data of one run: SOURCE loaded, preprocessed and split as ``run``, ``bench`` and ``experiment`` ask.
 
-``synthetic:USERSxITEMS`` sources are generated already split leave-one-out, so the split options cannot change
-them; asking for another split is refused rather than ignored.
+``synthetic:USERSxITEMS`` and ``synthetic-planted:USERSxITEMS[:PREFERENCE]`` sources are generated already split
+leave-one-out, so the split options cannot change them; asking for another split is refused rather than ignored.
 """
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ def load_and_split(
     else leave-one-out). Data warnings (duplicates, leaks, users without training rows) go to ``warnings_to``
     (default stderr), one line each."""
     from .datasets import load, print_warnings, splits
+    from .federation.planted import PLANTED_PREFIX
     from .federation.synthetic import SYNTHETIC_PREFIX
 
-    if source.startswith(SYNTHETIC_PREFIX):
+    if source.startswith((SYNTHETIC_PREFIX, PLANTED_PREFIX)):
         return _synthetic(source, split=split, k_core=k_core, threshold=threshold, seed=seed), "loo"
     data = load(source)
     if split == "auto":
@@ -43,6 +44,7 @@ def load_and_split(
 
 
 def _synthetic(source: str, *, split: str, k_core: int, threshold: float | None, seed: int):
+    from .federation.planted import PLANTED_PREFIX, planted_source
     from .federation.synthetic import synthetic_source
 
     for flag, value, default in (
@@ -52,4 +54,6 @@ def _synthetic(source: str, *, split: str, k_core: int, threshold: float | None,
     ):
         if value != default and not (flag == "--split" and value == "loo"):
             raise ConfigError(f"{flag} {value}", f"{source} is generated already split leave-one-out", f"drop {flag}")
+    if source.startswith(PLANTED_PREFIX):
+        return planted_source(source, seed=seed)
     return synthetic_source(source, seed=seed)

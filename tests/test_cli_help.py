@@ -81,12 +81,18 @@ def test_building_the_parser_imports_no_heavy_library():
 
 def test_torch_free_names_match_the_modules_that_define_them():
     from fedvlr_plus.cli.coldstart import COLD_RULES, NEW_USER_STARTS
-    from fedvlr_plus.cli.fusion_args import FUSION_MODES
+    from fedvlr_plus.cli.fusion_args import FUSION_MODES, ROUTER_OVER
     from fedvlr_plus.coldstart.population import STARTS
     from fedvlr_plus.coldstart.rules import FUSED_RULES, RULES
     from fedvlr_plus.fedvlr import MODES
+    from fedvlr_plus.fedvlr.view_experts import ROUTER_OVER as LAYER_ROUTER_OVER
 
     assert FUSION_MODES == MODES and COLD_RULES == RULES + FUSED_RULES and NEW_USER_STARTS == STARTS
+    assert ROUTER_OVER == LAYER_ROUTER_OVER
+    from fedvlr_plus.cli.view_routing import ROW_GROUPS
+    from fedvlr_plus.experiments.view_routing import ROW_GROUPS as LIBRARY_ROW_GROUPS
+
+    assert ROW_GROUPS == LIBRARY_ROW_GROUPS
 
 
 def test_run_says_what_it_does_and_what_to_try_next(tmp_path):

@@ -76,6 +76,9 @@ def register(sub) -> argparse.ArgumentParser:
 
     register_poisoning(ex)
     register_privacy(ex)
+    from .view_routing import register as register_view_routing
+
+    register_view_routing(ex)
     pr = ex.add_parser("paired", help="two finished run folders compared over the same test users (paired tests)",
                        description="Reads each seed's per_user_test.csv of two `run --out` folders, averages "
                                    "each user over the seeds and pairs the runs over their common users: mean "

@@ -13,8 +13,10 @@ def options_from_args(args, mode: str | None = None) -> FedVLROptions:
     """The layer's options from parsed ``--fusion ...`` flags (see
     :func:`~fedvlr_plus.cli.fusion_args.add_fusion_arguments`);
     ``mode`` replaces ``--fusion`` (a command that trains several fusion variants)."""
+    over = {"router_over": args.router_over} if getattr(args, "router_over", None) else {}
     return FedVLROptions(
         mode=mode or args.fusion,
+        **over,
         temperature=args.router_temperature,
         balance=args.router_balance,
         residual=bool(getattr(args, "fusion_residual", False) or getattr(args, "fusion_residual_gate", False)),

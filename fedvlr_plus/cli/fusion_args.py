@@ -9,6 +9,8 @@ from .argtypes import non_negative_float, non_negative_int, positive_float, shar
 
 #: the fusion modes of :class:`fedvlr_plus.fedvlr.FusionLayer`
 FUSION_MODES = ("sum", "mlp", "gate", "fedvlr", "uniform")
+#: what the router mixes (:data:`fedvlr_plus.fedvlr.view_experts.ROUTER_OVER`, checked by a test)
+ROUTER_OVER = ("auto", "views", "operators")
 
 
 def add_fusion_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,6 +27,12 @@ def add_fusion_arguments(parser: argparse.ArgumentParser) -> None:
                         "text,image or title,metadata)")
     g.add_argument("--drop-modality", action="append", default=[], metavar="M",
                    help="ablation: leave out a modality (id, text, image, or a view name); repeatable")
+    g.add_argument("--router-over", choices=ROUTER_OVER, default=None,
+                   help="what the private router (and --fusion uniform) mixes: views, one expert per content view "
+                        "(the ID row plus that view), so a user's weights say which modality serves them; or "
+                        "operators, the sum / mlp / gate experts over every modality (the original release's "
+                        "form); auto: views where there are two or more content views, else operators. "
+                        "Default: auto")
     g.add_argument("--router-temperature", type=positive_float, default=1.0, help="softmax temperature of the router")
     g.add_argument("--router-balance", type=non_negative_float, default=0.0,
                    help="weight of the entropy term that keeps a user's routing from collapsing (default 0)")

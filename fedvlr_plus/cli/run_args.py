@@ -41,6 +41,8 @@ _NOT_FOR = {
     "run": frozenset(),
     "experiment": frozenset({"--recbole-config", "--evaluator"}),
     "coldstart": frozenset({"--resume", "--recbole-config", "--evaluator"}),
+    # experiment planted / view-routing: every row sets its own aggregation, and nothing is checkpointed
+    "routing": frozenset({"--resume", "--recbole-config", "--evaluator", "--strategy", "--checkpoint-every"}),
     # bench round times one round of every client in memory: no evaluation, stopping, seeds or checkpoints
     "bench": frozenset({"--resume", "--recbole-config", "--evaluator", "--rounds", "--patience", "--valid-metric",
                         "--eval-every", "--ks", "--seeds", "--checkpoint-every", "--clients-per-round",

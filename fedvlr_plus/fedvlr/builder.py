@@ -34,7 +34,8 @@ def build_fedvlr(data, backbone: Backbone | str, options: FedVLROptions | None =
         views = load_views(data, options.views, names, progress=options.progress, purpose=f"--fusion {options.mode}")
     views, use_id = select_views(views, options.drop_modality)
     cold = ColdItemRule(data.cold_items(), options.cold_neighbours) if data is not None else None
-    return FusionLayer(backbone, views, mode=options.mode, temperature=options.temperature,
+    return FusionLayer(backbone, views, mode=options.mode, router_over=options.router_over,
+                       temperature=options.temperature,
                        router_hidden=options.router_hidden, use_id=use_id, balance=options.balance,
                        cold_items=cold, residual=options.residual, personal_offset=options.personal_offset,
                        content_preference=options.content_preference, view_scale=options.view_scale,

@@ -28,7 +28,7 @@ import torch
 
 from ..adapters.base import Backbone, ParamSpec, init_shared, take_rows
 from ..federation.simulation import rng
-from . import preference
+from . import preference, view_experts
 from .closed_form import MixtureDotHead
 from .cold import NO_COLD_RULE, ColdItemRule, warm_neighbours
 from .experts import EXPERTS, expert_outputs, fusion_specs, mix, project
@@ -69,10 +69,13 @@ def _checked_views(views: dict[str, np.ndarray], n_items: int) -> dict[str, torc
 
 
 def _check_options(base: Backbone, views: dict, *, mode: str, view_scale: str, use_id: bool, residual: bool,
-                   id_dropout: float, residual_gate: bool, content_preference: bool) -> None:
+                   id_dropout: float, residual_gate: bool, content_preference: bool, router_over: str) -> None:
     """A ``ValueError`` naming the first option of :class:`FusionLayer` that cannot hold around ``base``."""
     if mode not in MODES:
         raise ValueError(f"fusion mode must be one of {', '.join(MODES)}, got {mode!r}")
+    refusal = view_experts.refusal(router_over, mode, len(views))
+    if refusal:
+        raise ValueError(refusal)
     if view_scale not in VIEW_SCALES:
         raise ValueError(f"view scale must be one of {', '.join(VIEW_SCALES)}, got {view_scale!r}")
     if not views and not use_id:
@@ -98,7 +101,8 @@ class FusionLayer(Backbone):
     """Wrap ``base``: its item representation becomes a (router-weighted) mixture of server-fused views.
 
     Build it with :func:`fedvlr_plus.fedvlr.build_fedvlr` (the options the command line uses); the constructor's
-    own defaults are the layer's, not the command line's (no cold-item rule unless ``cold_items`` is given)."""
+    own defaults are the layer's, not the command line's (no cold-item rule unless ``cold_items`` is given; the
+    router over the operators unless ``router_over`` says otherwise, where the options' default is ``auto``)."""
 
     default_strategy = "fedgrad"
     #: False: scoring every item forms each user's mixtures and runs the backbone's head on them, even where the
@@ -109,12 +113,13 @@ class FusionLayer(Backbone):
     default_server_lr = 1.0
 
     def __init__(self, base: Backbone, views: dict[str, np.ndarray], *, mode: str = "fedvlr",
-                 temperature: float = 1.0, router_hidden: int = 64, use_id: bool = True,
+                 router_over: str = "operators", temperature: float = 1.0, router_hidden: int = 64, use_id: bool = True,
                  balance: float = 0.0, cold_items: ColdItemRule | None = None,
                  residual: bool = False, personal_offset: bool = False, content_preference: bool = False,
                  view_scale: str = "model", id_dropout: float = 0.0, residual_gate: bool = False):
         _check_options(base, views, mode=mode, view_scale=view_scale, use_id=use_id, residual=residual,
-                       id_dropout=id_dropout, residual_gate=residual_gate, content_preference=content_preference)
+                       id_dropout=id_dropout, residual_gate=residual_gate, content_preference=content_preference,
+                       router_over=router_over)
         super().__init__(base.n_items, base.dim)
         self.base, self.mode = base, mode
         self.temperature, self.router_hidden = float(temperature), int(router_hidden)
@@ -137,7 +142,13 @@ class FusionLayer(Backbone):
         self.d = self._probe_dim()
         self.keys = (["proj.id"] if use_id else []) + [f"proj.v{i}" for i in range(len(self.view_names))]
         self.in_dims = ([self.d] if use_id else []) + [v.shape[1] for v in self.views.values()]
-        self.experts = list(EXPERTS) if mode in ("fedvlr", "uniform") else [mode]
+        # the single-expert modes are operators; the router (and its uniform ablation) mixes the operators or,
+        # with router_over="views", one expert per content view (:mod:`.view_experts`)
+        self.router_over = view_experts.resolve(router_over, mode, len(self.view_names))
+        if self.router_over == "views":
+            self.experts = view_experts.view_expert_names(self.view_names)
+        else:
+            self.experts = list(EXPERTS) if mode in ("fedvlr", "uniform") else [mode]
         # the rule only has an ID row to fill when the ID modality takes part
         self.cold_items = cold_items.fit(views, base.n_items) if cold_items is not None and use_id else None
         self._init_id_dropout(float(id_dropout), views, cold_items)
@@ -242,7 +253,9 @@ class FusionLayer(Backbone):
                 x = x.index_copy(0, self.dropout_pool[dropped], x[self.dropout_fill[dropped]].mean(1))
             inputs.append(x)
         inputs += [self.views[name] for name in self.view_names]
-        outs = expert_outputs(project(inputs, self.keys, sp), self.keys, self.experts, sp)
+        zs = project(inputs, self.keys, sp)
+        outs = (view_experts.view_expert_outputs(zs, self.use_id) if self.router_over == "views"
+                else expert_outputs(zs, self.keys, self.experts, sp))
         # LayerNorm outputs have norm ~sqrt(d); scale the views to the size of item vector the backbone's head and
         # learning rates are made for (Backbone.fused_item_norm; without it FedNCF's MLP tower diverges, and a
         # RecBole NeuMF, whose rows start at norm 0.11, learns far slower behind unit-size views)
@@ -405,6 +418,7 @@ class FusionLayer(Backbone):
     def describe(self) -> dict:
         out = self.base.describe()
         out.update(backbone=self.name, fusion=self.mode, views=self.view_names, experts=self.experts,
+                   router_over=self.router_over,
                    use_id=self.use_id, residual=self.residual, residual_gate=self.residual_gate,
                    temperature=self.temperature,
                    view_scale=self.view_scale, view_norm=round(self.out_scale * float(np.sqrt(self.d)), 6),

@@ -16,6 +16,12 @@ VIEW_SCALES = ("model", "unit")
 class FedVLROptions:
     #: ``fedvlr``: the three experts mixed by the private router; ``sum`` / ``mlp`` / ``gate``: one expert, no router
     mode: str = "fedvlr"
+    #: what the router (and ``uniform``) mixes: ``views``, one expert per content view (ID row + that view);
+    #: ``operators``, the sum / mlp / gate experts over every modality (the original release's form); ``auto``
+    #: (default), the views where there are two or more content views, else the operators. Chosen on the planted
+    #: benchmark and KU (docs/personal-fusion.md): the view router recovers a planted preference that operator
+    #: experts cannot express, and is level with or above the operators on real data
+    router_over: str = "auto"
     #: softmax temperature of the router
     temperature: float = 1.0
     #: weight of the entropy term that keeps a user's routing from collapsing onto one expert
@@ -53,6 +59,10 @@ class FedVLROptions:
 
         if self.mode not in MODES:
             raise ValueError(f"fusion mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        from .view_experts import ROUTER_OVER
+
+        if self.router_over not in ROUTER_OVER:
+            raise ValueError(f"router over must be one of {', '.join(ROUTER_OVER)}, got {self.router_over!r}")
         if self.temperature <= 0:
             raise ValueError(f"router temperature must be positive, got {self.temperature}")
         if self.view_scale not in VIEW_SCALES:
