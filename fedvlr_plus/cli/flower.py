@@ -44,7 +44,7 @@ def superlink_address(text: str) -> str:
     """``HOST:PORT`` (an IPv6 host in brackets): refused while the flags are read, not buried in Flower's output."""
     host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise argparse.ArgumentTypeError(f"--superlink looks like HOST:PORT with a port in [1, 65535], got {text!r}")
+        raise argparse.ArgumentTypeError(f"looks like HOST:PORT with a port in [1, 65535], got {text!r}")
     return text
 
 

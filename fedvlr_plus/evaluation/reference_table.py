@@ -48,7 +48,7 @@ def reference_run(
     common = dict(protocol=protocol, ks=ks, metrics=names, mask_history=mask_history, seed=seed)
     valid = evaluate(data, scorer, split="valid", **common)
     test = evaluate(data, scorer, split="test", **common)
-    from ..federation.identity import split_digest
+    from ..data_identity import split_digest
 
     result = {
         "dataset": data.name,

@@ -30,7 +30,7 @@ from ..adapters import Backbone, make_backbone, option_names
 from ..errors import ResumeMismatch, RunFolderError
 from ..evaluation.run_report import per_user_file_frame
 from .config import COMPACT_STORES, RESUMABLE_CHANGES, FedConfig
-from .identity import describe_difference, split_digest
+from ..data_identity import describe_difference, split_digest
 from .privacy.accountant import run_clip, run_noise, run_privacy
 from .rounds import RoundLoop
 from .runs.folder import SeedFolder
@@ -74,7 +74,7 @@ def _plain(d):
 
 def dataset_identity(data) -> dict:
     """Name, sizes, the old count-and-sum check (which checkpoints written before the digest compare by) and the
-    digest of the split (fedvlr_plus.federation.identity)."""
+    digest of the split (fedvlr_plus.data_identity)."""
     tr = data.train()
     keys = tr["user"].to_numpy().astype(np.int64) * data.n_items + tr["item"].to_numpy().astype(np.int64)
     return {"name": data.name, "users": int(data.n_users), "items": int(data.n_items), "train": int(len(tr)),

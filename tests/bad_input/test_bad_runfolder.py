@@ -342,7 +342,7 @@ def test_a_checkpoint_written_before_the_digest_still_resumes(source, run_dir):
 
 
 def test_the_split_digest_sees_pairs_ids_and_features_but_not_row_order():
-    from fedvlr_plus.federation.identity import split_digest
+    from fedvlr_plus.data_identity import split_digest
     from fedvlr_plus.federation.synthetic import synthetic_data
 
     data = synthetic_data(20, 30, 6.0, groups=2, seed=1, name="d")
