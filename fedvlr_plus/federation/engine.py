@@ -27,10 +27,10 @@ import numpy as np
 import torch
 
 from ..adapters import Backbone, make_backbone, option_names
+from ..data_identity import describe_difference, split_digest
 from ..errors import ResumeMismatch, RunFolderError
 from ..evaluation.run_report import per_user_file_frame
 from .config import COMPACT_STORES, RESUMABLE_CHANGES, FedConfig
-from ..data_identity import describe_difference, split_digest
 from .privacy.accountant import run_clip, run_noise, run_privacy
 from .rounds import RoundLoop
 from .runs.folder import SeedFolder
