@@ -30,6 +30,25 @@ def output_error(path, exc: OSError) -> UserError:
     return UserError(str(path), why, _HINTS.get(exc.errno))
 
 
+def os_error_of(exc: BaseException) -> OSError | None:
+    """The file-system error behind ``exc``: ``exc`` itself when it is an ``OSError``; else one that writers in
+    other languages (safetensors in Rust, faiss in C++) report in their message as ``os error 28`` or by its
+    text (``No space left on device``). None when ``exc`` is not a file-system error."""
+    import re
+
+    if isinstance(exc, OSError):
+        return exc
+    text = str(exc)
+    found = re.search(r"os error (\d+)", text)
+    if found:
+        code = int(found.group(1))
+        return OSError(code, os.strerror(code))
+    for code in _HINTS:
+        if os.strerror(code) in text:
+            return OSError(code, os.strerror(code))
+    return None
+
+
 def temp_path(path: Path) -> Path:
     """The temporary file that a write of ``path`` goes through (hidden, unique to this process)."""
     return path.with_name(f".{path.name}.tmp{os.getpid()}")
@@ -61,11 +80,25 @@ def atomic_write(path, write: Callable[[Path], None]) -> None:
         write(tmp)
         _fsync(tmp)
         os.replace(tmp, path)
-    except OSError as exc:
-        raise output_error(path, exc) from exc
+    except Exception as exc:
+        cause = os_error_of(exc)
+        if cause is None:
+            raise
+        raise output_error(path, cause) from exc
     finally:
         # after a successful rename there is nothing left to remove; after any failure the partial file goes
         tmp.unlink(missing_ok=True)
+
+
+def failed_folder_write(tmp: Path, path, exc: BaseException) -> None:
+    """After a failed write of the folder ``path`` through the temporary folder ``tmp``: ``tmp`` removed, and a
+    full or read-only disk raised as one line naming ``path`` (any other failure is the caller's to re-raise)."""
+    import shutil
+
+    shutil.rmtree(tmp, ignore_errors=True)
+    cause = os_error_of(exc) if isinstance(exc, Exception) else None
+    if cause is not None:
+        raise output_error(path, cause) from exc
 
 
 def atomic_write_bytes(path, data: bytes) -> None:

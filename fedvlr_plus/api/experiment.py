@@ -10,9 +10,14 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field, fields, replace
 
-from ..metric_spec import parse_metrics
+from ..errors import ConfigError, UserError
+from .checks import SEED_LIMIT, check_data, check_int, check_metrics, check_recipes, check_training
 from .models import REFERENCES, Model, Reference
 from .result import ExperimentResult
+
+DEFAULT_METRICS = ["hr@10", "ndcg@10", "hr@50", "ndcg@50"]
+#: more seeds than this is a typo, not a study (each seed trains every model once)
+MAX_SEEDS = 1000
 
 
 @dataclass
@@ -44,19 +49,42 @@ class Experiment:
         progress: bool = True,
         **training,
     ):
-        self.data, self.models = data, list(models)
-        self.metrics = list(metrics or ["hr@10", "ndcg@10", "hr@50", "ndcg@50"])
-        self.names, self.ks, self.keys = parse_metrics(",".join(self.metrics))
-        if seeds < 1:
-            raise ValueError(f"seeds must be >= 1, got {seeds}")
+        self.data = check_data(data)
+        self.models = check_recipes(models, references=references)
+        self.metrics = list(metrics.split(",") if isinstance(metrics, str) else metrics or DEFAULT_METRICS)
+        self.names, self.ks, self.keys = check_metrics(self.metrics, self.data, default=metrics is None)
+        self.seeds = check_int("Experiment(seeds=...)", seeds, low=1, high=MAX_SEEDS + 1)
+        self.seed = check_int("Experiment(seed=...)", seed, low=0, high=SEED_LIMIT - self.seeds + 1)
         if protocol not in ("full", "sampled"):
-            raise ValueError(f"protocol must be 'full' or 'sampled', got {protocol!r}")
-        self.seeds, self.seed, self.protocol = int(seeds), int(seed), protocol
-        self.references, self.progress, self.training = references, progress, training
-        self.data.require_split(need=("train", "valid", "test"))
+            raise ConfigError(f"Experiment(protocol={protocol!r})", "must be 'full' or 'sampled'")
+        self.protocol = protocol
+        self.references, self.progress, self.training = bool(references), bool(progress), training
+        check_training("Experiment", training)
+        self._check_before_training()
+
+    def _check_before_training(self) -> None:
+        """Everything that would fail later, refused now: each model's whole configuration (the experiment's
+        options with the recipe's own), and the sampled protocol on a catalogue too small for it."""
+        for model in self.models:
+            if isinstance(model, Model):
+                try:
+                    self.config(model, self.seed)
+                except ValueError as exc:
+                    if isinstance(exc, UserError):
+                        raise
+                    raise ConfigError(model.label, str(exc).removeprefix("FedConfig: ")) from None
+        if self.protocol == "sampled":
+            from ..evaluation import sampled_unavailable
+
+            for split in ("valid", "test"):
+                why = sampled_unavailable(self.data, split=split)
+                if why:
+                    raise ConfigError("Experiment(protocol='sampled')", why, "use protocol='full'")
 
     def run(self) -> ExperimentResult:
-        rows = list(self.models)
+        rows = check_recipes(
+            self.models, references=self.references, to_run=True
+        )  # again: the list may have been edited
         if self.references:
             have = {m.name for m in rows if isinstance(m, Reference)}
             rows += [make() for make in REFERENCES if make().name not in have]
@@ -75,8 +103,8 @@ class Experiment:
     def _evaluate(self, model, seed: int):
         if isinstance(model, Reference):
             return self._reference(model, seed)
-        if not isinstance(model, Model):
-            raise TypeError(f"not a model recipe: {model!r} (use FedAvg(), FedVLR(FedAvg()), Pop(), ...)")
+        if not isinstance(model, Model):  # models edited after the experiment was made
+            check_recipes(self.models, references=self.references)
         return self._federated(model, seed)
 
     def test(self, scorer, seed: int):
@@ -108,9 +136,9 @@ class Experiment:
         options = {**self.training, **model.train}
         unknown = sorted(set(options) - known)
         if unknown:
-            raise ValueError(
-                f"{model.label}: unknown training option(s) {', '.join(unknown)} "
-                f"(FedConfig fields, e.g. rounds, lr, dim, server_lr)"
+            raise ConfigError(
+                f"{model.label}: unknown training option(s) {', '.join(unknown)}",
+                hint="FedConfig fields, e.g. rounds, lr, dim, server_lr",
             )
         names = tuple(dict.fromkeys(list(self.names) + ["hr"]))
         return replace(

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 
+from .checks import ArgumentTypeError, check_label, check_training, check_types
+
 
 @dataclass
 class Model:
@@ -31,43 +33,54 @@ class Model:
 
 
 class FedAvg(Model):
-    def __init__(self, **train):
-        super().__init__("fedavg", "FedAvg", train)
+    def __init__(self, *, label: str | None = None, **train):
+        super().__init__("fedavg", check_label(label, "FedAvg") or "FedAvg", _checked("FedAvg", train))
 
 
 class FedNCF(Model):
-    def __init__(self, **train):
-        super().__init__("fedncf", "FedNCF", train)
+    def __init__(self, *, label: str | None = None, **train):
+        super().__init__("fedncf", check_label(label, "FedNCF") or "FedNCF", _checked("FedNCF", train))
 
 
 class FCF(Model):
-    def __init__(self, **train):
-        super().__init__("fcf", "FCF", train)
+    def __init__(self, *, label: str | None = None, **train):
+        super().__init__("fcf", check_label(label, "FCF") or "FCF", _checked("FCF", train))
 
 
 class PFedRec(Model):
-    def __init__(self, **train):
-        super().__init__("pfedrec", "PFedRec", train)
+    def __init__(self, *, label: str | None = None, **train):
+        super().__init__("pfedrec", check_label(label, "PFedRec") or "PFedRec", _checked("PFedRec", train))
 
 
 class FedRAP(Model):
     """FedRAP; ``fedrap_lambda`` / ``fedrap_mu`` are the backbone's own penalties
     (:class:`~fedvlr_plus.adapters.FedRAPOptions`; None: its defaults), any other keyword a training option."""
 
-    def __init__(self, fedrap_lambda: float | None = None, fedrap_mu: float | None = None, **train):
+    def __init__(
+        self, fedrap_lambda: float | None = None, fedrap_mu: float | None = None, *, label: str | None = None, **train
+    ):
         own = {k: v for k, v in (("fedrap_lambda", fedrap_lambda), ("fedrap_mu", fedrap_mu)) if v is not None}
         if own:  # refused here, not when the experiment reaches this model
             from ..adapters.fedrap import FedRAPOptions
+            from ..errors import ConfigError
 
-            FedRAPOptions(**own)
-        super().__init__("fedrap", "FedRAP", train, own)
+            try:
+                FedRAPOptions(**own)
+            except (TypeError, ValueError) as exc:
+                if isinstance(exc, ConfigError):
+                    raise
+                raise ConfigError(f"FedRAP({', '.join(f'{k}={v!r}' for k, v in own.items())})", str(exc)) from None
+        super().__init__("fedrap", check_label(label, "FedRAP") or "FedRAP", _checked("FedRAP", train), own)
 
 
 class RecBole(Model):
     """Any RecBole general recommender by name (any case), e.g. ``RecBole("BPR")``."""
 
-    def __init__(self, model: str, config_file: str | None = None, **train):
-        super().__init__(f"recbole:{model}", f"RecBole {model}", train)
+    def __init__(self, model: str, config_file: str | None = None, *, label: str | None = None, **train):
+        if not isinstance(model, str) or not model.strip():
+            raise ArgumentTypeError(f"RecBole({model!r})", "the model is a RecBole model's name, e.g. RecBole('BPR')")
+        label = check_label(label, "RecBole") or f"RecBole {model}"
+        super().__init__(f"recbole:{model}", label, _checked("RecBole", train))
         self.model, self.config_file = model, config_file
 
     def build(self, data, cfg):
@@ -86,11 +99,13 @@ class FedVLR(Model):
     def __init__(self, inner: Model, views: dict | None = None, *, label: str | None = None, options=None, **settings):
         from ..fedvlr import FedVLROptions
 
+        _check_inner(inner)
         names = {f.name for f in fields(FedVLROptions)}
-        self.options = replace(options or FedVLROptions(), **{k: v for k, v in settings.items() if k in names})
+        self.options = _fedvlr_options(options, {k: v for k, v in settings.items() if k in names})
         self.inner, self.views = inner, views
-        train = {**inner.train, **{k: v for k, v in settings.items() if k not in names}}
-        super().__init__(inner.backbone, label or f"{inner.label} + FedVLR", train)
+        own = _checked("FedVLR", {k: v for k, v in settings.items() if k not in names})
+        label = check_label(label, "FedVLR") or f"{inner.label} + FedVLR"
+        super().__init__(inner.backbone, label, {**inner.train, **own})
 
     def build(self, data, cfg):
         from ..adapters import make_backbone
@@ -101,11 +116,64 @@ class FedVLR(Model):
         if isinstance(base, str):  # a registered backbone at the experiment's size (its options: none given)
             base = make_backbone(base, data.n_items, cfg.dim)
         try:
-            return build_fedvlr(data, base, self.options, views=self.views)
+            return build_fedvlr(data, base, self.options, views=self.views, purpose=self.label)
         except ValueError as exc:  # a backbone the layer cannot wrap, unusable views: one line naming the model
             if isinstance(exc, UserError):
-                raise
+                raise ConfigError(self.label, _in_python_terms(str(exc))) from None
             raise ConfigError(self.label, str(exc)) from None
+
+
+#: the command line's remedies in a views message, as a Python caller would do the same
+_PYTHON_TERMS = {
+    "pass --views DIR": "pass views={name: [n_items, d] array}",
+    "use --fusion none": "drop the FedVLR layer",
+    ", --fusion-residual": "",
+}
+
+
+def _in_python_terms(text: str) -> str:
+    for flag, python in _PYTHON_TERMS.items():
+        text = text.replace(flag, python)
+    return text
+
+
+def _checked(owner: str, train: dict) -> dict:
+    """A recipe's training options, refused when it is made (not when the experiment reaches the model)."""
+    check_training(owner, train)
+    return train
+
+
+def _check_inner(inner) -> None:
+    """The layer wraps a trained recipe; a reference ranker, a string or another FedVLR layer it cannot."""
+    if isinstance(inner, Reference):
+        raise ArgumentTypeError(
+            f"FedVLR({inner.label}())",
+            "a reference ranker has no embeddings for the layer to wrap",
+            "wrap a trained recipe, e.g. FedVLR(FedAvg())",
+        )
+    if isinstance(inner, FedVLR):
+        raise ArgumentTypeError(f"FedVLR({inner.label!r})", "the layer is already there", "wrap the inner recipe once")
+    if not isinstance(inner, Model):
+        raise ArgumentTypeError(
+            f"FedVLR({inner!r})"[:80], "the first argument is a recipe", "e.g. FedVLR(FedAvg()) or FedVLR(FCF(lr=0.5))"
+        )
+
+
+def _fedvlr_options(options, settings: dict):
+    """``options`` (a FedVLROptions or None) with ``settings`` replacing its fields; a bad value names itself."""
+    from ..errors import ConfigError
+    from ..fedvlr import FedVLROptions
+
+    if options is not None and not isinstance(options, FedVLROptions):
+        raise ArgumentTypeError("FedVLR(options=...)", f"expected a FedVLROptions, got {type(options).__name__}")
+    check_types("FedVLR", settings, FedVLROptions)
+    try:
+        return replace(options or FedVLROptions(), **settings)
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        given = ", ".join(f"{k}={v!r}" for k, v in settings.items()) or "options=..."
+        raise ConfigError(f"FedVLR({given})", _in_python_terms(str(exc))) from None
 
 
 @dataclass

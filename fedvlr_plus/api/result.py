@@ -37,10 +37,12 @@ class ExperimentResult:
 
     def per_user(self, model: str, which: str = "all") -> pd.DataFrame:
         """One row per user: ``model``'s figures averaged over its seeds (``which``: all, warm or cold targets)."""
+        self._check(model=model, which=which)
         return _seed_average(self.per_seed[model], which, self.metrics)
 
     def table(self, which: str = "all") -> pd.DataFrame:
         """One row per model: mean over seeds, sd across seeds, 95% bootstrap interval over users, users."""
+        self._check(which=which)
         rows = []
         for model, results in self.per_seed.items():
             row = {"model": model, "seeds": len(results)}
@@ -57,6 +59,8 @@ class ExperimentResult:
 
     def paired(self, a: str, b: str, metric: str, which: str = "all") -> dict:
         """Paired t-test and Wilcoxon test of ``a`` against ``b`` over the users both have (seed-averaged)."""
+        self._check(model=a, which=which, where="paired(a=...)")
+        self._check(model=b, metric=metric, where="paired(b=...)")
 
         def wrap(m):  # the seed-averaged users in the slot of ``which``, the other groups empty
             users = self.per_user(m, which)
@@ -64,6 +68,21 @@ class ExperimentResult:
             return EvalResult(frames["all"], frames["warm"], frames["cold"], metric_names=list(self.metrics))
 
         return paired_test(wrap(a), wrap(b), metric, which)
+
+    def _check(self, *, model=None, metric=None, which="all", where: str = "model") -> None:
+        """A label, metric or target group this result does not have: one line that lists the ones it has."""
+        from ..errors import ConfigError
+
+        if model is not None and model not in self.per_seed:
+            raise ConfigError(
+                f"{where} {model!r}", "no model of this result has that label", f"labels: {', '.join(self.per_seed)}"
+            )
+        if metric is not None and metric not in self.metrics:
+            raise ConfigError(
+                f"metric {metric!r}", "not a metric of this result", f"metrics: {', '.join(self.metrics)}"
+            )
+        if which not in ("all", "warm", "cold"):
+            raise ConfigError(f"which={which!r}", "the target groups are 'all', 'warm' and 'cold'")
 
     def to_dict(self) -> dict:
         table = self.table()
@@ -106,6 +125,7 @@ class ExperimentResult:
         from ..atomic_write import atomic_write
 
         metric = metric or self.metrics[0]
+        self._check(metric=metric, which=which)
         table = self.table(which)
         means = table[metric].to_numpy(float)
         lo = np.array([c[0] for c in table[f"{metric}_ci"]], float)

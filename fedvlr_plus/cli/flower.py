@@ -10,7 +10,7 @@ import subprocess
 import sys
 import tempfile
 
-from ..errors import ConfigError, UserError
+from ..errors import ConfigError
 from ..flower.deploy import (
     DEFAULT_RUNTIME_PORT,
     DEFAULT_SUPERLINK_PORT,
@@ -24,6 +24,11 @@ from ..flower.deploy import (
 from .argtypes import port as port_number
 from .argtypes import positive_float
 
+#: ``--wait``'s default bound: the example app's runs take minutes; a longer run raises --timeout
+DEFAULT_WAIT = 3600.0
+#: ``flwr run`` only submits; it answers in seconds, or the SuperLink is not answering
+SUBMIT_TIMEOUT = 300.0
+
 
 def parse_partition(text: str) -> tuple[int, int]:
     try:
@@ -33,6 +38,14 @@ def parse_partition(text: str) -> tuple[int, int]:
     if n < 1 or not 0 <= i < n:
         raise argparse.ArgumentTypeError(f"--partition {text}: need 0 <= I < N")
     return i, n
+
+
+def superlink_address(text: str) -> str:
+    """``HOST:PORT`` (an IPv6 host in brackets): refused while the flags are read, not buried in Flower's output."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"looks like HOST:PORT with a port in [1, 65535], got {text!r}")
+    return text
 
 
 
@@ -63,7 +76,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_superlink)
 
     n = sub.add_parser("supernode", help="start a SuperNode holding one partition of the users (foreground)")
-    n.add_argument("--superlink", required=True, metavar="HOST:PORT", help="the SuperLink's address")
+    n.add_argument("--superlink", required=True, type=superlink_address, metavar="HOST:PORT",
+                   help="the SuperLink's address")
     n.add_argument("--partition", required=True, type=parse_partition, metavar="I/N",
                    help="this node holds partition I of N (contiguous blocks of user ids; 0/1 = every user)")
     n.add_argument("--port", type=port_number, default=DEFAULT_RUNTIME_PORT,
@@ -79,12 +93,16 @@ def register(subparsers) -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="submit the Flower App as a run; optionally wait for its result")
     r.add_argument("app", metavar="APP_DIR", help="the Flower App folder (e.g. examples/flower_app)")
-    r.add_argument("--superlink", required=True, metavar="HOST:PORT", help="the SuperLink's address")
+    r.add_argument("--superlink", required=True, type=superlink_address, metavar="HOST:PORT",
+                   help="the SuperLink's address")
     r.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                    help="override a run-config value of the app's pyproject.toml (repeatable)")
     r.add_argument("--wait", action="store_true", help="wait for the result (needs result=PATH in the config)")
-    r.add_argument("--timeout", type=positive_float, default=24 * 3600.0,
-                   help="with --wait: give up after this many seconds")
+    r.add_argument("--timeout", type=positive_float, default=DEFAULT_WAIT,
+                   help=f"with --wait: give up after this many seconds (default {DEFAULT_WAIT:.0f}: the example "
+                        "app's runs take minutes; raise it for long runs)")
+    r.add_argument("--progress-every", type=positive_float, default=30.0, metavar="SECONDS",
+                   help="with --wait: a progress line on stderr this often (default 30)")
     r.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     r.add_argument("--secagg", action="store_true",
                    help="secure aggregation of the training uploads with Flower's SecAgg+ (= --config secagg=1; "
@@ -103,6 +121,7 @@ def cmd_superlink(args) -> int:
 
 
 def cmd_supernode(args) -> int:
+    _check_node_paths(args)
     cmd = supernode_command(superlink=args.superlink, partition=args.partition, runtime_port=args.port,
                             insecure=args.insecure, root_certificates=args.root_certificates,
                             state_dir=args.state_dir, data=args.data, auth_key=args.auth_key)
@@ -111,30 +130,73 @@ def cmd_supernode(args) -> int:
     return 0  # pragma: no cover
 
 
-def cmd_run(args) -> int:
+def _check_node_paths(args) -> None:
+    """A node's data and state folder checked at start, not when the first run reaches the node."""
+    from pathlib import Path
+
+    if args.data is not None and not Path(args.data).exists():
+        raise ConfigError(f"--data {args.data}", "no such file or folder",
+                          "give this node's copy of the data, or leave --data out to use the run's")
+    if args.state_dir is not None and Path(args.state_dir).exists() and not Path(args.state_dir).is_dir():
+        raise ConfigError(f"--state-dir {args.state_dir}", "is a file, not a folder")
+    for flag in ("root_certificates", "auth_key"):
+        value = getattr(args, flag, None)
+        if value is not None and not Path(value).is_file():
+            raise ConfigError(f"--{flag.replace('_', '-')} {value}", "no such file")
+
+
+def _run_config(args) -> dict:
+    """``--config KEY=VALUE`` items (and ``--secagg``) as the run config, paths made absolute and checked."""
+    from pathlib import Path
+
     config = {}
     for item in args.config:
-        if "=" not in item:
+        k, sep, v = item.partition("=")
+        if not sep or not k.strip():
             raise ConfigError(f"--config {item}", "expected KEY=VALUE", "e.g. --config rounds=3")
-        k, v = item.split("=", 1)
         config[k.strip()] = v.strip()
     if args.secagg:
         config["secagg"] = "1"
     config = absolute_paths(config)
-    if args.wait and not config.get("result"):
-        raise ConfigError("--wait", "needs --config result=PATH (the file the ServerApp writes)")
+    if args.wait:
+        if not config.get("result"):
+            raise ConfigError("--wait", "needs --config result=PATH (the file the ServerApp writes)")
+        result = Path(config["result"])
+        if result.exists() or result.with_suffix(".error.json").exists():
+            raise ConfigError(f"--config result={config['result']}", "already exists: --wait would read an old "
+                              "run's result as this one's", "remove it or choose another path")
+        if not result.parent.is_dir():
+            raise ConfigError(f"--config result={config['result']}", f"no folder {result.parent}",
+                              "create it first, or choose another path")
+    return config
+
+
+def cmd_run(args) -> int:
+    from pathlib import Path
+
+    from ..flower.deploy import FlowerRunError, submitted_run
+
+    if not (Path(args.app) / "pyproject.toml").is_file():
+        raise ConfigError(f"APP_DIR {args.app}", "not a Flower App folder (no pyproject.toml)",
+                          "e.g. examples/flower_app")
+    config = _run_config(args)
     with tempfile.TemporaryDirectory(prefix="fedvlr-flwr-home-") as home:
         write_connection(home, args.superlink, insecure=args.insecure, root_certificates=args.root_certificates)
         env = {**os.environ, "FLWR_HOME": home}
-        proc = subprocess.run(run_command(args.app, config=config), env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        last = (proc.stderr.strip() or proc.stdout.strip() or "no output").splitlines()[-1]
-        raise UserError(f"flwr run {args.app}", f"failed with exit code {proc.returncode}: {last}")
-    submitted = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "{}"
+        try:
+            proc = subprocess.run(run_command(args.app, config=config), env=env, capture_output=True, text=True,
+                                  timeout=SUBMIT_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            raise FlowerRunError(f"flwr run {args.app}", f"no answer from the SuperLink {args.superlink} after "
+                                 f"{SUBMIT_TIMEOUT:.0f} s; the run may not have been submitted") from None
+    submitted = submitted_run(proc.stdout, proc.stderr, proc.returncode, args.app)
     if not args.wait:
-        print(submitted)
+        print(json.dumps(submitted))
         return 0
-    result = wait_for_result(config["result"], args.timeout)
+    print(f"submitted run {submitted.get('run-id', '?')}; waiting for {config['result']} (at most "
+          f"{args.timeout:.0f} s, --timeout)", file=sys.stderr, flush=True)
+    result = wait_for_result(config["result"], args.timeout, every=args.progress_every,
+                             progress=lambda line: print(line, file=sys.stderr, flush=True))
     summary = {k: result.get(k) for k in ("selected_round", "valid", "test", "test_warm", "test_cold")}
     if args.json:
         print(json.dumps(result))

@@ -48,8 +48,11 @@ def reference_run(
     common = dict(protocol=protocol, ks=ks, metrics=names, mask_history=mask_history, seed=seed)
     valid = evaluate(data, scorer, split="valid", **common)
     test = evaluate(data, scorer, split="test", **common)
+    from ..data_identity import split_digest
+
     result = {
         "dataset": data.name,
+        "data_digest": split_digest(data),  # what `experiment paired` checks two runs by
         "backbone": backbone,
         "protocol": protocol_name,
         "split": split_used,

@@ -50,6 +50,61 @@ def per_user_of_run(folder) -> tuple[pd.DataFrame, list[str]]:
     return out, [str(f.parent) for f in files]
 
 
+#: a result.json larger than this is not a run's (a run's is kilobytes to a few megabytes)
+_RESULT_LIMIT = 256 << 20
+
+
+def recorded_data(folder) -> dict:
+    """What the run in ``folder`` recorded about its data: ``{"dataset": name, "data_digest": digest}``, from its
+    seed folders' (or its own) result.json; the keys it lacks (runs of earlier versions) are left out."""
+    import json
+
+    folder = Path(folder)
+    files = sorted(folder.glob("seed-*/result.json")) or sorted(folder.glob("result.json"))
+    seen: dict = {}
+    for f in files:
+        try:
+            if f.stat().st_size > _RESULT_LIMIT:
+                raise ValueError(f"larger than {_RESULT_LIMIT >> 20} MB")
+            rec = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise RunFolderError(str(f), f"cannot be read ({exc})", "pass the folder of a finished run") from None
+        for key in ("dataset", "data_digest"):
+            value = rec.get(key) if isinstance(rec, dict) else None
+            if value is not None and seen.setdefault(key, value) != value:
+                raise RunFolderError(
+                    str(folder), f"its seed folders record different data ({key})", "re-run it into an empty folder"
+                )
+    return seen
+
+
+def check_same_data(folder_a, a: pd.DataFrame, folder_b, b: pd.DataFrame) -> None:
+    """Refuse two runs on different data: another data set, another split (digest), or other test users. Users
+    are ids within a data set: the same numbers in two data sets are different people."""
+    rec_a, rec_b = recorded_data(folder_a), recorded_data(folder_b)
+    what = None
+    if "dataset" in rec_a and "dataset" in rec_b and rec_a["dataset"] != rec_b["dataset"]:
+        what = f"data set {rec_a['dataset']!r} vs {rec_b['dataset']!r}"
+    elif "data_digest" in rec_a and "data_digest" in rec_b and rec_a["data_digest"] != rec_b["data_digest"]:
+        what = (
+            f"same data set name, another split or other interactions (digest "
+            f"{rec_a['data_digest'][7:19]}… vs {rec_b['data_digest'][7:19]}…)"
+        )
+    else:
+        users_a, users_b = set(a["user"].tolist()), set(b["user"].tolist())
+        if users_a != users_b:
+            what = (
+                f"different test users ({len(users_a - users_b)} only in A, {len(users_b - users_a)} only in B, "
+                f"{len(users_a & users_b)} in both)"
+            )
+    if what:
+        raise RunFolderError(
+            f"{folder_a} and {folder_b}",
+            f"the runs are on different data: {what}",
+            "pair runs of the same data and split",
+        )
+
+
 def paired_runs(folder_a, folder_b, metrics=None, by_history: bool = False) -> dict:
     """The paired comparison of run A against run B over their common test users (and, with ``by_history``,
     within each bucket of training interactions: ``by_history``, one dict per non-empty bucket)."""
@@ -57,6 +112,7 @@ def paired_runs(folder_a, folder_b, metrics=None, by_history: bool = False) -> d
 
     a, seeds_a = per_user_of_run(folder_a)
     b, seeds_b = per_user_of_run(folder_b)
+    check_same_data(folder_a, a, folder_b, b)
     common = [m for m in a.columns if "@" in m and m in b.columns]
     wanted = list(metrics) if metrics else common
     missing = [m for m in wanted if m not in common]

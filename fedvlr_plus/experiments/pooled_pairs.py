@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from ..errors import RunFolderError
-from .paired_runs import per_user_of_run
+from .paired_runs import check_same_data, per_user_of_run
 
 
 def pooled_pairs(pairs, metrics=None) -> dict:
@@ -24,6 +24,8 @@ def pooled_pairs(pairs, metrics=None) -> dict:
     ``se``, ``t_pvalue``), ``pooled`` (the same over every draw's users, and ``draws``) and the users counted
     (``n_users``, ``n_distinct_users``)."""
     frames = [(per_user_of_run(a)[0], per_user_of_run(b)[0], a, b) for a, b in pairs]
+    for fa, fb, a, b in frames:  # each draw pairs two runs of one data set (draws may differ from each other)
+        check_same_data(a, fa, b, fb)
     common = [m for m in frames[0][0].columns if "@" in m and all(m in fa and m in fb for fa, fb, _, _ in frames)]
     wanted = list(metrics) if metrics else common
     missing = [m for m in wanted if m not in common]

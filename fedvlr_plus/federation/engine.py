@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from ..adapters import Backbone, make_backbone, option_names
+from ..data_identity import describe_difference, split_digest
 from ..errors import ResumeMismatch, RunFolderError
 from ..evaluation.run_report import per_user_file_frame
 from .config import COMPACT_STORES, RESUMABLE_CHANGES, FedConfig
@@ -72,10 +73,13 @@ def _plain(d):
 
 
 def dataset_identity(data) -> dict:
+    """Name, sizes, the old count-and-sum check (which checkpoints written before the digest compare by) and the
+    digest of the split (fedvlr_plus.data_identity)."""
     tr = data.train()
     keys = tr["user"].to_numpy().astype(np.int64) * data.n_items + tr["item"].to_numpy().astype(np.int64)
     return {"name": data.name, "users": int(data.n_users), "items": int(data.n_items), "train": int(len(tr)),
-            "train_key_sum": int(np.sort(keys).astype(np.uint64).sum(dtype=np.uint64) % (1 << 62))}
+            "train_key_sum": int(np.sort(keys).astype(np.uint64).sum(dtype=np.uint64) % (1 << 62)),
+            "digest": split_digest(data)}
 
 
 class FederatedRun:
@@ -380,7 +384,8 @@ class FederatedRun:
         if self.best is None:
             raise RuntimeError("no validation evaluation was run")
         out = {
-            "backbone": self.backbone_name, "dataset": self.data.name, "seed": int(self.cfg.seed),
+            "backbone": self.backbone_name, "dataset": self.data.name, "data_digest": self.identity()["digest"],
+            "seed": int(self.cfg.seed),
             "selected_round": int(self.best["round"]), "rounds_run": int(self.round),
             "stopped_early": bool(self.stopped_early), "strategy": self.strategy_name,
             "simulator": getattr(self.sim, "name", self.cfg.simulator), "valid": self.best["valid"],
@@ -412,6 +417,12 @@ class FederatedRun:
                 "server_optimizer": self.server_optimizer if grads else None,
                 "clients_per_round": int(self.per_round), "private_store": self.store.kind}
 
+    def identity(self) -> dict:
+        """The data's identity (dataset_identity), computed once: every checkpoint and the result record it."""
+        if getattr(self, "_identity", None) is None:
+            self._identity = dataset_identity(self.data)
+        return self._identity
+
     def recorded_config(self) -> dict:
         """The run's settings as results and checkpoints record them: the config's fields, then the backbone's
         own options (FedRAP's ``fedrap_lambda`` / ``fedrap_mu``), so a resume checks both."""
@@ -421,7 +432,7 @@ class FederatedRun:
     def save_checkpoint(self) -> None:
         state = {
             "format": CHECKPOINT_FORMAT, "backbone": self.backbone_name, "config": self.recorded_config(),
-            "dataset": dataset_identity(self.data), "round": self.round, "shared": self.shared,
+            "dataset": self.identity(), "round": self.round, "shared": self.shared,
             "strategy": self.strategy.state_dict(), "private_store": self.store.kind,
             "private": self._private_snapshot(), "history": self.history, "best": self.best,
             "bad_evals": self.bad_evals, "stopped_early": self.stopped_early, "resolved": self._resolved(),
@@ -469,9 +480,11 @@ class FederatedRun:
         if ck["backbone"] != self.backbone_name:
             raise ResumeMismatch(where, f"the run used backbone {ck['backbone']!r}, not {self.backbone_name!r}",
                                  hint)
-        ident = dataset_identity(self.data)
+        # a checkpoint written before the digest existed is compared by its own (older) fields
+        ident = {k: v for k, v in self.identity().items() if k in ck["dataset"]}
         if ck["dataset"] != ident:
-            raise ResumeMismatch(where, f"the run was trained on other data ({ck['dataset']} vs {ident})", hint)
+            differs = describe_difference(ck["dataset"], ident)
+            raise ResumeMismatch(where, f"the run was trained on other data ({differs})", hint)
         # a setting left to the backbone (None) and the same value given explicitly are the same run
         mine = self._resolved()
         old, new = _effective(ck["config"], ck["resolved"]), _effective(self.recorded_config(), mine)

@@ -115,9 +115,21 @@ def _train_seed_job(job: SeedJob) -> tuple[dict, object]:
     return job.train(), job.on_round
 
 
+def _remove_temp_files(out: Path) -> None:
+    """The temporary files a kill during the run's last writes left in the folder itself (the top-level
+    ``result.json``, ``per_user_test.csv``): removed at the next start, under the folder's lock. The seed
+    folders' are their own (SeedFolder.tidy)."""
+    from ..atomic_write import is_temp_file
+
+    for p in out.iterdir() if out.is_dir() else ():
+        if p.is_file() and is_temp_file(p):
+            p.unlink(missing_ok=True)
+
+
 def _check_folder(out: Path, seeds: list[int], resume: bool) -> None:
     """Refuse a folder that holds a run unless resuming, and on resume one without a run, a seed the call does
     not ask for, or any seed folder whose files fail their checksums (before anything is trained)."""
+    _remove_temp_files(out)
     held = seed_folders(out)
     if not resume:
         if held:

@@ -182,18 +182,76 @@ def absolute_paths(config: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def wait_for_result(result: str | os.PathLike, timeout: float, procs: list | None = None) -> dict:
-    """Block until the ServerApp writes ``result`` (or its ``.error.json``); return the parsed result."""
+class FlowerRunError(UserError, RuntimeError):
+    """``flwr run`` did not submit the run (SuperLink unreachable, app refused), or the run failed or timed out.
+    A RuntimeError too, as the failures of ``wait_for_result`` were before."""
+
+
+def submitted_run(stdout: str, stderr: str, returncode: int, app: str) -> dict:
+    """Flower's JSON answer to ``flwr run --format json`` when it says the run was submitted; else one line with
+    Flower's own message. Flower exits 0 even when its JSON says ``success: false`` (SuperLink unreachable), so
+    the JSON decides, not the exit code."""
+    answer = _last_json_object(stdout)
+    if answer is None:
+        last = (stderr.strip() or stdout.strip() or "no output").splitlines()[-1]
+        why = f"exit code {returncode}: {last}" if returncode else f"Flower printed no JSON answer ({last[:200]})"
+        raise FlowerRunError(f"flwr run {app}", f"the run was not submitted; {why}")
+    if answer.get("success") is not True or returncode:
+        message = " ".join(
+            line.strip()
+            for line in str(answer.get("error-message") or answer.get("error") or "no reason given").splitlines()
+            if line.strip() and not line.startswith("Using SuperLink")  # Flower's own preamble: not the reason
+        )
+        raise FlowerRunError(f"flwr run {app}", f"the run was not submitted: {message or 'no reason given'}")
+    return answer
+
+
+def _last_json_object(text: str) -> dict | None:
+    """The JSON object Flower printed (the whole output, else its last ``{`` ... ``}`` block), or None."""
+    text = text.strip()
+    for start in [0] + [i for i, ch in enumerate(text) if ch == "{" and (i == 0 or text[i - 1] == "\n")][::-1]:
+        try:
+            value = json.loads(text[start:])
+        except ValueError:
+            continue
+        return value if isinstance(value, dict) else None
+    return None
+
+
+def wait_for_result(
+    result: str | os.PathLike, timeout: float, procs: list | None = None, *, progress=None, every: float = 30.0
+) -> dict:
+    """Block until the ServerApp writes ``result`` (or its ``.error.json``); return the parsed result.
+    ``progress(line)`` is called every ``every`` seconds while waiting, so a long wait is not silent."""
     path = Path(result)
     err = path.with_suffix(".error.json")
-    deadline = time.time() + timeout
+    start = time.time()
+    deadline, next_note = start + timeout, start + every
     while time.time() < deadline:
         if path.exists():
-            return json.loads(path.read_text())
+            return _read_result(path)
         if err.exists():
-            raise RuntimeError(f"the ServerApp failed: {json.loads(err.read_text())['error']}")
+            reason = _read_result(err).get("error", "no reason given")
+            raise FlowerRunError(str(err), f"the ServerApp failed: {reason}")
         for p in procs or []:
             if p.poll() is not None:
-                raise RuntimeError(f"process {p.args[0]} exited with {p.returncode} before the run finished")
-        time.sleep(0.2)
-    raise TimeoutError(f"no result at {path} after {timeout:.0f} s")
+                raise FlowerRunError(f"{p.args[0]}", f"exited with {p.returncode} before the run finished")
+        if progress is not None and time.time() >= next_note:
+            progress(f"waiting for {path}: {time.time() - start:.0f} s of at most {timeout:.0f} s")
+            next_note += every
+        time.sleep(min(0.2, max(0.0, deadline - time.time())))
+    raise FlowerRunError(
+        f"--wait {path}",
+        f"no result after {timeout:.0f} s (the run may still be going on the SuperLink)",
+        "wait longer with --timeout SECONDS, or list runs with flwr ls",
+    )
+
+
+def _read_result(path: Path) -> dict:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise FlowerRunError(str(path), f"cannot be read as the run's result ({exc})") from None
+    if not isinstance(value, dict):
+        raise FlowerRunError(str(path), "is not a JSON object")
+    return value

@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from ..atomic_write import failed_folder_write
 from .choices import DTYPES, INDEX_TYPES  # noqa: F401  (re-exported)
 from .embeddings import Embeddings
 from .encoders import sha256_file
@@ -475,8 +476,8 @@ class ViewStore:
             manifest_tmp.write_text(json.dumps(manifest, indent=1, ensure_ascii=False), encoding="utf-8")
             os.replace(manifest_tmp, tmp / "manifest.json")
             publish(tmp, path, overwrite)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
+        except BaseException as exc:
+            failed_folder_write(tmp, path, exc)
             raise
         return cls(path)
 

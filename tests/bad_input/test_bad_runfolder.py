@@ -296,3 +296,74 @@ def test_what_a_killed_writer_left_behind_is_removed_on_resume(source, run_dir):
     assert res.code == 0, res.err
     assert not any(path.exists() for path in leftovers)
     assert manifest(run_dir)["checkpoint"] == "checkpoint-000002"
+
+
+def _swapped_copy(source: Path, dest: Path) -> Path:
+    """``source`` with the items of two users' first (training) rows traded: same users, items, counts and the
+    same sum of (user, item) keys, so only a real digest of the split tells the two apart."""
+    lines = (source / "tiny.inter").read_text().splitlines()
+    rows = [line.split("\t") for line in lines[1:]]
+    items_of = {}
+    for r in rows:
+        items_of.setdefault(r[0], set()).add(r[1])
+    # user u's first row is rows[8 * u] (8 timed rows each); users 5 and 6 appear after every item has been seen
+    a, b = rows[8 * 5], rows[8 * 6]
+    assert a[1] not in items_of[b[0]] and b[1] not in items_of[a[0]]
+    a[1], b[1] = b[1], a[1]
+    dest.mkdir(parents=True)
+    (dest / "tiny.inter").write_text("\n".join([lines[0]] + ["\t".join(r) for r in rows]) + "\n")
+    return dest
+
+
+def test_resume_on_data_whose_rows_trade_items_is_refused(source, run_dir, tmp_path):
+    from fedvlr_plus.federation.engine import dataset_identity
+    from fedvlr_plus.run_data import load_and_split
+
+    other = _swapped_copy(source, tmp_path / "swapped" / "tiny")
+    old = dataset_identity(load_and_split(str(source))[0])
+    new = dataset_identity(load_and_split(str(other))[0])
+    assert {k: v for k, v in old.items() if k != "digest"} == {k: v for k, v in new.items() if k != "digest"}
+    before = contents(run_dir)
+    res = run_cli("run", other, *FAST, "--rounds", "3", "--resume", run_dir)
+    assert_user_error(res, str(run_dir), "other data", "split digest")
+    assert contents(run_dir) == before
+
+
+def test_a_checkpoint_written_before_the_digest_still_resumes(source, run_dir):
+    """Checkpoints of earlier versions carry no digest: they are compared by the count and sum they have."""
+    path = checkpoint_file(run_dir, "json")
+    ck = json.loads(path.read_text())
+    del ck["state"]["dataset"]["digest"]
+    path.write_text(json.dumps(ck))
+    relist(run_dir, path)
+    res = run_cli("run", source, *FAST, "--rounds", "3", "--resume", run_dir)
+    assert res.code == 0, res.err
+    assert manifest(run_dir)["checkpoint"] == "checkpoint-000003"
+
+
+def test_the_split_digest_sees_pairs_ids_and_features_but_not_row_order():
+    from fedvlr_plus.data_identity import split_digest
+    from fedvlr_plus.federation.synthetic import synthetic_data
+
+    data = synthetic_data(20, 30, 6.0, groups=2, seed=1, name="d")
+    base = split_digest(data)
+    shuffled = replace_inter(data, data.inter.sample(frac=1.0, random_state=0))
+    assert split_digest(shuffled) == base
+    moved = data.inter.copy()
+    moved.loc[moved.index[0], "split"] = 2 if moved["split"].iloc[0] != 2 else 0
+    assert split_digest(replace_inter(data, moved)) != base
+    renamed = replace_inter(data, data.inter)
+    renamed.item_ids = np.array([f"x{i}" for i in range(data.n_items)], dtype=object)
+    assert split_digest(renamed) != base
+    featured = replace_inter(data, data.inter)
+    featured.features = {"text": np.zeros((data.n_items, 3), np.float32)}
+    changed = replace_inter(data, data.inter)
+    changed.features = {"text": np.zeros((data.n_items, 3), np.float32)}
+    changed.features["text"][4, 1] = 1.0
+    assert split_digest(featured) not in (base, split_digest(changed))
+
+
+def replace_inter(data, inter):
+    from dataclasses import replace
+
+    return replace(data, inter=inter.reset_index(drop=True), features=dict(data.features))

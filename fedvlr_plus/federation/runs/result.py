@@ -5,8 +5,20 @@ per-seed figures and history."""
 from __future__ import annotations
 
 #: what the engine's result carries through to the CLI's as it is
-RUN_PARTS = ("strategy", "simulator", "rounds_run", "stopped_early", "resolved", "model", "config", "history",
-             "per_seed", "seeds", "notes", "privacy")
+RUN_PARTS = (
+    "strategy",
+    "simulator",
+    "rounds_run",
+    "stopped_early",
+    "resolved",
+    "model",
+    "config",
+    "history",
+    "per_seed",
+    "seeds",
+    "notes",
+    "privacy",
+)
 
 
 def federated_result(
@@ -33,6 +45,7 @@ def federated_result(
     pick = lambda d: {k: d[k] for k in keys if k in d} if isinstance(d, dict) else d  # noqa: E731
     result = {
         "dataset": data.name,
+        "data_digest": res.get("data_digest"),
         "backbone": backbone,
         "protocol": protocol_name,
         "split": split_used,

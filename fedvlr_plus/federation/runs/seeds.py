@@ -37,6 +37,7 @@ def combine_seeds(results: list[dict]) -> dict:
     out = {
         "backbone": results[0]["backbone"],
         "dataset": results[0]["dataset"],
+        "data_digest": results[0].get("data_digest"),
         "seeds": [r["seed"] for r in results],
         "selected_round": [r["selected_round"] for r in results],
         "strategy": results[0]["strategy"],
