@@ -13,6 +13,7 @@ device mixes the experts per user. See docs/method.md.
 - :mod:`.options`, :mod:`.builder`: :class:`FedVLROptions` and :func:`build_fedvlr`, the one builder;
 - :mod:`.report`: the router report.
 """
+
 from .builder import build_fedvlr
 from .cold import ColdItemRule, content_neighbours
 from .experts import EXPERTS, mix
@@ -20,5 +21,17 @@ from .layer import FUSED, MODES, OFFSET, FusionLayer, wrap_refusal
 from .options import FedVLROptions
 from .report import router_report
 
-__all__ = ["build_fedvlr", "ColdItemRule", "content_neighbours", "EXPERTS", "mix", "FUSED", "MODES", "OFFSET",
-           "FusionLayer", "wrap_refusal", "FedVLROptions", "router_report"]
+__all__ = [
+    "build_fedvlr",
+    "ColdItemRule",
+    "content_neighbours",
+    "EXPERTS",
+    "mix",
+    "FUSED",
+    "MODES",
+    "OFFSET",
+    "FusionLayer",
+    "wrap_refusal",
+    "FedVLROptions",
+    "router_report",
+]

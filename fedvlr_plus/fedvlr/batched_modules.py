@@ -20,6 +20,7 @@ loss reads only the rows it looks up, so here each client holds just the rows of
 
 The router's input (the mean broadcast view of the client's positives) is fixed in a round, as in the reference.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -53,9 +54,9 @@ class FusedChunk:
 
     def __init__(self, layer, inner: ChunkTraining, rows: torch.Tensor, router: dict, history: torch.Tensor):
         self.layer, self.inner = layer, inner
-        self.rows = rows            # [C, 1 + T, blocks * d] the client's rows of F (row 0: never looked up)
-        self.router = router        # name -> [C, ...]
-        self.history = history      # [C, J * d] the router's input
+        self.rows = rows  # [C, 1 + T, blocks * d] the client's rows of F (row 0: never looked up)
+        self.router = router  # name -> [C, ...]
+        self.history = history  # [C, J * d] the router's input
         self.pairwise, self.fields, self.t_max, self.c0 = inner.pairwise, inner.fields, inner.t_max, inner.c0
         self.upload, self.local_shared = inner.upload, inner.local_shared
         self.lr, self.item_lr, self.wd = inner.lr, inner.item_lr, inner.wd
@@ -66,8 +67,9 @@ class FusedChunk:
         self.pads = {n: layer.base.template.get_parameter(n).detach()[0].to(rows.dtype) for n in self.tables}
 
     @classmethod
-    def start(cls, layer, sched, c0: int, c1: int, shared: dict, states: dict, config: dict, dtype,
-              positives) -> FusedChunk:
+    def start(
+        cls, layer, sched, c0: int, c1: int, shared: dict, states: dict, config: dict, dtype, positives
+    ) -> FusedChunk:
         """``positives``: each client's training items (sorted, unique), aligned with ``sched.clients[c0:c1]``."""
         base = layer.base
         base_states = {n: v for n, v in states.items() if n in base.kinds}
@@ -83,7 +85,7 @@ class FusedChunk:
         """``[C, 1 + T, J, d]``: the experts' blocks of the client's rows (a view)."""
         layer = self.layer
         f = self.rows.view(*self.rows.shape[:-1], layer.blocks, layer.d)
-        return f[..., :len(layer.experts), :]
+        return f[..., : len(layer.experts), :]
 
     def _weights(self, router: dict) -> torch.Tensor | None:
         """``[C, J]`` each client's router weights (None where the layer has no router)."""
@@ -98,7 +100,7 @@ class FusedChunk:
         f = self._experts()
         if f.shape[-2] == 1:
             return f[..., 0, :]
-        if w is None:   # uniform
+        if w is None:  # uniform
             return f.mean(-2)
         out = f[..., 0, :] * w[:, 0, None, None]
         for j in range(1, f.shape[-2]):
@@ -116,7 +118,7 @@ class FusedChunk:
             g_f = (g / n_j).unsqueeze(-2).expand(n_c, n_l, n_j, d)
         else:
             g_f = g.unsqueeze(-2) * w[:, None, :, None]
-        if self.layer.blocks == n_j:    # (always, as long as the content preference block is refused)
+        if self.layer.blocks == n_j:  # (always, as long as the content preference block is refused)
             g_rows = g_f.reshape(self.rows.shape)
         else:
             g_rows = torch.zeros_like(self.rows)
@@ -131,7 +133,7 @@ class FusedChunk:
         """The model's item tables of the chunk from the mixed rows (split by columns; the padding row first)."""
         c = 0
         for name, width in zip(self.tables, self.widths):
-            table = mixed[..., c:c + width].clone()
+            table = mixed[..., c : c + width].clone()
             table[:, 0] = self.pads[name]
             self.inner.batched[name] = table
             c += width
@@ -149,17 +151,16 @@ class FusedChunk:
         self._write_tables(self._mix(None if w is None else w.detach()))
         grads, loss = self.inner.gradients(lanes, dropout)
         g_mixed = torch.cat([grads.pop(n) for n in self.tables], -1)
-        g_mixed[:, 0] = 0.0      # the padding row is the model's own, not a row of F
+        g_mixed[:, 0] = 0.0  # the padding row is the model's own, not a row of F
         grads[FUSED], g_w = self._mix_backward(g_mixed, None if w is None else w.detach())
-        if w is not None:    # on through the router, by autograd (small: [C, J * d] inputs)
+        if w is not None:  # on through the router, by autograd (small: [C, J * d] inputs)
             outs, g_outs = [w], [g_w]
             if balance is not None:
                 outs.append(balance.sum())
                 g_outs.append(torch.ones((), dtype=balance.dtype))
                 loss = loss + balance.detach()
             g_router = torch.autograd.grad(outs, list(router.values()), g_outs, allow_unused=True)
-            grads.update({n: torch.zeros_like(v) if g is None else g
-                          for (n, v), g in zip(router.items(), g_router)})
+            grads.update({n: torch.zeros_like(v) if g is None else g for (n, v), g in zip(router.items(), g_router)})
         return grads, loss
 
     @torch.no_grad()
@@ -206,11 +207,16 @@ class FusedChunk:
         for j, cid in enumerate(int(c) for c in cids):
             idx = self.c0 + j
             touched = torch.from_numpy(sched.touched_of(idx))
-            arrays = {n: (v[j][1:1 + len(touched)] if n == FUSED else v[j]) for n, v in uploaded.items()}
+            arrays = {n: (v[j][1 : 1 + len(touched)] if n == FUSED else v[j]) for n, v in uploaded.items()}
             steps = losses[j]
-            up = ClientUpdate(cid=cid, kind=self.upload, arrays=arrays, rows={FUSED: touched},
-                              num_examples=int(sched.n_pos[idx]),
-                              metrics={"loss": float(np.mean(steps)) if steps else 0.0, "steps": len(steps)})
+            up = ClientUpdate(
+                cid=cid,
+                kind=self.upload,
+                arrays=arrays,
+                rows={FUSED: touched},
+                num_examples=int(sched.n_pos[idx]),
+                metrics={"loss": float(np.mean(steps)) if steps else 0.0, "steps": len(steps)},
+            )
             updates[cid] = privatise(up, self.inner.shared, config)
         return updates, self.states()
 
@@ -226,7 +232,7 @@ def _history_input(layer, views: torch.Tensor, positives: list) -> torch.Tensor:
     :func:`~fedvlr_plus.fedvlr.router.history_input` computes it for one client (here one sparse product)."""
     import scipy.sparse as sp
 
-    views = views[:, :len(layer.experts) * layer.d]
+    views = views[:, : len(layer.experts) * layer.d]
     counts = np.array([len(p) for p in positives], dtype=np.int64)
     crow = np.concatenate([[0], np.cumsum(counts)])
     vals = np.repeat(1.0 / np.maximum(counts, 1), counts).astype(np.float32)

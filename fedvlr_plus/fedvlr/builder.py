@@ -5,6 +5,7 @@ model everywhere.
 FedVLR: Li et al., "Federated Vision-Language-Recommendation with Personalized Fusion", AAAI-26, arXiv 2410.08478;
 see docs/method.md.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -16,8 +17,13 @@ from .options import FedVLROptions
 from .views import load_views, select_views
 
 
-def build_fedvlr(data, backbone: Backbone | str, options: FedVLROptions | None = None,
-                 views: dict[str, np.ndarray] | None = None, purpose: str | None = None) -> FusionLayer:
+def build_fedvlr(
+    data,
+    backbone: Backbone | str,
+    options: FedVLROptions | None = None,
+    views: dict[str, np.ndarray] | None = None,
+    purpose: str | None = None,
+) -> FusionLayer:
     """The FedVLR layer around ``backbone`` (an adapter, or a registered name built at its default size).
 
     ``views`` (name -> ``[n_items, d]``, rows aligned with ``data``'s items) are loaded as ``options`` say when not
@@ -32,13 +38,25 @@ def build_fedvlr(data, backbone: Backbone | str, options: FedVLROptions | None =
         backbone = make_backbone(backbone, data.n_items)
     if views is None:
         names = list(options.fusion_views) if options.fusion_views else None
-        views = load_views(data, options.views, names, progress=options.progress,
-                           purpose=purpose or f"--fusion {options.mode}")
+        views = load_views(
+            data, options.views, names, progress=options.progress, purpose=purpose or f"--fusion {options.mode}"
+        )
     views, use_id = select_views(views, options.drop_modality)
     cold = ColdItemRule(data.cold_items(), options.cold_neighbours) if data is not None else None
-    return FusionLayer(backbone, views, mode=options.mode, router_over=options.router_over,
-                       temperature=options.temperature,
-                       router_hidden=options.router_hidden, use_id=use_id, balance=options.balance,
-                       cold_items=cold, residual=options.residual, personal_offset=options.personal_offset,
-                       content_preference=options.content_preference, view_scale=options.view_scale,
-                       id_dropout=options.id_dropout, residual_gate=options.residual_gate)
+    return FusionLayer(
+        backbone,
+        views,
+        mode=options.mode,
+        router_over=options.router_over,
+        temperature=options.temperature,
+        router_hidden=options.router_hidden,
+        use_id=use_id,
+        balance=options.balance,
+        cold_items=cold,
+        residual=options.residual,
+        personal_offset=options.personal_offset,
+        content_preference=options.content_preference,
+        view_scale=options.view_scale,
+        id_dropout=options.id_dropout,
+        residual_gate=options.residual_gate,
+    )

@@ -22,6 +22,7 @@ scores of B users are one ``[B, J d] x [J d, N]`` product. Both identities hold 
 in ``F`` and the head is a dot product; the LayerNorms and nonlinearities of the experts run on the server,
 before ``F`` is broadcast, so they do not stand in the way.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -61,8 +62,11 @@ class MixtureDotHead:
     @property
     def names(self) -> set[str]:
         """Every trained parameter this closed form covers (a step with any other one needs autograd)."""
-        return ({self.table, self.weight, *ROUTER} | ({self.bias} if self.bias else set())
-                | ({self.preference} if self.preference else set()))
+        return (
+            {self.table, self.weight, *ROUTER}
+            | ({self.bias} if self.bias else set())
+            | ({self.preference} if self.preference else set())
+        )
 
     @property
     def width(self) -> int:
@@ -74,8 +78,16 @@ class MixtureDotHead:
         hidden = torch.relu(pre)
         return hidden, torch.softmax(linear(hidden, p["router.w2"], p["router.b2"]) / self.temperature, dim=-1)
 
-    def step_from(self, rows: IndexedRows | AllRows, pre, p: dict, y, a, with_table: bool = True,
-                  content: ContentRows | None = None):
+    def step_from(
+        self,
+        rows: IndexedRows | AllRows,
+        pre,
+        p: dict,
+        y,
+        a,
+        with_table: bool = True,
+        content: ContentRows | None = None,
+    ):
         """One step of every client of a chunk from its router's pre-activation ``pre [C, H]``.
 
         ``rows``: the fused views of the step's examples (read by id, or from the whole broadcast table);
@@ -86,19 +98,24 @@ class MixtureDotHead:
         examples' projected content, with a preference."""
         h = p[self.weight]
         hidden, w = self._weights(pre, p)
-        s = rows.dot(h)                                                         # <h, F_lj>  [C, L, J]
+        s = rows.dot(h)  # <h, F_lj>  [C, L, J]
         logits = (s * w.unsqueeze(1)).sum(-1)
         if content is not None:
             logits = logits + content.dot(p[self.preference])
         if self.bias is not None:
             logits = logits + p[self.bias].unsqueeze(-1)
         delta = (torch.sigmoid(logits) - y) * a
-        per_client = rows.weighted_sum(delta).view(*w.shape, self.d)           # Σ_l δ_l F_lj  [C, J, d]
-        g_w = torch.bmm(delta.unsqueeze(1), s).squeeze(1)                      # ∂J/∂w_j
+        per_client = rows.weighted_sum(delta).view(*w.shape, self.d)  # Σ_l δ_l F_lj  [C, J, d]
+        g_w = torch.bmm(delta.unsqueeze(1), s).squeeze(1)  # ∂J/∂w_j
         g_out = w * (g_w - (w * g_w).sum(-1, keepdim=True)) / self.temperature  # through softmax(o / T)
         g_pre = torch.bmm(g_out.unsqueeze(1), p["router.w2"].transpose(1, 2)).squeeze(1) * (pre > 0)
-        grads = {self.weight: (w.unsqueeze(-1) * per_client).sum(1), "router.pre": g_pre, "router.b1": g_pre,
-                 "router.w2": hidden.unsqueeze(-1) * g_out.unsqueeze(1), "router.b2": g_out}
+        grads = {
+            self.weight: (w.unsqueeze(-1) * per_client).sum(1),
+            "router.pre": g_pre,
+            "router.b1": g_pre,
+            "router.w2": hidden.unsqueeze(-1) * g_out.unsqueeze(1),
+            "router.b2": g_out,
+        }
         if content is not None:
             grads[self.preference] = content.weighted_sum(delta)
         if with_table:
@@ -139,9 +156,9 @@ class MixtureDotHead:
         """Logits ``[B, N]`` of every item for the B users of ``ctx`` (``p``: their stacked private parameters,
         ``fused [N, J d]``: the broadcast views)."""
         _, w = self._weights(linear(history_mean(ctx), p["router.w1"], p["router.b1"]), p)
-        out = self.row_direction(w, p[self.weight]) @ fused[:, :self.experts * self.d].T
+        out = self.row_direction(w, p[self.weight]) @ fused[:, : self.experts * self.d].T
         if self.preference is not None:
-            out = out + p[self.preference] @ fused[:, self.experts * self.d:self.width].T
+            out = out + p[self.preference] @ fused[:, self.experts * self.d : self.width].T
         if self.bias is not None:
             out = out + p[self.bias].unsqueeze(-1)
         return out
@@ -161,8 +178,9 @@ class MixtureSteps:
     at the end instead of a ``[C, L, J d]`` scatter every step; for the round's sums, one sparse product with
     the nonzero per-row sums only (:meth:`table_factors`)."""
 
-    def __init__(self, head: MixtureDotHead, x: torch.Tensor, p: dict, lr: float, wd: float,
-                 defer: tuple[int, int, int] | None):
+    def __init__(
+        self, head: MixtureDotHead, x: torch.Tensor, p: dict, lr: float, wd: float, defer: tuple[int, int, int] | None
+    ):
         self.head, self.x, self.lr, self.wd = head, x, float(lr), float(wd)
         with torch.no_grad():
             self.x_w1 = linear(x, p["router.w1"])
@@ -176,7 +194,7 @@ class MixtureSteps:
             self.delta_rows = torch.zeros(s_max, c_n * t_max, dtype=x.dtype, device=x.device)
             self.directions = torch.zeros(s_max, c_n, head.width, dtype=x.dtype, device=x.device)
         self.s = 0
-        self._experts = None   # (the broadcast table, its experts' columns) when they are not contiguous in it
+        self._experts = None  # (the broadcast table, its experts' columns) when they are not contiguous in it
 
     def rows(self, fused: torch.Tensor, chunk_rows: torch.Tensor, fidx: torch.Tensor, items: torch.Tensor):
         """The fused rows of a step. While they are fixed in the round, from the broadcast table ``fused [N, blocks
@@ -194,7 +212,7 @@ class MixtureSteps:
     def _experts_block(self, fused: torch.Tensor) -> torch.Tensor:
         """The experts' columns of the broadcast table, contiguous (copied once per table when a content block
         follows them)."""
-        experts = fused[:, :self.head.experts * self.head.d]
+        experts = fused[:, : self.head.experts * self.head.d]
         if experts.is_contiguous():
             return experts
         if self._experts is None or self._experts[0] is not fused:
@@ -202,13 +220,13 @@ class MixtureSteps:
         return self._experts[1]
 
     @torch.no_grad()
-    def step(self, rows: StepRows, p: dict, y: torch.Tensor, a: torch.Tensor, active: torch.Tensor,
-             fidx: torch.Tensor):
+    def step(self, rows: StepRows, p: dict, y: torch.Tensor, a: torch.Tensor, active: torch.Tensor, fidx: torch.Tensor):
         """The step's gradients (None for what this object applies itself: ``router.w1``, and the fused rows
         when deferred) and each client's loss; ``fidx``: the flat touched-row ids of the examples."""
         pre = self.alpha * self.x_w1 - self.lr * self.x_sq * self.g_sum + p["router.b1"]
-        grads, loss, w = self.head.step_from(rows.experts, pre, p, y, a, with_table=self.defer is None,
-                                             content=rows.content)
+        grads, loss, w = self.head.step_from(
+            rows.experts, pre, p, y, a, with_table=self.defer is None, content=rows.content
+        )
         g_pre = grads.pop("router.pre")
         grads["router.w1"] = None
         if self.wd:
@@ -227,7 +245,7 @@ class MixtureSteps:
     def finish(self, p: dict) -> None:
         """Write ``router.w1`` in place."""
         w1 = p["router.w1"]
-        if self.wd:   # (without weight decay the scale stays 1)
+        if self.wd:  # (without weight decay the scale stays 1)
             w1.mul_(self.alpha.unsqueeze(-1))
         w1.baddbmm_(self.x.unsqueeze(-1), self.g_sum.unsqueeze(1), alpha=-self.lr)
 
@@ -253,9 +271,12 @@ class MixtureSteps:
         on_cpu = self.delta_rows.device.type == "cpu"
         kernels = _KERNELS.once_worth_it(s_max * len(real), KERNEL_AFTER_CELLS) if on_cpu else None
         if kernels is not None:
-            crow, col, values = (torch.from_numpy(a) for a in kernels.factor_csr(
-                self.delta_rows.numpy(), real.contiguous().numpy(), items.contiguous().numpy(), c_n, t_max,
-                n_items))
+            crow, col, values = (
+                torch.from_numpy(a)
+                for a in kernels.factor_csr(
+                    self.delta_rows.numpy(), real.contiguous().numpy(), items.contiguous().numpy(), c_n, t_max, n_items
+                )
+            )
         else:
             crow, col, values = self._factor_csr(items, real, n_items)
         coef = sparse_csr(crow, col, values, (n_items, s_max * c_n))
@@ -265,10 +286,10 @@ class MixtureSteps:
         """``(crow, col, values)`` of :meth:`table_factors`' matrix in torch (the compiled kernel's reference)."""
         c_n, t_max, _ = self.defer
         client = torch.div(real, t_max, rounding_mode="floor")
-        values = self.delta_rows.index_select(1, real)                                     # [S, R]
-        step, entry = values.nonzero(as_tuple=True)      # step-major, then client: columns ascending
+        values = self.delta_rows.index_select(1, real)  # [S, R]
+        step, entry = values.nonzero(as_tuple=True)  # step-major, then client: columns ascending
         row = items.index_select(0, entry)
-        order = torch.sort(row, stable=True).indices     # by item; within an item the columns stay ascending
+        order = torch.sort(row, stable=True).indices  # by item; within an item the columns stay ascending
         crow = torch.zeros(n_items + 1, dtype=torch.long, device=real.device)
         crow[1:] = torch.bincount(row, minlength=n_items).cumsum(0)
         col = (step * c_n + client.index_select(0, entry)).index_select(0, order)
@@ -314,7 +335,7 @@ class ContentRows:
     def __init__(self, table: torch.Tensor, ids: torch.Tensor, head: MixtureDotHead):
         start = head.experts * head.d
         # (the block's columns only: gathering whole rows would copy the experts' blocks too)
-        self.rows = table[:, start:start + head.d].index_select(0, ids.reshape(-1)).view(*ids.shape, head.d)
+        self.rows = table[:, start : start + head.d].index_select(0, ids.reshape(-1)).view(*ids.shape, head.d)
 
     def dot(self, theta: torch.Tensor) -> torch.Tensor:
         """``<θ_c, P_l>`` -> ``[C, L]``."""
@@ -339,7 +360,7 @@ class AllRows:
 
     def dot(self, h: torch.Tensor) -> torch.Tensor:
         d = self.fused.shape[1] // self.experts
-        every = h @ self.fused.view(self.n_items * self.experts, d).T           # [C, N J]
+        every = h @ self.fused.view(self.n_items * self.experts, d).T  # [C, N J]
         return every.view(-1, self.experts).index_select(0, self.flat).view(*self.shape, self.experts)
 
     def weighted_sum(self, delta: torch.Tensor) -> torch.Tensor:

@@ -12,6 +12,7 @@ it on its own views. Any other rule with the same contract, a callable ``[N, d] 
 cold rows (e.g. :class:`fedvlr_plus.coldstart.rules.ColdRule`), can be passed for one computation of the fused
 views (:meth:`FusionLayer.fused_views`); that is how the cold-start study compares rules after training.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -85,14 +86,19 @@ class NeighbourFill:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         x = x.clone()
-        x[self.cold_idx] = (x[self.neighbours].mean(1) if self.neighbours is not None
-                            else x[self.warm_idx].mean(0).expand(len(self.cold_idx), -1))
+        x[self.cold_idx] = (
+            x[self.neighbours].mean(1)
+            if self.neighbours is not None
+            else x[self.warm_idx].mean(0).expand(len(self.cold_idx), -1)
+        )
         return x
 
     def counts(self) -> dict[str, int]:
         n = int(len(self.cold_idx))
-        return {"cold_items_with_neighbours": n if self.neighbours is not None else 0,
-                "cold_items_with_warm_mean": n if self.neighbours is None else 0}
+        return {
+            "cold_items_with_neighbours": n if self.neighbours is not None else 0,
+            "cold_items_with_warm_mean": n if self.neighbours is None else 0,
+        }
 
 
 @dataclass(frozen=True)
@@ -109,7 +115,7 @@ class ColdItemRule:
         cold = np.asarray(self.cold, dtype=bool)
         if self.neighbours <= 0 or not cold.any():
             return None
-        if not views:   # no content to search with (e.g. every view dropped): the mean warm row
+        if not views:  # no content to search with (e.g. every view dropped): the mean warm row
             return NeighbourFill(np.flatnonzero(cold), None, n_items)
         nbrs = content_neighbours(views, cold, self.neighbours)
         return NeighbourFill(np.flatnonzero(cold), nbrs, n_items) if nbrs.shape[1] else None

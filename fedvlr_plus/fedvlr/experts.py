@@ -10,6 +10,7 @@ latent size by Linear + LayerNorm, then fused by the experts
 
 The fusion runs on the server only, once per round, so its parameters never reach a client; see docs/method.md.
 """
+
 from __future__ import annotations
 
 import torch
@@ -21,13 +22,17 @@ EXPERTS = ("sum", "mlp", "gate")
 
 
 def _linear(prefix: str, n_in: int, n_out: int) -> list[ParamSpec]:
-    return [ParamSpec(f"{prefix}.w", (n_in, n_out), shared=True, init="xavier"),
-            ParamSpec(f"{prefix}.b", (n_out,), shared=True, init="zeros")]
+    return [
+        ParamSpec(f"{prefix}.w", (n_in, n_out), shared=True, init="xavier"),
+        ParamSpec(f"{prefix}.b", (n_out,), shared=True, init="zeros"),
+    ]
 
 
 def _norm(prefix: str, d: int) -> list[ParamSpec]:
-    return [ParamSpec(f"{prefix}.ln_g", (d,), shared=True, init="ones"),
-            ParamSpec(f"{prefix}.ln_b", (d,), shared=True, init="zeros")]
+    return [
+        ParamSpec(f"{prefix}.ln_g", (d,), shared=True, init="ones"),
+        ParamSpec(f"{prefix}.ln_b", (d,), shared=True, init="zeros"),
+    ]
 
 
 def fusion_specs(keys: list[str], in_dims: list[int], d: int, experts: list[str]) -> list[ParamSpec]:
@@ -47,8 +52,10 @@ def fusion_specs(keys: list[str], in_dims: list[int], d: int, experts: list[str]
 
 def project(inputs: list[torch.Tensor], keys: list[str], sp: dict) -> list[torch.Tensor]:
     """Each modality in the shared latent space: ``LN(W_m x_m + b_m)``."""
-    return [layer_norm(linear(x, sp[f"{k}.w"], sp[f"{k}.b"]), sp[f"{k}.ln_g"], sp[f"{k}.ln_b"])
-            for x, k in zip(inputs, keys)]
+    return [
+        layer_norm(linear(x, sp[f"{k}.w"], sp[f"{k}.b"]), sp[f"{k}.ln_g"], sp[f"{k}.ln_b"])
+        for x, k in zip(inputs, keys)
+    ]
 
 
 def expert_outputs(zs: list[torch.Tensor], keys: list[str], experts: list[str], sp: dict) -> list[torch.Tensor]:
@@ -62,8 +69,11 @@ def expert_outputs(zs: list[torch.Tensor], keys: list[str], experts: list[str], 
             outs.append(layer_norm(linear(h, sp["mlp.l2.w"], sp["mlp.l2.b"]), sp["mlp.ln_g"], sp["mlp.ln_b"]))
         else:
             gated = [torch.sigmoid(linear(z, sp[f"gate.{k}.w"], sp[f"gate.{k}.b"])) * z for z, k in zip(zs, keys)]
-            outs.append(layer_norm(linear(torch.cat(gated, -1), sp["gate.out.w"], sp["gate.out.b"]),
-                                   sp["gate.ln_g"], sp["gate.ln_b"]))
+            outs.append(
+                layer_norm(
+                    linear(torch.cat(gated, -1), sp["gate.out.w"], sp["gate.out.b"]), sp["gate.ln_g"], sp["gate.ln_b"]
+                )
+            )
     return outs
 
 

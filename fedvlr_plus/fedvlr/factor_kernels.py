@@ -11,6 +11,7 @@ matrix is the same entry for entry.
 and keeps its torch path where numba does not import or the sums are not on the CPU. The kernel compiles on first
 use and is cached next to this file.
 """
+
 from __future__ import annotations
 
 import numba

@@ -4,6 +4,7 @@ One record so that the command line, the Python API, Flower, the paper table, th
 adapter build the same layer from the same settings (:func:`fedvlr_plus.fedvlr.build_fedvlr`). The method is
 FedVLR (Li et al., AAAI-26, arXiv 2410.08478); see docs/method.md for what each option changes.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -13,6 +13,7 @@ an item's content speaks. ``P`` is computed on the server with the fused views a
 columns of the broadcast table), so clients still never see a projection; ``θ_u`` is private and starts at zero,
 so the layer starts exactly where the paper's form does. See docs/method.md.
 """
+
 from __future__ import annotations
 
 import torch
@@ -32,8 +33,10 @@ def server_specs(in_dims: list[int], d: int) -> list[ParamSpec]:
     """One projection ``E_m`` per content view (shared, on the server)."""
     out = []
     for i, n_in in enumerate(in_dims):
-        out += [ParamSpec(f"preference.e{i}.w", (n_in, d), shared=True, init="xavier"),
-                ParamSpec(f"preference.e{i}.b", (d,), shared=True, init="zeros")]
+        out += [
+            ParamSpec(f"preference.e{i}.w", (n_in, d), shared=True, init="xavier"),
+            ParamSpec(f"preference.e{i}.b", (d,), shared=True, init="zeros"),
+        ]
     return out
 
 
@@ -44,11 +47,11 @@ def client_specs(d: int) -> list[ParamSpec]:
 
 def projected_content(inputs: list[torch.Tensor], sp: dict) -> torch.Tensor:
     """``P [N, d] = Σ_m E_m ĉ_m`` from the unit-norm views ``inputs``."""
-    return torch.stack([linear(x, sp[f"preference.e{i}.w"], sp[f"preference.e{i}.b"])
-                        for i, x in enumerate(inputs)], 0).sum(0)
+    return torch.stack(
+        [linear(x, sp[f"preference.e{i}.w"], sp[f"preference.e{i}.b"]) for i, x in enumerate(inputs)], 0
+    ).sum(0)
 
 
 def preference_logit(p: dict, content: torch.Tensor) -> torch.Tensor:
     """``θ_u · P_i`` for the item rows ``content [..., L, d]``."""
     return rowdot(content, p[THETA])
-

@@ -8,6 +8,7 @@ modality, Spearman's rho between a user's weight on that modality's expert and t
 averaged over modalities (for operators, the best expert's |rho| per modality). Undefined (None) where every
 user was planted with the same modality.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -19,7 +20,7 @@ def _view_labels(experts: list[str]) -> list[str] | None:
     """The modality of every expert, or None when they are not views."""
     if not all(e.startswith(PREFIX) for e in experts):
         return None
-    return [e[len(PREFIX):] for e in experts]
+    return [e[len(PREFIX) :] for e in experts]
 
 
 def _best_labels(winner: np.ndarray, truth: np.ndarray, n_experts: int) -> list[str | None]:
@@ -48,8 +49,11 @@ def weight_recovery(weights: np.ndarray, experts: list[str], truth: np.ndarray) 
     named = _view_labels(experts)
     labels = named if named is not None else _best_labels(winner, truth, len(experts))
     predicted = np.asarray([labels[k] for k in winner], dtype=object)
-    out = {"accuracy": float(np.mean(predicted == truth)), "users": int(len(truth)),
-           "labelling": "views" if named is not None else "best expert per modality"}
+    out = {
+        "accuracy": float(np.mean(predicted == truth)),
+        "users": int(len(truth)),
+        "labelling": "views" if named is not None else "best expert per modality",
+    }
     modalities = sorted(set(truth))
     if named is not None:
         own = np.asarray([named.index(m) if m in named else -1 for m in truth])

@@ -4,6 +4,7 @@ It shows whether FedVLR's personalisation (Li et al., AAAI-26, arXiv 2410.08478,
 that is uniform for everyone, or collapsed onto one expert for everyone, personalises nothing. Mean weights,
 across-user spread and entropy; see docs/method.md.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -24,17 +25,27 @@ def router_report(run, users: np.ndarray | None = None) -> dict:
         return {}
     w = user_weights(run, users if users is not None else run.eligible)
     ent = entropy(w)
-    return {"experts": list(bb.experts), "mean_weights": w.mean(0).tolist(), "std_across_users": w.std(0).tolist(),
-            "mean_entropy": float(ent.mean()), "max_entropy": float(np.log(w.shape[1])),
-            "min_entropy": float(ent.min()), "n_users": int(len(w))}
+    return {
+        "experts": list(bb.experts),
+        "mean_weights": w.mean(0).tolist(),
+        "std_across_users": w.std(0).tolist(),
+        "mean_entropy": float(ent.mean()),
+        "max_entropy": float(np.log(w.shape[1])),
+        "min_entropy": float(ent.min()),
+        "n_users": int(len(w)),
+    }
 
 
 def user_weights(run, users) -> torch.Tensor:
     """``[len(users), J]`` expert weights (float64) of these users' routers at the run's current state."""
     users = np.asarray(users, dtype=np.int64)
     round_ctx = run.bb.round_context(run.shared)
-    return torch.cat([_chunk_weights(run, users[a:a + _USERS_PER_CHUNK], round_ctx)
-                      for a in range(0, len(users), _USERS_PER_CHUNK)])
+    return torch.cat(
+        [
+            _chunk_weights(run, users[a : a + _USERS_PER_CHUNK], round_ctx)
+            for a in range(0, len(users), _USERS_PER_CHUNK)
+        ]
+    )
 
 
 def _chunk_weights(run, users: np.ndarray, round_ctx: dict) -> torch.Tensor:

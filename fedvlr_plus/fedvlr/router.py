@@ -13,6 +13,7 @@ The broadcast views reach the router through the call context (``ctx[VIEWS]``, p
 functions broadcast over leading batch dims (one client, a batch of C clients, or B users being scored). See
 docs/method.md.
 """
+
 from __future__ import annotations
 
 import torch
@@ -26,11 +27,13 @@ _INPUT = "fusion.router_input"
 
 
 def router_specs(n_in: int, hidden: int, n_experts: int) -> list[ParamSpec]:
-    return [ParamSpec("router.w1", (n_in, hidden), shared=False, init="xavier"),
-            ParamSpec("router.b1", (hidden,), shared=False, init="zeros"),
-            # zero output layer: every user starts with uniform expert weights
-            ParamSpec("router.w2", (hidden, n_experts), shared=False, init="zeros"),
-            ParamSpec("router.b2", (n_experts,), shared=False, init="zeros")]
+    return [
+        ParamSpec("router.w1", (n_in, hidden), shared=False, init="xavier"),
+        ParamSpec("router.b1", (hidden,), shared=False, init="zeros"),
+        # zero output layer: every user starts with uniform expert weights
+        ParamSpec("router.w2", (hidden, n_experts), shared=False, init="zeros"),
+        ParamSpec("router.b2", (n_experts,), shared=False, init="zeros"),
+    ]
 
 
 def history_input(ctx: dict) -> torch.Tensor:
@@ -60,9 +63,9 @@ def history_mean(ctx: dict) -> torch.Tensor:
     ``[C, H, J d]`` when users of every size are scored together. Not cached."""
     views = ctx.get(VIEWS)
     if views is None:
-        return history_input(ctx)   # (says what is missing)
+        return history_input(ctx)  # (says what is missing)
     hist, mask = ctx["hist_global"], ctx["hist_mask"]
-    if hist.dim() == 1:   # one client's history
+    if hist.dim() == 1:  # one client's history
         return history_mean({VIEWS: views, "hist_global": hist[None], "hist_mask": mask[None]})[0]
     w = mask.to(views.dtype)
     w = w / w.sum(-1, keepdim=True).clamp(min=1.0)

@@ -10,6 +10,7 @@ uses the same :class:`~fedvlr_plus.federation.strategies.fedgrad.FedGradStrategy
 option) as every other shared parameter; the backbone's remaining shared parameters are aggregated by the inner
 strategy. See docs/method.md.
 """
+
 from __future__ import annotations
 
 import torch
@@ -26,14 +27,16 @@ class ServerFusion(Strategy):
 
     def __init__(self, layer, inner: Strategy, seed: int):
         if inner.upload != "grads":
-            raise ValueError(f"the FedVLR layer aggregates gradients (Algorithm 1); strategy {inner.name!r} "
-                             f"aggregates {inner.upload!r}: use --strategy fedgrad")
+            raise ValueError(
+                f"the FedVLR layer aggregates gradients (Algorithm 1); strategy {inner.name!r} "
+                f"aggregates {inner.upload!r}: use --strategy fedgrad"
+            )
         self.layer, self.inner = layer, inner
         self.server = layer.init_server(seed)
         self.server_specs = {s.name: s for s in layer.server_specs()}
         self.opt = FedGradStrategy(inner.server_lr, inner.optimizer_name, item_lr_scale=inner.item_lr_scale)
         self._graph = None
-        self.seed, self.steps = int(seed), 0   # steps: server steps taken, which key a round's ID dropout
+        self.seed, self.steps = int(seed), 0  # steps: server steps taken, which key a round's ID dropout
 
     def _forward(self) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """The server parameters as graph leaves and the fused views of every item computed from them. The graph
@@ -49,7 +52,7 @@ class ServerFusion(Strategy):
         """Replace the placeholder fused views by the server's real ones (round 0 and after a resume)."""
         return {**shared, FUSED: self._forward()[1].detach()}
 
-    linear = True   # the fused views' gradient and the inner strategy's sums: aggregated from running sums
+    linear = True  # the fused views' gradient and the inner strategy's sums: aggregated from running sums
 
     def from_sums(self, shared, sums, specs):
         """Algorithm 1's server step from the round's example-weighted sums (added chunk by chunk as uploads
@@ -77,8 +80,12 @@ class ServerFusion(Strategy):
         return out
 
     def state_dict(self) -> dict:
-        return {"server": {k: v.clone() for k, v in self.server.items()}, "server_opt": self.opt.state_dict(),
-                "inner": self.inner.state_dict(), "steps": self.steps}
+        return {
+            "server": {k: v.clone() for k, v in self.server.items()},
+            "server_opt": self.opt.state_dict(),
+            "inner": self.inner.state_dict(),
+            "steps": self.steps,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         if not state:

@@ -34,6 +34,7 @@ only, so the package's own backbones do not get it. ``residual+gate+wd`` adds L2
 size, so the gate barely opens; decay keeps the rows small enough for the content to count (docs/recbole.md). A
 weight decay the user passes replaces the grid's, so that recipe then collapses into ``residual+gate``.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -67,8 +68,14 @@ class Recipe:
 
     def layer_options(self, options):
         """``options`` (:class:`~fedvlr_plus.fedvlr.FedVLROptions`) with this recipe's layer settings."""
-        return replace(options, residual=self.residual, content_preference=self.content_preference,
-                       view_scale=self.view_scale, id_dropout=self.id_dropout, residual_gate=self.residual_gate)
+        return replace(
+            options,
+            residual=self.residual,
+            content_preference=self.content_preference,
+            view_scale=self.view_scale,
+            id_dropout=self.id_dropout,
+            residual_gate=self.residual_gate,
+        )
 
     def settings(self) -> dict:
         """The values this recipe sets, under the flag names a user would type."""
@@ -124,11 +131,13 @@ def tries_id_dropout(data) -> bool:
 def fixed_by(options) -> dict:
     """The grid's layer values that ``options`` (:class:`~fedvlr_plus.fedvlr.FedVLROptions`) already fixes, as
     :func:`candidate_recipes` takes them (None: left to the grid); the inverse of :meth:`Recipe.layer_options`."""
-    return {"residual": True if options.residual else None,
-            "content_preference": True if options.content_preference else None,
-            "view_scale": "unit" if options.view_scale == "unit" else None,
-            "residual_gate": True if options.residual_gate else None,
-            "id_dropout": options.id_dropout or None}
+    return {
+        "residual": True if options.residual else None,
+        "content_preference": True if options.content_preference else None,
+        "view_scale": "unit" if options.view_scale == "unit" else None,
+        "residual_gate": True if options.residual_gate else None,
+        "id_dropout": options.id_dropout or None,
+    }
 
 
 def layer_server_lr(backbone: str) -> float:
@@ -142,11 +151,19 @@ def layer_server_lr(backbone: str) -> float:
     return float(FusionLayer.default_server_lr)
 
 
-def candidate_recipes(*, lr: float | None = None, server_lr: float | None = None, residual: bool | None = None,
-                      content_preference: bool | None = None, view_scale: str | None = None,
-                      residual_gate: bool | None = None, id_dropout: float | None = None,
-                      weight_decay: float | None = None, cold_items: bool = False,
-                      backbone: str = "fedavg") -> list[Recipe]:
+def candidate_recipes(
+    *,
+    lr: float | None = None,
+    server_lr: float | None = None,
+    residual: bool | None = None,
+    content_preference: bool | None = None,
+    view_scale: str | None = None,
+    residual_gate: bool | None = None,
+    id_dropout: float | None = None,
+    weight_decay: float | None = None,
+    cold_items: bool = False,
+    backbone: str = "fedavg",
+) -> list[Recipe]:
     """The grid for the layer around ``backbone`` with the values the user fixed put in place of the grid's;
     duplicates dropped, order kept. A backbone that scores through its own module (``recbole:``) gets no content
     preference; only such a backbone gets the ``unit`` recipes (for the others both view sizes are one).
@@ -155,23 +172,40 @@ def candidate_recipes(*, lr: float | None = None, server_lr: float | None = None
     estimate of their ID row, so each recipe also gets an ID-dropout twin (``+dropout``, :data:`COLD_ITEM_DROPOUT`),
     after all the others so that a tie keeps the recipe without it."""
     module = backbone.startswith("recbole:")
-    grid = [r for r in RECIPES
-            if not ((r.content_preference and module) or ((r.unit_scale or r.residual_gate) and not module))]
+    grid = [
+        r
+        for r in RECIPES
+        if not ((r.content_preference and module) or ((r.unit_scale or r.residual_gate) and not module))
+    ]
     if cold_items:
         grid += [replace(r, name=f"{r.name}+dropout", id_dropout=COLD_ITEM_DROPOUT) for r in grid]
     seen, out = set(), []
     for r in grid:
-        grid_slr = (r.server_lr if r.server_lr_scale is None
-                    else round(r.server_lr_scale * layer_server_lr(backbone), 12))
+        grid_slr = (
+            r.server_lr if r.server_lr_scale is None else round(r.server_lr_scale * layer_server_lr(backbone), 12)
+        )
         gate = r.residual_gate if residual_gate is None else residual_gate
-        fixed = Recipe(r.name, lr=r.lr if lr is None else lr, server_lr=grid_slr if server_lr is None else server_lr,
-                       residual=(r.residual if residual is None else residual) or gate, residual_gate=gate,
-                       content_preference=r.content_preference if content_preference is None else content_preference,
-                       unit_scale=r.unit_scale if view_scale is None else view_scale == "unit",
-                       id_dropout=r.id_dropout if id_dropout is None else id_dropout,
-                       weight_decay=r.weight_decay if weight_decay is None else weight_decay)
-        key = (fixed.lr, fixed.server_lr, fixed.residual, fixed.content_preference, fixed.unit_scale,
-               fixed.residual_gate, fixed.id_dropout, fixed.weight_decay)
+        fixed = Recipe(
+            r.name,
+            lr=r.lr if lr is None else lr,
+            server_lr=grid_slr if server_lr is None else server_lr,
+            residual=(r.residual if residual is None else residual) or gate,
+            residual_gate=gate,
+            content_preference=r.content_preference if content_preference is None else content_preference,
+            unit_scale=r.unit_scale if view_scale is None else view_scale == "unit",
+            id_dropout=r.id_dropout if id_dropout is None else id_dropout,
+            weight_decay=r.weight_decay if weight_decay is None else weight_decay,
+        )
+        key = (
+            fixed.lr,
+            fixed.server_lr,
+            fixed.residual,
+            fixed.content_preference,
+            fixed.unit_scale,
+            fixed.residual_gate,
+            fixed.id_dropout,
+            fixed.weight_decay,
+        )
         if key not in seen:
             seen.add(key)
             out.append(fixed)
@@ -193,14 +227,26 @@ class TuningReport:
         return next(r for r in self.recipes if r.name == self.selected)
 
     def to_json(self) -> dict:
-        return {"metric": self.metric, "split": "valid", "seed": self.seed, "selected": self.selected,
-                "selected_settings": self.chosen.settings() if self.selected else None,
-                "candidates": [{**asdict(r), "settings": r.settings(), "valid": self.scores.get(r.name)}
-                               for r in self.recipes]}
+        return {
+            "metric": self.metric,
+            "split": "valid",
+            "seed": self.seed,
+            "selected": self.selected,
+            "selected_settings": self.chosen.settings() if self.selected else None,
+            "candidates": [
+                {**asdict(r), "settings": r.settings(), "valid": self.scores.get(r.name)} for r in self.recipes
+            ],
+        }
 
 
-def select_recipe(recipes: list[Recipe], valid_score: Callable[[Recipe], float], *, metric: str,
-                  seed: int, on_candidate: Callable[[int, Recipe], None] | None = None) -> TuningReport:
+def select_recipe(
+    recipes: list[Recipe],
+    valid_score: Callable[[Recipe], float],
+    *,
+    metric: str,
+    seed: int,
+    on_candidate: Callable[[int, Recipe], None] | None = None,
+) -> TuningReport:
     """Score every recipe with ``valid_score`` (its best validation ``metric``) and keep the best; a tie keeps the
     earlier recipe, so the layer's defaults win unless another recipe is strictly better on validation."""
     if not recipes:

@@ -16,6 +16,7 @@ collapses onto it; docs/method.md). The client side does not change: the broadca
 as with the operator experts, so the router, the closed form and the batched simulator cover this mode as they
 are.
 """
+
 from __future__ import annotations
 
 import torch
@@ -54,6 +55,8 @@ def refusal(router_over: str, mode: str, n_views: int) -> str | None:
     if router_over not in ROUTER_OVER:
         return f"--router-over must be one of {', '.join(ROUTER_OVER)}, got {router_over!r}"
     if router_over == "views" and mode in ("fedvlr", "uniform") and n_views < 2:
-        return (f"--router-over views routes between content views and the layer has {n_views}; pass at least two "
-                "with --fusion-views (e.g. text,image) or use --router-over operators")
+        return (
+            f"--router-over views routes between content views and the layer has {n_views}; pass at least two "
+            "with --fusion-views (e.g. text,image) or use --router-over operators"
+        )
     return None

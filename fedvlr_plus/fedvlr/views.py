@@ -6,6 +6,7 @@ finds them, aligned with the data's item ids, and says on stderr where they came
 which views it fused. Errors name the flag that asked for the views (``purpose``), since they reach the command
 line as one line. See docs/method.md.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,8 +28,14 @@ def _say(line: str) -> None:
     print(f"views: {line}", file=sys.stderr, flush=True)
 
 
-def load_views(data, store: str | None = None, names: list[str] | None = None,
-               progress: bool = True, purpose: str = "--fusion", optional: bool = False) -> dict[str, np.ndarray]:
+def load_views(
+    data,
+    store: str | None = None,
+    names: list[str] | None = None,
+    progress: bool = True,
+    purpose: str = "--fusion",
+    optional: bool = False,
+) -> dict[str, np.ndarray]:
     """Views of every item of ``data`` (name -> [n_items, d]), rows aligned with the data's item ids.
 
     Says on stderr where they come from: the data's own features, a store reused, or a store built (where,
@@ -41,8 +48,11 @@ def load_views(data, store: str | None = None, names: list[str] | None = None,
         from ..views.encoders import modality_name
 
         views = {modality_name(k): np.asarray(v, np.float32) for k, v in data.features.items()}
-        _say(f"the precomputed features of {data.name}: "
-             + ", ".join(f"{k}[{v.shape[0]:,}x{v.shape[1]}]" for k, v in views.items()) + " (no view store)")
+        _say(
+            f"the precomputed features of {data.name}: "
+            + ", ".join(f"{k}[{v.shape[0]:,}x{v.shape[1]}]" for k, v in views.items())
+            + " (no view store)"
+        )
         return {k: _named(views, k, data.name) for k in (names or views)}
     if optional and store is None and not has_content(data):
         return {}
@@ -51,14 +61,18 @@ def load_views(data, store: str | None = None, names: list[str] | None = None,
         vs = load_store(path)
         enc = vs.manifest.get("encoder") or {}
         made_by = " ".join(str(x) for x in (enc.get("encoder"), enc.get("model")) if x)
-        _say(f"reusing view store {path} ({vs.n_items:,} items, views {', '.join(vs.views)}; "
-             f"encoder {made_by or 'unknown'}, built {vs.manifest.get('created')})")
+        _say(
+            f"reusing view store {path} ({vs.n_items:,} items, views {', '.join(vs.views)}; "
+            f"encoder {made_by or 'unknown'}, built {vs.manifest.get('created')})"
+        )
     else:
         vs = _build_views(data, path, store, progress, purpose)
     ids = [str(x) for x in vs.item_ids]
     if len(ids) != data.n_items or ids != [str(x) for x in data.item_ids]:
-        raise ViewStoreError(f"--views {path}: the store holds {len(ids)} items that do not match the "
-                             f"{data.n_items} items of {data.name} (build the store from the same source)")
+        raise ViewStoreError(
+            f"--views {path}: the store holds {len(ids)} items that do not match the "
+            f"{data.n_items} items of {data.name} (build the store from the same source)"
+        )
     if names is None:
         names = [s.name for s in vs.specs if s.op in RAW_OPS]
     rows = np.arange(vs.n_items)
@@ -83,8 +97,10 @@ def content_remedy(data) -> str:
     """Where content comes from for ``data``'s format: each loader reads item content from a different place."""
     source = data.source or data.name
     if data.format.startswith("amazon"):
-        return (f"put the category's metadata file {_meta_name(data)} (titles, descriptions, features; a .json or "
-                f".jsonl of the same name is read too) beside {source}")
+        return (
+            f"put the category's metadata file {_meta_name(data)} (titles, descriptions, features; a .json or "
+            f".jsonl of the same name is read too) beside {source}"
+        )
     if data.format == "recbole-atomic":
         return f"add a {data.name}.item file with a title or description field to its folder"
     return f"add image_features.npy / text_features.npy ([{data.n_items}, d], row = item id) beside its interactions"
@@ -108,19 +124,25 @@ def _store_path(data, store: str | None, purpose: str) -> tuple[Path, bool]:
     if (path / "manifest.json").is_file():
         return path, True
     if path.is_dir() and any(path.iterdir()):
-        raise ViewStoreError(f"--views {store}: the folder is not a view store (no manifest.json) and not empty; "
-                             "pass a store written by 'fedvlr-plus views build', or a new folder to build one in")
+        raise ViewStoreError(
+            f"--views {store}: the folder is not a view store (no manifest.json) and not empty; "
+            "pass a store written by 'fedvlr-plus views build', or a new folder to build one in"
+        )
     if path.exists() and not path.is_dir():
         raise ViewStoreError(f"--views {store}: is a file, not a view store folder")
     parent = path.absolute().parent
     if not parent.is_dir():
-        raise ViewStoreError(f"--views {store}: the folder {parent} does not exist (a new view store is built "
-                             "only inside an existing folder; check the path)")
+        raise ViewStoreError(
+            f"--views {store}: the folder {parent} does not exist (a new view store is built "
+            "only inside an existing folder; check the path)"
+        )
     if not path.exists():
         near = _similar_stores(path)
         if near:
-            raise ViewStoreError(f"--views {store}: no such view store; did you mean {near}? (to build a new store "
-                                 f"under this name, run 'fedvlr-plus views build SOURCE --out {store}' first)")
+            raise ViewStoreError(
+                f"--views {store}: no such view store; did you mean {near}? (to build a new store "
+                f"under this name, run 'fedvlr-plus views build SOURCE --out {store}' first)"
+            )
     return path, False
 
 
@@ -141,16 +163,20 @@ def _build_views(data, path: Path, store: str | None, progress: bool, purpose: s
         flag = f"--views {store}" if store else purpose
         raise ViewStoreError(
             f"{flag}: {data.name} has no item content to make views from (no precomputed features, no item text); "
-            f"{content_remedy(data)}, pass --views DIR with a view store of the same items, or use --fusion none")
+            f"{content_remedy(data)}, pass --views DIR with a view store of the same items, or use --fusion none"
+        )
     where = "" if store else " (the cache: later runs reuse it; $FEDVLR_CACHE moves it)"
     _say(f"building view store in {path} from {data.name}{where}")
     try:
-        vs, _ = build_store(data, path, progress=progress, announce=_say,
-                            overwrite=path.is_dir())  # an existing folder here is empty (checked above)
+        vs, _ = build_store(
+            data, path, progress=progress, announce=_say, overwrite=path.is_dir()
+        )  # an existing folder here is empty (checked above)
     except EncoderUnavailable as e:
-        raise EncoderUnavailable(f"{purpose}: cannot encode the items of {data.name} here ({e}); build a store "
-                                 f"with 'fedvlr-plus views build SOURCE --out DIR' (its --encoder/--model/"
-                                 "--pretrained choose the model) and pass --views DIR") from e
+        raise EncoderUnavailable(
+            f"{purpose}: cannot encode the items of {data.name} here ({e}); build a store "
+            f"with 'fedvlr-plus views build SOURCE --out DIR' (its --encoder/--model/"
+            "--pretrained choose the model) and pass --views DIR"
+        ) from e
     except ViewStoreError:
         if not (path / "manifest.json").is_file():
             raise
@@ -166,6 +192,7 @@ def select_views(views: dict[str, np.ndarray], drop) -> tuple[dict[str, np.ndarr
     drop = set(drop)
     unknown = drop - {"id"} - set(views)
     if unknown:
-        raise ConfigError(f"--drop-modality {','.join(sorted(unknown))}", "no such modality",
-                          f"choose from id, {', '.join(views)}")
+        raise ConfigError(
+            f"--drop-modality {','.join(sorted(unknown))}", "no such modality", f"choose from id, {', '.join(views)}"
+        )
     return {k: v for k, v in views.items() if k not in drop}, "id" not in drop
