@@ -211,6 +211,10 @@ def test_a_robust_strategy_is_refused_before_any_round(tmp_path):
     assert "median" in json.loads((tmp_path / "result.error.json").read_text())["error"]
 
 
+#: what `flwr run --format json` prints for a submitted run
+SUBMITTED = '{"success": true, "run-id": 1}\n'
+
+
 def test_flower_run_secagg_flag_sets_the_run_config(monkeypatch, capsys):
     import subprocess
 
@@ -223,7 +227,7 @@ def test_flower_run_secagg_flag_sets_the_run_config(monkeypatch, capsys):
     monkeypatch.setattr(
         cli_flower.subprocess,
         "run",
-        lambda cmd, **kw: calls.append(cmd) or subprocess.CompletedProcess(cmd, 0, stdout='{"run-id": 1}\n', stderr=""),
+        lambda cmd, **kw: calls.append(cmd) or subprocess.CompletedProcess(cmd, 0, stdout=SUBMITTED, stderr=""),
     )
     assert (
         main(

@@ -293,7 +293,10 @@ def test_failed_write_leaves_the_old_store_intact(tmp_path, monkeypatch):
         return real(index, path)
 
     monkeypatch.setattr(faiss, "write_index", flaky)
-    with pytest.raises(OSError, match="disk full"):
+    from fedvlr_plus.errors import UserError
+
+    # a full disk is one line naming the store (and the old store is untouched, below)
+    with pytest.raises(UserError, match="store: cannot write .disk full"):
         store.add_items(["x"], embeddings=toy_embeddings(1, seed=3))
     assert (store.path / "manifest.json").read_text() == before
     assert ViewStore(store.path).n_items == 40

@@ -94,11 +94,6 @@ EXPERIMENTS = [
     (lambda d, t: Experiment(d, [FedAvg()], metrics=["ndcg"]), ("Experiment(metrics=...)", "needs a cut-off")),
     (lambda d, t: Experiment(d, [FedAvg()], metrics=["hr@0"]), ("Experiment(metrics=...)", ">= 1")),
     (lambda d, t: Experiment(d, [FedAvg()], metrics=[10]), ("Experiment(metrics=...)", "a list of names")),
-    (
-        lambda d, t: Experiment(d, [FedAvg()], metrics=["hr@500"]),
-        ("Experiment(metrics=...)", "cut-off 500 is larger than the catalogue", "80 items"),
-    ),
-    (lambda d, t: Experiment(t, [FedAvg()]), ("metrics=None: the default", "30 items")),
     (lambda d, t: Experiment(d, [FedAvg()], protocol="sampled99"), ("Experiment(protocol='sampled99')",)),
     (lambda d, t: Experiment(d, [FedAvg()], protocol="sampled"), ("protocol='sampled'", "99", "protocol='full'")),
     (
@@ -112,6 +107,23 @@ EXPERIMENTS = [
 @pytest.mark.parametrize("make, needles", EXPERIMENTS)
 def test_a_bad_experiment_is_refused_before_training(data, tiny, no_training, make, needles):
     _refused(lambda: make(data, tiny), *needles)
+
+
+@pytest.mark.parametrize(
+    "make, needles",
+    [
+        (
+            lambda d, t: Experiment(d, [FedAvg()], metrics=["hr@500"]),
+            ("cut-off 500 is larger than the catalogue", "80"),
+        ),
+        (lambda d, t: Experiment(t, [FedAvg()]), ("metrics=None: the default", "30 items")),
+    ],
+)
+def test_cut_offs_above_the_catalogue_are_said(data, tiny, make, needles):
+    with pytest.warns(UserWarning) as said:
+        make(data, tiny)
+    text = " ".join(str(w.message) for w in said)
+    assert all(n in text for n in needles), text
 
 
 @pytest.mark.parametrize(
