@@ -64,7 +64,7 @@ def tune_recipe(args, data, *, config_for, build_backbone):
     cfg)`` its model, exactly as the run itself does, so a candidate differs from the final run only in its flags
     and seed count. With a run folder each candidate checkpoints under ``RUN_DIR/tuning/<recipe>/`` and a resumed
     run resumes them (a finished candidate is read back, not retrained)."""
-    from ..federation.runs.parallel import map_jobs
+    from ..federation.runs.parallel import default_jobs, map_jobs
     from ..fedvlr.tuning import select_recipe, tries_id_dropout
 
     recipes = _candidates(args, cold_items=tries_id_dropout(data))
@@ -78,10 +78,10 @@ def tune_recipe(args, data, *, config_for, build_backbone):
         resume = bool(args.resume) and out is not None and out.is_dir()
         return RecipeJob(data, build_backbone(ns, cfg), cfg, out, resume, not getattr(args, "no_progress", False))
 
-    jobs = getattr(args, "jobs", None)
+    jobs = getattr(args, "jobs", None) or default_jobs()
     scores = {}
     if jobs != 1 and len(recipes) > 1:  # every recipe at once, one worker process each (the same figures)
-        say(f"tuning: {len(recipes)} recipes side by side on seed {args.seed} (--jobs {jobs or 'every core'})")
+        say(f"tuning: {len(recipes)} recipes side by side on seed {args.seed} (--jobs {jobs})")
         built = [job(r) for r in recipes]
         for b in built:
             b.progress = False

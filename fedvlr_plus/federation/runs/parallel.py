@@ -18,7 +18,9 @@ from concurrent.futures import ProcessPoolExecutor
 
 
 def default_jobs() -> int:
-    """The cores this process may use."""
+    """``$FEDVLR_JOBS`` where it is set, else the cores this process may use."""
+    if os.environ.get("FEDVLR_JOBS", "").strip():
+        return max(1, int(os.environ["FEDVLR_JOBS"]))
     if hasattr(os, "sched_getaffinity"):
         return max(1, len(os.sched_getaffinity(0)))
     return max(1, os.cpu_count() or 1)
