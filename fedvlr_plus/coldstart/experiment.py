@@ -17,9 +17,7 @@ spread of the per-seed means.
 """
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -72,30 +70,11 @@ def train_selected(data, model, cfg, *, progress: bool = False):
     """Train one seed (:class:`~fedvlr_plus.federation.engine.FederatedRun`) and put it back into the state of
     its selected (best-validation) round: shared state, server fusion state and every private state."""
     from ..federation.engine import FederatedRun
-    from ..federation.state.file_store import FileStore
-    from ..federation.state.kept import KeptStates
 
-    snap = {}
     if cfg.private_store == "disk":   # the selected round's states are kept as a snapshot: a table store's
         cfg = replace(cfg, private_store="memory")
-    with tempfile.TemporaryDirectory(prefix="fedvlr-selected-") as aside:
-        def keep(run, record):
-            if run.best is not None and run.best["round"] == record["round"]:
-                # states in files are kept in a file too: a copy in memory would hold the whole population
-                private = (KeptStates(run.store, Path(aside) / "states.safetensors")
-                           if isinstance(run.store, FileStore) else run.store.snapshot())
-                snap.update(shared={k: v.clone() for k, v in run.shared.items()},
-                            strategy=run.strategy.state_dict(), private=private, round=record["round"])
-
-        run = FederatedRun(data, model, cfg, progress=progress, on_round=keep)
-        run.run()
-        if snap and snap["round"] != run.round:
-            run.shared = snap["shared"]
-            run.strategy.load_state_dict(snap["strategy"])   # the server's fusion state of that round
-            if isinstance(snap["private"], KeptStates):
-                snap["private"].restore_into(run.store)
-            else:
-                run.store.restore(snap["private"])
+    run = FederatedRun(data, model, cfg, progress=progress)
+    run.run(end_at_selected=True)   # the engine keeps that round's model for its own test already
     return run
 
 

@@ -235,17 +235,19 @@ class FederatedRun:
         both = cfg.valid_protocol == "sampled" or cfg.test_both_protocols
         return {"test_full": self.evaluate("test", "full"), "test_sampled": self._test_sampled() if both else None}
 
-    def _test_selected(self) -> None:
-        """The selected round's test from its kept model, the model the run ended with put back after."""
+    def _test_selected(self, end_at_selected: bool) -> None:
+        """The selected round's test from its kept model; the model the run ended with is put back after, unless
+        the caller wants the selected one (``end_at_selected``)."""
         selected = self._kept.pop("selected", None) if self._kept is not None else None
         if selected is None:
             return
-        last = KeptRound(self, Path(self._tmpdir()))
+        last = None if end_at_selected else KeptRound(self, Path(self._tmpdir()))
         selected.put_back(self)
         self.best.update(self._test_now())
-        last.put_back(self)
+        if last is not None:
+            last.put_back(self)
+            last.discard()
         selected.discard()
-        last.discard()
 
     def _test_sampled(self):
         """The sampled-protocol test beside the full one, or None where the catalogue is too small for it."""
@@ -338,7 +340,10 @@ class FederatedRun:
     def done(self) -> bool:
         return self.round >= self.cfg.rounds or self.stopped_early
 
-    def run(self) -> dict:
+    def run(self, end_at_selected: bool = False) -> dict:
+        """Train to the end or early stop and return the result. ``end_at_selected``: leave the run in the model
+        of its selected round (shared, server and private state), for studies that go on from it; it needs a run
+        without a folder and a store whose states can be kept aside."""
         from tqdm.auto import tqdm
 
         bar = tqdm(total=self.cfg.rounds, initial=self.round, unit="round", disable=not self.progress,
@@ -347,6 +352,8 @@ class FederatedRun:
         # folder every round's checkpoint must hold the test figures of its selected round, so test is evaluated
         # as the round happens
         self._kept = {} if self.folder is None and KeptRound.can_keep(self) else None
+        if end_at_selected and self._kept is None:
+            raise ValueError("end_at_selected needs a run without a folder and a private store other than disk")
         try:
             while not self.done():
                 started = time.perf_counter()
@@ -366,7 +373,7 @@ class FederatedRun:
                       f"continue with --resume", file=sys.stderr)
             raise
         bar.close()
-        self._test_selected()
+        self._test_selected(end_at_selected)
         self._kept = None
         result = self.result()
         if self.folder is not None:
