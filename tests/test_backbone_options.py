@@ -114,7 +114,7 @@ def test_a_folder_recorded_with_penalties_for_every_backbone_still_resumes(small
 
 def test_the_command_line_builds_fedrap_with_its_flags(small):
     from fedvlr_plus.cli import build_parser
-    from fedvlr_plus.cli.run_federated import build_backbone
+    from fedvlr_plus.cli.run.federated import build_backbone
 
     parser = build_parser()
     args = parser.parse_args(["run", "ml-100k", "--backbone", "fedrap", "--fedrap-lambda", "0.25"])

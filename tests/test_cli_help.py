@@ -89,7 +89,7 @@ def test_torch_free_names_match_the_modules_that_define_them():
 
     assert FUSION_MODES == MODES and COLD_RULES == RULES + FUSED_RULES and NEW_USER_STARTS == STARTS
     assert ROUTER_OVER == LAYER_ROUTER_OVER
-    from fedvlr_plus.cli.view_routing import ROW_GROUPS
+    from fedvlr_plus.cli.experiment.view_routing import ROW_GROUPS
     from fedvlr_plus.experiments.view_routing import ROW_GROUPS as LIBRARY_ROW_GROUPS
 
     assert ROW_GROUPS == LIBRARY_ROW_GROUPS
@@ -105,7 +105,7 @@ def test_run_says_what_it_does_and_what_to_try_next(tmp_path):
 
 def test_federated_run_plan_names_seeds_rounds_patience_and_folder():
     from fedvlr_plus.cli import build_parser
-    from fedvlr_plus.cli.run import _next_step, _run_plan
+    from fedvlr_plus.cli.run.command import _next_step, _run_plan
 
     args = build_parser().parse_args(["run", "ml-100k", "--backbone", "fedavg", "--seeds", "3", "--out", "D"])
     assert _run_plan(args, "ml-100k") == (
@@ -122,7 +122,7 @@ def test_the_run_plan_names_the_gpu_a_run_trains_on(monkeypatch):
     import torch
 
     from fedvlr_plus.cli import build_parser
-    from fedvlr_plus.cli.run import _run_plan
+    from fedvlr_plus.cli.run.command import _run_plan
 
     args = build_parser().parse_args(["run", "ml-100k", "--backbone", "fedavg", "--device", "auto"])
     assert "GPU" not in _run_plan(args, "ml-100k") or torch.cuda.is_available()
@@ -133,7 +133,7 @@ def test_the_run_plan_names_the_gpu_a_run_trains_on(monkeypatch):
 
 def test_run_tunes_the_fusion_layer_by_default_and_only_where_there_is_a_choice(tmp_path):
     from fedvlr_plus.cli import build_parser
-    from fedvlr_plus.cli.run_tune import resolve_tune
+    from fedvlr_plus.cli.run.tune import resolve_tune
 
     def tunes(*flags):
         return resolve_tune(build_parser().parse_args(["run", "ml-100k", "--backbone", "fedavg", *flags]))

@@ -38,7 +38,7 @@ def test_flags_left_at_their_defaults_take_the_validated_new_user_recipe(flags, 
 
 
 def test_a_new_user_study_does_not_tune_a_grid_its_flags_left_with_one_recipe(monkeypatch):
-    import fedvlr_plus.cli.run_tune as run_tune
+    import fedvlr_plus.cli.run.tune as run_tune
 
     monkeypatch.setattr(run_tune, "_candidates", lambda args, cold_items=False: ["the one recipe left"])
     assert _resolved("--fusion", "fedvlr", "--cold-users", "0.2")[0] is False

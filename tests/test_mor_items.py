@@ -283,7 +283,7 @@ def test_reference_per_seed_trains_one_backbone_per_seed(monkeypatch):
 )
 def test_cli_defaults_per_reward_view(flags, expected):
     from fedvlr_plus.cli import build_parser
-    from fedvlr_plus.cli.align_pref import _mor_config
+    from fedvlr_plus.cli.align.preference import _mor_config
 
     args = build_parser().parse_args(["align", "mor", "ml-100k", *flags])
     cfg = _mor_config(args, interactions=True)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fedvlr_plus.cli import build_parser
-from fedvlr_plus.cli.experiment import paper_table_options
+from fedvlr_plus.cli.experiment.command import paper_table_options
 from fedvlr_plus.coldstart.content import ContentRanker, RestrictedScorer
 from fedvlr_plus.datasets import InteractionData
 from fedvlr_plus.errors import ConfigError, RunFolderError

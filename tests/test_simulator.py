@@ -8,7 +8,7 @@ import scipy.sparse as sp
 import torch
 
 from fedvlr_plus.adapters import make_backbone, rowdot
-from fedvlr_plus.cli.run_args import add_run_arguments, config_from_args
+from fedvlr_plus.cli.run.args import add_run_arguments, config_from_args
 from fedvlr_plus.federation import (
     BatchedSimulator,
     FedConfig,

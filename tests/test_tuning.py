@@ -124,8 +124,8 @@ def test_the_gated_recipe_with_weight_decay_is_a_recbole_recipe_and_a_decay_the_
 
 def test_a_run_tunes_the_recipes_weight_decay_and_keeps_a_decay_the_user_passed():
     from fedvlr_plus.cli.main import build_parser
-    from fedvlr_plus.cli.run_args import config_from_args
-    from fedvlr_plus.cli.run_tune import _candidates, _with_recipe
+    from fedvlr_plus.cli.run.args import config_from_args
+    from fedvlr_plus.cli.run.tune import _candidates, _with_recipe
 
     def decays(argv):
         args = build_parser().parse_args(["run", "ml-100k", "--backbone", "recbole:NeuMF", "--fusion", "fedvlr", *argv])
@@ -306,7 +306,7 @@ def test_run_tune_adds_the_id_dropout_twins_where_the_data_has_cold_items(tmp_pa
 def test_the_gate_recipe_reaches_the_layer_options_and_a_passed_gate_stays_on():
     from fedvlr_plus.cli.fusion import options_from_args
     from fedvlr_plus.cli.main import build_parser
-    from fedvlr_plus.cli.run_tune import _candidates, _with_recipe
+    from fedvlr_plus.cli.run.tune import _candidates, _with_recipe
 
     def options(argv):
         args = build_parser().parse_args(["run", "ml-100k", "--backbone", "recbole:NeuMF", "--fusion", "fedvlr", *argv])

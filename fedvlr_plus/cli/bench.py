@@ -96,7 +96,7 @@ def _register_eval(sub) -> None:
 def _add_model_arguments(p, func) -> None:
     """``--json`` and the flags of the model a bench command trains (a run's and the fusion layer's)."""
     from .fusion_args import add_fusion_arguments
-    from .run_args import add_run_arguments
+    from .run.args import add_run_arguments
 
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     add_run_arguments(p, command="bench")
@@ -175,8 +175,8 @@ def cmd_bench_eval(args) -> int:
     from ..evaluation import sampled_unavailable
     from ..federation.engine import FederatedRun
     from .common import say
-    from .run_args import config_from_args
-    from .run_federated import build_backbone
+    from .run.args import config_from_args
+    from .run.federated import build_backbone
 
     is_recbole = _is_recbole(args.backbone)
     protocols = _bench_protocols(args.protocols)
@@ -255,8 +255,8 @@ def _bench_protocols(flag: str | None) -> list[str]:
 
 def cmd_bench_round(args) -> int:
     from ..federation.simulation.round_timing import bench_round, format_bench
-    from .run_args import config_from_args
-    from .run_federated import build_backbone
+    from .run.args import config_from_args
+    from .run.federated import build_backbone
 
     is_recbole = _is_recbole(args.backbone)
     data = load_for_run(args)[0]

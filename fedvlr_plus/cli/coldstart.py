@@ -49,7 +49,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     from ..federation.config import FEDERATED_BACKBONES
     from .argtypes import auto_or_non_negative_int, metric_list, non_negative_int, one_metric
     from .fusion_args import add_fusion_arguments
-    from .run_args import add_run_arguments
+    from .run.args import add_run_arguments
 
     p = subparsers.add_parser(
         "coldstart", help="cold-start experiments: new items, new users, sparse users",
@@ -130,8 +130,8 @@ def coldstart_options(args):
     from ..adapters import backbone_options
     from ..coldstart.study import ColdStartOptions, StudySplit
     from .fusion import options_from_args
-    from .run_args import config_from_args
-    from .run_tune import check_tune_flags
+    from .run.args import config_from_args
+    from .run.tune import check_tune_flags
 
     resolve_new_user_defaults(args)
     check_tune_flags(args)
@@ -195,7 +195,7 @@ def resolve_new_user_defaults(args) -> None:
     """Fill the flags left at their defaults with the validated recipe of a new-user study: the layer's recipe, the
     local epochs and the popularity prior's weight all chosen on the validation joining users (0, the model alone,
     among the weights). Another study keeps the layer's defaults and no prior."""
-    from .run_tune import grid_has_choice
+    from .run.tune import grid_has_choice
 
     if args.tune is None:
         args.tune = args.cold_users is not None and args.fusion != "none" and grid_has_choice(args)

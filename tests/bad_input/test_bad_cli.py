@@ -107,8 +107,8 @@ def test_flower_run_config_without_equals_names_the_flag():
 
 def test_paper_table_override_unknown_field_names_it():
     from fedvlr_plus.cli import build_parser
-    from fedvlr_plus.cli.experiment import parse_overrides
-    from fedvlr_plus.cli.run_args import config_from_args
+    from fedvlr_plus.cli.experiment.command import parse_overrides
+    from fedvlr_plus.cli.run.args import config_from_args
     from fedvlr_plus.errors import ConfigError
     from fedvlr_plus.experiments.paper.table import config_for_row
 

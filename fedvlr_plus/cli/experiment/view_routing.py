@@ -8,7 +8,7 @@ import argparse
 import json
 import sys
 
-from .argtypes import positive_float, positive_int
+from ..argtypes import positive_float, positive_int
 
 #: the row groups of fedvlr_plus.experiments.view_routing.ROW_GROUPS (checked by a test; the parser stays torch-free)
 ROW_GROUPS = ("operators", "uniform", "sum", "single", "fedgrad")
@@ -28,9 +28,9 @@ REAL_METRICS = "ndcg@50,hr@50,ndcg@10,hr@10"
 
 def _common(p: argparse.ArgumentParser, metrics: str) -> None:
     """Rows, seeds, output and the training flags every row shares."""
-    from ..federation.config import FEDERATED_BACKBONES
-    from .argtypes import metric_list
-    from .run_args import add_run_arguments
+    from ...federation.config import FEDERATED_BACKBONES
+    from ..argtypes import metric_list
+    from ..run.args import add_run_arguments
 
     g = p.add_argument_group("rows and output")
     g.add_argument(
@@ -61,7 +61,7 @@ def _common(p: argparse.ArgumentParser, metrics: str) -> None:
 
 def register(ex) -> None:
     """Add ``planted`` and ``view-routing`` to ``experiment``'s sub-commands."""
-    from .common import add_data_arguments
+    from ..common import add_data_arguments
 
     p = ex.add_parser(
         "planted",
@@ -117,11 +117,11 @@ def register(ex) -> None:
 def _options(args):
     from dataclasses import fields
 
-    from ..experiments.view_routing import ViewRoutingOptions
-    from ..federation.config import FedConfig
-    from ..fedvlr import FedVLROptions
-    from ..metric_spec import parse_metrics
-    from .run_args import config_from_args
+    from ...experiments.view_routing import ViewRoutingOptions
+    from ...federation.config import FedConfig
+    from ...fedvlr import FedVLROptions
+    from ...metric_spec import parse_metrics
+    from ..run.args import config_from_args
 
     _, _, keys = parse_metrics(args.metrics)
     cfg = config_from_args(args)
@@ -142,9 +142,9 @@ def _options(args):
 def _finish(args, out: dict) -> int:
     from pathlib import Path
 
-    from ..atomic_write import atomic_write_text
-    from ..experiments.view_routing_report import render, to_json
-    from ..jsonio import json_default
+    from ...atomic_write import atomic_write_text
+    from ...experiments.view_routing_report import render, to_json
+    from ...jsonio import json_default
 
     text = render(out)
     print(text, file=sys.stderr if args.json else sys.stdout)
@@ -160,7 +160,7 @@ def _finish(args, out: dict) -> int:
 
 
 def cmd_planted(args) -> int:
-    from ..experiments.planted import PlantedOptions, run_planted
+    from ...experiments.planted import PlantedOptions, run_planted
 
     planted = PlantedOptions(
         users=args.users,
@@ -170,7 +170,7 @@ def cmd_planted(args) -> int:
         mixed=not args.control_only,
     )
     if args.control_only and planted.control is None:
-        from ..errors import ConfigError
+        from ...errors import ConfigError
 
         raise ConfigError(
             "--control-only", "there is no control to train with --control none", "name the control's modality"
@@ -184,15 +184,15 @@ def cmd_planted(args) -> int:
 
 
 def cmd_view_routing(args) -> int:
-    from ..experiments.view_routing import view_routing_setting
-    from ..fedvlr.views import load_views
-    from .common import load_for_run
+    from ...experiments.view_routing import view_routing_setting
+    from ...fedvlr.views import load_views
+    from ..common import load_for_run
 
     data, _ = load_for_run(args)
     names = [n.strip() for n in args.fusion_views.split(",")] if args.fusion_views else None
     views = load_views(data, args.views, names, progress=not args.no_progress, purpose="--fusion-views")
     if len(views) < 2:
-        from ..errors import ConfigError
+        from ...errors import ConfigError
 
         raise ConfigError(
             "--fusion-views",

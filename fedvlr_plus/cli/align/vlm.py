@@ -1,6 +1,6 @@
 """``fedvlr-plus align fedmpt SOURCE`` and ``fedvlr-plus align feddtl SOURCE``: federated VLM-style adaptation.
 
-No torch import at module level (the parser is built lazily by :mod:`fedvlr_plus.cli.align`).
+No torch import at module level (the parser is built lazily by :mod:`fedvlr_plus.cli.align.command`).
 """
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import os
 import sys
 import time
 
-from .align_tables import check_out_dir, write_table
-from .argtypes import (
+from ..argtypes import (
     auto_or_non_negative_int,
     non_negative_float,
     non_negative_int,
@@ -18,6 +17,7 @@ from .argtypes import (
     positive_float,
     positive_int,
 )
+from .tables import check_out_dir, write_table
 
 #: FedMPT ablation rows (report name -> variant)
 MPT_ABLATION = {"prompts_only": "prompts", "prompts+ot": "prompts_ot", "prompts+gate": "prompts_gate",
@@ -176,7 +176,7 @@ def _add_dtl_server_arguments(d) -> None:
 
 
 def _emit(report: dict, args) -> int:
-    from ..jsonio import json_default, write_json_atomic
+    from ...jsonio import json_default, write_json_atomic
 
     if args.out:
         write_json_atomic(args.out, report)
@@ -192,8 +192,8 @@ def _figures(test: dict) -> dict:
 def cli_fedmpt(args) -> int:
     import torch
 
-    from .. import datasets
-    from ..alignment.fedmpt import method as M
+    from ... import datasets
+    from ...alignment.fedmpt import method as M
 
     check_out_dir(args.out_dir)
     torch.set_num_threads(max(1, torch.get_num_threads()))
@@ -206,7 +206,7 @@ def cli_fedmpt(args) -> int:
     conditions = M.load_conditions(args.conditions)
     task, ids = M.build_task(data, embed_tokens, embed_sentences, conditions, proj_dim=args.proj_dim or None,
                              raters=args.raters)
-    from ..alignment.fedmpt.table import markdown, seeds_report
+    from ...alignment.fedmpt.table import markdown, seeds_report
 
     if args.seeds is None:       # one seed: its report as it always was; --out-dir also gets its table
         report = _fedmpt_seed(args, M, data, task, ids, args.seed, t0, log)
@@ -253,8 +253,8 @@ def _fedmpt_seed(args, M, data, task, ids, seed: int, t0: float, log) -> dict:
 
 
 def cli_feddtl(args) -> int:
-    from ..alignment.feddtl.method import DTLConfig, run_feddtl
-    from ..alignment.feddtl.table import markdown
+    from ...alignment.feddtl.method import DTLConfig, run_feddtl
+    from ...alignment.feddtl.table import markdown
 
     check_out_dir(args.out_dir)
 

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import argparse
 
-from ..backbones import REFERENCE_BACKBONES, backbone_names
-from ..metric_spec import DEFAULT_METRICS, parse_metrics
-from .argtypes import backbone_arg, metric_list, non_negative_int
-from .common import add_data_arguments, load_for_run, say
-from .report import report_run
+from ...backbones import REFERENCE_BACKBONES, backbone_names
+from ...metric_spec import DEFAULT_METRICS, parse_metrics
+from ..argtypes import backbone_arg, metric_list, non_negative_int
+from ..common import add_data_arguments, load_for_run, say
+from ..report import report_run
 
 
 def register(sub) -> None:
-    from .fusion_args import add_fusion_arguments
-    from .run_args import add_run_arguments
+    from ..fusion_args import add_fusion_arguments
+    from .args import add_run_arguments
 
     p_run = sub.add_parser("run", help="train (if needed) and evaluate one backbone",
                            usage="%(prog)s SOURCE [--backbone NAME] [options]",
@@ -59,11 +59,11 @@ def register(sub) -> None:
 
 
 def cmd_run(args) -> int:
-    from ..evaluation.reference_table import reference_run
+    from ...evaluation.reference_table import reference_run
 
     names, ks, keys = parse_metrics(args.metrics)
     protocol = "sampled" if args.protocol == "sampled99" else "full"
-    from .run_tune import check_tune_flags, resolve_tune
+    from .tune import check_tune_flags, resolve_tune
 
     check_tune_flags(args)
     args.tune = resolve_tune(args)
@@ -72,7 +72,7 @@ def cmd_run(args) -> int:
         _check_sampled(data)
     say(_run_plan(args, data.name))
     if args.backbone not in REFERENCE_BACKBONES:
-        from .run_federated import run_federated_command
+        from .federated import run_federated_command
 
         result = run_federated_command(args, data, split_used=split_used, metrics=names, ks=ks, keys=keys,
                                        protocol=protocol)
@@ -89,8 +89,8 @@ def cmd_run(args) -> int:
 def _check_sampled(data) -> None:
     """``--protocol sampled99`` on a catalogue too small for it stops before training, not at the first
     evaluation (where the line was also cut into by the progress bar)."""
-    from ..errors import ConfigError
-    from ..evaluation import sampled_unavailable
+    from ...errors import ConfigError
+    from ...evaluation import sampled_unavailable
 
     for split in ("valid", "test"):
         why = sampled_unavailable(data, split=split)
@@ -115,7 +115,7 @@ def _run_plan(args, dataset: str) -> str:
 
 def _on_gpu(args) -> str:
     """`` on the GPU (its name)`` where ``--device`` sends the chunks to CUDA, else nothing (the CPU is the rule)."""
-    from ..federation.device import resolve_device
+    from ...federation.device import resolve_device
 
     device = resolve_device(getattr(args, "device", None))
     if device.type != "cuda":

@@ -10,7 +10,7 @@ import sys
 
 
 def check_out_dir(out_dir) -> None:
-    from ..errors import ConfigError
+    from ...errors import ConfigError
 
     if out_dir and os.path.exists(out_dir) and not os.path.isdir(out_dir):
         # checked before training, so a mistyped path does not cost the whole run
@@ -23,8 +23,8 @@ def write_table(report: dict, folder: str, markdown) -> None:
     """result.json and table.md (``markdown(report, command)``) in ``folder``, each written atomically."""
     from pathlib import Path
 
-    from ..atomic_write import atomic_write_text, make_dirs
-    from ..jsonio import write_json_atomic
+    from ...atomic_write import atomic_write_text, make_dirs
+    from ...jsonio import write_json_atomic
 
     out = make_dirs(folder)
     write_json_atomic(Path(out) / "result.json", report)

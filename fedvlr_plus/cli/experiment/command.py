@@ -1,11 +1,11 @@
-"""``fedvlr-plus experiment paper-table SOURCE ...`` (and the privacy experiments of .privacy_experiments)."""
+"""``fedvlr-plus experiment paper-table SOURCE ...`` (and the privacy experiments of :mod:`.privacy`)."""
 from __future__ import annotations
 
 import argparse
 import json
 import sys
 
-from ..experiments.variants import DEFAULT_VARIANTS, VARIANTS
+from ...experiments.variants import DEFAULT_VARIANTS, VARIANTS
 
 
 def _variant_list(text: str) -> str:
@@ -17,7 +17,7 @@ def _variant_list(text: str) -> str:
 
 
 def _backbone_list(text: str) -> str:
-    from ..federation.config import FEDERATED_BACKBONES
+    from ...federation.config import FEDERATED_BACKBONES
 
     bad = [b.strip() for b in text.split(",") if b.strip() and b.strip() not in FEDERATED_BACKBONES]
     if bad or not text.strip():
@@ -42,10 +42,10 @@ def add_table_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub) -> argparse.ArgumentParser:
-    from .argtypes import metric_list
-    from .common import DEFAULT_METRICS, add_data_arguments
-    from .fusion_args import add_fusion_arguments
-    from .run_args import add_run_arguments
+    from ..argtypes import metric_list
+    from ..common import DEFAULT_METRICS, add_data_arguments
+    from ..fusion_args import add_fusion_arguments
+    from ..run.args import add_run_arguments
 
     p = sub.add_parser("experiment", help="experiments that produce the tables of a report")
     ex = p.add_subparsers(dest="experiment", metavar="EXPERIMENT", required=True)
@@ -72,7 +72,7 @@ def register(sub) -> argparse.ArgumentParser:
              "seed, the best by --valid-metric kept for every seed; reported under 'tuning' in result.json")
     t.set_defaults(func=cmd_paper_table, seeds=3)
     from .poisoning import register as register_poisoning
-    from .privacy_experiments import register as register_privacy
+    from .privacy import register as register_privacy
 
     register_poisoning(ex)
     register_privacy(ex)
@@ -99,14 +99,14 @@ def register(sub) -> argparse.ArgumentParser:
 
 
 def cmd_paired(args) -> int:
-    from ..experiments.paired_runs import format_paired, paired_runs
-    from ..jsonio import json_default
+    from ...experiments.paired_runs import format_paired, paired_runs
+    from ...jsonio import json_default
 
     metrics = args.metrics.split(",") if args.metrics else None
     result = paired_runs(args.run_a, args.run_b, metrics, by_history=args.by_history)
     text = format_paired(result)
     if args.also:
-        from ..experiments.pooled_pairs import format_pooled, pooled_pairs
+        from ...experiments.pooled_pairs import format_pooled, pooled_pairs
 
         result["pooled_draws"] = pooled_pairs([(args.run_a, args.run_b)] + [tuple(p) for p in args.also], metrics)
         text += "\n" + format_pooled(result["pooled_draws"])
@@ -118,7 +118,7 @@ def cmd_paired(args) -> int:
 
 def parse_overrides(items: list[str]) -> tuple[tuple[str, str, str], ...]:
     """``--override SELECTOR:field=value`` where SELECTOR is a backbone, a variant or ``backbone+variant``."""
-    from ..errors import ConfigError
+    from ...errors import ConfigError
 
     out = []
     for it in items or []:
@@ -136,12 +136,12 @@ def paper_table_options(args):
     """The table's typed options from the parsed flags."""
     from pathlib import Path
 
-    from ..adapters import backbone_options
-    from ..errors import RunFolderError
-    from ..experiments.paper.table import PaperTableOptions
-    from ..metric_spec import parse_metrics
-    from .fusion import options_from_args
-    from .run_args import config_from_args
+    from ...adapters import backbone_options
+    from ...errors import RunFolderError
+    from ...experiments.paper.table import PaperTableOptions
+    from ...metric_spec import parse_metrics
+    from ..fusion import options_from_args
+    from ..run.args import config_from_args
 
     if args.resume and args.out and args.resume != args.out:
         raise RunFolderError("--out", f"--resume {args.resume} continues the table in that folder; do not pass a "
@@ -159,10 +159,10 @@ def paper_table_options(args):
 
 
 def cmd_paper_table(args) -> int:
-    from ..experiments.paper.report import print_table
-    from ..experiments.paper.table import run_paper_table
-    from ..jsonio import json_default
-    from .common import load_for_run
+    from ...experiments.paper.report import print_table
+    from ...experiments.paper.table import run_paper_table
+    from ...jsonio import json_default
+    from ..common import load_for_run
 
     options = paper_table_options(args)
     data, _ = load_for_run(args)

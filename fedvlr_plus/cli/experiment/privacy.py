@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 
 
 def _float_list(text: str) -> list[float]:
@@ -20,7 +20,7 @@ def _float_list(text: str) -> list[float]:
 
 
 def _pad_list(text: str) -> list[int]:
-    from .run_args import _pad_rows
+    from ..run.args import _pad_rows
 
     try:
         out = [_pad_rows(x.strip()) for x in text.split(",") if x.strip()]
@@ -32,10 +32,10 @@ def _pad_list(text: str) -> list[int]:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    from ..federation.config import FEDERATED_BACKBONES
-    from .common import add_data_arguments
-    from .fusion_args import add_fusion_arguments
-    from .run_args import add_run_arguments
+    from ...federation.config import FEDERATED_BACKBONES
+    from ..common import add_data_arguments
+    from ..fusion_args import add_fusion_arguments
+    from ..run.args import add_run_arguments
 
     add_data_arguments(p)
     g = p.add_argument_group("model and output")
@@ -91,9 +91,9 @@ def register(ex) -> None:
 
 
 def _setup(args):
-    from .common import load_for_run
-    from .run_args import config_from_args
-    from .run_federated import build_backbone
+    from ..common import load_for_run
+    from ..run.args import config_from_args
+    from ..run.federated import build_backbone
 
     if args.target_epsilon is not None:
         raise ConfigError("--target-epsilon", "the table sets the noise of each row itself (--noise)")
@@ -110,7 +110,7 @@ def _setup(args):
 
 
 def _finish(args, result, markdown, write) -> int:
-    from ..jsonio import json_default
+    from ...jsonio import json_default
 
     print(markdown(result), file=sys.stderr if args.json else sys.stdout)
     if args.out:
@@ -121,7 +121,7 @@ def _finish(args, result, markdown, write) -> int:
 
 
 def cmd_privacy_table(args) -> int:
-    from ..experiments.privacy_table import format_markdown, run_privacy_table, write_privacy_table
+    from ...experiments.privacy_table import format_markdown, run_privacy_table, write_privacy_table
 
     data, cfg, backbone, label = _setup(args)
     print(f"privacy table on {args.source}: {label}, noise {args.noise}, {cfg.seeds} seeds", file=sys.stderr)
@@ -130,7 +130,7 @@ def cmd_privacy_table(args) -> int:
 
 
 def cmd_leakage(args) -> int:
-    from ..experiments.leakage import format_markdown, run_leakage, write_leakage
+    from ...experiments.leakage import format_markdown, run_leakage, write_leakage
 
     data, cfg, backbone, label = _setup(args)
     print(

@@ -8,9 +8,9 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..backbones import REFERENCE_BACKBONES
-from ..errors import ConfigError
-from .common import say
+from ...backbones import REFERENCE_BACKBONES
+from ...errors import ConfigError
+from ..common import say
 
 
 def check_tune_flags(args) -> None:
@@ -42,7 +42,7 @@ def grid_has_choice(args) -> bool:
 
 
 def _candidates(args, cold_items: bool = False):
-    from ..fedvlr.tuning import candidate_recipes
+    from ...fedvlr.tuning import candidate_recipes
 
     return candidate_recipes(
         cold_items=cold_items,
@@ -64,8 +64,8 @@ def tune_recipe(args, data, *, config_for, build_backbone):
     cfg)`` its model, exactly as the run itself does, so a candidate differs from the final run only in its flags
     and seed count. With a run folder each candidate checkpoints under ``RUN_DIR/tuning/<recipe>/`` and a resumed
     run resumes them (a finished candidate is read back, not retrained)."""
-    from ..federation.runs.parallel import default_jobs, map_jobs
-    from ..fedvlr.tuning import select_recipe, tries_id_dropout
+    from ...federation.runs.parallel import default_jobs, map_jobs
+    from ...fedvlr.tuning import select_recipe, tries_id_dropout
 
     recipes = _candidates(args, cold_items=tries_id_dropout(data))
     run_dir = args.resume or args.out
@@ -127,7 +127,7 @@ class RecipeJob:
 
 def _valid_metric_of(job_and_metric) -> float:
     """The best validation ``metric`` of one recipe's run (module level: a worker process calls it)."""
-    from ..federation.run_seeds import run_federated
+    from ...federation.run_seeds import run_federated
 
     job, metric = job_and_metric
     res = run_federated(job.data, job.backbone, job.cfg, out_dir=job.out, resume=job.resume, progress=job.progress)

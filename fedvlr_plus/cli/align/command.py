@@ -10,7 +10,7 @@ import argparse
 from importlib import import_module
 
 #: method command modules, relative to this package
-METHOD_MODULES: tuple[str, ...] = ("align_pref", "align_vlm")
+METHOD_MODULES: tuple[str, ...] = ("preference", "vlm")
 
 
 def register(sub) -> argparse.ArgumentParser:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import ConfigError
-from ..federation.config import FEDERATED_BACKBONES, PRIVATE_STORES, STRATEGIES, FedConfig, config_from_options
-from .argtypes import (
+from ...errors import ConfigError
+from ...federation.config import FEDERATED_BACKBONES, PRIVATE_STORES, STRATEGIES, FedConfig, config_from_options
+from ..argtypes import (
     bounded,
     clients_per_round,
     int_list,

@@ -3,17 +3,17 @@ run, and its result as the CLI reports it."""
 
 from __future__ import annotations
 
-from ..backbones import backbone_names
-from ..errors import ConfigError, RunFolderError
-from ..federation.config import FEDERATED_BACKBONES
-from .run_args import config_from_args
+from ...backbones import backbone_names
+from ...errors import ConfigError, RunFolderError
+from ...federation.config import FEDERATED_BACKBONES
+from .args import config_from_args
 
 
 def run_federated_command(args, data, *, split_used: str, metrics, ks, keys, protocol: str) -> dict:
     """Train ``args.backbone`` federatedly on ``data`` and return the CLI's result dict (valid/test/test_ci/
     test_warm/test_cold/baselines as for the reference rankers, plus selected_round, per_seed and history)."""
-    from ..federation.run_seeds import run_federated
-    from ..federation.runs.result import federated_result
+    from ...federation.run_seeds import run_federated
+    from ...federation.runs.result import federated_result
 
     is_recbole = _check_backbone_flags(args)
     names = tuple(dict.fromkeys(list(metrics) + ["hr"]))
@@ -31,7 +31,7 @@ def run_federated_command(args, data, *, split_used: str, metrics, ks, keys, pro
     run_dir = args.resume or args.out
     tuning = None
     if getattr(args, "tune", False):
-        from .run_tune import tune_recipe
+        from .tune import tune_recipe
 
         args, tuning = tune_recipe(
             args, data, config_for=config_for, build_backbone=lambda ns, c: build_backbone(ns, data, c.dim, is_recbole)
@@ -89,18 +89,18 @@ def build_backbone(args, data, dim: int, is_recbole: bool):
     """The backbone name, or the model the flags build (a RecBole model, the FedVLR layer around a backbone, a
     backbone given options of its own such as ``--fedrap-lambda``)."""
     if is_recbole:
-        from .recbole import cli_backbone
+        from ..recbole import cli_backbone
 
         return cli_backbone(args, data)
     if getattr(args, "fusion", "none") != "none":
-        from .fusion import fusion_backbone
+        from ..fusion import fusion_backbone
 
         return fusion_backbone(args, data, args.backbone, dim)
-    from ..adapters import backbone_options
+    from ...adapters import backbone_options
 
     if not backbone_options(args.backbone, args):
         return args.backbone
-    from .fusion import base_backbone
+    from ..fusion import base_backbone
 
     return base_backbone(args, data.n_items, args.backbone, dim)
 
@@ -141,11 +141,11 @@ class SelectedRoundReports:
         if run.best is None or run.best["round"] != record["round"]:
             return
         if self.fusion:
-            from .fusion import router_report
+            from ..fusion import router_report
 
             self.router[run.cfg.seed] = router_report(run)
         if self.recbole_eval:
-            from ..adapters.recbole.backbone import recbole_evaluate
+            from ...adapters.recbole.backbone import recbole_evaluate
 
             self.rb_eval[run.cfg.seed] = recbole_evaluate(
                 self.data, run.scorer(), split="test", ks=self.ks, metrics=self.metrics, mask_history=self.mask_history

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from .argtypes import non_negative_float, non_negative_int, positive_float, positive_int
+from ..argtypes import non_negative_float, non_negative_int, positive_float, positive_int
 
 
 def is_hh_folder(source: str) -> bool:
@@ -174,7 +174,7 @@ def _register_fedvpa_gp(subparsers) -> None:
 
 
 def _emit(report: dict, args, lines: list[str]) -> int:
-    from ..jsonio import json_default, write_json_atomic
+    from ...jsonio import json_default, write_json_atomic
 
     if args.out:
         write_json_atomic(args.out, report)
@@ -190,8 +190,8 @@ def _pct(x) -> str:
 
 
 def _mor_config(args, interactions: bool):
-    from ..alignment.grpo import GRPOConfig
-    from ..alignment.mor.method import MoRConfig
+    from ...alignment.grpo import GRPOConfig
+    from ...alignment.mor.method import MoRConfig
 
     default_archs = "bilinear,mlp"
     if interactions and args.reward_view == "items":
@@ -209,13 +209,13 @@ def _mor_config(args, interactions: bool):
 
 
 def cmd_mor(args) -> int:
-    from ..alignment.mor.method import run_mor_hh, run_mor_ratings
+    from ...alignment.mor.method import run_mor_hh, run_mor_ratings
 
     hh = is_hh_folder(args.source)
     if not hh and args.reward_signal == "interactions":
         return cmd_mor_seeds(args)
     if args.content:
-        from ..errors import ConfigError
+        from ...errors import ConfigError
 
         raise ConfigError(f"--content {args.content}", "only the interactions comparison reads a feature array",
                           "drop --content, or use --reward-signal interactions on a rating dataset")
@@ -261,7 +261,7 @@ def cmd_mor(args) -> int:
 
 
 def _check_seeds_flags(args) -> None:
-    from ..errors import ConfigError
+    from ...errors import ConfigError
 
     if args.pooled_baseline:
         raise ConfigError("--pooled-baseline", "only runs with --reward-signal rating-gaps",
@@ -279,7 +279,7 @@ def _check_seeds_flags(args) -> None:
 
 
 def _check_architectures(args) -> None:
-    from ..errors import ConfigError
+    from ...errors import ConfigError
 
     # the kinds are listed here, not imported: the reward modules import torch
     kinds = ("cooc", "next") if args.reward_view == "items" else ("bilinear", "mlp", "linear")
@@ -295,9 +295,9 @@ def cmd_mor_seeds(args) -> int:
     """The implicit-feedback comparison over seeds: MoR vs FedAvg reward vs uniform vs the reference."""
     from fedvlr_plus.datasets import load
 
-    from ..alignment.mor.seeds import run_mor_seeds
-    from ..alignment.mor.table import markdown_table
-    from ..jsonio import json_default
+    from ...alignment.mor.seeds import run_mor_seeds
+    from ...alignment.mor.table import markdown_table
+    from ...jsonio import json_default
 
     _check_seeds_flags(args)
     cfg = _mor_config(args, interactions=True)
@@ -341,8 +341,8 @@ def _content_flag(args) -> str:
 
 def _mor_headroom(args, cfg, data, setting: dict, seed_kw: dict) -> int:
     """``--routing-headroom``: the bound of :mod:`..alignment.mor_headroom` over the seeds."""
-    from ..alignment.mor.headroom_table import headroom_markdown, run_headroom_seeds
-    from ..jsonio import json_default
+    from ...alignment.mor.headroom_table import headroom_markdown, run_headroom_seeds
+    from ...jsonio import json_default
 
     res = run_headroom_seeds(data, seeds=args.seeds, first_seed=args.seed, cfg=cfg, setting_kw=setting,
                              seed_kw=seed_kw)
@@ -359,9 +359,9 @@ def _mor_headroom(args, cfg, data, setting: dict, seed_kw: dict) -> int:
 def cmd_fedvpa_gp(args) -> int:
     from dataclasses import replace
 
-    from ..alignment.fedvpa_gp.method import VPAConfig
-    from ..alignment.fedvpa_gp.table import markdown, seeds_report
-    from .align_tables import check_out_dir, command_line, write_table
+    from ...alignment.fedvpa_gp.method import VPAConfig
+    from ...alignment.fedvpa_gp.table import markdown, seeds_report
+    from .tables import check_out_dir, command_line, write_table
 
     check_out_dir(args.out_dir)
     cfg = VPAConfig(rounds=args.rounds, local_steps=args.local_steps, latent=args.latent, beta=args.beta,
@@ -386,7 +386,7 @@ def cmd_fedvpa_gp(args) -> int:
 
 def _fedvpa_gp_seed(args, cfg) -> dict:
     """The three methods of ``align fedvpa-gp`` for one seed (its clients, split and initialisation)."""
-    from ..alignment.fedvpa_gp.method import run_fedvpa_gp
+    from ...alignment.fedvpa_gp.method import run_fedvpa_gp
 
     return run_fedvpa_gp(args.source, cfg=cfg, hh=is_hh_folder(args.source), limit=args.limit,
                          clients_per_type=args.clients_per_type, pairs_per_client=args.pairs_per_client,
@@ -420,8 +420,8 @@ def _write_table(folder, res: dict, table: str, json_name: str, md_name: str) ->
     """With ``--out``: the result as JSON and the table as Markdown in ``folder``, each written atomically."""
     if not folder:
         return
-    from ..atomic_write import atomic_write_text
-    from ..jsonio import write_json_atomic
+    from ...atomic_write import atomic_write_text
+    from ...jsonio import write_json_atomic
 
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,7 @@ import json
 import sys
 import time
 
-from ..federation.config import FEDERATED_BACKBONES, STRATEGIES
+from ...federation.config import FEDERATED_BACKBONES, STRATEGIES
 
 
 def _strategy_list(text: str) -> list[str]:
@@ -44,8 +44,8 @@ def _positive(kind):
 
 def register(ex) -> argparse.ArgumentParser:
     """Add the ``poisoning`` experiment to ``experiment``'s sub-commands."""
-    from .common import add_data_arguments
-    from .run_args import add_run_arguments
+    from ..common import add_data_arguments
+    from ..run.args import add_run_arguments
 
     p = ex.add_parser("poisoning", help="item-promotion attack: target exposure and NDCG per aggregation rule",
                       usage="%(prog)s SOURCE --backbone B [--strategies S,...] [--attackers F,...] [options]",
@@ -81,13 +81,13 @@ def register(ex) -> argparse.ArgumentParser:
 
 
 def cmd_poisoning(args) -> int:
-    from ..adapters import backbone_options
-    from ..errors import ConfigError
-    from ..experiments.poisoning import run_grid, summarise
-    from ..experiments.poisoning_report import markdown_table, write_report
-    from ..federation.config import config_from_options
-    from ..jsonio import json_default
-    from .common import load_for_run
+    from ...adapters import backbone_options
+    from ...errors import ConfigError
+    from ...experiments.poisoning import run_grid, summarise
+    from ...experiments.poisoning_report import markdown_table, write_report
+    from ...federation.config import config_from_options
+    from ...jsonio import json_default
+    from ..common import load_for_run
 
     if args.target_quantile > 1:
         raise ConfigError(f"--target-quantile {args.target_quantile}", "is a fraction of the warm items",
