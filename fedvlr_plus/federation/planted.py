@@ -110,16 +110,15 @@ def planted_source(source: str, seed: int = 0):
     """The data a ``synthetic-planted:USERSxITEMS[:PREFERENCE]`` source names (20 interactions per user on average,
     16 clusters per modality), split leave-one-out."""
     from ..errors import ConfigError
+    from .synthetic import source_sizes
 
     parts = source[len(PLANTED_PREFIX) :].lower().split(":")
-    try:
-        users, items = (int(x) for x in parts[0].split("x"))
-    except ValueError:
-        raise ConfigError(
-            f"SOURCE {source!r}",
-            "a planted source is synthetic-planted:USERSxITEMS[:PREFERENCE]",
-            "e.g. synthetic-planted:1600x1200 or synthetic-planted:1600x1200:image",
-        ) from None
+    users, items = source_sizes(
+        parts[0],
+        source,
+        "a planted source is synthetic-planted:USERSxITEMS[:PREFERENCE]",
+        "e.g. synthetic-planted:1600x1200 or synthetic-planted:1600x1200:image",
+    )
     preference = parts[1] if len(parts) > 1 else "mixed"
     if len(parts) > 2 or preference not in PREFERENCES:
         raise ConfigError(f"SOURCE {source!r}", f"the preference must be one of {', '.join(PREFERENCES)}")

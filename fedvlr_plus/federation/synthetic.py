@@ -65,12 +65,24 @@ def synthetic_source(source: str, seed: int = 0):
     user on average in 50 groups, split leave-one-out; the same data for ``run`` and ``bench round``."""
     from ..errors import ConfigError
 
-    try:
-        users, items = (int(x) for x in source[len(SYNTHETIC_PREFIX) :].lower().split("x"))
-    except ValueError:
-        raise ConfigError(
-            f"SOURCE {source!r}", "a synthetic source is synthetic:USERSxITEMS", "e.g. synthetic:35000x18000"
-        ) from None
+    users, items = source_sizes(
+        source[len(SYNTHETIC_PREFIX) :],
+        source,
+        "a synthetic source is synthetic:USERSxITEMS",
+        "e.g. synthetic:35000x18000",
+    )
     if users < 1 or items < 10:
         raise ConfigError(f"SOURCE {source!r}", "a synthetic source needs at least 1 user and 10 items")
     return synthetic_data(users, items, 30.0, groups=50, seed=seed, name=f"synthetic-{users}x{items}")
+
+
+def source_sizes(sizes: str, source: str, form: str, example: str) -> tuple[int, int]:
+    """``(users, items)`` of the ``USERSxITEMS`` part of a generated source; a malformed one is one line naming
+    ``source``, its ``form`` and an ``example``."""
+    from ..errors import ConfigError
+
+    try:
+        users, items = (int(x) for x in sizes.lower().split("x"))
+    except ValueError:
+        raise ConfigError(f"SOURCE {source!r}", form, example) from None
+    return users, items
