@@ -7,6 +7,14 @@ traceback. Library code raises these instead of ``SystemExit`` so that a Python 
 
 from __future__ import annotations
 
+import shlex
+
+
+def shell_word(value) -> str:
+    """``value`` (a path, a source) as it must be typed in a suggested command: quoted where it holds spaces or
+    shell characters, so that the suggestion can be pasted as it is."""
+    return shlex.quote(str(value))
+
 
 class UserError(Exception):
     """A problem with what the user gave us (a file, a flag, a folder), with the fix when there is one.

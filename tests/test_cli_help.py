@@ -151,3 +151,24 @@ def test_run_tunes_the_fusion_layer_by_default_and_only_where_there_is_a_choice(
     (made_tuned / "tuning").mkdir(parents=True)
     assert not tunes("--fusion", "fedvlr", "--resume", str(made_plain))
     assert tunes("--fusion", "fedvlr", "--resume", str(made_tuned))
+
+
+def test_suggested_commands_quote_paths_with_spaces(tmp_path):
+    import shlex
+
+    from fedvlr_plus.cli import build_parser
+    from fedvlr_plus.cli.run.command import _next_step
+    from fedvlr_plus.errors import RunFolderError
+    from fedvlr_plus.federation.run_seeds import _check_folder
+
+    source = tmp_path / "my data" / "ratings.csv"
+    args = build_parser().parse_args(["run", str(source), "--backbone", "fedavg"])
+    line = _next_step(args)
+    command = line[line.index("fedvlr-plus") :]
+    assert shlex.split(command)[:3] == ["fedvlr-plus", "coldstart", str(source)]
+    folder = tmp_path / "run folder"
+    (folder / "seed-0").mkdir(parents=True)
+    (folder / "seed-0" / "manifest.json").write_text("{}")
+    with pytest.raises(RunFolderError) as err:
+        _check_folder(folder, [0], resume=False)
+    assert f"--resume {shlex.quote(str(folder))}" in str(err.value)

@@ -101,3 +101,16 @@ def test_bench_round_on_synthetic_source(capsys):
     res = last_json(capsys)
     assert res["clients"] == 60 and res["items"] == 300
     assert res["speedup"] > 0 and res["max_abs_diff"] < 1e-5
+
+
+def test_resume_says_that_it_resumed_and_from_which_round(tmp_path, capsys):
+    run_dir = str(tmp_path / "run")
+    common = ["run", "synthetic:60x40", "--backbone", "fedavg", "--dim", "8", "--eval-every", "1"]
+    assert main([*common, "--rounds", "2", "--out", run_dir, "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main([*common, "--rounds", "4", "--resume", run_dir]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("resuming fedavg on synthetic-60x40") and f"writing to {run_dir}" in err
+    assert "seed 0: resumed from its checkpoint at round 2 of up to 4" in err
+    assert main([*common, "--rounds", "4", "--resume", run_dir]) == 0
+    assert "seed 0: finished at round 4; its result is read back" in capsys.readouterr().err

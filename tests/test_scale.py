@@ -467,3 +467,27 @@ def test_a_store_asked_for_page_locked_tables_falls_back_to_pageable_ones_where_
     store.save_block(np.array([2, 0]), {"w": torch.arange(6.0).reshape(2, 3)})
     assert not store._cols["w"].is_pinned()
     assert torch.equal(store.load(0)["w"], torch.tensor([3.0, 4.0, 5.0]))
+
+
+def test_bench_case_reports_what_the_router_costs_a_device():
+    """The router's cost in the bench suite: its private state matches the MLP's size, and it adds no byte to
+    the upload (the fixed uniform mixture of the same views uploads exactly as much)."""
+    from fedvlr_plus.bench.case import measure
+
+    def sizes(fusion):
+        case = {
+            "source": "synthetic:40x30",
+            "backbone": "fedavg",
+            "rounds": 1,
+            **({"fusion": fusion} if fusion else {}),
+        }
+        out = measure(case)
+        return out["private_bytes_per_client"], out["upload_bytes_per_client"]
+
+    alone, summed = sizes(None), sizes({"mode": "sum"})
+    routed, uniform = sizes({"mode": "fedvlr", "router_over": "views"}), sizes({"mode": "uniform"})
+    j, d, hidden = 2, 64, 64  # two synthetic views (text, image), the router's input J*d, its hidden layer
+    router_bytes = (j * d * hidden + hidden + hidden * j + j) * 4
+    assert summed[0] == alone[0] == uniform[0]
+    assert routed[0] - summed[0] == router_bytes
+    assert routed[1] == uniform[1] > summed[1] > 0

@@ -154,7 +154,7 @@ def test_the_planted_experiment_runs_end_to_end_and_bad_flags_are_one_line(tmp_p
                 "--dim",
                 "8",
                 "--rows",
-                "single",
+                "single,sum",
                 "--control-only",
                 "--no-progress",
                 "--out",
@@ -170,11 +170,17 @@ def test_the_planted_experiment_runs_end_to_end_and_bad_flags_are_one_line(tmp_p
         "FedVLR (views)",
         "view image",
         "view text",
+        "sum",
         "content kNN",
         "oracle kNN",
         "oracle view",
     }
     assert control["recovery"]["FedVLR (views)"]["accuracy"] is not None and (out / "report.md").is_file()
+    # the per-user look: every test user's weights and gain over sum, and its plot
+    per_user = control["per_user"]
+    assert len(per_user["users"]) == len(per_user["weights"]) == len(per_user["gain_over_sum"]) > 0
+    assert set(per_user["group"]) == {"image"} and all(abs(sum(w) - 1) < 1e-3 for w in per_user["weights"])
+    assert (out / "per-user-control.png").stat().st_size > 1000
     with pytest.raises(SystemExit):
         main(["experiment", "planted", "--rows", "single,everything"])
     assert "unknown row group everything" in capsys.readouterr().err

@@ -8,7 +8,8 @@ that the peak RSS it reads from the operating system belongs to that case alone.
 
 A case is a dict: ``source`` (a data source, ``synthetic:UxI`` included), ``backbone`` (a federated backbone or
 ``recbole:<Model>``), ``fusion`` (None, or ``{"residual": bool}`` for the FedVLR layer, with ``"views"``: a view
-store folder to read instead of encoding the items), ``rounds``,
+store folder to read instead of encoding the items, ``"mode"``: the layer's ``--fusion`` mode, ``fedvlr`` unless
+given, and ``"router_over"``), ``rounds``,
 ``sequential_rounds`` (0: no reference), ``evaluate`` (full-sort passes after training), ``device``,
 ``chunk_floats`` (the batched simulator's memory bound of a chunk, when not the default) and ``private_store``
 (``memory`` by default, ``file`` for the tables in files).
@@ -56,8 +57,14 @@ def _model(case: dict, data):
 
         backbone = make_backbone(backbone, data.n_items, int(case.get("dim", 64)))
     views = synthetic_views(data.n_items) if case["source"].startswith("synthetic:") else None
+    fusion = case["fusion"]
+    over = {"router_over": fusion["router_over"]} if fusion.get("router_over") else {}
     opts = FedVLROptions(
-        residual=bool(case["fusion"].get("residual", False)), progress=False, views=case["fusion"].get("views")
+        mode=fusion.get("mode", "fedvlr"),
+        residual=bool(fusion.get("residual", False)),
+        progress=False,
+        views=fusion.get("views"),
+        **over,
     )
     return build_fedvlr(data, backbone, opts, views)
 
@@ -95,6 +102,22 @@ def _summary(times: list[dict]) -> dict:
     }
 
 
+def _message_sizes(run) -> dict:
+    """Private state per client and the mean upload per client, over one more round (not timed): what a
+    user's device keeps and sends, so the router's cost is read beside the round time."""
+    from ..federation.privacy.leakage import upload_bytes
+    from ..federation.state.choice import private_state_bytes
+
+    sizes = []
+    run.on_upload = lambda _round, update: sizes.append(upload_bytes(update))
+    run.run_round()
+    run.on_upload = None
+    return {
+        "private_bytes_per_client": private_state_bytes(run.bb, 1),
+        "upload_bytes_per_client": float(np.mean(sizes)) if sizes else None,
+    }
+
+
 def measure(case: dict) -> dict:
     """Run ``case`` in this process and return its figures."""
     import torch
@@ -119,6 +142,7 @@ def measure(case: dict) -> dict:
     out["batched"] = _summary(times)
     out["simulator"] = getattr(run.sim, "name", "batched")
     out["private_store"] = run.store.kind
+    out.update(_message_sizes(run))
     for split in ("valid",) * int(bool(case.get("evaluate"))):
         t, c = time.perf_counter(), time.process_time()
         run.evaluate(split, "full")

@@ -30,6 +30,11 @@ def cases(shared_data: Path, scale_source: str = SCALE_SOURCE) -> list[dict]:
              rounds=5, sequential_rounds=3),
         dict(id="ku-fedavg", title="KU round, FedAvg alone", source=ku, backbone="fedavg", rounds=5,
              sequential_rounds=3),
+        # the router's cost: the same views fused by one fixed sum, and routed over the fusion operators
+        dict(id="ku-fedavg-sum", title="KU round, FedAvg + --fusion sum", source=ku, backbone="fedavg",
+             fusion={"residual": False, "mode": "sum"}, rounds=5),
+        dict(id="ku-fedavg-fedvlr-operators", title="KU round, FedAvg + FedVLR --router-over operators", source=ku,
+             backbone="fedavg", fusion={"residual": False, "router_over": "operators"}, rounds=5),
         dict(id="ml100k-fedavg-fedvlr", title="ml-100k round, FedAvg + FedVLR (residual, text store)",
              source="ml-100k", backbone="fedavg", fusion=resid, rounds=5, sequential_rounds=2, big=True),
         dict(id="ml100k-fedavg", title="ml-100k round, FedAvg alone (+ full-sort evaluation)", source="ml-100k",
@@ -172,19 +177,28 @@ def _memory(entry: dict) -> str:
     return f"{entry['peak_rss_mb'] / 1024:.2f} GB" + (f" (GPU {gpu / 1024:.2f} GB)" if gpu is not None else "")
 
 
+def _size(n) -> str:
+    """Bytes as B, KB or MB (cases measured before the columns existed show a dash)."""
+    if n is None:
+        return "—"
+    return f"{n:,.0f} B" if n < 2**10 else f"{n / 2**10:.1f} KB" if n < 2**20 else f"{n / 2**20:.1f} MB"
+
+
 def markdown(doc: dict) -> str:
     """The suite as a Markdown table (CPU time, one thread; round 1 and the median of later rounds)."""
     lines = ["| case | round 1 CPU | later round CPU (median) | wall (later) | sequential CPU | ratio (CPU) "
-             "| full-sort eval CPU | peak RSS |", "|---|---|---|---|---|---|---|---|"]
+             "| full-sort eval CPU | peak RSS | private state / client | upload / client |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for e in doc["cases"]:
         if e["status"] != "ok":
-            lines.append(f"| {e['title']} | {e['status']}: {e.get('reason', '')} |  |  |  |  |  |  |")
+            lines.append(f"| {e['title']} | {e['status']}: {e.get('reason', '')} |  |  |  |  |  |  |  |  |")
             continue
         b, q = e["batched"], e.get("sequential")
         ratio = f"{e['speedup_cpu']:.1f}x" if "speedup_cpu" in e else "—"
         lines.append(f"| {e['title']} | {_cpu(b, 'round1')} | {_cpu(b, 'later')} "
                      f"| {_fmt(b['later_wall_s'])} | {_fmt(q['later_cpu_s']) if q else '—'} | {ratio} "
-                     f"| {_fmt(e.get('eval_full_cpu_s'))} | {_memory(e)} |")
+                     f"| {_fmt(e.get('eval_full_cpu_s'))} | {_memory(e)} | {_size(e.get('private_bytes_per_client'))} "
+                     f"| {_size(e.get('upload_bytes_per_client'))} |")
     device, gpu = doc.get("device", "cpu"), doc.get("accelerator")
     if device != "cpu":
         lines += ["", f"Every case trained and scored its chunks on the {gpu} (`--device {device}`); CPU time is "

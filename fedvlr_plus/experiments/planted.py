@@ -29,6 +29,7 @@ from .view_routing import (
     as_result,
     by_lean,
     paired_against,
+    per_user,
     row_summary,
     train_rows,
 )
@@ -135,6 +136,7 @@ def planted_setting(data, opts: ViewRoutingOptions) -> dict:
         "rows": row_summary(rows),
         "planted": _group_sizes(data),
         "by_lean": by_lean(result, rows, metric),
+        "per_user": per_user(result, rows, metric, group=data.users["planted"].to_numpy()),
     }
 
 

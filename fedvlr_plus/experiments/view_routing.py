@@ -203,6 +203,28 @@ def by_lean(result, rows: dict[str, RowRun], metric: str, against=(SUM_ROW, UNIF
     return out
 
 
+def per_user(result, rows: dict[str, RowRun], metric: str, group=None) -> dict | None:
+    """Each test user's seed-averaged router weights (``FedVLR (views)``) and gain on ``metric`` over
+    ``--fusion sum``, for the per-user plot; ``group``: each user's known group (the planted modality), if any."""
+    row = rows.get(VIEWS_ROW)
+    if row is None or not row.weights or SUM_ROW not in rows:
+        return None
+    mine = result.per_user(VIEWS_ROW).set_index("user")[metric]
+    users = row.users[0][np.isin(row.users[0], mine.index)]
+    w = np.mean([_aligned(wt, u, users) for wt, u in zip(row.weights, row.users)], 0)
+    gain = mine.loc[users] - result.per_user(SUM_ROW).set_index("user")[metric].reindex(users)
+    out = {
+        "experts": list(row.experts),
+        "metric": metric,
+        "users": users.tolist(),
+        "weights": w.round(4).tolist(),
+        "gain_over_sum": gain.fillna(0.0).round(5).tolist(),
+    }
+    if group is not None:
+        out["group"] = [str(g) for g in np.asarray(group)[users]]
+    return out
+
+
 def _aligned(weights: np.ndarray, users: np.ndarray, order: np.ndarray) -> np.ndarray:
     """``weights`` (rows = ``users``) in the row order of ``order``."""
     where = {int(u): i for i, u in enumerate(users)}
@@ -225,6 +247,7 @@ def view_routing_setting(data, views: dict, opts: ViewRoutingOptions) -> dict:
         "warm_paired": paired_against(result, VIEWS_ROW, metric, "warm") if "warm" in parts(result) else None,
         "rows": row_summary(rows),
         "by_lean": by_lean(result, rows, metric),
+        "per_user": per_user(result, rows, metric),
         "router_weights": {
             k: np.mean([w.mean(0) for w in r.weights], 0).round(4).tolist() for k, r in rows.items() if r.weights
         },

@@ -4,10 +4,11 @@ given (each seed in ``seed-<s>/``, resumed from its checkpoint), and combines th
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..errors import ResumeMismatch, RunFolderError
+from ..errors import ResumeMismatch, RunFolderError, shell_word
 from ..jsonio import write_json_atomic
 from .config import FedConfig
 from .engine import FederatedRun
@@ -45,7 +46,7 @@ def run_federated(
     seeds = [cfg.seed + i for i in range(cfg.seeds)]
     out = Path(out_dir) if out_dir is not None else None
     if resume and not out.is_dir():
-        raise RunFolderError(str(out), "no such run folder to resume", f"start the run with --out {out}")
+        raise RunFolderError(str(out), "no such run folder to resume", f"start the run with --out {shell_word(out)}")
     jobs = [
         SeedJob(
             data,
@@ -135,13 +136,17 @@ def _check_folder(out: Path, seeds: list[int], resume: bool) -> None:
     if not resume:
         if held:
             raise RunFolderError(
-                str(out), "already holds a run", f"continue it with --resume {out}, or choose another folder with --out"
+                str(out),
+                "already holds a run",
+                f"continue it with --resume {shell_word(out)}, or choose another folder with --out",
             )
         for folder in out.glob("seed-*"):  # a run killed before its first checkpoint left only leftovers
             SeedFolder(folder).tidy()
         return
     if not held:
-        raise RunFolderError(str(out), "holds no checkpointed run to resume", f"start the run with --out {out}")
+        raise RunFolderError(
+            str(out), "holds no checkpointed run to resume", f"start the run with --out {shell_word(out)}"
+        )
     extra = sorted(set(held) - set(seeds))
     if extra:
         raise ResumeMismatch(
@@ -162,5 +167,13 @@ def _resume_or_run(run: FederatedRun) -> dict:
         run.load_checkpoint()
         saved = run.folder.read_json("result.json") if run.done() else None
         if saved is not None:
+            _tell(run, f"seed {run.cfg.seed}: finished at round {run.round}; its result is read back, not retrained")
             return saved
+        _tell(run, f"seed {run.cfg.seed}: resumed from its checkpoint at round {run.round} of up to {run.cfg.rounds}")
     return run.run()
+
+
+def _tell(run: FederatedRun, line: str) -> None:
+    """What a resumed seed does, on stderr (stdout stays the table or the JSON line)."""
+    if run.progress:
+        print(line, file=sys.stderr, flush=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..errors import ConfigError, shell_word
 
 RAW_OPS = ("identity",)
 
@@ -141,7 +141,7 @@ def _store_path(data, store: str | None, purpose: str) -> tuple[Path, bool]:
         if near:
             raise ViewStoreError(
                 f"--views {store}: no such view store; did you mean {near}? (to build a new store "
-                f"under this name, run 'fedvlr-plus views build SOURCE --out {store}' first)"
+                f"under this name, run 'fedvlr-plus views build SOURCE --out {shell_word(store)}' first)"
             )
     return path, False
 

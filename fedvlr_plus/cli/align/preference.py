@@ -314,9 +314,11 @@ def cmd_mor_seeds(args) -> int:
           + (f" (cached under {args.cache_dir})" if args.cache_dir else ""), file=sys.stderr, flush=True)
     res = run_mor_seeds(data, seeds=args.seeds, first_seed=args.seed, cfg=cfg, setting_kw=setting, seed_kw=seed_kw,
                         reference_per_seed=args.reference_per_seed, on_seed=_say_seed)
+    from ...errors import shell_word
+
     # the knobs that shape the table, spelled out so the line reproduces it whatever was left to defaults
-    command = (f"fedvlr-plus align mor {args.source} --seeds {args.seeds} --seed {args.seed} --beta {cfg.grpo.beta} "
-               f"--negatives {args.negatives} --held-out-clients {args.held_out_clients} "
+    command = (f"fedvlr-plus align mor {shell_word(args.source)} --seeds {args.seeds} --seed {args.seed} "
+               f"--beta {cfg.grpo.beta} --negatives {args.negatives} --held-out-clients {args.held_out_clients} "
                f"--grpo-rounds {cfg.grpo_rounds} --architectures {','.join(cfg.architectures)}"
                + (f" --reward-view items --users-per-round {cfg.users_per_round}" if args.reward_view == "items"
                   else "")

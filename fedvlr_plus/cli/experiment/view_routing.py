@@ -9,6 +9,7 @@ import json
 import sys
 
 from ..argtypes import positive_float, positive_int
+from ..common import say
 
 #: the row groups of fedvlr_plus.experiments.view_routing.ROW_GROUPS (checked by a test; the parser stays torch-free)
 ROW_GROUPS = ("operators", "uniform", "sum", "single", "fedgrad")
@@ -154,9 +155,24 @@ def _finish(args, out: dict) -> int:
         folder.mkdir(parents=True, exist_ok=True)
         atomic_write_text(folder / "report.md", text + "\n")
         atomic_write_text(folder / "result.json", plain + "\n")
+        for plot in _plots(out, folder):
+            say(f"wrote {plot}")
     if args.json:
         print(plain)
     return 0
+
+
+def _plots(out: dict, folder) -> list:
+    """The per-user plot of every setting whose routed row kept its routers' weights."""
+    from ...experiments.view_routing_plot import plot_per_user
+
+    written = []
+    for name, setting in out.items():
+        if setting.get("per_user"):
+            path = folder / f"per-user-{name}.png"
+            plot_per_user(setting["per_user"], f"{setting['data']}: per-user routing", path)
+            written.append(path)
+    return written
 
 
 def cmd_planted(args) -> int:

@@ -108,7 +108,8 @@ def _run_plan(args, dataset: str) -> str:
     model = args.backbone + ("" if args.fusion == "none" else f" + {args.fusion} fusion")
     tune = ("after choosing its recipe on valid (one seed per recipe of the --tune grid; --no-tune skips it), "
             if getattr(args, "tune", False) else "")
-    return (f"training {model} on {dataset}{_on_gpu(args)}{' ' + tune.rstrip(', ') if tune else ''}: {len(seeds)} "
+    verb = "resuming" if args.resume else "training"
+    return (f"{verb} {model} on {dataset}{_on_gpu(args)}{' ' + tune.rstrip(', ') if tune else ''}: {len(seeds)} "
             f"seed{'s' * (len(seeds) > 1)} ({', '.join(map(str, seeds))}), up to {args.rounds} rounds, patience "
             f"{args.patience}; {where}")
 
@@ -127,7 +128,9 @@ def _on_gpu(args) -> str:
 
 def _next_step(args) -> str:
     """Where to go from a finished ``run``."""
-    src = args.source
+    from ...errors import shell_word
+
+    src = shell_word(args.source)
     if args.backbone in REFERENCE_BACKBONES:
         return f"next: train a federated backbone, e.g. fedvlr-plus run {src} --backbone fedavg"
     base = args.backbone if not args.backbone.startswith("recbole:") else "fedavg"
