@@ -25,6 +25,16 @@ def load_and_split(
     """``(data, split used)``: SOURCE loaded and split (``auto``: the data's own split labels when it has them,
     else leave-one-out). Data warnings (duplicates, leaks, users without training rows) go to ``warnings_to``
     (default stderr), one line each."""
+    from .phases import phase, start_up_done
+
+    start_up_done()
+    with phase("loading"):
+        return _load_and_split(
+            source, split=split, k_core=k_core, threshold=threshold, seed=seed, warnings_to=warnings_to
+        )
+
+
+def _load_and_split(source: str, *, split: str, k_core: int, threshold: float | None, seed: int, warnings_to):
     from .datasets import load, print_warnings, splits
     from .federation.planted import PLANTED_PREFIX
     from .federation.synthetic import SYNTHETIC_PREFIX

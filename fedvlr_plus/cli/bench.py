@@ -47,6 +47,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     _add_model_arguments(r, cmd_bench_round)
     _register_eval(sub)
     _register_suite(sub)
+    _register_runs(sub)
     return p
 
 
@@ -141,6 +142,50 @@ def _register_suite(sub) -> None:
         help="time the batched simulator only (no sequential reference, no ratio)",
     )
     s.set_defaults(func=cmd_bench_suite)
+
+
+def _register_runs(sub) -> None:
+    s = sub.add_parser(
+        "runs",
+        help="whole commands as a user runs them (the README's main job, 3-seed runs, a cold-start study): "
+        "wall, CPU and where it goes",
+        description="Run each case as a fresh fedvlr-plus process and report its wall time, its CPU time (worker "
+        "processes included) and its phases: start-up (interpreter and imports), loading, training, evaluation "
+        "and the rest. Cases on real data sets whose folder is missing are skipped with the reason. Writes "
+        "DIR/runs.json and DIR/runs.md.",
+    )
+    s.add_argument("--out", metavar="DIR", default="bench-runs", help="folder for runs.json and runs.md")
+    s.add_argument("--quick", action="store_true", help="only the README's main job")
+    s.add_argument("--cases", metavar="IDS", default=None, help="comma-separated case ids to run (default: all)")
+    s.add_argument(
+        "--case-timeout",
+        type=positive_float,
+        metavar="SECONDS",
+        default=None,
+        help="stop a case that runs longer and record it as failed (default: no limit)",
+    )
+    s.set_defaults(func=cmd_bench_runs)
+
+
+def cmd_bench_runs(args) -> int:
+    import os
+    from pathlib import Path
+
+    from ..bench.runs import run_all
+
+    shared = Path(os.environ.get("FEDVLR_SHARED_DATA") or Path.cwd().parent / "shared" / "data")
+    only = set(args.cases.split(",")) if args.cases else None
+    doc = run_all(
+        Path(args.out),
+        shared_data=shared,
+        quick=args.quick,
+        only=only,
+        timeout=args.case_timeout,
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
+    )
+    print((Path(args.out) / "runs.md").read_text(), end="")
+    print(f"wrote {Path(args.out) / 'runs.json'} and runs.md", file=sys.stderr)
+    return 1 if any(c["status"] == "failed" for c in doc["cases"]) else 0
 
 
 def cmd_bench_suite(args) -> int:

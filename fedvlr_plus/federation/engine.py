@@ -30,6 +30,7 @@ from ..adapters import Backbone, make_backbone, option_names
 from ..data_identity import describe_difference, split_digest
 from ..errors import ResumeMismatch, RunFolderError
 from ..evaluation.run_report import per_user_file_frame
+from ..phases import phase
 from .config import COMPACT_STORES, RESUMABLE_CHANGES, FedConfig
 from .privacy.accountant import run_clip, run_noise, run_privacy
 from .rounds import RoundLoop
@@ -225,9 +226,10 @@ class FederatedRun:
     def evaluate(self, split: str, protocol: str = "full"):
         """An :class:`~fedvlr_plus.evaluation.EvalResult` of the current model on ``split``."""
         evaluate = _evaluator()
-        return evaluate(self.data, self.scorer(), split=split, protocol=protocol, ks=tuple(self.cfg.ks),
-                        metrics=tuple(self.cfg.metrics), mask_history=self.cfg.mask_history,
-                        seed=int(self.cfg.seed))
+        with phase("evaluation"):
+            return evaluate(self.data, self.scorer(), split=split, protocol=protocol, ks=tuple(self.cfg.ks),
+                            metrics=tuple(self.cfg.metrics), mask_history=self.cfg.mask_history,
+                            seed=int(self.cfg.seed))
 
     def _test_now(self) -> dict:
         """Test of the current model: full-sort, and sampled where validation is sampled or both are asked for."""
@@ -273,6 +275,10 @@ class FederatedRun:
         return self.sample_clients(r)
 
     def _fit(self, cids, shared, config):
+        with phase("training"):
+            return self._fit_clients(cids, shared, config)
+
+    def _fit_clients(self, cids, shared, config):
         if can_stream(self.sim, self.strategy):   # each chunk's uploads added to the sums, then dropped
             examples = np.diff(self.indptr)[np.asarray(cids, dtype=np.int64)]
             return fit_streamed(self.sim, self.strategy, cids, shared, self.specs, config, examples,
