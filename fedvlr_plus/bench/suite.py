@@ -39,6 +39,7 @@ def cases(shared_data: Path, scale_source: str = SCALE_SOURCE) -> list[dict]:
              source="ml-100k", backbone="fedavg", fusion=resid, rounds=5, sequential_rounds=2, big=True),
         dict(id="ml100k-fedavg", title="ml-100k round, FedAvg alone (+ full-sort evaluation)", source="ml-100k",
              backbone="fedavg", rounds=5, sequential_rounds=2, evaluate=True),
+        *_backbone_cases(),
         dict(id="ml100k-recbole-bpr", title="ml-100k round, recbole:BPR", source="ml-100k",
              backbone="recbole:BPR", rounds=3, sequential_rounds=2),
         dict(id="scale-fedavg-fedvlr", title=f"{scale_source}, FedAvg + FedVLR (+ full-sort evaluation)",
@@ -51,6 +52,22 @@ def cases(shared_data: Path, scale_source: str = SCALE_SOURCE) -> list[dict]:
         dict(id="toys-fedavg-fedvlr", title="Amazon 2014 Toys (19,412 real clients), FedAvg + FedVLR (+ full-sort "
              "evaluation)", source=toys, backbone="fedavg", fusion=fvlr, rounds=4, evaluate=True, big=True),
     ]
+
+
+#: the package's own backbones beside FedAvg, each timed alone and with the layer on ml-100k
+OTHER_BACKBONES = ("fedncf", "fcf", "pfedrec", "fedrap")
+
+
+def _backbone_cases() -> list[dict]:
+    """Every backbone of the package on ml-100k, alone and with the FedVLR layer (big: the layer encodes the
+    catalogue's text once, and a FedNCF round is seconds)."""
+    out = []
+    for bb in OTHER_BACKBONES:
+        out.append(dict(id=f"ml100k-{bb}", title=f"ml-100k round, {bb} alone", source="ml-100k", backbone=bb,
+                        rounds=3, big=True))
+        out.append(dict(id=f"ml100k-{bb}-fedvlr", title=f"ml-100k round, {bb} + FedVLR", source="ml-100k",
+                        backbone=bb, fusion={"residual": False}, rounds=3, big=True))
+    return out
 
 
 def _missing_reason(case: dict) -> str | None:

@@ -221,6 +221,8 @@ class TuningReport:
     scores: dict[str, float] = field(default_factory=dict)
     recipes: list[Recipe] = field(default_factory=list)
     selected: str | None = None
+    #: recipes that successive halving stopped, and the round budget at which (:mod:`.halving`)
+    stopped: dict[str, int] = field(default_factory=dict)
 
     @property
     def chosen(self) -> Recipe:
@@ -234,7 +236,13 @@ class TuningReport:
             "selected": self.selected,
             "selected_settings": self.chosen.settings() if self.selected else None,
             "candidates": [
-                {**asdict(r), "settings": r.settings(), "valid": self.scores.get(r.name)} for r in self.recipes
+                {
+                    **asdict(r),
+                    "settings": r.settings(),
+                    "valid": self.scores.get(r.name),
+                    "stopped_at_round": self.stopped.get(r.name),
+                }
+                for r in self.recipes
             ],
         }
 

@@ -45,7 +45,8 @@ def register(sub) -> None:
     o.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     add_run_arguments(p_run)
     add_fusion_arguments(p_run)
-    p_run.add_argument_group("recipe").add_argument(
+    recipe = p_run.add_argument_group("recipe")
+    recipe.add_argument(
         "--tune", action=argparse.BooleanOptionalAction, default=None,
         help="choose the fusion layer's recipe on validation: train each of a small grid (the layer's defaults, "
              "--fusion-residual, three times the model's server step, both, --content-preference; RecBole models: "
@@ -55,6 +56,11 @@ def register(sub) -> None:
              "it; flags you pass stay fixed. Reported under "
              "'tuning' in the JSON. On by default with --fusion (a resumed run tunes only if its folder did); "
              "--no-tune trains the layer's defaults alone")
+    recipe.add_argument(
+        "--halving", action=argparse.BooleanOptionalAction, default=True,
+        help="with --tune, cut the grid in half on validation after an eighth, a quarter and half of --rounds "
+             "(successive halving; runs under 16 rounds train every recipe to the end); --no-halving trains every "
+             "recipe to the end")
     p_run.set_defaults(func=cmd_run)
 
 

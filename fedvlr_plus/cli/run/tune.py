@@ -5,7 +5,9 @@ the first seed, keep the one with the best validation score, and hand the run th
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ...backbones import REFERENCE_BACKBONES
@@ -59,58 +61,94 @@ def _candidates(args, cold_items: bool = False):
 
 
 def tune_recipe(args, data, *, config_for, build_backbone):
-    """Run every candidate recipe for one seed (``args.seed``) and return ``(args with the chosen recipe's flags,
-    the TuningReport)``. ``config_for(ns)`` makes the run's FedConfig from a namespace and ``build_backbone(ns,
-    cfg)`` its model, exactly as the run itself does, so a candidate differs from the final run only in its flags
-    and seed count. With a run folder each candidate checkpoints under ``RUN_DIR/tuning/<recipe>/`` and a resumed
-    run resumes them (a finished candidate is read back, not retrained)."""
-    from ...federation.runs.parallel import default_jobs, map_jobs
-    from ...fedvlr.tuning import select_recipe, tries_id_dropout
+    """Train the candidate recipes on one seed (``args.seed``) by successive halving (:mod:`~fedvlr_plus.fedvlr.
+    halving`; ``--no-halving`` trains each one to the end) and return ``(args with the chosen recipe's flags, the
+    TuningReport)``. ``config_for(ns)`` makes the run's FedConfig from a namespace and ``build_backbone(ns, cfg)``
+    its model, exactly as the run itself does, so a candidate differs from the final run only in its flags, seed
+    count and rounds. Candidates train in ``RUN_DIR/tuning/<recipe>/`` (a temporary folder without a run folder),
+    continuing from their checkpoint at each budget; a resumed run resumes them."""
+    from ...fedvlr.halving import rungs, successive_halving
+    from ...fedvlr.tuning import tries_id_dropout
 
     recipes = _candidates(args, cold_items=tries_id_dropout(data))
+    full = config_for(args)
+    budgets = rungs(full.rounds, full.eval_every) if getattr(args, "halving", True) else [full.rounds]
     run_dir = args.resume or args.out
-    metric = config_for(args).valid_metric
-
-    def job(recipe) -> RecipeJob:
-        ns = _with_recipe(args, recipe, seeds=1)
-        cfg = config_for(ns)
-        out = Path(run_dir) / "tuning" / _folder_name(recipe.name) if run_dir else None
-        resume = bool(args.resume) and out is not None and out.is_dir()
-        return RecipeJob(data, build_backbone(ns, cfg), cfg, out, resume, not getattr(args, "no_progress", False))
-
-    jobs = getattr(args, "jobs", None) or default_jobs()
-    scores = {}
-    if jobs != 1 and len(recipes) > 1:  # every recipe at once, one worker process each (the same figures)
-        say(f"tuning: {len(recipes)} recipes side by side on seed {args.seed} (--jobs {jobs})")
-        built = [job(r) for r in recipes]
-        for b in built:
-            b.progress = False
-        scores = dict(zip([r.name for r in recipes], map_jobs(_valid_metric_of, [(b, metric) for b in built], jobs)))
-
-    def valid_score(recipe) -> float:
-        if recipe.name in scores:
-            return scores[recipe.name]
-        return _valid_metric_of((job(recipe), metric))
-
-    def announce(i, recipe) -> None:
-        flags = (
-            " ".join(
-                f"{k} {v}" if not isinstance(v, bool) else k for k, v in recipe.settings().items() if v is not False
-            )
-            or "the layer's defaults"
-        )
-        say(
-            f"tuning {i + 1}/{len(recipes)}: recipe {recipe.name} ({flags}), seed {args.seed}, "
-            f"selecting on valid {metric}"
-        )
-
-    report = select_recipe(recipes, valid_score, metric=metric, seed=args.seed, on_candidate=announce)
     say(
-        f"tuning: kept recipe {report.selected} (valid {metric} "
-        + ", ".join(f"{n} {s:.4f}" for n, s in report.scores.items())
+        f"tuning: {len(recipes)} recipes on seed {args.seed}, selecting on valid {full.valid_metric}"
+        + (f"; the better half goes on after {', '.join(map(str, budgets[:-1]))} rounds" if len(budgets) > 1 else "")
+        + "".join(f"\n  {r.name}: {_flags(r)}" for r in recipes)
+    )
+    with _tuning_root(run_dir, halving=len(budgets) > 1) as root:
+        train_to = _trainer(args, data, root, config_for, build_backbone, full.valid_metric)
+        report = successive_halving(
+            recipes, train_to, budgets=budgets, metric=full.valid_metric, seed=args.seed, on_rung=_say_cut
+        )
+    say(
+        f"tuning: kept recipe {report.selected} (valid {full.valid_metric} "
+        + ", ".join(
+            f"{n} {s:.4f}" + (f" at round {report.stopped[n]}" if n in report.stopped else "")
+            for n, s in report.scores.items()
+        )
         + ")"
     )
     return _with_recipe(args, report.chosen, seeds=args.seeds), report
+
+
+def _flags(recipe) -> str:
+    """The flags a recipe sets, as a user would type them."""
+    settings = recipe.settings().items()
+    return " ".join(f"{k} {v}" if not isinstance(v, bool) else k for k, v in settings if v is not False) or (
+        "the layer's defaults"
+    )
+
+
+def _say_cut(budget: int, kept, stopped, scores: dict) -> None:
+    def named(recipes):
+        return ", ".join(f"{r.name} {scores[r.name]:.4f}" for r in recipes)
+
+    say(f"tuning: after {budget} rounds, kept {named(kept)}; stopped {named(stopped)}")
+
+
+@contextmanager
+def _tuning_root(run_dir, *, halving: bool):
+    """Where the candidates train: ``RUN_DIR/tuning``; a temporary folder where there is no run folder and the
+    candidates must continue between budgets; None (no folder) where each trains once to the end."""
+    if run_dir:
+        yield Path(run_dir) / "tuning"
+    elif halving:
+        with tempfile.TemporaryDirectory(prefix="fedvlr-tuning-") as tmp:
+            yield Path(tmp)
+    else:
+        yield None
+
+
+def _trainer(args, data, root, config_for, build_backbone, metric: str):
+    """``train_to(recipes, rounds)``: each recipe trained up to ``rounds`` on ``args.seed`` (continued from its
+    folder's checkpoint), side by side in worker processes where ``--jobs`` allows; their best valid scores."""
+    from ...federation.runs.folder import seed_folders
+    from ...federation.runs.parallel import default_jobs, map_jobs
+
+    jobs = getattr(args, "jobs", None) or default_jobs()
+    started = set()  # recipes this call trained before: they continue; others resume only under --resume
+
+    def job(recipe, rounds: int) -> RecipeJob:
+        ns = _with_recipe(args, recipe, seeds=1)
+        cfg = replace(config_for(ns), rounds=rounds)
+        out = root / _folder_name(recipe.name) if root is not None else None
+        resume = out is not None and (recipe.name in started or (bool(args.resume) and bool(seed_folders(out))))
+        started.add(recipe.name)
+        return RecipeJob(data, build_backbone(ns, cfg), cfg, out, resume, not getattr(args, "no_progress", False))
+
+    def train_to(recipes, rounds: int) -> list[float]:
+        built = [job(r, rounds) for r in recipes]
+        if jobs != 1 and len(built) > 1:  # every recipe at once, one worker process each (the same figures)
+            for b in built:
+                b.progress = False
+            return map_jobs(_valid_metric_of, [(b, metric) for b in built], jobs)
+        return [_valid_metric_of((b, metric)) for b in built]
+
+    return train_to
 
 
 @dataclass

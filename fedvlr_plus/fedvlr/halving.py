@@ -1,0 +1,64 @@
+"""Successive halving of the ``--tune`` grid (Jamieson and Talwalkar, "Non-stochastic Best Arm Identification and
+Hyperparameter Optimization", AISTATS 2016; the inner loop of Hyperband, Li et al., JMLR 2018).
+
+Every recipe trains to the first budget of rounds; the better half on validation goes on to the next budget,
+continuing from where it stopped; and so on until one recipe is left or the budget is the whole run. A recipe
+that its early stopping ended before a budget keeps its score and stays in the comparison. The budgets are an
+eighth, a quarter and a half of the run, so a recipe is stopped only after it trained at least an eighth of the
+rounds, and never by a single evaluation early in training.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from .tuning import Recipe, TuningReport
+
+#: the fractions of the run's rounds at which the grid is cut in half
+RUNG_FRACTIONS = (1 / 8, 1 / 4, 1 / 2)
+#: below this many rounds a run is too short to cut: every recipe trains the whole run
+MIN_ROUNDS_TO_HALVE = 16
+
+
+def rungs(rounds: int, eval_every: int = 1) -> list[int]:
+    """The round budgets: the fractions of ``rounds``, each moved up to an evaluated round, then ``rounds``."""
+    if rounds < MIN_ROUNDS_TO_HALVE:
+        return [rounds]
+    cuts = {min(rounds, eval_every * math.ceil(rounds * f / eval_every)) for f in RUNG_FRACTIONS}
+    return sorted(cuts | {rounds})
+
+
+def successive_halving(
+    recipes: list[Recipe],
+    train_to: Callable[[list[Recipe], int], list[float]],
+    *,
+    budgets: list[int],
+    metric: str,
+    seed: int,
+    on_rung: Callable[[int, list[Recipe], list[Recipe], dict], None] | None = None,
+) -> TuningReport:
+    """Keep the best recipe by validation ``metric``. ``train_to(recipes, rounds)`` trains each recipe up to
+    ``rounds`` (continuing its earlier training) and returns each one's best validation score so far.
+    ``on_rung(rounds, kept, stopped, scores)`` hears each cut. Ties keep the earlier recipe, as a full grid does."""
+    if not recipes:
+        raise ValueError("no recipe to choose from")
+    report = TuningReport(metric=metric, seed=seed, recipes=list(recipes))
+    alive = list(recipes)
+    for i, budget in enumerate(budgets):
+        for recipe, score in zip(alive, train_to(alive, budget)):
+            report.scores[recipe.name] = float(score)
+        if len(alive) == 1 or i == len(budgets) - 1:
+            break
+        ranked = sorted(alive, key=lambda r: (-report.scores[r.name], recipes.index(r)))
+        kept = set(r.name for r in ranked[: math.ceil(len(alive) / 2)])
+        stopped = [r for r in alive if r.name not in kept]
+        for r in stopped:
+            report.stopped[r.name] = budget
+        alive = [r for r in alive if r.name in kept]
+        if on_rung is not None:
+            on_rung(budget, alive, stopped, dict(report.scores))
+        if len(alive) == 1:  # the choice is made: the run trains it on every seed next
+            break
+    report.selected = min(alive, key=lambda r: (-report.scores[r.name], recipes.index(r))).name
+    return report
