@@ -1,18 +1,31 @@
 """``fedvlr-plus report RUN_DIR``: one page that needs nothing else, holding the folder's figures with their
 intervals, learning curves, the router, cold-start curves and per-bucket gains; a folder that is not a run's is
-one line. (The page in a real browser: tests/test_report_browser.py.)"""
+one line. Headless Chromium (Debian's package) loads the page: every plot decodes and no script fails."""
 
 from __future__ import annotations
 
 import csv
 import json
 import re
+import subprocess
+import tempfile
+from html import unescape
+from pathlib import Path
 
 import numpy as np
 import pytest
 from _bad_input import assert_user_error, run_cli
 
 FIGURE = '<figure class="plot">'
+CHROMIUM = Path("/usr/bin/chromium")
+#: headless, and nothing that reaches for the network (without these it waits on connections that never open)
+CHROMIUM_FLAGS = (
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+)  # fmt: skip
+needs_chromium = pytest.mark.skipif(
+    not CHROMIUM.exists(), reason=f"Chromium is not installed ({CHROMIUM}); on Debian: apt-get install chromium"
+)
 
 
 def run_folder(out):
@@ -159,3 +172,38 @@ def test_a_folder_without_a_finished_run_is_one_line(tmp_path, make, needle):
 
 def test_a_missing_folder_is_one_line(tmp_path):
     assert_user_error(run_cli("report", tmp_path / "nope"), "nope: no such folder", "--out folder of fedvlr-plus run")
+
+
+def browser_body(page: Path) -> dict[str, str]:
+    """The attributes of ``<body>`` once headless Chromium has loaded ``page`` and its script has run."""
+    with tempfile.TemporaryDirectory() as profile:
+        dom = subprocess.run(
+            [str(CHROMIUM), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],
+            capture_output=True, text=True, timeout=120, check=True,
+        ).stdout  # fmt: skip
+    body = re.search(r"<body([^>]*)>", dom)
+    assert body, dom[:500]
+    return {k: unescape(v) for k, v in re.findall(r'([a-z-]+)="([^"]*)"', body.group(1))}
+
+
+@needs_chromium
+def test_every_plot_renders_in_chromium_without_a_script_error(run_dir):
+    page_of(run_dir)
+    plots = (run_dir / "report.html").read_text().count(FIGURE)
+    body = browser_body(run_dir / "report.html")
+    assert "data-errors" not in body, body["data-errors"]
+    assert plots == 3 and body["data-plots"] == f"{plots}/{plots}"
+
+
+@needs_chromium
+def test_the_browser_check_sees_a_broken_plot_and_a_script_error(tmp_path):
+    from fedvlr_plus.report.html import page
+    from fedvlr_plus.report.plots import router_weights
+    from fedvlr_plus.report.sections import Figure, Section
+
+    fine = router_weights({0: {"experts": ["a", "b"], "mean_weights": [0.4, 0.6]}})
+    text = page("t", [], [Section("s", [Figure("fine", fine), Figure("broken", b"not a png")])])
+    (tmp_path / "bad.html").write_text(text.replace("</body>", "<script>throw new Error('boom')</script></body>"))
+    body = browser_body(tmp_path / "bad.html")
+    assert body["data-plots"] == "1/2"
+    assert "boom" in body["data-errors"] and "could not load <img>" in body["data-errors"]

@@ -37,7 +37,8 @@ _CHECK = """
   var errors = [];
   function note(text) { errors.push(text); document.body.setAttribute("data-errors", errors.join(" | ")); }
   window.addEventListener("error", function (e) {
-    note(e.message ? String(e.message) : "could not load a " + (e.target && e.target.tagName || "resource"));
+    var what = e.target && e.target.tagName ? "<" + e.target.tagName.toLowerCase() + ">" : "a resource";
+    note(e.message ? String(e.message) : "could not load " + what);
   }, true);
   window.addEventListener("load", function () {
     var images = document.querySelectorAll("figure.plot img"), shown = 0;
