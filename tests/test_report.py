@@ -139,6 +139,21 @@ def test_bucket_gains_are_over_the_popularity_ranker_of_the_same_bucket():
     assert bucket_gains("t", paper).rows == [["m", "1-10", "4", "0.3000 (-0.1000 over pop)"]]
 
 
+def test_a_tuned_run_shows_the_recipes_it_tried_and_the_one_it_kept():
+    from fedvlr_plus.report.tables import tuning_table
+
+    tuning = {"metric": "hr@50", "seed": 0, "selected": "residual", "candidates": [
+        {"name": "defaults", "settings": {"--fusion-residual": False}, "valid": 0.31},
+        {"name": "residual", "settings": {"--fusion-residual": True, "--lr": 0.5}, "valid": 0.33},
+    ]}  # fmt: skip
+    table = tuning_table({"tuning": tuning})
+    assert table.rows == [
+        ["defaults", "the layer's defaults", "0.3100", ""],
+        ["residual", "--fusion-residual, --lr 0.5", "0.3300", "kept"],
+    ]
+    assert tuning_table({}) is None
+
+
 def test_paper_table_page_lays_out_every_row(tmp_path):
     out = tmp_path / "paper"
     out.mkdir()

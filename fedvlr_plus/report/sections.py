@@ -8,7 +8,16 @@ from dataclasses import dataclass, field
 
 from . import plots
 from .gather import FolderContents
-from .tables import bucket_gains, long_table, paper_table, reference_rankers, router_table, run_figures, seed_figures
+from .tables import (
+    bucket_gains,
+    long_table,
+    paper_table,
+    reference_rankers,
+    router_table,
+    run_figures,
+    seed_figures,
+    tuning_table,
+)
 
 
 @dataclass
@@ -83,6 +92,7 @@ def run_sections(c: FolderContents) -> tuple[list[Section], set[str]]:
     figures.add(run_figures(c.result))
     figures.add(seed_figures(c.result))
     figures.add(reference_rankers(c.result))
+    figures.add(tuning_table(c.result))
     out = [figures]
     if c.histories:
         metric = _valid_metric(c)

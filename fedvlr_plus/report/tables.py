@@ -98,6 +98,25 @@ def reference_rankers(result: dict) -> Table | None:
     return Table("reference rankers on the same test", ["ranker", "part", *keys], rows, [note])
 
 
+def tuning_table(result: dict) -> Table | None:
+    """The recipes ``--tune`` tried on validation and the one the run kept; None for a run that did not tune."""
+    tuning = result.get("tuning")
+    if not isinstance(tuning, dict) or not tuning.get("candidates"):
+        return None
+    rows = []
+    for c in tuning["candidates"]:
+        settings = ", ".join(k if v is True else f"{k} {v}" for k, v in (c.get("settings") or {}).items() if v)
+        kept = "kept" if c.get("name") == tuning.get("selected") else ""
+        rows.append([str(c.get("name", "")), settings or "the layer's defaults", cell(c.get("valid")), kept])
+    note = f"each recipe trained on seed {tuning.get('seed', 0)}; the best by valid {tuning.get('metric', '')} is kept"
+    return Table(
+        "recipes tried on validation (--tune)",
+        ["recipe", "settings", f"valid {tuning.get('metric', '')}", ""],
+        rows,
+        [note],
+    )
+
+
 def router_table(routers: dict[int, dict]) -> Table:
     """Per seed and expert: mean weight ± sd across users; the entropy against its maximum (uniform routing)."""
     rows = []
