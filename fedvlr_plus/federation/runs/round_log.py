@@ -52,16 +52,16 @@ def open_round_log(kinds, seed_dir: Path | None, seed: int):
     return RoundLog(sinks)
 
 
-def round_scalars(run, record: dict) -> dict[str, float]:
+def round_scalars(run, record: dict) -> dict[str, float | int]:
     """The scalars of one finished round of ``run`` (its history ``record``), by tag."""
-    out = {"train/loss": record["loss"], "train/clients": record["clients"]}
-    out["time/train_seconds"] = record["train_seconds"]
+    out = {"train/loss": float(record["loss"]), "train/clients": int(record["clients"])}
+    out["time/train_seconds"] = float(record["train_seconds"])
     if "valid" in record:
-        out["time/eval_seconds"] = record["eval_seconds"]
-        out.update({f"valid/{k}": v for k, v in record["valid"].items()})
+        out["time/eval_seconds"] = float(record["eval_seconds"])
+        out.update({f"valid/{k}": float(v) for k, v in record["valid"].items()})
         # at evaluated rounds only: the backbone's report may cost a pass over the users, as validation does
-        out.update(run.bb.round_scalars(run))
-    return {k: float(v) for k, v in out.items()}
+        out.update({k: float(v) for k, v in run.bb.round_scalars(run).items()})
+    return out
 
 
 class RoundLog:
@@ -87,7 +87,7 @@ class TensorBoardRounds:
         self.folder = folder
         self.writer = None
 
-    def write(self, round_index: int, scalars: dict[str, float]) -> None:
+    def write(self, round_index: int, scalars: dict) -> None:
         if self.writer is None:
             self.writer = self._open(round_index)
         for tag, value in scalars.items():
@@ -114,7 +114,7 @@ class CsvRounds:
         self.path = path
         self.rows: list[dict] | None = None
 
-    def write(self, round_index: int, scalars: dict[str, float]) -> None:
+    def write(self, round_index: int, scalars: dict) -> None:
         if self.rows is None:
             self.rows = [r for r in self._read() if int(r["round"]) < round_index]
         self.rows.append({"round": round_index, **scalars})
