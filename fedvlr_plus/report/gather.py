@@ -16,6 +16,8 @@ from pathlib import Path
 from ..errors import RunFolderError
 
 _WHICH = "pass the --out folder of fedvlr-plus run, coldstart or experiment paper-table"
+#: the tables coldstart and paper-table write (per_user_test.csv, which can hold every user, is not shown)
+TABLE_FILES = ("cold_items.csv", "user_coldstart.csv", "sparsity.csv", "table.csv")
 
 
 @dataclass
@@ -31,7 +33,7 @@ class FolderContents:
     routers: dict[int, dict] = field(default_factory=dict)
     #: seed -> the rows of ``rounds/seed-<s>.csv`` (``--log csv``), values as floats
     round_logs: dict[int, list[dict]] = field(default_factory=dict)
-    #: file name -> rows (dicts of strings) of the CSV tables the folder holds
+    #: file name -> rows (dicts of strings) of the folder's TABLE_FILES
     tables: dict[str, list[dict]] = field(default_factory=dict)
     #: file name -> bytes of the PNG plots the folder holds
     images: dict[str, bytes] = field(default_factory=dict)
@@ -50,7 +52,7 @@ def gather(folder) -> FolderContents:
             str(folder / "result.json"), "is not the result of a run, a coldstart or a paper-table", _WHICH
         )
     contents = FolderContents(folder, kind, result)
-    contents.tables = {p.name: _read_csv(p) for p in sorted(folder.glob("*.csv"))}
+    contents.tables = {name: _read_csv(folder / name) for name in TABLE_FILES if (folder / name).is_file()}
     contents.images = {p.name: p.read_bytes() for p in sorted(folder.glob("*.png"))}
     if kind == "run":
         contents.histories = seed_histories(folder, result)
