@@ -208,6 +208,11 @@ class Backbone:
         with its fused vectors as the shared part."""
         return 0.0
 
+    def round_scalars(self, run) -> dict[str, float]:
+        """Scalars about the model at ``run``'s current state worth following round by round, by TensorBoard tag
+        (a run's per-round log writes them at evaluated rounds); none by default."""
+        return {}
+
     def option_values(self) -> dict:
         """The values of the backbone's own options (the fields of ``options_type``) as this instance uses them."""
         return {}

@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-#: the command modules of this package, in the order their commands are listed in ``--help``
-COMMANDS = ("data", "run", "views", "bench", "align", "experiment", "flower", "coldstart")
+#: the command modules of this package, in the order their commands are listed in ``--help`` (html_report
+#: registers ``report``: report.py is how ``run`` reports its result)
+COMMANDS = ("data", "run", "views", "bench", "align", "experiment", "flower", "coldstart", "html_report")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -13,6 +13,8 @@ from ..backbones import FEDERATED_BACKBONES  # noqa: F401  (named with the engin
 STRATEGIES = ("fedavg", "sparse-avg", "fedgrad", "median", "trimmed-mean")
 PRIVATE_STORES = ("auto", "memory", "file", "disk")
 COMPACT_STORES = ("memory", "file")  # one table per parameter over all clients, in memory or in files
+#: where a run with a folder can also log its rounds as they happen (fedvlr_plus.federation.runs.round_log)
+ROUND_LOGS = ("tensorboard", "csv")
 
 #: config fields that may differ between a checkpoint and the run that resumes it (they do not change numbers
 #: already computed: more rounds or patience extend a run; the simulator and chunking only change speed). The
@@ -28,6 +30,7 @@ RESUMABLE_CHANGES = {
     "device",
     "test_both_protocols",
     "jobs",
+    "log",
 }
 
 
@@ -137,6 +140,7 @@ class RuntimeConfig:
     chunk_floats: int = 1 << 24  # memory bound of one batched chunk, in floats
     device: str = "cpu"  # where the batched simulator trains and scores: cpu | cuda | auto
     jobs: int | None = None  # seeds trained side by side in worker processes (None: every core; 1: one by one)
+    log: tuple = ()  # per-round logs written into the run folder as it trains: tensorboard, csv (none: off)
 
     def _checks(self):
         return [
@@ -147,6 +151,7 @@ class RuntimeConfig:
             (self.checkpoint_every >= 1, "checkpoint_every must be >= 1"),
             (self.chunk_floats >= 1024, "chunk_floats must be >= 1024"),
             (self.device in ("cpu", "cuda", "auto"), "device must be cpu, cuda or auto"),
+            (set(self.log) <= set(ROUND_LOGS), f"log must be among {', '.join(ROUND_LOGS)}"),
         ]
 
 
@@ -194,6 +199,7 @@ class FedConfig(PrivacyConfig, RuntimeConfig, EvaluationConfig, AggregationConfi
     def __post_init__(self):
         self.ks = tuple(int(k) for k in self.ks)
         self.metrics = tuple(str(m) for m in self.metrics)
+        self.log = tuple(str(s) for s in self.log)
         for concern in CONCERNS.values():
             _failed(self, concern._checks(self))
         self._add_valid_metric()
@@ -208,6 +214,7 @@ class FedConfig(PrivacyConfig, RuntimeConfig, EvaluationConfig, AggregationConfi
         d = asdict(self)
         d["ks"] = list(self.ks)
         d["metrics"] = list(self.metrics)
+        d["log"] = list(self.log)
         return d
 
     @classmethod

@@ -36,6 +36,7 @@ from .privacy.accountant import run_clip, run_noise, run_privacy
 from .rounds import RoundLoop
 from .runs.folder import SeedFolder
 from .runs.kept_round import KeptRound
+from .runs.round_log import open_round_log
 from .runs.seeds import SEED_PARTS, combine_seeds  # noqa: F401  (named here before)
 from .simulation.batched import BatchedSimulator
 from .simulation.rng import TAG_SAMPLE
@@ -107,6 +108,7 @@ class FederatedRun:
         self._resolve_settings()
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.folder = SeedFolder(self.run_dir) if self.run_dir is not None else None
+        self.round_log = open_round_log(cfg.log, self.run_dir, cfg.seed)  # does nothing unless cfg.log asks
         self._tmp = None
         self.progress = progress
         self.store = self._private_store()
@@ -335,6 +337,7 @@ class FederatedRun:
         self.history.append(record)
         if self.run_dir is not None and self._checkpoint_due(record):
             self.save_checkpoint()
+        self.round_log.write(self, record)
 
     def _checkpoint_due(self, record: dict) -> bool:
         """Every ``checkpoint_every`` rounds, at evaluations and at the end; every round with a disk store (it
@@ -378,6 +381,8 @@ class FederatedRun:
                 print(f"\ninterrupted after round {self.round}; round {saved} is checkpointed in {self.run_dir}; "
                       f"continue with --resume", file=sys.stderr)
             raise
+        finally:
+            self.round_log.close()
         bar.close()
         self._test_selected(end_at_selected)
         self._kept = None

@@ -411,6 +411,18 @@ class FusionLayer(Backbone):
             reg = reg + self.balance * (float(np.log(w.shape[-1])) - entropy(w))
         return reg
 
+    def round_scalars(self, run) -> dict[str, float]:
+        """The router's mean weight per expert and mean entropy over the users (``--log``), as in the router
+        report: whether the routing personalises, round by round."""
+        from .report import router_report
+
+        report = router_report(run)
+        if not report:
+            return {}
+        out = {f"router/weight/{e}": w for e, w in zip(report["experts"], report["mean_weights"])}
+        out["router/entropy"] = report["mean_entropy"]
+        return out
+
     def option_values(self) -> dict:
         """The wrapped backbone's own options (FedRAP's penalties): they still shape the penalty it adds."""
         return self.base.option_values()

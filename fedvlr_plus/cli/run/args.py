@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 
 from ...errors import ConfigError
-from ...federation.config import FEDERATED_BACKBONES, PRIVATE_STORES, STRATEGIES, FedConfig, config_from_options
+from ...federation.config import (
+    FEDERATED_BACKBONES,
+    PRIVATE_STORES,
+    ROUND_LOGS,
+    STRATEGIES,
+    FedConfig,
+    config_from_options,
+)
 from ..argtypes import (
     bounded,
     clients_per_round,
@@ -48,6 +55,8 @@ _NOT_FOR = {
                         "--eval-every", "--ks", "--seeds", "--checkpoint-every", "--clients-per-round",
                         "--private-store", "--simulator", "--no-progress"}),
 }
+#: flags only ``run`` takes: the other commands train without a run folder of their own to log into
+_RUN_ONLY = frozenset({"--log"})
 
 
 def add_run_arguments(parser: argparse.ArgumentParser, *, include_io: bool = False,
@@ -55,7 +64,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, include_io: bool = Fal
     """Add the federated engine's flags (and --resume). ``include_io`` also adds --backbone, --out, --json.
     ``command`` (run, experiment, coldstart, bench) leaves out the flags that do not apply to it.
     Flags the parser already defines are left as they are."""
-    skip = _NOT_FOR[command]
+    skip = _NOT_FOR[command] | (_RUN_ONLY if command != "run" else frozenset())
     only = " (federated backbones only)" if command == "run" else ""
 
     def group(title):
@@ -159,6 +168,11 @@ def _add_schedule_arguments(g, parser) -> None:
     g.add_argument("--jobs", type=positive_int, default=None, metavar="N",
                    help="seeds (and --tune's recipes) trained side by side in N worker processes (default: every "
                         "core; 1: one after another); the same figures")
+    g.add_argument("--log", type=_round_logs, default=(), metavar="tensorboard,csv",
+                   help="also log every round as it trains (loss, validation figures, round time; with the FedVLR "
+                        "layer the router's mean weights and entropy) into the run folder: tensorboard "
+                        "(RUN_DIR/tensorboard/seed-<s>/, for tensorboard --logdir), csv (RUN_DIR/rounds/seed-<s>.csv) "
+                        "or both; needs --out (default: off)")
 
 
 def _add_privacy_arguments(g) -> None:
@@ -179,6 +193,14 @@ def _add_privacy_arguments(g) -> None:
                    help="pad every item-table upload with decoy rows (items the client did not touch, zero "
                         "change) to exactly K rows, or to the whole catalogue with 'all' (a dense upload), so "
                         "its size and row ids no longer tell which items the client trained on (default 0: off)")
+
+
+def _round_logs(text: str) -> tuple:
+    """``tensorboard``, ``csv`` or both, comma-separated."""
+    names = tuple(dict.fromkeys(x.strip().lower() for x in text.split(",") if x.strip()))
+    if not names or not set(names) <= set(ROUND_LOGS):
+        raise argparse.ArgumentTypeError(f"expected {' or '.join(ROUND_LOGS)} (or both, comma-separated), got {text!r}")
+    return names
 
 
 def _pad_rows(text: str) -> int:

@@ -82,6 +82,10 @@ def _check_backbone_flags(args) -> bool:
             "--out",
             f"--resume {args.resume} continues the run in that folder; do not pass a different --out ({args.out})",
         )
+    if getattr(args, "log", ()) and not (args.resume or args.out):
+        raise ConfigError(
+            "--log", "writes the per-round logs into the run folder, and this run has none", "add --out RUN_DIR"
+        )
     return is_recbole
 
 
