@@ -42,7 +42,11 @@ def register(sub) -> None:
     o.add_argument("--out", metavar="RUN_DIR", default=None,
                    help="write result.json and per-user test metrics (CSV) into RUN_DIR (federated backbones "
                         "checkpoint there too and write them per seed, in RUN_DIR/seed-<s>/)")
-    o.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    o.add_argument("--json", action="store_true",
+                   help="print one JSON object as the last line: the figures, intervals, selected round, settings "
+                        "and files written (the per-round history is in RUN_DIR/result.json)")
+    o.add_argument("--json-history", action="store_true",
+                   help="with --json: keep the per-round history (every seed's) in the JSON line")
     add_run_arguments(p_run)
     add_fusion_arguments(p_run)
     p_run.add_argument_group("recipe").add_argument(
