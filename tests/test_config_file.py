@@ -141,3 +141,50 @@ def test_the_json_line_is_a_summary_and_the_history_stays_in_the_folder(tmp_path
     full, _ = run_json(SOURCE, "--backbone", "fedavg", "--rounds", "3", "--json-history")
     figures = lambda history: [(h["round"], h["loss"], h.get("valid")) for h in history]  # noqa: E731 (not times)
     assert figures(full["history"]) == figures(saved["history"]) and "files" not in full
+
+
+def test_the_api_runs_a_run_folders_config_to_the_same_figures(tmp_path):
+    from fedvlr_plus import Experiment
+
+    summary, _ = run_json(SOURCE, "--backbone", "fcf", "--rounds", "2", "--lr", "0.2", "--out", tmp_path / "a")
+    experiment = Experiment.from_config(tmp_path / "a" / "config.toml")
+    assert experiment.training["lr"] == 0.2 and experiment.training["rounds"] == 2
+    result = experiment.run()
+    assert result.per_seed["FCF"][0].summary() == summary["test"]
+
+
+def test_the_example_file_describes_fedvlr_on_ml100k_for_the_command_and_the_api():
+    from fedvlr_plus import Experiment
+    from fedvlr_plus.api import FedAvg, FedVLR
+
+    example = "examples/ml100k-fedvlr.toml"
+    args = parsed("run", "--config", example)
+    assert (args.source, args.backbone, args.fusion, args.tune) == ("ml-100k", "fedavg", "fedvlr", False)
+    assert args.rounds <= 20  # an example that runs in minutes
+    experiment = Experiment.from_config(example)
+    (model,) = experiment.models
+    assert isinstance(model, FedVLR) and isinstance(model.inner, FedAvg) and model.options.mode == "fedvlr"
+    assert experiment.data.name == "ml-100k" and experiment.training["rounds"] == args.rounds
+
+
+@pytest.mark.parametrize(
+    "text, needles",
+    [
+        ("roundz = 3\n", ["unknown key 'roundz' (did you mean 'rounds'?)"]),
+        ("tune = true\n", [": tune: "]),
+        ("rounds = 0\n", ["rounds", ">= 1"]),
+        ('fusion = "fedvlr"\nrouter-temperature = "hot"\n', ["temperature", "str"]),
+        ('split = "diagonal"\n', ["split", "diagonal"]),
+    ],
+)
+def test_the_api_names_the_file_and_key_of_a_bad_setting(tmp_path, text, needles):
+    from fedvlr_plus import Experiment
+    from fedvlr_plus.errors import ConfigError
+
+    path = write(tmp_path, f'source = "{SOURCE}"\nbackbone = "fedavg"\n' + text)
+    with pytest.raises(ConfigError) as caught:
+        Experiment.from_config(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}: ") and "\n" not in message
+    for needle in needles:
+        assert needle in message, message

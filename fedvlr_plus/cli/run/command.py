@@ -139,8 +139,8 @@ def _next_step(args) -> str:
         return (f"next: add the FedVLR layer with --fusion fedvlr, or a cold-start study with "
                 f"fedvlr-plus coldstart {src} --backbone {base}")
     if not getattr(args, "tune", False):
-        return (f"next: let validation choose the layer's recipe (the best differs between data sets) by "
-                f"dropping --no-tune, or compare every backbone with paired tests: fedvlr-plus experiment "
+        return (f"next: let validation choose the layer's recipe (the best differs between data sets) "
+                f"with --tune, or compare every backbone with paired tests: fedvlr-plus experiment "
                 f"paper-table {src} --tune")
     return (f"next: every backbone alone and with the fusion layer, with paired tests: "
             f"fedvlr-plus experiment paper-table {src} --tune")
