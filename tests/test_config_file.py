@@ -188,3 +188,21 @@ def test_the_api_names_the_file_and_key_of_a_bad_setting(tmp_path, text, needles
     assert message.startswith(f"{path}: ") and "\n" not in message
     for needle in needles:
         assert needle in message, message
+
+
+@pytest.mark.parametrize("words", [["experiment", "poisoning"], ["experiment", "privacy-table"]])
+def test_a_command_that_keeps_a_folder_says_what_it_wrote_and_how_to_repeat_it(tmp_path, capsys, words):
+    from fedvlr_plus.cli.common import say_written
+
+    args = parsed(*words, SOURCE, "--rounds", "3")
+    say_written(args, tmp_path, "table.md, result.json", read="table.md")
+    config = tmp_path / "config.toml"
+    assert capsys.readouterr().err.splitlines() == [
+        f"wrote {tmp_path}: table.md, result.json, config.toml",
+        f"next: read {tmp_path / 'table.md'}, or repeat it: fedvlr-plus {' '.join(words)} --config {config} "
+        "--out NEW_DIR",
+    ]
+    again = parsed(*words, "--config", config)
+    assert (again.source, again.rounds) == (SOURCE, 3)
+    say_written(args, None, "the table")
+    assert capsys.readouterr().err == "next: add --out DIR to keep the table\n"

@@ -158,6 +158,7 @@ def cmd_coldstart(args) -> int:
     from ..coldstart.report import format_summary, write_cold_item_per_user, write_joining_per_user, write_report
     from ..coldstart.study import run_coldstart
     from ..jsonio import json_default, write_json_atomic
+    from .common import say_written
 
     def log(msg):
         print(msg, file=sys.stderr)
@@ -181,22 +182,15 @@ def cmd_coldstart(args) -> int:
     result = run_coldstart(opts, log=log)
     joining_frames, item_frames = result.pop(JOINING_FRAMES, {}), result.pop(COLD_ITEM_FRAMES, {})
     if args.out:
-        from .config_file import write_resolved_config
-
         write_report(result, Path(args.out))
         write_joining_per_user(joining_frames, Path(args.out))
         write_cold_item_per_user(item_frames, Path(args.out))
         write_json_atomic(Path(args.out) / "result.json", result)
-        config = write_resolved_config(args.out, args)
     print(format_summary(result), file=sys.stderr if args.json else sys.stdout)
     if args.json:
         print(json.dumps(result, default=json_default))
-    if args.out:
-        log(f"wrote {args.out}: report.md (tables and plots), CSV tables, per-user figures, result.json, config.toml")
-        log(f"next: read {Path(args.out) / 'report.md'}, or repeat the study with more seeds: fedvlr-plus coldstart "
-            f"--config {config} --seeds 5 --out NEW_DIR")
-    else:
-        log("next: add --out DIR to keep the report (CSV tables, report.md, plots, config.toml)")
+    say_written(args, args.out, "report.md (tables and plots), CSV tables, per-user figures, result.json",
+                read="report.md")
     return 0
 
 

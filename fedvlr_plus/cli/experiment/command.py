@@ -162,7 +162,7 @@ def cmd_paper_table(args) -> int:
     from ...experiments.paper.report import print_table
     from ...experiments.paper.table import run_paper_table
     from ...jsonio import json_default
-    from ..common import load_for_run
+    from ..common import load_for_run, say_written
 
     options = paper_table_options(args)
     data, _ = load_for_run(args)
@@ -173,21 +173,6 @@ def cmd_paper_table(args) -> int:
     print_table(result, file=sys.stderr if args.json else sys.stdout)
     if args.json:
         print(json.dumps(result, default=json_default))
-    _say_written(args)
+    say_written(args, args.resume or args.out, "table.md, table.csv, table.png, result.json, every run's folder",
+                read="table.md")
     return 0
-
-
-def _say_written(args) -> None:
-    """The table's folder (with the config.toml that repeats it) and where to go next, on stderr."""
-    from pathlib import Path
-
-    from ..config_file import write_resolved_config
-
-    folder = args.resume or args.out
-    if not folder:
-        print("next: add --out DIR to keep the table (CSV, Markdown, plot, JSON, each run's folder)", file=sys.stderr)
-        return
-    config = write_resolved_config(folder, args)
-    print(f"wrote {folder}: table.md, table.csv, table.png, result.json, every run's folder, config.toml\n"
-          f"next: read {Path(folder) / 'table.md'}, or repeat the table: fedvlr-plus experiment paper-table "
-          f"--config {config} --out NEW_DIR", file=sys.stderr)
