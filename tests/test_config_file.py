@@ -63,6 +63,7 @@ def test_flags_on_the_command_line_win_over_the_file(tmp_path):
     assert (args.source, args.backbone, args.rounds, args.fusion_residual) == (SOURCE, "fedavg", 1, True)
     assert args.metrics == "hr@5" and args.drop_modality == ["image"]
     assert parsed("run", "ml-100k", "--config", path).source == "ml-100k"
+    assert parsed("run", f"--conf={path}").rounds == 3  # the abbreviation argparse accepts reads the file too
     assert parsed("run", SOURCE).rounds == 100  # without the file, the flag's own default
 
 

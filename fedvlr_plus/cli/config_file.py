@@ -68,14 +68,18 @@ def _command(parser, argv: list[str]) -> tuple[argparse.ArgumentParser, list[str
     return parser, words
 
 
-def _config_path(argv: list[str]) -> str | None:
-    """The last ``--config PATH`` / ``--config=PATH`` of ``argv`` (argparse keeps the last one too)."""
+def _config_path(leaf, argv: list[str]) -> str | None:
+    """The last ``--config PATH`` / ``--config=PATH`` of ``argv`` (argparse keeps the last one too), also as an
+    abbreviation argparse would take (``--conf``: no other flag of the command starts so)."""
     path = None
     for i, token in enumerate(argv):
-        if token == "--config" and i + 1 < len(argv):
+        name, equals, value = token.partition("=")
+        if not name.startswith("--") or [o for o in leaf._option_string_actions if o.startswith(name)] != ["--config"]:
+            continue
+        if equals:
+            path = value
+        elif i + 1 < len(argv):
             path = argv[i + 1]
-        elif token.startswith("--config="):
-            path = token.split("=", 1)[1]
     return path
 
 
@@ -86,7 +90,7 @@ def apply_config_file(parser, argv: list[str]) -> None:
         return
     leaf, words = found
     leaf.set_defaults(**{RECORD: (" ".join(words), _recorded(leaf))})
-    if not _takes_config(leaf) or (path := _config_path(argv)) is None:
+    if not _takes_config(leaf) or (path := _config_path(leaf, argv)) is None:
         return
     keys = _keys(leaf)
     for key, value in read_experiment_file(path).items():
