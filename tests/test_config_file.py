@@ -207,3 +207,9 @@ def test_a_command_that_keeps_a_folder_says_what_it_wrote_and_how_to_repeat_it(t
     assert (again.source, again.rounds) == (SOURCE, 3)
     say_written(args, None, "the table")
     assert capsys.readouterr().err == "next: add --out DIR to keep the table\n"
+
+
+def test_flower_run_keeps_its_own_config_flag():
+    """``flower run --config KEY=VALUE`` is Flower's run config, not an experiment file."""
+    args = parsed("flower", "run", "examples/flower_app", "--superlink", "127.0.0.1:1", "--config", "rounds=2")
+    assert args.config == ["rounds=2"]
