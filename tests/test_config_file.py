@@ -53,6 +53,15 @@ def test_a_run_folders_config_repeats_the_run(tmp_path):
     assert read_experiment_file(tmp_path / "b" / "config.toml") == recorded
 
 
+def test_a_tuned_fusion_run_repeats_from_its_config(tmp_path):
+    """The recorded ``tune = true`` tunes again on the rerun, to the same recipe and figures."""
+    source = "synthetic-planted:120x60"  # items with content views, for the layer
+    first, _ = run_json(source, "--backbone", "fedavg", "--fusion", "fedvlr", "--rounds", "2", "--out", tmp_path / "a")
+    assert read_experiment_file(tmp_path / "a" / "config.toml")["tune"] is True and "tuning" in first
+    again, _ = run_json("--config", tmp_path / "a" / "config.toml", "--out", tmp_path / "b")
+    assert {k: v for k, v in again.items() if k != "files"} == {k: v for k, v in first.items() if k != "files"}
+
+
 def test_flags_on_the_command_line_win_over_the_file(tmp_path):
     path = write(
         tmp_path,
