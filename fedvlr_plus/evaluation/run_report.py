@@ -107,9 +107,9 @@ def write_run_files(out_dir, result: dict, test_result=None, data=None) -> None:
         atomic_write(out / "per_user_test.csv", lambda tmp: frame.to_csv(tmp, index=False))
 
 
-#: what the ``--json`` line leaves out of a run's result: the per-round history and the model's parameter shapes
-#: (both in ``RUN_DIR/result.json``), so that the line stays a summary a script reads
-NOT_SUMMARISED = ("history", "model")
+#: what the ``--json`` line leaves out of a run's result: the per-round history (in ``RUN_DIR/result.json``), so
+#: that the line stays a summary a script reads
+NOT_SUMMARISED = ("history",)
 #: what the summary keeps of each seed: its figures and where it stopped
 PER_SEED_SUMMARY = (
     "seed",
