@@ -110,28 +110,18 @@ def write_run_files(out_dir, result: dict, test_result=None, data=None) -> None:
 #: what the ``--json`` line leaves out of a run's result: the per-round history (in ``RUN_DIR/result.json``), so
 #: that the line stays a summary a script reads
 NOT_SUMMARISED = ("history",)
-#: what the summary keeps of each seed: its figures and where it stopped
-PER_SEED_SUMMARY = (
-    "seed",
-    "selected_round",
-    "rounds_run",
-    "stopped_early",
-    "valid",
-    "test",
-    "test_ci",
-    "test_warm",
-    "test_cold",
-    "notes",
-)
+#: what it also leaves out of each seed's entry: the settings and model, the same as the run's own
+NOT_SUMMARISED_PER_SEED = NOT_SUMMARISED + ("config", "resolved", "model")
 
 
 def run_summary(result: dict, files: dict | None = None, *, history: bool = False) -> dict:
     """The ``--json`` line of ``run``: the figures, intervals, selected round and settings of ``result``, without
     the per-round history (``history=True`` keeps it), with the ``files`` the run wrote."""
-    drop = () if history else NOT_SUMMARISED
-    out = {k: v for k, v in result.items() if k not in drop}
-    if "per_seed" in out and not history:
-        out["per_seed"] = [{k: s[k] for k in PER_SEED_SUMMARY if k in s} for s in out["per_seed"]]
+    if history:
+        return {**result, **({"files": files} if files else {})}
+    out = {k: v for k, v in result.items() if k not in NOT_SUMMARISED}
+    if "per_seed" in out:
+        out["per_seed"] = [{k: v for k, v in s.items() if k not in NOT_SUMMARISED_PER_SEED} for s in out["per_seed"]]
     if files:
         out["files"] = files
     return out
