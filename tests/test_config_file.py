@@ -222,3 +222,26 @@ def test_flower_run_keeps_its_own_config_flag():
     """``flower run --config KEY=VALUE`` is Flower's run config, not an experiment file."""
     args = parsed("flower", "run", "examples/flower_app", "--superlink", "127.0.0.1:1", "--config", "rounds=2")
     assert args.config == ["rounds=2"]
+
+
+def test_an_empty_list_leaves_a_flag_that_is_off_by_default_off(tmp_path):
+    """A recorded ``name = []`` (a list flag left off, e.g. ``--log``) reads back as off, though the flag itself
+    refuses an empty value."""
+    import argparse
+
+    from fedvlr_plus.cli.config_file import add_config_flags, apply_config_file
+
+    def names(text):
+        if not text:
+            raise argparse.ArgumentTypeError("expected at least one name")
+        return tuple(text.split(","))
+
+    def parse(text):
+        parser = argparse.ArgumentParser()
+        parser.add_subparsers(dest="command").add_parser("go").add_argument("--log", type=names, default=())
+        add_config_flags(parser)
+        argv = ["go", "--config", str(write(tmp_path, text))]
+        apply_config_file(parser, argv)
+        return parser.parse_args(argv).log
+
+    assert parse("log = []\n") == () and parse('log = ["csv", "tensorboard"]\n') == ("csv", "tensorboard")

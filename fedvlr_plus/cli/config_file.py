@@ -146,6 +146,8 @@ def _value(action, value, path, key):
 def _converted(action, value, path, key):
     if isinstance(value, (bool, dict)):
         raise bad_value(path, key, f"takes a value like the flag's ({action.metavar or key.upper()}), got {value!r}")
+    if value == [] and action.default in ((), [], None):  # none of them: what a flag that is off by default holds
+        return action.default
     text = ",".join(map(_text, value)) if isinstance(value, list) else _text(value)
     try:
         result = action.type(text) if action.type else text
