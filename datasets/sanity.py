@@ -16,6 +16,8 @@ recorded in ``data.notes`` when they removed rows. Codes (``splits`` gives the c
 - ``valid_test_overlap``: test rows whose (user, item) pair is also a validation row.
 - ``users_without_train``: users with valid/test rows but no training row (expected after a cold-user
   split; otherwise often a filtering mistake).
+- ``k_core_cut``: the users, items and rows an iterative k-core filter (``--k-core K``) removed, with the counts
+  before and after. Printed as a note, not a warning: it is what the user asked for, told in numbers.
 - ``items_without_attributes`` / ``attributes_unused``: recorded by the sequence loader
   (:mod:`fedvlr_plus.datasets.sequences`) for catalogue items its attributes file does not list (an all-zero
   content row) and for listed items that occur in no sequence (left out).
@@ -30,6 +32,9 @@ from typing import TextIO
 import numpy as np
 
 from .core import SPLIT_NAMES, TEST, TRAIN, UNSPLIT, VALID
+
+#: findings about a step the user asked for (a filter), printed as ``note:`` lines rather than warnings
+TOLD_NOT_WARNED = frozenset({"k_core_cut"})
 
 
 def finding(code: str, count: int, message: str, splits: dict[str, int] | None = None) -> dict:
@@ -70,6 +75,16 @@ def _dropped_note(splits: dict[str, int], kept: str) -> dict:
         splits,
     )
     return {**out, "kept": kept}
+
+
+def k_core_cut(k: int, before, after) -> dict:
+    """The note :func:`splits.k_core` records: users, items and rows of ``before`` that ``after`` keeps."""
+    parts = [
+        (name, int(before[col].nunique()) if col else len(before), int(after[col].nunique()) if col else len(after))
+        for name, col in (("users", "user"), ("items", "item"), ("interactions", None))
+    ]
+    kept = ", ".join(f"{name} from {old:,} to {new:,}" for name, old, new in parts)
+    return {**finding("k_core_cut", len(before) - len(after), f"the {k}-core filter cut {kept}"), "k": int(k)}
 
 
 def merge_notes(notes: list[dict], new: dict) -> list[dict]:
@@ -178,5 +193,5 @@ def print_warnings(data, stream: TextIO, found: list[dict] | None = None) -> lis
     found = data.sanity() if found is None else found
     where = data.source or data.name
     for f in found:
-        print(f"warning: {where}: {f['message']}", file=stream)
+        print(f"{'note' if f['code'] in TOLD_NOT_WARNED else 'warning'}: {where}: {f['message']}", file=stream)
     return found

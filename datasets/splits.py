@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from .core import TEST, TRAIN, UNSPLIT, VALID, DataError, InteractionData, compact
-from .sanity import dropped_duplicates, merge_notes
+from .sanity import dropped_duplicates, k_core_cut, merge_notes
 
 
 def implicit(data: InteractionData, threshold: float | None = None) -> InteractionData:
@@ -65,7 +65,8 @@ def k_core(data: InteractionData, k: int = 5, *, users: bool = True, items: bool
         inter = inter[keep]
     if len(inter) == 0:
         raise DataError(f"{data.source or data.name}: no interaction survives the {k}-core filter")
-    return compact(data.replace(inter=inter.reset_index(drop=True)))
+    notes = [*data.notes, k_core_cut(k, data.inter, inter)] if len(inter) < len(data.inter) else data.notes
+    return compact(data.replace(inter=inter.reset_index(drop=True), notes=notes))
 
 
 def _time_order(inter: pd.DataFrame) -> np.ndarray:

@@ -22,6 +22,15 @@ def test_data_stats_ml100k(capsys):
     assert stats["detected_format"] == "recbole-atomic" and stats["dataset"] == "ml-100k"
 
 
+def test_data_stats_ends_with_the_next_command(capsys):
+    assert main(["data", "stats", "ml-100k"]) == 0
+    assert (
+        capsys.readouterr()
+        .err.splitlines()[-1]
+        .startswith("next: the reference rankers on it, fedvlr-plus run ml-100k --backbone pop")
+    )
+
+
 def test_data_stats_ku_detects_feature_folder(capsys):
     stats = run_json(capsys, ["data", "stats", str(shared_data("ku")), "--json"])
     assert stats["detected_format"] == "feature-folder"

@@ -113,7 +113,8 @@ def test_federated_run_plan_names_seeds_rounds_patience_and_folder():
     )
     assert "--fusion fedvlr" in _next_step(args) and "fedvlr-plus coldstart ml-100k" in _next_step(args)
     untuned = build_parser().parse_args(["run", "ml-100k", "--backbone", "fedavg", "--fusion", "fedvlr", "--no-tune"])
-    assert "dropping --no-tune" in _next_step(untuned) and "choosing" not in _run_plan(untuned, "ml-100k")
+    assert "recipe (the best differs between data sets) with --tune" in _next_step(untuned)
+    assert "choosing" not in _run_plan(untuned, "ml-100k")
     tuned = build_parser().parse_args(["run", "ml-100k", "--backbone", "fedavg", "--fusion", "fedvlr", "--tune"])
     assert "choosing its recipe on valid" in _run_plan(tuned, "ml-100k") and "--no-tune" not in _next_step(tuned)
 

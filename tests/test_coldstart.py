@@ -513,9 +513,16 @@ def test_coldstart_command_user_cold_start(tmp_path, capsys):
         ]
     )
     assert code == 0
-    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    captured = capsys.readouterr()
+    res = json.loads(captured.out.strip().splitlines()[-1])
     uc = res["user_coldstart"]
     assert uc["supports"] == [1, 3] and uc["held_out_users"] == 6 and uc["new_user_start"] == "population"
+    # the trained users by history length, with pop on the same users beside the model
+    assert res["sparsity"] and all(isinstance(row["pop"]["ndcg@5"], float) for row in res["sparsity"])
+    assert "pop –" not in captured.err and "pop: the popularity ranker" in captured.err
+    # it says what it wrote and how to repeat it
+    assert f"wrote {out}: report.md" in captured.err and f"--config {out / 'config.toml'}" in captured.err
+    assert (out / "config.toml").exists()
     assert set(uc["curves"]) == {"model", "pop", "random", "content"}
     assert uc["query_targets"]["1"] == 6 * 6 and uc["query_targets"]["3"] == 6 * 4
     assert (out / "user_coldstart.png").exists() and (out / "user_coldstart.csv").exists()
@@ -833,3 +840,31 @@ def test_item_study_tune_chooses_the_recipe_on_the_figure_it_reports(tmp_path, c
     rules = ("none", "neighbours", "mapping", "both", "fused-neighbours", "fused-mapping", "fused-both")
     assert kept == pytest.approx(max(res["variants"][r]["valid_ndcg_at_5_among_cold"] for r in rules))
     assert res["variants"][res["cold_rule"]]["valid_ndcg_at_5_among_cold"] == pytest.approx(kept)
+
+
+def test_the_summary_keeps_a_gap_after_its_longest_label_and_names_pop():
+    from fedvlr_plus.coldstart.report import format_summary
+
+    cell = {"ndcg@10": {"mean": 0.1, "ci": [0.05, 0.15], "n_users": 3}, "hr@10": {"mean": 0.2, "ci": [0.1, 0.3]}}
+    block = {part: cell for part in ("cold_among_cold", "cold_among_all", "warm")}
+    result = {
+        "dataset": "toy",
+        "model": "pfedrec+fedvlr",
+        "seeds": [0],
+        "metrics": ["hr@10", "ndcg@10"],
+        "split": "cold-items",
+        "n_cold_items": 4,
+        "test_cold_targets": 3,
+        "test_targets": 9,
+        "cold_rule": "fused-neighbours",
+        "cold_rule_selected_on": "valid",
+        **block,
+        "baselines": {"pop": block},
+        "variants": {"none": block, "fused-neighbours": block},
+        "sparsity": [{"bucket": "1-10", "n_users": 3, "model": cell, "pop": {"ndcg@10": 0.05}}],
+    }
+    text = format_summary(result)
+    longest = "pfedrec+fedvlr, cold rule fused-neighbours *"
+    assert len(longest) > 40  # longer than the column the labels were once padded to
+    assert f"{longest}  hr@10 0.2000" in text
+    assert "pop: the popularity ranker" in text and "pop 0.0500" in text

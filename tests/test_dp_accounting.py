@@ -166,7 +166,7 @@ def test_privacy_table_command_runs_on_tiny_data(tmp_path):
     assert len(noised["per_seed"]) == 2 and noised["test_ci"][0] <= noised["test"] <= noised["test_ci"][1]
     assert "mean_diff" in noised["vs_unprotected"] and "mean_diff" in clipped["vs_unprotected"]
     assert "vs_unprotected" not in clean
-    assert {p.name for p in out.iterdir()} == {"table.md", "table.csv", "table.png", "result.json"}
+    assert {p.name for p in out.iterdir()} == {"table.md", "table.csv", "table.png", "result.json", "config.toml"}
     table = (out / "table.md").read_text()
     assert f"| 1 | 1 | {noised['epsilon']:.3g} |" in table and "| none | off | ∞ |" in table
     assert "| 0 | 1 | ∞ |" in table

@@ -167,4 +167,5 @@ def test_leakage_command_runs_on_tiny_data(tmp_path):
         dense["row_ids_precision"] < plain["row_ids_precision"] and dense["bytes_per_round"] > plain["bytes_per_round"]
     )
     assert all(0 <= r[k] <= 1 for r in rows for k in ("magnitude_precision", "magnitude_recall", "row_ids_recall"))
-    assert {p.name for p in out.iterdir()} == {"table.md", "table.csv", "result.json"}
+    assert {p.name for p in out.iterdir()} == {"table.md", "table.csv", "result.json", "config.toml"}
+    assert f"--config {out / 'config.toml'}" in res.err  # the table says how to repeat it

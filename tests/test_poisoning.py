@@ -179,6 +179,7 @@ def test_the_command_runs_end_to_end_on_tiny_data(tmp_path):
         "poisoning.csv",
         "poisoning.png",
         "result.json",
+        "config.toml",
         "cells",
         ".fedvlr.lock",
     }

@@ -75,6 +75,21 @@ def test_k_core_is_iterative_and_renumbers():
     assert sorted(out.user_ids) == ["u1", "u3"] and sorted(out.item_ids) == ["a", "b"]
     assert out.inter["user"].max() == 1 and out.inter["item"].max() == 1
     out.validate()
+    (note,) = [f for f in out.sanity() if f["code"] == "k_core_cut"]
+    assert note["count"] == 2 and note["message"] == (
+        "the 2-core filter cut users from 3 to 2, items from 3 to 2, interactions from 6 to 4"
+    )
+    again = splits.k_core(out, k=2)  # nothing left to cut: no second note
+    assert [f["code"] for f in again.sanity()].count("k_core_cut") == 1
+
+
+def test_a_k_core_cut_is_told_as_a_note_with_its_counts(capsys):
+    from _bad_input import run_cli
+
+    res = run_cli("run", "ml-100k", "--k-core", "20", "--backbone", "pop")
+    assert res.code == 0, res.err
+    assert "note: " in res.err and "the 20-core filter cut users from 943 to " in res.err
+    assert "items from 1,682 to " in res.err and "warning" not in res.err
 
 
 def test_ratio_split_per_user_by_time():

@@ -78,7 +78,8 @@ def test_build_info_knn_json(tmp_path, catalogue, capsys):
 def test_cli_errors_exit_2_with_one_line(tmp_path, catalogue, capsys):
     out = tmp_path / "store"
     assert run(["views", "build", "x", "--out", str(out), "--encoder", "hashing", "--no-progress"]) == 0
-    capsys.readouterr()
+    err = capsys.readouterr().err
+    assert f"next: pass --views {out} to run" in err and f"--fusion fedvlr --views {out}" in err
     assert run(["views", "build", "x", "--out", str(out), "--encoder", "hashing", "--no-progress"]) == 2
     assert "already exists (pass overwrite=True / --overwrite" in capsys.readouterr().err
     assert run(["views", "knn", str(out), "--item", "Toy", "--k", "1"]) == 2

@@ -62,6 +62,19 @@ class Experiment:
         check_training("Experiment", training)
         self._check_before_training()
 
+    @classmethod
+    def from_config(cls, path) -> Experiment:
+        """The experiment an experiment file describes (``fedvlr-plus run --config`` reads the same file; a run
+        folder's ``config.toml`` too): its data, its one model (``backbone``, with ``fusion`` the FedVLR layer)
+        and training options. A key the file should not have, or a bad value, names the file and the key."""
+        from .experiment_file import experiment_arguments
+
+        arguments = experiment_arguments(path)
+        try:
+            return cls(**arguments)
+        except UserError as exc:  # a value the experiment refuses: named with the file it came from
+            raise ConfigError(str(path), str(exc)) from None
+
     def _check_before_training(self) -> None:
         """Everything that would fail later, refused now: each model's whole configuration (the experiment's
         options with the recipe's own), and the sampled protocol on a catalogue too small for it."""

@@ -158,6 +158,7 @@ def cmd_coldstart(args) -> int:
     from ..coldstart.report import format_summary, write_cold_item_per_user, write_joining_per_user, write_report
     from ..coldstart.study import run_coldstart
     from ..jsonio import json_default, write_json_atomic
+    from .common import say_written
 
     def log(msg):
         print(msg, file=sys.stderr)
@@ -188,6 +189,8 @@ def cmd_coldstart(args) -> int:
     print(format_summary(result), file=sys.stderr if args.json else sys.stdout)
     if args.json:
         print(json.dumps(result, default=json_default))
+    say_written(args, args.out, "report.md (tables and plots), CSV tables, per-user figures, result.json",
+                read="report.md")
     return 0
 
 

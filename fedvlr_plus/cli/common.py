@@ -22,6 +22,25 @@ def say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def say_written(args, folder, what: str, read: str | None = None) -> None:
+    """The last lines of a command that keeps a folder, on stderr: what it wrote there (with the ``config.toml``
+    that repeats it) and the next step; without a folder, how to keep one. ``read``: the file to open first."""
+    from pathlib import Path
+
+    from .config_file import RECORD, write_resolved_config
+
+    if not folder:
+        say(f"next: add --out DIR to keep {what}")
+        return
+    config = write_resolved_config(folder, args)
+    say(f"wrote {folder}: {what}" + (", config.toml" if config else ""))
+    steps = [f"read {Path(folder) / read}"] if read else []
+    if config:
+        steps.append(f"repeat it: fedvlr-plus {getattr(args, RECORD)[0]} --config {config} --out NEW_DIR")
+    if steps:
+        say("next: " + ", or ".join(steps))
+
+
 def add_data_arguments(p: argparse.ArgumentParser) -> None:
     """Flags that say how SOURCE is read and split (shared by every command that trains or evaluates)."""
     g = p.add_argument_group("data")

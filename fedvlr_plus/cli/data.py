@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from .common import emit_json
+from .common import emit_json, say
 
 
 def register(sub) -> None:
@@ -31,9 +31,20 @@ def cmd_data_stats(args) -> int:
     print_warnings(data, sys.stderr, stats["warnings"])
     if args.json:
         emit_json(stats)
-        return 0
-    print(format_stats(stats))
+    else:
+        print(format_stats(stats))
+    say(_next_after_stats(args.source))
     return 0
+
+
+def _next_after_stats(source: str) -> str:
+    """Where to go once the data reads as expected: the reference rankers, then a federated backbone."""
+    from shlex import quote
+
+    return (
+        f"next: the reference rankers on it, fedvlr-plus run {quote(source)} --backbone pop, then a federated "
+        f"backbone with --backbone fedavg"
+    )
 
 
 def format_stats(stats: dict) -> str:

@@ -20,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     from importlib import import_module
 
     from .. import __version__
+    from .config_file import add_config_flags
     from .parser import CliParser
 
     parser = CliParser(prog="fedvlr-plus", description="Personalised multimodal fusion for federated recommenders.")
@@ -27,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
         import_module(f".{name}", __package__).register(sub)
+    add_config_flags(parser)
     return parser
 
 
@@ -35,10 +37,12 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in argv
     argv = [a for a in argv if a != "--debug"]
     parser = build_parser()
-    args = parser.parse_args(argv)
     from ..errors import UserError
+    from .config_file import apply_config_file
 
     try:
+        apply_config_file(parser, argv)  # the file's settings first: the flags parsed next win over them
+        args = parser.parse_args(argv)
         return int(args.func(args) or 0)
     except UserError as exc:
         # a user's mistake gets one line; --debug shows where it was raised

@@ -113,7 +113,16 @@ def _build(args) -> int:
         if imputed:
             print("imputed rows (flagged in the manifest): " + ", ".join(f"{m} {c}" for m, c in imputed.items()))
         print("seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in report.seconds.items()))
+    print(_next_after_build(args.source, store.path), file=sys.stderr)
     return 0
+
+
+def _next_after_build(source: str, store) -> str:
+    """Where a built store goes: ``--views`` of the commands that train the layer."""
+    from shlex import quote
+
+    return (f"next: pass --views {quote(str(store))} to run, coldstart or experiment paper-table, e.g. fedvlr-plus "
+            f"run {quote(source)} --backbone fedavg --fusion fedvlr --views {quote(str(store))}")
 
 
 def _info(args) -> int:

@@ -443,13 +443,18 @@ def user_coldstart(full, warm, held_out: np.ndarray, make_model, cfg, views: dic
            "new_user_start": start, **({"new_user_prior": prior} if prior != "none" else {}),
            "query_targets": {str(n): int(len(sq[n].test())) for n in supports},
            "curves": curves, "selected_round": rounds,
-           "sparsity": sparsity_table(sparsity, trains, keys),
+           "sparsity": sparsity_table(sparsity, trains, keys, reference=[_pop_test(warm, spec)]),
            "reported_users": int(len(report_users)),
            PER_USER: {str(n): per_user_mean(frames[("model", n)], keys) for n in supports}}
     if auto or prior != "none" or start == "auto":
         out["support_epochs"] = {"valid_users": int(len(valid_users)), "reported_users": int(len(report_users)),
                                  "metric": select_metric, "chosen": chosen}
     return out
+
+
+def _pop_test(warm, spec: EvalSpec) -> pd.DataFrame:
+    """pop's per-user test figures on the trained (warm) users, beside the model's in the sparsity buckets."""
+    return spec.run(warm, reference_scorer("pop", warm, seed=spec.seed), "test").frame("all")
 
 
 def _joined(run, support, held_out, epochs, start, spec, valid_users, metric, chosen: dict, n: int, prior=None,

@@ -123,9 +123,11 @@ def format_summary(result: dict, metric: str | None = None) -> str:
                 lines.append(f"  {title}: ({_empty(result, part)})")
                 continue
             lines.append(f"  {title}:")
-            for label, block in item_rows(result):
+            rows = item_rows(result)
+            width = max(len(label) for label, _ in rows) + 2   # the longest label still leaves a gap before its figures
+            for label, block in rows:
                 cell = block.get(part, {})
-                lines.append(f"    {label:<40}" + "  ".join(f"{k} {_fmt(cell.get(k))}" for k in keys[:2]))
+                lines.append(f"    {label:<{width}}" + "  ".join(f"{k} {_fmt(cell.get(k))}" for k in keys[:2]))
     for label, res in _models(result):
         uc = res.get("user_coldstart")
         if uc:
@@ -135,7 +137,7 @@ def format_summary(result: dict, metric: str | None = None) -> str:
                                                       for n, s in curve.items()))
     for label, res in _models(result):
         if res.get("sparsity"):
-            lines.append(f"by training interactions ({label}, {keys[1]}):")
+            lines.append(f"by training interactions ({label}, {keys[1]}; pop: the popularity ranker, same users):")
             for row in res["sparsity"]:
                 lines.append(f"    {row['bucket']:>8} ({row['n_users']:>4} users)  {_fmt(row['model'].get(keys[1]))}"
                              + f"   pop {_num((row.get('pop') or {}).get(keys[1]))}")

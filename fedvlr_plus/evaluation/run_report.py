@@ -1,5 +1,6 @@
 """What a finished run prints and keeps: the console table of its figures (valid, test, warm / cold parts,
-reference rankers, intervals, notes) and its files (``result.json``, ``per_user_test.csv``)."""
+reference rankers, intervals, notes), the summary its ``--json`` line prints, and its files (``result.json``,
+``per_user_test.csv``)."""
 
 from __future__ import annotations
 
@@ -104,3 +105,23 @@ def write_run_files(out_dir, result: dict, test_result=None, data=None) -> None:
 
         frame = test_result.per_user if data is None else per_user_file_frame(test_result.per_user, data)
         atomic_write(out / "per_user_test.csv", lambda tmp: frame.to_csv(tmp, index=False))
+
+
+#: what the ``--json`` line leaves out of a run's result: the per-round history (in ``RUN_DIR/result.json``), so
+#: that the line stays a summary a script reads
+NOT_SUMMARISED = ("history",)
+#: what it also leaves out of each seed's entry: the settings and model, the same as the run's own
+NOT_SUMMARISED_PER_SEED = NOT_SUMMARISED + ("config", "resolved", "model")
+
+
+def run_summary(result: dict, files: dict | None = None, *, history: bool = False) -> dict:
+    """The ``--json`` line of ``run``: the figures, intervals, selected round and settings of ``result``, without
+    the per-round history (``history=True`` keeps it), with the ``files`` the run wrote."""
+    if history:
+        return {**result, **({"files": files} if files else {})}
+    out = {k: v for k, v in result.items() if k not in NOT_SUMMARISED}
+    if "per_seed" in out:
+        out["per_seed"] = [{k: v for k, v in s.items() if k not in NOT_SUMMARISED_PER_SEED} for s in out["per_seed"]]
+    if files:
+        out["files"] = files
+    return out

@@ -263,10 +263,10 @@ def _figures(res: dict):
 
 
 def test_resume_with_more_rounds_extends_a_finished_run_to_the_same_numbers(source, run_dir, tmp_path):
-    res = run_cli("run", source, *FAST, "--rounds", "4", "--resume", run_dir, "--json")
+    res = run_cli("run", source, *FAST, "--rounds", "4", "--resume", run_dir, "--json", "--json-history")
     assert res.code == 0, res.err
     extended = json.loads(res.out.strip().splitlines()[-1])
-    fresh = run_cli("run", source, *FAST, "--rounds", "4", "--json")
+    fresh = run_cli("run", source, *FAST, "--rounds", "4", "--json", "--json-history")
     assert fresh.code == 0, fresh.err
     assert extended["rounds_run"] == 4 and not extended["stopped_early"]
     assert _figures(extended) == _figures(json.loads(fresh.out.strip().splitlines()[-1]))

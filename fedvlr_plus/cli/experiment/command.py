@@ -162,7 +162,7 @@ def cmd_paper_table(args) -> int:
     from ...experiments.paper.report import print_table
     from ...experiments.paper.table import run_paper_table
     from ...jsonio import json_default
-    from ..common import load_for_run
+    from ..common import load_for_run, say_written
 
     options = paper_table_options(args)
     data, _ = load_for_run(args)
@@ -173,4 +173,6 @@ def cmd_paper_table(args) -> int:
     print_table(result, file=sys.stderr if args.json else sys.stdout)
     if args.json:
         print(json.dumps(result, default=json_default))
+    say_written(args, args.resume or args.out, "table.md, table.csv, table.png, result.json, every run's folder",
+                read="table.md")
     return 0

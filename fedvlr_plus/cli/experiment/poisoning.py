@@ -87,7 +87,7 @@ def cmd_poisoning(args) -> int:
     from ...experiments.poisoning_report import markdown_table, write_report
     from ...federation.config import config_from_options
     from ...jsonio import json_default
-    from ..common import load_for_run
+    from ..common import load_for_run, say_written
 
     if args.target_quantile > 1:
         raise ConfigError(f"--target-quantile {args.target_quantile}", "is a fraction of the warm items",
@@ -114,4 +114,5 @@ def cmd_poisoning(args) -> int:
     print(markdown_table(result), file=sys.stderr if args.json else sys.stdout)
     if args.json:
         print(json.dumps(result, default=json_default))
+    say_written(args, args.out, "poisoning.md, poisoning.csv, poisoning.png, result.json", read="poisoning.md")
     return 0

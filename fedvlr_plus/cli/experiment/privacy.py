@@ -109,14 +109,16 @@ def _setup(args):
     return data, cfg, backbone, label
 
 
-def _finish(args, result, markdown, write) -> int:
+def _finish(args, result, markdown, write, files: str) -> int:
     from ...jsonio import json_default
+    from ..common import say_written
 
     print(markdown(result), file=sys.stderr if args.json else sys.stdout)
     if args.out:
         write(result, args.out)
     if args.json:
         print(json.dumps(result, default=json_default))
+    say_written(args, args.out, files, read="table.md")
     return 0
 
 
@@ -126,7 +128,7 @@ def cmd_privacy_table(args) -> int:
     data, cfg, backbone, label = _setup(args)
     print(f"privacy table on {args.source}: {label}, noise {args.noise}, {cfg.seeds} seeds", file=sys.stderr)
     result = run_privacy_table(data, backbone, cfg, args.noise, metric=args.metric, label=label)
-    return _finish(args, result, format_markdown, write_privacy_table)
+    return _finish(args, result, format_markdown, write_privacy_table, "table.md, table.csv, table.png, result.json")
 
 
 def cmd_leakage(args) -> int:
@@ -138,4 +140,4 @@ def cmd_leakage(args) -> int:
         file=sys.stderr,
     )
     result = run_leakage(data, backbone, cfg, args.pads, args.noise, metric=args.metric, label=label)
-    return _finish(args, result, format_markdown, write_leakage)
+    return _finish(args, result, format_markdown, write_leakage, "table.md, table.csv, result.json")

@@ -146,6 +146,7 @@ def _finish(args, out: dict) -> int:
     from ...atomic_write import atomic_write_text
     from ...experiments.view_routing_report import render, to_json
     from ...jsonio import json_default
+    from ..common import say_written
 
     text = render(out)
     print(text, file=sys.stderr if args.json else sys.stdout)
@@ -159,6 +160,7 @@ def _finish(args, out: dict) -> int:
             say(f"wrote {plot}")
     if args.json:
         print(plain)
+    say_written(args, args.out, "report.md, result.json", read="report.md")
     return 0
 
 

@@ -204,8 +204,8 @@ def _round_logs(text: str) -> tuple:
 
 
 def _pad_rows(text: str) -> int:
-    """``all`` (every item, stored as -1) or a row count >= 0."""
-    if text.strip().lower() == "all":
+    """``all`` (every item, stored as -1, which a run folder's config.toml gives back) or a row count >= 0."""
+    if text.strip().lower() in ("all", "-1"):
         return -1
     return non_negative_int(text)
 

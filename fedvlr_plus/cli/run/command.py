@@ -42,7 +42,11 @@ def register(sub) -> None:
     o.add_argument("--out", metavar="RUN_DIR", default=None,
                    help="write result.json and per-user test metrics (CSV) into RUN_DIR (federated backbones "
                         "checkpoint there too and write them per seed, in RUN_DIR/seed-<s>/)")
-    o.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    o.add_argument("--json", action="store_true",
+                   help="print one JSON object as the last line: the figures, intervals, selected round, settings "
+                        "and files written (the per-round history is in RUN_DIR/result.json)")
+    o.add_argument("--json-history", action="store_true",
+                   help="with --json: keep the per-round history (every seed's) in the JSON line")
     add_run_arguments(p_run)
     add_fusion_arguments(p_run)
     recipe = p_run.add_argument_group("recipe")
@@ -144,8 +148,8 @@ def _next_step(args) -> str:
         return (f"next: add the FedVLR layer with --fusion fedvlr, or a cold-start study with "
                 f"fedvlr-plus coldstart {src} --backbone {base}")
     if not getattr(args, "tune", False):
-        return (f"next: let validation choose the layer's recipe (the best differs between data sets) by "
-                f"dropping --no-tune, or compare every backbone with paired tests: fedvlr-plus experiment "
+        return (f"next: let validation choose the layer's recipe (the best differs between data sets) "
+                f"with --tune, or compare every backbone with paired tests: fedvlr-plus experiment "
                 f"paper-table {src} --tune")
     return (f"next: every backbone alone and with the fusion layer, with paired tests: "
             f"fedvlr-plus experiment paper-table {src} --tune")
