@@ -49,12 +49,20 @@ def commands(block: str) -> list[str]:
 
 def parse_error(command: str) -> str | None:
     """None when the CLI's parser accepts ``command``, else the one-line error it prints."""
+    from fedvlr_plus.cli.config_file import apply_config_file
     from fedvlr_plus.cli.main import build_parser
+    from fedvlr_plus.errors import UserError
 
     err = io.StringIO()
+    argv = shlex.split(command)[1:]
+    parser = build_parser()
     try:
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            build_parser().parse_args(shlex.split(command)[1:])
+        # as the command runs from the repository's root: a --config file's settings first, then the flags
+        with contextlib.chdir(ROOT), contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            apply_config_file(parser, argv)
+            parser.parse_args(argv)
+    except UserError as exc:
+        return f"error: {exc}"
     except SystemExit as exc:
         return None if exc.code in (0, None) else (err.getvalue().strip() or f"exit {exc.code}")
     return None

@@ -30,8 +30,9 @@ FUSION_KEYS = {
     "fusion_views": "fusion_views",
     "drop_modality": "drop_modality",
 }
-#: keys of the command line that change nothing the experiment computes (where it writes, what it prints)
-IGNORED_KEYS = ("out", "json", "json_history", "no_progress", "evaluator")
+#: keys of the command line that change nothing the experiment computes (where it writes, what it prints; how
+#: ``--tune`` cuts its grid, and the API trains no grid)
+IGNORED_KEYS = ("out", "json", "json_history", "no_progress", "evaluator", "halving")
 EXPERIMENT_KEYS = (
     "backbone",
     "fusion",

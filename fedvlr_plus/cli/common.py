@@ -27,6 +27,7 @@ def say_written(args, folder, what: str, read: str | None = None) -> None:
     that repeats it) and the next step; without a folder, how to keep one. ``read``: the file to open first."""
     from pathlib import Path
 
+    from ..errors import shell_word
     from .config_file import RECORD, write_resolved_config
 
     if not folder:
@@ -36,7 +37,7 @@ def say_written(args, folder, what: str, read: str | None = None) -> None:
     say(f"wrote {folder}: {what}" + (", config.toml" if config else ""))
     steps = [f"read {Path(folder) / read}"] if read else []
     if config:
-        steps.append(f"repeat it: fedvlr-plus {getattr(args, RECORD)[0]} --config {config} --out NEW_DIR")
+        steps.append(f"repeat it: fedvlr-plus {getattr(args, RECORD)[0]} --config {shell_word(config)} --out NEW_DIR")
     if steps:
         say("next: " + ", or ".join(steps))
 

@@ -30,6 +30,8 @@ def report_run(args, result: dict, keys: list[str], test_result=None, data=None)
 def _wrote(files: dict) -> str:
     """One line: what ``run --out`` wrote, and how to repeat it."""
     line = f"wrote {files['run_dir']}: result.json (figures, settings and the per-round history), per-user test figures"
+    from ..errors import shell_word
+
     if "config" in files:
-        line += f", config.toml (repeat the run: fedvlr-plus run --config {files['config']} --out NEW_DIR)"
-    return line
+        line += f", config.toml (repeat the run: fedvlr-plus run --config {shell_word(files['config'])} --out NEW_DIR)"
+    return line + f"\na page with its tables and curves: fedvlr-plus report {shell_word(files['run_dir'])}"
