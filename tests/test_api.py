@@ -126,3 +126,15 @@ def test_fedvlr_recipe_takes_a_whole_options_record_and_a_label():
     )
     assert recipe.options == FedVLROptions(mode="mlp", views="/somewhere", cold_neighbours=3)
     assert recipe.label == "fedavg+mlp" and recipe.train == {"lr": 0.2}
+
+
+def test_a_layer_without_content_is_one_line_in_python_terms():
+    from fedvlr_plus import Experiment, FedAvg, FedVLR, load
+    from fedvlr_plus.errors import UserError
+
+    data = load("synthetic:60x40")
+    with pytest.raises(UserError) as caught:
+        Experiment(data, [FedVLR(FedAvg())], rounds=1, seeds=1, metrics=["hr@10"], progress=False).run()
+    message = str(caught.value)
+    assert message.startswith("FedAvg + FedVLR: synthetic-60x40 has no item content") and message.count("FedVLR:") == 1
+    assert "views={" in message and " --" not in message and "\n" not in message

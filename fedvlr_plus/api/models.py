@@ -118,8 +118,9 @@ class FedVLR(Model):
         try:
             return build_fedvlr(data, base, self.options, views=self.views, purpose=self.label)
         except ValueError as exc:  # a backbone the layer cannot wrap, unusable views: one line naming the model
-            if isinstance(exc, UserError):
-                raise ConfigError(self.label, _in_python_terms(str(exc))) from None
+            if isinstance(exc, UserError):  # already names the model (purpose): not twice
+                message = _in_python_terms(str(exc)).removeprefix(f"{self.label}: ")
+                raise ConfigError(self.label, message) from None
             raise ConfigError(self.label, str(exc)) from None
 
 

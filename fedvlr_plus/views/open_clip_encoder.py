@@ -157,6 +157,9 @@ class OpenClipEncoder:
         max_chars: int = DEFAULT_MAX_CHARS,
         cache_dir: str | None = None,
     ):
+        from .torch_pair import check_torch_pair
+
+        check_torch_pair()  # open_clip imports torchvision: a mismatched pair is one line, not its traceback
         try:
             import open_clip
             import torch

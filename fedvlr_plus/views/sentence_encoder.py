@@ -137,6 +137,9 @@ class SentenceEncoder:
 
     def _load(self):
         if self._model is None:
+            from .torch_pair import check_torch_pair
+
+            check_torch_pair()  # transformers imports torchvision: a mismatched pair is one line, not its traceback
             try:
                 from sentence_transformers import SentenceTransformer
             except ImportError as e:  # pragma: no cover - a core dependency
