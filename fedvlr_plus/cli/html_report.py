@@ -13,7 +13,7 @@ def register(sub) -> None:
     )
     p.add_argument("run_dir", metavar="RUN_DIR", help="the --out folder of run, coldstart or experiment paper-table")
     p.add_argument("--out", metavar="FILE", default=None, help="where to write the page (default: RUN_DIR/report.html)")
-    p.set_defaults(func=cmd_report)
+    p.set_defaults(func=cmd_report, out_kind="file")
 
 
 def cmd_report(args) -> int:

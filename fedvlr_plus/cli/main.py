@@ -39,10 +39,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     from ..errors import UserError
     from .config_file import apply_config_file
+    from .out_path import check_out_path
 
     try:
         apply_config_file(parser, argv)  # the file's settings first: the flags parsed next win over them
         args = parser.parse_args(argv)
+        check_out_path(args)  # before any data is read or any round trained
         return int(args.func(args) or 0)
     except UserError as exc:
         # a user's mistake gets one line; --debug shows where it was raised

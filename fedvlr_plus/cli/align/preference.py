@@ -89,7 +89,7 @@ def _register_mor(subparsers) -> None:
                    help="reward architectures dealt round-robin over clients (bilinear, mlp, linear; default "
                         "bilinear,mlp; with --reward-view items: cooc, next, default cooc,next)")
     _add_mor_grpo_arguments(m)
-    m.set_defaults(func=cmd_mor)
+    m.set_defaults(func=cmd_mor, out_kind="own")  # a file or a folder, by --reward-signal
 
 
 def _add_mor_grpo_arguments(m) -> None:
@@ -170,7 +170,7 @@ def _register_fedvpa_gp(subparsers) -> None:
                         "monolithic reward and FedVPL")
     v.add_argument("--out-dir", default=None,
                    help="write result.json and table.md (per-seed rows; with --seeds, paired tests) here")
-    v.set_defaults(func=cmd_fedvpa_gp)
+    v.set_defaults(func=cmd_fedvpa_gp, out_kind="file")
 
 
 def _emit(report: dict, args, lines: list[str]) -> int:

@@ -87,7 +87,7 @@ def _register_fedmpt(methods) -> None:
     m.add_argument("--out-dir", default=None,
                    help="write result.json and table.md (per-seed rows; with --seeds, paired tests) here")
     _output_arguments(m)
-    m.set_defaults(func=cli_fedmpt)
+    m.set_defaults(func=cli_fedmpt, out_kind="file")
 
 
 def _register_feddtl(methods) -> None:
@@ -141,7 +141,7 @@ def _register_feddtl(methods) -> None:
     d.add_argument("--out-dir", default=None,
                    help="write result.json and table.md (the per-seed table, paired tests, split skew) here")
     _output_arguments(d)
-    d.set_defaults(func=cli_feddtl)
+    d.set_defaults(func=cli_feddtl, out_kind="file")
 
 
 
