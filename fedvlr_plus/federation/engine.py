@@ -32,6 +32,7 @@ from ..errors import ResumeMismatch, RunFolderError
 from ..evaluation.run_report import per_user_file_frame
 from ..phases import phase
 from .config import COMPACT_STORES, RESUMABLE_CHANGES, FedConfig
+from .data_ranges import check_against_data
 from .privacy.accountant import run_clip, run_noise, run_privacy
 from .rounds import RoundLoop
 from .runs.folder import SeedFolder
@@ -93,6 +94,7 @@ class FederatedRun:
     def __init__(self, data, backbone: str, cfg: FedConfig, run_dir: str | os.PathLike | None = None, *,
                  progress: bool = True, on_round=None, on_upload=None, options: dict | None = None):
         data.require_split(need=("train", "valid", "test"))
+        check_against_data(cfg, data)  # counts beyond the population or catalogue: one line, before any round
         self.data, self.cfg = data, cfg
         self.backbone_name = backbone
         m = data.matrix(["train"]).tocsr()

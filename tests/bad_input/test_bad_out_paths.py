@@ -50,3 +50,36 @@ def test_an_output_in_a_read_only_folder_is_refused(tmp_path):
     locked.mkdir(mode=0o500)
     res = run_cli("run", "ml-100k", "--backbone", "pop", "--out", locked / "run")
     assert_user_error(res, "is not writable")
+
+
+@pytest.mark.parametrize(
+    "command, needles",
+    [
+        (
+            ["run", "ml-100k", "--backbone", "fedavg", "--clients-per-round", "5000"],
+            ["--clients-per-round 5000", "943 users"],
+        ),
+        (["run", "ml-100k", "--backbone", "fedavg", "--negatives", "100000"], ["--negatives 100000", "1,682"]),
+        (["experiment", "paper-table", "ml-100k", "--clients-per-round", "944"], ["--clients-per-round 944", "943"]),
+        (["experiment", "poisoning", "ml-100k", "--popular-pool", "99999"], ["--popular-pool 99999", "1,682 items"]),
+        (
+            ["coldstart", "ml-100k", "--cold-items", "0.2", "--backbone", "fedavg", "--negatives", "5000"],
+            ["--negatives"],
+        ),
+    ],
+    ids=["run-clients", "run-negatives", "paper-table-clients", "poisoning-pool", "coldstart-negatives"],
+)
+def test_counts_beyond_the_data_are_one_line_before_any_round(command, needles):
+    res = run_cli(*command, "--rounds", "1", "--no-progress")
+    assert_user_error(res, *needles)
+    assert "round 1" not in res.err
+
+
+def test_a_cut_off_every_item_passes_is_a_note(monkeypatch):
+    from fedvlr_plus.federation.state import choice
+
+    monkeypatch.setattr(choice, "_SAID", set())  # said once per process: an earlier test may have said it
+    res = run_cli("run", "synthetic:60x40", "--backbone", "fedavg", "--rounds", "1", "--no-progress")
+    assert res.code == 0
+    assert "note: cut-off 50 is at least the catalogue of synthetic-60x40 (40 items)" in res.err
+    assert "--valid-metric hr@50 cannot choose a round" in res.err

@@ -93,6 +93,9 @@ def cmd_poisoning(args) -> int:
         raise ConfigError(f"--target-quantile {args.target_quantile}", "is a fraction of the warm items",
                           "pass a value in (0, 1], e.g. 0.1")
     data, _ = load_for_run(args)
+    if args.popular_pool >= data.n_items:  # the pool leaves out the target: it must be a strict part of the catalogue
+        raise ConfigError(f"--popular-pool {args.popular_pool}", f"is not smaller than the {data.n_items:,} items of "
+                          f"{data.name}", f"give a pool of popular items below {data.n_items}, e.g. 100")
     cfg = config_from_options(args, ks=(10, 50), metrics=("hr", "ndcg"), seeds=1, strategy=None)
     print(f"poisoning on {args.source}: {args.backbone}, strategies {','.join(args.strategies)}, attackers "
           f"{','.join(f'{f:g}' for f in args.attackers)}, {args.seeds} seeds, up to {cfg.rounds} rounds",
