@@ -1,6 +1,7 @@
 """A real full disk, not a fake: a small tmpfs (mounted where the machine lets this process mount; skipped with
 the reason elsewhere) filled to a few kilobytes, then ``run --out`` and ``views build`` write into it. Each ends
-with one line naming the path and the cause, exit 2, no traceback, and no temporary file left behind."""
+with one line naming the path and the cause, exit 2, no traceback, and no temporary file left behind. ``coldstart``
+and ``experiment paper-table`` are held to the same."""
 
 from __future__ import annotations
 
@@ -66,3 +67,22 @@ def test_a_killed_final_result_write_is_cleaned_at_the_next_start(tmp_path):
     assert res.code == 0, res.err
     assert not any(p.exists() for p in leftovers)
     assert not any(is_temp_file(Path(p)) for p in files_under(out))
+
+
+@pytest.mark.parametrize("nearly_full", [24], indirect=True, ids=["24k"])
+def test_coldstart_on_a_full_disk_is_one_line(nearly_full):
+    out = nearly_full / "cold"
+    res = run_cli("coldstart", "ml-100k", "--cold-items", "0.2", *RUN, "--out", out)
+    assert_user_error(res, str(nearly_full), "No space left on device")
+    assert _left_behind(nearly_full) == set()
+
+
+@pytest.mark.parametrize("nearly_full", [24], indirect=True, ids=["24k"])
+def test_paper_table_on_a_full_disk_is_one_line(nearly_full):
+    out = nearly_full / "table"
+    res = run_cli(
+        "experiment", "paper-table", "ml-100k", "--backbones", "fedavg", "--variants", "none", "--seeds", "1",
+        "--dim", "4", "--rounds", "2", "--local-epochs", "1", "--no-progress", "--out", out,
+    )  # fmt: skip
+    assert_user_error(res, str(nearly_full), "No space left on device")
+    assert _left_behind(nearly_full) == set()
