@@ -8,6 +8,9 @@ import time
 
 from ...federation.config import FEDERATED_BACKBONES, STRATEGIES
 
+#: the popular items the attacker knows unless --popular-pool says (fewer on a smaller catalogue)
+DEFAULT_POPULAR_POOL = 100
+
 
 def _strategy_list(text: str) -> list[str]:
     names = [s.strip() for s in text.split(",") if s.strip()]
@@ -64,8 +67,9 @@ def register(ex) -> argparse.ArgumentParser:
                    help="fractions of fake clients, relative to the real clients (0 is the unattacked row)")
     a.add_argument("--boost", type=_positive(float), default=1.0,
                    help="length of the target row's step relative to the attacker's own largest honest row step")
-    a.add_argument("--popular-pool", type=_positive(int), default=100, metavar="N",
-                   help="the N most popular items the attacker knows (fake profiles and the push direction)")
+    a.add_argument("--popular-pool", type=_positive(int), default=None, metavar="N",
+                   help="the N most popular items the attacker knows (fake profiles and the push direction; "
+                        f"default {DEFAULT_POPULAR_POOL}, or every item but the target on a smaller catalogue)")
     a.add_argument("--target-quantile", type=_positive(float), default=0.1, metavar="Q",
                    help="the target is drawn from the least popular Q of the warm items (by training count)")
     o = p.add_argument_group("output")
@@ -93,9 +97,11 @@ def cmd_poisoning(args) -> int:
         raise ConfigError(f"--target-quantile {args.target_quantile}", "is a fraction of the warm items",
                           "pass a value in (0, 1], e.g. 0.1")
     data, _ = load_for_run(args)
-    if args.popular_pool >= data.n_items:  # the pool leaves out the target: it must be a strict part of the catalogue
+    if args.popular_pool is None:
+        args.popular_pool = min(DEFAULT_POPULAR_POOL, data.n_items - 1)
+    elif args.popular_pool >= data.n_items:  # the pool leaves out the target: a strict part of the catalogue
         raise ConfigError(f"--popular-pool {args.popular_pool}", f"is not smaller than the {data.n_items:,} items of "
-                          f"{data.name}", f"give a pool of popular items below {data.n_items}, e.g. 100")
+                          f"{data.name}", f"give a pool below {data.n_items}, or leave it out")
     cfg = config_from_options(args, ks=(10, 50), metrics=("hr", "ndcg"), seeds=1, strategy=None)
     print(f"poisoning on {args.source}: {args.backbone}, strategies {','.join(args.strategies)}, attackers "
           f"{','.join(f'{f:g}' for f in args.attackers)}, {args.seeds} seeds, up to {cfg.rounds} rounds",
