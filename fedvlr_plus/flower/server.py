@@ -13,7 +13,6 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, 
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Strategy as FlowerStrategyBase
 
-from ..federation.messages import ClientUpdate
 from ..jsonio import write_json_atomic
 from .settings import Settings, build_backbone, load_data
 from .wire import content_to_updates, shared_to_record  # (first: it checks for flwr)
@@ -87,24 +86,49 @@ class FedVLRStrategy(FlowerStrategyBase):
         )
 
     def aggregate_train(self, server_round, replies):
+        from .node_sums import is_sums_reply
+
         ok = self._ok(replies, server_round, "training", self.s.min_train_nodes)
-        updates = []
         for m in ok:
             self._audit(server_round, "train", m)
+        kinds = {is_sums_reply(m.content) for m in ok}
+        if len(kinds) > 1:
+            raise RuntimeError(f"round {server_round}: some nodes sent sums and some uploads (mixed app versions)")
+        if kinds == {True}:
+            return self._aggregate_sums(server_round, [m.content for m in ok])
+        updates = []
+        for m in ok:
             updates += content_to_updates(m.content, self.run.strategy.upload)
         updates.sort(key=lambda u: u.cid)  # the simulator's order: aggregation is then bit-for-bit the same
-        if len({u.cid for u in updates}) != len(updates):
-            raise RuntimeError(f"round {server_round}: a user was uploaded by two nodes (overlapping partitions)")
-        if not updates:
-            raise RuntimeError(f"round {server_round}: the replying nodes hold no user with training data")
+        self._check_users(server_round, [u.cid for u in updates])
         n = np.array([u.num_examples for u in updates], dtype=np.float64)
         loss = float(np.dot(n, [u.metrics.get("loss", 0.0) for u in updates]) / n.sum())
-        return self._apply(server_round, updates, loss=loss, nodes=len(ok), clients=len(updates))
-
-    def _apply(self, server_round: int, updates: list[ClientUpdate], *, loss: float, nodes: int, clients: int):
-        """Aggregate ``updates`` with our strategy into the new shared state and record the round."""
         run = self.run
-        run.shared = run.strategy.aggregate(run.shared, updates, run.specs)
+        shared = run.strategy.aggregate(run.shared, updates, run.specs)
+        return self._apply(server_round, shared, loss=loss, nodes=len(ok), clients=len(updates))
+
+    def _aggregate_sums(self, server_round: int, contents: list):
+        """Each node sent its users' weighted sums (:mod:`.node_sums`): the round's sums, then the strategy."""
+        from .node_sums import merged_sums
+
+        run = self.run
+        tables = {k for k in run.shared if run.specs[k].item_table}
+        sums, loss, _, cids = merged_sums(contents, run.shared, tables)
+        self._check_users(server_round, cids)
+        shared = run.strategy.from_sums(run.shared, sums, run.specs)
+        return self._apply(server_round, shared, loss=loss, nodes=len(contents), clients=len(cids))
+
+    @staticmethod
+    def _check_users(server_round: int, cids: list) -> None:
+        if len(set(cids)) != len(cids):
+            raise RuntimeError(f"round {server_round}: a user was uploaded by two nodes (overlapping partitions)")
+        if not cids:
+            raise RuntimeError(f"round {server_round}: the replying nodes hold no user with training data")
+
+    def _apply(self, server_round: int, shared: dict, *, loss: float, nodes: int, clients: int):
+        """The round's new shared state (aggregated by our strategy) checked and recorded."""
+        run = self.run
+        run.shared = shared
         run.round = server_round
         if not np.isfinite(loss) or not all(bool(torch.isfinite(v).all()) for v in run.shared.values()):
             raise FloatingPointError(f"training diverged in round {server_round} (loss {loss})")
@@ -296,7 +320,8 @@ class SecureFedVLRStrategy(FedVLRStrategy):
         update = aggregate_as_update(
             self.rule, self.run.shared, sec.means, sec.weights, sec.n_total, self.run.strategy.upload
         )
-        out = self._apply(server_round, [update], loss=sec.loss, nodes=sec.nodes, clients=sec.users)
+        shared = self.run.strategy.aggregate(self.run.shared, [update], self.run.specs)
+        out = self._apply(server_round, shared, loss=sec.loss, nodes=sec.nodes, clients=sec.users)
         if self.audit is not None:  # what the server holds after the round (the aggregate, nothing per node)
             np.savez(
                 self.audit / f"round{server_round:03d}-shared.npz", **{k: v.numpy() for k, v in self.run.shared.items()}

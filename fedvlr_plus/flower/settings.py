@@ -127,8 +127,10 @@ def load_data(source: str, max_users: int = 0):
     so content views stay aligned), split by its own labels or leave-one-out by time."""
     from ..datasets import load
     from ..datasets.splits import dedup, leave_one_out
+    from ..federation.synthetic import SYNTHETIC_PREFIX, synthetic_source
 
-    data = load(source)
+    # a generated population (synthetic:USERSxITEMS) is the same on every node: the scale drill splits it
+    data = synthetic_source(source) if source.startswith(SYNTHETIC_PREFIX) else load(source)
     if max_users and max_users < data.n_users:
         inter = data.inter[data.inter["user"].to_numpy() < max_users].reset_index(drop=True)
         users = data.users.iloc[:max_users] if len(data.users) else data.users
