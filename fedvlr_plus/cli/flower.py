@@ -86,6 +86,9 @@ def register(subparsers) -> argparse.ArgumentParser:
     n.add_argument("--state-dir", default=None,
                    help="where the node keeps its users' private state (default $FLWR_HOME/fedvlr-state)")
     n.add_argument("--data", default=None, help="this node's copy of the data (default: the run's 'data')")
+    n.add_argument("--connect-timeout", type=positive_float, default=30.0, metavar="SECONDS",
+                   help="give up with one line when nothing accepts connections at --superlink after this long "
+                        "(default 30)")
     n.add_argument("--auth-key", default=None, metavar="PRIVATE_KEY",
                    help="the node's private key (node authentication; register its public key first)")
     _add_tls(n, server=False)
@@ -113,21 +116,26 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 
 def cmd_superlink(args) -> int:
+    from ..flower.supervise import check_port_free, supervise
+
     cmd = superlink_command(host=args.host, port=args.port, insecure=args.insecure, certificates=args.certificates,
                             database=args.database, supernode_auth=args.enable_supernode_auth)
+    check_port_free(args.host, args.port, "--port")
     print(" ".join(cmd), file=sys.stderr)
-    os.execv(cmd[0], cmd)
-    return 0  # pragma: no cover
+    return supervise(cmd, "flower superlink")
 
 
 def cmd_supernode(args) -> int:
+    from ..flower.supervise import check_port_free, check_superlink_reachable, supervise
+
     _check_node_paths(args)
     cmd = supernode_command(superlink=args.superlink, partition=args.partition, runtime_port=args.port,
                             insecure=args.insecure, root_certificates=args.root_certificates,
                             state_dir=args.state_dir, data=args.data, auth_key=args.auth_key)
+    check_port_free("127.0.0.1", args.port, "--port")
+    check_superlink_reachable(args.superlink, args.connect_timeout)
     print(" ".join(cmd), file=sys.stderr)
-    os.execv(cmd[0], cmd)
-    return 0  # pragma: no cover
+    return supervise(cmd, "flower supernode")
 
 
 def _check_node_paths(args) -> None:
@@ -197,9 +205,17 @@ def cmd_run(args) -> int:
           f"{args.timeout:.0f} s, --timeout)", file=sys.stderr, flush=True)
     result = wait_for_result(config["result"], args.timeout, every=args.progress_every,
                              progress=lambda line: print(line, file=sys.stderr, flush=True))
-    summary = {k: result.get(k) for k in ("selected_round", "valid", "test", "test_warm", "test_cold")}
+    print(_result_table(result))
     if args.json:
         print(json.dumps(result))
-    else:
-        print(json.dumps(summary, indent=2))
     return 0
+
+
+def _result_table(result: dict) -> str:
+    """The figures as ``run`` prints them: one line naming the run, then valid, test, test warm / cold."""
+    from ..evaluation.run_report import format_table, part_rows
+
+    keys = list((result.get("test") or result.get("valid") or {}).keys())
+    head = (f"{result.get('dataset')} | {result.get('backbone')} | flower, {result.get('strategy')} | "
+            f"{result.get('rounds_run')} rounds, selected round {result.get('selected_round')}")
+    return head + "\n" + format_table(part_rows(result), keys)

@@ -14,6 +14,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Strategy as FlowerStrategyBase
 
 from ..jsonio import write_json_atomic
+from .progress import ProgressFile
 from .settings import Settings, build_backbone, load_data
 from .wire import content_to_updates, shared_to_record  # (first: it checks for flwr)
 
@@ -33,6 +34,8 @@ class FedVLRStrategy(FlowerStrategyBase):
         self.audit = Path(s.audit_dir) if s.audit_dir else None
         self._rng = random.Random(int(s.cfg.seed))
         self._pending: dict | None = None
+        self.progress = ProgressFile(s.result, s.cfg.rounds)
+        self._asked = 0  # nodes the current stage's messages went to
 
     # ---- node selection
     def _nodes(self, grid: Grid, minimum: int, fraction: float) -> list[int]:
@@ -52,9 +55,15 @@ class FedVLRStrategy(FlowerStrategyBase):
         nodes = self._nodes(grid, self.s.min_train_nodes, self.s.fraction_train)
         conf = ConfigRecord(self.run.round_config(server_round))
         rec = shared_to_record(self.run.shared)
+        self._sent(server_round, "train", nodes, rec)
         return [
             Message(RecordDict({"arrays": rec, "config": conf}), dst_node_id=n, message_type="train") for n in nodes
         ]
+
+    def _sent(self, server_round: int, stage: str, nodes: list, rec=None) -> None:
+        self._asked = len(nodes)
+        self._bytes_down = _record_bytes(rec) if rec is not None else 0
+        self.progress.sent(server_round, stage, len(nodes))
 
     def _ok(self, replies, server_round: int, what: str, minimum: int) -> list[Message]:
         replies = list(replies)
@@ -91,6 +100,7 @@ class FedVLRStrategy(FlowerStrategyBase):
         ok = self._ok(replies, server_round, "training", self.s.min_train_nodes)
         for m in ok:
             self._audit(server_round, "train", m)
+        self._bytes_up = {int(m.metadata.src_node_id): _content_bytes(m.content) for m in ok}
         kinds = {is_sums_reply(m.content) for m in ok}
         if len(kinds) > 1:
             raise RuntimeError(f"round {server_round}: some nodes sent sums and some uploads (mixed app versions)")
@@ -132,7 +142,17 @@ class FedVLRStrategy(FlowerStrategyBase):
         run.round = server_round
         if not np.isfinite(loss) or not all(bool(torch.isfinite(v).all()) for v in run.shared.values()):
             raise FloatingPointError(f"training diverged in round {server_round} (loss {loss})")
-        self._pending = {"round": server_round, "nodes": nodes, "clients": clients, "loss": loss}
+        seconds = self.progress.replied(server_round, "train", self._asked, nodes, loss=loss)
+        self._pending = {
+            "round": server_round,
+            "nodes": nodes,
+            "clients": clients,
+            "loss": loss,
+            "train_seconds": seconds,
+        }
+        if getattr(self, "_bytes_up", None):  # what each node sent and received (the arrays' bytes)
+            self._pending.update(bytes_up=self._bytes_up, bytes_down=self._bytes_down)
+            self._bytes_up = None
         self.history.append(self._pending)
         return shared_to_record(run.shared), MetricRecord({"loss": loss, "nodes": nodes, "clients": clients})
 
@@ -156,6 +176,7 @@ class FedVLRStrategy(FlowerStrategyBase):
         nodes = self._nodes(grid, self.s.min_evaluate_nodes, 1.0)
         conf = ConfigRecord(self.eval_config())
         rec = shared_to_record(self.run.shared)
+        self._sent(server_round, "evaluate", nodes, rec)
         return [
             Message(RecordDict({"arrays": rec, "config": conf}), dst_node_id=n, message_type="evaluate") for n in nodes
         ]
@@ -180,7 +201,14 @@ class FedVLRStrategy(FlowerStrategyBase):
                     int(n),
                 )
         self._select(server_round, res, nodes=len(ok))
-        return MetricRecord({f"valid/{k}": float(v) for k, v in res[("valid", "all")][0].items() if v is not None})
+        valid = res[("valid", "all")][0]
+        metric = self.run.cfg.valid_metric
+        seconds = self.progress.replied(
+            server_round, "evaluate", self._asked, len(ok), valid={metric: valid.get(metric)}
+        )
+        if self.history and self.history[-1]["round"] == server_round:
+            self.history[-1]["eval_seconds"] = seconds
+        return MetricRecord({f"valid/{k}": float(v) for k, v in valid.items() if v is not None})
 
     def _select(self, server_round: int, res: dict, nodes: int) -> None:
         """The engine's rule: the best validation metric selects the round; its test figures are kept."""
@@ -292,6 +320,7 @@ class SecureFedVLRStrategy(FedVLRStrategy):
         from .secagg import run_secure_round
 
         nodes = self._nodes(grid, self.s.min_train_nodes, self.s.fraction_train)
+        self._sent(server_round, "train", nodes)
         tables = {n for n in self.run.shared if self.run.specs[n].item_table}
         if self.audit is not None:
             self.audit.mkdir(parents=True, exist_ok=True)
@@ -342,6 +371,15 @@ class SecureFedVLRStrategy(FedVLRStrategy):
                 "quantization_range": int(s.secagg_quantization_range) or "auto",
             },
         }
+
+
+def _record_bytes(rec: ArrayRecord) -> int:
+    return int(sum(len(a.data) for a in rec.values()))
+
+
+def _content_bytes(content: RecordDict) -> int:
+    """The bytes of a reply's arrays (what dominates its size on the wire)."""
+    return sum(_record_bytes(r) for r in content.values() if isinstance(r, ArrayRecord))
 
 
 def server_main(grid: Grid, context: Context) -> dict:
