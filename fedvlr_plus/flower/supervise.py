@@ -1,0 +1,135 @@
+"""Flower's long-running processes (``flower-superlink``, ``flower-supernode``) started as children that end with
+their parent, after checks that turn Flower's usual failures into one line before anything starts.
+
+- Before the start: the port the process will listen on must be free on this machine, and a SuperNode's
+  ``--superlink`` host must resolve and, within ``wait_s`` seconds, accept a connection (a SuperNode started
+  against nothing would retry for ever).
+- While it runs: its output goes to this process's stderr unchanged; SIGINT/SIGTERM are passed on, so a SuperNode
+  still tells the SuperLink it leaves.
+- When it ends, for whatever reason: its whole process group (Flower's ``flower-superexec`` and the ClientApp or
+  ServerApp processes it started) is ended at once, not left to Flower's own parent check; a non-zero exit is one
+  line naming the command and Flower's last error line.
+
+Nothing here imports flwr or torch.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from ..errors import ConfigError, UserError
+
+
+def check_port_free(host: str, port: int, flag: str) -> None:
+    """ConfigError naming ``flag`` where something on this machine already listens on ``host:port``."""
+    bind_host = "" if host in ("0.0.0.0", "::", "") else host
+    family = socket.AF_INET6 if ":" in bind_host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((bind_host, int(port)))
+        except OSError as exc:
+            raise ConfigError(
+                f"{flag} {port}",
+                f"cannot listen there ({exc.strerror or exc}): another process (a SuperLink or SuperNode?) holds it",
+                f"stop that process, or give {flag} another port",
+            ) from None
+
+
+def split_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def check_superlink_reachable(address: str, wait_s: float) -> None:
+    """The SuperLink's host resolves, and something accepts connections there within ``wait_s`` seconds."""
+    host, port = split_address(address)
+    try:
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise ConfigError(
+            f"--superlink {address}", f"the host {host!r} does not resolve ({exc.strerror or exc})", "check the address"
+        ) from None
+    deadline = time.time() + max(0.0, wait_s)
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=2.0):
+                return
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+        if time.time() >= deadline:
+            raise ConfigError(
+                f"--superlink {address}",
+                f"nothing accepts connections there after {wait_s:.0f} s ({why})",
+                "start the SuperLink first, check HOST:PORT, or wait longer with --connect-timeout SECONDS",
+            )
+        time.sleep(0.5)
+
+
+def _end_group(pgid: int, grace: float = 3.0) -> None:
+    """SIGTERM to every process of the group, SIGKILL to what is left after ``grace`` seconds."""
+    for sig, pause in ((signal.SIGTERM, grace), (signal.SIGKILL, 0.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.time() + pause
+        while time.time() < deadline:
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
+
+
+def _last_error(lines: list[str]) -> str:
+    """Flower's last ``ERROR`` line (its own reason), else the last line it printed."""
+    for line in reversed(lines):
+        if "ERROR" in line:
+            return line.split("ERROR", 1)[1].lstrip(" :\x1b[0m").strip()
+    return lines[-1].strip() if lines else "no output"
+
+
+def _copy_output(stream, tail: list[str]) -> None:
+    for line in stream:
+        sys.stderr.write(line)
+        sys.stderr.flush()
+        tail.append(line)
+        del tail[:-50]
+
+
+def supervise(cmd: list[str], name: str) -> int:
+    """Run ``cmd`` in its own process group until it ends; end the group; one line if it failed."""
+    child = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True
+    )
+    stopping = []
+
+    def pass_on(signum, frame):
+        stopping.append(signum)
+        try:
+            os.kill(child.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    old = {s: signal.signal(s, pass_on) for s in (signal.SIGINT, signal.SIGTERM)}
+    tail: list[str] = []
+    # the output is copied by a thread: Flower's own children hold the pipe open after the child itself ends, so
+    # the end of the output is not the end of the child
+    copier = threading.Thread(target=_copy_output, args=(child.stdout, tail), daemon=True)
+    copier.start()
+    try:
+        rc = child.wait()
+    finally:
+        _end_group(child.pid)
+        copier.join(timeout=5.0)
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    if stopping or rc == 0:
+        return 0
+    raise UserError(name, f"exited with code {rc}: {_last_error(tail)}")
