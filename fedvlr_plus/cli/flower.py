@@ -22,7 +22,7 @@ from ..flower.deploy import (
     write_connection,
 )
 from .argtypes import port as port_number
-from .argtypes import positive_float
+from .argtypes import positive_float, positive_int
 
 #: ``--wait``'s default bound: the example app's runs take minutes; a longer run raises --timeout
 DEFAULT_WAIT = 3600.0
@@ -63,7 +63,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("flower", help="run fedvlr-plus clients under Flower's deployment engine",
                               description="Start a SuperLink, SuperNodes (one per device or silo) and runs of the "
                                           "Flower App in examples/flower_app. See docs/flower.md.")
-    sub = p.add_subparsers(dest="flower_command", metavar="{superlink,supernode,run}", required=True)
+    sub = p.add_subparsers(dest="flower_command", metavar="{superlink,supernode,run,drill}", required=True)
 
     s = sub.add_parser("superlink", help="start the SuperLink (foreground)")
     s.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0: every interface)")
@@ -112,7 +112,46 @@ def register(subparsers) -> argparse.ArgumentParser:
                         "tune with --config secagg-num-shares=... secagg-reconstruction-threshold=...)")
     _add_tls(r, server=False)
     r.set_defaults(func=cmd_run)
+    _register_drill(sub)
     return p
+
+
+def _register_drill(sub) -> None:
+    d = sub.add_parser("drill", help="a SuperLink and K SuperNodes on loopback, measured beside the in-process run")
+    d.add_argument("source", metavar="SOURCE", help="ml-100k, synthetic:USERSxITEMS, or a dataset folder")
+    d.add_argument("--nodes", type=positive_int, default=2, help="SuperNodes; the users are split among them")
+    d.add_argument("--rounds", type=positive_int, default=3)
+    d.add_argument("--out", required=True, help="folder for drill.json, the result and the processes' logs")
+    d.add_argument("--app", default="examples/flower_app", metavar="APP_DIR", help="the Flower App folder")
+    d.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                   help="a run-config value, e.g. --config fusion=none (repeatable)")
+    d.add_argument("--timeout", type=positive_float, default=DEFAULT_WAIT, help="give up after this many seconds")
+    d.add_argument("--task-poll", type=positive_float, default=0.1, metavar="SECONDS",
+                   help="how often each node's Flower SuperExec looks for a new task (its "
+                        "FLWR_SUPEREXEC_TASK_POLL_INTERVAL; Flower's default 1)")
+    d.set_defaults(func=cmd_drill)
+
+
+def cmd_drill(args) -> int:
+    from pathlib import Path
+
+    from ..flower.drill import render, run_drill
+
+    if not (Path(args.app) / "pyproject.toml").is_file():
+        raise ConfigError(f"--app {args.app}", "not a Flower App folder (no pyproject.toml)",
+                          "e.g. examples/flower_app")
+    overrides = {}
+    for item in args.config:
+        k, sep, v = item.partition("=")
+        if not sep or not k.strip():
+            raise ConfigError(f"--config {item}", "expected KEY=VALUE", "e.g. --config fusion=none")
+        overrides[k.strip()] = v.strip()
+    source = args.source if ":" in args.source or args.source.startswith("ml-") else str(Path(args.source).resolve())
+    report = run_drill(source, args.nodes, args.rounds, Path(args.out), app_dir=args.app, overrides=overrides,
+                       timeout=args.timeout, task_poll=args.task_poll,
+                       progress=lambda line: print(line, file=sys.stderr, flush=True))
+    print(render(report))
+    return 0
 
 
 def cmd_superlink(args) -> int:

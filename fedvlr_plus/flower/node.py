@@ -25,7 +25,7 @@ from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from ..federation.simulation.upload_stream import StreamedUploads
-from .node_state import NodeStateFile
+from .node_state import NodeStateFile, process_started_at
 from .node_sums import sums_to_content
 from .settings import Settings, build_backbone, load_data, partition_users
 from .wire import record_to_shared, updates_to_content  # (first: it checks for flwr)
@@ -65,28 +65,22 @@ class NodeRun:
         stem = f"run{run_id}-part{self.partition}of{self.num_partitions}"
         self.state = NodeStateFile(state_dir, stem)
 
-    def fit(self, shared: dict, config: dict):
-        """Round ``config["round"]`` for every user of the node with training data: the engine's ``_fit`` (sums
-        where the strategy is linear, else the uploads), the store committed and written to the state file."""
+    def fit(self, shared: dict, config: dict, *, each: bool = False):
+        """Round ``config["round"]`` for every user of the node with training data, the store committed and
+        written to the state file. The engine's ``_fit`` (sums where the strategy is linear, else the uploads), or
+        with ``each`` every user's upload from the run's simulator (SecAgg+ masks their node-weighted mean)."""
         run, r = self.run, int(config["round"])
+        t0 = time.perf_counter()
         self.state.restore_into(run.store)
         run.store.begin_round(r)
-        out = run._fit(self.train_users, shared, config)
+        t1 = time.perf_counter()
+        out = run.sim.fit(self.train_users, shared, config) if each else run._fit(self.train_users, shared, config)
         run.store.prepare(r)
         run.store.commit()
+        t2 = time.perf_counter()
         self.state.save(run.store, r)
+        self.seconds = {"restore_s": t1 - t0, "train_s": t2 - t1, "save_s": time.perf_counter() - t2}
         return out
-
-    def updates(self, shared: dict, config: dict) -> list:
-        """Every user's upload (SecAgg+ masks their node-weighted mean), from the run's simulator."""
-        run, r = self.run, int(config["round"])
-        self.state.restore_into(run.store)
-        run.store.begin_round(r)
-        ups = run.sim.fit(self.train_users, shared, config)
-        run.store.prepare(r)
-        run.store.commit()
-        self.state.save(run.store, r)
-        return ups
 
 
 _NODE_CACHE: dict[str, NodeRun] = {}
@@ -103,8 +97,10 @@ def node_run(context: Context) -> NodeRun:
         ]
     )
     if key not in _NODE_CACHE:
+        started = time.perf_counter()
         s = Settings.from_run_config(context.run_config)
         _NODE_CACHE[key] = NodeRun(s, dict(context.node_config), int(context.run_id))
+        _NODE_CACHE[key].build_seconds = time.perf_counter() - started
     return _NODE_CACHE[key]
 
 
@@ -116,6 +112,7 @@ def node_train(msg: Message, context: Context) -> Message:
     """Local training of every user of this node that has training data; private state stays in the node."""
     from . import secagg as flower_secagg
 
+    handler_started = time.time()
     node = node_run(context)
     secure = flower_secagg.is_secure_train(msg)
     if secure:
@@ -128,13 +125,23 @@ def node_train(msg: Message, context: Context) -> Message:
     if s.fault_delay_s and s.fault_partition == node.partition and s.fault_round in (0, r):
         time.sleep(s.fault_delay_s)  # a fault drill: time to kill this node in the middle of the round
     if secure:
-        updates = node.updates(shared, config)
+        updates = node.fit(shared, config, each=True)
         tables = {n for n in shared if node.run.specs[n].item_table}
         reply = flower_secagg.secure_fit_reply(updates, shared, tables, context)
     else:
         out = node.fit(shared, config)
         reply = sums_to_content(out, node.train_users) if isinstance(out, StreamedUploads) else updates_to_content(out)
-    node.state.log("fit-done", round=r)
+    # where a round's time goes on the node: the process start and Flower's set-up before the handler, building
+    # the node's run (data, backbone) once per process, then restore, training and the state file
+    node.state.log(
+        "fit-done",
+        round=r,
+        process_started=process_started_at(),
+        handler_started=handler_started,
+        build_s=node.build_seconds,
+        **node.seconds,
+    )
+    node.build_seconds = 0.0  # paid once per process
     return Message(reply, reply_to=msg)
 
 

@@ -83,3 +83,13 @@ def read_states(path) -> tuple[int, dict[int, dict[str, torch.Tensor]]]:
     store.restore(obj["store"])
     users = sorted({int(c) for part in obj["store"]["params"].values() for c in part["clients"].tolist()})
     return int(obj["round"]), {u: store.load(u) for u in users}
+
+
+def process_started_at() -> float | None:
+    """When this process started (seconds since the epoch; Linux ``/proc``), else None."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        boot = next(float(x.split()[1]) for x in Path("/proc/stat").read_text().splitlines() if x.startswith("btime"))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+    return boot + ticks / os.sysconf("SC_CLK_TCK")

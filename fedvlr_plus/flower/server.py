@@ -15,6 +15,7 @@ from flwr.serverapp.strategy import Strategy as FlowerStrategyBase
 
 from ..jsonio import write_json_atomic
 from .progress import ProgressFile
+from .reply_poll import QuickPollGrid
 from .settings import Settings, build_backbone, load_data
 from .wire import content_to_updates, shared_to_record  # (first: it checks for flwr)
 
@@ -392,6 +393,8 @@ def server_main(grid: Grid, context: Context) -> dict:
         bb = build_backbone(data, s)
         run = FederatedRun(data, bb, s.cfg, progress=False)
         strategy = (SecureFedVLRStrategy if s.secagg else FedVLRStrategy)(run, s)
+        if s.reply_poll_interval > 0:  # Flower's own grid asks for replies every 3 s
+            grid = QuickPollGrid(grid, s.reply_poll_interval, strategy.progress.arrived)
         strategy.start(
             grid=grid,
             initial_arrays=shared_to_record(run.shared),

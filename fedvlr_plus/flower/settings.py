@@ -23,6 +23,7 @@ DEPLOY_KEYS = {
     "min-available-nodes": 1,
     "fraction-train": 1.0,
     "round-timeout": 3600.0,
+    "reply-poll-interval": 0.2,
     "evaluation": "federated",
     "result": "",
     "audit-dir": "",
@@ -55,6 +56,7 @@ class Settings:
     min_available_nodes: int = 1
     fraction_train: float = 1.0
     round_timeout: float = 3600.0
+    reply_poll_interval: float = 0.2  # how often the ServerApp asks the SuperLink for replies (0: Flower's 3 s)
     evaluation: str = "federated"
     result: str = ""
     audit_dir: str = ""
