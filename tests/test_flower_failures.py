@@ -133,12 +133,37 @@ def test_flowers_superexec_ends_with_its_supernode(tmp_path, ending):
             node.wait(timeout=30)
         _wait_for(lambda: not any(_alive(p) for p in superexec), 8, f"flower-superexec {superexec} still alive")
     finally:
-        for p in procs:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait(timeout=30)
+        _end(procs)
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="needs /proc to find Flower's child processes")
+def test_the_superlinks_detached_superexec_ends_with_the_command(tmp_path):
+    """flower-superlink starts its SuperExec in a session of its own (not in the command's process group)."""
+    from fedvlr_plus.flower.process_sampler import descendants
+
+    port = free_port()
+    link = _start(("flower", "superlink", "--insecure", "--host", "127.0.0.1", "--port", port), tmp_path / "l")
+    try:
+        wait_port(port, 60)
+        below = _wait_for(
+            lambda: [p for p in descendants(link.pid) if "flower-superexec" in _cmdline(p)], 60, "no superexec"
+        )
+        assert os.getpgid(below[0]) != os.getpgid(link.pid)  # what a killpg of the command's group would miss
+        link.send_signal(signal.SIGTERM)
+        assert link.wait(timeout=30) == 0
+        _wait_for(lambda: not any(_alive(p) for p in below), 8, f"the SuperLink's superexec {below} still alive")
+    finally:
+        _end([link])
+
+
+def _end(procs) -> None:
+    """SIGKILL to the groups of the commands this test started (a no-op where they ended as they should)."""
+    for p in procs:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait(timeout=30)
 
 
 def _cmdline(pid: int) -> str:

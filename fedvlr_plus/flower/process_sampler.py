@@ -1,8 +1,8 @@
 """Peak memory and CPU time of a deployment's processes, sampled from ``/proc`` (Linux).
 
-Every ``interval`` seconds the sampler reads each live process whose process group is one of the watched groups
-(a SuperLink or SuperNode started in its own session, with Flower's SuperExec and the ServerApp / ClientApp
-processes it starts): its peak resident memory (``VmHWM``) and its CPU time (user + system). A process that ends
+Every ``interval`` seconds the sampler reads each live process below a watched one (a SuperLink or SuperNode, with
+Flower's SuperExec and the ServerApp / ClientApp processes it starts): its peak resident memory (``VmHWM``) and its
+CPU time (user + system). A process that ends
 between two samples loses at most ``interval`` seconds of CPU from the count; the peak memory is the kernel's.
 """
 
@@ -17,6 +17,46 @@ ROLES = ("flwr-clientapp", "flwr-serverapp", "flower-superexec", "flower-superno
 
 def _role(cmdline: str) -> str:
     return next((r for r in ROLES if r in cmdline), "other")
+
+
+def parents() -> dict[int, int]:
+    """``{pid: parent pid}`` of every live process (Linux ``/proc``; empty elsewhere)."""
+    out = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if entry.isdigit():
+            try:
+                out[int(entry)] = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    return out
+
+
+def start_time(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks since boot): with the pid, it names one process, never a later one that
+    reuses the number."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def descendants(root: int, known: dict[int, int] | None = None) -> dict[int, int]:
+    """``{pid: start time}`` of the live processes below ``root`` and below the processes of ``known`` (same
+    pid and start time) that are still alive, which may have been orphaned since: Flower starts some of its
+    children in sessions of their own, so a process group does not hold them all."""
+    tree: dict[int, list[int]] = {}
+    for pid, ppid in parents().items():
+        tree.setdefault(ppid, []).append(pid)
+    alive = [p for p, t in (known or {}).items() if start_time(p) == t]
+    found: dict[int, int] = {}
+    todo = [int(root), *alive]
+    while todo:
+        for child in tree.get(todo.pop(), []):
+            started = start_time(child)
+            if child not in found and started is not None:
+                found[child] = started
+                todo.append(child)
+    return found
 
 
 def _read(pid: str) -> tuple[int, str, float, int] | None:
@@ -35,7 +75,8 @@ def _read(pid: str) -> tuple[int, str, float, int] | None:
 
 
 class ProcessSampler:
-    """``watch(pgid, name)`` then ``start()``; ``stop()`` returns one row per process seen."""
+    """``watch(pid, name)`` then ``start()``; ``stop()`` returns one row per process seen (``pid`` and every
+    process below it, also those Flower starts in a session of their own)."""
 
     def __init__(self, interval: float = 0.2):
         self.interval = float(interval)
@@ -55,18 +96,20 @@ class ProcessSampler:
             self.sample()
 
     def sample(self) -> None:
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            got = _read(entry)
-            if got is None or got[0] not in self.groups:
-                continue
-            pgid, cmd, cpu, hwm = got
-            row = self.seen.setdefault(
-                int(entry), {"pid": int(entry), "group": self.groups[pgid], "role": _role(cmd), "cpu_s": 0.0}
-            )
-            row["cpu_s"] = max(row["cpu_s"], cpu)
-            row["peak_rss_mb"] = max(row.get("peak_rss_mb", 0.0), hwm / 2**20)
+        for root, name in self.groups.items():
+            known = {pid: row["start"] for pid, row in self.seen.items() if row["group"] == name}
+            for pid in {root, *descendants(root, known)}:
+                got = _read(str(pid))
+                if got is None:
+                    continue
+                self._update(pid, name, *got[1:])
+
+    def _update(self, pid: int, name: str, cmd: str, cpu: float, hwm: int) -> None:
+        row = self.seen.setdefault(
+            pid, {"pid": pid, "group": name, "role": _role(cmd), "cpu_s": 0.0, "start": start_time(pid)}
+        )
+        row["cpu_s"] = max(row["cpu_s"], cpu)
+        row["peak_rss_mb"] = max(row.get("peak_rss_mb", 0.0), hwm / 2**20)
 
     def stop(self) -> list[dict]:
         self.sample()

@@ -6,9 +6,10 @@ their parent, after checks that turn Flower's usual failures into one line befor
   against nothing would retry for ever).
 - While it runs: its output goes to this process's stderr unchanged; SIGINT/SIGTERM are passed on, so a SuperNode
   still tells the SuperLink it leaves.
-- When it ends, for whatever reason: its whole process group (Flower's ``flower-superexec`` and the ClientApp or
-  ServerApp processes it started) is ended at once, not left to Flower's own parent check; a non-zero exit is one
-  line naming the command and Flower's last error line.
+- When it ends, for whatever reason: its whole process group and every process seen below it (Flower's
+  ``flower-superexec``, which a SuperLink starts in a session of its own, and the ClientApp or ServerApp processes)
+  are ended at once, not left to Flower's own parent check; a non-zero exit is one line naming the command and
+  Flower's last error line.
 
 Nothing here imports flwr or torch.
 """
@@ -71,20 +72,43 @@ def check_superlink_reachable(address: str, wait_s: float) -> None:
         time.sleep(0.5)
 
 
-def _end_group(pgid: int, grace: float = 3.0) -> None:
-    """SIGTERM to every process of the group, SIGKILL to what is left after ``grace`` seconds."""
-    for sig, pause in ((signal.SIGTERM, grace), (signal.SIGKILL, 0.0)):
+def _signal_all(pgid: int, pids: set[int], sig) -> bool:
+    """``sig`` to the group and to ``pids``; whether any of them was still there."""
+    alive = False
+    for send, target in [(os.killpg, pgid)] + [(os.kill, p) for p in pids]:
         try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.time() + pause
-        while time.time() < deadline:
-            try:
-                os.killpg(pgid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.1)
+            send(target, sig)
+            alive = True
+        except (ProcessLookupError, PermissionError):
+            pass
+    return alive
+
+
+def _end_all(pgid: int, seen: dict[int, int], grace: float = 3.0) -> None:
+    """SIGTERM to the group and to the processes seen below the child (Flower starts some in sessions of their
+    own), SIGKILL to what is left after ``grace`` seconds; a pid is signalled only while it names the process
+    that was seen (its start time), never a later one that reuses the number."""
+    if not _signal_all(pgid, _still_ours(seen), signal.SIGTERM):
+        return
+    deadline = time.time() + grace
+    while time.time() < deadline and _signal_all(pgid, _still_ours(seen), 0):
+        time.sleep(0.1)
+    _signal_all(pgid, _still_ours(seen), signal.SIGKILL)
+
+
+def _watch_descendants(root: int, seen: dict[int, int], stop) -> None:
+    """Keep ``seen`` (pid: start time) up to date with the processes below ``root`` until ``stop`` is set."""
+    from .process_sampler import descendants
+
+    while not stop.wait(0.5):
+        seen.update(descendants(root, seen))
+
+
+def _still_ours(seen: dict[int, int]) -> set[int]:
+    """The pids of ``seen`` that still name the process seen (same start time: not a reused pid)."""
+    from .process_sampler import start_time
+
+    return {pid for pid, started in seen.items() if pid != os.getpid() and start_time(pid) == started}
 
 
 def _last_error(lines: list[str]) -> str:
@@ -123,10 +147,13 @@ def supervise(cmd: list[str], name: str) -> int:
     # the end of the output is not the end of the child
     copier = threading.Thread(target=_copy_output, args=(child.stdout, tail), daemon=True)
     copier.start()
+    below, stop = {}, threading.Event()
+    threading.Thread(target=_watch_descendants, args=(child.pid, below, stop), daemon=True).start()
     try:
         rc = child.wait()
     finally:
-        _end_group(child.pid)
+        stop.set()
+        _end_all(child.pid, below)
         copier.join(timeout=5.0)
         for s, handler in old.items():
             signal.signal(s, handler)
