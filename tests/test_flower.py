@@ -1,7 +1,7 @@
 """fedvlr-plus under Flower's deployment engine: real SuperLink and SuperNode processes on loopback.
 
-- the deployment (3 SuperNodes, FedAvg-MF with the FedVLR layer, 2 rounds, 24 KU users) ends with the
-  simulator's metrics;
+- the deployment (3 SuperNodes training their users with the batched simulator and sending one aggregate each,
+  FedAvg-MF with the FedVLR layer, 2 rounds, 24 KU users) ends with the sequential simulator's metrics;
 - nothing the ServerApp received holds private state (router, user embedding): names and values checked;
 - a SuperNode killed in the middle of a round: the round finishes with the other two, and the node, restarted,
   resumes from its private state file, which the kill left intact;

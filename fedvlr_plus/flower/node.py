@@ -64,6 +64,8 @@ class NodeRun:
         state_dir.mkdir(parents=True, exist_ok=True)
         stem = f"run{run_id}-part{self.partition}of{self.num_partitions}"
         self.state = NodeStateFile(state_dir, stem)
+        self.build_seconds = 0.0  # set by node_run for the message that built it
+        self.seconds: dict = {}  # the last fit's stages
 
     def fit(self, shared: dict, config: dict, *, each: bool = False):
         """Round ``config["round"]`` for every user of the node with training data, the store committed and
