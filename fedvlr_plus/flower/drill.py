@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import tomllib
 
 from ..atomic_write import make_dirs
@@ -274,12 +275,15 @@ def render(report: dict) -> str:
             f"{h['round']:>5} {h.get('train_seconds', 0):>8.2f} {h.get('eval_seconds') or 0:>7.2f} "
             f"{lr.get('train_seconds') or 0:>16.2f} {up:>15} {(h.get('bytes_down') or 0) / 2**20:>8.1f}"
         )
-    lines.append("node time per training message (s): process start + Flower set-up / build / restore / train / save")
-    for t in d["node_times"]:
-        lines.append(
-            f"  node {t['node']} round {t['round']}: {t['process_start_s'] or 0:.1f} / {t['build_s']:.1f}"
-            f" / {t['restore_s']:.2f} / {t['train_s']:.2f} / {t['save_s']:.2f}"
-        )
+    lines.append(
+        "node time per training message, median over rounds (s): process start + Flower set-up / build /"
+        " restore / train / save"
+    )
+    stages = ("process_start_s", "build_s", "restore_s", "train_s", "save_s")
+    for node in sorted({t["node"] for t in d["node_times"]}):
+        mine = [t for t in d["node_times"] if t["node"] == node]
+        med = [float(np.median([t[k] or 0.0 for t in mine])) for k in stages]
+        lines.append(f"  node {node}: " + " / ".join(f"{v:.2f}" for v in med) + f"  ({len(mine)} rounds)")
     for p in d["processes"]:
         lines.append(
             f"  {p['group']:<12} {p['role']:<17} x{p['processes']:<3} peak RSS {p['peak_rss_mb']:>7.0f} MB"
