@@ -95,3 +95,42 @@ def test_a_waiting_run_prints_each_stage_then_returns_the_result(tmp_path):
     assert got == {"selected_round": 1}
     assert any("round 1/2 train: 2 of 3 nodes replied so far" in x for x in lines), lines
     assert any("round 1/2 train: 3 of 3 nodes replied in" in x and "loss 0.5000" in x for x in lines), lines
+
+
+class _SlowGrid:
+    """A grid whose replies come in one per pull: what reply polling sees of a real SuperLink."""
+
+    def __init__(self):
+        self.pulls = 0
+        self.other = "delegated"
+
+    def push_messages(self, messages):
+        self.pending = [m for m in messages]
+        return [f"id{i}" for i in range(len(self.pending))]
+
+    def pull_messages(self, ids):
+        self.pulls += 1
+        ready = sorted(ids)[:1]
+        return [SimpleNamespace(metadata=SimpleNamespace(reply_to_message_id=i)) for i in ready]
+
+
+def test_reply_polling_collects_every_reply_and_reports_each_arrival():
+    from fedvlr_plus.flower.reply_poll import QuickPollGrid
+
+    seen = []
+    grid = QuickPollGrid(_SlowGrid(), 0.01, on_reply=lambda got, expected: seen.append((got, expected)))
+    replies = grid.send_and_receive(["a", "b", "c"], timeout=5)
+    assert sorted(r.metadata.reply_to_message_id for r in replies) == ["id0", "id1", "id2"]
+    assert seen == [(1, 3), (2, 3), (3, 3)] and grid.other == "delegated"
+
+
+def test_reply_polling_stops_at_the_timeout():
+    from fedvlr_plus.flower.reply_poll import QuickPollGrid
+
+    class Silent(_SlowGrid):
+        def pull_messages(self, ids):
+            return []
+
+    started = time.time()
+    assert QuickPollGrid(Silent(), 0.05).send_and_receive(["a"], timeout=0.3) == []
+    assert time.time() - started < 2

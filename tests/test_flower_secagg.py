@@ -124,6 +124,8 @@ def run_app_loopback(cfg: dict, tmp: Path, n_nodes: int = 3, on_aggregate=None) 
         (AppGrid, Grid),
         {k: (lambda *a, **k: None) for k in ("set_run", "run", "create_message", "push_messages", "pull_messages")},
     )(cfg, n_nodes, tmp)
+    # these grids answer send_and_receive only (no push/pull): Flower's own wait, not reply-poll-interval's
+    cfg = {**cfg, "reply-poll-interval": 0}
     return fl.server_main(grid, Context(run_id=7, node_id=0, node_config={}, state=RecordDict(), run_config=cfg))
 
 
