@@ -134,3 +134,27 @@ def test_reply_polling_stops_at_the_timeout():
     started = time.time()
     assert QuickPollGrid(Silent(), 0.05).send_and_receive(["a"], timeout=0.3) == []
     assert time.time() - started < 2
+
+
+def test_the_waited_result_is_printed_as_run_prints_it():
+    from fedvlr_plus.cli.flower import _result_table
+
+    result = {
+        "dataset": "ku",
+        "backbone": "fedavg+fedvlr",
+        "strategy": "fedgrad",
+        "rounds_run": 20,
+        "selected_round": 17,
+        "valid": {"hr@10": 0.5, "ndcg@10": 0.25},
+        "test": {"hr@10": 0.2, "ndcg@10": 0.125},
+        "n_users": 204,
+        "test_warm": {"hr@10": 0.3, "ndcg@10": 0.15},
+        "test_warm_n_users": 116,
+        "test_cold": {"hr@10": 0.0, "ndcg@10": 0.0},
+        "test_cold_n_users": 88,
+    }
+    lines = _result_table(result).splitlines()
+    assert lines[0] == "ku | fedavg+fedvlr | flower, fedgrad | 20 rounds, selected round 17"
+    assert lines[1].split() == ["hr@10", "ndcg@10"]
+    assert lines[3].split() == ["test", "0.2000", "0.1250", "(204", "users)"]
+    assert [x.split()[:2] for x in lines[4:]] == [["test", "warm"], ["test", "cold"]]
