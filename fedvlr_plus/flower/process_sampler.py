@@ -122,6 +122,8 @@ def by_role(rows: list[dict]) -> list[dict]:
     """Per group and role: how many processes, their largest peak RSS and their summed CPU seconds."""
     out: dict[tuple, dict] = {}
     for r in rows:
+        if not r.get("peak_rss_mb"):  # seen only as it started (no memory yet): a moment's helper process
+            continue
         key = (r["group"], r["role"])
         agg = out.setdefault(
             key, {"group": r["group"], "role": r["role"], "processes": 0, "peak_rss_mb": 0.0, "cpu_s": 0.0}
