@@ -156,9 +156,35 @@ def test_the_superlinks_detached_superexec_ends_with_the_command(tmp_path):
         _end([link])
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's (prctl)")
+def test_a_command_killed_outright_takes_flower_with_it(tmp_path):
+    """SIGKILL to ``fedvlr-plus flower superlink`` (no handler runs): the kernel sends Flower's SuperLink SIGTERM,
+    and it and its SuperExec end instead of staying behind as orphans."""
+    from fedvlr_plus.flower.process_sampler import descendants
+
+    port = free_port()
+    link = _start(("flower", "superlink", "--insecure", "--host", "127.0.0.1", "--port", port), tmp_path / "l")
+    try:
+        wait_port(port, 60)
+        _wait_for(lambda: any("flower-superexec" in _cmdline(p) for p in descendants(link.pid)), 60, "no superexec")
+        below = [p for p in descendants(link.pid) if "flower-super" in _cmdline(p)]
+        link.kill()
+        link.wait(timeout=30)
+        _wait_for(lambda: not any(_alive(p) for p in below), 15, f"Flower's processes {below} outlived the command")
+    finally:
+        _end([link])
+
+
 def _end(procs) -> None:
-    """SIGKILL to the groups of the commands this test started (a no-op where they ended as they should)."""
+    """SIGTERM to the commands this test started, so that they end Flower's processes, then SIGKILL to their groups
+    (a no-op where they ended as they should)."""
     for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                pass
         try:
             os.killpg(p.pid, signal.SIGKILL)
         except ProcessLookupError:

@@ -6,6 +6,7 @@ their parent, after checks that turn Flower's usual failures into one line befor
   against nothing would retry for ever).
 - While it runs: its output goes to this process's stderr unchanged; SIGINT/SIGTERM are passed on, so a SuperNode
   still tells the SuperLink it leaves.
+- If the command itself is killed (SIGKILL), Flower's process gets SIGTERM from the kernel (Linux) and ends.
 - When it ends, for whatever reason: its whole process group and every process seen below it (Flower's
   ``flower-superexec``, which a SuperLink starts in a session of its own, and the ClientApp or ServerApp processes)
   are ended at once, not left to Flower's own parent check; a non-zero exit is one line naming the command and
@@ -127,10 +128,28 @@ def _copy_output(stream, tail: list[str]) -> None:
         del tail[:-50]
 
 
+def _term_with_parent() -> None:
+    """In the child before it runs Flower (Linux): SIGTERM when the command dies, even by SIGKILL, which no handler
+    of ours sees. Flower then ends its own children (they watch their parent)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def supervise(cmd: list[str], name: str) -> int:
     """Run ``cmd`` in its own process group until it ends; end the group; one line if it failed."""
+    linux = sys.platform.startswith("linux")
     child = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+        preexec_fn=_term_with_parent if linux else None,
     )
     stopping = []
 
