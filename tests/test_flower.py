@@ -1,7 +1,7 @@
 """fedvlr-plus under Flower's deployment engine: real SuperLink and SuperNode processes on loopback.
 
-- the deployment (3 SuperNodes, FedAvg-MF with the FedVLR layer, 2 rounds, 24 KU users) ends with the
-  simulator's metrics;
+- the deployment (3 SuperNodes training their users with the batched simulator and sending one aggregate each,
+  FedAvg-MF with the FedVLR layer, 2 rounds, 24 KU users) ends with the sequential simulator's metrics;
 - nothing the ServerApp received holds private state (router, user embedding): names and values checked;
 - a SuperNode killed in the middle of a round: the round finishes with the other two, and the node, restarted,
   resumes from its private state file, which the kill left intact;
@@ -168,6 +168,8 @@ def run_loopback(cfg: dict, tmp: Path, n_nodes: int = 3) -> dict:
         (LoopbackGrid, Grid),
         {k: (lambda *a, **k: None) for k in ("set_run", "run", "create_message", "push_messages", "pull_messages")},
     )(cfg, n_nodes, tmp)
+    # these grids answer send_and_receive only (no push/pull): Flower's own wait, not reply-poll-interval's
+    cfg = {**cfg, "reply-poll-interval": 0}
     return fl.server_main(grid, Context(run_id=7, node_id=0, node_config={}, state=RecordDict(), run_config=cfg))
 
 
@@ -197,9 +199,9 @@ def test_flower_strategy_in_process_equals_simulator(tmp_path, extra):
     assert json.loads(Path(cfg["result"]).read_text())["selected_round"] == res["selected_round"]
 
 
-def test_node_keeps_private_state_in_context_and_file(tmp_path):
-    """A node's second message reads the private state from context.state; a new Context (a restarted SuperNode)
-    reads it from the file; the file is written atomically after each local training."""
+def test_node_keeps_private_state_in_its_file(tmp_path):
+    """A node's store is written to its state file after each local training; a process that starts afresh (a
+    new ClientApp process, a restarted SuperNode) reads the states back from it, the same tensors."""
     cfg = base_config(
         tmp_path,
         **{
@@ -215,7 +217,7 @@ def test_node_keeps_private_state_in_context_and_file(tmp_path):
     run_loopback(cfg, tmp_path, n_nodes=2)
     journal = tmp_path / "node1" / "journal-run7-part1of2.jsonl"
     events = [json.loads(x)["event"] for x in journal.read_text().splitlines()]
-    assert events == ["fit-start", "saved", "fit-done", "fit-start", "saved", "fit-done"]  # never a restore
+    assert events == ["fit-start", "saved", "fit-done", "fit-start", "saved", "fit-done"]  # one process: no restore
     from flwr.app import Context, RecordDict
 
     ctx = Context(
@@ -225,13 +227,46 @@ def test_node_keeps_private_state_in_context_and_file(tmp_path):
         run_config=cfg,
         node_config={"partition-id": 1, "num-partitions": 2, "state-dir": str(tmp_path / "node1")},
     )
-    node = fl._node_model(ctx)
-    store = fl._node_store(node, ctx)
-    st = store.load(4)
-    on_disk = torch.load(tmp_path / "node1" / "private-run7-part1of2.pt", weights_only=True)
-    assert store.source == "file" and on_disk["round"] == 2 and sorted(on_disk["users"]) == [3, 4, 5]
-    assert all(torch.equal(st[k], on_disk["users"][4][k]) for k in st)
-    assert "fedvlr.private.u4" in ctx.state.keys()  # back in the node's context for the rest of the run
+    fl._NODE_CACHE.clear()  # what a fresh ClientApp process holds
+    node = fl.node_run(ctx)
+    assert node.run.store.load(4) is None
+    node.state.restore_into(node.run.store)
+    saved_round, on_disk = fl.read_states(tmp_path / "node1" / "private-run7-part1of2.pt")
+    assert saved_round == 2 and sorted(on_disk) == [3, 4, 5]
+    st = node.run.store.load(4)
+    assert st.keys() == on_disk[4].keys() and all(torch.equal(st[k], on_disk[4][k]) for k in st)
+    restored = json.loads(journal.read_text().splitlines()[-1])
+    assert restored["event"] == "restore" and restored["round"] == 2
+    assert restored["sha256"] == fl.file_digest(tmp_path / "node1" / "private-run7-part1of2.pt")
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"fusion": "fedvlr"},
+        {"fusion": "none", "strategy": "fedavg", "backbone": "fedncf"},
+        {"fusion": "none", "strategy": "median", "backbone": "fedavg"},
+    ],
+)
+def test_batched_nodes_equal_the_sequential_reference_nodes(tmp_path, extra):
+    """Nodes that train with the batched simulator (one aggregate per node where the strategy is linear, each
+    upload for the median) end with the figures of nodes that run the sequential reference clients."""
+    cfg = base_config(tmp_path, **{"max-users": 12, "eval-every": 1, **extra})
+    batched = run_loopback({**cfg, "result": str(tmp_path / "b.json")}, tmp_path / "b")
+    audit = sorted((tmp_path / "audit" / "round001-train").glob("*.json"))
+    keys = json.loads(audit[0].read_text())["arrays"]
+    linear = extra.get("strategy") != "median"
+    assert all(k.startswith("arrays::sums/") for k in keys) == linear and keys
+    fl._NODE_CACHE.clear()
+    reference = run_loopback(
+        {**cfg, "simulator": "sequential", "result": str(tmp_path / "s.json"), "audit-dir": ""}, tmp_path / "s"
+    )
+    assert batched["selected_round"] == reference["selected_round"]
+    for part in ("valid", "test", "test_warm", "test_cold"):
+        for k, v in reference[part].items():
+            assert batched[part][k] == pytest.approx(v, abs=1e-4), (part, k)
+    assert [h["loss"] for h in batched["history"]] == pytest.approx([h["loss"] for h in reference["history"]], abs=1e-5)
+    assert [h["clients"] for h in batched["history"]] == [12, 12]
 
 
 # ---------------------------------------------------------------------------------------------- real processes
@@ -287,7 +322,7 @@ def test_deployment_matches_the_simulator(deployed):
 def _private_states(state_dir: Path, run_id: int) -> dict[int, dict]:
     files = sorted(state_dir.glob(f"private-run{run_id}-part*.pt"))
     assert len(files) == 1, files
-    return torch.load(files[0], weights_only=True)["users"]
+    return fl.read_states(files[0])[1]
 
 
 @pytest.mark.slow  # real processes: SuperLink start-up, a torch import per Flower message
@@ -321,10 +356,10 @@ def test_private_state_never_reaches_the_server(deployed, federation):
         for key in arrays.files:
             rname, _, aname = key.partition("::")
             assert rname == "arrays"
-            cid, _, rest = aname.partition("/")
-            assert cid.startswith("u") and (rest in shared_names or rest[:-5] in shared_names), aname
+            head, _, rest = aname.partition("/")  # sums/<name>[/rows|/weight]: the node's aggregate
+            assert head == "sums" and rest.split("/")[0] in shared_names, aname
             assert not any(n in rest for n in names), f"{f}: {aname} carries private state"
-            if not aname.endswith("/rows"):
+            if not aname.endswith(("/rows", "/weight")):
                 uploaded.append(arrays[key].astype(np.float32).ravel())
         if uploaded:
             values = np.unique(np.concatenate(uploaded))
@@ -365,8 +400,8 @@ def test_killed_supernode_rejoins_with_its_private_state(federation, deployed, t
     federation.kill(f"supernode-{victim}", sig=signal.SIGTERM)  # SIGTERM to the node, then SIGKILL to its group
     after_kill = state_file.read_bytes()
     assert after_kill == before  # the kill left the file as it was
-    saved = torch.load(state_file, weights_only=True)
-    assert saved["round"] == 1 and sorted(saved["users"]) == fl.partition_users(N_USERS, victim, N_NODES).tolist()
+    saved_round, saved = fl.read_states(state_file)
+    assert saved_round == 1 and sorted(saved) == fl.partition_users(N_USERS, victim, N_NODES).tolist()
     federation.start_supernode(victim, N_NODES, tag="-restarted")
     res = federation.wait_result(tmp_path / "result.json", timeout=400)
 
@@ -375,11 +410,13 @@ def test_killed_supernode_rejoins_with_its_private_state(federation, deployed, t
     assert [h["clients"] for h in res["history"]] == [N_USERS, N_USERS - n_victim, N_USERS]
     assert res["selected_round"] == 3 and res["test"]["hr@50"] is not None
     events = _journal(journal)
-    restores = [e for e in events if e["event"] == "restore"]
-    assert len(restores) == 1 and restores[0]["source"] == "file"
-    assert restores[0]["sha256"] == hashlib.sha256(after_kill).hexdigest()
     assert [e["round"] for e in events if e["event"] == "fit-done"] == [1, 3]
-    assert torch.load(state_file, weights_only=True)["round"] == 3
+    # every message runs in a fresh ClientApp process, which reads the node's states from its file: the restarted
+    # node's round 3 started from the round-1 file the kill left intact
+    rejoined = events.index(next(e for e in events if e["event"] == "fit-start" and e["round"] == 3))
+    restore = next(e for e in events[rejoined:] if e["event"] == "restore")
+    assert restore["round"] == 1 and restore["sha256"] == hashlib.sha256(after_kill).hexdigest()
+    assert fl.read_states(state_file)[0] == 3
 
 
 def test_flower_command_lines():

@@ -22,7 +22,7 @@ from ..flower.deploy import (
     write_connection,
 )
 from .argtypes import port as port_number
-from .argtypes import positive_float
+from .argtypes import positive_float, positive_int
 
 #: ``--wait``'s default bound: the example app's runs take minutes; a longer run raises --timeout
 DEFAULT_WAIT = 3600.0
@@ -63,7 +63,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("flower", help="run fedvlr-plus clients under Flower's deployment engine",
                               description="Start a SuperLink, SuperNodes (one per device or silo) and runs of the "
                                           "Flower App in examples/flower_app. See docs/flower.md.")
-    sub = p.add_subparsers(dest="flower_command", metavar="{superlink,supernode,run}", required=True)
+    sub = p.add_subparsers(dest="flower_command", metavar="{superlink,supernode,run,drill}", required=True)
 
     s = sub.add_parser("superlink", help="start the SuperLink (foreground)")
     s.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0: every interface)")
@@ -86,6 +86,9 @@ def register(subparsers) -> argparse.ArgumentParser:
     n.add_argument("--state-dir", default=None,
                    help="where the node keeps its users' private state (default $FLWR_HOME/fedvlr-state)")
     n.add_argument("--data", default=None, help="this node's copy of the data (default: the run's 'data')")
+    n.add_argument("--connect-timeout", type=positive_float, default=30.0, metavar="SECONDS",
+                   help="give up with one line when nothing accepts connections at --superlink after this long "
+                        "(default 30)")
     n.add_argument("--auth-key", default=None, metavar="PRIVATE_KEY",
                    help="the node's private key (node authentication; register its public key first)")
     _add_tls(n, server=False)
@@ -109,25 +112,69 @@ def register(subparsers) -> argparse.ArgumentParser:
                         "tune with --config secagg-num-shares=... secagg-reconstruction-threshold=...)")
     _add_tls(r, server=False)
     r.set_defaults(func=cmd_run)
+    _register_drill(sub)
     return p
 
 
+def _register_drill(sub) -> None:
+    d = sub.add_parser("drill", help="a SuperLink and K SuperNodes on loopback, measured beside the in-process run")
+    d.add_argument("source", metavar="SOURCE", help="ml-100k, synthetic:USERSxITEMS, or a dataset folder")
+    d.add_argument("--nodes", type=positive_int, default=2, help="SuperNodes; the users are split among them")
+    d.add_argument("--rounds", type=positive_int, default=3)
+    d.add_argument("--out", required=True, help="folder for drill.json, the result and the processes' logs")
+    d.add_argument("--app", default="examples/flower_app", metavar="APP_DIR", help="the Flower App folder")
+    d.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                   help="a run-config value, e.g. --config fusion=none (repeatable)")
+    d.add_argument("--timeout", type=positive_float, default=DEFAULT_WAIT, help="give up after this many seconds")
+    d.add_argument("--task-poll", type=positive_float, default=0.1, metavar="SECONDS",
+                   help="how often each node's Flower SuperExec looks for a new task (its "
+                        "FLWR_SUPEREXEC_TASK_POLL_INTERVAL; Flower's default 1)")
+    d.set_defaults(func=cmd_drill)
+
+
+def cmd_drill(args) -> int:
+    from pathlib import Path
+
+    from ..flower.drill import render, run_drill
+
+    if not (Path(args.app) / "pyproject.toml").is_file():
+        raise ConfigError(f"--app {args.app}", "not a Flower App folder (no pyproject.toml)",
+                          "e.g. examples/flower_app")
+    overrides = {}
+    for item in args.config:
+        k, sep, v = item.partition("=")
+        if not sep or not k.strip():
+            raise ConfigError(f"--config {item}", "expected KEY=VALUE", "e.g. --config fusion=none")
+        overrides[k.strip()] = v.strip()
+    source = args.source if ":" in args.source or args.source.startswith("ml-") else str(Path(args.source).resolve())
+    report = run_drill(source, args.nodes, args.rounds, Path(args.out), app_dir=args.app, overrides=overrides,
+                       timeout=args.timeout, task_poll=args.task_poll,
+                       progress=lambda line: print(line, file=sys.stderr, flush=True))
+    print(render(report))
+    return 0
+
+
 def cmd_superlink(args) -> int:
+    from ..flower.supervise import check_port_free, supervise
+
     cmd = superlink_command(host=args.host, port=args.port, insecure=args.insecure, certificates=args.certificates,
                             database=args.database, supernode_auth=args.enable_supernode_auth)
+    check_port_free(args.host, args.port, "--port")
     print(" ".join(cmd), file=sys.stderr)
-    os.execv(cmd[0], cmd)
-    return 0  # pragma: no cover
+    return supervise(cmd, "flower superlink")
 
 
 def cmd_supernode(args) -> int:
+    from ..flower.supervise import check_port_free, check_superlink_reachable, supervise
+
     _check_node_paths(args)
     cmd = supernode_command(superlink=args.superlink, partition=args.partition, runtime_port=args.port,
                             insecure=args.insecure, root_certificates=args.root_certificates,
                             state_dir=args.state_dir, data=args.data, auth_key=args.auth_key)
+    check_port_free("127.0.0.1", args.port, "--port")
+    check_superlink_reachable(args.superlink, args.connect_timeout)
     print(" ".join(cmd), file=sys.stderr)
-    os.execv(cmd[0], cmd)
-    return 0  # pragma: no cover
+    return supervise(cmd, "flower supernode")
 
 
 def _check_node_paths(args) -> None:
@@ -197,9 +244,17 @@ def cmd_run(args) -> int:
           f"{args.timeout:.0f} s, --timeout)", file=sys.stderr, flush=True)
     result = wait_for_result(config["result"], args.timeout, every=args.progress_every,
                              progress=lambda line: print(line, file=sys.stderr, flush=True))
-    summary = {k: result.get(k) for k in ("selected_round", "valid", "test", "test_warm", "test_cold")}
+    print(_result_table(result))
     if args.json:
         print(json.dumps(result))
-    else:
-        print(json.dumps(summary, indent=2))
     return 0
+
+
+def _result_table(result: dict) -> str:
+    """The figures as ``run`` prints them: one line naming the run, then valid, test, test warm / cold."""
+    from ..evaluation.run_report import format_table, part_rows
+
+    keys = list((result.get("test") or result.get("valid") or {}).keys())
+    head = (f"{result.get('dataset')} | {result.get('backbone')} | flower, {result.get('strategy')} | "
+            f"{result.get('rounds_run')} rounds, selected round {result.get('selected_round')}")
+    return head + "\n" + format_table(part_rows(result), keys)

@@ -14,16 +14,24 @@ import math
 from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy import special, stats
 
 if TYPE_CHECKING:  # pragma: no cover
     from .results import EvalResult
+
+
+def _scipy():
+    """``(scipy.special, scipy.stats)``, imported on first use: seconds of imports that a process which only ranks
+    never needs (a Flower ClientApp process serves one message, and it ranks)."""
+    from scipy import special, stats
+
+    return special, stats
 
 
 def _rng_kwarg(seed: int) -> dict:
     # SciPy >= 1.15 takes ``rng``; older releases only ``random_state``.
     import inspect
 
+    _, stats = _scipy()
     name = "rng" if "rng" in inspect.signature(stats.bootstrap).parameters else "random_state"
     return {name: np.random.default_rng(seed)}
 
@@ -37,6 +45,7 @@ def _bootstrap_means(x: np.ndarray, n_resamples: int, seed: int) -> np.ndarray:
     """The bootstrap distribution of the mean: SciPy's resampling, drawn in bounded batches (the batch size does
     not change the draws: the same generator fills the same indices in the same order)."""
     batch = max(1, min(n_resamples, RESAMPLE_FLOATS // len(x)))
+    _, stats = _scipy()
     res = stats.bootstrap(
         (x,), np.mean, n_resamples=n_resamples, batch=batch, method="percentile", vectorized=True, **_rng_kwarg(seed)
     )
@@ -49,6 +58,7 @@ def _bca_levels(x: np.ndarray, means: np.ndarray, alpha: float) -> tuple[float, 
     The acceleration comes from the jackknife of the mean in closed form: leaving out x_i moves the mean by
     (x_i - mean) / (n - 1), so a = sum(d^3) / (6 sum(d^2)^1.5) with d = x - mean. SciPy forms the n leave-one-out
     samples instead (an n x n array); the two agree to rounding."""
+    special, _ = _scipy()
     theta = float(np.mean(x))
     z0 = special.ndtri((np.count_nonzero(means < theta) + np.count_nonzero(means <= theta)) / (2 * len(means)))
     d = x - theta
@@ -61,7 +71,7 @@ def _bca_levels(x: np.ndarray, means: np.ndarray, alpha: float) -> tuple[float, 
 
 def _quantile(a: np.ndarray, levels: np.ndarray) -> np.ndarray:
     # what scipy.stats.bootstrap reads its interval with: stats.quantile (SciPy >= 1.15), linear interpolation
-    quantile = getattr(stats, "quantile", None)
+    quantile = getattr(_scipy()[1], "quantile", None)
     return quantile(a, levels) if quantile is not None else np.quantile(a, levels)
 
 
@@ -155,6 +165,7 @@ def paired_arrays(xa: np.ndarray, xb: np.ndarray, metric: str, which: str = "all
     if np.all(diff == 0):
         out.update(t_stat=0.0, t_pvalue=1.0, wilcoxon_stat=0.0, wilcoxon_pvalue=1.0)
         return out
+    _, stats = _scipy()
     if np.all(diff == diff[0]):
         # Constant non-zero shift: zero variance, the t statistic is infinite; the sign test is decisive.
         t_stat, t_p = math.copysign(math.inf, diff[0]), 0.0

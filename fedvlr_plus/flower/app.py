@@ -3,13 +3,15 @@
 A federated run here is one SuperLink, one or more SuperNodes (a device, or a silo holding many users) and a
 Flower App whose two halves are built by this module:
 
-- :func:`make_client_app` -> ``ClientApp``. Its ``train`` and ``evaluate`` handlers run the *same*
-  :class:`~fedvlr_plus.federation.client.RecClient` objects as the in-process simulator, over the same
+- :func:`make_client_app` -> ``ClientApp``. Its ``train`` and ``evaluate`` handlers run the node's users through
+  the *same* :class:`~fedvlr_plus.federation.engine.FederatedRun` as ``fedvlr-plus run`` (the batched simulator,
+  or the sequential reference clients with ``simulator = "sequential"``), over the same
   :class:`~fedvlr_plus.adapters.base.Backbone` (optionally wrapped by the FedVLR
-  :class:`~fedvlr_plus.fedvlr.FusionLayer`). The shared state arrives as an ``ArrayRecord``; each user's upload goes
-  back in one ``ArrayRecord`` (keys ``u<cid>/<name>`` and ``u<cid>/<name>/rows``). Private state (router, head,
-  user embedding) lives in the node: in ``context.state`` and in a local file written atomically after every
-  local training, so a SuperNode that restarts continues from it. It never enters a message.
+  :class:`~fedvlr_plus.fedvlr.FusionLayer`). The shared state arrives as an ``ArrayRecord``; the reply is the
+  node's weighted sums where the strategy is linear (:mod:`.node_sums`), else each user's upload (keys
+  ``u<cid>/<name>`` and ``u<cid>/<name>/rows``). Private state (router, head, user embedding) lives in the node:
+  in the run's store and in a local file written atomically after every local training, so a SuperNode that
+  restarts continues from it. It never enters a message.
 - :func:`make_server_app` -> ``ServerApp``. Its :class:`FedVLRStrategy` (a Flower ``Strategy``) sends the shared
   state, turns the replies back into :class:`~fedvlr_plus.federation.messages.ClientUpdate` objects and hands them
   to *our* strategies (:func:`~fedvlr_plus.federation.strategies.base.make_strategy`: FedAvg, gradient aggregation
@@ -42,21 +44,10 @@ time to kill it mid-round (the tests use it; leave them unset otherwise).
 
 from __future__ import annotations
 
-from .node import (  # noqa: F401
-    _NODE_CACHE,
-    STATE_FORMAT,
-    NodeStore,
-    _config_dict,
-    _node_model,
-    _node_store,
-    _NodeModel,
-    file_digest,
-    make_client_app,
-    node_evaluate,
-    node_train,
-)
+from .node import _NODE_CACHE, NodeRun, _config_dict, make_client_app, node_evaluate, node_run, node_train  # noqa: F401
+from .node_state import STATE_FORMAT, NodeStateFile, file_digest, read_states  # noqa: F401
 from .server import FedVLRStrategy, SecureFedVLRStrategy, make_server_app, server_main  # noqa: F401
 from .settings import DEPLOY_KEYS, Settings, build_backbone, fedvlr_options, load_data, partition_users  # noqa: F401
 
-# the deployment in four files, all named here: the settings, the wire format, the node side, the server side
+# the deployment's files, all named here: the settings, the wire format, the node side, the server side
 from .wire import content_to_updates, record_to_shared, shared_to_record, updates_to_content  # noqa: F401  (checks for flwr)

@@ -222,11 +222,14 @@ def wait_for_result(
     result: str | os.PathLike, timeout: float, procs: list | None = None, *, progress=None, every: float = 30.0
 ) -> dict:
     """Block until the ServerApp writes ``result`` (or its ``.error.json``); return the parsed result.
-    ``progress(line)`` is called every ``every`` seconds while waiting, so a long wait is not silent."""
+    ``progress(line)`` gets a line whenever the run moves on (its round, stage and the nodes that replied, from
+    the ServerApp's progress file) and every ``every`` seconds while nothing changes, so a wait is never silent."""
+    from .progress import describe, read_progress
+
     path = Path(result)
     err = path.with_suffix(".error.json")
     start = time.time()
-    deadline, next_note = start + timeout, start + every
+    deadline, next_note, last = start + timeout, start + every, None
     while time.time() < deadline:
         if path.exists():
             return _read_result(path)
@@ -236,9 +239,13 @@ def wait_for_result(
         for p in procs or []:
             if p.poll() is not None:
                 raise FlowerRunError(f"{p.args[0]}", f"exited with {p.returncode} before the run finished")
-        if progress is not None and time.time() >= next_note:
-            progress(f"waiting for {path}: {time.time() - start:.0f} s of at most {timeout:.0f} s")
-            next_note += every
+        if progress is not None:
+            state = read_progress(path)
+            line = describe(state) if state else f"waiting for {path}: the ServerApp has not started a round yet"
+            elapsed = time.time() - start
+            if line != last or time.time() >= next_note:
+                progress(f"{line} [{elapsed:.0f} s of at most {timeout:.0f} s]")
+                last, next_note = line, time.time() + every
         time.sleep(min(0.2, max(0.0, deadline - time.time())))
     raise FlowerRunError(
         f"--wait {path}",

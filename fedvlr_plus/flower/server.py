@@ -13,8 +13,9 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, 
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Strategy as FlowerStrategyBase
 
-from ..federation.messages import ClientUpdate
 from ..jsonio import write_json_atomic
+from .progress import ProgressFile
+from .reply_poll import QuickPollGrid
 from .settings import Settings, build_backbone, load_data
 from .wire import content_to_updates, shared_to_record  # (first: it checks for flwr)
 
@@ -34,6 +35,8 @@ class FedVLRStrategy(FlowerStrategyBase):
         self.audit = Path(s.audit_dir) if s.audit_dir else None
         self._rng = random.Random(int(s.cfg.seed))
         self._pending: dict | None = None
+        self.progress = ProgressFile(s.result, s.cfg.rounds)
+        self._asked = 0  # nodes the current stage's messages went to
 
     # ---- node selection
     def _nodes(self, grid: Grid, minimum: int, fraction: float) -> list[int]:
@@ -53,9 +56,15 @@ class FedVLRStrategy(FlowerStrategyBase):
         nodes = self._nodes(grid, self.s.min_train_nodes, self.s.fraction_train)
         conf = ConfigRecord(self.run.round_config(server_round))
         rec = shared_to_record(self.run.shared)
+        self._sent(server_round, "train", nodes, rec)
         return [
             Message(RecordDict({"arrays": rec, "config": conf}), dst_node_id=n, message_type="train") for n in nodes
         ]
+
+    def _sent(self, server_round: int, stage: str, nodes: list, rec=None) -> None:
+        self._asked = len(nodes)
+        self._bytes_down = _record_bytes(rec) if rec is not None else 0
+        self.progress.sent(server_round, stage, len(nodes))
 
     def _ok(self, replies, server_round: int, what: str, minimum: int) -> list[Message]:
         replies = list(replies)
@@ -87,28 +96,64 @@ class FedVLRStrategy(FlowerStrategyBase):
         )
 
     def aggregate_train(self, server_round, replies):
+        from .node_sums import is_sums_reply
+
         ok = self._ok(replies, server_round, "training", self.s.min_train_nodes)
-        updates = []
         for m in ok:
             self._audit(server_round, "train", m)
+        self._bytes_up = {int(m.metadata.src_node_id): _content_bytes(m.content) for m in ok}
+        kinds = {is_sums_reply(m.content) for m in ok}
+        if len(kinds) > 1:
+            raise RuntimeError(f"round {server_round}: some nodes sent sums and some uploads (mixed app versions)")
+        if kinds == {True}:
+            return self._aggregate_sums(server_round, [m.content for m in ok])
+        updates = []
+        for m in ok:
             updates += content_to_updates(m.content, self.run.strategy.upload)
         updates.sort(key=lambda u: u.cid)  # the simulator's order: aggregation is then bit-for-bit the same
-        if len({u.cid for u in updates}) != len(updates):
-            raise RuntimeError(f"round {server_round}: a user was uploaded by two nodes (overlapping partitions)")
-        if not updates:
-            raise RuntimeError(f"round {server_round}: the replying nodes hold no user with training data")
+        self._check_users(server_round, [u.cid for u in updates])
         n = np.array([u.num_examples for u in updates], dtype=np.float64)
         loss = float(np.dot(n, [u.metrics.get("loss", 0.0) for u in updates]) / n.sum())
-        return self._apply(server_round, updates, loss=loss, nodes=len(ok), clients=len(updates))
-
-    def _apply(self, server_round: int, updates: list[ClientUpdate], *, loss: float, nodes: int, clients: int):
-        """Aggregate ``updates`` with our strategy into the new shared state and record the round."""
         run = self.run
-        run.shared = run.strategy.aggregate(run.shared, updates, run.specs)
+        shared = run.strategy.aggregate(run.shared, updates, run.specs)
+        return self._apply(server_round, shared, loss=loss, nodes=len(ok), clients=len(updates))
+
+    def _aggregate_sums(self, server_round: int, contents: list):
+        """Each node sent its users' weighted sums (:mod:`.node_sums`): the round's sums, then the strategy."""
+        from .node_sums import merged_sums
+
+        run = self.run
+        tables = {k for k in run.shared if run.specs[k].item_table}
+        sums, loss, _, cids = merged_sums(contents, run.shared, tables)
+        self._check_users(server_round, cids)
+        shared = run.strategy.from_sums(run.shared, sums, run.specs)
+        return self._apply(server_round, shared, loss=loss, nodes=len(contents), clients=len(cids))
+
+    @staticmethod
+    def _check_users(server_round: int, cids: list) -> None:
+        if len(set(cids)) != len(cids):
+            raise RuntimeError(f"round {server_round}: a user was uploaded by two nodes (overlapping partitions)")
+        if not cids:
+            raise RuntimeError(f"round {server_round}: the replying nodes hold no user with training data")
+
+    def _apply(self, server_round: int, shared: dict, *, loss: float, nodes: int, clients: int):
+        """The round's new shared state (aggregated by our strategy) checked and recorded."""
+        run = self.run
+        run.shared = shared
         run.round = server_round
         if not np.isfinite(loss) or not all(bool(torch.isfinite(v).all()) for v in run.shared.values()):
             raise FloatingPointError(f"training diverged in round {server_round} (loss {loss})")
-        self._pending = {"round": server_round, "nodes": nodes, "clients": clients, "loss": loss}
+        seconds = self.progress.replied(server_round, "train", self._asked, nodes, loss=loss)
+        self._pending = {
+            "round": server_round,
+            "nodes": nodes,
+            "clients": clients,
+            "loss": loss,
+            "train_seconds": seconds,
+        }
+        if getattr(self, "_bytes_up", None):  # what each node sent and received (the arrays' bytes)
+            self._pending.update(bytes_up=self._bytes_up, bytes_down=self._bytes_down)
+            self._bytes_up = None
         self.history.append(self._pending)
         return shared_to_record(run.shared), MetricRecord({"loss": loss, "nodes": nodes, "clients": clients})
 
@@ -132,6 +177,7 @@ class FedVLRStrategy(FlowerStrategyBase):
         nodes = self._nodes(grid, self.s.min_evaluate_nodes, 1.0)
         conf = ConfigRecord(self.eval_config())
         rec = shared_to_record(self.run.shared)
+        self._sent(server_round, "evaluate", nodes, rec)
         return [
             Message(RecordDict({"arrays": rec, "config": conf}), dst_node_id=n, message_type="evaluate") for n in nodes
         ]
@@ -156,7 +202,14 @@ class FedVLRStrategy(FlowerStrategyBase):
                     int(n),
                 )
         self._select(server_round, res, nodes=len(ok))
-        return MetricRecord({f"valid/{k}": float(v) for k, v in res[("valid", "all")][0].items() if v is not None})
+        valid = res[("valid", "all")][0]
+        metric = self.run.cfg.valid_metric
+        seconds = self.progress.replied(
+            server_round, "evaluate", self._asked, len(ok), valid={metric: valid.get(metric)}
+        )
+        if self.history and self.history[-1]["round"] == server_round:
+            self.history[-1]["eval_seconds"] = seconds
+        return MetricRecord({f"valid/{k}": float(v) for k, v in valid.items() if v is not None})
 
     def _select(self, server_round: int, res: dict, nodes: int) -> None:
         """The engine's rule: the best validation metric selects the round; its test figures are kept."""
@@ -268,6 +321,7 @@ class SecureFedVLRStrategy(FedVLRStrategy):
         from .secagg import run_secure_round
 
         nodes = self._nodes(grid, self.s.min_train_nodes, self.s.fraction_train)
+        self._sent(server_round, "train", nodes)
         tables = {n for n in self.run.shared if self.run.specs[n].item_table}
         if self.audit is not None:
             self.audit.mkdir(parents=True, exist_ok=True)
@@ -296,7 +350,8 @@ class SecureFedVLRStrategy(FedVLRStrategy):
         update = aggregate_as_update(
             self.rule, self.run.shared, sec.means, sec.weights, sec.n_total, self.run.strategy.upload
         )
-        out = self._apply(server_round, [update], loss=sec.loss, nodes=sec.nodes, clients=sec.users)
+        shared = self.run.strategy.aggregate(self.run.shared, [update], self.run.specs)
+        out = self._apply(server_round, shared, loss=sec.loss, nodes=sec.nodes, clients=sec.users)
         if self.audit is not None:  # what the server holds after the round (the aggregate, nothing per node)
             np.savez(
                 self.audit / f"round{server_round:03d}-shared.npz", **{k: v.numpy() for k, v in self.run.shared.items()}
@@ -319,6 +374,15 @@ class SecureFedVLRStrategy(FedVLRStrategy):
         }
 
 
+def _record_bytes(rec: ArrayRecord) -> int:
+    return int(sum(len(a.data) for a in rec.values()))
+
+
+def _content_bytes(content: RecordDict) -> int:
+    """The bytes of a reply's arrays (what dominates its size on the wire)."""
+    return sum(_record_bytes(r) for r in content.values() if isinstance(r, ArrayRecord))
+
+
 def server_main(grid: Grid, context: Context) -> dict:
     """The ServerApp's body: build the run as the simulator would, drive Flower's round loop, write the result."""
     from ..federation.engine import FederatedRun
@@ -329,6 +393,8 @@ def server_main(grid: Grid, context: Context) -> dict:
         bb = build_backbone(data, s)
         run = FederatedRun(data, bb, s.cfg, progress=False)
         strategy = (SecureFedVLRStrategy if s.secagg else FedVLRStrategy)(run, s)
+        if s.reply_poll_interval > 0:  # Flower's own grid asks for replies every 3 s
+            grid = QuickPollGrid(grid, s.reply_poll_interval, strategy.progress.arrived)
         strategy.start(
             grid=grid,
             initial_arrays=shared_to_record(run.shared),

@@ -23,6 +23,7 @@ DEPLOY_KEYS = {
     "min-available-nodes": 1,
     "fraction-train": 1.0,
     "round-timeout": 3600.0,
+    "reply-poll-interval": 0.2,
     "evaluation": "federated",
     "result": "",
     "audit-dir": "",
@@ -55,6 +56,7 @@ class Settings:
     min_available_nodes: int = 1
     fraction_train: float = 1.0
     round_timeout: float = 3600.0
+    reply_poll_interval: float = 0.2  # how often the ServerApp asks the SuperLink for replies (0: Flower's 3 s)
     evaluation: str = "federated"
     result: str = ""
     audit_dir: str = ""
@@ -127,8 +129,10 @@ def load_data(source: str, max_users: int = 0):
     so content views stay aligned), split by its own labels or leave-one-out by time."""
     from ..datasets import load
     from ..datasets.splits import dedup, leave_one_out
+    from ..federation.synthetic import SYNTHETIC_PREFIX, synthetic_source
 
-    data = load(source)
+    # a generated population (synthetic:USERSxITEMS) is the same on every node: the scale drill splits it
+    data = synthetic_source(source) if source.startswith(SYNTHETIC_PREFIX) else load(source)
     if max_users and max_users < data.n_users:
         inter = data.inter[data.inter["user"].to_numpy() < max_users].reset_index(drop=True)
         users = data.users.iloc[:max_users] if len(data.users) else data.users

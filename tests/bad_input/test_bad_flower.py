@@ -129,11 +129,11 @@ def test_wait_refuses_an_old_result_it_would_read_as_this_runs(tmp_path):
     ids=["data", "state-dir", "auth-key"],
 )
 def test_a_supernodes_missing_files_are_refused_at_start(tmp_path, monkeypatch, flag, make, needles):
-    import os
+    from fedvlr_plus.flower import supervise
 
     def never(*args):  # the node must not start
         raise AssertionError("the SuperNode was started")
 
-    monkeypatch.setattr(os, "execv", never)
+    monkeypatch.setattr(supervise, "supervise", never)
     res = run_cli(*NODE, "--superlink", "127.0.0.1:9092", flag, make(tmp_path))
     assert_user_error(res, *needles)

@@ -28,13 +28,17 @@ from __future__ import annotations
 import logging
 import math
 
-import dp_accounting
-from dp_accounting.rdp import RdpAccountant
-
 from ...errors import ConfigError
 
 ACCOUNTANT = "dp-accounting RDP, sampled without replacement (replace-one)"
-_RELATION = dp_accounting.NeighboringRelation
+
+
+def _dp():
+    """The ``dp_accounting`` package, imported on first use: about 2 s of imports (SciPy's signal and stats)
+    that a run without upload noise never needs (every Flower message starts a process that builds a run)."""
+    import dp_accounting
+
+    return dp_accounting
 
 
 def default_delta(population: int) -> float:
@@ -49,6 +53,8 @@ def _epsilon(event, delta: float, relation) -> float:
     level = log.level
     log.setLevel(logging.ERROR)
     try:
+        from dp_accounting.rdp import RdpAccountant
+
         acc = RdpAccountant(neighboring_relation=relation)
         acc.compose(event)
         return float(acc.get_epsilon(delta))
@@ -59,30 +65,41 @@ def _epsilon(event, delta: float, relation) -> float:
 def epsilon_sampled(sigma: float, sample_size: int, population: int, rounds: int, delta: float) -> float:
     """ε of ``rounds`` rounds, ``sample_size`` of ``population`` clients each, noise multiplier ``sigma``
     (of the clip), replace-one; ``inf`` without noise."""
+    dp_accounting = _dp()
     if sigma <= 0:
         return math.inf
     round_event = dp_accounting.SampledWithoutReplacementDpEvent(
         int(population), int(sample_size), dp_accounting.GaussianDpEvent(sigma / 2.0)
     )
-    sampled = _epsilon(dp_accounting.SelfComposedDpEvent(round_event, int(rounds)), delta, _RELATION.REPLACE_ONE)
+    sampled = _epsilon(
+        dp_accounting.SelfComposedDpEvent(round_event, int(rounds)),
+        delta,
+        dp_accounting.NeighboringRelation.REPLACE_ONE,
+    )
     # the subsampling bound is not tight: at small sigma it exceeds the bound without sampling, which holds too
     return min(sampled, epsilon_server(sigma, rounds, delta))
 
 
 def epsilon_poisson(sigma: float, q: float, rounds: int, delta: float) -> float:
     """ε of the Poisson-subsampled Gaussian at rate ``q`` (add-or-remove one client)."""
+    dp_accounting = _dp()
     if sigma <= 0:
         return math.inf
     round_event = dp_accounting.PoissonSampledDpEvent(float(q), dp_accounting.GaussianDpEvent(sigma))
-    return _epsilon(dp_accounting.SelfComposedDpEvent(round_event, int(rounds)), delta, _RELATION.ADD_OR_REMOVE_ONE)
+    return _epsilon(
+        dp_accounting.SelfComposedDpEvent(round_event, int(rounds)),
+        delta,
+        dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
+    )
 
 
 def epsilon_server(sigma: float, rounds: int, delta: float) -> float:
     """ε against the server (no amplification by sampling; a client uploading every round)."""
+    dp_accounting = _dp()
     if sigma <= 0:
         return math.inf
     event = dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(sigma / 2.0), int(rounds))
-    return _epsilon(event, delta, _RELATION.REPLACE_ONE)
+    return _epsilon(event, delta, dp_accounting.NeighboringRelation.REPLACE_ONE)
 
 
 def noise_for_epsilon(

@@ -82,6 +82,20 @@ class RowSums:
         self.num.addmm_(coef.to(self.dtype), factor.to(self.dtype))
         self.den.index_add_(0, rows, weights)
 
+    def add_partial(self, rows: torch.Tensor, num: torch.Tensor, den: torch.Tensor, scale: float) -> None:
+        """Another party's sums of some uploads on ``rows`` (``num [len(rows), width]``, ``den`` float64), made
+        with weights that sum to 1 over its own uploads; ``scale`` (its share of the examples) makes them this
+        round's weights."""
+        self._flush()
+        self.num.index_add_(0, rows, num.reshape(rows.shape[0], -1).to(torch.float64).mul_(scale).to(self.dtype))
+        self.den.index_add_(0, rows, den.to(torch.float64) * scale)
+
+    def touched(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(rows, num[rows], den[rows])`` of the rows some upload touched (what a node sends of its sums)."""
+        num, den = self.result()
+        rows = torch.nonzero(den > 0).flatten()
+        return rows, num.index_select(0, rows), den.index_select(0, rows)
+
     def result(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(num [rows, width], den [rows])``."""
         self._flush()
@@ -142,6 +156,20 @@ class RunningSums:
         for name, stacked in chunk.dense.items():
             self.dense[name].add_stacked(stacked, weights)
         self.count += len(chunk)
+
+    def add_partial(self, rows: dict, dense: dict, scale: float, count: int) -> None:
+        """Another party's sums over ``count`` uploads (a Flower node's, :mod:`fedvlr_plus.flower.node_sums`):
+        ``rows[name] = (row ids, num, den)`` per item table, ``dense[name]`` per dense array, weighted within that
+        party; ``scale`` is its share of the round's examples."""
+        if set(rows) != set(self.rows) or set(dense) != set(self.dense):
+            raise ValueError(f"partial sums of {sorted({*rows, *dense})}, expected {sorted(self.shapes)}")
+        for name, (r, num, den) in rows.items():
+            self.rows[name].add_partial(r.long(), num, den, scale)
+        for name, total in dense.items():
+            acc = self.dense[name]
+            part = total.to(torch.float64).reshape(self.shapes[name]) * scale
+            acc.total = part if acc.total is None else acc.total + part
+        self.count += int(count)
 
     def row_sums(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
         return self.rows[name].result()
