@@ -491,3 +491,15 @@ def test_server_side_evaluation_sends_no_evaluate_messages(tmp_path):
     run.store, run.sim.store = MemoryStore(), MemoryStore()  # forget every private state: fresh users
     fresh = run.evaluate("test", "full").summary()
     assert res["test"] == pytest.approx(fresh, abs=1e-6)
+
+
+def test_a_deployment_chooses_what_the_router_weighs_as_run_does():
+    from fedvlr_plus.flower.settings import fedvlr_options
+
+    default = fl.Settings.from_run_config({"data": "ml-100k", "fusion": "fedvlr"})
+    assert default.router_over == "auto" and fedvlr_options(default).router_over == "auto"
+    operators = fl.Settings.from_run_config({"data": "ml-100k", "fusion": "fedvlr", "router-over": "operators"})
+    assert fedvlr_options(operators).router_over == "operators"
+    wrong = fl.Settings.from_run_config({"data": "ml-100k", "fusion": "fedvlr", "router-over": "modalities"})
+    with pytest.raises(ValueError, match="router over must be one of"):
+        fedvlr_options(wrong)

@@ -17,6 +17,7 @@ DEPLOY_KEYS = {
     "fusion": "none",
     "router-temperature": 1.0,
     "router-balance": 0.0,
+    "router-over": "auto",
     "cold-neighbours": 10,
     "min-train-nodes": 1,
     "min-evaluate-nodes": 1,
@@ -50,6 +51,7 @@ class Settings:
     fusion: str = "none"
     router_temperature: float = 1.0
     router_balance: float = 0.0
+    router_over: str = "auto"  # what the private router weighs: auto | views | operators (as run --router-over)
     cold_neighbours: int = 10
     min_train_nodes: int = 1
     min_evaluate_nodes: int = 1
@@ -158,13 +160,15 @@ def build_backbone(data, s: Settings):
 
 
 def fedvlr_options(s: Settings):
-    """The FedVLR layer's options of a deployment (the run config's ``fusion``, ``router-*``, ``cold-neighbours``)."""
+    """The FedVLR layer's options of a deployment (the run config's ``fusion``, ``router-*``, ``cold-neighbours``);
+    a bad value is the layer's own one-line error."""
     from ..fedvlr import FedVLROptions
 
     return FedVLROptions(
         mode=s.fusion,
         temperature=s.router_temperature,
         balance=s.router_balance,
+        router_over=s.router_over,
         cold_neighbours=s.cold_neighbours,
         progress=False,
     )
