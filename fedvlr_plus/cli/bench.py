@@ -167,21 +167,31 @@ def _register_runs(sub) -> None:
     s.set_defaults(func=cmd_bench_runs)
 
 
-def cmd_bench_runs(args) -> int:
+def _shared_data():
+    """The folder of the real data sets the benchmarks read: ``$FEDVLR_SHARED_DATA``, else ``../shared/data``."""
     import os
+    from pathlib import Path
+
+    return Path(os.environ.get("FEDVLR_SHARED_DATA") or Path.cwd().parent / "shared" / "data")
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def cmd_bench_runs(args) -> int:
     from pathlib import Path
 
     from ..bench.runs import run_all
 
-    shared = Path(os.environ.get("FEDVLR_SHARED_DATA") or Path.cwd().parent / "shared" / "data")
     only = set(args.cases.split(",")) if args.cases else None
     doc = run_all(
         Path(args.out),
-        shared_data=shared,
+        shared_data=_shared_data(),
         quick=args.quick,
         only=only,
         timeout=args.case_timeout,
-        progress=lambda line: print(line, file=sys.stderr, flush=True),
+        progress=_say,
     )
     print((Path(args.out) / "runs.md").read_text(), end="")
     print(f"wrote {Path(args.out) / 'runs.json'} and runs.md", file=sys.stderr)
@@ -189,23 +199,21 @@ def cmd_bench_runs(args) -> int:
 
 
 def cmd_bench_suite(args) -> int:
-    import os
     from pathlib import Path
 
     from ..bench.suite import SCALE_SOURCE, run_suite
 
-    shared = Path(os.environ.get("FEDVLR_SHARED_DATA") or Path.cwd().parent / "shared" / "data")
     only = set(args.cases.split(",")) if args.cases else None
     doc = run_suite(
         Path(args.out),
-        shared_data=shared,
+        shared_data=_shared_data(),
         quick=args.quick,
         only=only,
         scale_source=args.scale_source or SCALE_SOURCE,
         device=args.device,
         case_timeout=args.case_timeout,
         sequential=not args.no_sequential,
-        progress=lambda line: print(line, file=sys.stderr, flush=True),
+        progress=_say,
     )
     print((Path(args.out) / "suite.md").read_text(), end="")
     failed = [c["id"] for c in doc["cases"] if c["status"] == "failed"]

@@ -27,12 +27,15 @@ def _png(fig) -> bytes:
     return buf.getvalue()
 
 
-def _whole_rounds(*axes) -> None:
-    """Round axes tick at whole rounds only."""
+def _round_axes(*axes, legend_size: int = 8) -> None:
+    """Axes over rounds: ticks at whole rounds only, a label, a light grid and the legend."""
     from matplotlib.ticker import MaxNLocator
 
     for ax in axes:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("round")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=legend_size)
 
 
 def _colour(i: int) -> str:
@@ -57,11 +60,7 @@ def learning_curves(histories: dict[int, list[dict]], metric: str, selected: dic
         )
     ax_valid.set_title(f"validation {metric} (circle: selected round)", fontsize=10)
     ax_loss.set_title("training loss (mean over clients)", fontsize=10)
-    _whole_rounds(ax_valid, ax_loss)
-    for ax in (ax_valid, ax_loss):
-        ax.set_xlabel("round")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+    _round_axes(ax_valid, ax_loss)
     return _png(fig)
 
 
@@ -114,9 +113,5 @@ def router_rounds(round_logs: dict[int, list[dict]]) -> bytes | None:
             ax_h.plot(*zip(*points), marker=".", color=_colour(i), label=f"seed {seed}")
     ax_w.set_title("router: mean weight per expert, by round", fontsize=10)
     ax_h.set_title("router: mean entropy over users, by round", fontsize=10)
-    _whole_rounds(ax_w, ax_h)
-    for ax in (ax_w, ax_h):
-        ax.set_xlabel("round")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+    _round_axes(ax_w, ax_h, legend_size=7)
     return _png(fig)
