@@ -120,7 +120,7 @@ def _register_drill(sub) -> None:
     d = sub.add_parser("drill", help="a SuperLink and K SuperNodes on loopback, measured beside the in-process run")
     d.add_argument("source", metavar="SOURCE", help="ml-100k, synthetic:USERSxITEMS, or a dataset folder")
     d.add_argument("--nodes", type=positive_int, default=2, help="SuperNodes; the users are split among them")
-    d.add_argument("--rounds", type=positive_int, default=3)
+    d.add_argument("--rounds", type=positive_int, default=3, help="federated rounds of both runs (default 3)")
     d.add_argument("--out", required=True, help="folder for drill.json, the result and the processes' logs")
     d.add_argument("--app", default="examples/flower_app", metavar="APP_DIR", help="the Flower App folder")
     d.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
