@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..atomic_write import atomic_write_text
 from ..phases import PHASES_ENV, STARTED_ENV
+from .suite import _stderr_lines
 
 #: the phases a command records, in the order of the table
 PHASES = ("start-up", "loading", "training", "evaluation")
@@ -78,7 +79,7 @@ def run_case(case: dict, phases_file: Path, timeout: float | None = None) -> dic
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
-        tail = [line for line in proc.stderr.splitlines() if line.strip()][-5:]
+        tail = _stderr_lines(proc.stderr)[-5:]
         return {"status": "failed", "reason": f"exit code {proc.returncode}", "stderr_tail": tail}
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return {"status": "ok", "wall_s": wall, "cpu_s": cpu, "phases": read_phases(phases_file, wall, cpu)}

@@ -39,10 +39,10 @@ def cmd_data_stats(args) -> int:
 
 def _next_after_stats(source: str) -> str:
     """Where to go once the data reads as expected: the reference rankers, then a federated backbone."""
-    from shlex import quote
+    from ..errors import shell_word
 
     return (
-        f"next: the reference rankers on it, fedvlr-plus run {quote(source)} --backbone pop, then a federated "
+        f"next: the reference rankers on it, fedvlr-plus run {shell_word(source)} --backbone pop, then a federated "
         f"backbone with --backbone fedavg"
     )
 

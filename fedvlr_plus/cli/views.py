@@ -119,10 +119,10 @@ def _build(args) -> int:
 
 def _next_after_build(source: str, store) -> str:
     """Where a built store goes: ``--views`` of the commands that train the layer."""
-    from shlex import quote
+    from ..errors import shell_word
 
-    return (f"next: pass --views {quote(str(store))} to run, coldstart or experiment paper-table, e.g. fedvlr-plus "
-            f"run {quote(source)} --backbone fedavg --fusion fedvlr --views {quote(str(store))}")
+    return (f"next: pass --views {shell_word(store)} to run, coldstart or experiment paper-table, e.g. fedvlr-plus "
+            f"run {shell_word(source)} --backbone fedavg --fusion fedvlr --views {shell_word(store)}")
 
 
 def _info(args) -> int:

@@ -180,7 +180,7 @@ def by_lean(result, rows: dict[str, RowRun], metric: str, against=(SUM_ROW, UNIF
     if row is None or not row.weights:
         return []
     users = row.users[0]
-    w = np.mean([_aligned(wt, u, users) for wt, u in zip(row.weights, row.users)], 0)
+    w = seed_mean_weights(row, users)
     mine = result.per_user(VIEWS_ROW).set_index("user")[metric]
     out = []
     lean, top = w.argmax(1), w.max(1)
@@ -211,7 +211,7 @@ def per_user(result, rows: dict[str, RowRun], metric: str, group=None) -> dict |
         return None
     mine = result.per_user(VIEWS_ROW).set_index("user")[metric]
     users = row.users[0][np.isin(row.users[0], mine.index)]
-    w = np.mean([_aligned(wt, u, users) for wt, u in zip(row.weights, row.users)], 0)
+    w = seed_mean_weights(row, users)
     gain = mine.loc[users] - result.per_user(SUM_ROW).set_index("user")[metric].reindex(users)
     out = {
         "experts": list(row.experts),
@@ -223,6 +223,11 @@ def per_user(result, rows: dict[str, RowRun], metric: str, group=None) -> dict |
     if group is not None:
         out["group"] = [str(g) for g in np.asarray(group)[users]]
     return out
+
+
+def seed_mean_weights(row: RowRun, users: np.ndarray) -> np.ndarray:
+    """The routed row's router weights of ``users`` (in that order), averaged over its seeds."""
+    return np.mean([_aligned(wt, u, users) for wt, u in zip(row.weights, row.users)], 0)
 
 
 def _aligned(weights: np.ndarray, users: np.ndarray, order: np.ndarray) -> np.ndarray:

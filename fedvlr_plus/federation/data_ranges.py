@@ -32,10 +32,11 @@ def check_against_data(cfg, data) -> None:
 
 
 def _note_large_cutoffs(cfg, name: str, n_items: int) -> None:
-    too_big = sorted(k for k in {*cfg.ks, int(cfg.valid_metric.split("@")[1])} if k >= n_items)
+    valid_k = int(cfg.valid_metric.split("@")[1])
+    too_big = sorted(k for k in {*cfg.ks, valid_k} if k >= n_items)
     if not too_big:
         return
-    chooses = int(cfg.valid_metric.split("@")[1]) >= n_items
+    chooses = valid_k >= n_items
     say_once(
         f"note: cut-off {', '.join(map(str, too_big))} is at least the catalogue of {name} ({n_items:,} items): "
         "every item is in that top list, so the figure says nothing"

@@ -44,13 +44,17 @@ def successive_halving(
     if not recipes:
         raise ValueError("no recipe to choose from")
     report = TuningReport(metric=metric, seed=seed, recipes=list(recipes))
+
+    def better_first(recipe: Recipe) -> tuple:  # a tie keeps the earlier recipe of the grid
+        return -report.scores[recipe.name], recipes.index(recipe)
+
     alive = list(recipes)
     for i, budget in enumerate(budgets):
         for recipe, score in zip(alive, train_to(alive, budget)):
             report.scores[recipe.name] = float(score)
         if len(alive) == 1 or i == len(budgets) - 1:
             break
-        ranked = sorted(alive, key=lambda r: (-report.scores[r.name], recipes.index(r)))
+        ranked = sorted(alive, key=better_first)
         kept = set(r.name for r in ranked[: math.ceil(len(alive) / 2)])
         stopped = [r for r in alive if r.name not in kept]
         for r in stopped:
@@ -60,5 +64,5 @@ def successive_halving(
             on_rung(budget, alive, stopped, dict(report.scores))
         if len(alive) == 1:  # the choice is made: the run trains it on every seed next
             break
-    report.selected = min(alive, key=lambda r: (-report.scores[r.name], recipes.index(r))).name
+    report.selected = min(alive, key=better_first).name
     return report
