@@ -43,3 +43,6 @@ class FCF(Backbone):
 
     def head(self, p, vecs, ctx):
         return rowdot(vecs, p["user_emb"])
+
+    def scoring_floats_per_item(self, table_width: int) -> int:
+        return 2  # every item's logit is one product of the shared table with the users' factors

@@ -37,3 +37,8 @@ class FedAvgMF(Backbone):
 
     def head(self, p, vecs, ctx):
         return rowdot(vecs, p["head_w"]) + p["head_b"][..., None]
+
+    def scoring_floats_per_item(self, table_width: int) -> int:
+        # every item's logit is one product of the shared table with the users' heads, and no [users, items, d]
+        # tensor is formed; a personal copy of the table (PFedRec) is scored per user as the default assumes
+        return 2 if not self.personal_copies else super().scoring_floats_per_item(table_width)

@@ -30,3 +30,10 @@ def layer_norm(x: torch.Tensor, g: torch.Tensor, b: torch.Tensor, eps: float = 1
     if g.dim() == 1:
         return y * g + b
     return y * _lead(g, y) + _lead(b, y)
+
+
+def weighted_bce_sums(logits: torch.Tensor, y: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """Each row's weighted binary cross-entropy, ``Σ_j w_j (softplus(x_j) - y_j x_j)``: the loss of
+    ``F.binary_cross_entropy_with_logits(x, y, weight=w, reduction="none").sum(-1)`` up to float rounding, in half
+    its time on the CPU. For steps whose gradient is formed in closed form, where the loss is only reported."""
+    return ((F.softplus(logits) - y * logits) * weight).sum(-1)

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from fedvlr_plus.adapters import BACKBONES, make_backbone, take_rows
+from fedvlr_plus.adapters.base import Backbone
 from fedvlr_plus.adapters.fedrap import FedRAP
 from fedvlr_plus.federation.state.initial import init_private_states, init_shared_state
 
@@ -88,7 +89,15 @@ def test_ncf_scores_every_item_block_by_block_bit_for_bit_as_its_head():
         one, one_whole = bb.logits(p_one, None), bb.head(p_one, bb.item_repr(p_one, None, {}), {})
     assert blocked.shape == (users, n_items) and torch.equal(blocked, whole)
     assert one.shape == (n_items,) and torch.equal(one, one_whole)
-    assert bb.scoring_floats_per_item(2 * dim) < make_backbone("fedavg", n_items, dim).scoring_floats_per_item(dim)
+    # block by block, it holds fewer floats per item than the generic forward's [users, items, 2d] vectors
+    assert bb.scoring_floats_per_item(2 * dim) < Backbone.scoring_floats_per_item(bb, 2 * dim)
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fcf", "pfedrec"])
+def test_dot_heads_score_every_item_with_one_product(name):
+    bb = make_backbone(name, 50, 8)
+    # a shared table scores as one product (2 floats per item); PFedRec's per-user copies of the table do not
+    assert (bb.scoring_floats_per_item(8) == 2) == (name != "pfedrec")
 
 
 def test_fedrap_curriculum_does_not_compound():

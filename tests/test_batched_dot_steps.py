@@ -107,3 +107,18 @@ def test_row_by_id_steps_of_a_big_catalogue_equal_the_sequential_reference(kerne
     for c in range(25):
         x, y = got_store.load(c), want_store.load(c)
         assert all(torch.allclose(x[k], y[k], atol=1e-5) for k in x), c
+
+
+def test_the_reported_loss_is_the_weighted_cross_entropy():
+    import torch.nn.functional as F
+
+    from fedvlr_plus.nn import weighted_bce_sums
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 50, generator=g, dtype=torch.float64) * 8
+    x[0, :4] = torch.tensor([-100.0, 100.0, 30.0, -30.0], dtype=torch.float64)  # the stable range of both forms
+    y = (torch.rand(6, 50, generator=g) < 0.3).double()
+    w = torch.rand(6, 50, generator=g, dtype=torch.float64)
+    want = F.binary_cross_entropy_with_logits(x, y, weight=w, reduction="none").sum(1)
+    # softplus returns x itself above 20, where log(1 + e^x) is x + 2e-9: equal to 1e-8
+    assert torch.allclose(weighted_bce_sums(x, y, w), want, rtol=1e-8, atol=1e-8)

@@ -7,7 +7,15 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from fedvlr_plus.evaluation.stats import _rng_kwarg, bootstrap_ci
+from fedvlr_plus.evaluation.stats import bootstrap_ci, bootstrap_cis
+
+
+def _rng_kwarg(seed: int) -> dict:
+    # SciPy >= 1.15 takes ``rng``; older releases only ``random_state``.
+    import inspect
+
+    name = "rng" if "rng" in inspect.signature(stats.bootstrap).parameters else "random_state"
+    return {name: np.random.default_rng(seed)}
 
 
 def _scipy_interval(x, method, seed):
@@ -29,6 +37,23 @@ def test_same_interval_as_scipy_on_small_samples(n, method):
         if not all(math.isfinite(v) for v in old):
             continue  # SciPy's BCa is undefined here; bootstrap_ci falls back to the percentile interval
         assert bootstrap_ci(x, method=method, seed=n) == pytest.approx(old, abs=1e-12, rel=0)
+
+
+def test_metrics_drawn_together_get_the_interval_each_gets_alone():
+    g = np.random.default_rng(3)
+    cols = {
+        "hr": (g.random(700) < 0.2).astype(float),
+        "ndcg": np.where(g.random(700) < 0.2, g.random(700), 0.0),
+        "flat": np.full(700, 0.5),
+        "none": [],
+    }
+    together = bootstrap_cis(cols, seed=11)
+    for name, values in cols.items():
+        alone = bootstrap_ci(values, seed=11)
+        assert together[name] == alone or all(math.isnan(v) for v in alone + together[name]), name
+    assert together["hr"] != together["ndcg"]
+    with pytest.raises(ValueError, match="same users"):
+        bootstrap_cis({"a": [0.0, 1.0], "b": [0.0, 1.0, 1.0]})
 
 
 def test_hundred_thousand_users_in_small_memory():

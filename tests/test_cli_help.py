@@ -3,6 +3,7 @@ defaults and the backbone list, and building the parser imports no torch (so --h
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -77,6 +78,18 @@ def test_building_the_parser_imports_no_heavy_library():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "", f"imported while building the parser: {out.stdout.strip()}"
+
+
+def test_a_run_does_not_import_scipy_stats():
+    # scipy.stats costs about half a second of start-up; a run needs only its resampling, drawn with numpy
+    code = (
+        "import sys; from fedvlr_plus.cli.main import main; main(['run', 'ml-100k', '--backbone', 'pop', '--json']); "
+        "print('scipy.stats' in sys.modules)"
+    )
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "False", "a pop run imported scipy.stats"
 
 
 def test_torch_free_names_match_the_modules_that_define_them():

@@ -239,3 +239,18 @@ def test_paired_test():
     assert p["n"] == 30 and p["n_only_a"] == 30
     with pytest.raises(KeyError, match="mrr@10"):
         paired_test(a, b, "mrr@10")
+
+
+@pytest.mark.parametrize("protocol,mask_history", [("full", "train"), ("full", "all"), ("sampled", "train")])
+def test_a_kept_cache_gives_the_same_result_as_none(protocol, mask_history):
+    data = random_data(n_test=2, seed=7)
+    S = np.random.default_rng(7).normal(size=(data.n_users, data.n_items)).astype(np.float32)
+    cache: dict = {}
+    kw = dict(split="test", protocol=protocol, mask_history=mask_history, ks=(5, 20))
+    plain = evaluate(data, matrix_scorer(S), **kw)
+    for _ in range(2):  # the first call fills the cache, the second reads it
+        cached = evaluate(data, matrix_scorer(S), cache=cache, **kw)
+        pd.testing.assert_frame_equal(cached.per_user, plain.per_user)
+        pd.testing.assert_frame_equal(cached.per_user_cold, plain.per_user_cold)
+    assert ("pairs", "test") in cache
+    assert any(key[0] == "mask" for key in cache) == (protocol == "full")

@@ -56,6 +56,20 @@ def test_compared_counts_equal_the_sorted_counts(dtype, kernel_always):
             assert np.array_equal(a, b)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_counts_compared_in_torch_equal_the_sorted_counts(dtype):
+    for seed in range(4):
+        scores, mask, pair_rows, pair_items = _batch(dtype, seed)
+        canonical = mask.copy()
+        canonical.sum_duplicates()
+        masked = _mask_tensor(canonical, scores)
+        want = metrics.masked_rank_counts(scores, masked, pair_rows, pair_items)
+        got = row_ranks.tensor_rank_counts(scores, masked, pair_rows, pair_items)
+        for a, b in zip(got, want):
+            assert np.array_equal(a, b)
+        assert (want[1] == 0).any() and (want[0] > 0).any()  # masked targets and misses are in the batch
+
+
 def test_the_sorting_path_stays_where_comparing_would_not_pay(kernel_always, monkeypatch):
     scores, mask, pair_rows, pair_items = _batch(np.float32)
     assert row_ranks.compared_rank_counts(scores.to(torch.bfloat16), mask, pair_rows, pair_items) is None

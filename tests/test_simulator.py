@@ -69,6 +69,20 @@ def test_schedule_contents_and_independence_from_the_group():
     assert len(set(sched.ex_item[sched.ex_label == 0].tolist())) > 30
 
 
+def test_schedule_is_the_same_with_and_without_the_bitmaps(monkeypatch):
+    from fedvlr_plus.federation.simulation import schedule
+
+    indptr, indices = tiny_csr(n_users=60, n_items=90, seed=4)
+    kw = dict(seed=5, round=3, epochs=2, negatives=3, batch_size=4)
+    dense = build_schedule(indptr, indices, np.arange(60), 90, **kw)
+    monkeypatch.setattr(schedule, "dense_key_space", lambda size, lookups: False)
+    searched = build_schedule(indptr, indices, np.arange(60), 90, **kw)
+    for name in ("ex_client", "ex_step", "ex_slot", "ex_item", "ex_label", "touched_ptr", "touched", "ex_local"):
+        assert np.array_equal(getattr(dense, name), getattr(searched, name)), name
+    negatives = dense.ex_item[dense.ex_label == 0]
+    assert len(np.unique(negatives)) > 60  # the draws reach most of the catalogue
+
+
 def test_schedule_errors():
     indptr = np.array([0, 0, 2])
     with pytest.raises(ValueError, match="no training"):

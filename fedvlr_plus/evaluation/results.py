@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from .metrics import TIE_POLICY
-from .stats import bootstrap_ci
+from .stats import bootstrap_cis
 
 WHICH = ("all", "warm", "cold")
 
@@ -71,16 +71,8 @@ class EvalResult:
     ) -> dict[str, list[float]]:
         """Metric -> ``[low, high]`` bootstrap interval of the mean over users (:func:`scipy.stats.bootstrap`)."""
         f = self.frame(which)
-        return {
-            m: bootstrap_ci(
-                f[m].to_numpy() if m in f.columns else [],
-                level=level,
-                n_resamples=n_resamples,
-                seed=seed,
-                method=method,
-            )
-            for m in self.metric_names
-        }
+        columns = {m: (f[m].to_numpy() if m in f.columns else []) for m in self.metric_names}
+        return bootstrap_cis(columns, level=level, n_resamples=n_resamples, seed=seed, method=method)
 
     def to_json(self, prefix: str = "test", ci: bool = True) -> dict:
         """A JSON-ready dict: summaries for all/warm/cold targets, user counts, optional CIs and the tie policy.

@@ -67,6 +67,30 @@ def compared_rank_counts(
     return greater, ties, n - np.diff(mask_ptr)
 
 
+#: without the kernel, compare in torch while a batch has at most this many targets per user on average: each
+#: target reads its user's row once (ml-100k leave-one-out: 2 ms a validation instead of 20 ms of row sorts)
+TENSOR_COMPARE_UP_TO = 4
+
+
+def tensor_rank_counts(scores: torch.Tensor, masked: torch.Tensor, pair_rows, pair_items):
+    """``(greater, ties, n_candidates)`` as :func:`~.metrics.masked_rank_counts` gives them, by comparing each target
+    with its own row in torch (``masked``: ``[B, n]`` bool, True = not a candidate). Masked items go to -inf as
+    there, so the integer counts are the same, ties and infinities included."""
+    dev, n = scores.device, scores.shape[1]
+    rows = torch.as_tensor(np.asarray(pair_rows, dtype=np.int64), device=dev)
+    items = torch.as_tensor(np.asarray(pair_items, dtype=np.int64), device=dev)
+    n_masked = masked.sum(dim=1)
+    row_scores = scores.masked_fill(masked, float("-inf")).index_select(0, rows)
+    t = scores[rows, items].unsqueeze(1)
+    greater = (row_scores > t).sum(dim=1)
+    ties = (row_scores == t).sum(dim=1)
+    # a target at -inf ties with every masked item (at -inf too): those are not candidates
+    ties = ties - torch.where(torch.isneginf(t[:, 0]), n_masked[rows], torch.zeros_like(ties))
+    ties = torch.where(masked[rows, items], torch.zeros_like(ties), ties)
+    as_np = (greater, ties, n - n_masked)
+    return tuple(x.cpu().numpy().astype(np.int64) for x in as_np)
+
+
 def _csr_rows(mask_rows, b_n: int) -> tuple[np.ndarray, np.ndarray]:
     """The mask's row pointers and column indices as int64, each row free of duplicates (an empty mask: no rows)."""
     if mask_rows is None:

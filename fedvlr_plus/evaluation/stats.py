@@ -27,29 +27,29 @@ def _scipy():
     return special, stats
 
 
-def _rng_kwarg(seed: int) -> dict:
-    # SciPy >= 1.15 takes ``rng``; older releases only ``random_state``.
-    import inspect
-
-    _, stats = _scipy()
-    name = "rng" if "rng" in inspect.signature(stats.bootstrap).parameters else "random_state"
-    return {name: np.random.default_rng(seed)}
-
-
 # Resamples drawn per batch: the index and gathered arrays are RESAMPLE_FLOATS floats each whatever the number
 # of users, so an interval costs O(n) memory (SciPy's default batch is all resamples at once).
 RESAMPLE_FLOATS = 1 << 21
 
 
-def _bootstrap_means(x: np.ndarray, n_resamples: int, seed: int) -> np.ndarray:
-    """The bootstrap distribution of the mean: SciPy's resampling, drawn in bounded batches (the batch size does
-    not change the draws: the same generator fills the same indices in the same order)."""
-    batch = max(1, min(n_resamples, RESAMPLE_FLOATS // len(x)))
-    _, stats = _scipy()
-    res = stats.bootstrap(
-        (x,), np.mean, n_resamples=n_resamples, batch=batch, method="percentile", vectorized=True, **_rng_kwarg(seed)
-    )
-    return np.asarray(res.bootstrap_distribution, dtype=np.float64)
+def _bootstrap_means(columns: np.ndarray, n_resamples: int, seed: int) -> np.ndarray:
+    """The bootstrap distribution of the mean of each row of ``columns`` (``[metrics, users]``): ``[metrics,
+    n_resamples]``.
+
+    These are the resamples :func:`scipy.stats.bootstrap` draws for ``numpy.random.default_rng(seed)`` (one
+    ``integers(0, n, (batch, n))`` per batch) and the means it takes, drawn here without importing scipy.stats
+    (half a second, most of what a run's intervals cost) and once for all the metrics of a group, which used
+    to draw the same indices once each. tests/test_bootstrap_scale.py checks the intervals equal SciPy's."""
+    n = columns.shape[1]
+    batch = max(1, min(n_resamples, RESAMPLE_FLOATS // n))
+    rng = np.random.default_rng(seed)
+    out = np.empty((columns.shape[0], n_resamples), dtype=np.float64)
+    for start in range(0, n_resamples, batch):
+        size = min(batch, n_resamples - start)
+        idx = rng.integers(0, n, (size, n))
+        for row, x in enumerate(columns):
+            out[row, start : start + size] = np.mean(x[idx], axis=-1)
+    return out
 
 
 def _bca_levels(x: np.ndarray, means: np.ndarray, alpha: float) -> tuple[float, float]:
@@ -58,7 +58,8 @@ def _bca_levels(x: np.ndarray, means: np.ndarray, alpha: float) -> tuple[float, 
     The acceleration comes from the jackknife of the mean in closed form: leaving out x_i moves the mean by
     (x_i - mean) / (n - 1), so a = sum(d^3) / (6 sum(d^2)^1.5) with d = x - mean. SciPy forms the n leave-one-out
     samples instead (an n x n array); the two agree to rounding."""
-    special, _ = _scipy()
+    from scipy import special  # milliseconds, unlike scipy.stats
+
     theta = float(np.mean(x))
     z0 = special.ndtri((np.count_nonzero(means < theta) + np.count_nonzero(means <= theta)) / (2 * len(means)))
     d = x - theta
@@ -69,10 +70,13 @@ def _bca_levels(x: np.ndarray, means: np.ndarray, alpha: float) -> tuple[float, 
     return float(lo), float(hi)
 
 
-def _quantile(a: np.ndarray, levels: np.ndarray) -> np.ndarray:
-    # what scipy.stats.bootstrap reads its interval with: stats.quantile (SciPy >= 1.15), linear interpolation
-    quantile = getattr(_scipy()[1], "quantile", None)
-    return quantile(a, levels) if quantile is not None else np.quantile(a, levels)
+def _check_interval_args(level: float, method: str) -> str:
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    kind = method.lower()
+    if kind not in ("bca", "percentile", "basic"):
+        raise ValueError(f"method must be 'BCa', 'percentile' or 'basic', got {method!r}")
+    return kind
 
 
 def bootstrap_ci(
@@ -89,21 +93,45 @@ def bootstrap_ci(
     all values equal -> ``[v, v]`` (every resample has the same mean).
     """
     x = np.asarray(values, dtype=np.float64).ravel()
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"level must be in (0, 1), got {level}")
-    kind = method.lower()
-    if kind not in ("bca", "percentile", "basic"):
-        raise ValueError(f"method must be 'BCa', 'percentile' or 'basic', got {method!r}")
+    return bootstrap_cis({"x": x}, level=level, n_resamples=n_resamples, seed=seed, method=method)["x"]
+
+
+def bootstrap_cis(
+    columns: dict, *, level: float = 0.95, n_resamples: int = 2000, seed: int = 0, method: str = "BCa"
+) -> dict[str, list[float]]:
+    """:func:`bootstrap_ci` of each column (name -> values of the same users), the users drawn once for all:
+    each interval is the one :func:`bootstrap_ci` gives the column alone."""
+    kind = _check_interval_args(level, method)
+    xs = {name: np.asarray(v, dtype=np.float64).ravel() for name, v in columns.items()}
+    out = {name: _degenerate_interval(x) for name, x in xs.items()}
+    varied = [name for name, x in xs.items() if out[name] is None]
+    if not varied:
+        return out
+    if len({len(xs[name]) for name in varied}) > 1:
+        raise ValueError("bootstrap_cis: every column must hold the same users")
+    means = _bootstrap_means(np.stack([xs[name] for name in varied]), int(n_resamples), seed)
+    for name, m in zip(varied, means):
+        out[name] = _interval(xs[name], m, level, kind)
+    return out
+
+
+def _degenerate_interval(x: np.ndarray) -> list[float] | None:
+    """The interval of a sample every resample gives the same mean (empty: NaN), else None."""
     if len(x) == 0:
         return [math.nan, math.nan]
     if np.all(x == x[0]):
         return [float(x[0]), float(x[0])]
-    means = _bootstrap_means(x, int(n_resamples), seed)
+    return None
+
+
+def _interval(x: np.ndarray, means: np.ndarray, level: float, kind: str) -> list[float]:
+    """The interval of ``kind`` read from the bootstrap means (linear interpolation between order statistics, as
+    SciPy reads it)."""
     alpha = (1.0 - level) / 2
     levels = _bca_levels(x, means, alpha) if kind == "bca" else (math.nan, math.nan)
     if not all(math.isfinite(p) for p in levels):
         levels = (alpha, 1.0 - alpha)
-    low, high = (float(q) for q in _quantile(means, np.asarray(levels)))
+    low, high = (float(q) for q in np.quantile(means, np.asarray(levels)))
     if kind == "basic":
         theta = float(np.mean(x))
         low, high = 2 * theta - high, 2 * theta - low

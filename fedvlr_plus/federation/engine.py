@@ -128,6 +128,8 @@ class FederatedRun:
         self._kept: dict | None = None
         self.bad_evals = 0
         self.stopped_early = False
+        #: the evaluated splits' target pairs and masked history, read from ``data`` once (it does not change)
+        self._eval_cache: dict = {}
 
     def _resolve_settings(self) -> None:
         """The settings left to the backbone (None in the config) resolved, the clients per round, the upload
@@ -233,7 +235,7 @@ class FederatedRun:
         with phase("evaluation"):
             return evaluate(self.data, self.scorer(), split=split, protocol=protocol, ks=tuple(self.cfg.ks),
                             metrics=tuple(self.cfg.metrics), mask_history=self.cfg.mask_history,
-                            seed=int(self.cfg.seed))
+                            seed=int(self.cfg.seed), cache=self._eval_cache)
 
     def _test_now(self) -> dict:
         """Test of the current model: full-sort, and sampled where validation is sampled or both are asked for."""

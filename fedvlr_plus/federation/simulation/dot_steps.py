@@ -23,7 +23,8 @@ without weight decay only (a decayed row is not a sum of rank-one steps of the s
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
+
+from ...nn import weighted_bce_sums
 
 #: use these steps while the catalogue has at most this many rows per example slot of a step (a GEMM reads a
 #: row for about 1/30 of the cost of gathering it, one thread, d = 64)
@@ -67,7 +68,7 @@ class DotSteps:
         if earlier is not None:
             overlap = (earlier * dlog.unsqueeze(0)).sum(-1)  # [s, C]
             g_w = g_w - self.item_lr * torch.bmm(overlap.T.unsqueeze(1), self.heads[:s].transpose(0, 1)).squeeze(1)
-        loss = F.binary_cross_entropy_with_logits(logits, y, weight=a, reduction="none").sum(1)
+        loss = weighted_bce_sums(logits, y, a)
         self.s += 1
         return g_w, (dlog.sum(1) if b is not None else None), loss
 
