@@ -397,3 +397,29 @@ def test_a_recipe_continued_across_budgets_scores_as_if_trained_straight(tmp_pat
     for c in survivors:
         assert c["valid"] == pytest.approx(straight[c["name"]], abs=1e-12), c["name"]
     assert "tuning: after 2 rounds, kept" in err_out.err
+
+
+@pytest.mark.parametrize("with_folder", [True, False])
+def test_paper_table_tune_halves_the_grid_and_survivors_score_as_if_trained_straight(
+    tmp_path, capsys, monkeypatch, with_folder
+):
+    from fedvlr_plus.fedvlr import halving
+
+    src = _folder(tmp_path / "data")
+    argv = ["experiment", "paper-table", str(src), "--backbones", "fedavg", "--variants", "fedvlr", "--seeds", "1"]
+    argv += ["--rounds", "8", "--eval-every", "2", "--local-epochs", "1", "--dim", "8", "--metrics", "hr@10,ndcg@10"]
+    argv += ["--valid-metric", "ndcg@10", "--no-progress", "--tune", "--json"]
+    assert main([*argv, "--no-halving"]) == 0
+    straight = {c["name"]: c["valid"] for c in _last_json(capsys)["tuning"]["fedavg+fedvlr"]["candidates"]}
+    monkeypatch.setattr(halving, "MIN_ROUNDS_TO_HALVE", 8)  # 8 rounds are too short to cut by default
+    out = ["--out", str(tmp_path / "table")] if with_folder else []
+    assert main([*argv, *out]) == 0
+    captured = capsys.readouterr()
+    tune = json.loads(captured.out.strip().splitlines()[-1])["tuning"]["fedavg+fedvlr"]
+    stopped = {c["name"]: c["stopped_at_round"] for c in tune["candidates"]}
+    assert sorted(set(stopped.values()) - {None}) == [2, 4]  # budgets 2, 4 and 8
+    survivors = [c for c in tune["candidates"] if c["stopped_at_round"] is None]
+    assert len(survivors) == 2 and tune["selected"] in [c["name"] for c in survivors]
+    for c in survivors:  # continued from its checkpoint at each budget: the score of a straight run
+        assert c["valid"] == pytest.approx(straight[c["name"]], abs=1e-12), c["name"]
+    assert "paper-table: tuning fedavg+fedvlr: after 2 rounds, kept" in captured.err

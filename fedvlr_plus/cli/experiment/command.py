@@ -66,10 +66,16 @@ def register(sub) -> argparse.ArgumentParser:
                    help="mask only training items at test (paper protocol) or training and validation items")
     add_run_arguments(t, command="experiment")
     add_fusion_arguments(t)
-    t.add_argument_group("recipe").add_argument(
+    recipe = t.add_argument_group("recipe")
+    recipe.add_argument(
         "--tune", action="store_true",
         help="choose each fusion row's recipe on validation first: the grid of 'run --tune' trained on the first "
              "seed, the best by --valid-metric kept for every seed; reported under 'tuning' in result.json")
+    recipe.add_argument(
+        "--halving", action=argparse.BooleanOptionalAction, default=True,
+        help="with --tune, cut each row's grid in half on validation after an eighth, a quarter and half of "
+             "--rounds, as 'run --tune' does (runs under 16 rounds train every recipe to the end); --no-halving "
+             "trains every recipe to the end")
     t.set_defaults(func=cmd_paper_table, seeds=3)
     from .poisoning import register as register_poisoning
     from .privacy import register as register_privacy
@@ -155,7 +161,7 @@ def paper_table_options(args):
         training=config_from_args(args, ks=ks), fedvlr=options_from_args(args, mode="fedvlr"), metrics=keys,
         overrides=parse_overrides(args.override),
         folder=Path(folder) if folder else None, resume=bool(args.resume), progress=not args.no_progress,
-        tune=args.tune)
+        tune=args.tune, halving=args.halving)
 
 
 def cmd_paper_table(args) -> int:

@@ -60,6 +60,8 @@ class PaperTableOptions:
     progress: bool = True
     #: choose each fusion row's recipe on validation first (fedvlr_plus.fedvlr.tuning)
     tune: bool = False
+    #: with ``tune``, stop the recipes behind on validation early (successive halving, fedvlr_plus.fedvlr.halving)
+    halving: bool = True
 
     def __post_init__(self):
         bad = [v for v in self.variants if v not in VARIANTS]

@@ -1,9 +1,11 @@
 """``paper-table --tune``: the FedVLR row's recipe chosen on validation before any fusion row is trained.
 
 Every recipe of :data:`fedvlr_plus.fedvlr.tuning.RECIPES` is trained for the table's first seed, as the row
-itself would be; the one with the best validation score (the engine's selection metric, at its best round) is
-the recipe the row then trains with on every seed. Test figures of the candidates are never read. With a run
-folder each candidate keeps its own checkpoints under ``runs/<row>/tuning/<recipe>/`` and resumes with the table.
+itself would be, by successive halving as ``run --tune`` does (:mod:`fedvlr_plus.fedvlr.halving`; every recipe to
+the end with ``--no-halving``); the one with the best validation score (the engine's selection metric, at its best
+round) is the recipe the row then trains with on every seed. Test figures of the candidates are never read. With a
+run folder each candidate keeps its own checkpoints under ``runs/<row>/tuning/<recipe>/`` and resumes with the
+table.
 
 The router-ablation rows of the same backbone (``sum``, ``mlp``, ``gate``, ``uniform``) train with the recipe the
 FedVLR row chose, so that each differs from it in the fusion mode only; a table without a FedVLR row tunes each
@@ -11,6 +13,11 @@ fusion row on its own.
 """
 
 from __future__ import annotations
+
+import sys
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
 
 from ...api import FedVLR
 from ...errors import RunFolderError
@@ -41,54 +48,84 @@ def _candidate(recipe: FedVLR, point) -> FedVLR:
     return FedVLR(recipe.inner, recipe.views, label=recipe.label, options=point.layer_options(recipe.options), **train)
 
 
-def _valid_score(study, model: FedVLR, folder) -> float:
-    """Train ``model`` for the table's first seed (or read it back from ``folder``) and return its best
-    validation score."""
-    seed = study.seed
-    run = study.experiment.start(model, seed, folder=folder)
-    if folder is not None and run.folder.has_checkpoint():
-        if not study.opts.resume:
-            raise RunFolderError(
-                str(study.opts.folder),
-                "already holds runs",
-                f"continue them with --resume {study.opts.folder}, or choose another folder",
-            )
-        run.load_checkpoint()
-    run.run()
-    return float(run.best["metric"])
+def _trainer(study, recipe: FedVLR, root):
+    """``train_to(points, rounds)``: each grid point trained for the table's first seed up to ``rounds``, continuing
+    its own earlier training (its folder's checkpoint), or read back under ``--resume``; their best valid scores."""
+    started = set()  # points this call trained before: they continue; others resume only under --resume
+
+    def one(point, rounds: int) -> float:
+        folder = root / point.name.replace("+", "-") / f"seed-{study.seed}" if root is not None else None
+        run = study.experiment.start(_candidate(recipe, point), study.seed, folder=folder, rounds=rounds)
+        if folder is not None and run.folder.has_checkpoint():
+            if point.name not in started and not study.opts.resume:
+                raise RunFolderError(
+                    str(study.opts.folder),
+                    "already holds runs",
+                    f"continue them with --resume {study.opts.folder}, or choose another folder",
+                )
+            run.load_checkpoint()
+        started.add(point.name)
+        run.run()
+        return float(run.best["metric"])
+
+    return lambda points, rounds: [one(point, rounds) for point in points]
+
+
+@contextmanager
+def _tuning_root(study, recipe: FedVLR, *, halving: bool):
+    """Where a row's candidates train: ``runs/<row>/tuning`` of the table's folder; a temporary folder where the
+    table has none and candidates must continue between budgets; None where each trains once to the end."""
+    if study.opts.folder:
+        yield study.opts.folder / "runs" / recipe.label / "tuning"
+    elif halving:
+        with tempfile.TemporaryDirectory(prefix="fedvlr-tuning-") as tmp:
+            yield Path(tmp)
+    else:
+        yield None
 
 
 def tuned_recipe(study, recipe: FedVLR):
-    """The grid point (:class:`~fedvlr_plus.fedvlr.tuning.Recipe`) chosen on validation for ``recipe``, and the
-    tuning report (JSON)."""
-    import sys
-
-    from ...fedvlr.tuning import candidate_recipes, select_recipe
+    """The grid point (:class:`~fedvlr_plus.fedvlr.tuning.Recipe`) chosen on validation for ``recipe`` by successive
+    halving (every point to the end with ``halving`` off), and the tuning report (JSON)."""
+    from ...fedvlr.halving import rungs, successive_halving
+    from ...fedvlr.tuning import candidate_recipes
 
     points = candidate_recipes(**_fixed(study, recipe))
-    root = study.opts.folder / "runs" / recipe.label / "tuning" if study.opts.folder else None
-    metric = study.experiment.config(recipe, study.seed).valid_metric
+    cfg = study.experiment.config(recipe, study.seed)
+    budgets = rungs(cfg.rounds, cfg.eval_every) if study.opts.halving else [cfg.rounds]
+    _say(
+        f"tuning {recipe.label}: {len(points)} recipes on seed {study.seed}, selecting on valid {cfg.valid_metric}"
+        + (f"; the better half goes on after {', '.join(map(str, budgets[:-1]))} rounds" if len(budgets) > 1 else "")
+    )
 
-    def score(point) -> float:
-        folder = root / point.name.replace("+", "-") / f"seed-{study.seed}" if root is not None else None
-        return _valid_score(study, _candidate(recipe, point), folder)
+    def cut(budget, kept, stopped, scores) -> None:
+        def named(points):
+            return ", ".join(f"{p.name} {scores[p.name]:.4f}" for p in points)
 
-    def announce(i, point) -> None:
-        print(
-            f"paper-table: tuning {recipe.label} {i + 1}/{len(points)}: recipe {point.name}, seed {study.seed}",
-            file=sys.stderr,
-            flush=True,
+        _say(f"tuning {recipe.label}: after {budget} rounds, kept {named(kept)}; stopped {named(stopped)}")
+
+    with _tuning_root(study, recipe, halving=len(budgets) > 1) as root:
+        report = successive_halving(
+            points,
+            _trainer(study, recipe, root),
+            budgets=budgets,
+            metric=cfg.valid_metric,
+            seed=study.seed,
+            on_rung=cut,
         )
-
-    report = select_recipe(points, score, metric=metric, seed=study.seed, on_candidate=announce)
-    print(
-        f"paper-table: {recipe.label} keeps recipe {report.selected} (valid {metric}: "
-        + ", ".join(f"{n} {s:.4f}" for n, s in report.scores.items())
-        + ")",
-        file=sys.stderr,
-        flush=True,
+    _say(
+        f"{recipe.label} keeps recipe {report.selected} (valid {cfg.valid_metric}: "
+        + ", ".join(
+            f"{n} {s:.4f}" + (f" at round {report.stopped[n]}" if n in report.stopped else "")
+            for n, s in report.scores.items()
+        )
+        + ")"
     )
     return report.chosen, report.to_json()
+
+
+def _say(line: str) -> None:
+    print(f"paper-table: {line}", file=sys.stderr, flush=True)
 
 
 def tune_rows(study, rows: list, tuning: dict) -> list:
