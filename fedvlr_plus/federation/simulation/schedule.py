@@ -231,8 +231,9 @@ def _touched_keys(client: np.ndarray, item: np.ndarray, c_n: int, n_items: int) 
         flag = np.zeros(c_n * n_items, dtype=bool)
         flag[keys] = True
         ukey = np.flatnonzero(flag)
-        rank = np.cumsum(flag, dtype=np.int64) - 1
-        return ukey, rank[keys]
+        # int32 where it holds every rank: half the memory traffic of the pass
+        rank = np.cumsum(flag, dtype=np.int32 if len(flag) < 2**31 else np.int64)
+        return ukey, rank[keys].astype(np.int64) - 1
     kernels = _KERNELS.once_worth_it(len(keys), KERNEL_AFTER_KEYS)
     if kernels is not None:
         return kernels.touched_keys(client, item, c_n, n_items)
