@@ -36,9 +36,15 @@ def _counted(monkeypatch) -> list:
     return calls
 
 
+@pytest.mark.parametrize("by_id", [False, True])
 @pytest.mark.parametrize("variant", [{}, dict(residual=True), dict(router_over="views")])
 @pytest.mark.parametrize("mode", ["grads", "grads+wd", "grads+many_steps"])
-def test_neumf_steps_give_the_autograd_round_and_the_sequential_one(variant, mode, monkeypatch):
+def test_neumf_steps_give_the_autograd_round_and_the_sequential_one(variant, mode, by_id, monkeypatch):
+    """``by_id``: a catalogue too large to read whole a step (the MF blocks read by id, :class:`IndexedRows`)."""
+    from fedvlr_plus.fedvlr import neumf_steps
+
+    if by_id:
+        monkeypatch.setattr(neumf_steps, "ALL_ROWS_RATIO", 0)
     config = {**BASE, **CONFIGS[mode]}
     calls = _counted(monkeypatch)
     kw = dict(variant, temperature=0.7)

@@ -31,8 +31,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..federation.simulation.indexed_rows import IndexedRows
 from ..nn import linear
-from .closed_form import ROUTER
+from .closed_form import ALL_ROWS_RATIO, ROUTER, AllRows
 from .router import history_mean
 
 #: the FedNCF tower's shared parameters (their names in the backbone)
@@ -81,27 +82,37 @@ class NeuMFSteps:
         with torch.no_grad():
             self.x_w1 = linear(x, p["router.w1"])
             self.x_sq = (x * x).sum(-1, keepdim=True)
-        c_n, t_max, _ = defer
+        c_n, t_max, s_max = defer
         self.alpha = torch.ones(c_n, 1, dtype=x.dtype, device=x.device)
         self.g_sum = torch.zeros_like(self.x_w1)
         self.tower = {name: p[name][0] for name in TOWER}  # one copy: the same for every client
         self.c_n, self.t_max = c_n, t_max
-        d, h1 = head.dim, self.tower["mlp1_b"].shape[-1]
-        # A [C T, J (d + h1)]: per touched row and expert, the gradient sums w_j [δ ; ∂J/∂h_1] (see :meth:`step`)
-        self.acc = torch.zeros(c_n * t_max, head.experts * (d + h1), dtype=x.dtype, device=x.device)
+        j_n, d, h1 = head.experts, head.dim, self.tower["mlp1_b"].shape[-1]
+        opts = dict(dtype=x.dtype, device=x.device)
+        # the MF blocks' row gradients are δ_l w_j (u ⊙ o) (rank one per client and step): the steps' per-row
+        # sums of δ [S, C T] and their directions [S, C, J d] give them at the end (as MixtureSteps does)
+        self.delta_rows = torch.zeros(s_max, c_n * t_max, **opts)
+        self.directions = torch.zeros(s_max, c_n, j_n * d, **opts)
+        # the MLP blocks': A [C T, J h1], per touched row and expert the sums of w_j ∂J/∂h_1 over the steps
+        self.acc = torch.zeros(c_n * t_max, j_n * h1, **opts)
         self.row_item = torch.zeros(c_n * t_max, dtype=torch.long, device=x.device)
-        self._rows = None  # (the broadcast table, its [N J, d + h1] rows [F^G ; W_i F^M])
+        self.s = 0
+        self._tables = None  # (the broadcast table, F^G [N, J d], W_i F^M [N J, h1], F^M [N, J, d])
 
     def rows(self, fused: torch.Tensor, chunk_rows, fidx: torch.Tensor, items: torch.Tensor):
-        """The step's examples: their global item ids ``items [C, L]`` (read in the broadcast table) and flat
-        touched-row ids ``fidx``; the table's mixed-row form is made once per chunk."""
-        if self._rows is None or self._rows[0] is not fused:
-            head, d = self.head, self.head.dim
+        """The step's examples: the MF blocks of their fused rows (read in place: from the whole broadcast table
+        where it is small beside the step, else by id), their global item ids ``items [C, L]`` and flat
+        touched-row ids ``fidx``. The tables are split once per chunk."""
+        head, d = self.head, self.head.dim
+        if self._tables is None or self._tables[0] is not fused:
             experts = fused[:, : head.experts * 2 * d].reshape(fused.shape[0], head.experts, 2 * d)
             item_side = experts[..., d:] @ self.tower["mlp1_item"].T  # W_i F^M_ij  [N, J, h1]
-            table = torch.cat([experts[..., :d], item_side], -1)
-            self._rows = (fused, table.reshape(-1, table.shape[-1]), experts)
-        return items, fidx
+            mf = experts[..., :d].reshape(fused.shape[0], head.experts * d)
+            self._tables = (fused, mf, item_side.reshape(-1, item_side.shape[-1]), experts[..., d:])
+        mf = self._tables[1]
+        if mf.shape[0] <= ALL_ROWS_RATIO * items.shape[1]:
+            return AllRows(mf, items, head.experts), items, fidx
+        return IndexedRows(mf, items, head.experts, d), items, fidx
 
     def _router(self, p: dict):
         """The router's pre-activation, hidden layer and weights ``[C, J]`` (``router_weights``' ops)."""
@@ -114,24 +125,24 @@ class NeuMFSteps:
     def step(self, rows, p: dict, y: torch.Tensor, a: torch.Tensor, active: torch.Tensor, fidx: torch.Tensor):
         """One step of every client: the gradients (None for what this object applies itself: ``router.w1``,
         ``mlp1_item``) and each client's weighted loss ``[C]``."""
-        items, _ = rows
-        head, tw, d = self.head, self.tower, self.head.dim
-        c_n, l_n = items.shape
-        j_n = head.experts
+        mf_rows, items, _ = rows
+        tw, c_n, l_n, j_n = self.tower, *items.shape, self.head.experts
         pre, hidden, w = self._router(p)
-        # the mixed rows [g ; W_i m] of every example, read in place from the per-chunk table
-        ids = (items.reshape(-1, 1) * j_n + torch.arange(j_n, device=items.device)).view(-1, j_n)
-        mix_w = w.unsqueeze(1).expand(c_n, l_n, j_n).reshape(-1, j_n).contiguous().requires_grad_(True)
-        with torch.enable_grad():
-            mixed = F.embedding_bag(ids, self._rows[1], per_sample_weights=mix_w, mode="sum")
-        gmf, item_side = mixed[:, :d].view(c_n, l_n, d), mixed[:, d:]
         u_gmf, u_mlp = p["user_gmf"], p["user_mlp"]
         gmf_dir = u_gmf * tw["out_gmf"]  # [C, d]
+        s_mf = mf_rows.dot(gmf_dir)  # <u ⊙ o, F^G_lj>  [C, L, J]
+        # the first layer's item side Σ_j w_j W_i F^M_lj, read in place from the per-chunk table
+        ids = (items.reshape(-1, 1) * j_n + torch.arange(j_n, device=items.device)).view(-1, j_n)
+        mix_w = w.unsqueeze(1).expand(c_n, l_n, j_n).reshape(-1, j_n).requires_grad_(True)
+        with torch.enable_grad():
+            item_side = F.embedding_bag(ids, self._tables[2], per_sample_weights=mix_w, mode="sum")
         user_side = u_mlp @ tw["mlp1_user"].T + tw["mlp1_b"]  # [C, h1]
         h1 = (item_side.detach().view(c_n, l_n, -1) + user_side.unsqueeze(1)).relu_().view(c_n * l_n, -1)
         h2 = torch.addmm(tw["mlp2_b"], h1, tw["mlp2_w"].T).relu_()
         h3 = torch.addmm(tw["mlp3_b"], h2, tw["mlp3_w"].T).relu_()
-        logits = (gmf.detach() * gmf_dir.unsqueeze(1)).sum(-1) + (h3 @ tw["out_mlp"]).view(c_n, l_n) + tw["out_b"]
+        logits = torch.baddbmm(
+            (h3 @ tw["out_mlp"]).view(c_n, l_n, 1).add_(tw["out_b"]), s_mf, w.unsqueeze(-1)
+        ).squeeze(-1)
         delta = (torch.sigmoid(logits) - y) * a  # ∂J/∂logit  [C, L]
         # backward through the tower, flat over the chunk's examples; per-client sums as batched products
         d3 = (delta.reshape(-1, 1) * tw["out_mlp"]).mul_(h3 > 0)
@@ -139,7 +150,7 @@ class NeuMFSteps:
         d1 = (d2 @ tw["mlp2_w"]).mul_(h1 > 0)
         by_client = _ClientSums(c_n, l_n)
         s1 = d1.view(c_n, l_n, -1).sum(1)
-        g_gmf = by_client.weighted(delta, gmf.detach())  # Σ_l δ_l g_l  [C, d]
+        g_mf = (w.unsqueeze(-1) * mf_rows.weighted_sum(delta).view(c_n, j_n, -1)).sum(1)  # Σ_l δ_l g_l  [C, d]
         grads = {
             "out_b": delta.sum(1),
             "out_mlp": by_client.weighted(delta, h3),
@@ -150,25 +161,32 @@ class NeuMFSteps:
             "mlp1_user": s1.unsqueeze(-1) * u_mlp.unsqueeze(1),
             "mlp1_item": None,
             "mlp1_b": s1,
-            "out_gmf": g_gmf * u_gmf,
-            "user_gmf": g_gmf * tw["out_gmf"],
+            "out_gmf": g_mf * u_gmf,
+            "user_gmf": g_mf * tw["out_gmf"],
             "user_mlp": s1 @ tw["mlp1_user"],
         }
-        # each example's gradient with respect to its mixed row, and through the mixture to the router weights
-        row_grad = torch.cat([delta.unsqueeze(-1) * gmf_dir.unsqueeze(1), d1.view(c_n, l_n, -1)], -1)
-        row_grad = row_grad.view(c_n * l_n, -1)
-        (g_mix,) = torch.autograd.grad(mixed, mix_w, row_grad)
+        # ∂J/∂w_j: the MF blocks' Σ_l δ_l s_lj, and the MLP blocks' Σ_l <∂J/∂h_1, W_i F^M_lj> (embedding_bag's)
+        (g_mix,) = torch.autograd.grad(item_side, mix_w, d1)
+        g_w = torch.bmm(delta.unsqueeze(1), s_mf).squeeze(1) + g_mix.view(c_n, l_n, j_n).sum(1)
         if self.wd:  # (the router's first layer decays before its gradient step, as _LocalSGD.step's)
             decay = (1.0 - self.lr * self.wd * active).unsqueeze(-1)
             self.alpha *= decay
             self.g_sum *= decay
-        grads.update(self._router_grads(pre, hidden, w, g_mix.view(c_n, l_n, j_n).sum(1), p))
-        # the rows' gradient sums: the example's row gradient once per expert, weighed by its client's w_j
-        per_expert = (row_grad.view(c_n, l_n, 1, -1) * w.view(c_n, 1, j_n, 1)).view(c_n * l_n, -1)
-        self.acc.index_add_(0, fidx, per_expert)
-        self.row_item[fidx] = items.reshape(-1)
+        grads.update(self._router_grads(pre, hidden, w, g_w, p))
+        self._record_rows(fidx, items, delta, w, gmf_dir, d1)
         loss = F.binary_cross_entropy_with_logits(logits, y, weight=a, reduction="none").sum(1)
         return grads, loss
+
+    def _record_rows(self, fidx, items, delta, w, gmf_dir, d1) -> None:
+        """What the rows' gradient needs of this step: the per-row sums of δ and the MF direction ``w ⊗ (u ⊙ o)``,
+        and each example's ``w_j ∂J/∂h_1`` added to its row's sums."""
+        c_n, j_n = w.shape
+        self.delta_rows[self.s].index_add_(0, fidx, delta.reshape(-1))
+        self.directions[self.s] = (w.unsqueeze(-1) * gmf_dir.unsqueeze(1)).view(c_n, -1)
+        h1 = d1.shape[-1]
+        self.acc.index_add_(0, fidx, (d1.view(c_n, -1, 1, h1) * w.view(c_n, 1, j_n, 1)).view(-1, j_n * h1))
+        self.row_item[fidx] = items.reshape(-1)
+        self.s += 1
 
     def _router_grads(self, pre, hidden, w, g_w, p: dict) -> dict:
         """The router's gradients from ``∂J/∂w [C, J]`` (through the softmax of its logits over ``T``); its first
@@ -191,25 +209,23 @@ class NeuMFSteps:
         if self.wd:
             w1.mul_(self.alpha.unsqueeze(-1))
         w1.baddbmm_(self.x.unsqueeze(-1), self.g_sum.unsqueeze(1), alpha=-self.lr)
-        if acc is None or "mlp1_item" not in acc:
+        if acc is None or "mlp1_item" not in acc or self._tables is None:  # (None: a chunk without steps)
             return
-        d, j_n, (c_n, t_max) = self.head.dim, self.head.experts, (self.c_n, self.t_max)
-        h1 = self.tower["mlp1_b"].shape[-1]
-        experts = self._rows[2] if self._rows is not None else None
-        if experts is None:  # (a chunk without steps)
-            return
-        a_mlp = self.acc.view(c_n, t_max * j_n, d + h1)[..., d:]
-        f_mlp = experts[..., d:].index_select(0, self.row_item).reshape(c_n, t_max * j_n, d)
+        c_n, t_max, j_n = self.c_n, self.t_max, self.head.experts
+        f_mlp = self._tables[3].index_select(0, self.row_item).reshape(c_n, t_max * j_n, -1)
+        a_mlp = self.acc.view(c_n, t_max * j_n, -1)
         acc["mlp1_item"] += torch.bmm(a_mlp.transpose(1, 2), f_mlp)
 
     @torch.no_grad()
     def table_grads(self, touched: torch.Tensor) -> torch.Tensor:
-        """The clients' summed gradient of their touched fused rows: ``[C, T, J 2d]`` (``[δ g ; W_i^T A]`` per
-        expert block)."""
-        d, j_n = self.head.dim, self.head.experts
-        rows = self.acc.view(self.c_n, self.t_max, j_n, -1)
-        mlp = rows[..., d:] @ self.tower["mlp1_item"]
-        return torch.cat([rows[..., :d], mlp], -1).reshape(self.c_n, self.t_max, j_n * 2 * d)
+        """The clients' summed gradient of their touched fused rows: ``[C, T, J 2d]``, each expert's block the MF
+        part ``Σ_s (Σ_l δ_l) w_j (u ⊙ o)`` and the MLP part ``W_i^T A_tj``."""
+        d, j_n, c_n, t_max = self.head.dim, self.head.experts, self.c_n, self.t_max
+        out = torch.empty(c_n, t_max, j_n, 2 * d, dtype=self.acc.dtype, device=self.acc.device)
+        coef = self.delta_rows.view(-1, c_n, t_max).permute(1, 2, 0)  # [C, T, S]
+        out[..., :d] = torch.bmm(coef, self.directions.transpose(0, 1)).view(c_n, t_max, j_n, d)
+        out[..., d:] = self.acc.view(c_n, t_max, j_n, -1) @ self.tower["mlp1_item"]
+        return out.view(c_n, t_max, j_n * 2 * d)
 
 
 class _ClientSums:
