@@ -140,9 +140,9 @@ class NeuMFSteps:
         h1 = (item_side.detach().view(c_n, l_n, -1) + user_side.unsqueeze(1)).relu_().view(c_n * l_n, -1)
         h2 = torch.addmm(tw["mlp2_b"], h1, tw["mlp2_w"].T).relu_()
         h3 = torch.addmm(tw["mlp3_b"], h2, tw["mlp3_w"].T).relu_()
-        logits = torch.baddbmm(
-            (h3 @ tw["out_mlp"]).view(c_n, l_n, 1).add_(tw["out_b"]), s_mf, w.unsqueeze(-1)
-        ).squeeze(-1)
+        logits = torch.baddbmm((h3 @ tw["out_mlp"]).view(c_n, l_n, 1).add_(tw["out_b"]), s_mf, w.unsqueeze(-1)).squeeze(
+            -1
+        )
         delta = (torch.sigmoid(logits) - y) * a  # ∂J/∂logit  [C, L]
         # backward through the tower, flat over the chunk's examples; per-client sums as batched products
         d3 = (delta.reshape(-1, 1) * tw["out_mlp"]).mul_(h3 > 0)
