@@ -145,9 +145,9 @@ class NeuMFSteps:
         )
         delta = (torch.sigmoid(logits) - y) * a  # ∂J/∂logit  [C, L]
         # backward through the tower, flat over the chunk's examples; per-client sums as batched products
-        d3 = (delta.reshape(-1, 1) * tw["out_mlp"]).mul_(h3 > 0)
-        d2 = (d3 @ tw["mlp3_w"]).mul_(h2 > 0)
-        d1 = (d2 @ tw["mlp2_w"]).mul_(h1 > 0)
+        d3 = _relu_back(delta.reshape(-1, 1) * tw["out_mlp"], h3)
+        d2 = _relu_back(d3 @ tw["mlp3_w"], h2)
+        d1 = _relu_back(d2 @ tw["mlp2_w"], h1)
         by_client = _ClientSums(c_n, l_n)
         s1 = d1.view(c_n, l_n, -1).sum(1)
         g_mf = (w.unsqueeze(-1) * mf_rows.weighted_sum(delta).view(c_n, j_n, -1)).sum(1)  # Σ_l δ_l g_l  [C, d]
@@ -226,6 +226,12 @@ class NeuMFSteps:
         out[..., :d] = torch.bmm(coef, self.directions.transpose(0, 1)).view(c_n, t_max, j_n, d)
         out[..., d:] = self.acc.view(c_n, t_max, j_n, -1) @ self.tower["mlp1_item"]
         return out.view(c_n, t_max, j_n * 2 * d)
+
+
+def _relu_back(grad: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """``grad`` through a ReLU whose output was ``out``: the op autograd's ReLU backward runs (one pass, where a
+    mask and a product take two and a boolean tensor)."""
+    return torch.ops.aten.threshold_backward(grad, out, 0)
 
 
 class _ClientSums:
