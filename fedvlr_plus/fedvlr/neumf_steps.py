@@ -12,12 +12,15 @@ whole chunk is
 and three things autograd cannot see make it cheap:
 
 - the first layer's item side is linear in the mixture, ``W_i m_l = Σ_j w_j (W_i F^M_lj)``: the products
-  ``W_i F^M_ij`` are taken once per chunk for every item and expert, and the step mixes rows of
-  ``[F^G_ij ; W_i F^M_ij]`` (``embedding_bag`` with the router weights: no ``[C, L, J, 2d]`` copy);
+  ``W_i F^M_ij`` are taken once per chunk for every item and expert, and a step mixes them with
+  ``embedding_bag`` and the router weights (no ``[C, L, J, 2d]`` copy); the MF blocks are only scored against
+  ``u^G ⊙ o^G``, read in place (:class:`.closed_form.AllRows` or :class:`IndexedRows`);
 - the tower's weights are one matrix for all clients, so its layers are flat products over the chunk's examples
   (the generic path runs small per-client batched products on copies of them);
-- the uploaded gradients of ``F`` and of ``W_i`` come from one per-row sum, ``A_cij = Σ_steps w_j Σ_{l: item i}
-  (∂J/∂h_1)_l``, formed at the end (``W_i^T A`` for the rows, ``Σ A ⊗ F^M`` for ``W_i``) instead of every step.
+- the uploaded gradients of ``F`` and of ``W_i`` are formed at the end: the MF blocks' from the steps' per-row
+  sums of ``δ`` and one direction a step (rank one, as :class:`.closed_form.MixtureSteps`), the MLP blocks' and
+  ``W_i``'s from one per-row sum ``A_cij = Σ_steps w_j Σ_{l: item i} (∂J/∂h_1)_l`` (``W_i^T A`` for the rows,
+  ``Σ A ⊗ F^M`` for ``W_i``).
 
 The gradients are autograd's, in another order of float summation; the tests compare the round with the
 generic path and the sequential reference. The router is stepped as in :class:`.closed_form.MixtureSteps` (its
