@@ -242,8 +242,8 @@ class MixtureSteps:
         return grads, loss
 
     @torch.no_grad()
-    def finish(self, p: dict) -> None:
-        """Write ``router.w1`` in place."""
+    def finish(self, p: dict, acc: dict | None = None) -> None:
+        """Write ``router.w1`` in place (``acc``, the chunk's uploaded gradients: nothing to add here)."""
         w1 = p["router.w1"]
         if self.wd:  # (without weight decay the scale stays 1)
             w1.mul_(self.alpha.unsqueeze(-1))

@@ -312,6 +312,27 @@ class FusionLayer(Backbone):
         return MixtureDotHead(FUSED, weight, bias, len(self.experts), self.d, self.temperature,
                               preference.THETA if self.content_preference else None)
 
+    def step_kernel(self):
+        """The closed form of a batched chunk's local steps (training only; scoring asks :meth:`closed_form`): the
+        dot-product head's, or the NeuMF steps of :mod:`.neumf_steps` in front of FedNCF's own head (the same
+        options as the dot-product head's closed form, without a content preference); None where autograd is
+        needed. The simulator also asks the NeuMF steps whether a round's rule keeps the tower fixed."""
+        kernel = self.closed_form()
+        if kernel is not None:
+            return kernel
+        from ..adapters.fedncf import FedNCF
+        from .neumf_steps import MixtureNeuMF
+
+        base = self.base
+        plain = (self.mode == "fedvlr" and not self.additive and not self.offset and not self.balance
+                 and not self.content_preference and len(self.experts) > 1 and self.d == 2 * base.dim)
+        neumf = isinstance(base, FedNCF) and all(
+            getattr(type(base), name) is getattr(FedNCF, name)
+            for name in ("head", "item_repr", "shared_item_repr", "regulariser", "specs"))
+        if not (plain and neumf and not base.uses_history):
+            return None
+        return MixtureNeuMF(FUSED, len(self.experts), base.dim, self.temperature)
+
     def chunk_refusal(self) -> str | None:
         """Why the clients of this layer around a torch-module backbone cannot be trained as one batched chunk
         (:mod:`.batched_modules`); None when they can. The module engine asks the layer, so that it needs to know

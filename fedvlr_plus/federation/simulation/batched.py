@@ -47,6 +47,11 @@ def _chunks(order: np.ndarray, cost: np.ndarray, budget: float, overhead: float)
     return out
 
 
+def _always(config: dict) -> bool:
+    """A closed form that holds under every round's rule (one without ``covers``)."""
+    return True
+
+
 def _trained_into(own: torch.Tensor, trained: torch.Tensor) -> torch.Tensor:
     """A chunk's trained private state back in ``own``, the CPU tensor it started from (on a GPU: the store's own
     rows where it handed them out, so the state lands in place and the store writes nothing more; on the CPU the
@@ -259,7 +264,7 @@ class BatchedSimulator(BatchedScoring):
         if dots is not None:   # the rows are formed when the uploads are made (as rows, or as factors of sums)
             sgd.deferred = (self.bb.dot_head[0], dots)
         if mixture is not None:
-            mixture.finish(sgd.leaves)
+            mixture.finish(sgd.leaves, sgd.acc)
             if fixed:   # (the same for the gradient of the fixed fused rows)
                 sgd.deferred = (kernel.table, mixture)
         steps_done = active_all.sum(1)
@@ -318,6 +323,8 @@ class BatchedSimulator(BatchedScoring):
         if table not in self.bb.shared_names or self.bb.personal_copies:
             return None
         if not isinstance(steps, DotSteps):   # the backbone's own closed form
+            if not hasattr(steps, "table_factors"):   # (its rows' gradient comes as rows only)
+                return None
             real = torch.from_numpy(batch.owner * batch.t_max + batch.pos).to(self.device)
             coef, factor, columns = steps.table_factors(batch.touched.view(-1)[real], real, self.bb.n_items)
             return table, (coef, factor, columns, None)
@@ -328,12 +335,14 @@ class BatchedSimulator(BatchedScoring):
         trained tensor, and the shared tables it keeps fixed: the fused views, when they are not stepped locally
         and the per-step record of their gradient (``[S, C * T]``) is smaller than the gradient itself. (None,
         ()) where autograd trains the chunk."""
-        kernel = self._closed_form()
+        step_kernel = getattr(self.bb, "step_kernel", None)
+        kernel = step_kernel() if step_kernel is not None else self._closed_form()
         if kernel is None or {s.name for s in self.bb.all_specs()} != kernel.names \
-                or not self.specs[kernel.table].item_table:
+                or not self.specs[kernel.table].item_table or not getattr(kernel, "covers", _always)(config):
             return None, ()
+        # (steps that always form the rows' gradient at the end keep the rows fixed whatever the count of steps)
         fixed = (config.get("upload", "params") == "grads" and not config.get("local_shared", False)
-                 and batch.s_max < self.specs[kernel.table].shape[1])
+                 and (batch.s_max < self.specs[kernel.table].shape[1] or getattr(kernel, "defers_rows", False)))
         return kernel, (kernel.table,) if fixed else ()
 
     def _closed_form_step(self, sgd: _LocalSGD, fidx, y, wt, m, active) -> torch.Tensor:

@@ -1,0 +1,253 @@
+"""FedNCF's NeuMF head behind the FedVLR layer: a chunk's local steps with hand-written gradients and no
+per-client copies of the tower.
+
+Under the layer's default rule (fedgrad: clients upload gradients and do not step the shared parts locally) the
+tower (``mlp1_*``, ``mlp2_*``, ``mlp3_*``, ``out_*``) and the broadcast fused views ``F`` are the same for every
+client of a round and fixed during it; only the private user embeddings and the router move. So a step of the
+whole chunk is
+
+    w = softmax(φ_u(r_u) / T),   v_l = Σ_j w_j F_lj = [g_l ; m_l],
+    logit_l = <u^G ⊙ o^G, g_l> + o^M · MLP(W_i m_l + W_u u^M + b_1) + b,
+
+and three things autograd cannot see make it cheap:
+
+- the first layer's item side is linear in the mixture, ``W_i m_l = Σ_j w_j (W_i F^M_lj)``: the products
+  ``W_i F^M_ij`` are taken once per chunk for every item and expert, and a step mixes them with
+  ``embedding_bag`` and the router weights (no ``[C, L, J, 2d]`` copy); the MF blocks are only scored against
+  ``u^G ⊙ o^G``, read in place (:class:`.closed_form.AllRows` or :class:`IndexedRows`);
+- the tower's weights are one matrix for all clients, so its layers are flat products over the chunk's examples
+  (the generic path runs small per-client batched products on copies of them);
+- the uploaded gradients of ``F`` and of ``W_i`` are formed at the end: the MF blocks' from the steps' per-row
+  sums of ``δ`` and one direction a step (rank one, as :class:`.closed_form.MixtureSteps`), the MLP blocks' and
+  ``W_i``'s from one per-row sum ``A_cij = Σ_steps w_j Σ_{l: item i} (∂J/∂h_1)_l`` (``W_i^T A`` for the rows,
+  ``Σ A ⊗ F^M`` for ``W_i``).
+
+The gradients are autograd's, in another order of float summation; the tests compare the round with the
+generic path and the sequential reference. The router is stepped as in :class:`.closed_form.MixtureSteps` (its
+first layer as a scale and a running sum, written once at the end).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ..federation.simulation.indexed_rows import IndexedRows
+from ..nn import linear
+from .closed_form import ALL_ROWS_RATIO, ROUTER, AllRows
+from .router import history_mean
+
+#: the FedNCF tower's shared parameters (their names in the backbone)
+TOWER = ("mlp1_user", "mlp1_item", "mlp1_b", "mlp2_w", "mlp2_b", "mlp3_w", "mlp3_b", "out_gmf", "out_mlp", "out_b")
+USER = ("user_gmf", "user_mlp")
+
+
+@dataclass(frozen=True)
+class MixtureNeuMF:
+    """The layer's local steps in front of FedNCF: ``table`` (the broadcast fused views, ``experts`` blocks of
+    ``2 dim``), the backbone's ``dim`` and the router's softmax ``temperature``."""
+
+    table: str
+    experts: int
+    dim: int
+    temperature: float
+
+    @property
+    def names(self) -> set[str]:
+        """Every trained parameter these steps cover."""
+        return {self.table, *TOWER, *USER, *ROUTER}
+
+    #: the fused rows' gradient is always formed at the end (never stepped per example)
+    defers_rows = True
+
+    @staticmethod
+    def covers(config: dict) -> bool:
+        """Whether a round under ``config`` keeps the tower fixed on the client: an upload of gradients with the
+        shared parts not stepped locally (else every client steps its own tower, and autograd trains the chunk)."""
+        return config.get("upload", "params") == "grads" and not config.get("local_shared", False)
+
+    def local_steps(self, ctx: dict, p: dict, lr: float, wd: float, defer: tuple[int, int, int] | None):
+        """The state of one chunk's local training (:class:`NeuMFSteps`)."""
+        if defer is None:
+            raise ValueError("the NeuMF steps keep the fused rows fixed: the chunk must defer their gradient")
+        return NeuMFSteps(self, history_mean(ctx), p, lr, wd, defer)
+
+
+class NeuMFSteps:
+    """One chunk's local steps (see the module docstring). ``x``: the router's input ``[C, J 2d]``; ``p``: the
+    chunk's stacked parameters (the tower's copies are equal: it is not stepped); ``defer``: clients, touched
+    rows and steps of the chunk."""
+
+    def __init__(self, head: MixtureNeuMF, x: torch.Tensor, p: dict, lr: float, wd: float, defer: tuple):
+        self.head, self.x, self.lr, self.wd = head, x, float(lr), float(wd)
+        with torch.no_grad():
+            self.x_w1 = linear(x, p["router.w1"])
+            self.x_sq = (x * x).sum(-1, keepdim=True)
+        c_n, t_max, s_max = defer
+        self.alpha = torch.ones(c_n, 1, dtype=x.dtype, device=x.device)
+        self.g_sum = torch.zeros_like(self.x_w1)
+        self.tower = {name: p[name][0] for name in TOWER}  # one copy: the same for every client
+        self.c_n, self.t_max = c_n, t_max
+        j_n, d, h1 = head.experts, head.dim, self.tower["mlp1_b"].shape[-1]
+        opts = dict(dtype=x.dtype, device=x.device)
+        # the MF blocks' row gradients are δ_l w_j (u ⊙ o) (rank one per client and step): the steps' per-row
+        # sums of δ [S, C T] and their directions [S, C, J d] give them at the end (as MixtureSteps does)
+        self.delta_rows = torch.zeros(s_max, c_n * t_max, **opts)
+        self.directions = torch.zeros(s_max, c_n, j_n * d, **opts)
+        # the MLP blocks': A [C T, J h1], per touched row and expert the sums of w_j ∂J/∂h_1 over the steps
+        self.acc = torch.zeros(c_n * t_max, j_n * h1, **opts)
+        self.row_item = torch.zeros(c_n * t_max, dtype=torch.long, device=x.device)
+        self.s = 0
+        self._tables = None  # (the broadcast table, F^G [N, J d], W_i F^M [N J, h1], F^M [N, J, d])
+
+    def rows(self, fused: torch.Tensor, chunk_rows, fidx: torch.Tensor, items: torch.Tensor):
+        """The step's examples: the MF blocks of their fused rows (read in place: from the whole broadcast table
+        where it is small beside the step, else by id), their global item ids ``items [C, L]`` and flat
+        touched-row ids ``fidx``. The tables are split once per chunk."""
+        head, d = self.head, self.head.dim
+        if self._tables is None or self._tables[0] is not fused:
+            experts = fused[:, : head.experts * 2 * d].reshape(fused.shape[0], head.experts, 2 * d)
+            item_side = experts[..., d:] @ self.tower["mlp1_item"].T  # W_i F^M_ij  [N, J, h1]
+            mf = experts[..., :d].reshape(fused.shape[0], head.experts * d)
+            self._tables = (fused, mf, item_side.reshape(-1, item_side.shape[-1]), experts[..., d:])
+        mf = self._tables[1]
+        if mf.shape[0] <= ALL_ROWS_RATIO * items.shape[1]:
+            return AllRows(mf, items, head.experts), items, fidx
+        return IndexedRows(mf, items, head.experts, d), items, fidx
+
+    def _router(self, p: dict):
+        """The router's pre-activation, hidden layer and weights ``[C, J]`` (``router_weights``' ops)."""
+        pre = self.alpha * self.x_w1 - self.lr * self.x_sq * self.g_sum + p["router.b1"]
+        hidden = torch.relu(pre)
+        w = torch.softmax(linear(hidden, p["router.w2"], p["router.b2"]) / self.head.temperature, dim=-1)
+        return pre, hidden, w
+
+    @torch.no_grad()
+    def step(self, rows, p: dict, y: torch.Tensor, a: torch.Tensor, active: torch.Tensor, fidx: torch.Tensor):
+        """One step of every client: the gradients (None for what this object applies itself: ``router.w1``,
+        ``mlp1_item``) and each client's weighted loss ``[C]``."""
+        mf_rows, items, _ = rows
+        tw, c_n, l_n, j_n = self.tower, *items.shape, self.head.experts
+        pre, hidden, w = self._router(p)
+        u_gmf, u_mlp = p["user_gmf"], p["user_mlp"]
+        gmf_dir = u_gmf * tw["out_gmf"]  # [C, d]
+        s_mf = mf_rows.dot(gmf_dir)  # <u ⊙ o, F^G_lj>  [C, L, J]
+        # the first layer's item side Σ_j w_j W_i F^M_lj, read in place from the per-chunk table
+        ids = (items.reshape(-1, 1) * j_n + torch.arange(j_n, device=items.device)).view(-1, j_n)
+        mix_w = w.unsqueeze(1).expand(c_n, l_n, j_n).reshape(-1, j_n).requires_grad_(True)
+        with torch.enable_grad():
+            item_side = F.embedding_bag(ids, self._tables[2], per_sample_weights=mix_w, mode="sum")
+        user_side = u_mlp @ tw["mlp1_user"].T + tw["mlp1_b"]  # [C, h1]
+        h1 = (item_side.detach().view(c_n, l_n, -1) + user_side.unsqueeze(1)).relu_().view(c_n * l_n, -1)
+        h2 = torch.addmm(tw["mlp2_b"], h1, tw["mlp2_w"].T).relu_()
+        h3 = torch.addmm(tw["mlp3_b"], h2, tw["mlp3_w"].T).relu_()
+        logits = torch.baddbmm((h3 @ tw["out_mlp"]).view(c_n, l_n, 1).add_(tw["out_b"]), s_mf, w.unsqueeze(-1)).squeeze(
+            -1
+        )
+        delta = (torch.sigmoid(logits) - y) * a  # ∂J/∂logit  [C, L]
+        # backward through the tower, flat over the chunk's examples; per-client sums as batched products
+        d3 = _relu_back(delta.reshape(-1, 1) * tw["out_mlp"], h3)
+        d2 = _relu_back(d3 @ tw["mlp3_w"], h2)
+        d1 = _relu_back(d2 @ tw["mlp2_w"], h1)
+        by_client = _ClientSums(c_n, l_n)
+        s1 = d1.view(c_n, l_n, -1).sum(1)
+        g_mf = (w.unsqueeze(-1) * mf_rows.weighted_sum(delta).view(c_n, j_n, -1)).sum(1)  # Σ_l δ_l g_l  [C, d]
+        grads = {
+            "out_b": delta.sum(1),
+            "out_mlp": by_client.weighted(delta, h3),
+            "mlp3_w": by_client.outer(d3, h2),
+            "mlp3_b": d3.view(c_n, l_n, -1).sum(1),
+            "mlp2_w": by_client.outer(d2, h1),
+            "mlp2_b": d2.view(c_n, l_n, -1).sum(1),
+            "mlp1_user": s1.unsqueeze(-1) * u_mlp.unsqueeze(1),
+            "mlp1_item": None,
+            "mlp1_b": s1,
+            "out_gmf": g_mf * u_gmf,
+            "user_gmf": g_mf * tw["out_gmf"],
+            "user_mlp": s1 @ tw["mlp1_user"],
+        }
+        # ∂J/∂w_j: the MF blocks' Σ_l δ_l s_lj, and the MLP blocks' Σ_l <∂J/∂h_1, W_i F^M_lj> (embedding_bag's)
+        (g_mix,) = torch.autograd.grad(item_side, mix_w, d1)
+        g_w = torch.bmm(delta.unsqueeze(1), s_mf).squeeze(1) + g_mix.view(c_n, l_n, j_n).sum(1)
+        if self.wd:  # (the router's first layer decays before its gradient step, as _LocalSGD.step's)
+            decay = (1.0 - self.lr * self.wd * active).unsqueeze(-1)
+            self.alpha *= decay
+            self.g_sum *= decay
+        grads.update(self._router_grads(pre, hidden, w, g_w, p))
+        self._record_rows(fidx, items, delta, w, gmf_dir, d1)
+        loss = F.binary_cross_entropy_with_logits(logits, y, weight=a, reduction="none").sum(1)
+        return grads, loss
+
+    def _record_rows(self, fidx, items, delta, w, gmf_dir, d1) -> None:
+        """What the rows' gradient needs of this step: the per-row sums of δ and the MF direction ``w ⊗ (u ⊙ o)``,
+        and each example's ``w_j ∂J/∂h_1`` added to its row's sums."""
+        c_n, j_n = w.shape
+        self.delta_rows[self.s].index_add_(0, fidx, delta.reshape(-1))
+        self.directions[self.s] = (w.unsqueeze(-1) * gmf_dir.unsqueeze(1)).view(c_n, -1)
+        h1 = d1.shape[-1]
+        self.acc.index_add_(0, fidx, (d1.view(c_n, -1, 1, h1) * w.view(c_n, 1, j_n, 1)).view(-1, j_n * h1))
+        self.row_item[fidx] = items.reshape(-1)
+        self.s += 1
+
+    def _router_grads(self, pre, hidden, w, g_w, p: dict) -> dict:
+        """The router's gradients from ``∂J/∂w [C, J]`` (through the softmax of its logits over ``T``); its first
+        layer's goes into the running sum."""
+        g_out = w * (g_w - (w * g_w).sum(-1, keepdim=True)) / self.head.temperature
+        g_pre = torch.bmm(g_out.unsqueeze(1), p["router.w2"].transpose(1, 2)).squeeze(1) * (pre > 0)
+        self.g_sum += g_pre
+        return {
+            "router.w1": None,
+            "router.b1": g_pre,
+            "router.w2": hidden.unsqueeze(-1) * g_out.unsqueeze(1),
+            "router.b2": g_out,
+        }
+
+    @torch.no_grad()
+    def finish(self, p: dict, acc: dict | None = None) -> None:
+        """Write ``router.w1`` in place, and add the round's gradient of ``mlp1_item`` to its upload ``acc``:
+        ``Σ_{t,j} A_tj ⊗ F^M_tj`` over each client's touched rows (one batched product)."""
+        w1 = p["router.w1"]
+        if self.wd:
+            w1.mul_(self.alpha.unsqueeze(-1))
+        w1.baddbmm_(self.x.unsqueeze(-1), self.g_sum.unsqueeze(1), alpha=-self.lr)
+        if acc is None or "mlp1_item" not in acc or self._tables is None:  # (None: a chunk without steps)
+            return
+        c_n, t_max, j_n = self.c_n, self.t_max, self.head.experts
+        f_mlp = self._tables[3].index_select(0, self.row_item).reshape(c_n, t_max * j_n, -1)
+        a_mlp = self.acc.view(c_n, t_max * j_n, -1)
+        acc["mlp1_item"] += torch.bmm(a_mlp.transpose(1, 2), f_mlp)
+
+    @torch.no_grad()
+    def table_grads(self, touched: torch.Tensor) -> torch.Tensor:
+        """The clients' summed gradient of their touched fused rows: ``[C, T, J 2d]``, each expert's block the MF
+        part ``Σ_s (Σ_l δ_l) w_j (u ⊙ o)`` and the MLP part ``W_i^T A_tj``."""
+        d, j_n, c_n, t_max = self.head.dim, self.head.experts, self.c_n, self.t_max
+        out = torch.empty(c_n, t_max, j_n, 2 * d, dtype=self.acc.dtype, device=self.acc.device)
+        coef = self.delta_rows.view(-1, c_n, t_max).permute(1, 2, 0)  # [C, T, S]
+        out[..., :d] = torch.bmm(coef, self.directions.transpose(0, 1)).view(c_n, t_max, j_n, d)
+        out[..., d:] = self.acc.view(c_n, t_max, j_n, -1) @ self.tower["mlp1_item"]
+        return out.view(c_n, t_max, j_n * 2 * d)
+
+
+def _relu_back(grad: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """``grad`` through a ReLU whose output was ``out``: the op autograd's ReLU backward runs (one pass, where a
+    mask and a product take two and a boolean tensor)."""
+    return torch.ops.aten.threshold_backward(grad, out, 0)
+
+
+class _ClientSums:
+    """Per-client sums over a step's ``L`` examples of flat ``[C L, k]`` tensors, as batched products."""
+
+    def __init__(self, c_n: int, l_n: int):
+        self.c_n, self.l_n = c_n, l_n
+
+    def weighted(self, delta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """``Σ_l δ_cl x_cl`` -> ``[C, k]``."""
+        return torch.bmm(delta.view(self.c_n, 1, self.l_n), x.reshape(self.c_n, self.l_n, -1)).squeeze(1)
+
+    def outer(self, g: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """``Σ_l g_cl ⊗ x_cl`` -> ``[C, k_g, k_x]``."""
+        c_n, l_n = self.c_n, self.l_n
+        return torch.bmm(g.view(c_n, l_n, -1).transpose(1, 2), x.view(c_n, l_n, -1))
