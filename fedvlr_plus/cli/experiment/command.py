@@ -66,16 +66,7 @@ def register(sub) -> argparse.ArgumentParser:
                    help="mask only training items at test (paper protocol) or training and validation items")
     add_run_arguments(t, command="experiment")
     add_fusion_arguments(t)
-    recipe = t.add_argument_group("recipe")
-    recipe.add_argument(
-        "--tune", action="store_true",
-        help="choose each fusion row's recipe on validation first: the grid of 'run --tune' trained on the first "
-             "seed, the best by --valid-metric kept for every seed; reported under 'tuning' in result.json")
-    recipe.add_argument(
-        "--halving", action=argparse.BooleanOptionalAction, default=True,
-        help="with --tune, cut each row's grid in half on validation after an eighth, a quarter and half of "
-             "--rounds, as 'run --tune' does (runs under 16 rounds train every recipe to the end); --no-halving "
-             "trains every recipe to the end")
+    _add_recipe_arguments(t)
     t.set_defaults(func=cmd_paper_table, seeds=3)
     from .poisoning import register as register_poisoning
     from .privacy import register as register_privacy
@@ -103,6 +94,19 @@ def register(sub) -> argparse.ArgumentParser:
     pr.set_defaults(func=cmd_paired)
     return p
 
+
+
+def _add_recipe_arguments(t) -> None:
+    recipe = t.add_argument_group("recipe")
+    recipe.add_argument(
+        "--tune", action="store_true",
+        help="choose each fusion row's recipe on validation first: the grid of 'run --tune' trained on the first "
+             "seed, the best by --valid-metric kept for every seed; reported under 'tuning' in result.json")
+    recipe.add_argument(
+        "--halving", action=argparse.BooleanOptionalAction, default=True,
+        help="with --tune, cut each row's grid in half on validation after an eighth, a quarter and half of "
+             "--rounds, as 'run --tune' does (runs under 16 rounds train every recipe to the end); --no-halving "
+             "trains every recipe to the end")
 
 def cmd_paired(args) -> int:
     from ...experiments.paired_runs import format_paired, paired_runs
