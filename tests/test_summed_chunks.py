@@ -101,6 +101,26 @@ def test_fedvlr_factors_give_the_per_client_sums(residual, chunk_floats):
         assert da is None or torch.allclose(da, db, rtol=1e-12, atol=0), name
 
 
+@pytest.mark.parametrize("chunk_floats", [4096, 1024], ids=["larger-chunks", "smaller-chunks"])
+def test_neumf_hidden_sums_give_the_per_client_sums(chunk_floats):
+    """FedNCF behind the layer (its NeuMF steps): the fused rows' MF blocks as factors, their MLP blocks and
+    ``mlp1_item`` as hidden sums read out once a round: the per-client sums to float rounding."""
+    bb = _layer("fedncf", temperature=0.7)
+    shared = _shared(bb)
+    config = {**BASE, "upload": "grads", "weight_decay": 0.0}
+    got, _ = _sums(bb, shared, config, summed=True, chunk_floats=chunk_floats)
+    assert "neumf.mlp1_item" in got.hidden  # (the hidden path ran)
+    want, _ = _sums(bb, shared, config, summed=False, chunk_floats=chunk_floats)
+    d = bb.base.dim
+    for name in shared:
+        (a, da), (b, db) = _sum_of(got, name), _sum_of(want, name)
+        assert float(b.abs().max()) > 0
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-7), (name, float((a - b).abs().max()))
+        assert da is None or torch.allclose(da, db, rtol=1e-12, atol=0), name
+    mf_mlp = want.row_sums(FUSED)[0].view(N_ITEMS, -1, 2, d).abs().amax((0, 1, 3))
+    assert float(mf_mlp.min()) > 0  # both blocks' gradients are there to compare
+
+
 @pytest.mark.parametrize("model,chunk_floats", [("fedvlr", 4096), ("fedvlr", 1024), ("fedavg", 4096)])
 def test_factors_are_used_when_they_fit(model, chunk_floats):
     bb = _layer("fedavg") if model == "fedvlr" else make_backbone("fedavg", N_ITEMS, 8)

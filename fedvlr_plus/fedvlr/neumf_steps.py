@@ -36,7 +36,7 @@ import torch.nn.functional as F
 
 from ..federation.simulation.indexed_rows import IndexedRows
 from ..nn import linear
-from .closed_form import ALL_ROWS_RATIO, ROUTER, AllRows
+from .closed_form import ALL_ROWS_RATIO, ROUTER, AllRows, step_row_coef
 from .router import history_mean
 
 #: the FedNCF tower's shared parameters (their names in the backbone)
@@ -206,13 +206,18 @@ class NeuMFSteps:
 
     @torch.no_grad()
     def finish(self, p: dict, acc: dict | None = None) -> None:
-        """Write ``router.w1`` in place, and add the round's gradient of ``mlp1_item`` to its upload ``acc``:
-        ``Σ_{t,j} A_tj ⊗ F^M_tj`` over each client's touched rows (one batched product)."""
+        """Write ``router.w1`` in place (the uploads these steps defer are formed by :meth:`table_grads` and
+        :meth:`dense_grads`, or handed to the round's sums by :meth:`table_factors` and :meth:`hidden_sums`)."""
         w1 = p["router.w1"]
         if self.wd:
             w1.mul_(self.alpha.unsqueeze(-1))
         w1.baddbmm_(self.x.unsqueeze(-1), self.g_sum.unsqueeze(1), alpha=-self.lr)
-        if acc is None or "mlp1_item" not in acc or self._tables is None:  # (None: a chunk without steps)
+
+    @torch.no_grad()
+    def dense_grads(self, acc: dict) -> None:
+        """Add the round's gradient of ``mlp1_item`` to each client's upload ``acc``: ``Σ_{t,j} A_tj ⊗ F^M_tj``
+        over its touched rows (one batched product)."""
+        if "mlp1_item" not in acc or self._tables is None:  # (None: a chunk without steps)
             return
         c_n, t_max, j_n = self.c_n, self.t_max, self.head.experts
         f_mlp = self._tables[3].index_select(0, self.row_item).reshape(c_n, t_max * j_n, -1)
@@ -229,6 +234,41 @@ class NeuMFSteps:
         out[..., :d] = torch.bmm(coef, self.directions.transpose(0, 1)).view(c_n, t_max, j_n, d)
         out[..., d:] = self.acc.view(c_n, t_max, j_n, -1) @ self.tower["mlp1_item"]
         return out.view(c_n, t_max, j_n * 2 * d)
+
+    @torch.no_grad()
+    def table_factors(self, items: torch.Tensor, real: torch.Tensor, n_items: int):
+        """The MF blocks of the fused rows' gradient as factors of the round's sums (as
+        :meth:`.closed_form.MixtureSteps.table_factors`; the factor's MLP columns are zero: :meth:`hidden_sums`
+        carries that part)."""
+        d, j_n, c_n, t_max = self.head.dim, self.head.experts, self.c_n, self.t_max
+        s_n = self.delta_rows.shape[0]
+        coef = step_row_coef(self.delta_rows, c_n, t_max, items, real, n_items)
+        factor = torch.zeros(s_n * c_n, j_n, 2 * d, dtype=self.acc.dtype, device=self.acc.device)
+        factor[..., :d] = self.directions.view(s_n * c_n, j_n, d)
+        return coef, factor.view(s_n * c_n, -1), torch.arange(c_n, device=real.device).repeat(s_n)
+
+    @torch.no_grad()
+    def hidden_sums(self, n_items: int) -> dict:
+        """The MLP blocks' part of the fused rows' gradient and ``mlp1_item``'s, for the round's sums: both are
+        linear in the per-row sums ``A [C T, J h1]`` and their maps back (``W_i``, the MLP blocks ``F^M``) are
+        the same for every client of the round, so the sums add ``A`` weighted per item (``[N, J h1]``) and map
+        it back once a round, instead of ``[C, T, J d]`` rows and a ``[C, h1, T J] x [C, T J, d]`` product a
+        chunk (:class:`~..federation.simulation.summed_chunk.SummedChunk`'s ``hidden``). A padded slot's ``A``
+        is zero (no real example reads it). Empty for a chunk without steps."""
+        if self._tables is None:
+            return {}
+        d, j_n, c_n, t_max = self.head.dim, self.head.experts, self.c_n, self.t_max
+        h1 = self.acc.shape[1] // j_n
+        w_i = self.tower["mlp1_item"]
+        proj = torch.zeros(j_n, h1, j_n, 2 * d, dtype=w_i.dtype, device=w_i.device)
+        for j in range(j_n):  # expert j's hidden block maps to its MLP columns only
+            proj[j, :, j, d:] = w_i
+        client = torch.arange(c_n, device=self.acc.device).repeat_interleave(t_max)
+        readouts = {
+            self.head.table: ("rows", proj.view(j_n * h1, -1)),
+            "mlp1_item": ("outer", self._tables[3].reshape(n_items * j_n, d)),
+        }
+        return {"neumf.mlp1_item": (self.row_item, self.acc, client, n_items, readouts)}
 
 
 def _relu_back(grad: torch.Tensor, out: torch.Tensor) -> torch.Tensor:

@@ -52,6 +52,12 @@ def _always(config: dict) -> bool:
     return True
 
 
+def _hidden_on_cpu(hidden: dict) -> dict:
+    """A chunk's hidden sums (:class:`SummedChunk`) with every tensor on the CPU, where the round's sums are."""
+    return {group: (keys.cpu(), vals.cpu(), client.cpu(), n, {k: (kind, m.cpu()) for k, (kind, m) in out.items()})
+            for group, (keys, vals, client, n, out) in hidden.items()}
+
+
 def _trained_into(own: torch.Tensor, trained: torch.Tensor) -> torch.Tensor:
     """A chunk's trained private state back in ``own``, the CPU tensor it started from (on a GPU: the store's own
     rows where it handed them out, so the state lands in place and the store writes nothing more; on the CPU the
@@ -301,8 +307,10 @@ class BatchedSimulator(BatchedScoring):
         if sgd.deferred is None:
             return
         (table, steps), sgd.deferred = sgd.deferred, None
-        if not isinstance(steps, DotSteps):   # the backbone's own closed form
+        if not isinstance(steps, DotSteps):   # the backbone's own closed form (and what else it defers)
             sgd.acc[table] = steps.table_grads(touched)
+            if hasattr(steps, "dense_grads"):
+                steps.dense_grads(sgd.acc)
             return
         grads = steps.row_grads(touched)
         if table in sgd.acc:
@@ -431,6 +439,8 @@ class BatchedSimulator(BatchedScoring):
         if factors is not None:
             name, parts = factors
             out.row_factors[name] = (*(None if x is None else x.cpu() for x in parts), rows, client)
+            if hasattr(sgd.deferred[1], "hidden_sums"):   # (what else the steps defer, for the sums to map back)
+                out.hidden = _hidden_on_cpu(sgd.deferred[1].hidden_sums(self.bb.n_items))
             sgd.deferred = None
         self._form_deferred(sgd, batch.touched)
         detached = {k: v.detach().cpu() for k, v in sgd.leaves.items() if v is not None}   # (None: as factors)
@@ -440,8 +450,9 @@ class BatchedSimulator(BatchedScoring):
         real_mask = torch.zeros(batch.c_n * batch.t_max, dtype=torch.bool)
         real_mask[real] = True
         slot_client = torch.arange(batch.c_n).repeat_interleave(batch.t_max)
+        read_out = {n for part in out.hidden.values() for n, (kind, _) in part[4].items() if kind == "outer"}
         for name in bb.shared_names:
-            if name in out.row_factors:
+            if name in out.row_factors or name in read_out:
                 continue
             src = sgd.acc[name].cpu() if upload == "grads" else detached[name]
             if specs[name].item_table:
