@@ -99,7 +99,12 @@ class NeuMFSteps:
         # the MLP blocks': A [C T, J h1], per touched row and expert the sums of w_j ∂J/∂h_1 over the steps
         self.acc = torch.zeros(c_n * t_max, j_n * h1, **opts)
         self.row_item = torch.zeros(c_n * t_max, dtype=torch.long, device=x.device)
+        # the tower's per-client gradients (the steps add them in place: no fresh [C, h, h'] and sum a step)
+        self.tower_sums = {name: torch.zeros(c_n, *self.tower[name].shape, **opts) for name in ("mlp2_w", "mlp3_w")}
+        self.s1_steps = torch.zeros(s_max, c_n, h1, **opts)
+        self.u_mlp_steps = torch.zeros(s_max, c_n, self.tower["mlp1_user"].shape[1], **opts)
         self.s = 0
+        self._mixed = None  # each step's w_j ∂J/∂h_1 [C L, J, h1] before it is added to A
         self._tables = None  # (the broadcast table, F^G [N, J d], W_i F^M [N J, h1], F^M [N, J, d])
 
     def rows(self, fused: torch.Tensor, chunk_rows, fidx: torch.Tensor, items: torch.Tensor):
@@ -126,8 +131,8 @@ class NeuMFSteps:
 
     @torch.no_grad()
     def step(self, rows, p: dict, y: torch.Tensor, a: torch.Tensor, active: torch.Tensor, fidx: torch.Tensor):
-        """One step of every client: the gradients (None for what this object applies itself: ``router.w1``,
-        ``mlp1_item``) and each client's weighted loss ``[C]``."""
+        """One step of every client: the gradients (None for what this object applies or sums itself:
+        ``router.w1``, ``mlp1_item``, ``mlp1_user``, ``mlp2_w``, ``mlp3_w``) and each client's weighted loss ``[C]``."""
         mf_rows, items, _ = rows
         tw, c_n, l_n, j_n = self.tower, *items.shape, self.head.experts
         pre, hidden, w = self._router(p)
@@ -154,14 +159,18 @@ class NeuMFSteps:
         by_client = _ClientSums(c_n, l_n)
         s1 = d1.view(c_n, l_n, -1).sum(1)
         g_mf = (w.unsqueeze(-1) * mf_rows.weighted_sum(delta).view(c_n, j_n, -1)).sum(1)  # Σ_l δ_l g_l  [C, d]
+        # the tower's matrices: summed here over the steps (uploaded, never stepped), added to the upload at the end
+        by_client.outer_into(self.tower_sums["mlp3_w"], d3, h2)
+        by_client.outer_into(self.tower_sums["mlp2_w"], d2, h1)
+        self.s1_steps[self.s], self.u_mlp_steps[self.s] = s1, u_mlp  # mlp1_user's Σ_s s1 ⊗ u_mlp
         grads = {
             "out_b": delta.sum(1),
             "out_mlp": by_client.weighted(delta, h3),
-            "mlp3_w": by_client.outer(d3, h2),
+            "mlp3_w": None,
             "mlp3_b": d3.view(c_n, l_n, -1).sum(1),
-            "mlp2_w": by_client.outer(d2, h1),
+            "mlp2_w": None,
             "mlp2_b": d2.view(c_n, l_n, -1).sum(1),
-            "mlp1_user": s1.unsqueeze(-1) * u_mlp.unsqueeze(1),
+            "mlp1_user": None,
             "mlp1_item": None,
             "mlp1_b": s1,
             "out_gmf": g_mf * u_gmf,
@@ -187,7 +196,11 @@ class NeuMFSteps:
         self.delta_rows[self.s].index_add_(0, fidx, delta.reshape(-1))
         self.directions[self.s] = (w.unsqueeze(-1) * gmf_dir.unsqueeze(1)).view(c_n, -1)
         h1 = d1.shape[-1]
-        self.acc.index_add_(0, fidx, (d1.view(c_n, -1, 1, h1) * w.view(c_n, 1, j_n, 1)).view(-1, j_n * h1))
+        # (into one buffer for the chunk's steps: a fresh tensor of this size costs its page faults every step)
+        if self._mixed is None:
+            self._mixed = torch.empty(d1.shape[0], j_n, h1, dtype=d1.dtype, device=d1.device)
+        torch.mul(d1.view(c_n, -1, 1, h1), w.view(c_n, 1, j_n, 1), out=self._mixed.view(c_n, -1, j_n, h1))
+        self.acc.index_add_(0, fidx, self._mixed.view(-1, j_n * h1))
         self.row_item[fidx] = items.reshape(-1)
         self.s += 1
 
@@ -206,12 +219,18 @@ class NeuMFSteps:
 
     @torch.no_grad()
     def finish(self, p: dict, acc: dict | None = None) -> None:
-        """Write ``router.w1`` in place (the uploads these steps defer are formed by :meth:`table_grads` and
+        """Write ``router.w1`` in place and add the tower's matrices' gradients summed over the steps to their
+        uploads ``acc`` (the uploads these steps defer further are formed by :meth:`table_grads` and
         :meth:`dense_grads`, or handed to the round's sums by :meth:`table_factors` and :meth:`hidden_sums`)."""
         w1 = p["router.w1"]
         if self.wd:
             w1.mul_(self.alpha.unsqueeze(-1))
         w1.baddbmm_(self.x.unsqueeze(-1), self.g_sum.unsqueeze(1), alpha=-self.lr)
+        if acc is None:
+            return
+        for name, total in self.tower_sums.items():
+            acc[name] += total
+        acc["mlp1_user"].baddbmm_(self.s1_steps.permute(1, 2, 0), self.u_mlp_steps.transpose(0, 1))
 
     @torch.no_grad()
     def dense_grads(self, acc: dict) -> None:
@@ -287,7 +306,7 @@ class _ClientSums:
         """``Σ_l δ_cl x_cl`` -> ``[C, k]``."""
         return torch.bmm(delta.view(self.c_n, 1, self.l_n), x.reshape(self.c_n, self.l_n, -1)).squeeze(1)
 
-    def outer(self, g: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """``Σ_l g_cl ⊗ x_cl`` -> ``[C, k_g, k_x]``."""
+    def outer_into(self, out: torch.Tensor, g: torch.Tensor, x: torch.Tensor) -> None:
+        """``out += Σ_l g_cl ⊗ x_cl`` (``out [C, k_g, k_x]``)."""
         c_n, l_n = self.c_n, self.l_n
-        return torch.bmm(g.view(c_n, l_n, -1).transpose(1, 2), x.view(c_n, l_n, -1))
+        out.baddbmm_(g.view(c_n, l_n, -1).transpose(1, 2), x.view(c_n, l_n, -1))
