@@ -28,6 +28,7 @@ from .batched_scoring import BatchedScoring, history_ctx
 from .dot_steps import DotSteps
 from .indexed_rows import IndexedRows
 from .schedule import Schedule, build_schedule
+from .scratch import Scratch
 from .summed_chunk import SummedChunk
 
 
@@ -87,6 +88,7 @@ class BatchedSimulator(BatchedScoring):
         self.specs = {s.name: s for s in bb.all_specs()}
         self.table_width = sum(s.shape[1] if len(s.shape) > 1 else 1 for s in bb.all_specs() if s.item_table)
         self.dense_numel = sum(int(np.prod(s.shape)) if s.shape else 1 for s in bb.all_specs() if not s.item_table)
+        self.scratch = Scratch()
 
     # ------------------------------------------------------------------ private state
     def _private_block(self, cids: np.ndarray, *, in_place: bool = False) -> dict[str, torch.Tensor]:
@@ -232,6 +234,7 @@ class BatchedSimulator(BatchedScoring):
         c_n, t_max, s_max, l_max = batch.c_n, batch.t_max, batch.s_max, batch.l_max
         row_base = (torch.arange(c_n, device=dev) * t_max).unsqueeze(1)
         ctx = bb.round_context(shared)
+        ctx["scratch"] = self.scratch   # (buffers for the closed-form steps' intermediates, kept across chunks)
         if bb.uses_history:
             ctx.update({k: v.to(dev) for k, v in history_ctx(self.indptr, self.indices, cids).items()})
         # per-step quantities for all steps at once (fewer small tensor ops inside the loop)
