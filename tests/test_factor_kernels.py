@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 import torch
@@ -11,7 +9,6 @@ from _kernels import compiled_or_skip
 from test_summed_chunks import BASE, _layer, _shared, _sum_of, _sums
 
 from fedvlr_plus.fedvlr import closed_form
-from fedvlr_plus.fedvlr.closed_form import MixtureSteps
 
 
 @pytest.fixture
@@ -28,8 +25,7 @@ def test_kernel_builds_the_torch_references_matrix(kernels, seed):
     delta[0, 3], delta[1, 5] = -0.0, float("nan")  # -0 is no entry, NaN is one (as torch's nonzero)
     real = torch.from_numpy(np.sort(g.choice(c_n * t_max, 50, replace=False)))
     items = torch.from_numpy(g.integers(0, n_items, len(real)))
-    fake = SimpleNamespace(defer=(c_n, t_max, s_max), delta_rows=delta)
-    want = MixtureSteps._factor_csr(fake, items, real, n_items)
+    want = closed_form._factor_csr(delta, c_n, t_max, items, real, n_items)
     got = kernels.factor_csr(delta.numpy(), real.numpy(), items.numpy(), c_n, t_max, n_items)
     for a, b in zip(got, want):
         assert np.array_equal(a, b.numpy(), equal_nan=a.dtype.kind == "f")

@@ -101,6 +101,26 @@ def test_fedvlr_factors_give_the_per_client_sums(residual, chunk_floats):
         assert da is None or torch.allclose(da, db, rtol=1e-12, atol=0), name
 
 
+@pytest.mark.parametrize("chunk_floats", [4096, 1024], ids=["larger-chunks", "smaller-chunks"])
+def test_neumf_hidden_sums_give_the_per_client_sums(chunk_floats):
+    """FedNCF behind the layer (its NeuMF steps): the fused rows' MF blocks as factors, their MLP blocks and
+    ``mlp1_item`` as hidden sums read out once a round: the per-client sums to float rounding."""
+    bb = _layer("fedncf", temperature=0.7)
+    shared = _shared(bb)
+    config = {**BASE, "upload": "grads", "weight_decay": 0.0}
+    got, _ = _sums(bb, shared, config, summed=True, chunk_floats=chunk_floats)
+    assert "neumf.mlp1_item" in got.hidden  # (the hidden path ran)
+    want, _ = _sums(bb, shared, config, summed=False, chunk_floats=chunk_floats)
+    d = bb.base.dim
+    for name in shared:
+        (a, da), (b, db) = _sum_of(got, name), _sum_of(want, name)
+        assert float(b.abs().max()) > 0
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-7), (name, float((a - b).abs().max()))
+        assert da is None or torch.allclose(da, db, rtol=1e-12, atol=0), name
+    mf_mlp = want.row_sums(FUSED)[0].view(N_ITEMS, -1, 2, d).abs().amax((0, 1, 3))
+    assert float(mf_mlp.min()) > 0  # both blocks' gradients are there to compare
+
+
 @pytest.mark.parametrize("model,chunk_floats", [("fedvlr", 4096), ("fedvlr", 1024), ("fedavg", 4096)])
 def test_factors_are_used_when_they_fit(model, chunk_floats):
     bb = _layer("fedavg") if model == "fedvlr" else make_backbone("fedavg", N_ITEMS, 8)
@@ -152,3 +172,39 @@ def test_a_summed_chunk_missing_an_array_is_refused():
         check_summed(shared, chunk, "params")
     with pytest.raises(ValueError, match="aggregates 'grads'"):
         check_summed(shared, chunk, "grads")
+
+
+def _hidden_chunk(cid: int, keys, vals, proj, right):
+    """One client's upload of table ``t`` (holders by factors, values by hidden sums) and dense ``m``."""
+    n_rows = 5
+    rows = torch.unique(keys)
+    coef = torch.zeros(n_rows, 1)  # (the holders only: the values are all in the hidden sums)
+    parts = (keys, vals.clone(), torch.zeros_like(keys), n_rows, {"t": ("rows", proj), "m": ("outer", right)})
+    factors = (coef, torch.zeros(1, proj.shape[1]), torch.zeros(1, dtype=torch.long), None, rows, 0 * rows)
+    one = dict(cids=np.array([cid]), num_examples=np.array([1]), losses=np.array([0.0]))
+    return SummedChunk(kind="grads", **one, row_factors={"t": factors}, hidden={"g": parts})
+
+
+def test_hidden_sums_start_anew_where_readouts_differ_or_were_read():
+    """The round's hidden sums map each chunk back with its own readouts, also after a read (their sum is then
+    read again), to the per-upload sums ``Σ w (e_key ⊗ v) P`` and ``Σ w v^T right[key]``."""
+    g = torch.Generator().manual_seed(0)
+    shared = {"t": torch.zeros(5, 3), "m": torch.zeros(2, 4)}
+    sums = RunningSums(shared, ["t"])
+    want_t, want_m = torch.zeros(5, 3, dtype=torch.float64), torch.zeros(2, 4, dtype=torch.float64)
+    projs = [torch.randn(2, 3, generator=g) for _ in range(2)]
+    right = torch.randn(5, 4, generator=g)
+    for i, proj in enumerate([projs[0], projs[0], projs[1], projs[1]]):
+        keys, vals = torch.tensor([0, 3, 3]), torch.randn(3, 2, generator=g)
+        w = 0.1 * (i + 1)
+        chunk = _hidden_chunk(i, keys, vals, proj, right)
+        check_summed(shared, chunk, "grads")
+        sums.add_summed(chunk, torch.tensor([w], dtype=torch.float64))
+        for key, v in zip(keys, vals.double()):
+            want_t[key] += w * (v @ proj.double())
+            want_m += w * torch.outer(v, right[key].double())
+        if i == 2:  # a read in the middle: what follows goes to new sums
+            sums.row_sums("t"), sums.dense_sum("m")
+    assert len(sums.rows["t"].hidden) == 1 and not sums.hidden["g"].done  # the chunk after the read: new sums
+    assert torch.allclose(sums.row_sums("t")[0].double(), want_t, atol=1e-5)
+    assert torch.allclose(sums.dense_sum("m"), want_m, atol=1e-5)

@@ -267,33 +267,44 @@ class MixtureSteps:
         ``coef`` is sparse (CSR): a client's step touches a few of its rows, so most of its ``[S, R]`` per-row
         sums are zero, and a dense ``[n_items, S C]`` product would spend nearly all its work on zeros."""
         c_n, t_max, s_max = self.defer
+        coef = step_row_coef(self.delta_rows, c_n, t_max, items, real, n_items)
         columns = torch.arange(c_n, device=real.device).repeat(s_max)
-        on_cpu = self.delta_rows.device.type == "cpu"
-        kernels = _KERNELS.once_worth_it(s_max * len(real), KERNEL_AFTER_CELLS) if on_cpu else None
-        if kernels is not None:
-            crow, col, values = (
-                torch.from_numpy(a)
-                for a in kernels.factor_csr(
-                    self.delta_rows.numpy(), real.contiguous().numpy(), items.contiguous().numpy(), c_n, t_max, n_items
-                )
-            )
-        else:
-            crow, col, values = self._factor_csr(items, real, n_items)
-        coef = sparse_csr(crow, col, values, (n_items, s_max * c_n))
         return coef, self.directions.reshape(s_max * c_n, -1), columns
 
-    def _factor_csr(self, items: torch.Tensor, real: torch.Tensor, n_items: int):
-        """``(crow, col, values)`` of :meth:`table_factors`' matrix in torch (the compiled kernel's reference)."""
-        c_n, t_max, _ = self.defer
-        client = torch.div(real, t_max, rounding_mode="floor")
-        values = self.delta_rows.index_select(1, real)  # [S, R]
-        step, entry = values.nonzero(as_tuple=True)  # step-major, then client: columns ascending
-        row = items.index_select(0, entry)
-        order = torch.sort(row, stable=True).indices  # by item; within an item the columns stay ascending
-        crow = torch.zeros(n_items + 1, dtype=torch.long, device=real.device)
-        crow[1:] = torch.bincount(row, minlength=n_items).cumsum(0)
-        col = (step * c_n + client.index_select(0, entry)).index_select(0, order)
-        return crow, col, values[step, entry].index_select(0, order)
+
+def step_row_coef(
+    delta_rows: torch.Tensor, c_n: int, t_max: int, items: torch.Tensor, real: torch.Tensor, n_items: int
+) -> torch.Tensor:
+    """The sparse ``[n_items, S C]`` matrix of the steps' per-row sums ``delta_rows [S, C T]`` (column ``s C + c``:
+    client ``c``'s step ``s``; an entry per nonzero sum of a real touched row, flat ids ``real``, global ``items``):
+    the coefficients of the steps' directions in the chunk's summed row gradient (CSR; the compiled kernel's where
+    it repays numba's import)."""
+    s_max = delta_rows.shape[0]
+    on_cpu = delta_rows.device.type == "cpu"
+    kernels = _KERNELS.once_worth_it(s_max * len(real), KERNEL_AFTER_CELLS) if on_cpu else None
+    if kernels is not None:
+        crow, col, values = (
+            torch.from_numpy(a)
+            for a in kernels.factor_csr(
+                delta_rows.numpy(), real.contiguous().numpy(), items.contiguous().numpy(), c_n, t_max, n_items
+            )
+        )
+    else:
+        crow, col, values = _factor_csr(delta_rows, c_n, t_max, items, real, n_items)
+    return sparse_csr(crow, col, values, (n_items, s_max * c_n))
+
+
+def _factor_csr(delta_rows: torch.Tensor, c_n: int, t_max: int, items: torch.Tensor, real: torch.Tensor, n_items: int):
+    """``(crow, col, values)`` of :func:`step_row_coef`'s matrix in torch (the compiled kernel's reference)."""
+    client = torch.div(real, t_max, rounding_mode="floor")
+    values = delta_rows.index_select(1, real)  # [S, R]
+    step, entry = values.nonzero(as_tuple=True)  # step-major, then client: columns ascending
+    row = items.index_select(0, entry)
+    order = torch.sort(row, stable=True).indices  # by item; within an item the columns stay ascending
+    crow = torch.zeros(n_items + 1, dtype=torch.long, device=real.device)
+    crow[1:] = torch.bincount(row, minlength=n_items).cumsum(0)
+    col = (step * c_n + client.index_select(0, entry)).index_select(0, order)
+    return crow, col, values[step, entry].index_select(0, order)
 
 
 #: per-row sums a process turns into factors in torch before it loads the compiled kernel: numba's import (0.4-0.6

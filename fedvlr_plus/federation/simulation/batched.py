@@ -28,6 +28,7 @@ from .batched_scoring import BatchedScoring, history_ctx
 from .dot_steps import DotSteps
 from .indexed_rows import IndexedRows
 from .schedule import Schedule, build_schedule
+from .scratch import Scratch
 from .summed_chunk import SummedChunk
 
 
@@ -50,6 +51,12 @@ def _chunks(order: np.ndarray, cost: np.ndarray, budget: float, overhead: float)
 def _always(config: dict) -> bool:
     """A closed form that holds under every round's rule (one without ``covers``)."""
     return True
+
+
+def _hidden_on_cpu(hidden: dict) -> dict:
+    """A chunk's hidden sums (:class:`SummedChunk`) with every tensor on the CPU, where the round's sums are."""
+    return {group: (keys.cpu(), vals.cpu(), client.cpu(), n, {k: (kind, m.cpu()) for k, (kind, m) in out.items()})
+            for group, (keys, vals, client, n, out) in hidden.items()}
 
 
 def _trained_into(own: torch.Tensor, trained: torch.Tensor) -> torch.Tensor:
@@ -81,6 +88,7 @@ class BatchedSimulator(BatchedScoring):
         self.specs = {s.name: s for s in bb.all_specs()}
         self.table_width = sum(s.shape[1] if len(s.shape) > 1 else 1 for s in bb.all_specs() if s.item_table)
         self.dense_numel = sum(int(np.prod(s.shape)) if s.shape else 1 for s in bb.all_specs() if not s.item_table)
+        self.scratch = Scratch()
 
     # ------------------------------------------------------------------ private state
     def _private_block(self, cids: np.ndarray, *, in_place: bool = False) -> dict[str, torch.Tensor]:
@@ -226,6 +234,7 @@ class BatchedSimulator(BatchedScoring):
         c_n, t_max, s_max, l_max = batch.c_n, batch.t_max, batch.s_max, batch.l_max
         row_base = (torch.arange(c_n, device=dev) * t_max).unsqueeze(1)
         ctx = bb.round_context(shared)
+        ctx["scratch"] = self.scratch   # (buffers for the closed-form steps' intermediates, kept across chunks)
         if bb.uses_history:
             ctx.update({k: v.to(dev) for k, v in history_ctx(self.indptr, self.indices, cids).items()})
         # per-step quantities for all steps at once (fewer small tensor ops inside the loop)
@@ -301,8 +310,10 @@ class BatchedSimulator(BatchedScoring):
         if sgd.deferred is None:
             return
         (table, steps), sgd.deferred = sgd.deferred, None
-        if not isinstance(steps, DotSteps):   # the backbone's own closed form
+        if not isinstance(steps, DotSteps):   # the backbone's own closed form (and what else it defers)
             sgd.acc[table] = steps.table_grads(touched)
+            if hasattr(steps, "dense_grads"):
+                steps.dense_grads(sgd.acc)
             return
         grads = steps.row_grads(touched)
         if table in sgd.acc:
@@ -431,6 +442,8 @@ class BatchedSimulator(BatchedScoring):
         if factors is not None:
             name, parts = factors
             out.row_factors[name] = (*(None if x is None else x.cpu() for x in parts), rows, client)
+            if hasattr(sgd.deferred[1], "hidden_sums"):   # (what else the steps defer, for the sums to map back)
+                out.hidden = _hidden_on_cpu(sgd.deferred[1].hidden_sums(self.bb.n_items))
             sgd.deferred = None
         self._form_deferred(sgd, batch.touched)
         detached = {k: v.detach().cpu() for k, v in sgd.leaves.items() if v is not None}   # (None: as factors)
@@ -440,8 +453,9 @@ class BatchedSimulator(BatchedScoring):
         real_mask = torch.zeros(batch.c_n * batch.t_max, dtype=torch.bool)
         real_mask[real] = True
         slot_client = torch.arange(batch.c_n).repeat_interleave(batch.t_max)
+        read_out = {n for part in out.hidden.values() for n, (kind, _) in part[4].items() if kind == "outer"}
         for name in bb.shared_names:
-            if name in out.row_factors:
+            if name in out.row_factors or name in read_out:
                 continue
             src = sgd.acc[name].cpu() if upload == "grads" else detached[name]
             if specs[name].item_table:

@@ -7,7 +7,9 @@ drop them: the round holds the sums (the size of the shared state), not every cl
 
 The sums do not depend on how the uploads are cut into chunks, only on their order: an item table's rows are
 added with ``index_add_``, one upload after another, whatever the blocks they are buffered in; a dense array is
-summed in float64 (one ``tensordot`` per chunk).
+summed in float64 (one ``tensordot`` per chunk). Uploads a chunk hands over in a smaller space (a chunk's
+``hidden`` sums, :class:`~.summed_chunk.SummedChunk`) are summed there over the round and mapped back once, when
+the sums are read (:class:`HiddenSums`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class RowSums:
         self.num = torch.zeros(self.n_rows, self.width, dtype=dtype)
         self.den = torch.zeros(self.n_rows, dtype=torch.float64)
         self._block, self._size = [], 0
+        self.hidden = []  # (HiddenSums, P [k, width]): H P is added to ``num`` when the sums are read
 
     def add(self, rows: torch.Tensor, vals: torch.Tensor, weight: float) -> None:
         """One upload: its row ids, its values ``[len(rows), ...]`` and its weight."""
@@ -90,6 +93,12 @@ class RowSums:
         self.num.index_add_(0, rows, num.reshape(rows.shape[0], -1).to(torch.float64).mul_(scale).to(self.dtype))
         self.den.index_add_(0, rows, den.to(torch.float64) * scale)
 
+    def _settle(self) -> None:
+        """Add the hidden sums' rows (each group once, and it takes no more chunks after)."""
+        for group, proj in self.hidden:
+            self.num.addmm_(group.read().to(self.dtype), proj.to(self.dtype))
+        self.hidden = []
+
     def touched(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(rows, num[rows], den[rows])`` of the rows some upload touched (what a node sends of its sums)."""
         num, den = self.result()
@@ -99,14 +108,17 @@ class RowSums:
     def result(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(num [rows, width], den [rows])``."""
         self._flush()
+        self._settle()
         return self.num, self.den
 
 
 class DenseSum:
     """``Σ_u w_u x_u`` of one dense array, in float64."""
 
-    def __init__(self):
+    def __init__(self, shape=None):
         self.total = None
+        self.shape = shape
+        self.hidden = []  # (HiddenSums, M [m, b]): H.reshape(m, -1).T M is added to the total when it is read
 
     def add(self, arrays: list[torch.Tensor], weights: torch.Tensor) -> None:
         self.add_stacked(torch.stack([a.to(torch.float64) for a in arrays]), weights)
@@ -117,7 +129,43 @@ class DenseSum:
         self.total = part if self.total is None else self.total + part
 
     def result(self) -> torch.Tensor:
+        for group, right in self.hidden:
+            h = group.read()
+            part = (h.reshape(right.shape[0], -1).T.to(torch.float64) @ right.to(torch.float64)).reshape(self.shape)
+            self.total = part if self.total is None else self.total + part
+        self.hidden = []
         return self.total
+
+
+class HiddenSums:
+    """``H = Σ_r w_r e_{key r} ⊗ v_r [n_keys, k]`` of the chunks whose ``readouts`` (the maps back to the uploads'
+    space, :class:`~.summed_chunk.SummedChunk`'s ``hidden``) are equal; once read, it takes no more chunks."""
+
+    def __init__(self, n_keys: int, k: int, dtype, readouts: dict):
+        self.h = torch.zeros(n_keys, k, dtype=dtype)
+        self.readouts = readouts
+        self.done = False
+
+    def takes(self, n_keys: int, k: int, readouts: dict) -> bool:
+        """Whether a chunk's hidden sums with these readouts may be added here."""
+        mine = self.readouts
+        return (
+            not self.done
+            and tuple(self.h.shape) == (n_keys, k)
+            and readouts.keys() == mine.keys()
+            and all(
+                kind == mine[n][0] and m.shape == mine[n][1].shape and torch.equal(m, mine[n][1])
+                for n, (kind, m) in readouts.items()
+            )
+        )
+
+    def add(self, keys: torch.Tensor, vals: torch.Tensor, weights: torch.Tensor) -> None:
+        """A chunk's ``vals [R, k]`` (scaled here in place) at ``keys [R]`` with their weights (float64)."""
+        self.h.index_add_(0, keys, vals.to(self.h.dtype).mul_(weights.to(self.h.dtype).unsqueeze(1)))
+
+    def read(self) -> torch.Tensor:
+        self.done = True
+        return self.h
 
 
 class RunningSums:
@@ -128,7 +176,8 @@ class RunningSums:
         tables = set(tables)
         self.shapes = {k: tuple(v.shape) for k, v in shared.items()}
         self.rows = {k: RowSums(v.shape, v.dtype, block_floats) for k, v in shared.items() if k in tables}
-        self.dense = {k: DenseSum() for k in shared if k not in tables}
+        self.dense = {k: DenseSum(tuple(v.shape)) for k, v in shared.items() if k not in tables}
+        self.hidden = {}  # group -> its HiddenSums taking chunks now
         self.count = 0
 
     def add(self, updates: list, weights: torch.Tensor) -> None:
@@ -155,7 +204,20 @@ class RunningSums:
             self.rows[name].add_factors(coef, factor * w, rows, weights.index_select(0, client), base)
         for name, stacked in chunk.dense.items():
             self.dense[name].add_stacked(stacked, weights)
+        for group, (keys, vals, client, n_keys, readouts) in chunk.hidden.items():
+            self._hidden_group(group, n_keys, vals, readouts).add(keys, vals, weights.index_select(0, client))
         self.count += len(chunk)
+
+    def _hidden_group(self, group: str, n_keys: int, vals: torch.Tensor, readouts: dict) -> HiddenSums:
+        """The hidden sums a chunk's ``group`` adds to: the current ones, or new ones (with their readers) where
+        the readouts differ or the current ones have been read."""
+        current = self.hidden.get(group)
+        if current is not None and current.takes(n_keys, vals.shape[1], readouts):
+            return current
+        new = self.hidden[group] = HiddenSums(n_keys, vals.shape[1], vals.dtype, readouts)
+        for name, (kind, m) in readouts.items():
+            (self.rows[name] if kind == "rows" else self.dense[name]).hidden.append((new, m))
+        return new
 
     def add_partial(self, rows: dict, dense: dict, scale: float, count: int) -> None:
         """Another party's sums over ``count`` uploads (a Flower node's, :mod:`fedvlr_plus.flower.node_sums`):

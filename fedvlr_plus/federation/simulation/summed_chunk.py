@@ -37,6 +37,13 @@ class SummedChunk:
     # times the summed weight of the clients uploading each row
     row_factors: dict = field(default_factory=dict)
     dense: dict = field(default_factory=dict)  # dense shared array -> [C, ...]
+    # group -> (keys [R], values [R, k] (scaled in place), client index [R], n_keys, readouts): where uploads are
+    # linear in per-key vectors of a space smaller than theirs, and the maps back are the same for every client
+    # of the round, their weighted sum is read out of ``H = Σ_r w_{client r} e_{keys r} ⊗ values_r [n_keys, k]``
+    # once a round: ``readouts[name] = ("rows", P [k, width])`` adds ``H P`` to an item table's sum (its
+    # holders are in ``row_factors`` or ``row_blocks``), ``("outer", M [m, b])`` is a dense array's sum,
+    # ``H.reshape(m, -1).T M``
+    hidden: dict = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.cids)
@@ -58,7 +65,9 @@ def check_summed(shared: dict[str, torch.Tensor], chunk: SummedChunk, kind: str)
         raise ValueError(
             f"clients {chunk.cids[:3].tolist()}... uploaded {chunk.kind!r} but this strategy aggregates {kind!r}"
         )
-    names = [*chunk.row_blocks, *chunk.row_factors, *chunk.dense]
+    held = [*chunk.row_blocks, *chunk.row_factors]
+    outer = [name for part in chunk.hidden.values() for name, (kind, _) in part[4].items() if kind == "outer"]
+    names = [*held, *chunk.dense, *outer]
     if sorted(names) != sorted(shared):
         raise ValueError(f"a chunk's uploads carry {sorted(names)}, expected the shared arrays {sorted(shared)}")
     for name, (rows, vals, client, real, held) in chunk.row_blocks.items():
@@ -80,6 +89,17 @@ def check_summed(shared: dict[str, torch.Tensor], chunk: SummedChunk, kind: str)
             or (base is not None and base.shape != shared[name].shape)
         ):
             raise ValueError(f"{name!r}: a chunk's factors of shapes {tuple(coef.shape)} and {tuple(factor.shape)}")
+    for group, (keys, vals, client, n_keys, readouts) in chunk.hidden.items():
+        if keys.shape[0] != vals.shape[0] or client.shape != keys.shape:
+            raise ValueError(f"{group!r}: hidden sums of shape {tuple(vals.shape)} for {keys.shape[0]} keys")
+        for name, (kind, m) in readouts.items():
+            if kind == "rows":
+                bad = name not in held or m.shape != (vals.shape[1], int(np.prod(shared[name].shape[1:])))
+                bad = bad or n_keys != shared[name].shape[0]
+            else:
+                bad = kind != "outer" or (n_keys * vals.shape[1] // m.shape[0]) * m.shape[1] != shared[name].numel()
+            if bad:
+                raise ValueError(f"{name!r}: a {kind!r} readout of shape {tuple(m.shape)} from {group!r}")
     for name, v in chunk.dense.items():
         if tuple(v.shape) != (len(chunk.cids),) + tuple(shared[name].shape):
             raise ValueError(f"{name!r}: a chunk's stacked uploads of shape {tuple(v.shape)}")
