@@ -10,12 +10,12 @@ from fedvlr_plus.federation.synthetic import synthetic_data
 from fedvlr_plus.fedvlr import FusionLayer, report
 
 
-def _run():
+def _run(**cfg):
     data = synthetic_data(40, 120, 10.0, groups=4, seed=3)
     g = np.random.default_rng(3)
     views = {"attributes": g.standard_normal((data.n_items, 10))}
     bb = FusionLayer(make_backbone("fedavg", data.n_items, 8), views, mode="fedvlr", router_hidden=8)
-    run = FederatedRun(data, bb, FedConfig(rounds=1, local_epochs=1, seed=0), progress=False)
+    run = FederatedRun(data, bb, FedConfig(rounds=1, local_epochs=1, seed=0, **cfg), progress=False)
     run.run_round()
     return run
 
@@ -36,3 +36,22 @@ def test_chunked_report_equals_one_pass(monkeypatch):
     for key in ("mean_entropy", "min_entropy"):
         assert chunked[key] == pytest.approx(whole[key], abs=1e-7)
     assert max(whole["std_across_users"]) > 1e-4  # routers differ between users, so chunks could disagree
+
+
+def test_block_read_gives_each_users_own_router_and_fresh_ones_for_newcomers():
+    import torch
+
+    from fedvlr_plus.federation.state.initial import init_private_states
+
+    run = _run(clients_per_round=0.5)  # half the users train in round 1; the others have no stored state
+    names = [s.name for s in run.bb.private_specs() if s.name.startswith("router.")]
+    stored = [u for u in run.eligible if run.store.load(int(u)) is not None]
+    newcomers = [u for u in run.eligible if run.store.load(int(u)) is None]
+    users = np.array(stored[:5] + newcomers[:3], dtype=np.int64)
+    assert len(stored) >= 5 and len(newcomers) >= 1  # one round of a sampled population leaves both kinds
+    got = report.router_states(run, users, names)
+    fresh = dict(zip(newcomers[:3], init_private_states(run.bb, np.array(newcomers[:3]), run.cfg.seed)))
+    for i, u in enumerate(users):
+        want = run.store.load(int(u)) or fresh[u]
+        for name in names:
+            assert torch.equal(got[name][i], want[name]), (u, name)
