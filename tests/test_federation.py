@@ -366,3 +366,15 @@ def test_a_listed_file_that_is_missing_or_changed_is_refused_naming_it(tmp_path)
     with pytest.raises(RunFolderError, match="checkpoint-000001.safetensors: listed in manifest.json but missing"):
         folder.read_checkpoint()
     assert tensors.exists()
+
+
+def test_a_run_told_not_to_checkpoint_evaluations_checkpoints_at_its_end_only(small, tmp_path):
+    cfg = FedConfig(**{**FAST, "rounds": 4, "eval_every": 1, "checkpoint_every": 4, "checkpoint_evaluated": False})
+    written = []
+
+    def seen(run, record):
+        ck = run.folder.read_checkpoint()
+        written.append(ck["round"] if ck is not None else None)
+
+    run_federated(small, "fedavg", cfg, out_dir=tmp_path / "run", progress=False, on_round=seen)
+    assert written == [None, None, None, 4]  # evaluated every round, yet checkpointed at the end only

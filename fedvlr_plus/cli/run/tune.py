@@ -130,11 +130,14 @@ def _trainer(args, data, root, config_for, build_backbone, metric: str):
     from ...federation.runs.parallel import default_jobs, map_jobs
 
     jobs = getattr(args, "jobs", None) or default_jobs()
+    run_dir_less = not (args.resume or args.out)
     started = set()  # recipes this call trained before: they continue; others resume only under --resume
 
     def job(recipe, rounds: int) -> RecipeJob:
         ns = _with_recipe(args, recipe, seeds=1)
         cfg = replace(config_for(ns), rounds=rounds)
+        if run_dir_less:  # a temporary folder is only read where the next budget goes on: one checkpoint, at the end
+            cfg = replace(cfg, checkpoint_every=rounds, checkpoint_evaluated=False)
         out = root / _folder_name(recipe.name) if root is not None else None
         resume = out is not None and (recipe.name in started or (bool(args.resume) and bool(seed_folders(out))))
         started.add(recipe.name)
