@@ -84,3 +84,15 @@ def load_for_run(args):
         threshold=args.implicit_threshold,
         seed=getattr(args, "seed", 0),
     )
+
+
+def add_halving_argument(group, grid: str) -> None:
+    """``--halving/--no-halving`` of a command with ``--tune``; ``grid``: what it cuts, as the help names it."""
+    group.add_argument(
+        "--halving",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help=f"with --tune, cut {grid} in half on validation after an eighth, a quarter and half of --rounds "
+        "(successive halving; runs under 16 rounds train every recipe to the end); --no-halving trains every "
+        "recipe to the end",
+    )

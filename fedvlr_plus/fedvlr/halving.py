@@ -11,7 +11,10 @@ rounds, and never by a single evaluation early in training.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 from .tuning import Recipe, TuningReport
 
@@ -66,3 +69,16 @@ def successive_halving(
             break
     report.selected = min(alive, key=better_first).name
     return report
+
+
+@contextmanager
+def candidate_root(folder: Path | None, *, halving: bool) -> Iterator[Path | None]:
+    """Where the candidates train: ``folder`` where the caller has one; a temporary folder where there is none and
+    candidates must continue between budgets; None (no folder) where each trains once to the end."""
+    if folder is not None:
+        yield folder
+    elif halving:
+        with tempfile.TemporaryDirectory(prefix="fedvlr-tuning-") as tmp:
+            yield Path(tmp)
+    else:
+        yield None

@@ -228,6 +228,14 @@ class TuningReport:
     def chosen(self) -> Recipe:
         return next(r for r in self.recipes if r.name == self.selected)
 
+    def scores_line(self) -> str:
+        """Each recipe's validation score, and the budget that stopped it, for a one-line summary."""
+        parts = (
+            f"{n} {s:.4f}" + (f" at round {self.stopped[n]}" if n in self.stopped else "")
+            for n, s in self.scores.items()
+        )
+        return ", ".join(parts)
+
     def to_json(self) -> dict:
         return {
             "metric": self.metric,

@@ -97,16 +97,15 @@ def register(sub) -> argparse.ArgumentParser:
 
 
 def _add_recipe_arguments(t) -> None:
+    from ..common import add_halving_argument
+
     recipe = t.add_argument_group("recipe")
     recipe.add_argument(
         "--tune", action="store_true",
         help="choose each fusion row's recipe on validation first: the grid of 'run --tune' trained on the first "
              "seed, the best by --valid-metric kept for every seed; reported under 'tuning' in result.json")
-    recipe.add_argument(
-        "--halving", action=argparse.BooleanOptionalAction, default=True,
-        help="with --tune, cut each row's grid in half on validation after an eighth, a quarter and half of "
-             "--rounds, as 'run --tune' does (runs under 16 rounds train every recipe to the end); --no-halving "
-             "trains every recipe to the end")
+    add_halving_argument(recipe, "each fusion row's grid")
+
 
 def cmd_paired(args) -> int:
     from ...experiments.paired_runs import format_paired, paired_runs

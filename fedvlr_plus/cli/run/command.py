@@ -7,7 +7,7 @@ import argparse
 from ...backbones import REFERENCE_BACKBONES, backbone_names
 from ...metric_spec import DEFAULT_METRICS, parse_metrics
 from ..argtypes import backbone_arg, metric_list, non_negative_int
-from ..common import add_data_arguments, load_for_run, say
+from ..common import add_data_arguments, add_halving_argument, load_for_run, say
 from ..report import report_run
 
 
@@ -60,11 +60,7 @@ def register(sub) -> None:
              "it; flags you pass stay fixed. Reported under "
              "'tuning' in the JSON. On by default with --fusion (a resumed run tunes only if its folder did); "
              "--no-tune trains the layer's defaults alone")
-    recipe.add_argument(
-        "--halving", action=argparse.BooleanOptionalAction, default=True,
-        help="with --tune, cut the grid in half on validation after an eighth, a quarter and half of --rounds "
-             "(successive halving; runs under 16 rounds train every recipe to the end); --no-halving trains every "
-             "recipe to the end")
+    add_halving_argument(recipe, "the grid")
     p_run.set_defaults(func=cmd_run)
 
 

@@ -5,8 +5,6 @@ the first seed, keep the one with the best validation score, and hand the run th
 from __future__ import annotations
 
 import argparse
-import tempfile
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -67,7 +65,7 @@ def tune_recipe(args, data, *, config_for, build_backbone):
     its model, exactly as the run itself does, so a candidate differs from the final run only in its flags, seed
     count and rounds. Candidates train in ``RUN_DIR/tuning/<recipe>/`` (a temporary folder without a run folder),
     continuing from their checkpoint at each budget; a resumed run resumes them."""
-    from ...fedvlr.halving import rungs, successive_halving
+    from ...fedvlr.halving import candidate_root, rungs, successive_halving
     from ...fedvlr.tuning import tries_id_dropout
 
     recipes = _candidates(args, cold_items=tries_id_dropout(data))
@@ -79,19 +77,12 @@ def tune_recipe(args, data, *, config_for, build_backbone):
         + (f"; the better half goes on after {', '.join(map(str, budgets[:-1]))} rounds" if len(budgets) > 1 else "")
         + "".join(f"\n  {r.name}: {_flags(r)}" for r in recipes)
     )
-    with _tuning_root(run_dir, halving=len(budgets) > 1) as root:
+    with candidate_root(Path(run_dir) / "tuning" if run_dir else None, halving=len(budgets) > 1) as root:
         train_to = _trainer(args, data, root, config_for, build_backbone, full.valid_metric)
         report = successive_halving(
             recipes, train_to, budgets=budgets, metric=full.valid_metric, seed=args.seed, on_rung=_say_cut
         )
-    say(
-        f"tuning: kept recipe {report.selected} (valid {full.valid_metric} "
-        + ", ".join(
-            f"{n} {s:.4f}" + (f" at round {report.stopped[n]}" if n in report.stopped else "")
-            for n, s in report.scores.items()
-        )
-        + ")"
-    )
+    say(f"tuning: kept recipe {report.selected} (valid {full.valid_metric} {report.scores_line()})")
     return _with_recipe(args, report.chosen, seeds=args.seeds), report
 
 
@@ -108,19 +99,6 @@ def _say_cut(budget: int, kept, stopped, scores: dict) -> None:
         return ", ".join(f"{r.name} {scores[r.name]:.4f}" for r in recipes)
 
     say(f"tuning: after {budget} rounds, kept {named(kept)}; stopped {named(stopped)}")
-
-
-@contextmanager
-def _tuning_root(run_dir, *, halving: bool):
-    """Where the candidates train: ``RUN_DIR/tuning``; a temporary folder where there is no run folder and the
-    candidates must continue between budgets; None (no folder) where each trains once to the end."""
-    if run_dir:
-        yield Path(run_dir) / "tuning"
-    elif halving:
-        with tempfile.TemporaryDirectory(prefix="fedvlr-tuning-") as tmp:
-            yield Path(tmp)
-    else:
-        yield None
 
 
 def _trainer(args, data, root, config_for, build_backbone, metric: str):

@@ -15,9 +15,6 @@ fusion row on its own.
 from __future__ import annotations
 
 import sys
-import tempfile
-from contextlib import contextmanager
-from pathlib import Path
 
 from ...api import FedVLR
 from ...errors import RunFolderError
@@ -71,23 +68,10 @@ def _trainer(study, recipe: FedVLR, root):
     return lambda points, rounds: [one(point, rounds) for point in points]
 
 
-@contextmanager
-def _tuning_root(study, recipe: FedVLR, *, halving: bool):
-    """Where a row's candidates train: ``runs/<row>/tuning`` of the table's folder; a temporary folder where the
-    table has none and candidates must continue between budgets; None where each trains once to the end."""
-    if study.opts.folder:
-        yield study.opts.folder / "runs" / recipe.label / "tuning"
-    elif halving:
-        with tempfile.TemporaryDirectory(prefix="fedvlr-tuning-") as tmp:
-            yield Path(tmp)
-    else:
-        yield None
-
-
 def tuned_recipe(study, recipe: FedVLR):
     """The grid point (:class:`~fedvlr_plus.fedvlr.tuning.Recipe`) chosen on validation for ``recipe`` by successive
     halving (every point to the end with ``halving`` off), and the tuning report (JSON)."""
-    from ...fedvlr.halving import rungs, successive_halving
+    from ...fedvlr.halving import candidate_root, rungs, successive_halving
     from ...fedvlr.tuning import candidate_recipes
 
     points = candidate_recipes(**_fixed(study, recipe))
@@ -104,7 +88,8 @@ def tuned_recipe(study, recipe: FedVLR):
 
         _say(f"tuning {recipe.label}: after {budget} rounds, kept {named(kept)}; stopped {named(stopped)}")
 
-    with _tuning_root(study, recipe, halving=len(budgets) > 1) as root:
+    folder = study.opts.folder / "runs" / recipe.label / "tuning" if study.opts.folder else None
+    with candidate_root(folder, halving=len(budgets) > 1) as root:
         report = successive_halving(
             points,
             _trainer(study, recipe, root),
@@ -113,14 +98,7 @@ def tuned_recipe(study, recipe: FedVLR):
             seed=study.seed,
             on_rung=cut,
         )
-    _say(
-        f"{recipe.label} keeps recipe {report.selected} (valid {cfg.valid_metric}: "
-        + ", ".join(
-            f"{n} {s:.4f}" + (f" at round {report.stopped[n]}" if n in report.stopped else "")
-            for n, s in report.scores.items()
-        )
-        + ")"
-    )
+    _say(f"{recipe.label} keeps recipe {report.selected} (valid {cfg.valid_metric}: {report.scores_line()})")
     return report.chosen, report.to_json()
 
 
