@@ -368,8 +368,8 @@ def test_a_listed_file_that_is_missing_or_changed_is_refused_naming_it(tmp_path)
     assert tensors.exists()
 
 
-def test_a_run_told_not_to_checkpoint_evaluations_checkpoints_at_its_end_only(small, tmp_path):
-    cfg = FedConfig(**{**FAST, "rounds": 4, "eval_every": 1, "checkpoint_every": 4, "checkpoint_evaluated": False})
+def test_sparse_checkpoints_stay_sparse_where_every_round_is_evaluated(small, tmp_path):
+    cfg = FedConfig(**{**FAST, "rounds": 4, "eval_every": 1, "checkpoint_every": 4})
     written = []
 
     def seen(run, record):

@@ -27,7 +27,6 @@ RESUMABLE_CHANGES = {
     "chunk_floats",
     "seeds",
     "checkpoint_every",
-    "checkpoint_evaluated",
     "device",
     "test_both_protocols",
     "jobs",
@@ -137,10 +136,7 @@ class RuntimeConfig:
     seeds: int = 1  # run seeds seed, seed+1, ..., seed+seeds-1
     simulator: str = "batched"  # batched | sequential (the plain reference)
     private_store: str = "auto"  # auto (file for large populations) | memory | file (tables in $TMPDIR) | disk
-    checkpoint_every: int = 1  # rounds between checkpoints (also at every evaluation and at the end)
-    #: False: no checkpoint at evaluated rounds beyond the ones above (a tuning candidate in a temporary folder,
-    #: which only continues from the end of its budget)
-    checkpoint_evaluated: bool = True
+    checkpoint_every: int = 1  # rounds between checkpoints (also at the end)
     chunk_floats: int = 1 << 24  # memory bound of one batched chunk, in floats
     device: str = "cpu"  # where the batched simulator trains and scores: cpu | cuda | auto
     jobs: int | None = None  # seeds trained side by side in worker processes (None: every core; 1: one by one)

@@ -344,12 +344,13 @@ class FederatedRun:
         self.round_log.write(self, record)
 
     def _checkpoint_due(self, record: dict) -> bool:
-        """Every ``checkpoint_every`` rounds, at evaluations (unless ``checkpoint_evaluated`` is off) and at the end;
-        every round with a disk store (it commits each round's private states, which only the latest checkpoint can
-        recover)."""
+        """Every ``checkpoint_every`` rounds and at the end; every round with a disk store (it commits each round's
+        private states, which only the latest checkpoint can recover). A resume repeats the rounds after the last
+        checkpoint with the same numbers, evaluations included, so evaluated rounds need no checkpoint of their own:
+        with one, ``--checkpoint-every`` did nothing where validation runs every round."""
         r = record["round"]
-        return (self.store.kind == "disk" or r % self.cfg.checkpoint_every == 0
-                or ("valid" in record and self.cfg.checkpoint_evaluated) or r >= self.cfg.rounds or self.stopped_early)
+        return (self.store.kind == "disk" or r % self.cfg.checkpoint_every == 0 or r >= self.cfg.rounds
+                or self.stopped_early)
 
     def done(self) -> bool:
         return self.round >= self.cfg.rounds or self.stopped_early

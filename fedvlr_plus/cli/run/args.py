@@ -156,7 +156,7 @@ def _add_schedule_arguments(g, parser) -> None:
                         "a chunk, not with the population; the same numbers); disk (one file per client under "
                         "RUN_DIR/seed-<s>/private)")
     g.add_argument("--checkpoint-every", type=positive_int, default=d.checkpoint_every, metavar="N",
-                   help="write the run's checkpoint every N rounds, at every evaluation and at the end (default 1); "
+                   help="write the run's checkpoint every N rounds and at the end (default 1); "
                         "with a memory store each checkpoint holds every client's private state, so a larger N "
                         "saves time when that is big, and a resumed run repeats at most N-1 rounds (the same "
                         "numbers: all randomness is keyed by round). --private-store disk checkpoints every round")

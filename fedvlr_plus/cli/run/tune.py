@@ -115,7 +115,7 @@ def _trainer(args, data, root, config_for, build_backbone, metric: str):
         ns = _with_recipe(args, recipe, seeds=1)
         cfg = replace(config_for(ns), rounds=rounds)
         if run_dir_less:  # a temporary folder is only read where the next budget goes on: one checkpoint, at the end
-            cfg = replace(cfg, checkpoint_every=rounds, checkpoint_evaluated=False)
+            cfg = replace(cfg, checkpoint_every=rounds)
         out = root / _folder_name(recipe.name) if root is not None else None
         resume = out is not None and (recipe.name in started or (bool(args.resume) and bool(seed_folders(out))))
         started.add(recipe.name)
