@@ -41,7 +41,7 @@ def test_chunked_report_equals_one_pass(monkeypatch):
 def test_block_read_gives_each_users_own_router_and_fresh_ones_for_newcomers():
     import torch
 
-    from fedvlr_plus.federation.state.initial import init_private_states
+    from fedvlr_plus.federation.state.initial import init_private_states, stored_or_initial
 
     run = _run(clients_per_round=0.5)  # half the users train in round 1; the others have no stored state
     names = [s.name for s in run.bb.private_specs() if s.name.startswith("router.")]
@@ -49,7 +49,7 @@ def test_block_read_gives_each_users_own_router_and_fresh_ones_for_newcomers():
     newcomers = [u for u in run.eligible if run.store.load(int(u)) is None]
     users = np.array(stored[:5] + newcomers[:3], dtype=np.int64)
     assert len(stored) >= 5 and len(newcomers) >= 1  # one round of a sampled population leaves both kinds
-    got = report.router_states(run, users, names)
+    got = stored_or_initial(run.bb, run.store, users, names, run.cfg.seed)
     fresh = dict(zip(newcomers[:3], init_private_states(run.bb, np.array(newcomers[:3]), run.cfg.seed)))
     for i, u in enumerate(users):
         want = run.store.load(int(u)) or fresh[u]

@@ -51,32 +51,11 @@ def user_weights(run, users) -> torch.Tensor:
 def _chunk_weights(run, users: np.ndarray, round_ctx: dict) -> torch.Tensor:
     """``[len(users), J]`` expert weights (float64) of these users' routers (fresh ones drawn as in training)."""
     from ..federation.simulation.batched import history_ctx
+    from ..federation.state.initial import stored_or_initial
 
+    # only the routers' parameters, as one block: a read of each user's whole state cost more than a training round
     names = [s.name for s in run.bb.private_specs() if s.name.startswith("router.")]
-    p = router_states(run, users, names)
+    p = stored_or_initial(run.bb, run.store, users, names, run.cfg.seed, getattr(run.sim, "dtype", torch.float32))
     ctx = {**history_ctx(run.indptr, run.indices, users), **round_ctx}
     with torch.no_grad():
         return run.bb.weights(p, ctx).double()
-
-
-def router_states(run, users: np.ndarray, names: list[str]) -> dict[str, torch.Tensor]:
-    """The users' router parameters ``names`` as ``[len(users), ...]`` tensors: the stored ones, read as one block
-    and without the rest of the private state (a read of each user's whole state cost more than a training round
-    at every selected round), and the initial ones, drawn as in training, for users with none stored."""
-    from ..federation.state.initial import init_private_block
-    from ..federation.state.store import load_block
-
-    stored = load_block(run.store, users, names)
-    missing = np.flatnonzero(~np.logical_and.reduce([stored[n][1] for n in names]))
-    others = frozenset(s.name for s in run.bb.private_specs()) - set(names)
-    fresh = init_private_block(run.bb, users[missing], run.cfg.seed, skip=others) if len(missing) else {}
-    out = {}
-    for name in names:
-        vals = stored[name][0]
-        if vals is None:  # nobody of these users holds it yet: all of them start fresh
-            out[name] = fresh[name]
-            continue
-        if len(missing):
-            vals[torch.from_numpy(missing)] = fresh[name].to(vals.dtype)
-        out[name] = vals
-    return out

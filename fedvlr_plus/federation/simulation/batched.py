@@ -22,8 +22,8 @@ import torch.nn.functional as F
 from ...adapters.base import Backbone
 from ..messages import ClientUpdate
 from ..privacy.noise import privatise
-from ..state.initial import init_private_block, round_start
-from ..state.store import load_block, save_block
+from ..state.initial import round_start, stored_or_initial
+from ..state.store import save_block
 from .batched_scoring import BatchedScoring, history_ctx
 from .dot_steps import DotSteps
 from .indexed_rows import IndexedRows
@@ -101,21 +101,7 @@ class BatchedSimulator(BatchedScoring):
             own = self.store.view_block(cids, names, self.dtype)
             if own is not None:
                 return own
-        stored = load_block(self.store, cids, names)
-        missing = np.flatnonzero(~np.logical_and.reduce([stored[n][1] for n in names])) if names else []
-        fresh = init_private_block(self.bb, cids[missing], self.seed, self.dtype) if len(missing) else {}
-        if len(missing) and len(missing) == len(cids):   # nothing stored (a chunk of round 1): the draw is the block
-            return {name: fresh[name] for name in names}
-        out = {}
-        for name in names:
-            vals, has = stored[name]
-            if vals is None:
-                vals = torch.zeros((len(cids),) + tuple(fresh[name].shape[1:]), dtype=self.dtype)
-            vals = vals.to(self.dtype)
-            if len(missing):
-                vals[torch.from_numpy(missing)] = fresh[name]
-            out[name] = vals
-        return out
+        return stored_or_initial(self.bb, self.store, cids, names, self.seed, self.dtype)
 
     # ------------------------------------------------------------------ training
     def fit(self, cids, shared: dict[str, torch.Tensor], config: dict) -> list[ClientUpdate]:

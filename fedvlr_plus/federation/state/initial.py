@@ -64,3 +64,28 @@ def init_private_states(bb: Backbone, cids, seed: int, dtype=torch.float32) -> l
     """Initial private state of each client in ``cids`` (one dict per client, drawn in one vectorised call)."""
     block = init_private_block(bb, cids, seed, dtype)
     return [{name: v[c].clone() for name, v in block.items()} for c in range(len(np.asarray(cids)))]
+
+
+def stored_or_initial(bb: Backbone, store, cids, names: list[str], seed: int, dtype=torch.float32) -> dict:
+    """The private parameters ``names`` of the clients ``cids`` as one ``[C, ...]`` tensor each, in ``dtype``: the
+    stored values, read as one block, and the initial ones (only these parameters drawn, in one call) for clients
+    without a stored state. What a batched chunk trains from, and what the router report reads."""
+    from .store import load_block
+
+    cids = np.asarray(cids, dtype=np.int64)
+    stored = load_block(store, cids, names)
+    missing = np.flatnonzero(~np.logical_and.reduce([stored[n][1] for n in names])) if names else []
+    others = frozenset(s.name for s in bb.private_specs()) - set(names)
+    fresh = init_private_block(bb, cids[missing], seed, dtype, skip=others) if len(missing) else {}
+    if len(missing) and len(missing) == len(cids):  # nothing stored (a chunk of round 1): the draw is the block
+        return {name: fresh[name] for name in names}
+    out = {}
+    for name in names:
+        vals = stored[name][0]
+        if vals is None:
+            vals = torch.zeros((len(cids),) + tuple(fresh[name].shape[1:]), dtype=dtype)
+        vals = vals.to(dtype)
+        if len(missing):
+            vals[torch.from_numpy(missing)] = fresh[name]
+        out[name] = vals
+    return out
