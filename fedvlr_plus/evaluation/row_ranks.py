@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from ..compiled import LazyKernels
+from .metrics import rank_counts
 
 #: compare instead of sorting while a batch has at most this many targets per user on average: a row sort costs
 #: about as much as 80 comparison passes over the row (one thread, 18k items), so this keeps a wide margin
@@ -74,21 +75,15 @@ TENSOR_COMPARE_UP_TO = 4
 
 def tensor_rank_counts(scores: torch.Tensor, masked: torch.Tensor, pair_rows, pair_items):
     """``(greater, ties, n_candidates)`` as :func:`~.metrics.masked_rank_counts` gives them, by comparing each target
-    with its own row in torch (``masked``: ``[B, n]`` bool, True = not a candidate). Masked items go to -inf as
-    there, so the integer counts are the same, ties and infinities included."""
-    dev, n = scores.device, scores.shape[1]
+    with its own row (``masked``: ``[B, n]`` bool, True = not a candidate) through :func:`~.metrics.rank_counts`:
+    masked items are NaN there, so they fail every comparison; a masked target is a miss (``ties = 0``)."""
+    dev = scores.device
     rows = torch.as_tensor(np.asarray(pair_rows, dtype=np.int64), device=dev)
     items = torch.as_tensor(np.asarray(pair_items, dtype=np.int64), device=dev)
-    n_masked = masked.sum(dim=1)
-    row_scores = scores.masked_fill(masked, float("-inf")).index_select(0, rows)
-    t = scores[rows, items].unsqueeze(1)
-    greater = (row_scores > t).sum(dim=1)
-    ties = (row_scores == t).sum(dim=1)
-    # a target at -inf ties with every masked item (at -inf too): those are not candidates
-    ties = ties - torch.where(torch.isneginf(t[:, 0]), n_masked[rows], torch.zeros_like(ties))
-    ties = torch.where(masked[rows, items], torch.zeros_like(ties), ties)
-    as_np = (greater, ties, n - n_masked)
-    return tuple(x.cpu().numpy().astype(np.int64) for x in as_np)
+    greater, ties = rank_counts(scores[rows, items], scores.masked_fill(masked, float("nan")).index_select(0, rows))
+    ties[masked[rows, items].cpu().numpy()] = 0
+    n_candidates = (scores.shape[1] - masked.sum(dim=1)).cpu().numpy().astype(np.int64)
+    return greater, ties, n_candidates
 
 
 def _csr_rows(mask_rows, b_n: int) -> tuple[np.ndarray, np.ndarray]:
