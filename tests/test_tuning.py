@@ -423,3 +423,10 @@ def test_paper_table_tune_halves_the_grid_and_survivors_score_as_if_trained_stra
     for c in survivors:  # continued from its checkpoint at each budget: the score of a straight run
         assert c["valid"] == pytest.approx(straight[c["name"]], abs=1e-12), c["name"]
     assert "paper-table: tuning fedavg+fedvlr: after 2 rounds, kept" in captured.err
+
+
+def test_a_candidate_in_a_temporary_folder_checkpoints_at_the_end_of_its_budget_only():
+    from fedvlr_plus.fedvlr.halving import budget_settings
+
+    assert budget_settings(13, temporary=True) == {"rounds": 13, "checkpoint_every": 13}
+    assert budget_settings(13, temporary=False) == {"rounds": 13}  # the user's folder keeps the run's own setting

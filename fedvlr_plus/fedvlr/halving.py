@@ -82,3 +82,10 @@ def candidate_root(folder: Path | None, *, halving: bool) -> Iterator[Path | Non
             yield Path(tmp)
     else:
         yield None
+
+
+def budget_settings(rounds: int, *, temporary: bool) -> dict:
+    """The config changes of a candidate trained up to ``rounds``. In a temporary folder, which is read only where
+    the next budget goes on, it checkpoints once, at the end of the budget (a FedVLR checkpoint holds every user's
+    router); in the user's folder, as the run's settings say, so that a crash loses no more."""
+    return {"rounds": int(rounds), "checkpoint_every": int(rounds)} if temporary else {"rounds": int(rounds)}

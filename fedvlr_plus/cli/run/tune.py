@@ -106,16 +106,15 @@ def _trainer(args, data, root, config_for, build_backbone, metric: str):
     folder's checkpoint), side by side in worker processes where ``--jobs`` allows; their best valid scores."""
     from ...federation.runs.folder import seed_folders
     from ...federation.runs.parallel import default_jobs, map_jobs
+    from ...fedvlr.halving import budget_settings
 
     jobs = getattr(args, "jobs", None) or default_jobs()
-    run_dir_less = not (args.resume or args.out)
+    temporary = not (args.resume or args.out)  # the candidates' folders are temporary (see tune_recipe)
     started = set()  # recipes this call trained before: they continue; others resume only under --resume
 
     def job(recipe, rounds: int) -> RecipeJob:
         ns = _with_recipe(args, recipe, seeds=1)
-        cfg = replace(config_for(ns), rounds=rounds)
-        if run_dir_less:  # a temporary folder is only read where the next budget goes on: one checkpoint, at the end
-            cfg = replace(cfg, checkpoint_every=rounds)
+        cfg = replace(config_for(ns), **budget_settings(rounds, temporary=temporary))
         out = root / _folder_name(recipe.name) if root is not None else None
         resume = out is not None and (recipe.name in started or (bool(args.resume) and bool(seed_folders(out))))
         started.add(recipe.name)

@@ -48,11 +48,14 @@ def _candidate(recipe: FedVLR, point) -> FedVLR:
 def _trainer(study, recipe: FedVLR, root):
     """``train_to(points, rounds)``: each grid point trained for the table's first seed up to ``rounds``, continuing
     its own earlier training (its folder's checkpoint), or read back under ``--resume``; their best valid scores."""
+    from ...fedvlr.halving import budget_settings
+
     started = set()  # points this call trained before: they continue; others resume only under --resume
 
     def one(point, rounds: int) -> float:
         folder = root / point.name.replace("+", "-") / f"seed-{study.seed}" if root is not None else None
-        run = study.experiment.start(_candidate(recipe, point), study.seed, folder=folder, rounds=rounds)
+        settings = budget_settings(rounds, temporary=study.opts.folder is None)
+        run = study.experiment.start(_candidate(recipe, point), study.seed, folder=folder, settings=settings)
         if folder is not None and run.folder.has_checkpoint():
             if point.name not in started and not study.opts.resume:
                 raise RunFolderError(
