@@ -82,7 +82,7 @@ def evaluate(
     ks, metrics = check_ks_metrics(ks, metrics)
     batch_size = users_per_batch(protocol, data.n_items) if batch_size is None else batch_size
     _check_options(split, protocol, mask_history, batch_size, n_negatives)
-    _cached(cache, ("checked", split), lambda: data.require_split(need=("train", split)) or True)
+    _cached(cache, ("checked", split), lambda: data.require_split(need=("train", split)))
     pairs = _cached(cache, ("pairs", split), lambda: _TargetPairs.of(data, split))
     meta = {
         "protocol": protocol,

@@ -69,7 +69,8 @@ class EvalResult:
     def ci(
         self, which: str = "all", level: float = 0.95, n_resamples: int = 2000, seed: int = 0, method: str = "BCa"
     ) -> dict[str, list[float]]:
-        """Metric -> ``[low, high]`` bootstrap interval of the mean over users (:func:`scipy.stats.bootstrap`)."""
+        """Metric -> ``[low, high]`` bootstrap interval of the mean over users (:func:`.stats.bootstrap_cis`: SciPy's
+        resamples, the users drawn once for every metric)."""
         f = self.frame(which)
         columns = {m: (f[m].to_numpy() if m in f.columns else []) for m in self.metric_names}
         return bootstrap_cis(columns, level=level, n_resamples=n_resamples, seed=seed, method=method)
