@@ -115,6 +115,16 @@ def test_every_recorded_setting_reads_back_as_it_was(tmp_path, words, flags):
     assert {k: getattr(again, k) for k in keys} == {k: getattr(args, k) for k in keys}
 
 
+def test_checkpoint_every_takes_a_count_or_auto_on_the_line_and_in_the_file(tmp_path):
+    assert parsed("run", SOURCE).checkpoint_every is None  # auto, the default
+    assert parsed("run", SOURCE, "--checkpoint-every", "auto").checkpoint_every is None
+    assert parsed("run", SOURCE, "--checkpoint-every", "7").checkpoint_every == 7
+    auto = write(tmp_path, f'source = "{SOURCE}"\ncheckpoint-every = "auto"\n')
+    assert parsed("run", "--config", auto).checkpoint_every is None
+    three = write(tmp_path, f'source = "{SOURCE}"\ncheckpoint-every = 3\n', name="three.toml")
+    assert parsed("run", "--config", three).checkpoint_every == 3
+
+
 @pytest.mark.parametrize(
     "text, needles",
     [

@@ -67,7 +67,7 @@ class Stop(Exception):
     ],
 )
 def test_resume_after_interrupt_ends_with_the_same_numbers(small, tmp_path, name, extra):
-    cfg = FedConfig(**{**FAST, "rounds": 5}, **extra)
+    cfg = FedConfig(**{**FAST, "rounds": 5, "checkpoint_every": 1}, **extra)
     full = run_federated(small, name, cfg, out_dir=tmp_path / "full", progress=False)
 
     def interrupt(run, record):
@@ -110,6 +110,49 @@ def test_sparse_checkpoints_resume_from_the_last_one_with_the_same_numbers(small
     resumed = run_federated(small, "fedavg", cfg, out_dir=tmp_path / "cut", resume=True, progress=False)
     assert _figures(resumed) == _figures(full) and resumed["rounds_run"] == 7
     assert SeedFolder(tmp_path / "cut" / "seed-0").read_checkpoint()["round"] == 7  # the end
+
+
+def test_auto_checkpoints_keep_writing_near_their_share_of_the_time():
+    from fedvlr_plus.federation.runs.checkpoint_clock import AUTO_SHARE, CheckpointClock
+
+    now = [0.0]
+    clock = CheckpointClock(clock=lambda: now[0])
+    assert clock.due()  # the first measures the cost
+
+    def write():
+        now[0] += 1.0  # a checkpoint that takes a second
+
+    clock.timed(write)
+    assert clock.cost == 1.0
+    wait = 1.0 / AUTO_SHARE - 1.0
+    now[0] += wait - 0.5
+    assert not clock.due()
+    now[0] += 0.5
+    assert clock.due()
+
+
+def test_auto_checkpoints_skip_rounds_when_dear_and_resume_with_the_same_numbers(small, tmp_path, monkeypatch):
+    """Under --checkpoint-every auto a checkpoint that costs much beside a round is written after the first round
+    and at the end only; a run interrupted between them resumes from round 1 to the uninterrupted figures."""
+    from fedvlr_plus.federation.runs import checkpoint_clock
+
+    cfg = FedConfig(**{**FAST, "rounds": 5})
+    assert cfg.checkpoint_every is None  # auto is the default
+    full = run_federated(small, "fedavg", cfg, out_dir=tmp_path / "full", progress=False)
+    monkeypatch.setattr(checkpoint_clock, "AUTO_SHARE", 1e-9)  # each checkpoint "costs" a billion rounds
+    written = []
+
+    def interrupt(run, record):
+        written.append(run.folder.read_checkpoint()["round"])
+        if record["round"] == 4:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_federated(small, "fedavg", cfg, out_dir=tmp_path / "cut", progress=False, on_round=interrupt)
+    assert written == [1, 1, 1, 1]
+    resumed = run_federated(small, "fedavg", cfg, out_dir=tmp_path / "cut", resume=True, progress=False)
+    assert _figures(resumed) == _figures(full) and resumed["selected_round"] == full["selected_round"]
+    assert SeedFolder(tmp_path / "cut" / "seed-0").read_checkpoint()["round"] == 5  # the end
 
 
 def test_each_seed_folder_keeps_its_test_users_metrics_for_paired_tests(small, tmp_path):
@@ -165,6 +208,7 @@ def test_resume_treats_a_default_and_the_same_explicit_value_alike(small, tmp_pa
 def test_killed_process_resumes(small, tmp_path):
     """A run killed from outside (SIGKILL right after round 2 is checkpointed) resumes to the uninterrupted
     result."""
+    EVERY_ROUND = {**FAST, "checkpoint_every": 1}  # noqa: N806 (a constant of the child's script)
     script = textwrap.dedent(f"""
         import os, signal, sys
         from fedvlr_plus.federation import FedConfig, run_federated
@@ -172,8 +216,8 @@ def test_killed_process_resumes(small, tmp_path):
         def kill(run, record):
             if record["round"] == 2:
                 os.kill(os.getpid(), signal.SIGKILL)
-        run_federated(synthetic_data(40, 150, 10, seed=0), "fedncf", FedConfig(**{FAST!r}), out_dir=sys.argv[1],
-                      progress=False, on_round=kill)
+        run_federated(synthetic_data(40, 150, 10, seed=0), "fedncf", FedConfig(**{EVERY_ROUND!r}),
+                      out_dir=sys.argv[1], progress=False, on_round=kill)
     """)
     f = tmp_path / "job.py"
     f.write_text(script)

@@ -59,6 +59,16 @@ share_below_one = bounded(float, 0, 1, high_open=True, name="share_below_one")
 port = bounded(int, 1, 65535, name="port")
 
 
+def every_or_auto(text: str) -> int | None:
+    """``--checkpoint-every``: a count of rounds (>= 1), or ``auto`` (None)."""
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        return positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1 or auto, got {text!r}") from None
+
+
 def metric_list(text: str) -> str:
     """``--metrics``: checked now, kept as the text (commands parse it again with :func:`parse_metrics`)."""
     _, _, keys = _checked(parse_metrics, text)

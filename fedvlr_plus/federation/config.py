@@ -136,7 +136,7 @@ class RuntimeConfig:
     seeds: int = 1  # run seeds seed, seed+1, ..., seed+seeds-1
     simulator: str = "batched"  # batched | sequential (the plain reference)
     private_store: str = "auto"  # auto (file for large populations) | memory | file (tables in $TMPDIR) | disk
-    checkpoint_every: int = 1  # rounds between checkpoints (also at the end)
+    checkpoint_every: int | None = None  # rounds between checkpoints (also at the end); None: auto (5% of the time)
     chunk_floats: int = 1 << 24  # memory bound of one batched chunk, in floats
     device: str = "cpu"  # where the batched simulator trains and scores: cpu | cuda | auto
     jobs: int | None = None  # seeds trained side by side in worker processes (None: every core; 1: one by one)
@@ -148,7 +148,7 @@ class RuntimeConfig:
             (self.jobs is None or self.jobs >= 1, "jobs must be >= 1"),
             (self.simulator in ("batched", "sequential"), "simulator must be batched or sequential"),
             (self.private_store in PRIVATE_STORES, f"private_store must be one of {', '.join(PRIVATE_STORES)}"),
-            (self.checkpoint_every >= 1, "checkpoint_every must be >= 1"),
+            (self.checkpoint_every is None or self.checkpoint_every >= 1, "checkpoint_every must be >= 1 or None"),
             (self.chunk_floats >= 1024, "chunk_floats must be >= 1024"),
             (self.device in ("cpu", "cuda", "auto"), "device must be cpu, cuda or auto"),
             (set(self.log) <= set(ROUND_LOGS), f"log must be among {', '.join(ROUND_LOGS)}"),

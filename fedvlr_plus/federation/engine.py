@@ -35,6 +35,7 @@ from .config import COMPACT_STORES, RESUMABLE_CHANGES, FedConfig
 from .data_ranges import check_against_data
 from .privacy.accountant import run_clip, run_noise, run_privacy
 from .rounds import RoundLoop
+from .runs.checkpoint_clock import CheckpointClock
 from .runs.folder import SeedFolder
 from .runs.kept_round import KeptRound
 from .runs.round_log import open_round_log
@@ -122,6 +123,7 @@ class FederatedRun:
         self.shared = self.strategy.prepare_shared(self.shared)
         self.on_round, self.on_upload = on_round, on_upload
         self.round = self._checkpointed_round = 0
+        self.checkpoint_clock = CheckpointClock()
         self.history: list[dict] = []
         self.best: dict | None = None
         #: the selected round's model while run() defers its test (None: test is evaluated at the round)
@@ -344,13 +346,14 @@ class FederatedRun:
         self.round_log.write(self, record)
 
     def _checkpoint_due(self, record: dict) -> bool:
-        """Every ``checkpoint_every`` rounds and at the end; every round with a disk store (it commits each round's
-        private states, which only the latest checkpoint can recover). A resume repeats the rounds after the last
-        checkpoint with the same numbers, evaluations included, so evaluated rounds need no checkpoint of their own:
-        with one, ``--checkpoint-every`` did nothing where validation runs every round."""
-        r = record["round"]
-        return (self.store.kind == "disk" or r % self.cfg.checkpoint_every == 0 or r >= self.cfg.rounds
-                or self.stopped_early)
+        """Every ``checkpoint_every`` rounds (None: as :mod:`.runs.checkpoint_clock` says) and at the end; every
+        round with a disk store (it commits each round's private states, which only the latest checkpoint can
+        recover). A resume repeats the rounds after the last checkpoint with the same numbers, evaluations included,
+        so evaluated rounds need no checkpoint of their own."""
+        r, every = record["round"], self.cfg.checkpoint_every
+        if self.store.kind == "disk" or r >= self.cfg.rounds or self.stopped_early:
+            return True
+        return self.checkpoint_clock.due() if every is None else r % every == 0
 
     def done(self) -> bool:
         return self.round >= self.cfg.rounds or self.stopped_early
@@ -462,7 +465,9 @@ class FederatedRun:
             "bad_evals": self.bad_evals, "stopped_early": self.stopped_early, "resolved": self._resolved(),
             "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state()},
         }
-        self.folder.write_state(f"checkpoint-{self.round:06d}", state, checkpoint=True)
+        self.checkpoint_clock.timed(
+            lambda: self.folder.write_state(f"checkpoint-{self.round:06d}", state, checkpoint=True)
+        )
         self._checkpointed_round = self.round
 
     def _private_snapshot(self):

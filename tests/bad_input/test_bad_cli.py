@@ -24,6 +24,8 @@ RUN = ("run", "ml-100k", "--backbone", "fedavg")
         (RUN + ("--trim-fraction", "0.5"), ("--trim-fraction", "in [0, 0.5)")),
         (RUN + ("--clients-per-round", "2.5"), ("--clients-per-round", "(0, 1]")),
         (RUN + ("--router-temperature", "0"), ("--router-temperature", "must be > 0")),
+        (RUN + ("--checkpoint-every", "0"), ("--checkpoint-every", "an integer >= 1 or auto, got '0'")),
+        (RUN + ("--checkpoint-every", "often"), ("--checkpoint-every", "an integer >= 1 or auto, got 'often'")),
         (
             ("run", "ml-100k", "--backbone", "nope"),
             ("--backbone", "unknown backbone 'nope'", "fedavg", "recbole:<Model>", "antipop"),

@@ -16,6 +16,7 @@ from ...federation.config import (
 from ..argtypes import (
     bounded,
     clients_per_round,
+    every_or_auto,
     int_list,
     non_negative_float,
     non_negative_int,
@@ -76,7 +77,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, include_io: bool = Fal
     if include_io:
         g.add_argument("--backbone", required=True, choices=FEDERATED_BACKBONES, help="federated backbone")
         g.add_argument("--out", metavar="RUN_DIR", default=None,
-                       help="checkpoint into RUN_DIR (every round, or as --checkpoint-every says)")
+                       help="checkpoint into RUN_DIR (as --checkpoint-every says)")
         g.add_argument("--json", action="store_true", help="print the result as JSON")
     _add_length_arguments(g)
     _add_optimiser_arguments(group("optimisation and aggregation"))
@@ -155,11 +156,12 @@ def _add_schedule_arguments(g, parser) -> None:
                         "file (the same tables in files under $TMPDIR, read a chunk at a time, so memory grows with "
                         "a chunk, not with the population; the same numbers); disk (one file per client under "
                         "RUN_DIR/seed-<s>/private)")
-    g.add_argument("--checkpoint-every", type=positive_int, default=d.checkpoint_every, metavar="N",
-                   help="write the run's checkpoint every N rounds and at the end (default 1); "
-                        "with a memory store each checkpoint holds every client's private state, so a larger N "
-                        "saves time when that is big, and a resumed run repeats at most N-1 rounds (the same "
-                        "numbers: all randomness is keyed by round). --private-store disk checkpoints every round")
+    g.add_argument("--checkpoint-every", type=every_or_auto, default=d.checkpoint_every, metavar="N|auto",
+                   help="write the run's checkpoint every N rounds and at the end; auto (default): after the first "
+                        "round, then as often as keeps writing checkpoints near 5%% of the run's time (every round "
+                        "where a checkpoint is small beside a round; a checkpoint holds every client's private "
+                        "state). A resumed run repeats the rounds after the last checkpoint with the same numbers "
+                        "(all randomness is keyed by round). --private-store disk checkpoints every round")
     g.add_argument("--device", choices=("cpu", "cuda", "auto"), default=d.device,
                    help="where the batched simulator trains and scores each chunk of clients: cpu (default), cuda, "
                         "or auto (cuda where there is one); results come back to the CPU")
