@@ -105,3 +105,19 @@ def _strip_timing(x):
     if isinstance(x, list):
         return [_strip_timing(v) for v in x]
     return x
+
+
+def test_calls_inside_shared_workers_reuse_one_pool_of_worker_processes():
+    """A tuned run's rungs and then its seeds start their workers once (each start imports torch)."""
+    from fedvlr_plus.federation.runs import parallel
+
+    with parallel.shared_workers():
+        assert parallel.map_jobs(abs, [-1, -2, -3], 2) == [1, 2, 3]
+        pool = parallel._SHARED[1]
+        workers = set(pool._processes)
+        with parallel.shared_workers():  # a nested block keeps the outer pool
+            assert parallel.map_jobs(abs, [-4, -5], 2) == [4, 5]
+        assert parallel._SHARED[1] is pool and set(pool._processes) == workers and len(workers) == 2
+    assert not parallel._SHARED  # closed with the block
+    assert parallel.map_jobs(abs, [-6, -7], 2) == [6, 7]  # outside a block: a pool of its own, closed after
+    assert not parallel._SHARED

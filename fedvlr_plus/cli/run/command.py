@@ -78,10 +78,12 @@ def cmd_run(args) -> int:
         _check_sampled(data)
     say(_run_plan(args, data.name))
     if args.backbone not in REFERENCE_BACKBONES:
+        from ...federation.runs.parallel import shared_workers
         from .federated import run_federated_command
 
-        result = run_federated_command(args, data, split_used=split_used, metrics=names, ks=ks, keys=keys,
-                                       protocol=protocol)
+        with shared_workers():  # the tuning's rungs and the seeds start their worker processes once
+            result = run_federated_command(args, data, split_used=split_used, metrics=names, ks=ks, keys=keys,
+                                           protocol=protocol)
         report_run(args, result, keys)
         say(_next_step(args))
         return 0

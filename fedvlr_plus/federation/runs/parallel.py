@@ -13,8 +13,13 @@ import multiprocessing
 import os
 import pickle
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+
+#: the pool that ``map_jobs`` calls share inside a :func:`shared_workers` block: [(jobs, threads), pool], or []
+_SHARED: list = []
+_SHARING = [False]
 
 
 def default_jobs() -> int:
@@ -35,13 +40,56 @@ def map_jobs(fn: Callable, items: Sequence, jobs: int | None) -> list:
     import torch
 
     threads = max(1, torch.get_num_threads() // jobs)
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_start_worker, initargs=(threads,)) as pool:
-        done = list(pool.map(_guarded, [(fn, x) for x in items]))
+    if _SHARING[0]:
+        try:
+            done = list(_shared_pool(jobs, threads).map(_guarded, [(fn, x) for x in items]))
+        except BaseException:  # a broken pool (a worker killed) or an interrupt: a later call starts afresh
+            _close_shared()
+            raise
+    else:
+        with _new_pool(jobs, threads) as pool:
+            done = list(pool.map(_guarded, [(fn, x) for x in items]))
     for outcome in done:
         if outcome[0] == "error":
             raise outcome[1]
     return [outcome[1] for outcome in done]
+
+
+@contextmanager
+def shared_workers() -> Iterator[None]:
+    """Inside this block, ``map_jobs`` calls with the same worker count and threads reuse one pool: a tuned run's
+    rungs and then its seeds start their workers once, not once per call (a worker's start, the interpreter and
+    torch's import, costs about 2.5 s of CPU). A worker keeps no state of one job that a later job reads: each
+    job builds its run from its arguments, and all randomness is keyed by seed and round."""
+    if _SHARING[0]:  # nested: the outer block owns the pool
+        yield
+        return
+    _SHARING[0] = True
+    try:
+        yield
+    finally:
+        _SHARING[0] = False
+        _close_shared()
+
+
+def _shared_pool(jobs: int, threads: int) -> ProcessPoolExecutor:
+    """The block's pool for this worker count and threads, started on first use (or after a call with others)."""
+    if _SHARED and _SHARED[0] == (jobs, threads):
+        return _SHARED[1]
+    _close_shared()
+    _SHARED[:] = [(jobs, threads), _new_pool(jobs, threads)]
+    return _SHARED[1]
+
+
+def _close_shared() -> None:
+    if _SHARED:
+        _SHARED[1].shutdown()
+        _SHARED.clear()
+
+
+def _new_pool(jobs: int, threads: int) -> ProcessPoolExecutor:
+    context = multiprocessing.get_context("spawn")
+    return ProcessPoolExecutor(jobs, mp_context=context, initializer=_start_worker, initargs=(threads,))
 
 
 def _start_worker(threads: int) -> None:
