@@ -225,6 +225,13 @@ def test_run_tune_trains_the_grid_on_valid_and_runs_the_chosen_recipe(tmp_path, 
     assert sorted(p.name for p in (tmp_path / "run" / "tuning").iterdir()) == sorted(
         r.name.replace("+", "-") for r in RECIPES if not (r.unit_scale or r.residual_gate)
     )
+    # a candidate is read on validation only: no test pass, no test figures or per-user test file in its folder
+    candidate = tmp_path / "run" / "tuning" / tune["selected"].replace("+", "-") / "seed-0"
+    saved = json.loads((candidate / "result.json").read_text())
+    assert "test" not in saved and saved["valid"]["ndcg@10"] == pytest.approx(chosen["valid"])
+    assert not (candidate / "per_user_test.csv").exists() and "per_user_test.csv" in {
+        p.name for p in (tmp_path / "run" / "seed-0").iterdir()
+    }
     # resumed: every candidate and the run are read back, the same choice and figures
     assert main(["run", str(src), *FLAGS, "--tune", "--resume", str(tmp_path / "run")]) == 0
     again = _last_json(capsys)

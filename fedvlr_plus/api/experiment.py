@@ -158,18 +158,20 @@ class Experiment:
             FedConfig(**options), seed=seed, seeds=1, ks=self.ks, metrics=names, valid_protocol=self.protocol
         )
 
-    def start(self, model: Model, seed: int, *, folder=None, on_round=None, settings: dict | None = None):
+    def start(
+        self, model: Model, seed: int, *, folder=None, on_round=None, settings: dict | None = None, test: bool = True
+    ):
         """``model``'s run for ``seed``, built and ready to train (``.run()``): its training options, selection on
         validation. ``folder``: a run folder to checkpoint into (and resume from, after ``load_checkpoint()``);
         ``on_round(run, record)``: called after every evaluated round; ``settings``: config fields changed for this
         run (a tuner's budget, :func:`~fedvlr_plus.fedvlr.halving.budget_settings`; a run resumed with more rounds
-        continues)."""
+        continues); ``test``: False for validation only (a tuner's candidate: no test pass)."""
         from ..federation.engine import FederatedRun
 
         cfg = self.config(model, seed)
         cfg = cfg if not settings else replace(cfg, **settings)
         return FederatedRun(
-            self.data, model.build(self.data, cfg), cfg, folder, progress=self.progress, on_round=on_round
+            self.data, model.build(self.data, cfg), cfg, folder, progress=self.progress, on_round=on_round, test=test
         )
 
     def selected_test(self, run):

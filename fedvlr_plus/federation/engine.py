@@ -93,10 +93,12 @@ class FederatedRun:
     its defaults), or a ready adapter (which carries its options)."""
 
     def __init__(self, data, backbone: str, cfg: FedConfig, run_dir: str | os.PathLike | None = None, *,
-                 progress: bool = True, on_round=None, on_upload=None, options: dict | None = None):
+                 progress: bool = True, on_round=None, on_upload=None, options: dict | None = None,
+                 test: bool = True):
         data.require_split(need=("train", "valid", "test"))
         check_against_data(cfg, data)  # counts beyond the population or catalogue: one line, before any round
         self.data, self.cfg = data, cfg
+        self.test = test  # False: validation only (a tuning candidate); the result has no test figures
         self.backbone_name = backbone
         m = data.matrix(["train"]).tocsr()
         m.sort_indices()
@@ -329,7 +331,7 @@ class FederatedRun:
                     self._kept["selected"].discard()
                 self._kept["selected"] = KeptRound(self, Path(self._tmpdir()))
                 self.best.update(test_full=None, test_sampled=None)
-            else:
+            elif self.test:
                 self.best.update(self._test_now())
             self.bad_evals = 0
         else:
@@ -369,7 +371,7 @@ class FederatedRun:
         # a run without a folder keeps its best round's model aside and evaluates test once, at the end; with a
         # folder every round's checkpoint must hold the test figures of its selected round, so test is evaluated
         # as the round happens
-        self._kept = {} if self.folder is None and KeptRound.can_keep(self) else None
+        self._kept = {} if self.test and self.folder is None and KeptRound.can_keep(self) else None
         if end_at_selected and self._kept is None:
             raise ValueError("end_at_selected needs a run without a folder and a private store other than disk")
         try:
@@ -397,9 +399,9 @@ class FederatedRun:
         self._kept = None
         result = self.result()
         if self.folder is not None:
-            # per user, so that two run folders can be compared with a paired test over the same users
-            per_user = per_user_file_frame(self.best["test_full"].per_user, self.data).to_csv(index=False).encode()
-            self.folder.write_file("per_user_test.csv", per_user)
+            if self.test:  # per user, so that two run folders can be compared with a paired test over the same users
+                per_user = per_user_file_frame(self.best["test_full"].per_user, self.data)
+                self.folder.write_file("per_user_test.csv", per_user.to_csv(index=False).encode())
             self.folder.write_json("result.json", result)
         return result
 
@@ -417,6 +419,9 @@ class FederatedRun:
             "stopped_early": bool(self.stopped_early), "strategy": self.strategy_name,
             "simulator": getattr(self.sim, "name", self.cfg.simulator), "valid": self.best["valid"],
         }
+        if not self.test:
+            return {**out, "notes": ["test: not evaluated (validation only, as a tuning candidate)"],
+                    "history": self.history, "config": self.recorded_config()}
         out.update(_plain(self.best["test_full"].to_json(prefix="test")))
         notes = list(out.get("notes", []))
         if self.best.get("test_sampled") is not None:

@@ -28,6 +28,7 @@ def run_federated(
     on_round=None,
     on_upload=None,
     options: dict | None = None,
+    test: bool = True,
 ) -> dict:
     """Train ``backbone`` federatedly on split ``data`` for ``cfg.seeds`` seeds; return the JSON-ready result.
 
@@ -39,6 +40,8 @@ def run_federated(
     a changed setting or seed (:class:`~fedvlr_plus.errors.ResumeMismatch`).
     ``on_round(run, record)`` is called after every round, ``on_upload(round, update)`` for every upload.
     ``options``: the backbone's own options when ``backbone`` is a name (see :class:`FederatedRun`).
+    ``test``: False for validation only (a tuning candidate, which reads nothing else): no test pass, and a result
+    without test figures.
     """
     cfg = cfg or FedConfig()
     if resume and out_dir is None:
@@ -57,6 +60,7 @@ def run_federated(
             progress,
             options,
             on_round,
+            test,
         )
         for s in seeds
     ]
@@ -81,6 +85,7 @@ class SeedJob:
     progress: bool
     options: dict | None
     on_round: object = None
+    test: bool = True
 
     def train(self, on_upload=None) -> dict:
         run = FederatedRun(
@@ -92,6 +97,7 @@ class SeedJob:
             on_round=self.on_round,
             on_upload=on_upload,
             options=self.options,
+            test=self.test,
         )
         return _resume_or_run(run) if self.resume else run.run()
 

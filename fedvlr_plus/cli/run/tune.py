@@ -148,7 +148,9 @@ def _valid_metric_of(job_and_metric) -> float:
     from ...federation.run_seeds import run_federated
 
     job, metric = job_and_metric
-    res = run_federated(job.data, job.backbone, job.cfg, out_dir=job.out, resume=job.resume, progress=job.progress)
+    res = run_federated(
+        job.data, job.backbone, job.cfg, out_dir=job.out, resume=job.resume, progress=job.progress, test=False
+    )
     return float(res["valid"][metric])
 
 

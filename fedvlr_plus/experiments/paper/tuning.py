@@ -55,7 +55,9 @@ def _trainer(study, recipe: FedVLR, root):
     def one(point, rounds: int) -> float:
         folder = root / point.name.replace("+", "-") / f"seed-{study.seed}" if root is not None else None
         settings = budget_settings(rounds, temporary=study.opts.folder is None)
-        run = study.experiment.start(_candidate(recipe, point), study.seed, folder=folder, settings=settings)
+        run = study.experiment.start(
+            _candidate(recipe, point), study.seed, folder=folder, settings=settings, test=False
+        )
         if folder is not None and run.folder.has_checkpoint():
             if point.name not in started and not study.opts.resume:
                 raise RunFolderError(
