@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from fedvlr_plus.bench import runs
 from fedvlr_plus.phases import PHASES_ENV, phase
@@ -18,8 +19,12 @@ def test_a_whole_command_is_timed_with_its_phases(tmp_path, monkeypatch):
             dict(id="broken", title="a bad source", argv=["run", str(tmp_path / "nothing.csv")], quick=True),
             dict(id="away", title="needs a folder", argv=tiny, needs=str(tmp_path / "absent"), quick=True),
             dict(id="long", title="not quick", argv=tiny),
+            dict(id="folder", title="with a run folder", argv=[*tiny, "--out", runs.RUN_DIR], quick=True),
         ],
     )
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(runs.tempfile, "tempdir", str(scratch))
     doc = runs.run_all(tmp_path / "out", shared_data=tmp_path, quick=True)
     by_id = {c["id"]: c for c in doc["cases"]}
     tiny_case = by_id["tiny"]
@@ -31,8 +36,10 @@ def test_a_whole_command_is_timed_with_its_phases(tmp_path, monkeypatch):
     assert by_id["broken"]["status"] == "failed" and "exit code 2" in by_id["broken"]["reason"]
     assert by_id["away"]["status"] == "skipped" and "not found" in by_id["away"]["reason"]
     assert by_id["long"]["status"] == "skipped" and "--quick" in by_id["long"]["reason"]
+    assert by_id["folder"]["status"] == "ok" and list(scratch.iterdir()) == []  # its run folder is removed after
+    assert not Path(runs.RUN_DIR).exists()  # the placeholder was replaced by a folder of its own
     saved = json.loads((tmp_path / "out" / "runs.json").read_text())
-    assert [c["id"] for c in saved["cases"]] == ["tiny", "broken", "away", "long"]
+    assert [c["id"] for c in saved["cases"]] == ["tiny", "broken", "away", "long", "folder"]
     md = (tmp_path / "out" / "runs.md").read_text()
     assert "a tiny run" in md and "training CPU" in md
 

@@ -14,6 +14,7 @@ import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -23,6 +24,8 @@ from .suite import _stderr_lines
 
 #: the phases a command records, in the order of the table
 PHASES = ("start-up", "loading", "training", "evaluation")
+#: a case's run folder in its argv: a fresh temporary folder, removed after the case
+RUN_DIR = "{run_dir}"
 
 
 def cases(shared_data: Path) -> list[dict]:
@@ -48,6 +51,24 @@ def cases(shared_data: Path) -> list[dict]:
             argv=["run", lfm, "--backbone", "fedavg", "--fusion", "fedvlr", "--seeds", "3", "--json", "--no-progress"],
         ),
         dict(
+            id="lfm2k-fedvlr-folder",
+            title="run lfm2k --backbone fedavg --fusion fedvlr --no-tune --out RUN_DIR (checkpoints as it trains)",
+            needs=lfm,
+            argv=[
+                "run",
+                lfm,
+                "--backbone",
+                "fedavg",
+                "--fusion",
+                "fedvlr",
+                "--no-tune",
+                "--out",
+                RUN_DIR,
+                "--json",
+                "--no-progress",
+            ],
+        ),
+        dict(
             id="ml100k-coldstart-items",
             title="coldstart ml-100k --cold-items 0.2 --backbone fedavg --fusion fedvlr",
             argv=[
@@ -71,12 +92,19 @@ def run_case(case: dict, phases_file: Path, timeout: float | None = None) -> dic
     env = dict(os.environ, **{PHASES_ENV: str(phases_file), STARTED_ENV: repr(time.time())})
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    cmd = [sys.executable, "-m", "fedvlr_plus.cli", *case["argv"]]
-    try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"status": "failed", "reason": f"ran past --case-timeout {timeout:g} s"}
-    wall = time.perf_counter() - started
+    with tempfile.TemporaryDirectory(prefix="fedvlr-bench-") as tmp:
+        argv = [str(Path(tmp) / "run") if a == RUN_DIR else a for a in case["argv"]]
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", "fedvlr_plus.cli", *argv],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
+        except subprocess.TimeoutExpired:
+            return {"status": "failed", "reason": f"ran past --case-timeout {timeout:g} s"}
+        wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         tail = _stderr_lines(proc.stderr)[-5:]
