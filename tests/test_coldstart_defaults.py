@@ -46,20 +46,22 @@ def test_a_new_user_study_does_not_tune_a_grid_its_flags_left_with_one_recipe(mo
 
 @pytest.mark.parametrize("decay, want", [(0.0, {0.0, 1e-4}), (1e-3, {1e-3})])
 def test_a_studys_tuning_trains_each_recipe_with_its_weight_decay_unless_the_study_fixed_one(monkeypatch, decay, want):
-    from types import SimpleNamespace
-
-    import fedvlr_plus.coldstart.experiment as experiment
     import fedvlr_plus.coldstart.study as study
+    import fedvlr_plus.coldstart.tune_halving as tune_halving
     from fedvlr_plus.federation.config import FedConfig
     from fedvlr_plus.fedvlr import FedVLROptions
 
     trained = {}
 
-    def train_selected(data, model, cfg, progress=True):
-        trained[len(trained)] = cfg.weight_decay
-        return SimpleNamespace(best={"metric": 0.1 * cfg.weight_decay})  # the decayed recipe scores best
+    def in_memory_trainer(data, start, score, progress=False, announce=None):
+        def train_to(recipes, rounds):
+            decays = [start(recipe)[1].weight_decay for recipe in recipes]
+            trained.update({len(trained) + i: d for i, d in enumerate(decays)})
+            return [0.1 * d for d in decays]  # the decayed recipe scores best
 
-    monkeypatch.setattr(experiment, "train_selected", train_selected)
+        return train_to
+
+    monkeypatch.setattr(tune_halving, "in_memory_trainer", in_memory_trainer)
     monkeypatch.setattr(study, "_recipe", lambda opts, fusion, cfg: lambda data: None)
     cfg = FedConfig(weight_decay=decay)
     opts = study.ColdStartOptions(

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from ..metric_spec import DEFAULT_METRICS, parse_metrics
+from .common import add_halving_argument
 
 
 def _supports(text: str) -> tuple:
@@ -95,6 +96,7 @@ def register(subparsers) -> argparse.ArgumentParser:
                         "first seed; a new-user study rates each recipe by its validation joining users, an item "
                         "study by its valid --cold-select among cold items under the best cold rule); reported "
                         "under 'tuning'. On by default in a new-user study with --fusion, off otherwise")
+    add_halving_argument(c, "the grid")
     c.add_argument("--split-seed", type=non_negative_int, default=0, help="seed of the cold-item / cold-user draw")
     o = p.add_argument_group("evaluation and output")
     o.add_argument("--metrics", type=metric_list, default=DEFAULT_METRICS, help="metric@K list")
@@ -150,7 +152,8 @@ def coldstart_options(args):
         new_user_prior=args.new_user_prior,
         backbone_options=backbone_options(args.backbone, args),
         cold_rule=args.cold_rule,
-        cold_select=args.cold_select, tune=args.tune, progress=not args.no_progress, command=command)
+        cold_select=args.cold_select, tune=args.tune, halving=args.halving, progress=not args.no_progress,
+        command=command)
 
 
 def cmd_coldstart(args) -> int:

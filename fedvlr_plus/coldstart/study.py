@@ -88,6 +88,8 @@ class ColdStartOptions:
     cold_select: str = "ndcg@10"
     #: choose the fusion layer's recipe on the training data's validation split first (fedvlr_plus.fedvlr.tuning)
     tune: bool = False
+    #: cut the tuning grid by successive halving (fedvlr_plus.fedvlr.halving); False: every recipe to the end
+    halving: bool = True
     progress: bool = True
     command: str | None = None
 
@@ -214,8 +216,10 @@ def _tuned(opts: ColdStartOptions, fusion: str, cfg, data, log, parts: dict | No
     reports (the ``cold_select`` metric among cold items, best cold rule); in a new-user study, on its validation
     joining users; else on the run's own validation metric. Returns the options and config the study then trains
     with, and the tuning report. Flags the user passed stay fixed; the backbone alone keeps its own settings."""
-    from ..fedvlr.tuning import candidate_recipes, fixed_by, select_recipe, tries_id_dropout
-    from .experiment import train_selected
+    from ..fedvlr.halving import budgets as halving_budgets
+    from ..fedvlr.halving import successive_halving
+    from ..fedvlr.tuning import candidate_recipes, fixed_by, tries_id_dropout
+    from .tune_halving import in_memory_trainer
 
     fo = opts.fedvlr
     # a new-user study scores joining users, not items: the warm users' data may lack items only newcomers touched,
@@ -242,31 +246,49 @@ def _tuned(opts: ColdStartOptions, fusion: str, cfg, data, log, parts: dict | No
     among_cold = _cold_item_validation(opts, parts, views) if joining is None else None
     rate = joining or among_cold
 
-    def score(point) -> float:
+    def start(point):
         o, c = apply(point)
         c = replace(c, seeds=1)
-        run = train_selected(data, _recipe(o, fusion, c)(data), c, progress=opts.progress)
-        return float(run.best["metric"]) if rate is None else rate(run)
+        return _recipe(o, fusion, c)(data), c
 
-    metric = (
-        f"{opts.cold_select.lower()} of validation joining users"
-        if joining is not None
-        else f"valid {opts.cold_select.lower()} among cold items (best cold rule)"
-        if among_cold is not None
-        else cfg.valid_metric
-    )
-
-    def announce(i, point) -> None:
-        if log:
-            log(f"tuning {i + 1}/{len(points)}: recipe {point.name}, seed {cfg.seed}, on {metric}")
-
-    report = select_recipe(points, score, metric=metric, seed=cfg.seed, on_candidate=announce)
+    metric = _tuning_metric(opts, cfg, joining is not None, among_cold is not None)
+    budgets = halving_budgets(cfg, opts.halving)
     if log:
-        log(f"tuning: kept recipe {report.selected}")
+        log(f"tuning: {len(points)} recipes on seed {cfg.seed}, on {metric}" + _halving_note(budgets))
+    score = rate or (lambda run: run.best["metric"])
+    announce = (lambda point, rounds: log(f"tuning: recipe {point.name} up to round {rounds}")) if log else None
+    train_to = in_memory_trainer(data, start, score, progress=opts.progress, announce=announce)
+    report = successive_halving(points, train_to, budgets=budgets, metric=metric, seed=cfg.seed, on_rung=_cut(log))
+    if log:
+        log(f"tuning: kept recipe {report.selected} ({report.scores_line()})")
     out = report.to_json()
     if joining is not None:
         out["split"] = "validation joining users (a seeded third of the held-out users, never reported)"
     return (*apply(report.chosen), out)
+
+
+def _tuning_metric(opts: ColdStartOptions, cfg, joining: bool, among_cold: bool) -> str:
+    """What the tuning rates a recipe by, as its report names it."""
+    if joining:
+        return f"{opts.cold_select.lower()} of validation joining users"
+    if among_cold:
+        return f"valid {opts.cold_select.lower()} among cold items (best cold rule)"
+    return cfg.valid_metric
+
+
+def _halving_note(budgets: list[int]) -> str:
+    return f"; the better half goes on after {', '.join(map(str, budgets[:-1]))} rounds" if len(budgets) > 1 else ""
+
+
+def _cut(log):
+    """``on_rung`` of the tuning: the recipes kept and stopped at a budget, with their scores."""
+
+    def cut(budget, kept, stopped, scores) -> None:
+        if log:
+            named = [", ".join(f"{r.name} {scores[r.name]:.4f}" for r in group) for group in (kept, stopped)]
+            log(f"tuning: after {budget} rounds, kept {named[0]}; stopped {named[1]}")
+
+    return cut
 
 
 def _cold_item_validation(opts: ColdStartOptions, parts: dict | None, views):

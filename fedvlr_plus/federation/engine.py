@@ -247,7 +247,7 @@ class FederatedRun:
         both = cfg.valid_protocol == "sampled" or cfg.test_both_protocols
         return {"test_full": self.evaluate("test", "full"), "test_sampled": self._test_sampled() if both else None}
 
-    def _test_selected(self, end_at_selected: bool) -> None:
+    def _test_selected(self, end_at_selected: bool, at_selected=None) -> None:
         """The selected round's test from its kept model; the model the run ended with is put back after, unless
         the caller wants the selected one (``end_at_selected``)."""
         selected = self._kept.pop("selected", None) if self._kept is not None else None
@@ -256,6 +256,8 @@ class FederatedRun:
         last = None if end_at_selected else KeptRound(self, Path(self._tmpdir()))
         selected.put_back(self)
         self.best.update(self._test_now())
+        if at_selected is not None:
+            at_selected(self)
         if last is not None:
             last.put_back(self)
             last.discard()
@@ -360,10 +362,13 @@ class FederatedRun:
     def done(self) -> bool:
         return self.round >= self.cfg.rounds or self.stopped_early
 
-    def run(self, end_at_selected: bool = False) -> dict:
+    def run(self, end_at_selected: bool = False, at_selected=None) -> dict:
         """Train to the end or early stop and return the result. ``end_at_selected``: leave the run in the model
         of its selected round (shared, server and private state), for studies that go on from it; it needs a run
-        without a folder and a store whose states can be kept aside."""
+        without a folder and a store whose states can be kept aside. ``at_selected(run)``: called with that model
+        in place, where this call selected a new round, before the last round's model is put back (a tuner that
+        scores a candidate at its selected round and trains it on later). A run may be run again with more
+        rounds (``cfg.rounds``) and goes on as if asked for them from the start."""
         from tqdm.auto import tqdm
 
         bar = tqdm(total=self.cfg.rounds, initial=self.round, unit="round", disable=not self.progress,
@@ -395,7 +400,7 @@ class FederatedRun:
         finally:
             self.round_log.close()
         bar.close()
-        self._test_selected(end_at_selected)
+        self._test_selected(end_at_selected, at_selected)
         self._kept = None
         result = self.result()
         if self.folder is not None:

@@ -32,6 +32,15 @@ def rungs(rounds: int, eval_every: int = 1) -> list[int]:
     return sorted(cuts | {rounds})
 
 
+def budgets(cfg, halving: bool = True) -> list[int]:
+    """The round budgets of a tuner whose run has config ``cfg``: the rungs, or the whole run alone without halving
+    or under ``target_epsilon`` (the upload noise is set for the run's rounds, so a candidate trained to a shorter
+    budget and continued would not be the run it stands for)."""
+    if not halving or getattr(cfg, "target_epsilon", None) is not None:
+        return [cfg.rounds]
+    return rungs(cfg.rounds, cfg.eval_every)
+
+
 def successive_halving(
     recipes: list[Recipe],
     train_to: Callable[[list[Recipe], int], list[float]],

@@ -65,12 +65,13 @@ def tune_recipe(args, data, *, config_for, build_backbone):
     its model, exactly as the run itself does, so a candidate differs from the final run only in its flags, seed
     count and rounds. Candidates train in ``RUN_DIR/tuning/<recipe>/`` (a temporary folder without a run folder),
     continuing from their checkpoint at each budget; a resumed run resumes them."""
-    from ...fedvlr.halving import candidate_root, rungs, successive_halving
+    from ...fedvlr.halving import budgets as halving_budgets
+    from ...fedvlr.halving import candidate_root, successive_halving
     from ...fedvlr.tuning import tries_id_dropout
 
     recipes = _candidates(args, cold_items=tries_id_dropout(data))
     full = config_for(args)
-    budgets = rungs(full.rounds, full.eval_every) if getattr(args, "halving", True) else [full.rounds]
+    budgets = halving_budgets(full, getattr(args, "halving", True))
     run_dir = args.resume or args.out
     say(
         f"tuning: {len(recipes)} recipes on seed {args.seed}, selecting on valid {full.valid_metric}"

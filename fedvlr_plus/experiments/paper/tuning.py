@@ -76,12 +76,13 @@ def _trainer(study, recipe: FedVLR, root):
 def tuned_recipe(study, recipe: FedVLR):
     """The grid point (:class:`~fedvlr_plus.fedvlr.tuning.Recipe`) chosen on validation for ``recipe`` by successive
     halving (every point to the end with ``halving`` off), and the tuning report (JSON)."""
-    from ...fedvlr.halving import candidate_root, rungs, successive_halving
+    from ...fedvlr.halving import budgets as halving_budgets
+    from ...fedvlr.halving import candidate_root, successive_halving
     from ...fedvlr.tuning import candidate_recipes
 
     points = candidate_recipes(**_fixed(study, recipe))
     cfg = study.experiment.config(recipe, study.seed)
-    budgets = rungs(cfg.rounds, cfg.eval_every) if study.opts.halving else [cfg.rounds]
+    budgets = halving_budgets(cfg, study.opts.halving)
     _say(
         f"tuning {recipe.label}: {len(points)} recipes on seed {study.seed}, selecting on valid {cfg.valid_metric}"
         + (f"; the better half goes on after {', '.join(map(str, budgets[:-1]))} rounds" if len(budgets) > 1 else "")
