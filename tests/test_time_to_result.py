@@ -121,3 +121,19 @@ def test_calls_inside_shared_workers_reuse_one_pool_of_worker_processes():
     assert not parallel._SHARED  # closed with the block
     assert parallel.map_jobs(abs, [-6, -7], 2) == [6, 7]  # outside a block: a pool of its own, closed after
     assert not parallel._SHARED
+
+
+def test_worker_counts_keep_every_core_busy_to_the_last_wave(monkeypatch):
+    from fedvlr_plus.federation.runs.parallel import balanced_workers, worker_count
+
+    assert [balanced_workers(n, 2) for n in range(1, 10)] == [1, 2, 3, 2, 3, 2, 4, 2, 3]
+    assert balanced_workers(3, 16) == 3 and balanced_workers(17, 16) == 17 and balanced_workers(5, 1) == 1
+    for n in range(1, 40):  # never more than twice the cores, and no wave but a full one leaves a core idle
+        for cores in (1, 2, 3, 4, 8):
+            w = balanced_workers(n, cores)
+            assert 1 <= w <= max(n, 1) and w <= 2 * cores
+            assert n <= cores or w == cores or n % w == 0 or n % w >= cores
+    monkeypatch.delenv("FEDVLR_JOBS", raising=False)
+    assert worker_count(2, 5) == 2 and worker_count(9, 3) == 3  # a count the user gave, at most one per job
+    monkeypatch.setenv("FEDVLR_JOBS", "2")
+    assert worker_count(None, 5) == 2

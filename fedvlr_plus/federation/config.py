@@ -139,7 +139,7 @@ class RuntimeConfig:
     checkpoint_every: int | None = None  # rounds between checkpoints (also at the end); None: auto (5% of the time)
     chunk_floats: int = 1 << 24  # memory bound of one batched chunk, in floats
     device: str = "cpu"  # where the batched simulator trains and scores: cpu | cuda | auto
-    jobs: int | None = None  # seeds trained side by side in worker processes (None: every core; 1: one by one)
+    jobs: int | None = None  # seeds side by side in worker processes (None: as the cores allow; 1: one by one)
     log: tuple = ()  # per-round logs written into the run folder as it trains: tensorboard, csv (none: off)
 
     def _checks(self):

@@ -13,7 +13,7 @@ from ..jsonio import write_json_atomic
 from .config import FedConfig
 from .engine import FederatedRun
 from .runs.folder import SeedFolder, locked, seed_folders
-from .runs.parallel import default_jobs, map_jobs
+from .runs.parallel import map_jobs, worker_count
 from .runs.seeds import combine_seeds
 
 
@@ -106,7 +106,7 @@ def _train_seeds(jobs: list[SeedJob], on_round, on_upload, n_jobs: int | None) -
     """Each seed's result, the seeds side by side in worker processes where that is possible: more than one seed,
     no upload callback, and a per-round callback that can travel to a worker and merge back (``merge``)."""
     travels = on_round is None or callable(getattr(on_round, "merge", None))
-    n_jobs = default_jobs() if n_jobs is None else n_jobs
+    n_jobs = worker_count(n_jobs, len(jobs))
     if n_jobs == 1 or len(jobs) < 2 or on_upload is not None or not travels:
         return [job.train(on_upload) for job in jobs]
     for job in jobs:

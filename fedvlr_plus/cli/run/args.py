@@ -168,8 +168,9 @@ def _add_schedule_arguments(g, parser) -> None:
     g.add_argument("--chunk-floats", type=bounded(int, 1024, name="chunk_floats"), default=d.chunk_floats,
                    help="memory bound of a batched chunk, in floats (>= 1024)")
     g.add_argument("--jobs", type=positive_int, default=None, metavar="N",
-                   help="seeds (and --tune's recipes) trained side by side in N worker processes (default: every "
-                        "core; 1: one after another); the same figures")
+                   help="seeds (and --tune's recipes) trained side by side in N worker processes (default: one "
+                        "per core, and up to twice as many where that keeps every core busy to the end: 3 seeds on "
+                        "2 cores train in 3 workers; 1: one after another); the same figures")
     g.add_argument("--log", type=_round_logs, default=(), metavar="tensorboard,csv",
                    help="also log every round as it trains (loss, validation figures, round time; with the FedVLR "
                         "layer the router's mean weights and entropy) into the run folder: tensorboard "

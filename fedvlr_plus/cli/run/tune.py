@@ -106,10 +106,10 @@ def _trainer(args, data, root, config_for, build_backbone, metric: str):
     """``train_to(recipes, rounds)``: each recipe trained up to ``rounds`` on ``args.seed`` (continued from its
     folder's checkpoint), side by side in worker processes where ``--jobs`` allows; their best valid scores."""
     from ...federation.runs.folder import seed_folders
-    from ...federation.runs.parallel import default_jobs, map_jobs
+    from ...federation.runs.parallel import map_jobs, worker_count
     from ...fedvlr.halving import budget_settings
 
-    jobs = getattr(args, "jobs", None) or default_jobs()
+    jobs = getattr(args, "jobs", None)
     temporary = not (args.resume or args.out)  # the candidates' folders are temporary (see tune_recipe)
     started = set()  # recipes this call trained before: they continue; others resume only under --resume
 
@@ -123,10 +123,11 @@ def _trainer(args, data, root, config_for, build_backbone, metric: str):
 
     def train_to(recipes, rounds: int) -> list[float]:
         built = [job(r, rounds) for r in recipes]
-        if jobs != 1 and len(built) > 1:  # every recipe at once, one worker process each (the same figures)
+        workers = worker_count(jobs, len(built))
+        if workers > 1:  # the recipes side by side in worker processes (the same figures)
             for b in built:
                 b.progress = False
-            return map_jobs(_valid_metric_of, [(b, metric) for b in built], jobs)
+            return map_jobs(_valid_metric_of, [(b, metric) for b in built], workers)
         return [_valid_metric_of((b, metric)) for b in built]
 
     return train_to

@@ -31,10 +31,32 @@ def default_jobs() -> int:
     return max(1, os.cpu_count() or 1)
 
 
+def balanced_workers(n_jobs: int, cores: int) -> int:
+    """Worker processes for ``n_jobs`` jobs of about equal length on ``cores`` cores: one per job up to the cores;
+    beyond them the fewest, up to twice the cores, that keep every core busy in every wave of jobs. Three seeds on
+    two cores in two workers leave one core idle while the third seed trains alone; in three workers the system
+    shares the two cores among them and no core waits (five recipes: three workers, then the last two)."""
+    if n_jobs <= cores:
+        return max(n_jobs, 1)
+    for workers in range(cores, 2 * cores + 1):
+        if n_jobs % workers == 0 or n_jobs % workers >= cores:
+            return workers
+    return cores
+
+
+def worker_count(jobs: int | None, n_jobs: int) -> int:
+    """The workers ``map_jobs`` starts for ``n_jobs`` jobs: ``jobs`` (or ``$FEDVLR_JOBS``) where given, at most one
+    per job; else :func:`balanced_workers` on the cores this process may use."""
+    if jobs is None and not os.environ.get("FEDVLR_JOBS", "").strip():
+        return balanced_workers(n_jobs, default_jobs())
+    return max(1, min(default_jobs() if jobs is None else int(jobs), n_jobs))
+
+
 def map_jobs(fn: Callable, items: Sequence, jobs: int | None) -> list:
-    """``[fn(x) for x in items]``, in ``jobs`` worker processes when that is more than one (``None``: every core).
-    ``fn`` must be a module-level function and ``items`` picklable. A worker's exception is raised here."""
-    jobs = min(default_jobs() if jobs is None else int(jobs), len(items))
+    """``[fn(x) for x in items]``, in worker processes when :func:`worker_count` is more than one (``jobs``: their
+    number; ``None``: as the cores allow). ``fn`` must be a module-level function and ``items`` picklable. A
+    worker's exception is raised here."""
+    jobs = worker_count(jobs, len(items))
     if jobs <= 1:
         return [fn(x) for x in items]
     import torch
@@ -73,8 +95,9 @@ def shared_workers() -> Iterator[None]:
 
 
 def _shared_pool(jobs: int, threads: int) -> ProcessPoolExecutor:
-    """The block's pool for this worker count and threads, started on first use (or after a call with others)."""
-    if _SHARED and _SHARED[0] == (jobs, threads):
+    """The block's pool: the one started before where it has as many workers or more, with these threads; else a
+    new one (the old one is closed)."""
+    if _SHARED and _SHARED[0][0] >= jobs and _SHARED[0][1] == threads:
         return _SHARED[1]
     _close_shared()
     _SHARED[:] = [(jobs, threads), _new_pool(jobs, threads)]
