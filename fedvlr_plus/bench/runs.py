@@ -94,14 +94,9 @@ def run_case(case: dict, phases_file: Path, timeout: float | None = None) -> dic
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="fedvlr-bench-") as tmp:
         argv = [str(Path(tmp) / "run") if a == RUN_DIR else a for a in case["argv"]]
+        cmd = [sys.executable, "-m", "fedvlr_plus.cli", *argv]
         try:
-            proc = subprocess.run(
-                [sys.executable, "-m", "fedvlr_plus.cli", *argv],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-            )
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             return {"status": "failed", "reason": f"ran past --case-timeout {timeout:g} s"}
         wall = time.perf_counter() - started
