@@ -79,10 +79,10 @@ def map_jobs(fn: Callable, items: Sequence, jobs: int | None) -> list:
 
 @contextmanager
 def shared_workers() -> Iterator[None]:
-    """Inside this block, ``map_jobs`` calls with the same worker count and threads reuse one pool: a tuned run's
-    rungs and then its seeds start their workers once, not once per call (a worker's start, the interpreter and
-    torch's import, costs about 2.5 s of CPU). A worker keeps no state of one job that a later job reads: each
-    job builds its run from its arguments, and all randomness is keyed by seed and round."""
+    """Inside this block, ``map_jobs`` calls that need no more workers, with the same threads, reuse one pool: a
+    tuned run's rungs and then its seeds start their workers once, not once per call (a worker's start, the
+    interpreter and torch's import, costs about 2.5 s of CPU). A worker keeps no state of one job that a later job
+    reads: each job builds its run from its arguments, and all randomness is keyed by seed and round."""
     if _SHARING[0]:  # nested: the outer block owns the pool
         yield
         return
