@@ -91,12 +91,7 @@ def register(subparsers) -> argparse.ArgumentParser:
                         "weight (on the validation joining users); choose at the depth you report")
     c.add_argument("--with-backbone", action="store_true",
                    help="with --fusion: also train the backbone alone on the same split and report it beside")
-    c.add_argument("--tune", action=argparse.BooleanOptionalAction, default=None,
-                   help="with --fusion: choose the layer's recipe on validation first (the grid of 'run --tune', "
-                        "first seed; a new-user study rates each recipe by its validation joining users, an item "
-                        "study by its valid --cold-select among cold items under the best cold rule); reported "
-                        "under 'tuning'. On by default in a new-user study with --fusion, off otherwise")
-    add_halving_argument(c, "the grid")
+    _add_tune_arguments(c)
     c.add_argument("--split-seed", type=non_negative_int, default=0, help="seed of the cold-item / cold-user draw")
     o = p.add_argument_group("evaluation and output")
     o.add_argument("--metrics", type=metric_list, default=DEFAULT_METRICS, help="metric@K list")
@@ -107,6 +102,15 @@ def register(subparsers) -> argparse.ArgumentParser:
     add_fusion_arguments(p)
     p.set_defaults(func=cmd_coldstart, seeds=3)
     return p
+
+
+def _add_tune_arguments(c) -> None:
+    c.add_argument("--tune", action=argparse.BooleanOptionalAction, default=None,
+                   help="with --fusion: choose the layer's recipe on validation first (the grid of 'run --tune', "
+                        "first seed; a new-user study rates each recipe by its validation joining users, an item "
+                        "study by its valid --cold-select among cold items under the best cold rule); reported "
+                        "under 'tuning'. On by default in a new-user study with --fusion, off otherwise")
+    add_halving_argument(c, "the grid")
 
 
 def _add_new_user_arguments(c) -> None:
