@@ -50,6 +50,8 @@ class Federation:
         self.env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + self.env.get("PATH", "")
         self.env.setdefault("OMP_NUM_THREADS", "1")
         self.env["FLWR_TELEMETRY_ENABLED"] = "0"
+        # each node's SuperExec looks for a new task every second by default; a secure round has several stages
+        self.env.setdefault("FLWR_SUPEREXEC_TASK_POLL_INTERVAL", "0.1")
         self.port = None
 
     def _start(self, name: str, cmd: list[str], home: Path) -> subprocess.Popen:
