@@ -217,7 +217,7 @@ def _tuned(opts: ColdStartOptions, fusion: str, cfg, data, log, parts: dict | No
     joining users; else on the run's own validation metric. Returns the options and config the study then trains
     with, and the tuning report. Flags the user passed stay fixed; the backbone alone keeps its own settings."""
     from ..fedvlr.halving import budgets as halving_budgets
-    from ..fedvlr.halving import successive_halving
+    from ..fedvlr.halving import budgets_note, successive_halving
     from ..fedvlr.tuning import candidate_recipes, fixed_by, tries_id_dropout
     from .tune_halving import in_memory_trainer
 
@@ -254,7 +254,7 @@ def _tuned(opts: ColdStartOptions, fusion: str, cfg, data, log, parts: dict | No
     metric = _tuning_metric(opts, cfg, joining is not None, among_cold is not None)
     budgets = halving_budgets(cfg, opts.halving)
     if log:
-        log(f"tuning: {len(points)} recipes on seed {cfg.seed}, on {metric}" + _halving_note(budgets))
+        log(f"tuning: {len(points)} recipes on seed {cfg.seed}, on {metric}" + budgets_note(budgets))
     score = rate or (lambda run: run.best["metric"])
     announce = (lambda point, rounds: log(f"tuning: recipe {point.name} up to round {rounds}")) if log else None
     train_to = in_memory_trainer(data, start, score, progress=opts.progress, announce=announce)
@@ -276,17 +276,13 @@ def _tuning_metric(opts: ColdStartOptions, cfg, joining: bool, among_cold: bool)
     return cfg.valid_metric
 
 
-def _halving_note(budgets: list[int]) -> str:
-    return f"; the better half goes on after {', '.join(map(str, budgets[:-1]))} rounds" if len(budgets) > 1 else ""
-
-
 def _cut(log):
     """``on_rung`` of the tuning: the recipes kept and stopped at a budget, with their scores."""
+    from ..fedvlr.halving import cut_line
 
     def cut(budget, kept, stopped, scores) -> None:
         if log:
-            named = [", ".join(f"{r.name} {scores[r.name]:.4f}" for r in group) for group in (kept, stopped)]
-            log(f"tuning: after {budget} rounds, kept {named[0]}; stopped {named[1]}")
+            log(f"tuning: {cut_line(budget, kept, stopped, scores)}")
 
     return cut
 

@@ -41,6 +41,21 @@ def budgets(cfg, halving: bool = True) -> list[int]:
     return rungs(cfg.rounds, cfg.eval_every)
 
 
+def budgets_note(budgets: list[int]) -> str:
+    """How a tuner announces its budgets: ``; the better half goes on after 13, 25, 50 rounds`` (empty without
+    halving)."""
+    return f"; the better half goes on after {', '.join(map(str, budgets[:-1]))} rounds" if len(budgets) > 1 else ""
+
+
+def cut_line(budget: int, kept: list[Recipe], stopped: list[Recipe], scores: dict) -> str:
+    """How a tuner reports one cut (``on_rung``'s arguments): the recipes kept and stopped, with their scores."""
+
+    def named(recipes) -> str:
+        return ", ".join(f"{r.name} {scores[r.name]:.4f}" for r in recipes)
+
+    return f"after {budget} rounds, kept {named(kept)}; stopped {named(stopped)}"
+
+
 def successive_halving(
     recipes: list[Recipe],
     train_to: Callable[[list[Recipe], int], list[float]],

@@ -66,7 +66,7 @@ def tune_recipe(args, data, *, config_for, build_backbone):
     count and rounds. Candidates train in ``RUN_DIR/tuning/<recipe>/`` (a temporary folder without a run folder),
     continuing from their checkpoint at each budget; a resumed run resumes them."""
     from ...fedvlr.halving import budgets as halving_budgets
-    from ...fedvlr.halving import candidate_root, successive_halving
+    from ...fedvlr.halving import budgets_note, candidate_root, successive_halving
     from ...fedvlr.tuning import tries_id_dropout
 
     recipes = _candidates(args, cold_items=tries_id_dropout(data))
@@ -75,7 +75,7 @@ def tune_recipe(args, data, *, config_for, build_backbone):
     run_dir = args.resume or args.out
     say(
         f"tuning: {len(recipes)} recipes on seed {args.seed}, selecting on valid {full.valid_metric}"
-        + (f"; the better half goes on after {', '.join(map(str, budgets[:-1]))} rounds" if len(budgets) > 1 else "")
+        + budgets_note(budgets)
         + "".join(f"\n  {r.name}: {_flags(r)}" for r in recipes)
     )
     with candidate_root(Path(run_dir) / "tuning" if run_dir else None, halving=len(budgets) > 1) as root:
@@ -96,10 +96,9 @@ def _flags(recipe) -> str:
 
 
 def _say_cut(budget: int, kept, stopped, scores: dict) -> None:
-    def named(recipes):
-        return ", ".join(f"{r.name} {scores[r.name]:.4f}" for r in recipes)
+    from ...fedvlr.halving import cut_line
 
-    say(f"tuning: after {budget} rounds, kept {named(kept)}; stopped {named(stopped)}")
+    say(f"tuning: {cut_line(budget, kept, stopped, scores)}")
 
 
 def _trainer(args, data, root, config_for, build_backbone, metric: str):

@@ -77,7 +77,7 @@ def tuned_recipe(study, recipe: FedVLR):
     """The grid point (:class:`~fedvlr_plus.fedvlr.tuning.Recipe`) chosen on validation for ``recipe`` by successive
     halving (every point to the end with ``halving`` off), and the tuning report (JSON)."""
     from ...fedvlr.halving import budgets as halving_budgets
-    from ...fedvlr.halving import candidate_root, successive_halving
+    from ...fedvlr.halving import budgets_note, candidate_root, cut_line, successive_halving
     from ...fedvlr.tuning import candidate_recipes
 
     points = candidate_recipes(**_fixed(study, recipe))
@@ -85,14 +85,11 @@ def tuned_recipe(study, recipe: FedVLR):
     budgets = halving_budgets(cfg, study.opts.halving)
     _say(
         f"tuning {recipe.label}: {len(points)} recipes on seed {study.seed}, selecting on valid {cfg.valid_metric}"
-        + (f"; the better half goes on after {', '.join(map(str, budgets[:-1]))} rounds" if len(budgets) > 1 else "")
+        + budgets_note(budgets)
     )
 
     def cut(budget, kept, stopped, scores) -> None:
-        def named(points):
-            return ", ".join(f"{p.name} {scores[p.name]:.4f}" for p in points)
-
-        _say(f"tuning {recipe.label}: after {budget} rounds, kept {named(kept)}; stopped {named(stopped)}")
+        _say(f"tuning {recipe.label}: {cut_line(budget, kept, stopped, scores)}")
 
     folder = study.opts.folder / "runs" / recipe.label / "tuning" if study.opts.folder else None
     with candidate_root(folder, halving=len(budgets) > 1) as root:
