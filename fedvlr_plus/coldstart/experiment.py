@@ -66,14 +66,18 @@ def _means(summary: dict) -> dict:
 
 
 # ---------------------------------------------------------------------- training with the selected state kept
+def keepable(cfg):
+    """``cfg`` with a private store whose selected round can be kept aside: the selected round's states are kept
+    as a snapshot, which a disk store (one file per client) is not; a table store's can be."""
+    return replace(cfg, private_store="memory") if cfg.private_store == "disk" else cfg
+
+
 def train_selected(data, model, cfg, *, progress: bool = False):
     """Train one seed (:class:`~fedvlr_plus.federation.engine.FederatedRun`) and put it back into the state of
     its selected (best-validation) round: shared state, server fusion state and every private state."""
     from ..federation.engine import FederatedRun
 
-    if cfg.private_store == "disk":   # the selected round's states are kept as a snapshot: a table store's
-        cfg = replace(cfg, private_store="memory")
-    run = FederatedRun(data, model, cfg, progress=progress)
+    run = FederatedRun(data, model, keepable(cfg), progress=progress)
     run.run(end_at_selected=True)   # the engine keeps that round's model for its own test already
     return run
 

@@ -20,6 +20,7 @@ def in_memory_trainer(data, start: Callable, score: Callable, *, progress: bool 
     model and config (one seed); ``score(run)``: a run's score with its selected round's model in place;
     ``announce(recipe, rounds)``: hears each training as it starts."""
     from ..federation.engine import FederatedRun
+    from .experiment import keepable
 
     runs, scores = {}, {}
 
@@ -32,9 +33,8 @@ def in_memory_trainer(data, start: Callable, score: Callable, *, progress: bool 
             run = runs.get(recipe.name)
             if run is None:
                 model, cfg = start(recipe)
-                if cfg.private_store == "disk":  # the selected round is kept as a snapshot, which a disk store is not
-                    cfg = replace(cfg, private_store="memory")
-                run = runs[recipe.name] = FederatedRun(data, model, replace(cfg, rounds=rounds), progress=progress)
+                cfg = replace(keepable(cfg), rounds=rounds)
+                run = runs[recipe.name] = FederatedRun(data, model, cfg, progress=progress)
             else:
                 run.cfg = replace(run.cfg, rounds=rounds)
             run.run(at_selected=lambda r, name=recipe.name: scores.__setitem__(name, float(score(r))))
