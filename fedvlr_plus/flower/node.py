@@ -24,11 +24,11 @@ import numpy as np
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from ..federation.simulation.upload_stream import StreamedUploads
-from .node_state import NodeStateFile, process_started_at
-from .node_sums import sums_to_content
 from .settings import Settings, build_backbone, load_data, partition_users
-from .wire import record_to_shared, updates_to_content  # (first: it checks for flwr)
+
+# In a deployment every message starts a fresh ClientApp process that imports this module. A secure round's key
+# exchange and unmasking stages never reach the handlers below, so the trainer's modules (and torch with them)
+# are imported inside the handlers: those stages then cost Flower's own start-up only.
 
 
 def _node_data(data, users: np.ndarray):
@@ -50,6 +50,7 @@ class NodeRun:
 
     def __init__(self, s: Settings, node_config: dict, run_id: int):
         from ..federation.engine import FederatedRun
+        from .node_state import NodeStateFile
 
         self.s = s
         self.partition = int(node_config.get("partition-id", 0))
@@ -112,7 +113,11 @@ def _config_dict(rec: ConfigRecord) -> dict:
 
 def node_train(msg: Message, context: Context) -> Message:
     """Local training of every user of this node that has training data; private state stays in the node."""
-    from . import secagg as flower_secagg
+    from ..federation.simulation.upload_stream import StreamedUploads
+    from . import secagg_node as flower_secagg
+    from .node_state import process_started_at
+    from .node_sums import sums_to_content
+    from .wire import record_to_shared, updates_to_content
 
     handler_started = time.time()
     node = node_run(context)
@@ -151,6 +156,7 @@ def node_evaluate(msg: Message, context: Context) -> Message:
     """Rank every item for each of this node's users and return, per split and target group (all / warm /
     cold), the *sum* of each metric over users and the number of users (the server divides)."""
     from ..evaluation import evaluate
+    from .wire import record_to_shared
 
     node = node_run(context)
     node.state.restore_into(node.run.store)
@@ -184,7 +190,7 @@ def node_evaluate(msg: Message, context: Context) -> Message:
 
 def make_client_app() -> ClientApp:
     """The ``ClientApp``: ``train`` and ``evaluate`` handlers over the node's :class:`NodeRun`."""
-    from .secagg import secagg_mod
+    from .secagg_node import secagg_mod
 
     app = ClientApp()
     app.train(mods=[secagg_mod])(node_train)  # SecAgg+ only for messages of a secure round

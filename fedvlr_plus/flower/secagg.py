@@ -10,9 +10,8 @@ message with its dense vector (:func:`~fedvlr_plus.federation.privacy.secure_sum
 ``num_examples`` is the node's example count (SecAgg+ weights the mean by it). The arithmetic (what a node sends,
 how the aggregate becomes our strategies' input) is in :mod:`fedvlr_plus.federation.privacy.secure_sum`.
 
-The ClientApp always carries :func:`secagg_mod`, which hands a message to ``secaggplus_mod`` only when it carries
-SecAgg+ configuration, so one ClientApp serves runs with and without secure aggregation; the run config's
-``secagg`` decides.
+The node's side (the mod every ClientApp carries, and a secure training message read and answered) is in
+:mod:`.secagg_node`; this module is the server's.
 """
 
 from __future__ import annotations
@@ -22,12 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
-from flwr.client.mod import secaggplus_mod
-from flwr.common import Code, FitIns, FitRes, Status, bytes_to_ndarray, ndarrays_to_parameters, parameters_to_ndarrays
-from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, RECORD_KEY_STATE, Key, Stage
-from flwr.compat.common import recorddict_compat as compat
+from flwr.common import FitIns, bytes_to_ndarray, ndarrays_to_parameters, parameters_to_ndarrays
+from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage
 from flwr.server import LegacyContext
 from flwr.server.compat.grid_client_proxy import GridClientProxy
 from flwr.server.strategy import Strategy as LegacyStrategy
@@ -35,55 +31,9 @@ from flwr.server.workflow import SecAggPlusWorkflow
 from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD
 from flwr.server.workflow.constant import Key as WorkflowKey
 
-from ..federation.privacy.secure_sum import clipping_range, layout, node_vector, quantization_range, split_aggregate
+from ..federation.privacy.secure_sum import clipping_range, layout, quantization_range, split_aggregate
 from ..jsonio import write_json_atomic
-
-FIT_NAMES, FIT_CONFIG = "fedvlr-names", "fedvlr-config"
-
-
-# ---------------------------------------------------------------------------------------------- node side
-def secagg_mod(msg: Message, ctxt: Context, call_next):
-    """Flower's ``secaggplus_mod`` for messages of a secure round; every other message passes through."""
-    if RECORD_KEY_CONFIGS in msg.content.config_records:
-        return secaggplus_mod(msg, ctxt, call_next)
-    return call_next(msg, ctxt)
-
-
-def is_secure_train(msg: Message) -> bool:
-    """A training message of a secure round (legacy ``FitIns`` records) rather than a plain one."""
-    return "fitins.parameters" in msg.content.array_records
-
-
-def secure_fit_inputs(msg: Message) -> tuple[dict[str, torch.Tensor], dict]:
-    """The shared state and round configuration of a secure training message."""
-    ins = compat.recorddict_to_fitins(msg.content, keep_input=True)
-    names = json.loads(str(ins.config[FIT_NAMES]))
-    arrays = parameters_to_ndarrays(ins.parameters)
-    if len(arrays) != len(names):
-        raise ValueError(f"secure training message: {len(arrays)} arrays for {len(names)} names")
-    shared = {n: torch.from_numpy(np.array(a, copy=True)) for n, a in zip(names, arrays)}
-    return shared, json.loads(str(ins.config[FIT_CONFIG]))
-
-
-def secure_fit_reply(updates, shared: dict, item_tables: set[str], context: Context) -> RecordDict:
-    """The node's dense vector as a ``FitRes``; ``secaggplus_mod`` masks it before it leaves the node. The
-    clipping range and the weight bound are those the server sent in the round's SecAgg+ setup."""
-    setup = context.state.config_records[RECORD_KEY_STATE]
-    clipping_range, max_weight = float(setup["clipping_range"]), float(setup["max_weight"])
-    parts = layout({k: tuple(v.shape) for k, v in shared.items()}, item_tables)
-    vector, n_node = node_vector(updates, parts, clipping_range)
-    if n_node > max_weight:
-        raise ValueError(
-            f"secure aggregation: this node has {n_node} training examples, more than the weight "
-            f"bound {max_weight:g}; set secagg-max-weight to at least the largest node's count"
-        )
-    res = FitRes(
-        status=Status(code=Code.OK, message="ok"),
-        parameters=ndarrays_to_parameters(vector),
-        num_examples=int(n_node),
-        metrics={"users": len(updates)},
-    )
-    return compat.fitres_to_recorddict(res, keep_input=False)
+from .secagg_node import FIT_CONFIG, FIT_NAMES
 
 
 # ---------------------------------------------------------------------------------------------- server side
