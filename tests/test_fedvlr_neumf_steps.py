@@ -1,6 +1,8 @@
 """FedNCF behind the FedVLR layer: the batched chunk's hand-written NeuMF steps (:mod:`fedvlr_plus.fedvlr.neumf_steps`)
 give the numbers of the generic autograd path and of the sequential reference."""
 
+import functools
+
 import pytest
 from test_fedvlr_speed import CONFIGS, _assert_same, _fit, _layer
 
@@ -36,28 +38,40 @@ def _counted(monkeypatch) -> list:
     return calls
 
 
+VARIANTS = {"plain": {}, "residual": dict(residual=True), "over views": dict(router_over="views")}
+
+
+@functools.cache
+def _references(variant: str, mode: str):
+    """The generic autograd round and the sequential reference, once per variant and mode: the two ``by_id`` cases
+    below differ in how the NeuMF steps read the MF blocks only, which neither reference uses."""
+    config, kw = {**BASE, **CONFIGS[mode]}, dict(VARIANTS[variant], temperature=0.7)
+    with pytest.MonkeyPatch.context() as mp:
+        calls = _counted(mp)
+        slow = _fit(BatchedSimulator, _autograd(_layer("fedncf", **kw)), config)
+        assert not calls, "the autograd path ran the NeuMF steps"
+    return slow, _fit(SequentialSimulator, _layer("fedncf", **kw), config)
+
+
 @pytest.mark.parametrize("by_id", [False, True])
-@pytest.mark.parametrize("variant", [{}, dict(residual=True), dict(router_over="views")])
+@pytest.mark.parametrize("variant", list(VARIANTS))
 @pytest.mark.parametrize("mode", ["grads", "grads+wd", "grads+many_steps"])
 def test_neumf_steps_give_the_autograd_round_and_the_sequential_one(variant, mode, by_id, monkeypatch):
     """``by_id``: a catalogue too large to read whole a step (the MF blocks read by id, :class:`IndexedRows`)."""
     from fedvlr_plus.fedvlr import neumf_steps
 
+    slow, sequential = _references(variant, mode)
     if by_id:
         monkeypatch.setattr(neumf_steps, "ALL_ROWS_RATIO", 0)
-    config = {**BASE, **CONFIGS[mode]}
     calls = _counted(monkeypatch)
-    kw = dict(variant, temperature=0.7)
-    fast = _fit(BatchedSimulator, _layer("fedncf", **kw), config, chunk_floats=4096)  # several chunks
+    kw = dict(VARIANTS[variant], temperature=0.7)
+    fast = _fit(BatchedSimulator, _layer("fedncf", **kw), {**BASE, **CONFIGS[mode]}, chunk_floats=4096)  # chunks
     assert calls, "the NeuMF steps did not run"
-    n_fast = len(calls)
-    slow = _fit(BatchedSimulator, _autograd(_layer("fedncf", **kw)), config)
-    assert len(calls) == n_fast, "the autograd path ran the NeuMF steps"
     # every upload the steps form themselves is there and not zero (a comparison of zeros would prove nothing)
     for name in ("fusion.F", "mlp1_item", "mlp2_w", "out_gmf"):
         assert any(float(u.arrays[name].abs().sum()) > 0 for u in fast[0]), name
     _assert_close(fast, slow)
-    _assert_close(fast, _fit(SequentialSimulator, _layer("fedncf", **kw), config))
+    _assert_close(fast, sequential)
 
 
 @pytest.mark.parametrize("mode", ["local_shared", "params"])
