@@ -257,3 +257,21 @@ def test_flower_run_secagg_flag_sets_the_run_config(monkeypatch, capsys):
     )["tool"]["flwr"]["app"]["config"]
     assert {k for k in fl.DEPLOY_KEYS if k.startswith("secagg")} <= set(conf)
     assert fl.Settings.from_run_config({**conf, "secagg": 1}).secagg == 1
+
+
+def test_a_clientapp_process_imports_neither_torch_nor_the_trainer_before_it_trains():
+    """Flower starts a ClientApp process per message, and three of a secure round's four stages never reach the
+    training handler: loading the example app must not pay for torch, pandas or the engine (seconds a process)."""
+    import subprocess
+    import sys
+
+    from _flower_harness import APP_DIR
+
+    heavy = ("torch", "pandas", "scipy", "fedvlr_plus.federation.engine")
+    code = (
+        f"import sys; sys.path.insert(0, {str(APP_DIR)!r}); import fedvlr_flower.client_app as c; "
+        f"assert c.app is not None; print([m for m in {heavy!r} if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"
