@@ -54,3 +54,22 @@ def test_phases_cost_nothing_and_write_nothing_when_off(tmp_path, monkeypatch):
         sum(range(10000))
     line = json.loads((tmp_path / "p.jsonl").read_text())
     assert line["phase"] == "training" and line["cpu_s"] >= 0 and line["wall_s"] > 0
+
+
+def test_a_coldstart_study_records_its_loading_and_its_own_evaluations(tmp_path, monkeypatch, capsys):
+    """The study loads through its own splitter and scores cold items and users itself (not through a run's
+    evaluation): both are timed, so that ``bench runs`` does not count them as the command's other time."""
+    from test_coldstart import _feature_folder
+
+    from fedvlr_plus.cli import main
+
+    log = tmp_path / "phases.jsonl"
+    monkeypatch.setenv(PHASES_ENV, str(log))
+    argv = ["coldstart", str(_feature_folder(tmp_path / "fx")), "--backbone", "fcf", "--rounds", "2", "--seeds", "1"]
+    assert main([*argv, "--dim", "8", "--local-epochs", "1", "--no-progress", "--metrics", "hr@5", "--json"]) == 0
+    capsys.readouterr()
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    assert [x["phase"] for x in lines].count("loading") == 1
+    evaluations = [x for x in lines if x["phase"] == "evaluation"]
+    # the run's own validation each round (2) and the study's scoring of the selected model on top of them
+    assert len(evaluations) > 2 and all(x["cpu_s"] >= 0 and x["wall_s"] > 0 for x in evaluations)

@@ -25,6 +25,7 @@ import torch
 
 from ..evaluation import bootstrap_ci, evaluate, reference_scorer
 from ..evaluation.stats import per_user_mean
+from ..phases import phase
 from .content import ContentRanker, RestrictedScorer
 from .paired import PER_USER
 from .rules import FUSED_RULES, RULES, apply_to_tables, make_rule
@@ -41,8 +42,9 @@ class EvalSpec:
     mask_history: str = "train"
 
     def run(self, data, scorer, split: str):
-        return evaluate(data, scorer, split=split, protocol="full", ks=self.ks, metrics=self.metrics,
-                        mask_history=self.mask_history, seed=self.seed)
+        with phase("evaluation"):
+            return evaluate(data, scorer, split=split, protocol="full", ks=self.ks, metrics=self.metrics,
+                            mask_history=self.mask_history, seed=self.seed)
 
 
 # ---------------------------------------------------------------------- summaries over users and seeds

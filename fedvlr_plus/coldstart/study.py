@@ -31,6 +31,14 @@ class StudySplit:
 
 def load_study_splits(split: StudySplit) -> dict:
     """``{"items": (data, how)}`` and/or ``{"users": (full, warm, held_out)}`` for the study's experiments."""
+    from ..phases import phase, start_up_done
+
+    start_up_done()
+    with phase("loading"):
+        return _load_study_splits(split)
+
+
+def _load_study_splits(split: StudySplit) -> dict:
     from ..datasets import load, splits
     from .splits import cold_item_loo, cold_user_holdout
 
