@@ -11,7 +11,8 @@ os.environ.setdefault("FEDVLR_JOBS", "1")
 # N workers with every core's worth of torch threads each do not fight over the same cores (it slows both).
 _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _workers > 1:
-    _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    _threads = str(max(1, _cores // _workers))
+    from fedvlr_plus.federation.runs.parallel import usable_cores  # (imports neither torch nor the engine)
+
+    _threads = str(max(1, usable_cores() // _workers))
     os.environ.setdefault("OMP_NUM_THREADS", _threads)
     os.environ.setdefault("MKL_NUM_THREADS", _threads)

@@ -22,13 +22,18 @@ _SHARED: list = []
 _SHARING = [False]
 
 
+def usable_cores() -> int:
+    """The cores this process may use (its CPU affinity where the system has one, else every core)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
 def default_jobs() -> int:
     """``$FEDVLR_JOBS`` where it is set, else the cores this process may use."""
     if os.environ.get("FEDVLR_JOBS", "").strip():
         return max(1, int(os.environ["FEDVLR_JOBS"]))
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return max(1, os.cpu_count() or 1)
+    return usable_cores()
 
 
 def balanced_workers(n_jobs: int, cores: int) -> int:
