@@ -11,10 +11,12 @@ from _shared import shared_data
 
 from fedvlr_plus.coldstart.content import ContentRanker, RestrictedScorer
 from fedvlr_plus.coldstart.experiment import EvalSpec, local_private_training, sparsity_table, summarise, train_selected
-from fedvlr_plus.coldstart.rules import choose_lambda, make_rule, ridge_fit
+from fedvlr_plus.coldstart.ridge import RidgeMap, choose_lambda, ridge_fit
+from fedvlr_plus.coldstart.rules import make_rule
 from fedvlr_plus.coldstart.splits import cold_item_loo, cold_user_holdout, support_query
 from fedvlr_plus.datasets import InteractionData
 from fedvlr_plus.datasets.core import TEST, TRAIN, VALID
+from fedvlr_plus.evaluation import reference_scorer
 from fedvlr_plus.federation.config import FedConfig
 from fedvlr_plus.federation.synthetic import synthetic_data
 
@@ -94,6 +96,31 @@ def test_ridge_recovers_an_exact_linear_map():
     assert np.allclose(wd, np.linalg.solve(xc.T @ xc + 0.5 * np.eye(10), xc.T @ yc), atol=1e-8)
     lam, errs = choose_lambda(x, x @ w_true, (1e-6, 100.0))
     assert lam == 1e-6 and errs[1e-6] < errs[100.0]
+
+
+def _ridge_from_scratch(x, y, lam):
+    xc, yc = x - x.mean(0), y - y.mean(0)
+    w = np.linalg.solve(xc.T @ xc + lam * np.eye(x.shape[1]), xc.T @ yc)
+    return w, y.mean(0) - x.mean(0) @ w
+
+
+def test_a_kept_ridge_map_refits_exactly_as_a_fit_from_scratch():
+    g = np.random.default_rng(1)
+    x = g.standard_normal((60, 8))
+    ridge = RidgeMap(x, seed=3)
+    for _ in range(2):  # a study refits for every seed: the second fit reads the kept Gram matrices
+        y = g.standard_normal((60, 4))
+        lam, w, b = ridge.fit(y)
+        perm = np.random.default_rng(3).permutation(60)
+        hold, rest = perm[:12], perm[12:]
+        errs = {}
+        for cand in ridge.lambdas:
+            wr, br = _ridge_from_scratch(x[rest], y[rest], cand)
+            errs[cand] = float(((x[hold] @ wr + br - y[hold]) ** 2).mean())
+        assert lam == min(errs, key=errs.get)
+        w0, b0 = _ridge_from_scratch(x, y, lam)
+        assert np.array_equal(w, w0) and np.array_equal(b, b0)
+    assert set(ridge._inputs) == {"rest", "all"}
 
 
 def test_rules_fill_only_cold_rows():
@@ -647,7 +674,6 @@ def test_ku_natural_cold_targets_reference_figures():
     cold target's HR@10 among cold items is exactly 10/16 for both (ties scored by their expectation)."""
     from fedvlr_plus.coldstart.experiment import _parts
     from fedvlr_plus.datasets import load
-    from fedvlr_plus.evaluation import reference_scorer
 
     ku = load(str(shared_data("ku")))
     cold = ku.cold_items()
@@ -868,3 +894,19 @@ def test_the_summary_keeps_a_gap_after_its_longest_label_and_names_pop():
     assert len(longest) > 40  # longer than the column the labels were once padded to
     assert f"{longest}  hr@10 0.2000" in text
     assert "pop: the popularity ranker" in text and "pop 0.0500" in text
+
+
+def test_an_eval_spec_reads_each_data_objects_targets_once_and_never_a_stale_copy():
+    data = synthetic_data(n_users=30, n_items=40, seed=0)
+    spec = EvalSpec()
+    scorer = reference_scorer("pop", data, seed=0)
+    first = spec.run(data, scorer, "test").frame("all")
+    pairs = spec._cache["evaluator"][("pairs", "test")]
+    again = spec.run(data, scorer, "test").frame("all")
+    assert spec._cache["evaluator"][("pairs", "test")] is pairs  # read from the cache, not afresh
+    pd.testing.assert_frame_equal(first, again)
+    # another data object with fewer test targets: its own targets, not the kept ones
+    test = data.inter.index[data.inter["split"].to_numpy() == TEST]
+    fewer = data.replace(inter=data.inter.drop(test[::2]).reset_index(drop=True))
+    other = spec.run(fewer, reference_scorer("pop", fewer, seed=0), "test").frame("all")
+    assert other["n_targets"].sum() == len(fewer.test()) < len(data.test())

@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..evaluation import bootstrap_ci, evaluate, reference_scorer
-from ..evaluation.stats import per_user_mean
+from ..evaluation import evaluate, reference_scorer
+from ..evaluation.stats import bootstrap_cis, per_user_mean
 from ..phases import phase
 from .content import ContentRanker, RestrictedScorer
 from .paired import PER_USER
@@ -40,11 +40,23 @@ class EvalSpec:
     keys: tuple = ("hr@10", "ndcg@10", "hr@50", "ndcg@50")
     seed: int = 0
     mask_history: str = "train"
+    #: the evaluator's cache of the last data evaluated: a study scores one split many times (every rule, every
+    #: part, every seed), and reading its targets and masks afresh each time cost a sixth of its evaluations
+    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def run(self, data, scorer, split: str):
         with phase("evaluation"):
             return evaluate(data, scorer, split=split, protocol="full", ks=self.ks, metrics=self.metrics,
-                            mask_history=self.mask_history, seed=self.seed)
+                            mask_history=self.mask_history, seed=self.seed, cache=self._cache_of(data))
+
+    def _cache_of(self, data) -> dict:
+        """The evaluator's cache for ``data``, new whenever another data object (or frame) is evaluated."""
+        key = (id(data), id(data.inter))
+        if self._cache.get("key") != key:
+            # the data object is kept with its key, so its id cannot be reused while the cache is alive
+            self._cache.clear()
+            self._cache.update(key=key, data=data, evaluator={})
+        return self._cache["evaluator"]
 
 
 # ---------------------------------------------------------------------- summaries over users and seeds
@@ -54,11 +66,12 @@ def summarise(frames: list[pd.DataFrame], keys) -> dict:
     if not frames or not any(len(f) for f in frames):
         return {k: {"mean": None, "ci": [None, None], "sd_seeds": None, "n_users": 0} for k in keys}
     per_user = per_user_mean(frames, keys)
+    values = {k: per_user[k].to_numpy(np.float64) for k in keys}
+    cis = bootstrap_cis(values, seed=0)   # the users drawn once for every metric; each interval as alone
     out = {}
-    for k in keys:
-        v = per_user[k].to_numpy(np.float64)
+    for k, v in values.items():
         seeds = [float(f[k].mean()) for f in frames if len(f)]
-        out[k] = {"mean": float(v.mean()), "ci": [float(x) for x in bootstrap_ci(v, seed=0)],
+        out[k] = {"mean": float(v.mean()), "ci": [float(x) for x in cis[k]],
                   "sd_seeds": float(np.std(seeds, ddof=1)) if len(seeds) > 1 else 0.0, "n_users": int(len(v))}
     return out
 

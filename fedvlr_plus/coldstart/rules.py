@@ -27,17 +27,18 @@ rule does for a backbone's own item rows.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+
+from .ridge import LAMBDAS, RidgeMap
 
 RULES = ("none", "neighbours", "mapping", "both")
 #: prefix of a rule applied to the FedVLR layer's fused views (its output) instead of its ID input
 FUSED_PREFIX = "fused-"
 #: the rules in their output form, for the FedVLR layer only
 FUSED_RULES = tuple(FUSED_PREFIX + r for r in RULES[1:])
-LAMBDAS = (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
 
 
 def plain_rule(name: str) -> str:
@@ -56,37 +57,6 @@ def content_matrix(views: dict[str, np.ndarray]) -> np.ndarray:
     return np.concatenate(parts, axis=1)
 
 
-def ridge_fit(x: np.ndarray, y: np.ndarray, lam: float) -> tuple[np.ndarray, np.ndarray]:
-    """``(W, b)`` minimising ``||x W + b - y||² + lam ||W||²`` (intercept not penalised).
-
-    Solved in the smaller of the primal/dual forms, so a 384-d content space with 1,000 warm items is cheap.
-    """
-    x = np.asarray(x, np.float64)
-    y = np.asarray(y, np.float64)
-    mx, my = x.mean(0), y.mean(0)
-    xc, yc = x - mx, y - my
-    n, f = xc.shape
-    if f <= n:
-        w = np.linalg.solve(xc.T @ xc + lam * np.eye(f), xc.T @ yc)
-    else:  # dual: W = X^T (X X^T + λI)^-1 Y
-        w = xc.T @ np.linalg.solve(xc @ xc.T + lam * np.eye(n), yc)
-    return w, my - mx @ w
-
-
-def choose_lambda(x: np.ndarray, y: np.ndarray, lambdas=LAMBDAS, seed: int = 0) -> tuple[float, dict]:
-    """λ with the lowest mean squared error on a random fifth of the rows, fitted on the rest."""
-    n = len(x)
-    if n < 10:
-        return float(lambdas[len(lambdas) // 2]), {}
-    perm = np.random.default_rng(seed).permutation(n)
-    hold, fit = perm[: max(2, n // 5)], perm[max(2, n // 5) :]
-    errs = {}
-    for lam in lambdas:
-        w, b = ridge_fit(x[fit], y[fit], lam)
-        errs[float(lam)] = float(((x[hold] @ w + b - y[hold]) ** 2).mean())
-    return min(errs, key=errs.get), errs
-
-
 @dataclass
 class ColdRule:
     """A fitted rule: ``apply(table)`` returns ``table`` with the cold rows replaced (differentiable in the warm
@@ -101,6 +71,7 @@ class ColdRule:
     last_lambda: float | None = None
     #: applied to the FedVLR layer's fused views (its output), not to its ID input (:data:`FUSED_RULES`)
     on_fused: bool = False
+    _ridge: RidgeMap | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -110,9 +81,10 @@ class ColdRule:
     def mapped(self, table: torch.Tensor) -> torch.Tensor:
         warm = ~self.cold
         y = table.detach().to(torch.float64).reshape(len(table), -1).cpu().numpy()
-        lam, _ = choose_lambda(self.content[warm], y[warm], self.lambdas, self.seed)
+        if self._ridge is None:  # the content rows never change: their centring and Gram are formed once
+            self._ridge = RidgeMap(self.content[warm], self.lambdas, self.seed)
+        lam, w, b = self._ridge.fit(y[warm])
         self.last_lambda = lam
-        w, b = ridge_fit(self.content[warm], y[warm], lam)
         pred = self.content[self.cold] @ w + b
         return torch.as_tensor(pred, dtype=table.dtype).reshape(-1, *table.shape[1:])
 
