@@ -455,3 +455,26 @@ def test_a_privacy_target_tunes_every_recipe_to_the_end(tmp_path, capsys, monkey
     assert main(["run", str(src), *FLAGS, "--tune", "--target-epsilon", "8", "--upload-clip", "1"]) == 0
     tune = _last_json(capsys)["tuning"]
     assert all(c["stopped_at_round"] is None for c in tune["candidates"])
+
+
+def test_without_a_folder_the_kept_recipes_seed_goes_on_from_its_candidate_with_the_same_figures(
+    tmp_path, capsys, monkeypatch
+):
+    from fedvlr_plus.fedvlr import halving
+
+    src = _folder(tmp_path / "data")
+    flags = [f for f in FLAGS if f not in ("4", "--no-progress")]
+    flags[flags.index("--rounds") + 1 : flags.index("--rounds") + 1] = ["8", "--seeds", "2", "--jobs", "1"]
+    monkeypatch.setattr(halving, "MIN_ROUNDS_TO_HALVE", 8)  # budgets 2, 4 and 8
+    assert main(["run", str(src), *flags]) == 0
+    out = capsys.readouterr()
+    continued = json.loads(out.out.strip().splitlines()[-1])
+    assert "seed 0: goes on from its tuning run at round 8" in out.err and "seed 1: goes on" not in out.err
+    # with a run folder every seed trains from its first round in its own folder: the same figures
+    assert main(["run", str(src), *flags, "--out", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr()
+    straight = json.loads(out.out.strip().splitlines()[-1])
+    assert "goes on from its tuning run" not in out.err
+    for key in ("tuning", "selected_round", "valid", "test", "router"):
+        assert continued[key] == straight[key], key
+    assert [s["selected_round"] for s in continued["per_seed"]] == [s["selected_round"] for s in straight["per_seed"]]

@@ -94,11 +94,14 @@ class FederatedRun:
 
     def __init__(self, data, backbone: str, cfg: FedConfig, run_dir: str | os.PathLike | None = None, *,
                  progress: bool = True, on_round=None, on_upload=None, options: dict | None = None,
-                 test: bool = True):
+                 test: bool = True, keep_selected: bool = False):
         data.require_split(need=("train", "valid", "test"))
         check_against_data(cfg, data)  # counts beyond the population or catalogue: one line, before any round
         self.data, self.cfg = data, cfg
         self.test = test  # False: validation only (a tuning candidate); the result has no test figures
+        #: keep the selected round's model in every checkpoint, so that a later run can go on from this one and
+        #: still test that round (a tuning candidate, which the run that keeps its recipe continues)
+        self.keep_selected = keep_selected
         self.backbone_name = backbone
         m = data.matrix(["train"]).tocsr()
         m.sort_indices()
@@ -251,7 +254,9 @@ class FederatedRun:
         """The selected round's test from its kept model; the model the run ended with is put back after, unless
         the caller wants the selected one (``end_at_selected``)."""
         selected = self._kept.pop("selected", None) if self._kept is not None else None
-        if selected is None:
+        if selected is None or not self.test:   # a candidate kept its selected model for its checkpoints only
+            if selected is not None:
+                selected.discard()
             return
         last = None if end_at_selected else KeptRound(self, Path(self._tmpdir()))
         selected.put_back(self)
@@ -376,7 +381,8 @@ class FederatedRun:
         # a run without a folder keeps its best round's model aside and evaluates test once, at the end; with a
         # folder every round's checkpoint must hold the test figures of its selected round, so test is evaluated
         # as the round happens
-        self._kept = {} if self.test and self.folder is None and KeptRound.can_keep(self) else None
+        keeping = (self.test and self.folder is None or self.keep_selected) and KeptRound.can_keep(self)
+        self._kept = (self._kept or {}) if keeping else None   # a model kept by the checkpoint it went on from stays
         if end_at_selected and self._kept is None:
             raise ValueError("end_at_selected needs a run without a folder and a private store other than disk")
         try:
@@ -475,6 +481,10 @@ class FederatedRun:
             "bad_evals": self.bad_evals, "stopped_early": self.stopped_early, "resolved": self._resolved(),
             "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state()},
         }
+        if self.keep_selected and self._kept and "selected" in self._kept:
+            # the selected round is this one: the checkpoint's own model, not written twice
+            current = self.best["round"] == self.round
+            state["selected_model"] = "current" if current else self._kept["selected"].to_state()
         self.checkpoint_clock.timed(
             lambda: self.folder.write_state(f"checkpoint-{self.round:06d}", state, checkpoint=True)
         )
@@ -486,17 +496,19 @@ class FederatedRun:
             return self.store.snapshot(copy=False)
         return self.store.snapshot()
 
-    def load_checkpoint(self) -> None:
-        """Continue from the folder's latest checkpoint (checksums checked; a changed setting is refused)."""
+    def load_checkpoint(self, source: SeedFolder | None = None) -> None:
+        """Continue from the latest checkpoint of the run's folder, or of ``source`` (another run's seed folder,
+        which is only read); checksums checked, a changed setting refused."""
+        source = source or self.folder
         # the clients' state tables (a block or more) stay in the checkpoint's file and are restored a block at a time
-        ck = self.folder.read_checkpoint(on_disk_from=streamed_safetensors.ROW_BLOCK_BYTES)
-        where = str(self.run_dir)
+        ck = source.read_checkpoint(on_disk_from=streamed_safetensors.ROW_BLOCK_BYTES)
+        where = str(source.path)
         if not isinstance(ck, dict) or ck.get("format") != CHECKPOINT_FORMAT:
             raise RunFolderError(where, f"no checkpoint of format {CHECKPOINT_FORMAT} to resume",
                                  "start a new run in another folder")
         private = ck.pop("private", None)
         ck = loaded(ck)
-        self._check_same_run(ck)
+        self._check_same_run(ck, where)
         self.round = self._checkpointed_round = int(ck["round"])
         self.shared = ck["shared"]
         self.strategy.load_state_dict(ck["strategy"])
@@ -510,11 +522,35 @@ class FederatedRun:
         self.stopped_early = bool(ck["stopped_early"]) and self.bad_evals >= self.cfg.patience
         torch.set_rng_state(ck["rng"]["torch"])
         np.random.set_state(ck["rng"]["numpy"])
+        kept = ck.get("selected_model")
+        if kept == "current":
+            kept = KeptRound(self, Path(self._tmpdir()))
+        self._kept = {"selected": KeptRound.from_state(kept) if isinstance(kept, dict) else kept} if kept else None
 
-    def _check_same_run(self, ck: dict) -> None:
-        """ResumeMismatch unless ``ck`` is this run's: same backbone, data and settings (bar those that only
-        extend it or change its speed), and no fewer rounds than it has already trained."""
-        where = str(self.run_dir)
+    def continue_from(self, folder) -> bool:
+        """Go on from another run's latest checkpoint (the tuning candidate of the recipe a run kept), as a resume
+        would; the other folder is only read. False, with nothing loaded, where this run cannot go on from it
+        and test that run's selected round: its checkpoint kept no selected model, or this run has a folder of its
+        own (which tests as it goes) or a store that lives in a folder. ``on_round`` hears the selected round so far
+        (at or before the checkpoint), with its model in place, and no other earlier round."""
+        source = SeedFolder(folder)
+        if self.folder is not None or not isinstance(self.store, CompactStore) or not source.has_checkpoint():
+            return False
+        if source.read_json(source.manifest()["checkpoint"] + ".json")["state"].get("selected_model") is None:
+            return False
+        self.load_checkpoint(source)
+        if self.on_round is not None:   # the selected round came before, or at, the round it goes on from
+            selected = self._kept["selected"]
+            record = next(r for r in self.history if r["round"] == self.best["round"])
+            last = KeptRound(self, Path(self._tmpdir()))
+            selected.put_back(self)
+            self.on_round(self, record)
+            last.put_back(self)
+        return True
+
+    def _check_same_run(self, ck: dict, where: str) -> None:
+        """ResumeMismatch unless ``ck`` (read from ``where``) is this run's: same backbone, data and settings (bar
+        those that only extend it or change its speed), and no fewer rounds than it has already trained."""
         hint = "resume with the run's settings, or start a new run in another folder"
         if ck["backbone"] != self.backbone_name:
             raise ResumeMismatch(where, f"the run used backbone {ck['backbone']!r}, not {self.backbone_name!r}",

@@ -29,6 +29,8 @@ def run_federated(
     on_upload=None,
     options: dict | None = None,
     test: bool = True,
+    keep_selected: bool = False,
+    start_from: dict | None = None,
 ) -> dict:
     """Train ``backbone`` federatedly on split ``data`` for ``cfg.seeds`` seeds; return the JSON-ready result.
 
@@ -41,7 +43,9 @@ def run_federated(
     ``on_round(run, record)`` is called after every round, ``on_upload(round, update)`` for every upload.
     ``options``: the backbone's own options when ``backbone`` is a name (see :class:`FederatedRun`).
     ``test``: False for validation only (a tuning candidate, which reads nothing else): no test pass, and a result
-    without test figures.
+    without test figures. ``keep_selected``: checkpoints keep the selected round's model (a tuning candidate).
+    ``start_from``: seed -> a candidate's seed folder the seed goes on from, without ``out_dir`` (the same figures;
+    :meth:`~.engine.FederatedRun.continue_from`).
     """
     cfg = cfg or FedConfig()
     if resume and out_dir is None:
@@ -61,6 +65,8 @@ def run_federated(
             options,
             on_round,
             test,
+            keep_selected,
+            (start_from or {}).get(s) if out is None else None,
         )
         for s in seeds
     ]
@@ -86,9 +92,18 @@ class SeedJob:
     options: dict | None
     on_round: object = None
     test: bool = True
+    keep_selected: bool = False
+    start_from: Path | None = None
 
     def train(self, on_upload=None) -> dict:
-        run = FederatedRun(
+        run = self._new_run(on_upload)
+        if self.start_from is not None and run.continue_from(self.start_from):
+            _tell(run, f"seed {self.cfg.seed}: goes on from its tuning run at round {run.round}")
+            return run.run()
+        return _resume_or_run(run) if self.resume else run.run()
+
+    def _new_run(self, on_upload) -> FederatedRun:
+        return FederatedRun(
             self.data,
             self.backbone,
             self.cfg,
@@ -98,8 +113,8 @@ class SeedJob:
             on_upload=on_upload,
             options=self.options,
             test=self.test,
+            keep_selected=self.keep_selected,
         )
-        return _resume_or_run(run) if self.resume else run.run()
 
 
 def _train_seeds(jobs: list[SeedJob], on_round, on_upload, n_jobs: int | None) -> list[dict]:

@@ -3,6 +3,8 @@ run, and its result as the CLI reports it."""
 
 from __future__ import annotations
 
+from contextlib import ExitStack
+
 from ...backbones import backbone_names
 from ...errors import ConfigError, RunFolderError
 from ...federation.config import FEDERATED_BACKBONES
@@ -29,27 +31,28 @@ def run_federated_command(args, data, *, split_used: str, metrics, ks, keys, pro
         )
 
     run_dir = args.resume or args.out
-    tuning = None
-    if getattr(args, "tune", False):
-        from .tune import tune_recipe
+    tuning, start_from = None, {}
+    with ExitStack() as stack:  # holds the tuning candidates' temporary folder until the run is trained
+        if getattr(args, "tune", False):
+            from .tune import tune_recipe
 
-        args, tuning = tune_recipe(
-            args, data, config_for=config_for, build_backbone=lambda ns, c: build_backbone(ns, data, c.dim, is_recbole)
+            build = lambda ns, c: build_backbone(ns, data, c.dim, is_recbole)
+            args, tuning, start_from = tune_recipe(args, data, config_for=config_for, build_backbone=build, stack=stack)
+        cfg = config_for(args)
+        backbone = build_backbone(args, data, cfg.dim, is_recbole)
+        router, rb_eval = {}, {}
+        on_round = _selected_round_hook(args, data, cfg, metrics, ks, router, rb_eval)
+        res = run_federated(
+            data,
+            backbone,
+            cfg,
+            out_dir=run_dir,
+            resume=bool(args.resume),
+            progress=not getattr(args, "no_progress", False),
+            on_round=on_round,
+            start_from=start_from,
         )
-    cfg = config_for(args)
     fusion = getattr(args, "fusion", "none")
-    backbone = build_backbone(args, data, cfg.dim, is_recbole)
-    router, rb_eval = {}, {}
-    on_round = _selected_round_hook(args, data, cfg, metrics, ks, router, rb_eval)
-    res = run_federated(
-        data,
-        backbone,
-        cfg,
-        out_dir=run_dir,
-        resume=bool(args.resume),
-        progress=not getattr(args, "no_progress", False),
-        on_round=on_round,
-    )
     result = federated_result(
         res,
         data,

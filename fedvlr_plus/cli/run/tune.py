@@ -5,6 +5,7 @@ the first seed, keep the one with the best validation score, and hand the run th
 from __future__ import annotations
 
 import argparse
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -58,13 +59,16 @@ def _candidates(args, cold_items: bool = False):
     )
 
 
-def tune_recipe(args, data, *, config_for, build_backbone):
+def tune_recipe(args, data, *, config_for, build_backbone, stack: ExitStack):
     """Train the candidate recipes on one seed (``args.seed``) by successive halving (:mod:`~fedvlr_plus.fedvlr.
     halving`; ``--no-halving`` trains each one to the end) and return ``(args with the chosen recipe's flags, the
-    TuningReport)``. ``config_for(ns)`` makes the run's FedConfig from a namespace and ``build_backbone(ns, cfg)``
-    its model, exactly as the run itself does, so a candidate differs from the final run only in its flags, seed
-    count and rounds. Candidates train in ``RUN_DIR/tuning/<recipe>/`` (a temporary folder without a run folder),
-    continuing from their checkpoint at each budget; a resumed run resumes them."""
+    TuningReport, start_from)``. ``config_for(ns)`` makes the run's FedConfig from a namespace and
+    ``build_backbone(ns, cfg)`` its model, exactly as the run itself does, so a candidate differs from the final run
+    only in its flags, seed count and rounds. Candidates train in ``RUN_DIR/tuning/<recipe>/`` (a temporary folder
+    without a run folder, which ``stack`` keeps until it closes), continuing from their checkpoint at each budget;
+    a resumed run resumes them. ``start_from`` (seed -> folder, for :func:`~fedvlr_plus.federation.run_seeds.
+    run_federated`): without a run folder, the kept recipe's seed goes on from where its candidate stopped instead
+    of training those rounds again (the same figures); empty otherwise."""
     from ...fedvlr.halving import budgets as halving_budgets
     from ...fedvlr.halving import budgets_note, candidate_root, successive_halving
     from ...fedvlr.tuning import tries_id_dropout
@@ -78,13 +82,15 @@ def tune_recipe(args, data, *, config_for, build_backbone):
         + budgets_note(budgets)
         + "".join(f"\n  {r.name}: {_flags(r)}" for r in recipes)
     )
-    with candidate_root(Path(run_dir) / "tuning" if run_dir else None, halving=len(budgets) > 1) as root:
-        train_to = _trainer(args, data, root, config_for, build_backbone, full.valid_metric)
-        report = successive_halving(
-            recipes, train_to, budgets=budgets, metric=full.valid_metric, seed=args.seed, on_rung=_say_cut
-        )
+    root = stack.enter_context(candidate_root(Path(run_dir) / "tuning" if run_dir else None, halving=len(budgets) > 1))
+    train_to = _trainer(args, data, root, config_for, build_backbone, full.valid_metric)
+    report = successive_halving(
+        recipes, train_to, budgets=budgets, metric=full.valid_metric, seed=args.seed, on_rung=_say_cut
+    )
     say(f"tuning: kept recipe {report.selected} (valid {full.valid_metric} {report.scores_line()})")
-    return _with_recipe(args, report.chosen, seeds=args.seeds), report
+    kept = root / _folder_name(report.selected) / f"seed-{args.seed}" if root is not None and not run_dir else None
+    start_from = {args.seed: kept} if kept is not None else {}
+    return _with_recipe(args, report.chosen, seeds=args.seeds), report, start_from
 
 
 def _flags(recipe) -> str:
@@ -118,7 +124,10 @@ def _trainer(args, data, root, config_for, build_backbone, metric: str):
         out = root / _folder_name(recipe.name) if root is not None else None
         resume = out is not None and (recipe.name in started or (bool(args.resume) and bool(seed_folders(out))))
         started.add(recipe.name)
-        return RecipeJob(data, build_backbone(ns, cfg), cfg, out, resume, not getattr(args, "no_progress", False))
+        progress = not getattr(args, "no_progress", False)
+        # in a temporary folder the kept recipe's candidate is continued by the run: it keeps its selected model
+        keep = temporary and out is not None
+        return RecipeJob(data, build_backbone(ns, cfg), cfg, out, resume, progress, keep_selected=keep)
 
     def train_to(recipes, rounds: int) -> list[float]:
         built = [job(r, rounds) for r in recipes]
@@ -142,6 +151,7 @@ class RecipeJob:
     out: Path | None
     resume: bool
     progress: bool
+    keep_selected: bool = False
 
 
 def _valid_metric_of(job_and_metric) -> float:
@@ -150,7 +160,14 @@ def _valid_metric_of(job_and_metric) -> float:
 
     job, metric = job_and_metric
     res = run_federated(
-        job.data, job.backbone, job.cfg, out_dir=job.out, resume=job.resume, progress=job.progress, test=False
+        job.data,
+        job.backbone,
+        job.cfg,
+        out_dir=job.out,
+        resume=job.resume,
+        progress=job.progress,
+        test=False,
+        keep_selected=job.keep_selected,
     )
     return float(res["valid"][metric])
 

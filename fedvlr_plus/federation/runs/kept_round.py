@@ -21,7 +21,6 @@ class KeptRound:
     states held in files."""
 
     def __init__(self, run, aside: Path):
-        self.round = run.round
         self.shared = {k: v.clone() for k, v in run.shared.items()}
         self.strategy = run.strategy.state_dict()
         if isinstance(run.store, FileStore):
@@ -45,6 +44,19 @@ class KeptRound:
             self.private.restore_into(run.store)
         else:
             run.store.restore(self.private)
+
+    def to_state(self) -> dict | None:
+        """This model as a checkpoint holds it, or None where its private states are in a file of their own."""
+        if isinstance(self.private, KeptStates):
+            return None
+        return {"shared": self.shared, "strategy": self.strategy, "private": self.private}
+
+    @classmethod
+    def from_state(cls, state: dict) -> KeptRound:
+        """The model :meth:`to_state` gave, read back from a checkpoint."""
+        kept = cls.__new__(cls)
+        kept.shared, kept.strategy, kept.private = state["shared"], state["strategy"], state["private"]
+        return kept
 
     def discard(self) -> None:
         """Free what the kept model holds on disk (its file of private states, if any)."""
