@@ -548,9 +548,11 @@ class FederatedRun:
             last.put_back(self)
         return True
 
-    def _check_same_run(self, ck: dict, where: str) -> None:
-        """ResumeMismatch unless ``ck`` (read from ``where``) is this run's: same backbone, data and settings (bar
-        those that only extend it or change its speed), and no fewer rounds than it has already trained."""
+    def _check_same_run(self, ck: dict, where: str | None = None) -> None:
+        """ResumeMismatch unless ``ck`` (read from ``where``, default the run's folder) is this run's: same backbone,
+        data and settings (bar those that only extend it or change its speed), and no fewer rounds than it has
+        already trained."""
+        where = where or str(self.run_dir)
         hint = "resume with the run's settings, or start a new run in another folder"
         if ck["backbone"] != self.backbone_name:
             raise ResumeMismatch(where, f"the run used backbone {ck['backbone']!r}, not {self.backbone_name!r}",
