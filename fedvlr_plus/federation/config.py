@@ -17,7 +17,8 @@ COMPACT_STORES = ("memory", "file")  # one table per parameter over all clients,
 ROUND_LOGS = ("tensorboard", "csv")
 
 #: config fields that may differ between a checkpoint and the run that resumes it (they do not change numbers
-#: already computed: more rounds or patience extend a run; the simulator and chunking only change speed). The
+#: already computed: more rounds or patience extend a run; the simulator, chunking and device change speed, and the
+#: order of float sums in the rounds still to train, which can move their figures in the last digits). The
 #: metrics, cut-offs and test masking are not among them: the saved history and test figures were computed with
 #: the old ones, and a resumed run would mix the two.
 RESUMABLE_CHANGES = {

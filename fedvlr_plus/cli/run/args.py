@@ -166,7 +166,8 @@ def _add_schedule_arguments(g, parser) -> None:
                    help="where the batched simulator trains and scores each chunk of clients: cpu (default), cuda, "
                         "or auto (cuda where there is one); results come back to the CPU")
     g.add_argument("--chunk-floats", type=bounded(int, 1024, name="chunk_floats"), default=d.chunk_floats,
-                   help="memory bound of a batched chunk, in floats (>= 1024)")
+                   help="memory bound of a batched chunk, in floats (>= 1024); another size sums in another "
+                        "order, so figures can move in their last digits")
     g.add_argument("--jobs", type=positive_int, default=None, metavar="N",
                    help="seeds (and --tune's recipes) trained side by side in N worker processes (default: one "
                         "per core, and up to twice as many where that keeps every core busy to the end: 3 seeds on "
