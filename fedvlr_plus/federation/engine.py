@@ -546,6 +546,7 @@ class FederatedRun:
             selected.put_back(self)
             self.on_round(self, record)
             last.put_back(self)
+            last.discard()
         return True
 
     def _check_same_run(self, ck: dict, where: str | None = None) -> None:
