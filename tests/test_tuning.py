@@ -478,3 +478,27 @@ def test_without_a_folder_the_kept_recipes_seed_goes_on_from_its_candidate_with_
     for key in ("tuning", "selected_round", "valid", "test", "router"):
         assert continued[key] == straight[key], key
     assert [s["selected_round"] for s in continued["per_seed"]] == [s["selected_round"] for s in straight["per_seed"]]
+
+
+def test_paper_table_tune_without_a_folder_goes_on_from_the_kept_candidate_with_the_same_table(
+    tmp_path, capsys, monkeypatch
+):
+    from fedvlr_plus.fedvlr import halving
+
+    src = _folder(tmp_path / "data")
+    argv = ["experiment", "paper-table", str(src), "--backbones", "fedavg", "--variants", "fedvlr,sum", "--seeds"]
+    argv += ["2", "--rounds", "8", "--eval-every", "2", "--local-epochs", "1", "--dim", "8", "--metrics"]
+    argv += ["hr@10,ndcg@10", "--valid-metric", "ndcg@10", "--no-progress", "--tune", "--json"]
+    monkeypatch.setattr(halving, "MIN_ROUNDS_TO_HALVE", 8)  # budgets 2, 4 and 8
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    continued = json.loads(captured.out.strip().splitlines()[-1])
+    # the FedVLR row's first seed goes on from its candidate; the router-ablation row trains from round 1
+    assert "paper-table: fedavg+fedvlr seed 0 goes on from its tuning run at round 8" in captured.err
+    assert captured.err.count("goes on from its tuning run") == 1
+    assert main([*argv, "--out", str(tmp_path / "table")]) == 0
+    captured = capsys.readouterr()
+    straight = json.loads(captured.out.strip().splitlines()[-1])
+    assert "goes on from its tuning run" not in captured.err
+    for key in ("rows", "tuning"):
+        assert continued[key] == straight[key], key

@@ -159,19 +159,36 @@ class Experiment:
         )
 
     def start(
-        self, model: Model, seed: int, *, folder=None, on_round=None, settings: dict | None = None, test: bool = True
+        self,
+        model: Model,
+        seed: int,
+        *,
+        folder=None,
+        on_round=None,
+        settings: dict | None = None,
+        test: bool = True,
+        keep_selected: bool = False,
     ):
         """``model``'s run for ``seed``, built and ready to train (``.run()``): its training options, selection on
         validation. ``folder``: a run folder to checkpoint into (and resume from, after ``load_checkpoint()``);
         ``on_round(run, record)``: called after every evaluated round; ``settings``: config fields changed for this
         run (a tuner's budget, :func:`~fedvlr_plus.fedvlr.halving.budget_settings`; a run resumed with more rounds
-        continues); ``test``: False for validation only (a tuner's candidate: no test pass)."""
+        continues); ``test``: False for validation only (a tuner's candidate: no test pass); ``keep_selected``: its
+        checkpoints keep the selected round's model, so that a later run can go on from it."""
         from ..federation.engine import FederatedRun
 
         cfg = self.config(model, seed)
         cfg = cfg if not settings else replace(cfg, **settings)
+        backbone = model.build(self.data, cfg)
         return FederatedRun(
-            self.data, model.build(self.data, cfg), cfg, folder, progress=self.progress, on_round=on_round, test=test
+            self.data,
+            backbone,
+            cfg,
+            folder,
+            progress=self.progress,
+            on_round=on_round,
+            test=test,
+            keep_selected=keep_selected,
         )
 
     def selected_test(self, run):

@@ -25,6 +25,7 @@ Protocol as the paper's: leave-one-out by time, full ranking over all items with
 from __future__ import annotations
 
 import sys
+from contextlib import ExitStack
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
@@ -94,6 +95,8 @@ class _Study:
     selected: dict = field(default_factory=dict)  # label -> [selected round per seed]
     routers: dict = field(default_factory=dict)  # label -> [router report per seed]
     references: list = field(default_factory=list)
+    #: label -> the tuning candidate's seed folder the row's first seed goes on from (a tuned row, no table folder)
+    continued: dict = field(default_factory=dict)
 
     @property
     def seed(self) -> int:
@@ -107,13 +110,14 @@ def run_paper_table(data, opts: PaperTableOptions) -> dict:
     skipped = _refused_rows(study)
     row_configs, tuning = {}, {}
     rows = list(_recipes(study, skipped))
-    if opts.tune:
-        from .tuning import tune_rows
+    with ExitStack() as stack:  # holds the tuning candidates' temporary folders until the rows are trained
+        if opts.tune:
+            from .tuning import tune_rows
 
-        rows = tune_rows(study, rows, tuning)
-    for recipe, variant in rows:
-        row_configs[recipe.label] = study.experiment.config(recipe, study.seed).to_dict()
-        _train_row(study, recipe, variant)
+            rows = tune_rows(study, rows, tuning, stack)
+        for recipe, variant in rows:
+            row_configs[recipe.label] = study.experiment.config(recipe, study.seed).to_dict()
+            _train_row(study, recipe, variant)
     result = _result(study, skipped, row_configs)
     if tuning:
         result["tuning"] = tuning
@@ -295,7 +299,14 @@ def _train_seed(study: _Study, recipe: Model, variant: str, seed: int) -> dict:
                 _save_extra(run, extra)  # what the selected round adds, kept for resume
 
     run = study.experiment.start(recipe, seed, folder=folder, on_round=on_round)
-    if folder is not None and run.folder.has_checkpoint():
+    start_from = study.continued.get(recipe.label) if seed == study.seed else None
+    if start_from is not None and run.continue_from(start_from):
+        print(
+            f"paper-table: {recipe.label} seed {seed} goes on from its tuning run at round {run.round}",
+            file=sys.stderr,
+            flush=True,
+        )
+    elif folder is not None and run.folder.has_checkpoint():
         if not study.opts.resume:
             raise RunFolderError(
                 str(study.opts.folder),

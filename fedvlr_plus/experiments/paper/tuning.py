@@ -15,6 +15,7 @@ fusion row on its own.
 from __future__ import annotations
 
 import sys
+from contextlib import ExitStack
 
 from ...api import FedVLR
 from ...errors import RunFolderError
@@ -54,9 +55,12 @@ def _trainer(study, recipe: FedVLR, root):
 
     def one(point, rounds: int) -> float:
         folder = root / point.name.replace("+", "-") / f"seed-{study.seed}" if root is not None else None
-        settings = budget_settings(rounds, temporary=study.opts.folder is None)
+        temporary = study.opts.folder is None
+        settings = budget_settings(rounds, temporary=temporary)
+        # in a temporary folder the kept recipe's candidate is continued by its row: it keeps its selected model
+        keep = temporary and folder is not None
         run = study.experiment.start(
-            _candidate(recipe, point), study.seed, folder=folder, settings=settings, test=False
+            _candidate(recipe, point), study.seed, folder=folder, settings=settings, test=False, keep_selected=keep
         )
         if folder is not None and run.folder.has_checkpoint():
             if point.name not in started and not study.opts.resume:
@@ -73,9 +77,11 @@ def _trainer(study, recipe: FedVLR, root):
     return lambda points, rounds: [one(point, rounds) for point in points]
 
 
-def tuned_recipe(study, recipe: FedVLR):
+def tuned_recipe(study, recipe: FedVLR, stack: ExitStack):
     """The grid point (:class:`~fedvlr_plus.fedvlr.tuning.Recipe`) chosen on validation for ``recipe`` by successive
-    halving (every point to the end with ``halving`` off), and the tuning report (JSON)."""
+    halving (every point to the end with ``halving`` off), and the tuning report (JSON). Without a table folder the
+    candidates train in a temporary folder that ``stack`` keeps, and the row's first seed goes on from the kept
+    recipe's candidate (``study.continued``)."""
     from ...fedvlr.halving import budgets as halving_budgets
     from ...fedvlr.halving import budgets_note, candidate_root, cut_line, successive_halving
     from ...fedvlr.tuning import candidate_recipes
@@ -92,15 +98,12 @@ def tuned_recipe(study, recipe: FedVLR):
         _say(f"tuning {recipe.label}: {cut_line(budget, kept, stopped, scores)}")
 
     folder = study.opts.folder / "runs" / recipe.label / "tuning" if study.opts.folder else None
-    with candidate_root(folder, halving=len(budgets) > 1) as root:
-        report = successive_halving(
-            points,
-            _trainer(study, recipe, root),
-            budgets=budgets,
-            metric=cfg.valid_metric,
-            seed=study.seed,
-            on_rung=cut,
-        )
+    root = stack.enter_context(candidate_root(folder, halving=len(budgets) > 1))
+    report = successive_halving(
+        points, _trainer(study, recipe, root), budgets=budgets, metric=cfg.valid_metric, seed=study.seed, on_rung=cut
+    )
+    if folder is None and root is not None:
+        study.continued[recipe.label] = root / report.selected.replace("+", "-") / f"seed-{study.seed}"
     _say(f"{recipe.label} keeps recipe {report.selected} (valid {cfg.valid_metric}: {report.scores_line()})")
     return report.chosen, report.to_json()
 
@@ -109,7 +112,7 @@ def _say(line: str) -> None:
     print(f"paper-table: {line}", file=sys.stderr, flush=True)
 
 
-def tune_rows(study, rows: list, tuning: dict) -> list:
+def tune_rows(study, rows: list, tuning: dict, stack: ExitStack) -> list:
     """``rows`` (recipe, variant) with every fusion row's recipe chosen on validation; ``tuning`` gets each tuned
     row's report, and a row that took another row's choice says so."""
     from ..variants import FUSION_VARIANTS
@@ -117,7 +120,7 @@ def tune_rows(study, rows: list, tuning: dict) -> list:
     chosen = {}  # backbone -> (its FedVLR row's label, the recipe that row chose)
     for recipe, variant in rows:  # the FedVLR row of each backbone first: the ablation rows follow its choice
         if variant == "fedvlr":
-            point, tuning[recipe.label] = tuned_recipe(study, recipe)
+            point, tuning[recipe.label] = tuned_recipe(study, recipe, stack)
             chosen[recipe.backbone] = (recipe.label, point)
     out = []
     for recipe, variant in rows:
@@ -125,7 +128,7 @@ def tune_rows(study, rows: list, tuning: dict) -> list:
             out.append((recipe, variant))
             continue
         if recipe.backbone not in chosen:
-            point, tuning[recipe.label] = tuned_recipe(study, recipe)
+            point, tuning[recipe.label] = tuned_recipe(study, recipe, stack)
         else:
             source, point = chosen[recipe.backbone]
             if recipe.label != source:
