@@ -95,6 +95,11 @@ def successive_halving(
     return report
 
 
+def candidate_folder(root: Path, recipe: str) -> Path:
+    """The folder of ``recipe``'s candidate under the tuner's ``root`` (a ``+`` in its name becomes ``-``)."""
+    return root / recipe.replace("+", "-")
+
+
 @contextmanager
 def candidate_root(folder: Path | None, *, halving: bool) -> Iterator[Path | None]:
     """Where the candidates train: ``folder`` where the caller has one; a temporary folder where there is none and

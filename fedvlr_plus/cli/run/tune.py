@@ -70,7 +70,7 @@ def tune_recipe(args, data, *, config_for, build_backbone, stack: ExitStack):
     run_federated`): without a run folder, the kept recipe's seed goes on from where its candidate stopped instead
     of training those rounds again (the same figures); empty otherwise."""
     from ...fedvlr.halving import budgets as halving_budgets
-    from ...fedvlr.halving import budgets_note, candidate_root, successive_halving
+    from ...fedvlr.halving import budgets_note, candidate_folder, candidate_root, successive_halving
     from ...fedvlr.tuning import tries_id_dropout
 
     recipes = _candidates(args, cold_items=tries_id_dropout(data))
@@ -88,7 +88,7 @@ def tune_recipe(args, data, *, config_for, build_backbone, stack: ExitStack):
         recipes, train_to, budgets=budgets, metric=full.valid_metric, seed=args.seed, on_rung=_say_cut
     )
     say(f"tuning: kept recipe {report.selected} (valid {full.valid_metric} {report.scores_line()})")
-    kept = root / _folder_name(report.selected) / f"seed-{args.seed}" if root is not None and not run_dir else None
+    kept = candidate_folder(root, report.selected) / f"seed-{args.seed}" if root is not None and not run_dir else None
     start_from = {args.seed: kept} if kept is not None else {}
     return _with_recipe(args, report.chosen, seeds=args.seeds), report, start_from
 
@@ -112,7 +112,7 @@ def _trainer(args, data, root, config_for, build_backbone, metric: str):
     folder's checkpoint), side by side in worker processes where ``--jobs`` allows; their best valid scores."""
     from ...federation.runs.folder import seed_folders
     from ...federation.runs.parallel import map_jobs, worker_count
-    from ...fedvlr.halving import budget_settings
+    from ...fedvlr.halving import budget_settings, candidate_folder
 
     jobs = getattr(args, "jobs", None)
     temporary = not (args.resume or args.out)  # the candidates' folders are temporary (see tune_recipe)
@@ -121,7 +121,7 @@ def _trainer(args, data, root, config_for, build_backbone, metric: str):
     def job(recipe, rounds: int) -> RecipeJob:
         ns = _with_recipe(args, recipe, seeds=1)
         cfg = replace(config_for(ns), **budget_settings(rounds, temporary=temporary))
-        out = root / _folder_name(recipe.name) if root is not None else None
+        out = candidate_folder(root, recipe.name) if root is not None else None
         resume = out is not None and (recipe.name in started or (bool(args.resume) and bool(seed_folders(out))))
         started.add(recipe.name)
         progress = not getattr(args, "no_progress", False)
@@ -182,7 +182,3 @@ def _with_recipe(args, recipe, *, seeds: int) -> argparse.Namespace:
     if recipe.weight_decay is not None:
         ns.weight_decay = recipe.weight_decay
     return ns
-
-
-def _folder_name(name: str) -> str:
-    return name.replace("+", "-")

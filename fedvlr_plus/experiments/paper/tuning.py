@@ -49,12 +49,12 @@ def _candidate(recipe: FedVLR, point) -> FedVLR:
 def _trainer(study, recipe: FedVLR, root):
     """``train_to(points, rounds)``: each grid point trained for the table's first seed up to ``rounds``, continuing
     its own earlier training (its folder's checkpoint), or read back under ``--resume``; their best valid scores."""
-    from ...fedvlr.halving import budget_settings
+    from ...fedvlr.halving import budget_settings, candidate_folder
 
     started = set()  # points this call trained before: they continue; others resume only under --resume
 
     def one(point, rounds: int) -> float:
-        folder = root / point.name.replace("+", "-") / f"seed-{study.seed}" if root is not None else None
+        folder = candidate_folder(root, point.name) / f"seed-{study.seed}" if root is not None else None
         temporary = study.opts.folder is None
         settings = budget_settings(rounds, temporary=temporary)
         # in a temporary folder the kept recipe's candidate is continued by its row: it keeps its selected model
@@ -83,7 +83,7 @@ def tuned_recipe(study, recipe: FedVLR, stack: ExitStack):
     candidates train in a temporary folder that ``stack`` keeps, and the row's first seed goes on from the kept
     recipe's candidate (``study.continued``)."""
     from ...fedvlr.halving import budgets as halving_budgets
-    from ...fedvlr.halving import budgets_note, candidate_root, cut_line, successive_halving
+    from ...fedvlr.halving import budgets_note, candidate_folder, candidate_root, cut_line, successive_halving
     from ...fedvlr.tuning import candidate_recipes
 
     points = candidate_recipes(**_fixed(study, recipe))
@@ -103,7 +103,7 @@ def tuned_recipe(study, recipe: FedVLR, stack: ExitStack):
         points, _trainer(study, recipe, root), budgets=budgets, metric=cfg.valid_metric, seed=study.seed, on_rung=cut
     )
     if folder is None and root is not None:
-        study.continued[recipe.label] = root / report.selected.replace("+", "-") / f"seed-{study.seed}"
+        study.continued[recipe.label] = candidate_folder(root, report.selected) / f"seed-{study.seed}"
     _say(f"{recipe.label} keeps recipe {report.selected} (valid {cfg.valid_metric}: {report.scores_line()})")
     return report.chosen, report.to_json()
 
