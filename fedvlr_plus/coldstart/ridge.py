@@ -9,6 +9,7 @@ arrays are computed by the same operations.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -54,50 +55,48 @@ def ridge_fit(x: np.ndarray, y: np.ndarray, lam: float) -> tuple[np.ndarray, np.
     return RidgeInputs.of(x).fit(y, lam)
 
 
-@dataclass(frozen=True)
 class RidgeMap:
     """Ridge maps from fixed content rows ``x`` to any targets, λ chosen on a random fifth of the rows.
 
     The hold-out fifth depends on the number of rows and ``seed`` only, so the inputs of both fits (on the other
-    four fifths, to choose λ, then on every row) are formed once.
+    four fifths, to choose λ, then on every row) are formed once, at their first use.
     """
 
-    x: np.ndarray
-    lambdas: tuple = LAMBDAS
-    seed: int = 0
+    def __init__(self, x: np.ndarray, lambdas: tuple = LAMBDAS, seed: int = 0):
+        self.x, self.lambdas = x, tuple(lambdas)
+        perm = np.random.default_rng(seed).permutation(len(x))
+        cut = max(2, len(x) // 5)
+        self.hold, self.rest = perm[:cut], perm[cut:]
 
-    def __post_init__(self):
-        n = len(self.x)
-        perm = np.random.default_rng(self.seed).permutation(n)
-        cut = max(2, n // 5)
-        object.__setattr__(self, "hold", perm[:cut])
-        object.__setattr__(self, "rest", perm[cut:])
-        object.__setattr__(self, "_inputs", {})
+    @cached_property
+    def rest_inputs(self) -> RidgeInputs:
+        """The inputs of the fit that chooses λ (every row but the held-out fifth)."""
+        return RidgeInputs.of(self.x[self.rest])
 
-    def inputs(self, which: str) -> RidgeInputs:
-        """The kept inputs of the fit on ``"rest"`` (λ's choice) or ``"all"`` rows."""
-        if which not in self._inputs:
-            self._inputs[which] = RidgeInputs.of(self.x[self.rest] if which == "rest" else self.x)
-        return self._inputs[which]
+    @cached_property
+    def all_inputs(self) -> RidgeInputs:
+        """The inputs of the fit on every row."""
+        return RidgeInputs.of(self.x)
 
     def choose_lambda(self, y: np.ndarray) -> tuple[float, dict]:
         """λ with the lowest mean squared error on the held-out fifth, and every λ's error."""
         if len(self.x) < 10:
             return float(self.lambdas[len(self.lambdas) // 2]), {}
         y = np.asarray(y, np.float64)
+        y_rest, x_hold, y_hold = y[self.rest], self.x[self.hold], y[self.hold]
         errs = {}
         for lam in self.lambdas:
-            w, b = self.inputs("rest").fit(y[self.rest], lam)
-            errs[float(lam)] = float(((self.x[self.hold] @ w + b - y[self.hold]) ** 2).mean())
+            w, b = self.rest_inputs.fit(y_rest, lam)
+            errs[float(lam)] = float(((x_hold @ w + b - y_hold) ** 2).mean())
         return min(errs, key=errs.get), errs
 
     def fit(self, y: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
         """``(λ, W, b)``: the map to ``y`` with λ chosen on the held-out fifth."""
         lam, _ = self.choose_lambda(y)
-        w, b = self.inputs("all").fit(y, lam)
+        w, b = self.all_inputs.fit(y, lam)
         return lam, w, b
 
 
 def choose_lambda(x: np.ndarray, y: np.ndarray, lambdas=LAMBDAS, seed: int = 0) -> tuple[float, dict]:
     """λ with the lowest mean squared error on a random fifth of the rows, fitted on the rest."""
-    return RidgeMap(np.asarray(x, np.float64), tuple(lambdas), seed).choose_lambda(y)
+    return RidgeMap(np.asarray(x, np.float64), lambdas, seed).choose_lambda(y)
