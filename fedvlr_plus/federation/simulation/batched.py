@@ -451,6 +451,15 @@ class BatchedSimulator(BatchedScoring):
                 out.dense[name] = src
         return out
 
+    def _personal_rows(self, cids: np.ndarray, name: str, shape: tuple) -> torch.Tensor:
+        """Where the chunk's new personal copies ``name`` are written: the store's own rows where it hands them out
+        (saving then writes nothing more), else a fresh tensor. A fresh ``[C, N, d]`` block every chunk is new
+        memory each time, and its first writes cost a page fault every 4 KB."""
+        own = self.store.view_block(cids, [name], self.dtype) if hasattr(self.store, "view_block") else None
+        if own is not None and tuple(own[name].shape) == shape and own[name].is_contiguous():
+            return own[name]
+        return torch.empty(shape, dtype=self.dtype)
+
     def _store_chunk(self, cids, shared, private, detached, owner, pos, touched_rows, t_max) -> None:
         """Write the chunk's new private states back in one block: private parameters as trained, private item
         tables and personal copies with the touched rows replaced (``owner``/``pos``: the client and slot of
@@ -461,14 +470,17 @@ class BatchedSimulator(BatchedScoring):
         block = {}
         for sp in bb.private_specs():
             if sp.item_table:
-                full = private[sp.name].clone()
+                # the touched rows written into the chunk's own table (the store's rows where it handed them out,
+                # so saving writes nothing more; else a fresh copy): the steps trained gathered copies of them
+                full = private[sp.name] if private[sp.name].is_contiguous() else private[sp.name].contiguous()
                 full.view(c_n * n_items, -1)[dst] = detached[sp.name].reshape(c_n * t_max, -1)[src]
                 block[sp.name] = full
             else:
                 block[sp.name] = detached[sp.name]
         for shared_name, personal in bb.personal_copies.items():
             g = shared[shared_name].to(self.dtype)
-            full = g.unsqueeze(0).expand(c_n, *g.shape).clone()
+            full = self._personal_rows(cids, personal, (c_n, *g.shape))
+            full.copy_(g.unsqueeze(0).expand_as(full))
             full.view(c_n * n_items, -1)[dst] = detached[shared_name].reshape(c_n * t_max, -1)[src]
             block[personal] = full
         save_block(self.store, cids, block)
