@@ -19,6 +19,8 @@ federated, the client loads the global state and restores only its user embeddin
 
 from __future__ import annotations
 
+from inspect import getattr_static
+
 import torch
 
 from .base import Backbone, ParamSpec, rowdot, take_rows
@@ -55,6 +57,16 @@ class FedNCF(Backbone):
             ParamSpec("user_gmf", (d,), shared=False, init="normal", std=0.1),
             ParamSpec("user_mlp", (d,), shared=False, init="normal", std=0.1),
         ]
+
+    def step_kernel(self):
+        """The closed form of a batched chunk's local steps (:mod:`.fedncf_steps`), where this class's own forward
+        is the one trained; None for a subclass that changes it (autograd trains it)."""
+        forward = ("head", "item_repr", "logits", "regulariser", "specs", "layer_sizes", "_tail", "_mlp_out")
+        if self.uses_history or any(getattr_static(type(self), n) is not getattr_static(FedNCF, n) for n in forward):
+            return None
+        from .fedncf_steps import FedNCFKernel
+
+        return FedNCFKernel()
 
     def item_repr(self, p, items, ctx):
         return torch.cat([take_rows(p["item_gmf"], items), take_rows(p["item_mlp"], items)], dim=-1)

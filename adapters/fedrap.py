@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from inspect import getattr_static
 
 from .base import Backbone, ParamSpec, rowdot, take_rows
 
@@ -97,6 +98,16 @@ class FedRAP(Backbone):
     def curriculum(self, round_index: int) -> tuple[float, float]:
         w = math.tanh(max(int(round_index), 1) / 10.0)
         return w * self.lam0, w * self.mu0
+
+    def step_kernel(self):
+        """The closed form of a batched chunk's local steps (:mod:`.fedrap_steps`), where this class's own forward
+        and penalty are the ones trained; None for a subclass that changes them (autograd trains it)."""
+        forward = ("head", "item_repr", "regulariser", "split_regulariser", "specs", "curriculum")
+        if self.uses_history or any(getattr_static(type(self), n) is not getattr_static(FedRAP, n) for n in forward):
+            return None
+        from .fedrap_steps import FedRAPKernel
+
+        return FedRAPKernel(self.curriculum)
 
     def regulariser(self, p, items, mask, config, ctx=None):
         return self.split_regulariser(

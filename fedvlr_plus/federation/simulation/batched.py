@@ -221,6 +221,7 @@ class BatchedSimulator(BatchedScoring):
         row_base = (torch.arange(c_n, device=dev) * t_max).unsqueeze(1)
         ctx = bb.round_context(shared)
         ctx["scratch"] = self.scratch   # (buffers for the closed-form steps' intermediates, kept across chunks)
+        ctx["round"] = int(config.get("round", 1))   # (a closed form's round-dependent weights, as FedRAP's)
         if bb.uses_history:
             ctx.update({k: v.to(dev) for k, v in history_ctx(self.indptr, self.indices, cids).items()})
         # per-step quantities for all steps at once (fewer small tensor ops inside the loop)
