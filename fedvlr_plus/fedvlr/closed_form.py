@@ -37,6 +37,7 @@ from ..compiled import LazyKernels
 from ..federation.simulation.indexed_rows import IndexedRows
 from ..nn import linear
 from .router import history_mean
+from .router_steps import FirstLayer, router_grads
 
 ROUTER = ("router.w1", "router.b1", "router.w2", "router.b2")
 #: a step reads the whole broadcast table when it has at most this many rows per example slot: reading a row in
@@ -107,15 +108,8 @@ class MixtureDotHead:
         delta = (torch.sigmoid(logits) - y) * a
         per_client = rows.weighted_sum(delta).view(*w.shape, self.d)  # Σ_l δ_l F_lj  [C, J, d]
         g_w = torch.bmm(delta.unsqueeze(1), s).squeeze(1)  # ∂J/∂w_j
-        g_out = w * (g_w - (w * g_w).sum(-1, keepdim=True)) / self.temperature  # through softmax(o / T)
-        g_pre = torch.bmm(g_out.unsqueeze(1), p["router.w2"].transpose(1, 2)).squeeze(1) * (pre > 0)
-        grads = {
-            self.weight: (w.unsqueeze(-1) * per_client).sum(1),
-            "router.pre": g_pre,
-            "router.b1": g_pre,
-            "router.w2": hidden.unsqueeze(-1) * g_out.unsqueeze(1),
-            "router.b2": g_out,
-        }
+        g_pre, router = router_grads(pre, hidden, w, g_w, p["router.w2"], self.temperature)
+        grads = {self.weight: (w.unsqueeze(-1) * per_client).sum(1), "router.pre": g_pre, **router}
         if content is not None:
             grads[self.preference] = content.weighted_sum(delta)
         if with_table:
@@ -167,10 +161,8 @@ class MixtureDotHead:
 class MixtureSteps:
     """One chunk's local steps in closed form, with two costs taken out of the loop.
 
-    The router's first layer: its input ``x`` is constant in the round and every gradient of ``W1`` is the outer
-    product ``x ⊗ g``, so after any number of SGD steps (with weight decay) ``W1 = α W1_0 - lr x ⊗ G`` for a
-    per-client scale ``α`` and a sum ``G [C, H]``; the steps update ``α`` and ``G`` and read ``x W1`` as
-    ``α (x W1_0) - lr |x|² G``, and :meth:`finish` writes ``W1`` once (instead of ``[C, J d, H]`` twice a step).
+    The router's first layer: a per-client scale and a running sum over the steps, written once by :meth:`finish`
+    (:class:`.router_steps.FirstLayer`), instead of ``[C, J d, H]`` twice a step.
 
     The uploaded gradient of the fused rows (``defer``: the chunk's clients, touched rows and steps, when the rows
     are not stepped locally): each step's is ``δ_l (w ⊗ h)``, so their sum over steps is the product of the
@@ -181,13 +173,8 @@ class MixtureSteps:
     def __init__(
         self, head: MixtureDotHead, x: torch.Tensor, p: dict, lr: float, wd: float, defer: tuple[int, int, int] | None
     ):
-        self.head, self.x, self.lr, self.wd = head, x, float(lr), float(wd)
-        with torch.no_grad():
-            self.x_w1 = linear(x, p["router.w1"])
-            self.x_sq = (x * x).sum(-1, keepdim=True)
+        self.head, self.first = head, FirstLayer(x, p["router.w1"], lr, wd)
         c_n = x.shape[0]
-        self.alpha = torch.ones(c_n, 1, dtype=x.dtype, device=x.device)
-        self.g_sum = torch.zeros_like(self.x_w1)
         self.defer = defer
         if defer is not None:
             _, t_max, s_max = defer
@@ -223,17 +210,14 @@ class MixtureSteps:
     def step(self, rows: StepRows, p: dict, y: torch.Tensor, a: torch.Tensor, active: torch.Tensor, fidx: torch.Tensor):
         """The step's gradients (None for what this object applies itself: ``router.w1``, and the fused rows
         when deferred) and each client's loss; ``fidx``: the flat touched-row ids of the examples."""
-        pre = self.alpha * self.x_w1 - self.lr * self.x_sq * self.g_sum + p["router.b1"]
+        pre = self.first.pre(p["router.b1"])
         grads, loss, w = self.head.step_from(
             rows.experts, pre, p, y, a, with_table=self.defer is None, content=rows.content
         )
         g_pre = grads.pop("router.pre")
         grads["router.w1"] = None
-        if self.wd:
-            decay = (1.0 - self.lr * self.wd * active).unsqueeze(-1)
-            self.alpha *= decay
-            self.g_sum *= decay
-        self.g_sum += g_pre
+        self.first.decay(active)
+        self.first.add(g_pre)
         if self.defer is not None:
             self.delta_rows[self.s].index_add_(0, fidx.reshape(-1), grads.pop("delta").reshape(-1))
             self.directions[self.s] = self.head.full_direction(w, p)
@@ -244,10 +228,7 @@ class MixtureSteps:
     @torch.no_grad()
     def finish(self, p: dict, acc: dict | None = None) -> None:
         """Write ``router.w1`` in place (``acc``, the chunk's uploaded gradients: nothing to add here)."""
-        w1 = p["router.w1"]
-        if self.wd:  # (without weight decay the scale stays 1)
-            w1.mul_(self.alpha.unsqueeze(-1))
-        w1.baddbmm_(self.x.unsqueeze(-1), self.g_sum.unsqueeze(1), alpha=-self.lr)
+        self.first.write(p["router.w1"])
 
     @torch.no_grad()
     def table_grads(self, touched: torch.Tensor) -> torch.Tensor:

@@ -37,9 +37,9 @@ import torch.nn.functional as F
 
 from ..federation.simulation.indexed_rows import IndexedRows
 from ..federation.simulation.scratch import Scratch
-from ..nn import linear
 from .closed_form import ALL_ROWS_RATIO, ROUTER, AllRows, step_row_coef
 from .router import history_mean
+from .router_steps import FirstLayer, router_grads
 
 #: the FedNCF tower's shared parameters (their names in the backbone)
 TOWER = ("mlp1_user", "mlp1_item", "mlp1_b", "mlp2_w", "mlp2_b", "mlp3_w", "mlp3_b", "out_gmf", "out_mlp", "out_b")
@@ -83,13 +83,9 @@ class NeuMFSteps:
     rows and steps of the chunk."""
 
     def __init__(self, head: MixtureNeuMF, x: torch.Tensor, p: dict, lr: float, wd: float, defer: tuple, scratch=None):
-        self.head, self.x, self.lr, self.wd = head, x, float(lr), float(wd)
-        with torch.no_grad():
-            self.x_w1 = linear(x, p["router.w1"])
-            self.x_sq = (x * x).sum(-1, keepdim=True)
+        self.head = head
+        self.first = FirstLayer(x, p["router.w1"], lr, wd)
         c_n, t_max, s_max = defer
-        self.alpha = torch.ones(c_n, 1, dtype=x.dtype, device=x.device)
-        self.g_sum = torch.zeros_like(self.x_w1)
         self.tower = {name: p[name][0] for name in TOWER}  # one copy: the same for every client
         self.c_n, self.t_max = c_n, t_max
         j_n, d, h1 = head.experts, head.dim, self.tower["mlp1_b"].shape[-1]
@@ -138,20 +134,13 @@ class NeuMFSteps:
         torch.index_select(table, 0, ids.view(-1), out=out.view(-1, table.shape[1]))
         return out
 
-    def _router(self, p: dict):
-        """The router's pre-activation, hidden layer and weights ``[C, J]`` (``router_weights``' ops)."""
-        pre = self.alpha * self.x_w1 - self.lr * self.x_sq * self.g_sum + p["router.b1"]
-        hidden = torch.relu(pre)
-        w = torch.softmax(linear(hidden, p["router.w2"], p["router.b2"]) / self.head.temperature, dim=-1)
-        return pre, hidden, w
-
     @torch.no_grad()
     def step(self, rows, p: dict, y: torch.Tensor, a: torch.Tensor, active: torch.Tensor, fidx: torch.Tensor):
         """One step of every client: the gradients (None for what this object applies or sums itself:
         ``router.w1``, ``mlp1_item``, ``mlp1_user``, ``mlp2_w``, ``mlp3_w``) and each client's weighted loss ``[C]``."""
         mf_rows, items, _ = rows
         tw, c_n, l_n, j_n = self.tower, *items.shape, self.head.experts
-        pre, hidden, w = self._router(p)
+        pre, hidden, w = self.first.forward(p, self.head.temperature)
         u_gmf, u_mlp = p["user_gmf"], p["user_mlp"]
         gmf_dir = u_gmf * tw["out_gmf"]  # [C, d]
         s_mf = mf_rows.dot(gmf_dir)  # <u ⊙ o, F^G_lj>  [C, L, J]
@@ -196,11 +185,10 @@ class NeuMFSteps:
         # ∂J/∂w_j: the MF blocks' Σ_l δ_l s_lj, and the MLP blocks' Σ_l <∂J/∂h_1, W_i F^M_lj> (one dot a client)
         g_mix = torch.stack([torch.linalg.vecdot(x_mlp[j], d1.view(c_n, -1)) for j in range(j_n)], 1)
         g_w = torch.bmm(delta.unsqueeze(1), s_mf).squeeze(1) + g_mix
-        if self.wd:  # (the router's first layer decays before its gradient step, as _LocalSGD.step's)
-            decay = (1.0 - self.lr * self.wd * active).unsqueeze(-1)
-            self.alpha *= decay
-            self.g_sum *= decay
-        grads.update(self._router_grads(pre, hidden, w, g_w, p))
+        self.first.decay(active)
+        g_pre, router = router_grads(pre, hidden, w, g_w, p["router.w2"], self.head.temperature)
+        self.first.add(g_pre)
+        grads.update(router, **{"router.w1": None})
         self._record_rows(fidx, items, delta, w, gmf_dir, d1)
         loss = F.binary_cross_entropy_with_logits(logits, y, weight=a, reduction="none").sum(1)
         return grads, loss
@@ -218,28 +206,12 @@ class NeuMFSteps:
         self.row_item[fidx] = items.reshape(-1)
         self.s += 1
 
-    def _router_grads(self, pre, hidden, w, g_w, p: dict) -> dict:
-        """The router's gradients from ``∂J/∂w [C, J]`` (through the softmax of its logits over ``T``); its first
-        layer's goes into the running sum."""
-        g_out = w * (g_w - (w * g_w).sum(-1, keepdim=True)) / self.head.temperature
-        g_pre = torch.bmm(g_out.unsqueeze(1), p["router.w2"].transpose(1, 2)).squeeze(1) * (pre > 0)
-        self.g_sum += g_pre
-        return {
-            "router.w1": None,
-            "router.b1": g_pre,
-            "router.w2": hidden.unsqueeze(-1) * g_out.unsqueeze(1),
-            "router.b2": g_out,
-        }
-
     @torch.no_grad()
     def finish(self, p: dict, acc: dict | None = None) -> None:
         """Write ``router.w1`` in place and add the tower's matrices' gradients summed over the steps to their
         uploads ``acc`` (the uploads these steps defer further are formed by :meth:`table_grads` and
         :meth:`dense_grads`, or handed to the round's sums by :meth:`table_factors` and :meth:`hidden_sums`)."""
-        w1 = p["router.w1"]
-        if self.wd:
-            w1.mul_(self.alpha.unsqueeze(-1))
-        w1.baddbmm_(self.x.unsqueeze(-1), self.g_sum.unsqueeze(1), alpha=-self.lr)
+        self.first.write(p["router.w1"])
         if acc is None:
             return
         for name, total in self.tower_sums.items():
