@@ -314,9 +314,10 @@ class FusionLayer(Backbone):
 
     def step_kernel(self):
         """The closed form of a batched chunk's local steps (training only; scoring asks :meth:`closed_form`): the
-        dot-product head's, or the NeuMF steps of :mod:`.neumf_steps` in front of FedNCF's own head (the same
-        options as the dot-product head's closed form, without a content preference); None where autograd is
-        needed. The simulator also asks the NeuMF steps whether a round's rule keeps the tower fixed."""
+        dot-product head's, the NeuMF steps of :mod:`.neumf_steps` in front of FedNCF's own head (the same
+        options as the dot-product head's closed form, without a content preference), or the additive steps of
+        :mod:`.additive_steps` in front of FedRAP's; None where autograd is needed. The simulator also asks these
+        steps whether a round's rule keeps the shared parts fixed."""
         kernel = self.closed_form()
         if kernel is not None:
             return kernel
@@ -330,7 +331,9 @@ class FusionLayer(Backbone):
             getattr(type(base), name) is getattr(FedNCF, name)
             for name in ("head", "item_repr", "shared_item_repr", "regulariser", "specs"))
         if not (plain and neumf and not base.uses_history):
-            return None
+            from .additive_steps import additive_kernel
+
+            return additive_kernel(self)   # (FedRAP's personal table added to the mixture, or None)
         return MixtureNeuMF(FUSED, len(self.experts), base.dim, self.temperature)
 
     def chunk_refusal(self) -> str | None:
