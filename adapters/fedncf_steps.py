@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from .chunk_steps import ChunkSteps
+
 TABLES = ("item_gmf", "item_mlp")
 TOWER = ("mlp1_user", "mlp1_item", "mlp1_b", "mlp2_w", "mlp2_b", "mlp3_w", "mlp3_b", "out_gmf", "out_mlp", "out_b")
 USER = ("user_gmf", "user_mlp")
@@ -45,29 +47,15 @@ class FedNCFKernel:
         return FedNCFSteps(p, ctx.get("scratch"))
 
 
-class FedNCFSteps:
+class FedNCFSteps(ChunkSteps):
     """One chunk's steps: ``p`` holds the clients' stacked parameters, the tables as their ``[C, T, d]`` touched
-    rows (stepped in place by the simulator between steps). The simulator consumes a step's gradients before the
-    next step, so the tables' gradients may live in ``scratch`` buffers too."""
+    rows (stepped in place by the simulator between steps)."""
+
+    prefix = "fedncf"
 
     def __init__(self, p: dict, scratch=None):
+        super().__init__(scratch)
         self.flat = {name: p[name].view(-1, p[name].shape[-1]) for name in TABLES}
-        self.scratch = scratch  # the simulator's buffers (``get(name, shape, dtype, device)``); None: fresh tensors
-
-    def rows(self, shared_table, flat_table, fidx: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
-        """The step's rows are read from the chunk's own tables by their flat ids."""
-        return fidx
-
-    def _buffer(self, name: str, like: torch.Tensor, shape: tuple) -> torch.Tensor:
-        if self.scratch is None:
-            return torch.empty(shape, dtype=like.dtype, device=like.device)
-        return self.scratch.get(f"fedncf.{name}", shape, like.dtype, like.device)
-
-    def _gather(self, table: str, fidx: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-        rows = self.flat[table]
-        out = self._buffer(table, like, (*like.shape, rows.shape[-1]))
-        torch.index_select(rows, 0, fidx, out=out.view(-1, rows.shape[-1]))
-        return out
 
     def _forward(self, p: dict, q_mlp: torch.Tensor, like: torch.Tensor):
         """The tower's activations ``h_1``, ``h_2``, ``h_3`` (``[C, L, h_k]``, in buffers)."""
@@ -77,29 +65,29 @@ class FedNCFSteps:
             user_side,
             q_mlp,
             p["mlp1_item"].transpose(1, 2),
-            out=self._buffer("h1", like, (c_n, l_n, p["mlp1_b"].shape[-1])),
+            out=self.buffer("h1", like, (c_n, l_n, p["mlp1_b"].shape[-1])),
         ).relu_()
         h2 = torch.baddbmm(
             p["mlp2_b"].unsqueeze(1),
             h1,
             p["mlp2_w"].transpose(1, 2),
-            out=self._buffer("h2", like, (c_n, l_n, p["mlp2_b"].shape[-1])),
+            out=self.buffer("h2", like, (c_n, l_n, p["mlp2_b"].shape[-1])),
         ).relu_()
         h3 = torch.baddbmm(
             p["mlp3_b"].unsqueeze(1),
             h2,
             p["mlp3_w"].transpose(1, 2),
-            out=self._buffer("h3", like, (c_n, l_n, p["mlp3_b"].shape[-1])),
+            out=self.buffer("h3", like, (c_n, l_n, p["mlp3_b"].shape[-1])),
         ).relu_()
         return h1, h2, h3
 
     def _tower_back(self, p: dict, delta: torch.Tensor, q_mlp, h1, h2, h3) -> dict:
         """The tower's gradients and the MLP table's rows' ``[C, L, d]``, from ``δ [C, L]``."""
         e3 = _relu_back(
-            torch.mul(delta.unsqueeze(-1), p["out_mlp"].unsqueeze(1), out=self._buffer("e3", h3, h3.shape)), h3
+            torch.mul(delta.unsqueeze(-1), p["out_mlp"].unsqueeze(1), out=self.buffer("e3", h3, h3.shape)), h3
         )
-        e2 = _relu_back(torch.bmm(e3, p["mlp3_w"], out=self._buffer("e2", h2, h2.shape)), h2)
-        e1 = _relu_back(torch.bmm(e2, p["mlp2_w"], out=self._buffer("e1", h1, h1.shape)), h1)
+        e2 = _relu_back(torch.bmm(e3, p["mlp3_w"], out=self.buffer("e2", h2, h2.shape)), h2)
+        e1 = _relu_back(torch.bmm(e2, p["mlp2_w"], out=self.buffer("e1", h1, h1.shape)), h1)
         s1 = e1.sum(1)
         return {
             "out_mlp": torch.bmm(delta.unsqueeze(1), h3).squeeze(1),
@@ -111,13 +99,13 @@ class FedNCFSteps:
             "mlp1_b": s1,
             "mlp1_user": s1.unsqueeze(-1) * p["user_mlp"].unsqueeze(1),
             "user_mlp": torch.bmm(s1.unsqueeze(1), p["mlp1_user"]).squeeze(1),
-            "item_mlp": torch.bmm(e1, p["mlp1_item"], out=self._buffer("g_item_mlp", q_mlp, q_mlp.shape)),
+            "item_mlp": torch.bmm(e1, p["mlp1_item"], out=self.buffer("g_item_mlp", q_mlp, q_mlp.shape)),
         }
 
     @torch.no_grad()
     def step(self, fidx, p: dict, y: torch.Tensor, a: torch.Tensor, active: torch.Tensor, _fidx=None):
         """Every client's gradients (the tables' as ``[C, L, d]`` rows) and its weighted loss ``[C]``."""
-        q_gmf, q_mlp = self._gather("item_gmf", fidx, y), self._gather("item_mlp", fidx, y)
+        q_gmf, q_mlp = (self.gather(name, self.flat[name], fidx, y) for name in TABLES)
         h1, h2, h3 = self._forward(p, q_mlp, y)
         gmf_dir = p["user_gmf"] * p["out_gmf"]  # <p^G ⊙ q^G, o^G> = <q^G, p^G ⊙ o^G>
         logits = torch.linalg.vecdot(q_gmf, gmf_dir.unsqueeze(1)) + torch.linalg.vecdot(h3, p["out_mlp"].unsqueeze(1))
@@ -131,14 +119,11 @@ class FedNCFSteps:
                 "out_b": delta.sum(1),
                 "user_gmf": gmf_sum * p["out_gmf"],
                 "item_gmf": torch.mul(
-                    delta.unsqueeze(-1), gmf_dir.unsqueeze(1), out=self._buffer("g_item_gmf", q_gmf, q_gmf.shape)
+                    delta.unsqueeze(-1), gmf_dir.unsqueeze(1), out=self.buffer("g_item_gmf", q_gmf, q_gmf.shape)
                 ),
             }
         )
         return grads, F.binary_cross_entropy_with_logits(logits, y, weight=a, reduction="none").sum(1)
-
-    def finish(self, p: dict, acc: dict | None = None) -> None:
-        """Nothing is deferred: every gradient was applied or accumulated step by step."""
 
 
 def _relu_back(grad: torch.Tensor, out: torch.Tensor) -> torch.Tensor:

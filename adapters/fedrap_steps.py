@@ -25,6 +25,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from .chunk_steps import ChunkSteps
+
 COMMON, PERSONAL, WEIGHT, BIAS = "item_common", "item_personal", "head_w", "head_b"
 
 
@@ -49,61 +51,41 @@ class FedRAPKernel:
         return FedRAPSteps(p, float(lam), float(mu), ctx.get("scratch"))
 
 
-class FedRAPSteps:
+class FedRAPSteps(ChunkSteps):
     """One chunk's steps: ``p`` holds the clients' stacked parameters, the tables as their ``[C, T, d]`` touched
-    rows (stepped in place by the simulator between steps). A step's ``[C, L, d]`` intermediates and gradients
-    live in ``scratch`` buffers (the simulator consumes the gradients before the next step): the step is a few
-    passes over memory, and fresh tensors of that size would cost their page faults again every step
-    (:mod:`fedvlr_plus.federation.simulation.scratch`)."""
+    rows (stepped in place by the simulator between steps)."""
+
+    prefix = "fedrap"
 
     def __init__(self, p: dict, lam: float, mu: float, scratch=None):
+        super().__init__(scratch)
         self.common = p[COMMON].view(-1, p[COMMON].shape[-1])
         self.personal = p[PERSONAL].view(-1, p[PERSONAL].shape[-1])
         self.lam, self.mu = lam, mu
-        self.scratch = scratch  # the simulator's buffers (``get(name, shape, dtype, device)``); None: fresh tensors
-
-    def rows(self, shared_table, flat_table, fidx: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
-        """The step's rows are read from the chunk's own tables by their flat ids."""
-        return fidx
-
-    def _buffer(self, name: str, like: torch.Tensor, shape: tuple) -> torch.Tensor:
-        if self.scratch is None:
-            return torch.empty(shape, dtype=like.dtype, device=like.device)
-        return self.scratch.get(f"fedrap.{name}", shape, like.dtype, like.device)
-
-    def _gather(self, table: str, fidx: torch.Tensor, like: torch.Tensor, shape: tuple) -> torch.Tensor:
-        """The step's rows of ``table`` (``common`` or ``personal``) as ``[C, L, d]``, in its buffer."""
-        rows = getattr(self, table)
-        out = self._buffer(table, like, shape)
-        torch.index_select(rows, 0, fidx, out=out.view(-1, shape[-1]))
-        return out
 
     @torch.no_grad()
     def step(self, fidx, p: dict, y: torch.Tensor, a: torch.Tensor, active: torch.Tensor, _fidx=None):
         """Every client's gradients (the tables' as ``[C, L, d]`` rows) and its weighted loss ``[C]``."""
         shape = (*y.shape, self.common.shape[-1])
-        common, personal = self._gather("common", fidx, y, shape), self._gather("personal", fidx, y, shape)
+        common, personal = self.gather("common", self.common, fidx, y), self.gather("personal", self.personal, fidx, y)
         w, b = p[WEIGHT], p[BIAS]
         # A + C written once and read twice: <w, A + C> as a broadcast dot product (a batched product with one
         # column is several times slower on the CPU), Σ_l δ_l (A + C) as a batched product with one row
-        vecs = torch.add(personal, common, out=self._buffer("vecs", y, shape))
+        vecs = torch.add(personal, common, out=self.buffer("vecs", y, shape))
         logits = torch.linalg.vecdot(vecs, w.unsqueeze(1)) + b.unsqueeze(-1)
         delta = (torch.sigmoid(logits) - y) * a
         g_w = torch.bmm(delta.unsqueeze(1), vecs)
         grads = {WEIGHT: g_w.squeeze(1), BIAS: delta.sum(1)}
         loss = F.binary_cross_entropy_with_logits(logits, y, weight=a, reduction="none").sum(1)
-        g_personal = torch.mul(delta.unsqueeze(-1), w.unsqueeze(1), out=self._buffer("g_personal", y, shape))
+        g_personal = torch.mul(delta.unsqueeze(-1), w.unsqueeze(1), out=self.buffer("g_personal", y, shape))
         # (a second buffer: the simulator scales each table's gradient in place)
-        g_common = self._buffer("g_common", y, shape).copy_(g_personal)
+        g_common = self.buffer("g_common", y, shape).copy_(g_personal)
         grads[PERSONAL], grads[COMMON] = g_personal, g_common
         if self.lam == 0.0 and self.mu == 0.0:  # (FedRAP adds no penalty then, not a zero one)
             return grads, loss
-        sign = self._buffer("sign", y, shape)
+        sign = self.buffer("sign", y, shape)
         penalty = add_penalty(g_personal, g_common, personal, common, a, active, (self.lam, self.mu), sign)
         return grads, loss + penalty
-
-    def finish(self, p: dict, acc: dict | None = None) -> None:
-        """Nothing is deferred: every gradient was applied or accumulated step by step."""
 
 
 def add_penalty(g_personal, g_shared, personal, shared, a, active, penalties: tuple, sign) -> torch.Tensor:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..adapters.chunk_steps import ChunkSteps
 from ..adapters.fedrap_steps import add_penalty
 from .closed_form import ROUTER
 from .router import history_mean
@@ -68,38 +69,35 @@ class MixtureAdditive:
         return AdditiveSteps(self, history_mean(ctx), p, lr, wd, defer, (float(lam), float(mu)), ctx.get("scratch"))
 
 
-class AdditiveSteps:
+class AdditiveSteps(ChunkSteps):
     """One chunk's steps (see the module docstring). ``x``: the router's input ``[C, J d]``; ``p``: the chunk's
     stacked parameters, the personal table as its ``[C, T, d]`` touched rows (stepped in place by the simulator
     between steps); ``defer``: clients, touched rows and steps of the chunk."""
 
+    prefix = "additive"
+
     def __init__(self, head: MixtureAdditive, x, p: dict, lr: float, wd: float, defer: tuple, penalties, scratch=None):
+        super().__init__(scratch)
         self.head, self.first = head, FirstLayer(x, p["router.w1"], lr, wd)
         self.lam, self.mu = penalties
         c_n, t_max, _ = defer
         self.personal = p[PERSONAL].view(-1, head.d)
         self.rows_grad = torch.zeros(c_n * t_max, head.experts * head.d, dtype=x.dtype, device=x.device)
         self.c_n, self.t_max = c_n, t_max
-        self.scratch = scratch  # the simulator's buffers (``get(name, shape, dtype, device)``); None: fresh tensors
 
     def rows(self, fused: torch.Tensor, chunk_rows, fidx: torch.Tensor, items: torch.Tensor):
         """The step's fused rows expert after expert, ``[J, C, L, d]`` (from the broadcast table by the examples'
         item ids: each expert's block contiguous, so the mixture and ``∂J/∂w`` read it in place), and the flat ids
         ``fidx`` of the examples' touched rows."""
         j_n, d = self.head.experts, self.head.d
-        out = self._buffer("fused", fused, (j_n, *items.shape, d))
+        out = self.buffer("fused", fused, (j_n, *items.shape, d))
         for j in range(j_n):
             torch.index_select(fused[:, j * d : (j + 1) * d], 0, items.reshape(-1), out=out[j].view(-1, d))
         return out, fidx
 
-    def _buffer(self, name: str, like: torch.Tensor, shape: tuple) -> torch.Tensor:
-        if self.scratch is None:
-            return torch.empty(shape, dtype=like.dtype, device=like.device)
-        return self.scratch.get(f"additive.{name}", shape, like.dtype, like.device)
-
     def _mixture(self, fused: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         """``g_l = Σ_j w_j F_lj`` -> ``[C, L, d]``, one expert at a time into a buffer."""
-        g = torch.mul(fused[0], w[:, 0, None, None], out=self._buffer("mixed", fused, fused[0].shape))
+        g = torch.mul(fused[0], w[:, 0, None, None], out=self.buffer("mixed", fused, fused[0].shape))
         for j in range(1, w.shape[1]):
             g.addcmul_(fused[j], w[:, j, None, None])
         return g
@@ -107,10 +105,10 @@ class AdditiveSteps:
     def _penalised(self, g_head, personal, mixed, a, active):
         """``(∂J/∂A, e, penalty [C] or None)``: the head's gradient of the item vector ``g_head`` with FedRAP's
         penalty added to each side (``e``: the fused vector's), and each client's penalty."""
-        g_mixed = self._buffer("g_mixed", g_head, g_head.shape).copy_(g_head)
+        g_mixed = self.buffer("g_mixed", g_head, g_head.shape).copy_(g_head)
         if self.lam == 0.0 and self.mu == 0.0:  # (FedRAP adds no penalty then, not a zero one)
             return g_head, g_mixed, None
-        sign = self._buffer("sign", mixed, mixed.shape)
+        sign = self.buffer("sign", mixed, mixed.shape)
         penalty = add_penalty(g_head, g_mixed, personal, mixed, a, active, (self.lam, self.mu), sign)
         return g_head, g_mixed, penalty
 
@@ -121,17 +119,17 @@ class AdditiveSteps:
         fused, fidx = rows
         pre, hidden, w = self.first.forward(p, self.head.temperature)
         mixed = self._mixture(fused, w)
-        personal = self._buffer("personal", mixed, mixed.shape)
+        personal = self.buffer("personal", mixed, mixed.shape)
         torch.index_select(self.personal, 0, fidx, out=personal.view(-1, self.head.d))
         h, b = p[WEIGHT], p[BIAS]
         # the item vector written once and read twice: <h, v> as a broadcast dot product (a batched product with
         # one column is several times slower on the CPU), Σ_l δ_l v_l as a batched product with one row
-        vecs = torch.add(mixed, personal, out=self._buffer("vecs", mixed, mixed.shape))
+        vecs = torch.add(mixed, personal, out=self.buffer("vecs", mixed, mixed.shape))
         logits = torch.linalg.vecdot(vecs, h.unsqueeze(1)) + b.unsqueeze(-1)
         delta = (torch.sigmoid(logits) - y) * a
         grads = {WEIGHT: torch.bmm(delta.unsqueeze(1), vecs).squeeze(1), BIAS: delta.sum(1)}
         loss = F.binary_cross_entropy_with_logits(logits, y, weight=a, reduction="none").sum(1)
-        g_head = torch.mul(delta.unsqueeze(-1), h.unsqueeze(1), out=self._buffer("g_personal", mixed, mixed.shape))
+        g_head = torch.mul(delta.unsqueeze(-1), h.unsqueeze(1), out=self.buffer("g_personal", mixed, mixed.shape))
         g_personal, g_mixed, penalty = self._penalised(g_head, personal, mixed, a, active)
         g_w = self._weight_grads(fused, g_mixed)
         self.first.decay(active)
@@ -153,7 +151,7 @@ class AdditiveSteps:
         """Add each example's ``∂J/∂F_lj = w_j e_l`` to the sum of its touched row."""
         c_n, l_n, d = g_mixed.shape
         j_n = w.shape[1]
-        per_row = self._buffer("row_grads", g_mixed, (c_n, l_n, j_n, d))
+        per_row = self.buffer("row_grads", g_mixed, (c_n, l_n, j_n, d))
         torch.mul(g_mixed.unsqueeze(2), w.view(c_n, 1, j_n, 1), out=per_row)
         self.rows_grad.index_add_(0, fidx, per_row.view(-1, j_n * d))
 
