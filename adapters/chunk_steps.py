@@ -8,7 +8,29 @@ next step, so they may live in those buffers too.
 
 from __future__ import annotations
 
+from inspect import getattr_static
+
 import torch
+
+
+def keeps_shared_fixed(config: dict) -> bool:
+    """Whether a round under ``config`` keeps the shared parameters fixed on the client: its clients upload
+    gradients and do not step the shared parts locally (the FedVLR layer's default, Algorithm 1). Steps written
+    for such a round may read the broadcast tables in place and defer their gradient to the end; steps written for
+    the other rounds (:func:`steps_shared`) update each client's copy."""
+    return config.get("upload", "params") == "grads" and not config.get("local_shared", False)
+
+
+def steps_shared(config: dict) -> bool:
+    """Whether a round under ``config`` steps each client's copy of the shared parameters (parameter uploads, or
+    gradient uploads with local steps): the rounds the backbones' own steps cover."""
+    return not keeps_shared_fixed(config)
+
+
+def runs_forward_of(backbone, cls: type, names: tuple[str, ...]) -> bool:
+    """Whether ``backbone`` (an instance of ``cls`` or of a subclass) keeps ``cls``'s own methods ``names``: a
+    closed form written for ``cls`` holds only then (a subclass that changes its forward trains by autograd)."""
+    return isinstance(backbone, cls) and all(getattr_static(type(backbone), n) is getattr_static(cls, n) for n in names)
 
 
 class ChunkSteps:

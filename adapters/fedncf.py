@@ -19,11 +19,10 @@ federated, the client loads the global state and restores only its user embeddin
 
 from __future__ import annotations
 
-from inspect import getattr_static
-
 import torch
 
 from .base import Backbone, ParamSpec, rowdot, take_rows
+from .chunk_steps import runs_forward_of
 
 
 class FedNCF(Backbone):
@@ -62,7 +61,7 @@ class FedNCF(Backbone):
         """The closed form of a batched chunk's local steps (:mod:`.fedncf_steps`), where this class's own forward
         is the one trained; None for a subclass that changes it (autograd trains it)."""
         forward = ("head", "item_repr", "logits", "regulariser", "specs", "layer_sizes", "_tail", "_mlp_out")
-        if self.uses_history or any(getattr_static(type(self), n) is not getattr_static(FedNCF, n) for n in forward):
+        if self.uses_history or not runs_forward_of(self, FedNCF, forward):
             return None
         from .fedncf_steps import FedNCFKernel
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .chunk_steps import ChunkSteps
+from .chunk_steps import ChunkSteps, steps_shared
 
 TABLES = ("item_gmf", "item_mlp")
 TOWER = ("mlp1_user", "mlp1_item", "mlp1_b", "mlp2_w", "mlp2_b", "mlp3_w", "mlp3_b", "out_gmf", "out_mlp", "out_b")
@@ -37,11 +37,8 @@ class FedNCFKernel:
     table = TABLES[0]
     names = frozenset({*TABLES, *TOWER, *USER})
 
-    @staticmethod
-    def covers(config: dict) -> bool:
-        """Rounds whose clients step every shared part locally. A gradient upload without local steps keeps the
-        tables fixed and defers their gradient, which these steps do not do (autograd trains them)."""
-        return config.get("upload", "params") == "params" or bool(config.get("local_shared", False))
+    #: the rounds these steps cover: each client steps its own copy of the shared parts (else autograd trains them)
+    covers = staticmethod(steps_shared)
 
     def local_steps(self, ctx: dict, p: dict, lr: float, wd: float, defer) -> FedNCFSteps:
         return FedNCFSteps(p, ctx.get("scratch"))

@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from inspect import getattr_static
 
 from .base import Backbone, ParamSpec, rowdot, take_rows
+from .chunk_steps import runs_forward_of
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ class FedRAP(Backbone):
         """The closed form of a batched chunk's local steps (:mod:`.fedrap_steps`), where this class's own forward
         and penalty are the ones trained; None for a subclass that changes them (autograd trains it)."""
         forward = ("head", "item_repr", "regulariser", "split_regulariser", "specs", "curriculum")
-        if self.uses_history or any(getattr_static(type(self), n) is not getattr_static(FedRAP, n) for n in forward):
+        if self.uses_history or not runs_forward_of(self, FedRAP, forward):
             return None
         from .fedrap_steps import FedRAPKernel
 

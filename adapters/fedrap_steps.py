@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .chunk_steps import ChunkSteps
+from .chunk_steps import ChunkSteps, steps_shared
 
 COMMON, PERSONAL, WEIGHT, BIAS = "item_common", "item_personal", "head_w", "head_b"
 
@@ -40,11 +40,8 @@ class FedRAPKernel:
     table = COMMON
     names = frozenset({COMMON, PERSONAL, WEIGHT, BIAS})
 
-    @staticmethod
-    def covers(config: dict) -> bool:
-        """Rounds whose clients step both tables locally. A gradient upload without local steps of the shared
-        table would keep it fixed and defer its gradient, which these steps do not do (autograd trains them)."""
-        return config.get("upload", "params") == "params" or bool(config.get("local_shared", False))
+    #: the rounds these steps cover: each client steps its own copy of the shared parts (else autograd trains them)
+    covers = staticmethod(steps_shared)
 
     def local_steps(self, ctx: dict, p: dict, lr: float, wd: float, defer) -> FedRAPSteps:
         lam, mu = self.penalties(int(ctx.get("round", 1)))

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..adapters.chunk_steps import ChunkSteps
+from ..adapters.chunk_steps import ChunkSteps, keeps_shared_fixed
 from ..adapters.fedrap_steps import add_penalty
 from .closed_form import ROUTER
 from .router import history_mean
@@ -55,11 +55,8 @@ class MixtureAdditive:
     #: the fused rows' gradient is always formed at the end (never stepped per example)
     defers_rows = True
 
-    @staticmethod
-    def covers(config: dict) -> bool:
-        """Whether a round under ``config`` keeps the fused views fixed on the client: an upload of gradients with
-        the shared parts not stepped locally (else autograd trains the chunk)."""
-        return config.get("upload", "params") == "grads" and not config.get("local_shared", False)
+    #: the rounds these steps cover: the shared parts stay fixed on the client (else autograd trains the chunk)
+    covers = staticmethod(keeps_shared_fixed)
 
     def local_steps(self, ctx: dict, p: dict, lr: float, wd: float, defer: tuple[int, int, int] | None):
         """The state of one chunk's local training (:class:`AdditiveSteps`)."""
@@ -167,23 +164,15 @@ class AdditiveSteps(ChunkSteps):
 
 
 def additive_kernel(layer) -> MixtureAdditive | None:
-    """The additive steps of ``layer`` (a :class:`~.layer.FusionLayer`), where it routes over several experts in
-    front of FedRAP's own forward and adds nothing else (no offset, balance or content preference); else None."""
-    base = layer.base
-    plain = (
-        layer.mode == "fedvlr"
-        and not layer.offset
-        and not layer.balance
-        and not layer.content_preference
-        and len(layer.experts) > 1
-        and layer.additive == (PERSONAL,)
-        and layer.d == base.dim
-    )
+    """The additive steps of ``layer`` (a :class:`~.layer.FusionLayer` that routes over several experts and adds
+    nothing else to the item vector or the loss, which the layer checks), where it sits in front of FedRAP's own
+    forward with FedRAP's personal table; else None."""
     from ..adapters.fedrap import FedRAP
-
-    # (FedRAP's own closed form exists only where a subclass changes none of its forward and penalty)
-    if not (plain and isinstance(base, FedRAP) and base.step_kernel() is not None):
-        return None
     from .layer import FUSED
 
+    base = layer.base
+    # (FedRAP's own closed form exists only where a subclass changes none of its forward and penalty)
+    fedrap = isinstance(base, FedRAP) and base.step_kernel() is not None
+    if not (fedrap and layer.additive == (PERSONAL,) and layer.d == base.dim):
+        return None
     return MixtureAdditive(FUSED, len(layer.experts), layer.d, layer.temperature, base.curriculum)

@@ -321,20 +321,20 @@ class FusionLayer(Backbone):
         kernel = self.closed_form()
         if kernel is not None:
             return kernel
+        from ..adapters.chunk_steps import runs_forward_of
         from ..adapters.fedncf import FedNCF
+        from .additive_steps import additive_kernel
         from .neumf_steps import MixtureNeuMF
 
         base = self.base
-        plain = (self.mode == "fedvlr" and not self.additive and not self.offset and not self.balance
-                 and not self.content_preference and len(self.experts) > 1 and self.d == 2 * base.dim)
-        neumf = isinstance(base, FedNCF) and all(
-            getattr(type(base), name) is getattr(FedNCF, name)
-            for name in ("head", "item_repr", "shared_item_repr", "regulariser", "specs"))
-        if not (plain and neumf and not base.uses_history):
-            from .additive_steps import additive_kernel
-
-            return additive_kernel(self)   # (FedRAP's personal table added to the mixture, or None)
-        return MixtureNeuMF(FUSED, len(self.experts), base.dim, self.temperature)
+        routed = (self.mode == "fedvlr" and not self.offset and not self.balance and not self.content_preference
+                  and len(self.experts) > 1 and not base.uses_history)
+        if not routed:
+            return None
+        neumf_forward = ("head", "item_repr", "shared_item_repr", "regulariser", "specs")
+        if not self.additive and self.d == 2 * base.dim and runs_forward_of(base, FedNCF, neumf_forward):
+            return MixtureNeuMF(FUSED, len(self.experts), base.dim, self.temperature)
+        return additive_kernel(self)   # (FedRAP's personal table added to the mixture, or None)
 
     def chunk_refusal(self) -> str | None:
         """Why the clients of this layer around a torch-module backbone cannot be trained as one batched chunk

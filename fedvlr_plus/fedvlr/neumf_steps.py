@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..adapters.chunk_steps import keeps_shared_fixed
 from ..federation.simulation.indexed_rows import IndexedRows
 from ..federation.simulation.scratch import Scratch
 from .closed_form import ALL_ROWS_RATIO, ROUTER, AllRows, step_row_coef
@@ -64,11 +65,8 @@ class MixtureNeuMF:
     #: the fused rows' gradient is always formed at the end (never stepped per example)
     defers_rows = True
 
-    @staticmethod
-    def covers(config: dict) -> bool:
-        """Whether a round under ``config`` keeps the tower fixed on the client: an upload of gradients with the
-        shared parts not stepped locally (else every client steps its own tower, and autograd trains the chunk)."""
-        return config.get("upload", "params") == "grads" and not config.get("local_shared", False)
+    #: the rounds these steps cover: the shared parts stay fixed on the client (else autograd trains the chunk)
+    covers = staticmethod(keeps_shared_fixed)
 
     def local_steps(self, ctx: dict, p: dict, lr: float, wd: float, defer: tuple[int, int, int] | None):
         """The state of one chunk's local training (:class:`NeuMFSteps`)."""

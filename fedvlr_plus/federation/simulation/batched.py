@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from ...adapters.base import Backbone
+from ...adapters.chunk_steps import keeps_shared_fixed
 from ..messages import ClientUpdate
 from ..privacy.noise import privatise
 from ..state.initial import round_start, stored_or_initial
@@ -339,7 +340,7 @@ class BatchedSimulator(BatchedScoring):
                 or not self.specs[kernel.table].item_table or not getattr(kernel, "covers", _always)(config):
             return None, ()
         # (steps that always form the rows' gradient at the end keep the rows fixed whatever the count of steps)
-        fixed = (config.get("upload", "params") == "grads" and not config.get("local_shared", False)
+        fixed = (keeps_shared_fixed(config)
                  and (batch.s_max < self.specs[kernel.table].shape[1] or getattr(kernel, "defers_rows", False)))
         return kernel, (kernel.table,) if fixed else ()
 
