@@ -56,27 +56,16 @@ class FedNCFSteps(ChunkSteps):
 
     def _forward(self, p: dict, q_mlp: torch.Tensor, like: torch.Tensor):
         """The tower's activations ``h_1``, ``h_2``, ``h_3`` (``[C, L, h_k]``, in buffers)."""
-        c_n, l_n = like.shape
         user_side = torch.baddbmm(p["mlp1_b"].unsqueeze(1), p["user_mlp"].unsqueeze(1), p["mlp1_user"].transpose(1, 2))
-        h1 = torch.baddbmm(
-            user_side,
-            q_mlp,
-            p["mlp1_item"].transpose(1, 2),
-            out=self.buffer("h1", like, (c_n, l_n, p["mlp1_b"].shape[-1])),
-        ).relu_()
-        h2 = torch.baddbmm(
-            p["mlp2_b"].unsqueeze(1),
-            h1,
-            p["mlp2_w"].transpose(1, 2),
-            out=self.buffer("h2", like, (c_n, l_n, p["mlp2_b"].shape[-1])),
-        ).relu_()
-        h3 = torch.baddbmm(
-            p["mlp3_b"].unsqueeze(1),
-            h2,
-            p["mlp3_w"].transpose(1, 2),
-            out=self.buffer("h3", like, (c_n, l_n, p["mlp3_b"].shape[-1])),
-        ).relu_()
-        return h1, h2, h3
+        # each layer relu(W h + b) as one batched product over the clients' own weights; the first layer's bias
+        # is the user's side W_u p^M + b_1
+        layers = [(p["mlp1_item"], user_side)] + [(p[f"mlp{k}_w"], p[f"mlp{k}_b"].unsqueeze(1)) for k in (2, 3)]
+        h, out = q_mlp, []
+        for k, (weight, bias) in enumerate(layers, 1):
+            buffer = self.buffer(f"h{k}", like, (*like.shape, weight.shape[1]))
+            h = torch.baddbmm(bias, h, weight.transpose(1, 2), out=buffer).relu_()
+            out.append(h)
+        return tuple(out)
 
     def _tower_back(self, p: dict, delta: torch.Tensor, q_mlp, h1, h2, h3) -> dict:
         """The tower's gradients and the MLP table's rows' ``[C, L, d]``, from ``δ [C, L]``."""
