@@ -54,15 +54,19 @@ def _references(variant: str, mode: str):
 
 
 @pytest.mark.parametrize("by_id", [False, True])
+@pytest.mark.parametrize("kernel", ["compiled", "torch"])
 @pytest.mark.parametrize("variant", list(VARIANTS))
 @pytest.mark.parametrize("mode", ["grads", "grads+wd", "grads+many_steps"])
-def test_neumf_steps_give_the_autograd_round_and_the_sequential_one(variant, mode, by_id, monkeypatch):
-    """``by_id``: a catalogue too large to read whole a step (the MF blocks read by id, :class:`IndexedRows`)."""
+def test_neumf_steps_give_the_autograd_round_and_the_sequential_one(variant, mode, kernel, by_id, monkeypatch):
+    """``by_id``: a catalogue too large to read whole a step (the MF blocks read by id, :class:`IndexedRows`);
+    ``kernel``: the first layer's item side by the compiled kernels or by their torch path."""
     from fedvlr_plus.fedvlr import neumf_steps
 
     slow, sequential = _references(variant, mode)
     if by_id:
         monkeypatch.setattr(neumf_steps, "ALL_ROWS_RATIO", 0)
+    monkeypatch.setattr(neumf_steps._KERNELS, "module", None if kernel == "compiled" else False)
+    kernel_calls = _kernel_calls(monkeypatch)
     calls = _counted(monkeypatch)
     kw = dict(VARIANTS[variant], temperature=0.7)
     fast = _fit(BatchedSimulator, _layer("fedncf", **kw), {**BASE, **CONFIGS[mode]}, chunk_floats=4096)  # chunks
@@ -70,8 +74,27 @@ def test_neumf_steps_give_the_autograd_round_and_the_sequential_one(variant, mod
     # every upload the steps form themselves is there and not zero (a comparison of zeros would prove nothing)
     for name in ("fusion.F", "mlp1_item", "mlp2_w", "out_gmf"):
         assert any(float(u.arrays[name].abs().sum()) > 0 for u in fast[0]), name
+    assert bool(kernel_calls) == (kernel == "compiled"), kernel_calls
     _assert_close(fast, slow)
     _assert_close(fast, sequential)
+
+
+def _kernel_calls(monkeypatch) -> list:
+    """The names of the compiled kernels the steps call, one entry a call (numba's module itself is not patched:
+    the steps' module-level look-up is)."""
+    from fedvlr_plus.fedvlr import neumf_steps
+
+    calls, get = [], neumf_steps._compiled
+
+    class Counting:
+        def __init__(self, module):
+            self.module = module
+
+        def __getattr__(self, name):
+            return lambda *a: calls.append(name) or getattr(self.module, name)(*a)
+
+    monkeypatch.setattr(neumf_steps, "_compiled", lambda like: None if get(like) is None else Counting(get(like)))
+    return calls
 
 
 @pytest.mark.parametrize("mode", ["local_shared", "params"])

@@ -172,7 +172,8 @@ def prepare_kernels() -> dict:
                            "from fedvlr_plus.evaluation.row_ranks import prepare_kernels as r; "
                            "from fedvlr_plus.federation.simulation.schedule import prepare_kernels as s; "
                            "from fedvlr_plus.fedvlr.closed_form import prepare_kernels as t; "
-                           "print(p() and q() and r() and s() and t())"], capture_output=True, text=True)
+                           "from fedvlr_plus.fedvlr.neumf_steps import prepare_kernels as u; "
+                           "print(p() and q() and r() and s() and t() and u())"], capture_output=True, text=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return {"available": proc.returncode == 0 and proc.stdout.strip() == "True", "cpu_s": cpu}

@@ -32,10 +32,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from ..adapters.chunk_steps import keeps_shared_fixed
+from ..compiled import LazyKernels
 from ..federation.simulation.indexed_rows import IndexedRows
 from ..federation.simulation.scratch import Scratch
 from .closed_form import ALL_ROWS_RATIO, ROUTER, AllRows, step_row_coef
@@ -142,13 +144,9 @@ class NeuMFSteps:
         u_gmf, u_mlp = p["user_gmf"], p["user_mlp"]
         gmf_dir = u_gmf * tw["out_gmf"]  # [C, d]
         s_mf = mf_rows.dot(gmf_dir)  # <u ⊙ o, F^G_lj>  [C, L, J]
-        # the first layer's item side Σ_j w_j W_i F^M_lj from the per-chunk table, each expert's rows [C, L h1]
-        x_mlp, buf = self._item_side_rows(items), self._buffers
-        h1 = torch.mul(x_mlp[0], w[:, :1], out=buf("h1", c_n, x_mlp.shape[-1]))
-        for j in range(1, j_n):
-            h1.addcmul_(x_mlp[j], w[:, j : j + 1])
         user_side = u_mlp @ tw["mlp1_user"].T + tw["mlp1_b"]  # [C, h1]
-        h1 = h1.view(c_n, l_n, -1).add_(user_side.unsqueeze(1)).relu_().view(c_n * l_n, -1)
+        kernels, buf = _compiled(self.acc), self._buffers
+        x_mlp, h1 = self._first_layer(kernels, items, w, user_side)
         h2 = torch.addmm(tw["mlp2_b"], h1, tw["mlp2_w"].T, out=buf("h2", c_n * l_n, tw["mlp2_b"].shape[0])).relu_()
         h3 = torch.addmm(tw["mlp3_b"], h2, tw["mlp3_w"].T, out=buf("h3", c_n * l_n, tw["mlp3_b"].shape[0])).relu_()
         logits = torch.baddbmm((h3 @ tw["out_mlp"]).view(c_n, l_n, 1).add_(tw["out_b"]), s_mf, w.unsqueeze(-1)).squeeze(
@@ -180,27 +178,53 @@ class NeuMFSteps:
             "user_gmf": g_mf * tw["out_gmf"],
             "user_mlp": s1 @ tw["mlp1_user"],
         }
-        # ∂J/∂w_j: the MF blocks' Σ_l δ_l s_lj, and the MLP blocks' Σ_l <∂J/∂h_1, W_i F^M_lj> (one dot a client)
-        g_mix = torch.stack([torch.linalg.vecdot(x_mlp[j], d1.view(c_n, -1)) for j in range(j_n)], 1)
+        # ∂J/∂w_j: the MF blocks' Σ_l δ_l s_lj, and the MLP blocks' Σ_l <∂J/∂h_1, W_i F^M_lj>; each example's
+        # w_j ∂J/∂h_1 added to its row's sums on the way
+        g_mix = self._first_layer_back(kernels, x_mlp, items, w, d1, fidx)
         g_w = torch.bmm(delta.unsqueeze(1), s_mf).squeeze(1) + g_mix
         self.first.decay(active)
         g_pre, router = router_grads(pre, hidden, w, g_w, p["router.w2"], self.head.temperature)
         self.first.add(g_pre)
         grads.update(router, **{"router.w1": None})
-        self._record_rows(fidx, items, delta, w, gmf_dir, d1)
+        self._record_rows(fidx, items, delta, w, gmf_dir)
         loss = F.binary_cross_entropy_with_logits(logits, y, weight=a, reduction="none").sum(1)
         return grads, loss
 
-    def _record_rows(self, fidx, items, delta, w, gmf_dir, d1) -> None:
-        """What the rows' gradient needs of this step: the per-row sums of δ and the MF direction ``w ⊗ (u ⊙ o)``,
-        and each example's ``w_j ∂J/∂h_1`` added to its row's sums."""
-        c_n, j_n = w.shape
+    def _first_layer(self, kernels, items: torch.Tensor, w: torch.Tensor, user_side: torch.Tensor):
+        """The first layer's output ``h_1 [C L, h1]``: ``relu(Σ_j w_j W_i F^M_lj + user side)`` from the per-chunk
+        table, read in place by the compiled kernel, else gathered expert after expert (``[J, C, L h1]``, returned
+        for the way back; None with the kernel)."""
+        c_n, l_n = items.shape
+        if kernels is not None:
+            h1 = self._buffers("h1", c_n * l_n, user_side.shape[1])
+            kernels.mix_item_side(*_arrays(self._tables[2], items, w, user_side), h1.numpy())
+            return None, h1
+        x_mlp = self._item_side_rows(items)
+        h1 = torch.mul(x_mlp[0], w[:, :1], out=self._buffers("h1", c_n, x_mlp.shape[-1]))
+        for j in range(1, w.shape[1]):
+            h1.addcmul_(x_mlp[j], w[:, j : j + 1])
+        return x_mlp, h1.view(c_n, l_n, -1).add_(user_side.unsqueeze(1)).relu_().view(c_n * l_n, -1)
+
+    def _first_layer_back(self, kernels, x_mlp, items: torch.Tensor, w: torch.Tensor, d1: torch.Tensor, fidx):
+        """``∂J/∂w_j`` of the first layer's item side, ``Σ_l <∂J/∂h_1, W_i F^M_lj>`` ``[C, J]``, and each example's
+        ``w_j ∂J/∂h_1`` added to its touched row's sums ``A``."""
+        (c_n, l_n), (j_n, h1) = items.shape, (w.shape[1], d1.shape[1])
+        if kernels is not None:
+            g_mix = torch.empty(c_n, j_n, dtype=d1.dtype)
+            kernels.back_item_side(*_arrays(self._tables[2], items, w, d1, fidx), g_mix.numpy(), self.acc.numpy())
+            return g_mix
+        g_mix = torch.stack([torch.linalg.vecdot(x_mlp[j], d1.view(c_n, -1)) for j in range(j_n)], 1)
+        mixed = self._buffers("mixed", c_n, l_n, j_n, h1)
+        torch.mul(d1.view(c_n, l_n, 1, h1), w.view(c_n, 1, j_n, 1), out=mixed)
+        self.acc.index_add_(0, fidx, mixed.view(-1, j_n * h1))
+        return g_mix
+
+    def _record_rows(self, fidx, items, delta, w, gmf_dir) -> None:
+        """What the MF blocks' rows' gradient needs of this step: the per-row sums of δ and the MF direction
+        ``w ⊗ (u ⊙ o)``; and each touched row's item."""
+        c_n = w.shape[0]
         self.delta_rows[self.s].index_add_(0, fidx, delta.reshape(-1))
         self.directions[self.s] = (w.unsqueeze(-1) * gmf_dir.unsqueeze(1)).view(c_n, -1)
-        h1 = d1.shape[-1]
-        mixed = self._buffers("mixed", c_n, d1.shape[0] // c_n, j_n, h1)
-        torch.mul(d1.view(c_n, -1, 1, h1), w.view(c_n, 1, j_n, 1), out=mixed)
-        self.acc.index_add_(0, fidx, mixed.view(-1, j_n * h1))
         self.row_item[fidx] = items.reshape(-1)
         self.s += 1
 
@@ -272,6 +296,33 @@ class NeuMFSteps:
             "mlp1_item": ("outer", self._tables[3].reshape(n_items * j_n, d)),
         }
         return {"neumf.mlp1_item": (self.row_item, self.acc, client, n_items, readouts)}
+
+
+_KERNELS = LazyKernels("fedvlr_plus.fedvlr.neumf_kernels")
+
+
+def _compiled(like: torch.Tensor):
+    """The compiled kernels for steps on the CPU (None on another device, or where numba does not import: the
+    torch path then runs). Whether they run depends on the machine only, never on what the process did before, so
+    a resumed run takes the path the uninterrupted one took."""
+    return _KERNELS.get() if like.device.type == "cpu" else None
+
+
+def _arrays(*tensors: torch.Tensor) -> list:
+    """The tensors as contiguous numpy arrays (the kernels compile once per dtype and layout)."""
+    return [t.detach().contiguous().numpy() for t in tensors]
+
+
+def prepare_kernels() -> bool:
+    """Compile the steps' kernels, or load them from numba's cache, with tiny calls (float32 and int64, as a step
+    passes them); False where numba is missing. ``bench suite`` calls this before its cases."""
+
+    def tiny(kernels):
+        f, i = np.zeros((2, 1), np.float32), np.zeros((1, 1), np.int64)
+        kernels.mix_item_side(f, i, np.ones((1, 1), np.float32), f[:1], f[:1])
+        kernels.back_item_side(f, i, np.ones((1, 1), np.float32), f[:1], i[0], f[:1], f[:1])
+
+    return _KERNELS.prepare(tiny)
 
 
 def _relu_back(grad: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
