@@ -157,7 +157,7 @@ def coldstart_options(args):
         backbone_options=backbone_options(args.backbone, args),
         cold_rule=args.cold_rule,
         cold_select=args.cold_select, tune=args.tune, halving=args.halving, progress=not args.no_progress,
-        command=command)
+        command=command, jobs=args.jobs)
 
 
 def cmd_coldstart(args) -> int:

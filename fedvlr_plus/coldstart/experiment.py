@@ -25,6 +25,7 @@ import torch
 
 from ..evaluation import evaluate, reference_scorer
 from ..evaluation.stats import bootstrap_cis, per_user_mean
+from ..federation.runs.parallel import map_jobs
 from ..phases import phase
 from .content import ContentRanker, RestrictedScorer
 from .paired import PER_USER
@@ -165,34 +166,38 @@ def _parts(spec: EvalSpec, data, scorer, cold_mask, split="test") -> dict:
 
 def item_coldstart(data, make_model, cfg, views: dict, *, spec: EvalSpec, rules=RULES, neighbours_k: int = 10,
                    select_metric: str = "ndcg@10", default_rule: str | None = None, progress: bool = False,
-                   log=None) -> dict:
+                   log=None, jobs: int | None = 1) -> dict:
     """Train ``make_model(data)`` for ``cfg.seeds`` seeds and evaluate cold targets under every rule.
 
     ``default_rule``: the headline rule; ``None`` chooses it on the validation cold targets (``select_metric``
-    among cold items). Returns the JSON-ready result (see :func:`item_result`).
+    among cold items). ``jobs``: worker processes training the seeds side by side (:mod:`.seeds`; None: as the
+    cores allow). Returns the JSON-ready result (see :func:`item_result`).
     """
+    from .seeds import ItemSeed, fresh_spec, item_seed, seed_jobs
+
     cold = data.cold_items()
     if not cold.any():
         rules = ()   # no cold rows to fill: the trained model is the only variant, and the notes say why
     state = ItemColdStart(tuple(rules))
     fitted = {r: make_rule(r, views, cold, k=neighbours_k, seed=spec.seed) for r in rules}
-    has_valid_cold = valid_cold_targets(data, cold) > 0
-    for i in range(cfg.seeds):
-        scfg = replace(cfg, seed=cfg.seed + i, seeds=1)
-        run = train_selected(data, make_model(data), scfg, progress=progress)
-        state.selected_round.append(int(run.best["round"]))
+    seeds, workers = seed_jobs(cfg, jobs, make_model)
+    if workers > 1:
+        progress = False
         if log:
-            log(f"seed {scfg.seed}: selected round {run.best['round']} of {run.round}")
-        trained = _parts(spec, data, _scorer(run, run.shared), cold)
-        for part, f in trained.items():
+            log(f"seeds {', '.join(str(c.seed) for c in seeds)} side by side in {workers} worker processes")
+    job = ItemSeed(data, make_model, None, fresh_spec(spec) if workers > 1 else spec, fitted, select_metric, progress)
+    for scfg, res in zip(seeds, map_jobs(item_seed, [replace(job, cfg=c) for c in seeds], workers)):
+        state.selected_round.append(res["round"])
+        if log:
+            log(f"seed {scfg.seed}: selected round {res['round']} of {res['rounds']}")
+        for part, f in res["trained"].items():
             state.add("trained", part, f)
+        trained = res["trained"]
         state.sparsity.append(trained["warm"] if len(trained["warm"]) else trained["all"])
         for r in rules:
-            sh = shared_with_rule(run, fitted[r])
-            sc = _scorer(run, sh)
-            if has_valid_cold:
-                state.valid.setdefault(r, []).append(valid_among_cold(data, spec, sc, cold, select_metric))
-            for part, f in _parts(spec, data, sc, cold).items():
+            if r in res["valid"]:
+                state.valid.setdefault(r, []).append(res["valid"][r])
+            for part, f in res["rules"][r].items():
                 state.add(r, part, f)
     refs = {name: reference_scorer(name, data, seed=spec.seed) for name in ("pop", "random", "antipop")}
     if views:   # none where the data has no content (a sparse-user study of a backbone alone)
@@ -414,19 +419,20 @@ def _start_from_items(run, store, starts, indptr, indices, users) -> None:
 def user_coldstart(full, warm, held_out: np.ndarray, make_model, cfg, views: dict | None, *, spec: EvalSpec,
                    supports=(1, 3, 5), epochs: int | str = 20, start: str = "population", progress: bool = False,
                    log=None, select_metric: str = "ndcg@10", hold_valid: bool = False,
-                   prior: str = "none") -> dict:
+                   prior: str = "none", jobs: int | None = 1) -> dict:
     """Train on ``warm`` (held-out users absent), then let ``held_out`` users join with each support size, their
     private state starting from ``start`` (:func:`local_private_training`). ``epochs``: the joining users' local
     epochs, or ``"auto"``: chosen per support size and seed on a third of them (:mod:`.support_epochs`), the
     figures then coming from the others. ``hold_valid``: set that third aside even with a fixed epoch count (it
     chose the recipe: ``--tune``), so no reported user took part in any choice. ``prior``: ``popularity`` adds
     the warm users' log-popularity to the joining users' logits, its weight chosen on that third
-    (:mod:`.popularity_prior`)."""
+    (:mod:`.popularity_prior`). ``jobs``: worker processes training the seeds side by side (:mod:`.seeds`; None: as
+    the cores allow)."""
     from .paired import PER_USER
     from .popularity_prior import log_popularity
-    from .population import PopulationStarts
+    from .seeds import UserSeed, fresh_spec, seed_jobs, user_seed
     from .splits import support_query
-    from .support_epochs import only, split_joining_users
+    from .support_epochs import split_joining_users
 
     keys = list(spec.keys)
     frames: dict = {}
@@ -440,19 +446,23 @@ def user_coldstart(full, warm, held_out: np.ndarray, make_model, cfg, views: dic
         raise ValueError("a popularity prior's weight and an automatic start are chosen on validation joining "
                          "users: they need epochs='auto' or hold_valid=True")
     prior_row = log_popularity(pop_counts) if prior == "popularity" else None
-    for i in range(cfg.seeds):
-        scfg = replace(cfg, seed=cfg.seed + i, seeds=1)
-        run = train_selected(warm, make_model(warm), scfg, progress=progress)
-        rounds.append(int(run.best["round"]))
+    seeds, workers = seed_jobs(cfg, jobs, make_model)
+    if workers > 1:
+        progress = False
         if log:
-            log(f"seed {scfg.seed}: selected round {run.best['round']} of {run.round}")
-        sparsity.append(run.best["test_full"].per_user)
-        starts = PopulationStarts(run)   # the same for every support size
+            log(f"seeds {', '.join(str(c.seed) for c in seeds)} side by side in {workers} worker processes")
+    joining = dict(epochs=epochs, start=start, valid_users=valid_users, select_metric=select_metric, prior=prior_row)
+    job = UserSeed(warm, make_model, None, fresh_spec(spec) if workers > 1 else spec, sq, held_out, joining,
+                   report_users, progress)
+    for scfg, res in zip(seeds, map_jobs(user_seed, [replace(job, cfg=c) for c in seeds], workers)):
+        rounds.append(res["round"])
+        if log:
+            log(f"seed {scfg.seed}: selected round {res['round']} of {res['rounds']}")
+        sparsity.append(res["sparsity"])
         for n in supports:
-            scorer = _joined(run, sq[n], held_out, epochs, start, spec, valid_users, select_metric, chosen, n,
-                             prior_row, starts)
-            frames.setdefault(("model", n), []).append(only(spec.run(sq[n], scorer, "test").frame("all"),
-                                                            report_users))
+            frames.setdefault(("model", n), []).append(res["frames"][n])
+            for record in res["chosen"].get(str(n), []):
+                chosen.setdefault(str(n), []).append(record)
     for n in supports:
         _reference_frames(frames, n, sq[n], pop_counts, views, spec, report_users)
     curves = {name: {str(n): summarise(frames[(name, n)], keys) for n in supports}

@@ -100,6 +100,20 @@ class ColdStartOptions:
     halving: bool = True
     progress: bool = True
     command: str | None = None
+    #: worker processes training the seeds side by side (fedvlr_plus.coldstart.seeds); None: as the cores allow
+    jobs: int | None = 1
+
+
+@dataclass(frozen=True)
+class _Built:
+    """``data -> backbone``: ``model`` (an API recipe) built under ``cfg``; a class, not a lambda, so that a worker
+    process can be sent it."""
+
+    model: object
+    cfg: object
+
+    def __call__(self, data):
+        return self.model.build(data, self.cfg)
 
 
 def _recipe(opts: ColdStartOptions, fusion: str, cfg):
@@ -108,9 +122,8 @@ def _recipe(opts: ColdStartOptions, fusion: str, cfg):
 
     base = Model(opts.backbone, opts.backbone, backbone_options=dict(opts.backbone_options))
     if fusion == "none":
-        return lambda data: base.build(data, cfg)
-    model = FedVLR(base, options=opts.fedvlr, mode=fusion, label=f"{opts.backbone}+{fusion}")
-    return lambda data: model.build(data, cfg)
+        return _Built(base, cfg)
+    return _Built(FedVLR(base, options=opts.fedvlr, mode=fusion, label=f"{opts.backbone}+{fusion}"), cfg)
 
 
 def _views(opts: ColdStartOptions, data) -> dict:
@@ -367,6 +380,7 @@ def _study_one_model(opts, fusion: str, parts: dict, views: dict, spec, cfg, tar
             default_rule=rule,
             progress=opts.progress,
             log=log,
+            jobs=opts.jobs,
         )
         res["split"] = how
         target.update(res)
@@ -390,6 +404,7 @@ def _study_one_model(opts, fusion: str, parts: dict, views: dict, spec, cfg, tar
             select_metric=opts.cold_select.lower(),
             hold_valid=opts.tune,
             prior=opts.new_user_prior,
+            jobs=opts.jobs,
         )
         if "items" not in parts:
             target["sparsity"] = target["user_coldstart"]["sparsity"]

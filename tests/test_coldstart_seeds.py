@@ -1,0 +1,78 @@
+"""``coldstart --jobs``: a study's seeds trained side by side in worker processes give the figures of the seeds
+trained one after another (:mod:`fedvlr_plus.coldstart.seeds`)."""
+
+import json
+
+import pytest
+import torch
+from test_coldstart import _feature_folder
+
+from fedvlr_plus.cli import main
+
+FLAGS = [
+    "--backbone",
+    "fedavg",
+    "--fusion",
+    "fedvlr",
+    "--no-tune",
+    "--rounds",
+    "3",
+    "--eval-every",
+    "1",
+    "--seeds",
+    "2",
+    "--dim",
+    "8",
+    "--local-epochs",
+    "1",
+    "--support",
+    "1,3",
+    "--support-epochs",
+    "2",
+    "--cold-users",
+    "0.2",
+    "--cold-items",
+    "0.2",
+    "--json",
+    "--no-progress",
+]
+
+
+def _study(folder, jobs: int, capsys) -> tuple[dict, str]:
+    assert main(["coldstart", str(folder), *FLAGS, "--jobs", str(jobs)]) == 0
+    out = capsys.readouterr()
+    result = json.loads(out.out.strip().splitlines()[-1])
+    for key in ("command", "config"):  # (they name the worker count, which changes no figure)
+        result.pop(key)
+    return result, out.err
+
+
+@pytest.mark.slow
+def test_seeds_side_by_side_give_the_figures_of_seeds_one_after_another(tmp_path, capsys, monkeypatch):
+    """An item study and a new-user study at once; one torch thread in both
+    runs, as each worker has (several threads may sum in another order)."""
+    folder = _feature_folder(tmp_path / "fx")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        one_by_one, err_one = _study(folder, 1, capsys)
+        side_by_side, err_two = _study(folder, 2, capsys)
+    finally:
+        torch.set_num_threads(threads)
+    assert "side by side in 2 worker processes" in err_two and "side by side" not in err_one
+    assert len(one_by_one["selected_round"]) == 2 and len(one_by_one["user_coldstart"]["selected_round"]) == 2
+    assert one_by_one["cold_among_cold"] and one_by_one["user_coldstart"]["curves"]
+    assert side_by_side == one_by_one
+
+
+def test_a_recipe_that_cannot_be_sent_to_a_worker_trains_its_seeds_here():
+    """The Python API may pass a lambda as the model's recipe: its seeds then train in this process."""
+    from fedvlr_plus.coldstart.seeds import seed_jobs
+    from fedvlr_plus.federation.config import FedConfig
+
+    cfg = FedConfig(seed=4, seeds=3)
+    seeds, workers = seed_jobs(cfg, 2, lambda data: None)
+    assert workers == 1 and [c.seed for c in seeds] == [4, 5, 6] and {c.seeds for c in seeds} == {1}
+    assert seed_jobs(cfg, 2, "fedavg")[1] == 2
+    assert seed_jobs(cfg, 1, "fedavg")[1] == 1
+    assert seed_jobs(FedConfig(seed=0, seeds=1), 2, "fedavg")[1] == 1
