@@ -408,3 +408,51 @@ def test_router_ablation_rows_are_trained_and_tested_against_fedvlr(tmp_path):
 def test_default_variants_leave_the_router_ablation_out():
     args = build_parser().parse_args(["experiment", "paper-table", "x"])
     assert args.variants == "none,fedgrad,mlp,fedvlr"
+
+
+@pytest.mark.slow
+def test_rows_and_seeds_side_by_side_give_the_table_of_runs_one_after_another(table, tmp_path, capsys):
+    """``--jobs 2`` trains the table's runs in two worker processes; with one torch thread in both tables (each
+    worker has one) every figure is the same as ``--jobs 1``'s."""
+    import torch
+
+    data = table[0]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        tables = []
+        for jobs in (1, 2):
+            parsed = build_parser().parse_args(
+                [
+                    "experiment",
+                    "paper-table",
+                    "unused",
+                    "--backbones",
+                    "fedavg",
+                    "--variants",
+                    "none,fedvlr",
+                    "--seeds",
+                    "2",
+                    "--rounds",
+                    "2",
+                    "--local-epochs",
+                    "1",
+                    "--dim",
+                    "8",
+                    "--no-progress",
+                    "--jobs",
+                    str(jobs),
+                    "--out",
+                    str(tmp_path / f"jobs-{jobs}"),
+                ]
+            )
+            tables.append(_run(parsed, data, ["hr@10", "ndcg@10"]))
+    finally:
+        torch.set_num_threads(threads)
+    assert "side by side in 2 worker processes" in capsys.readouterr().err
+    one, two = (json.loads(json.dumps(t, default=str)) for t in tables)
+    for t in (one, two):
+        t.pop("config", None)
+        for row in t.get("row_configs", {}).values():
+            row.pop("jobs", None)
+    assert one["rows"] and one == two

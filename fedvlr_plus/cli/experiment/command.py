@@ -164,7 +164,7 @@ def paper_table_options(args):
         training=config_from_args(args, ks=ks), fedvlr=options_from_args(args, mode="fedvlr"), metrics=keys,
         overrides=parse_overrides(args.override),
         folder=Path(folder) if folder else None, resume=bool(args.resume), progress=not args.no_progress,
-        tune=args.tune, halving=args.halving)
+        tune=args.tune, halving=args.halving, jobs=args.jobs)
 
 
 def cmd_paper_table(args) -> int:

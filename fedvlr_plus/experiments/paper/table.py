@@ -24,6 +24,7 @@ Protocol as the paper's: leave-one-out by time, full ranking over all items with
 
 from __future__ import annotations
 
+import copy
 import sys
 from contextlib import ExitStack
 from dataclasses import dataclass, field, fields, replace
@@ -63,6 +64,8 @@ class PaperTableOptions:
     tune: bool = False
     #: with ``tune``, stop the recipes behind on validation early (successive halving, fedvlr_plus.fedvlr.halving)
     halving: bool = True
+    #: worker processes training the rows' seeds side by side (None: as the cores allow; 1: one after another)
+    jobs: int | None = 1
 
     def __post_init__(self):
         bad = [v for v in self.variants if v not in VARIANTS]
@@ -115,9 +118,9 @@ def run_paper_table(data, opts: PaperTableOptions) -> dict:
             from .tuning import tune_rows
 
             rows = tune_rows(study, rows, tuning, stack)
-        for recipe, variant in rows:
+        for recipe, _ in rows:
             row_configs[recipe.label] = study.experiment.config(recipe, study.seed).to_dict()
-            _train_row(study, recipe, variant)
+        _train_rows(study, rows)
     result = _result(study, skipped, row_configs)
     if tuning:
         result["tuning"] = tuning
@@ -270,10 +273,55 @@ def config_for_row(base_cfg, overrides, backbone: str, variant: str):
 
 
 # ---------------------------------------------------------------------------------------------- training
-def _train_row(study: _Study, recipe: Model, variant: str) -> None:
-    """Every seed of one row; its cold-rule twin when every seed could be scored with the rule."""
+def _train_rows(study: _Study, rows: list) -> None:
+    """Every seed of every row, side by side in worker processes where ``--jobs`` allows (each run builds from its
+    arguments and all randomness is keyed by seed and round: the same figures as one run after another), then
+    collected row by row in table order."""
+    from ...federation.runs.parallel import map_jobs, worker_count
+
+    runs = [(recipe, variant, study.seed + i) for recipe, variant in rows for i in range(study.experiment.seeds)]
+    jobs = study.opts.jobs
+    workers = 1 if jobs == 1 or len(runs) < 2 else worker_count(jobs, len(runs))
+    if workers > 1:
+        print(
+            f"paper-table: {len(runs)} runs ({len(rows)} rows x {study.experiment.seeds} seeds) side by side in "
+            f"{workers} worker processes",
+            file=sys.stderr,
+            flush=True,
+        )
+        lean = _for_workers(study)
+        done = map_jobs(_train_seed_job, [(lean, *run) for run in runs], workers)
+    else:
+        done = [_train_seed(study, *run) for run in runs]
+    per_row = study.experiment.seeds
+    for k, (recipe, _) in enumerate(rows):
+        _collect_row(study, recipe, done[k * per_row : (k + 1) * per_row])
+
+
+def _for_workers(study: _Study) -> _Study:
+    """What a worker needs of the study: without the results collected so far, and without progress bars (several
+    workers would write over each other's)."""
+    experiment = copy.copy(study.experiment)
+    experiment.progress = False
+    return replace(
+        study,
+        experiment=experiment,
+        opts=replace(study.opts, progress=False),
+        tests={},
+        among={},
+        selected={},
+        routers={},
+    )
+
+
+def _train_seed_job(job: tuple) -> dict:
+    """:func:`_train_seed` of one ``(study, recipe, variant, seed)`` (module level: a worker process calls it)."""
+    return _train_seed(*job)
+
+
+def _collect_row(study: _Study, recipe: Model, seeds: list[dict]) -> None:
+    """A row's seeds into the study; its cold-rule twin when every seed could be scored with the rule."""
     label = recipe.label
-    seeds = [_train_seed(study, recipe, variant, study.seed + i) for i in range(study.experiment.seeds)]
     study.tests[label] = [s["test"] for s in seeds]
     study.selected[label] = [s["round"] for s in seeds]
     if all(s.get("cold") is not None for s in seeds):
