@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from fedvlr_plus.cli.main import main
 from fedvlr_plus.fedvlr.tuning import RECIPES, Recipe, candidate_recipes, select_recipe
@@ -430,6 +431,18 @@ def test_paper_table_tune_halves_the_grid_and_survivors_score_as_if_trained_stra
     for c in survivors:  # continued from its checkpoint at each budget: the score of a straight run
         assert c["valid"] == pytest.approx(straight[c["name"]], abs=1e-12), c["name"]
     assert "paper-table: tuning fedavg+fedvlr: after 2 rounds, kept" in captured.err
+    # the candidates side by side in worker processes (one torch thread each on two cores) and one after another
+    # (one thread here too): the same scores, cuts and choice
+    tables, threads = {}, torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for jobs in ("1", "2"):
+            out = ["--out", str(tmp_path / f"table-jobs-{jobs}")] if with_folder else []
+            assert main([*argv, *out, "--jobs", jobs]) == 0
+            tables[jobs] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["tuning"]["fedavg+fedvlr"]
+    finally:
+        torch.set_num_threads(threads)
+    assert tables["1"] == tables["2"] and tables["2"]["selected"] == tune["selected"]
 
 
 def test_a_candidate_in_a_temporary_folder_checkpoints_at_the_end_of_its_budget_only():

@@ -289,7 +289,7 @@ def _train_rows(study: _Study, rows: list) -> None:
             file=sys.stderr,
             flush=True,
         )
-        lean = _for_workers(study)
+        lean = for_workers(study)
         done = map_jobs(_train_seed_job, [(lean, *run) for run in runs], workers)
     else:
         done = [_train_seed(study, *run) for run in runs]
@@ -298,7 +298,7 @@ def _train_rows(study: _Study, rows: list) -> None:
         _collect_row(study, recipe, done[k * per_row : (k + 1) * per_row])
 
 
-def _for_workers(study: _Study) -> _Study:
+def for_workers(study: _Study) -> _Study:
     """What a worker needs of the study: without the results collected so far, and without progress bars (several
     workers would write over each other's)."""
     experiment = copy.copy(study.experiment)

@@ -48,33 +48,52 @@ def _candidate(recipe: FedVLR, point) -> FedVLR:
 
 def _trainer(study, recipe: FedVLR, root):
     """``train_to(points, rounds)``: each grid point trained for the table's first seed up to ``rounds``, continuing
-    its own earlier training (its folder's checkpoint), or read back under ``--resume``; their best valid scores."""
-    from ...fedvlr.halving import budget_settings, candidate_folder
+    its own earlier training (its folder's checkpoint), or read back under ``--resume``; side by side in worker
+    processes where ``--jobs`` allows (the same scores); their best valid scores."""
+    from ...federation.runs.parallel import map_jobs, worker_count
+    from ...fedvlr.halving import candidate_folder
+    from .table import for_workers
 
     started = set()  # points this call trained before: they continue; others resume only under --resume
 
-    def one(point, rounds: int) -> float:
-        folder = candidate_folder(root, point.name) / f"seed-{study.seed}" if root is not None else None
-        temporary = study.opts.folder is None
-        settings = budget_settings(rounds, temporary=temporary)
-        # in a temporary folder the kept recipe's candidate is continued by its row: it keeps its selected model
-        keep = temporary and folder is not None
-        run = study.experiment.start(
-            _candidate(recipe, point), study.seed, folder=folder, settings=settings, test=False, keep_selected=keep
-        )
-        if folder is not None and run.folder.has_checkpoint():
-            if point.name not in started and not study.opts.resume:
-                raise RunFolderError(
-                    str(study.opts.folder),
-                    "already holds runs",
-                    f"continue them with --resume {study.opts.folder}, or choose another folder",
-                )
-            run.load_checkpoint()
-        started.add(point.name)
-        run.run()
-        return float(run.best["metric"])
+    def train_to(points, rounds: int) -> list[float]:
+        jobs = []
+        for point in points:
+            folder = candidate_folder(root, point.name) / f"seed-{study.seed}" if root is not None else None
+            jobs.append((study, recipe, point, rounds, folder, point.name in started or study.opts.resume))
+            started.add(point.name)
+        workers = 1 if study.opts.jobs == 1 or len(jobs) < 2 else worker_count(study.opts.jobs, len(jobs))
+        if workers > 1:
+            lean = for_workers(study)
+            return map_jobs(_candidate_score, [(lean, *job[1:]) for job in jobs], workers)
+        return [_candidate_score(job) for job in jobs]
 
-    return lambda points, rounds: [one(point, rounds) for point in points]
+    return train_to
+
+
+def _candidate_score(job: tuple) -> float:
+    """One grid point ``(study, recipe, point, rounds, folder, may_continue)`` trained up to ``rounds`` (its folder's
+    checkpoint continued where ``may_continue``): its best valid score. Module level: a worker process calls it."""
+    from ...fedvlr.halving import budget_settings
+
+    study, recipe, point, rounds, folder, may_continue = job
+    temporary = study.opts.folder is None
+    settings = budget_settings(rounds, temporary=temporary)
+    # in a temporary folder the kept recipe's candidate is continued by its row: it keeps its selected model
+    keep = temporary and folder is not None
+    run = study.experiment.start(
+        _candidate(recipe, point), study.seed, folder=folder, settings=settings, test=False, keep_selected=keep
+    )
+    if folder is not None and run.folder.has_checkpoint():
+        if not may_continue:
+            raise RunFolderError(
+                str(study.opts.folder),
+                "already holds runs",
+                f"continue them with --resume {study.opts.folder}, or choose another folder",
+            )
+        run.load_checkpoint()
+    run.run()
+    return float(run.best["metric"])
 
 
 def tuned_recipe(study, recipe: FedVLR, stack: ExitStack):
