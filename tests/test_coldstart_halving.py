@@ -1,4 +1,5 @@
-"""``coldstart --tune`` cuts its grid by successive halving, each candidate's run kept in memory between budgets."""
+"""``coldstart --tune`` cuts its grid by successive halving, each candidate going on from where it stopped (in memory,
+or from its folder in a worker process)."""
 
 from __future__ import annotations
 
@@ -37,3 +38,32 @@ def test_survivors_score_as_if_trained_straight_and_the_rest_are_stopped(tmp_pat
     for c in survivors:  # trained 2 rounds, then on to 4, then to 8, in memory: the score of a straight run
         assert c["valid"] == pytest.approx(straight[c["name"]], abs=1e-9), c["name"]
     assert tune["selected"] == max(survivors, key=lambda c: c["valid"])["name"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("study", sorted(STUDIES))
+def test_candidates_side_by_side_score_as_one_after_another(tmp_path, capsys, monkeypatch, study):
+    """``--jobs 2``: each budget's candidates train in worker processes, each going on from its own folder's
+    checkpoint; one torch thread in both studies (each worker has one): the same report, cut for cut."""
+    import torch
+
+    from fedvlr_plus.fedvlr import halving
+
+    folder = _feature_folder(tmp_path / "fx", n_users=60)
+    # more joining users, rated by hr@5: the candidates' scores differ (a comparison of equal scores would prove
+    # nothing about which score belongs to which candidate)
+    extra = ["--cold-select", "hr@5", "--cold-users", "0.4"] if study == "users" else []
+    monkeypatch.setattr(halving, "MIN_ROUNDS_TO_HALVE", 8)  # (read here, where the budgets are set)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        one_by_one = _tuning(capsys, folder, study, *extra, "--jobs", "1")
+        assert main(["coldstart", str(folder), *COMMON, *STUDIES[study], *extra, "--jobs", "2", "--json"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr()
+    assert "side by side in 2 worker processes" in out.err
+    side_by_side = json.loads(out.out.strip().splitlines()[-1])["tuning"]
+    assert {c["stopped_at_round"] for c in one_by_one["candidates"]} - {None}  # (the grid was cut)
+    assert len({c["valid"] for c in one_by_one["candidates"]}) > 1
+    assert side_by_side == one_by_one

@@ -10,7 +10,10 @@ every other path does.
 from __future__ import annotations
 
 import sys
+import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from ..metric_spec import parse_metrics
 
@@ -236,11 +239,11 @@ def _tuned(opts: ColdStartOptions, fusion: str, cfg, data, log, parts: dict | No
     cold-item split, else the warm users'): in an item study with cold validation targets, on the figure the study
     reports (the ``cold_select`` metric among cold items, best cold rule); in a new-user study, on its validation
     joining users; else on the run's own validation metric. Returns the options and config the study then trains
-    with, and the tuning report. Flags the user passed stay fixed; the backbone alone keeps its own settings."""
+    with, and the tuning report. Flags the user passed stay fixed; the backbone alone keeps its own settings. The
+    recipes of a budget train side by side in worker processes where ``opts.jobs`` allows (the same scores)."""
     from ..fedvlr.halving import budgets as halving_budgets
     from ..fedvlr.halving import budgets_note, successive_halving
     from ..fedvlr.tuning import candidate_recipes, fixed_by, tries_id_dropout
-    from .tune_halving import in_memory_trainer
 
     fo = opts.fedvlr
     # a new-user study scores joining users, not items: the warm users' data may lack items only newcomers touched,
@@ -255,40 +258,98 @@ def _tuned(opts: ColdStartOptions, fusion: str, cfg, data, log, parts: dict | No
         weight_decay=cfg.weight_decay or None,
         backbone=opts.backbone,
     )
-
-    def apply(point):
-        decay = cfg.weight_decay if point.weight_decay is None else point.weight_decay
-        return (
-            replace(opts, fedvlr=point.layer_options(fo)),
-            replace(cfg, lr=point.lr, server_lr=point.server_lr, weight_decay=decay),
-        )
-
-    joining = _joining_validation(opts, parts, cfg) if parts is not None else None
-    among_cold = _cold_item_validation(opts, parts, views) if joining is None else None
-    rate = joining or among_cold
-
-    def start(point):
-        o, c = apply(point)
-        c = replace(c, seeds=1)
-        return _recipe(o, fusion, c)(data), c
-
-    metric = _tuning_metric(opts, cfg, joining is not None, among_cold is not None)
+    rate = _Rate(opts, cfg, parts, views)
+    joining = rate.joining()
+    among_cold = rate.among_cold() if joining is None else None
+    metric = _tuning_metric(opts, cfg, joining, among_cold)
     budgets = halving_budgets(cfg, opts.halving)
     if log:
         log(f"tuning: {len(points)} recipes on seed {cfg.seed}, on {metric}" + budgets_note(budgets))
-    score = rate or (lambda run: run.best["metric"])
     announce = (lambda point, rounds: log(f"tuning: recipe {point.name} up to round {rounds}")) if log else None
-    train_to = in_memory_trainer(data, start, score, progress=opts.progress, announce=announce)
-    report = successive_halving(points, train_to, budgets=budgets, metric=metric, seed=cfg.seed, on_rung=_cut(log))
+    score = joining or among_cold or _best_valid
+    with _trainer(opts, _Candidate(opts, fusion, cfg), (rate, score), data, len(points), announce, log) as train_to:
+        report = successive_halving(points, train_to, budgets=budgets, metric=metric, seed=cfg.seed, on_rung=_cut(log))
     if log:
         log(f"tuning: kept recipe {report.selected} ({report.scores_line()})")
     out = report.to_json()
     if joining is not None:
         out["split"] = "validation joining users (a seeded third of the held-out users, never reported)"
-    return (*apply(report.chosen), out)
+    return (*_with_point(opts, cfg, report.chosen), out)
 
 
-def _tuning_metric(opts: ColdStartOptions, cfg, joining: bool, among_cold: bool) -> str:
+@contextmanager
+def _trainer(opts: ColdStartOptions, build, rating: tuple, data, n_points: int, announce, log):
+    """The tuner's ``train_to``: the recipes in worker processes, each going on from its own temporary folder, where
+    ``opts.jobs`` gives more than one worker; else one after another, kept in memory between budgets. ``rating``:
+    the :class:`_Rate` a worker builds its scoring from, and the scoring built here."""
+    from ..federation.runs.parallel import worker_count
+    from .tune_halving import folder_trainer, in_memory_trainer
+
+    rate, score = rating
+    workers = 1 if opts.jobs == 1 or n_points < 2 else worker_count(opts.jobs, n_points)
+    if workers == 1:
+        yield in_memory_trainer(
+            data, lambda point: build(point, data), score, progress=opts.progress, announce=announce
+        )
+        return
+    if log:
+        log(f"tuning: the recipes of each budget side by side in {workers} worker processes")
+    with tempfile.TemporaryDirectory(prefix="fedvlr-coldstart-tuning-") as root:
+        yield folder_trainer(data, build, rate, Path(root), workers, announce)
+
+
+def _with_point(opts: ColdStartOptions, cfg, point):
+    """The study's options and config with a grid point's recipe."""
+    decay = cfg.weight_decay if point.weight_decay is None else point.weight_decay
+    return (
+        replace(opts, fedvlr=point.layer_options(opts.fedvlr)),
+        replace(cfg, lr=point.lr, server_lr=point.server_lr, weight_decay=decay),
+    )
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """``(point, data) -> (model, config)`` of one grid point, trained for one seed (a class, so that a worker
+    process can be sent it)."""
+
+    opts: ColdStartOptions
+    fusion: str
+    cfg: object
+
+    def __call__(self, point, data):
+        o, c = _with_point(self.opts, self.cfg, point)
+        c = replace(c, seeds=1)
+        return _recipe(o, self.fusion, c)(data), c
+
+
+@dataclass(frozen=True)
+class _Rate:
+    """How the tuning rates a candidate run at its selected round: its validation joining users in a new-user
+    study, its best cold rule among cold items in an item study with cold validation targets, else the run's own
+    validation metric. A worker process builds the same scoring function from it (:meth:`scorer`)."""
+
+    opts: ColdStartOptions
+    cfg: object
+    parts: dict | None
+    views: object
+
+    def joining(self):
+        return _joining_validation(self.opts, self.parts, self.cfg) if self.parts is not None else None
+
+    def among_cold(self):
+        return _cold_item_validation(self.opts, self.parts, self.views)
+
+    def scorer(self):
+        """``run -> score`` (see the class)."""
+        joining = self.joining()
+        return joining or (self.among_cold() if joining is None else None) or _best_valid
+
+
+def _best_valid(run) -> float:
+    return run.best["metric"]
+
+
+def _tuning_metric(opts: ColdStartOptions, cfg, joining, among_cold) -> str:
     """What the tuning rates a recipe by, as its report names it."""
     if joining:
         return f"{opts.cold_select.lower()} of validation joining users"
