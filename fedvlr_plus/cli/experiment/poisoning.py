@@ -78,7 +78,7 @@ def register(ex) -> argparse.ArgumentParser:
                         "so the same command run again resumes the grid")
     o.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     # the cold-start command's set of engine flags: no --resume (this experiment keeps no run folders)
-    add_run_arguments(p, command="coldstart")
+    add_run_arguments(p, command="poisoning")
     # fedgrad's server lr: the ml-100k setting of docs/results.md (the backbone's sum-rule default diverges there)
     p.set_defaults(func=cmd_poisoning, seeds=3, rounds=60, eval_every=10, patience=3, server_lr=3.0)
     return p

@@ -43,7 +43,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     g.add_argument("--metric", default="ndcg@50", help="the table's figure (also the validation metric)")
     g.add_argument("--out", metavar="DIR", default=None, help="report folder (table.md, table.csv, result.json)")
     g.add_argument("--json", action="store_true", help="print one JSON object as the last line")
-    add_run_arguments(p, command="experiment")
+    add_run_arguments(p, command="privacy")
     add_fusion_arguments(p)
 
 
