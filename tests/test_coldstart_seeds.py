@@ -9,33 +9,10 @@ from test_coldstart import _feature_folder
 
 from fedvlr_plus.cli import main
 
-FLAGS = [
-    "--backbone",
-    "fedavg",
-    "--fusion",
-    "fedvlr",
-    "--no-tune",
-    "--rounds",
-    "3",
-    "--eval-every",
-    "1",
-    "--seeds",
-    "2",
-    "--dim",
-    "8",
-    "--local-epochs",
-    "1",
-    "--support",
-    "1,3",
-    "--support-epochs",
-    "2",
-    "--cold-users",
-    "0.2",
-    "--cold-items",
-    "0.2",
-    "--json",
-    "--no-progress",
-]
+FLAGS = (
+    "--backbone fedavg --fusion fedvlr --no-tune --rounds 3 --eval-every 1 --seeds 2 --dim 8 --local-epochs 1 "
+    "--support 1,3 --support-epochs 2 --cold-users 0.2 --cold-items 0.2 --json --no-progress"
+).split()
 
 
 def _study(folder, jobs: int, capsys) -> tuple[dict, str]:

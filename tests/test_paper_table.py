@@ -16,6 +16,9 @@ from fedvlr_plus.evaluation import evaluate
 from fedvlr_plus.experiments.paper.table import run_paper_table
 from fedvlr_plus.federation.synthetic import synthetic_data
 
+#: a small table's training flags: two seeds of two rounds
+SMALL = "--seeds 2 --rounds 2 --local-epochs 1 --dim 8 --no-progress".split()
+
 
 def _run(args, data, metrics):
     """The table for parsed flags, with ``metrics`` in place of --metrics."""
@@ -72,15 +75,7 @@ def table(tmp_path_factory):
         "fedavg",
         "--variants",
         "none,fedgrad,fedvlr",
-        "--seeds",
-        "2",
-        "--rounds",
-        "2",
-        "--local-epochs",
-        "1",
-        "--dim",
-        "8",
-        "--no-progress",
+        *SMALL,
         "--out",
         str(out),
         "--override",
@@ -422,30 +417,9 @@ def test_rows_and_seeds_side_by_side_give_the_table_of_runs_one_after_another(ta
     try:
         tables = []
         for jobs in (1, 2):
-            parsed = build_parser().parse_args(
-                [
-                    "experiment",
-                    "paper-table",
-                    "unused",
-                    "--backbones",
-                    "fedavg",
-                    "--variants",
-                    "none,fedvlr",
-                    "--seeds",
-                    "2",
-                    "--rounds",
-                    "2",
-                    "--local-epochs",
-                    "1",
-                    "--dim",
-                    "8",
-                    "--no-progress",
-                    "--jobs",
-                    str(jobs),
-                    "--out",
-                    str(tmp_path / f"jobs-{jobs}"),
-                ]
-            )
+            argv = ["experiment", "paper-table", "unused", "--backbones", "fedavg", "--variants", "none,fedvlr"]
+            argv += [*SMALL, "--jobs", str(jobs), "--out", str(tmp_path / f"jobs-{jobs}")]
+            parsed = build_parser().parse_args(argv)
             tables.append(_run(parsed, data, ["hr@10", "ndcg@10"]))
     finally:
         torch.set_num_threads(threads)
