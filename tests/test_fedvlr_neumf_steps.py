@@ -53,10 +53,14 @@ def _references(variant: str, mode: str):
     return slow, _fit(SequentialSimulator, _layer("fedncf", **kw), config)
 
 
-@pytest.mark.parametrize("by_id", [False, True])
-@pytest.mark.parametrize("kernel", ["compiled", "torch"])
+#: (mode, kernel, by_id): every mode with the compiled kernels, the MF blocks read whole and by id; the torch path of
+#: the first layer once per variant (it reads neither the MF blocks nor the mode's options)
+CASES = [(m, "compiled", b) for m in ("grads", "grads+wd", "grads+many_steps") for b in (False, True)]
+CASES += [("grads", "torch", False)]
+
+
+@pytest.mark.parametrize("mode, kernel, by_id", CASES)
 @pytest.mark.parametrize("variant", list(VARIANTS))
-@pytest.mark.parametrize("mode", ["grads", "grads+wd", "grads+many_steps"])
 def test_neumf_steps_give_the_autograd_round_and_the_sequential_one(variant, mode, kernel, by_id, monkeypatch):
     """``by_id``: a catalogue too large to read whole a step (the MF blocks read by id, :class:`IndexedRows`);
     ``kernel``: the first layer's item side by the compiled kernels or by their torch path."""

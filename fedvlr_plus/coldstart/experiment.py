@@ -173,19 +173,16 @@ def item_coldstart(data, make_model, cfg, views: dict, *, spec: EvalSpec, rules=
     among cold items). ``jobs``: worker processes training the seeds side by side (:mod:`.seeds`; None: as the
     cores allow). Returns the JSON-ready result (see :func:`item_result`).
     """
-    from .seeds import ItemSeed, fresh_spec, item_seed, seed_jobs
+    from .seeds import ItemSeed, fresh_spec, item_seed
 
     cold = data.cold_items()
     if not cold.any():
         rules = ()   # no cold rows to fill: the trained model is the only variant, and the notes say why
     state = ItemColdStart(tuple(rules))
     fitted = {r: make_rule(r, views, cold, k=neighbours_k, seed=spec.seed) for r in rules}
-    seeds, workers = seed_jobs(cfg, jobs, make_model)
-    if workers > 1:
-        progress = False
-        if log:
-            log(f"seeds {', '.join(str(c.seed) for c in seeds)} side by side in {workers} worker processes")
-    job = ItemSeed(data, make_model, None, fresh_spec(spec) if workers > 1 else spec, fitted, select_metric, progress)
+    seeds, workers = _seed_plan(cfg, jobs, make_model, log)
+    job = ItemSeed(data, make_model, None, fresh_spec(spec) if workers > 1 else spec, fitted, select_metric,
+                   progress and workers == 1)
     for scfg, res in zip(seeds, map_jobs(item_seed, [replace(job, cfg=c) for c in seeds], workers)):
         state.selected_round.append(res["round"])
         if log:
@@ -430,13 +427,11 @@ def user_coldstart(full, warm, held_out: np.ndarray, make_model, cfg, views: dic
     the cores allow)."""
     from .paired import PER_USER
     from .popularity_prior import log_popularity
-    from .seeds import UserSeed, fresh_spec, seed_jobs, user_seed
+    from .seeds import UserSeed, fresh_spec
     from .splits import support_query
     from .support_epochs import split_joining_users
 
     keys = list(spec.keys)
-    frames: dict = {}
-    sparsity, rounds, chosen = [], [], {}
     pop_counts = warm.item_popularity("train")
     sq = {n: support_query(full, held_out, n) for n in supports}
     auto = epochs == "auto"
@@ -446,23 +441,11 @@ def user_coldstart(full, warm, held_out: np.ndarray, make_model, cfg, views: dic
         raise ValueError("a popularity prior's weight and an automatic start are chosen on validation joining "
                          "users: they need epochs='auto' or hold_valid=True")
     prior_row = log_popularity(pop_counts) if prior == "popularity" else None
-    seeds, workers = seed_jobs(cfg, jobs, make_model)
-    if workers > 1:
-        progress = False
-        if log:
-            log(f"seeds {', '.join(str(c.seed) for c in seeds)} side by side in {workers} worker processes")
+    seeds, workers = _seed_plan(cfg, jobs, make_model, log)
     joining = dict(epochs=epochs, start=start, valid_users=valid_users, select_metric=select_metric, prior=prior_row)
     job = UserSeed(warm, make_model, None, fresh_spec(spec) if workers > 1 else spec, sq, held_out, joining,
-                   report_users, progress)
-    for scfg, res in zip(seeds, map_jobs(user_seed, [replace(job, cfg=c) for c in seeds], workers)):
-        rounds.append(res["round"])
-        if log:
-            log(f"seed {scfg.seed}: selected round {res['round']} of {res['rounds']}")
-        sparsity.append(res["sparsity"])
-        for n in supports:
-            frames.setdefault(("model", n), []).append(res["frames"][n])
-            for record in res["chosen"].get(str(n), []):
-                chosen.setdefault(str(n), []).append(record)
+                   report_users, progress and workers == 1)
+    rounds, sparsity, frames, chosen = _user_seeds(job, seeds, workers, log)
     for n in supports:
         _reference_frames(frames, n, sq[n], pop_counts, views, spec, report_users)
     curves = {name: {str(n): summarise(frames[(name, n)], keys) for n in supports}
@@ -479,6 +462,36 @@ def user_coldstart(full, warm, held_out: np.ndarray, make_model, cfg, views: dic
         out["support_epochs"] = {"valid_users": int(len(valid_users)), "reported_users": int(len(report_users)),
                                  "metric": select_metric, "chosen": chosen}
     return out
+
+
+def _seed_plan(cfg, jobs: int | None, make_model, log) -> tuple[list, int]:
+    """The study's seeds and the worker processes that train them (:func:`.seeds.seed_jobs`), said in the log
+    where they train side by side."""
+    from .seeds import seed_jobs
+
+    seeds, workers = seed_jobs(cfg, jobs, make_model)
+    if workers > 1 and log:
+        log(f"seeds {', '.join(str(c.seed) for c in seeds)} side by side in {workers} worker processes")
+    return seeds, workers
+
+
+def _user_seeds(job, seeds: list, workers: int, log) -> tuple[list, list, dict, dict]:
+    """Every seed of a new-user study (:func:`.seeds.user_seed`), added up in seed order: the selected rounds, the
+    trained users' per-user frames, the joining users' frames per support size (``("model", n)``) and the choices
+    made on validation joining users (support size -> records)."""
+    from .seeds import user_seed
+
+    rounds, sparsity, frames, chosen = [], [], {}, {}
+    for scfg, res in zip(seeds, map_jobs(user_seed, [replace(job, cfg=c) for c in seeds], workers)):
+        rounds.append(res["round"])
+        if log:
+            log(f"seed {scfg.seed}: selected round {res['round']} of {res['rounds']}")
+        sparsity.append(res["sparsity"])
+        for n, frame in res["frames"].items():
+            frames.setdefault(("model", n), []).append(frame)
+            for record in res["chosen"].get(str(n), []):
+                chosen.setdefault(str(n), []).append(record)
+    return rounds, sparsity, frames, chosen
 
 
 def _pop_test(warm, spec: EvalSpec) -> pd.DataFrame:
