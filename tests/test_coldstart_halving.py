@@ -49,9 +49,9 @@ def test_candidates_side_by_side_score_as_one_after_another(tmp_path, capsys, mo
 
     from fedvlr_plus.fedvlr import halving
 
-    folder = _feature_folder(tmp_path / "fx", n_users=60)
-    # more joining users, rated by hr@5: the candidates' scores differ (a comparison of equal scores would prove
-    # nothing about which score belongs to which candidate)
+    # a new-user study: more joining users, rated by hr@5, so that the candidates' scores differ (a comparison of
+    # equal scores would prove nothing about which score belongs to which candidate)
+    folder = _feature_folder(tmp_path / "fx", n_users=60 if study == "users" else 30)
     extra = ["--cold-select", "hr@5", "--cold-users", "0.4"] if study == "users" else []
     monkeypatch.setattr(halving, "MIN_ROUNDS_TO_HALVE", 8)  # (read here, where the budgets are set)
     threads = torch.get_num_threads()

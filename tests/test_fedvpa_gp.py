@@ -267,7 +267,7 @@ def test_central_ceiling_sees_opposite_types():
 
 @pytest.mark.slow
 def test_fedvpa_gp_beats_the_monolithic_reward_on_conflicting_types():
-    cfg = VPAConfig(rounds=150, local_steps=2, latent=4, context_size=8)
+    cfg = VPAConfig(rounds=80, local_steps=2, latent=4, context_size=8)
     rep = run_fedvpa_gp(
         "synthetic", cfg=cfg, pairs=_conflict(6, 40), clients_per_type=4, unseen_per_type=2, context_pairs=10
     )
