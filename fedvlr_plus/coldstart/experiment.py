@@ -187,9 +187,9 @@ def item_coldstart(data, make_model, cfg, views: dict, *, spec: EvalSpec, rules=
         state.selected_round.append(res["round"])
         if log:
             log(f"seed {scfg.seed}: selected round {res['round']} of {res['rounds']}")
-        for part, f in res["trained"].items():
-            state.add("trained", part, f)
         trained = res["trained"]
+        for part, f in trained.items():
+            state.add("trained", part, f)
         state.sparsity.append(trained["warm"] if len(trained["warm"]) else trained["all"])
         for r in rules:
             if r in res["valid"]:

@@ -54,9 +54,8 @@ def seed_jobs(cfg, jobs: int | None, make_model) -> tuple[list, int]:
     from ..federation.runs.parallel import worker_count
 
     seeds = [replace(cfg, seed=cfg.seed + i, seeds=1) for i in range(cfg.seeds)]
-    if jobs == 1 or len(seeds) == 1 or not _picklable(make_model):
-        return seeds, 1
-    return seeds, worker_count(jobs, len(seeds))
+    workers = worker_count(jobs, len(seeds))  # (one for --jobs 1 or a single seed)
+    return seeds, workers if workers == 1 or _picklable(make_model) else 1  # (pickled only where it is sent)
 
 
 def _picklable(obj) -> bool:

@@ -259,15 +259,14 @@ def _tuned(opts: ColdStartOptions, fusion: str, cfg, data, log, parts: dict | No
         backbone=opts.backbone,
     )
     rate = _Rate(opts, cfg, parts, views)
-    joining = rate.joining()
-    among_cold = rate.among_cold() if joining is None else None
+    joining, among_cold = rate.ratings()
     metric = _tuning_metric(opts, cfg, joining, among_cold)
     budgets = halving_budgets(cfg, opts.halving)
     if log:
         log(f"tuning: {len(points)} recipes on seed {cfg.seed}, on {metric}" + budgets_note(budgets))
     announce = (lambda point, rounds: log(f"tuning: recipe {point.name} up to round {rounds}")) if log else None
-    score = joining or among_cold or _best_valid
-    with _trainer(opts, _Candidate(opts, fusion, cfg), (rate, score), data, len(points), announce, log) as train_to:
+    score = _scorer_of(joining, among_cold)
+    with _trainer(opts, _Candidate(opts, fusion, cfg), rate, score, data, len(points), announce, log) as train_to:
         report = successive_halving(points, train_to, budgets=budgets, metric=metric, seed=cfg.seed, on_rung=_cut(log))
     if log:
         log(f"tuning: kept recipe {report.selected} ({report.scores_line()})")
@@ -278,15 +277,14 @@ def _tuned(opts: ColdStartOptions, fusion: str, cfg, data, log, parts: dict | No
 
 
 @contextmanager
-def _trainer(opts: ColdStartOptions, build, rating: tuple, data, n_points: int, announce, log):
+def _trainer(opts: ColdStartOptions, build, rate, score, data, n_points: int, announce, log):
     """The tuner's ``train_to``: the recipes in worker processes, each going on from its own temporary folder, where
-    ``opts.jobs`` gives more than one worker; else one after another, kept in memory between budgets. ``rating``:
-    the :class:`_Rate` a worker builds its scoring from, and the scoring built here."""
+    ``opts.jobs`` gives more than one worker; else one after another, kept in memory between budgets. ``rate``: the
+    :class:`_Rate` a worker builds its scoring from; ``score``: the scoring built here."""
     from ..federation.runs.parallel import worker_count
     from .tune_halving import folder_trainer, in_memory_trainer
 
-    rate, score = rating
-    workers = 1 if opts.jobs == 1 or n_points < 2 else worker_count(opts.jobs, n_points)
+    workers = worker_count(opts.jobs, n_points)  # (one for --jobs 1 or a single recipe)
     if workers == 1:
         yield in_memory_trainer(
             data, lambda point: build(point, data), score, progress=opts.progress, announce=announce
@@ -333,16 +331,20 @@ class _Rate:
     parts: dict | None
     views: object
 
-    def joining(self):
-        return _joining_validation(self.opts, self.parts, self.cfg) if self.parts is not None else None
-
-    def among_cold(self):
-        return _cold_item_validation(self.opts, self.parts, self.views)
+    def ratings(self) -> tuple:
+        """``(joining, among_cold)``: the joining users' rating of a new-user study, else None and the cold items'
+        rating (None too where the validation split has no cold target)."""
+        joining = _joining_validation(self.opts, self.parts, self.cfg) if self.parts is not None else None
+        return joining, (_cold_item_validation(self.opts, self.parts, self.views) if joining is None else None)
 
     def scorer(self):
         """``run -> score`` (see the class)."""
-        joining = self.joining()
-        return joining or (self.among_cold() if joining is None else None) or _best_valid
+        return _scorer_of(*self.ratings())
+
+
+def _scorer_of(joining, among_cold):
+    """The first rating that applies (:meth:`_Rate.ratings`), else the run's own validation metric."""
+    return joining or among_cold or _best_valid
 
 
 def _best_valid(run) -> float:

@@ -104,6 +104,7 @@ class NeuMFSteps:
         self.s = 0
         self._scratch = Scratch() if scratch is None else scratch  # the steps' intermediates (:meth:`_buffers`)
         self._tables = None  # (the broadcast table, F^G [N, J d], W_i F^M [N J, h1], F^M [N, J, d])
+        self._kernels = _compiled(self.acc)  # the first layer's compiled kernels, or None: the torch path
 
     def rows(self, fused: torch.Tensor, chunk_rows, fidx: torch.Tensor, items: torch.Tensor):
         """The step's examples: the MF blocks of their fused rows (read in place: from the whole broadcast table
@@ -145,7 +146,7 @@ class NeuMFSteps:
         gmf_dir = u_gmf * tw["out_gmf"]  # [C, d]
         s_mf = mf_rows.dot(gmf_dir)  # <u ⊙ o, F^G_lj>  [C, L, J]
         user_side = u_mlp @ tw["mlp1_user"].T + tw["mlp1_b"]  # [C, h1]
-        kernels, buf = _compiled(self.acc), self._buffers
+        kernels, buf = self._kernels, self._buffers
         x_mlp, h1 = self._first_layer(kernels, items, w, user_side)
         h2 = torch.addmm(tw["mlp2_b"], h1, tw["mlp2_w"].T, out=buf("h2", c_n * l_n, tw["mlp2_b"].shape[0])).relu_()
         h3 = torch.addmm(tw["mlp3_b"], h2, tw["mlp3_w"].T, out=buf("h3", c_n * l_n, tw["mlp3_b"].shape[0])).relu_()

@@ -280,8 +280,7 @@ def _train_rows(study: _Study, rows: list) -> None:
     from ...federation.runs.parallel import map_jobs, worker_count
 
     runs = [(recipe, variant, study.seed + i) for recipe, variant in rows for i in range(study.experiment.seeds)]
-    jobs = study.opts.jobs
-    workers = 1 if jobs == 1 or len(runs) < 2 else worker_count(jobs, len(runs))
+    workers = worker_count(study.opts.jobs, len(runs))  # (one for --jobs 1 or a single run)
     if workers > 1:
         print(
             f"paper-table: {len(runs)} runs ({len(rows)} rows x {study.experiment.seeds} seeds) side by side in "

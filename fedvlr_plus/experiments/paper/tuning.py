@@ -62,7 +62,7 @@ def _trainer(study, recipe: FedVLR, root):
             folder = candidate_folder(root, point.name) / f"seed-{study.seed}" if root is not None else None
             jobs.append((study, recipe, point, rounds, folder, point.name in started or study.opts.resume))
             started.add(point.name)
-        workers = 1 if study.opts.jobs == 1 or len(jobs) < 2 else worker_count(study.opts.jobs, len(jobs))
+        workers = worker_count(study.opts.jobs, len(jobs))  # (one for --jobs 1 or a single point)
         if workers > 1:
             lean = for_workers(study)
             return map_jobs(_candidate_score, [(lean, *job[1:]) for job in jobs], workers)
