@@ -122,9 +122,20 @@ def test_run_json_and_console_carry_the_budget():
     assert f"privacy: epsilon {p['epsilon']:.3g} at delta" in res.out
 
 
-def test_privacy_table_command_runs_on_tiny_data(tmp_path):
-    out = tmp_path / "t4"
-    res = run_cli(
+def _privacy_table(out, jobs: int):
+    """The tiny privacy table, its runs in ``jobs`` worker processes (one torch thread in this process)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _privacy_table_cli(out, jobs)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _privacy_table_cli(out, jobs: int):
+    return run_cli(
         "experiment",
         "privacy-table",
         "synthetic:30x80",
@@ -145,12 +156,25 @@ def test_privacy_table_command_runs_on_tiny_data(tmp_path):
         "--metric",
         "ndcg@10",
         "--no-progress",
+        "--jobs",
+        str(jobs),
         "--out",
         str(out),
         "--json",
     )
+
+
+def test_privacy_table_command_runs_on_tiny_data_and_its_runs_side_by_side_change_nothing(tmp_path):
+    out = tmp_path / "t4"
+    res = _privacy_table(out, jobs=2)
     assert res.code == 0, res.err
+    assert "6 runs side by side in 2 worker processes" in res.err
     result = json.loads(res.out.strip().splitlines()[-1])
+    one_by_one = _privacy_table(tmp_path / "one", jobs=1)
+    assert "side by side" not in one_by_one.err
+    again = json.loads(one_by_one.out.strip().splitlines()[-1])
+    assert again["config"].pop("jobs") == 1 and result["config"].pop("jobs") == 2
+    assert again == result
     # the unprotected run, then σ = 0 and 1 with the uploads clipped at the same C
     assert [(r["sigma"], r["clip"]) for r in result["rows"]] == [(0.0, 0.0), (0.0, 1.0), (1.0, 1.0)]
     assert result["seeds"] == [0, 1]

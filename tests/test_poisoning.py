@@ -199,6 +199,9 @@ def test_the_command_runs_end_to_end_on_tiny_data(tmp_path):
 
 
 def test_a_rerun_reads_finished_cells_back_and_refuses_other_settings(tmp_path):
+    """The first grid trains its cells in two worker processes, each saving its own cell; the rerun, one cell after
+    another, reads them back and retrains a lost one to the same figures (one torch thread in both)."""
+    import torch
     from _bad_input import assert_user_error, run_cli
 
     out = tmp_path / "poison"
@@ -220,11 +223,17 @@ def test_a_rerun_reads_finished_cells_back_and_refuses_other_settings(tmp_path):
         out,
         "--json",
     ]
-    first = run_cli(*argv)
-    assert first.code == 0, first.err
-    # a killed grid: one cell's file is gone; the rerun trains only that one and gives the same table
-    (out / "cells" / "seed0-fedavg-0.1.json").unlink()
-    again = run_cli(*argv)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        first = run_cli(*argv, "--jobs", "2")
+        assert first.code == 0, first.err
+        assert "2 cells side by side in 2 worker processes" in first.err
+        # a killed grid: one cell's file is gone; the rerun trains only that one and gives the same table
+        (out / "cells" / "seed0-fedavg-0.1.json").unlink()
+        again = run_cli(*argv, "--jobs", "1")
+    finally:
+        torch.set_num_threads(threads)
     assert again.code == 0, again.err
     assert "seed0-fedavg-0: read back" in again.err and "seed0-fedavg-0.1: read back" not in again.err
     timing = ("cpu_s", "wall_s")

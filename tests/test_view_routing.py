@@ -132,39 +132,41 @@ def test_auto_routes_over_views_where_there_are_two_and_over_operators_where_the
     assert one.experts == ["sum", "mlp", "gate"] and one.router_over == "operators"
 
 
-def test_the_planted_experiment_runs_end_to_end_and_bad_flags_are_one_line(tmp_path, capsys):
+def _planted_cli(out, jobs: int, capsys) -> tuple[dict, str]:
+    """The tiny planted control's JSON and stderr, its runs in ``jobs`` worker processes (one torch thread)."""
     import json
+
+    import torch
 
     from fedvlr_plus.cli import main
 
+    argv = ["experiment", "planted", "--users", "60", "--items", "80", "--seeds", "1", "--rounds", "1", "--dim", "8"]
+    argv += ["--rows", "single,sum", "--control-only", "--no-progress", "--jobs", str(jobs), "--out", str(out)]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert main([*argv, "--json"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    printed = capsys.readouterr()
+    return json.loads(printed.out.strip().splitlines()[-1]), printed.err
+
+
+def _without_timings(x):
+    if isinstance(x, dict):
+        return {k: _without_timings(v) for k, v in x.items() if k != "seconds_per_round"}
+    return [_without_timings(v) for v in x] if isinstance(x, list) else x
+
+
+def test_the_planted_experiment_runs_end_to_end_and_bad_flags_are_one_line(tmp_path, capsys):
+    from fedvlr_plus.cli import main
+
     out = tmp_path / "planted"
-    assert (
-        main(
-            [
-                "experiment",
-                "planted",
-                "--users",
-                "60",
-                "--items",
-                "80",
-                "--seeds",
-                "1",
-                "--rounds",
-                "1",
-                "--dim",
-                "8",
-                "--rows",
-                "single,sum",
-                "--control-only",
-                "--no-progress",
-                "--out",
-                str(out),
-                "--json",
-            ]
-        )
-        == 0
-    )
-    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    result, err = _planted_cli(out, 2, capsys)
+    # FedVLR (views), two single views and sum, one seed each: four runs side by side, the same figures
+    assert "4 runs side by side in 2 worker processes" in err
+    one_by_one, err = _planted_cli(tmp_path / "one", 1, capsys)
+    assert "side by side" not in err and _without_timings(one_by_one) == _without_timings(result)
     control = result["control"]
     assert set(control["table"]["models"]) == {
         "FedVLR (views)",

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import replace
+from typing import NamedTuple
 
 import numpy as np
 from scipy import stats
@@ -93,6 +94,21 @@ def run_cell(
     }
 
 
+class _Cell(NamedTuple):
+    """One cell of the grid: what :func:`run_cell` trains, its file's ``key``, and the ``settings`` a saved cell
+    must have been trained under to be read back."""
+
+    key: str
+    settings: dict
+    backbone: str
+    cfg: object
+    target: int
+    fraction: float
+    pool_size: int
+    boost: float
+    options: dict | None
+
+
 def run_grid(
     data,
     backbone: str,
@@ -107,46 +123,77 @@ def run_grid(
     log=None,
     folder=None,
     options: dict | None = None,
+    jobs: int | None = 1,
 ) -> list[dict]:
     """Every (seed, strategy, fraction) cell; the seed's target is shared by all its cells. With ``folder`` each
     finished cell is saved there at once and read back instead of trained when the grid is run again.
-    ``options``: the backbone's own options (FedRAP's penalties)."""
+    ``options``: the backbone's own options (FedRAP's penalties). ``jobs``: worker processes for the cells left
+    to train (None: as the cores allow); every cell builds from its arguments, so the figures are the same."""
     from ..federation.attacks.promotion import choose_target
     from ..federation.runs.folder import locked
-    from .finished_cells import load_cell, save_cell
+    from ..federation.runs.parallel import map_jobs, worker_count
+    from .finished_cells import load_cell
 
-    cells = []
-    counts = train_counts(data)
+    counts, plan = train_counts(data), []
+    for seed in range(base_cfg.seed, base_cfg.seed + seeds):
+        target = choose_target(counts, seed, target_quantile)
+        plan += [
+            _cell(
+                data,
+                backbone,
+                replace(base_cfg, strategy=strategy, seed=seed, seeds=1),
+                target,
+                fraction,
+                pool_size,
+                boost,
+                options,
+            )
+            for strategy in strategies
+            for fraction in fractions
+        ]
     with locked(folder) if folder is not None else contextlib.nullcontext():
-        for s in range(seeds):
-            seed = base_cfg.seed + s
-            target = choose_target(counts, seed, target_quantile)
-            for strategy in strategies:
-                for fraction in fractions:
-                    cfg = replace(base_cfg, strategy=strategy, seed=seed, seeds=1)
-                    key = f"seed{seed}-{strategy}-{fraction:g}"
-                    settings = {
-                        "dataset": data.name,
-                        "backbone": backbone,
-                        "config": cfg.to_dict(),
-                        "backbone_options": dict(options or {}),
-                        "target": int(target),
-                        "popular_pool": pool_size,
-                        "boost": boost,
-                    }
-                    cell = load_cell(folder, key, settings) if folder is not None else None
-                    if cell is None:
-                        cell = run_cell(
-                            data, backbone, cfg, target, fraction, pool_size=pool_size, boost=boost, options=options
-                        )
-                        if folder is not None:
-                            save_cell(folder, key, settings, cell)
-                    elif log is not None:
-                        log(f"{key}: read back from {folder}")
-                    cells.append(cell)
-                    if log is not None:
-                        log(_cell_line(cell, counts))
-    return cells
+        done = {c.key: load_cell(folder, c.key, c.settings) if folder is not None else None for c in plan}
+        todo = [c for c in plan if done[c.key] is None]
+        workers = worker_count(jobs, len(todo))
+        if workers > 1 and log is not None:
+            log(f"{len(todo)} cells side by side in {workers} worker processes")
+        trained = iter(map_jobs(_train_cell, [(data, folder, c) for c in todo], workers))
+        for c in plan:
+            if done[c.key] is None:
+                done[c.key] = next(trained)
+            elif log is not None:
+                log(f"{c.key}: read back from {folder}")
+            if log is not None:
+                log(_cell_line(done[c.key], counts))
+    return [done[c.key] for c in plan]
+
+
+def _cell(data, backbone, cfg, target, fraction, pool_size, boost, options) -> _Cell:
+    settings = {
+        "dataset": data.name,
+        "backbone": backbone,
+        "config": cfg.to_dict(),
+        "backbone_options": dict(options or {}),
+        "target": int(target),
+        "popular_pool": pool_size,
+        "boost": boost,
+    }
+    key = f"seed{cfg.seed}-{cfg.strategy}-{fraction:g}"
+    return _Cell(key, settings, backbone, cfg, int(target), fraction, pool_size, boost, options)
+
+
+def _train_cell(job: tuple) -> dict:
+    """One cell trained, and saved in ``folder`` at once where there is one (a worker process saves its own cells,
+    so a grid killed midway keeps every cell finished by then)."""
+    from .finished_cells import save_cell
+
+    data, folder, c = job
+    cell = run_cell(
+        data, c.backbone, c.cfg, c.target, c.fraction, pool_size=c.pool_size, boost=c.boost, options=c.options
+    )
+    if folder is not None:
+        save_cell(folder, c.key, c.settings, cell)
+    return cell
 
 
 def _cell_line(cell: dict, counts: np.ndarray) -> str:

@@ -17,6 +17,7 @@ for the recovery report (:mod:`.planted`) and the per-user look. See docs/person
 
 from __future__ import annotations
 
+import copy
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -48,6 +49,8 @@ class ViewRoutingOptions:
     progress: bool = False
     #: the row groups trained beside FedVLR (views) (:data:`ROW_GROUPS`)
     rows: tuple = ROW_GROUPS
+    #: worker processes for the (row, seed) runs (None: as the cores allow; 1: one after another)
+    jobs: int | None = None
 
 
 @dataclass
@@ -88,8 +91,8 @@ def fusion_rows(views: dict, backbone: str, base_options, groups=ROW_GROUPS) -> 
     return rows
 
 
-def _train_seed(exp, recipe, seed: int, row: RowRun) -> None:
-    """Train ``recipe`` for ``seed``; keep its selected round's test result, routers' weights and timing."""
+def _train_seed(exp, label: str, recipe, seed: int) -> dict:
+    """Train ``recipe`` for ``seed``: its selected round's test result, routers' weights (routed rows) and timing."""
     from ..fedvlr.report import user_weights
 
     kept = {}
@@ -99,21 +102,42 @@ def _train_seed(exp, recipe, seed: int, row: RowRun) -> None:
             kept["weights"] = user_weights(run, run.eligible).numpy()
             kept["users"] = np.asarray(run.eligible)
 
+    started = time.perf_counter()
     run = exp.start(recipe, seed, on_round=on_round)
     run.run()
-    row.results.append(exp.selected_test(run))
-    row.selected_round.append(int(run.best["round"]))
-    row.seconds_per_round.append(float(np.mean([r["train_seconds"] for r in run.history])))
-    if "weights" in kept:
-        row.weights.append(kept["weights"])
-        row.users.append(kept["users"])
-        row.experts = list(run.bb.experts)
+    if kept:
+        kept["experts"] = list(run.bb.experts)
+    print(f"{exp.data.name}: {label}, seed {seed}: {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+    return {
+        "result": exp.selected_test(run),
+        "round": int(run.best["round"]),
+        "seconds": float(np.mean([r["train_seconds"] for r in run.history])),
+        **kept,
+    }
+
+
+def _train_seed_job(job: tuple) -> dict:
+    """:func:`_train_seed` of one ``(experiment, label, recipe, seed)`` (module level: a worker process calls it)."""
+    return _train_seed(*job)
+
+
+def _add_seed(row: RowRun, seed_run: dict) -> None:
+    row.results.append(seed_run["result"])
+    row.selected_round.append(seed_run["round"])
+    row.seconds_per_round.append(seed_run["seconds"])
+    if "weights" in seed_run:
+        row.weights.append(seed_run["weights"])
+        row.users.append(seed_run["users"])
+        row.experts = seed_run["experts"]
 
 
 def train_rows(data, views: dict, opts: ViewRoutingOptions, rows=None) -> dict[str, RowRun]:
-    """Every row of :func:`fusion_rows` (or ``rows``) for every seed, and the content kNN ranker."""
+    """Every row of :func:`fusion_rows` (or ``rows``) for every seed, and the content kNN ranker. The (row, seed)
+    runs train side by side in worker processes where ``opts.jobs`` allows; each builds from its arguments and all
+    randomness is keyed by seed and round, so the figures are those of one run after another."""
     from ..api import Experiment
     from ..coldstart.content import ContentRanker
+    from ..federation.runs.parallel import map_jobs, worker_count
 
     exp = Experiment(
         data,
@@ -125,17 +149,19 @@ def train_rows(data, views: dict, opts: ViewRoutingOptions, rows=None) -> dict[s
         progress=opts.progress,
         **opts.training,
     )
-    out = {}
-    for label, recipe in rows or fusion_rows(views, opts.backbone, opts.fedvlr, opts.rows):
-        out[label] = RowRun()
-        for i in range(opts.seeds):
-            started = time.perf_counter()
-            _train_seed(exp, recipe, opts.seed + i, out[label])
-            print(
-                f"{data.name}: {label}, seed {opts.seed + i}: {time.perf_counter() - started:.0f} s",
-                file=sys.stderr,
-                flush=True,
-            )
+    recipes = rows or fusion_rows(views, opts.backbone, opts.fedvlr, opts.rows)
+    runs = [(label, recipe, opts.seed + i) for label, recipe in recipes for i in range(opts.seeds)]
+    workers = worker_count(opts.jobs, len(runs))
+    if workers > 1:
+        print(f"{data.name}: {len(runs)} runs side by side in {workers} worker processes", file=sys.stderr, flush=True)
+        quiet = copy.copy(exp)  # (several workers' progress bars would write over each other)
+        quiet.progress = False
+        done = map_jobs(_train_seed_job, [(quiet, *run) for run in runs], workers)
+    else:
+        done = [_train_seed(exp, *run) for run in runs]
+    out = {label: RowRun() for label, _ in recipes}
+    for (label, _, _), seed_run in zip(runs, done):
+        _add_seed(out[label], seed_run)
     content = ContentRanker(data, views)
     out[CONTENT_ROW] = RowRun(results=[exp.test(content, opts.seed + i) for i in range(opts.seeds)])
     return out

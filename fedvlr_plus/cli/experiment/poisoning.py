@@ -102,7 +102,8 @@ def cmd_poisoning(args) -> int:
     elif args.popular_pool >= data.n_items:  # the pool leaves out the target: a strict part of the catalogue
         raise ConfigError(f"--popular-pool {args.popular_pool}", f"is not smaller than the {data.n_items:,} items of "
                           f"{data.name}", f"give a pool below {data.n_items}, or leave it out")
-    cfg = config_from_options(args, ks=(10, 50), metrics=("hr", "ndcg"), seeds=1, strategy=None)
+    # (--jobs is how the grid runs, not a setting of its cells: a rerun with other --jobs reads them back)
+    cfg = config_from_options(args, ks=(10, 50), metrics=("hr", "ndcg"), seeds=1, strategy=None, jobs=None)
     print(f"poisoning on {args.source}: {args.backbone}, strategies {','.join(args.strategies)}, attackers "
           f"{','.join(f'{f:g}' for f in args.attackers)}, {args.seeds} seeds, up to {cfg.rounds} rounds",
           file=sys.stderr)
@@ -110,7 +111,7 @@ def cmd_poisoning(args) -> int:
     log = None if args.no_progress else (lambda line: print(line, file=sys.stderr))
     cells = run_grid(data, args.backbone, cfg, args.strategies, args.attackers, args.seeds,
                      target_quantile=args.target_quantile, pool_size=args.popular_pool, boost=args.boost, log=log,
-                     folder=args.out, options=backbone_options(args.backbone, args))
+                     folder=args.out, options=backbone_options(args.backbone, args), jobs=args.jobs)
     rows = summarise(cells, args.strategies, args.attackers, seed=cfg.seed)
     result = {"settings": {"dataset": data.name, "backbone": args.backbone, "seeds": args.seeds,
                            "targets": sorted({c["target"] for c in cells}), "boost": args.boost,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 
 from ...errors import ConfigError
 
@@ -31,7 +32,7 @@ def _pad_list(text: str) -> list[int]:
     return out
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+def _common(p: argparse.ArgumentParser, command: str) -> None:
     from ...federation.config import FEDERATED_BACKBONES
     from ..common import add_data_arguments
     from ..fusion_args import add_fusion_arguments
@@ -43,7 +44,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     g.add_argument("--metric", default="ndcg@50", help="the table's figure (also the validation metric)")
     g.add_argument("--out", metavar="DIR", default=None, help="report folder (table.md, table.csv, result.json)")
     g.add_argument("--json", action="store_true", help="print one JSON object as the last line")
-    add_run_arguments(p, command="privacy")
+    add_run_arguments(p, command=command)
     add_fusion_arguments(p)
 
 
@@ -59,7 +60,7 @@ def register(ex) -> None:
         "client-level (epsilon, delta). --out writes table.md, table.csv, table.png, "
         "result.json.",
     )
-    _common(t)
+    _common(t, "privacy")
     t.add_argument(
         "--noise",
         type=_float_list,
@@ -76,7 +77,7 @@ def register(ex) -> None:
         "each client's training items from its uploads (row ids; change magnitudes); "
         "report the attacks' precision/recall, the test figure and bytes per round.",
     )
-    _common(lk)
+    _common(lk, "leakage")
     lk.add_argument(
         "--pads",
         type=_pad_list,
@@ -90,10 +91,24 @@ def register(ex) -> None:
     lk.set_defaults(func=cmd_leakage, seeds=1)
 
 
+@dataclass
+class FlagsBackbone:
+    """What ``run`` trains from the same flags, built afresh for every seed (a class, not a closure: a worker
+    process gets it by pickling)."""
+
+    args: argparse.Namespace
+    data: object
+    dim: int
+
+    def __call__(self):
+        from ..run.federated import build_backbone
+
+        return build_backbone(self.args, self.data, self.dim, is_recbole=False)
+
+
 def _setup(args):
     from ..common import load_for_run
     from ..run.args import config_from_args
-    from ..run.federated import build_backbone
 
     if args.target_epsilon is not None:
         raise ConfigError("--target-epsilon", "the table sets the noise of each row itself (--noise)")
@@ -101,10 +116,7 @@ def _setup(args):
         raise ConfigError(f"--metric {args.metric}", "expected METRIC@K", "e.g. ndcg@50")
     data, _ = load_for_run(args)
     cfg = config_from_args(args, valid_metric=args.metric)
-
-    def backbone():  # what `run` trains from the same flags, built afresh for every seed
-        return build_backbone(args, data, cfg.dim, is_recbole=False)
-
+    backbone = FlagsBackbone(args, data, cfg.dim)
     label = args.backbone + ("" if args.fusion == "none" else f"+{args.fusion}")
     return data, cfg, backbone, label
 
@@ -127,7 +139,7 @@ def cmd_privacy_table(args) -> int:
 
     data, cfg, backbone, label = _setup(args)
     print(f"privacy table on {args.source}: {label}, noise {args.noise}, {cfg.seeds} seeds", file=sys.stderr)
-    result = run_privacy_table(data, backbone, cfg, args.noise, metric=args.metric, label=label)
+    result = run_privacy_table(data, backbone, cfg, args.noise, metric=args.metric, label=label, jobs=args.jobs)
     return _finish(args, result, format_markdown, write_privacy_table, "table.md, table.csv, table.png, result.json")
 
 

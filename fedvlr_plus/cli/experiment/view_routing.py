@@ -126,7 +126,7 @@ def _options(args):
 
     _, _, keys = parse_metrics(args.metrics)
     cfg = config_from_args(args)
-    per_row = {"seed", "seeds", "ks", "metrics", "valid_protocol", "strategy"}
+    per_row = {"seed", "seeds", "ks", "metrics", "valid_protocol", "strategy", "jobs"}
     training = {f.name: getattr(cfg, f.name) for f in fields(FedConfig) if f.name not in per_row}
     return ViewRoutingOptions(
         backbone=args.backbone,
@@ -134,6 +134,7 @@ def _options(args):
         seed=args.seed,
         metrics=tuple(keys),
         rows=args.rows,
+        jobs=args.jobs,
         training=training,
         progress=not args.no_progress,
         fedvlr=FedVLROptions(temperature=args.router_temperature, progress=False),

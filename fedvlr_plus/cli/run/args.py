@@ -49,12 +49,12 @@ _NOT_FOR = {
     "run": frozenset(),
     "experiment": frozenset({"--recbole-config", "--evaluator"}),
     "coldstart": frozenset({"--resume", "--recbole-config", "--evaluator"}),
-    # experiment privacy / poisoning: their runs train one after another (no --jobs)
-    "privacy": frozenset({"--recbole-config", "--evaluator", "--jobs"}),
-    "poisoning": frozenset({"--resume", "--recbole-config", "--evaluator", "--jobs"}),
-    # experiment planted / view-routing: every row sets its own aggregation, nothing is checkpointed, and the rows
-    # train one after another
-    "routing": frozenset({"--resume", "--recbole-config", "--evaluator", "--strategy", "--checkpoint-every", "--jobs"}),
+    "privacy": frozenset({"--recbole-config", "--evaluator"}),
+    # experiment leakage: its runs train one after another (no --jobs)
+    "leakage": frozenset({"--recbole-config", "--evaluator", "--jobs"}),
+    "poisoning": frozenset({"--resume", "--recbole-config", "--evaluator"}),
+    # experiment planted / view-routing: every row sets its own aggregation and nothing is checkpointed
+    "routing": frozenset({"--resume", "--recbole-config", "--evaluator", "--strategy", "--checkpoint-every"}),
     # bench round times one round of every client in memory: no evaluation, stopping, seeds or checkpoints
     "bench": frozenset({"--resume", "--recbole-config", "--evaluator", "--rounds", "--patience", "--valid-metric",
                         "--eval-every", "--ks", "--seeds", "--checkpoint-every", "--clients-per-round",
