@@ -146,17 +146,20 @@ def _group_sizes(data) -> dict[str, int]:
 
 
 def run_planted(planted: PlantedOptions, opts: ViewRoutingOptions) -> dict:
-    """The mixed set and, unless ``planted.control`` is None, the one-modality control."""
+    """The mixed set and, unless ``planted.control`` is None, the one-modality control (both settings' runs in
+    the same worker processes, started once)."""
     from ..federation.planted import planted_data
+    from ..federation.runs.parallel import shared_workers
 
     out = {}
-    if planted.mixed:
-        out["mixed"] = planted_setting(
-            planted_data(planted.users, planted.items, preference="mixed", seed=planted.data_seed), opts
-        )
-    if planted.control is not None:
-        control = planted_data(planted.users, planted.items, preference=planted.control, seed=planted.data_seed)
-        out["control"] = planted_setting(control, opts)
+    with shared_workers():
+        if planted.mixed:
+            out["mixed"] = planted_setting(
+                planted_data(planted.users, planted.items, preference="mixed", seed=planted.data_seed), opts
+            )
+        if planted.control is not None:
+            control = planted_data(planted.users, planted.items, preference=planted.control, seed=planted.data_seed)
+            out["control"] = planted_setting(control, opts)
     return out
 
 
