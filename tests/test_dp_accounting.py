@@ -122,19 +122,20 @@ def test_run_json_and_console_carry_the_budget():
     assert f"privacy: epsilon {p['epsilon']:.3g} at delta" in res.out
 
 
-def _privacy_table(out, jobs: int):
-    """The tiny privacy table, its runs in ``jobs`` worker processes (one torch thread in this process)."""
+def _privacy_table(out, jobs: int, *more: str):
+    """The tiny privacy table, its runs in ``jobs`` worker processes (one torch thread in this process), into
+    ``--out out`` (or, with ``more``, where its flags say)."""
     import torch
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _privacy_table_cli(out, jobs)
+        return _privacy_table_cli(jobs, *(more or ("--out", str(out))))
     finally:
         torch.set_num_threads(threads)
 
 
-def _privacy_table_cli(out, jobs: int):
+def _privacy_table_cli(jobs: int, *more: str):
     return run_cli(
         "experiment",
         "privacy-table",
@@ -158,9 +159,8 @@ def _privacy_table_cli(out, jobs: int):
         "--no-progress",
         "--jobs",
         str(jobs),
-        "--out",
-        str(out),
         "--json",
+        *more,
     )
 
 
@@ -190,7 +190,34 @@ def test_privacy_table_command_runs_on_tiny_data_and_its_runs_side_by_side_chang
     assert len(noised["per_seed"]) == 2 and noised["test_ci"][0] <= noised["test"] <= noised["test_ci"][1]
     assert "mean_diff" in noised["vs_unprotected"] and "mean_diff" in clipped["vs_unprotected"]
     assert "vs_unprotected" not in clean
-    assert {p.name for p in out.iterdir()} == {"table.md", "table.csv", "table.png", "result.json", "config.toml"}
+    written = {p.name for p in out.iterdir()}
+    assert written == {"table.md", "table.csv", "table.png", "result.json", "config.toml", "runs", ".fedvlr.lock"}
+    assert {p.name for p in (out / "runs").iterdir()} == {"sigma-0-clip-0", "sigma-0-clip-1", "sigma-1-clip-1"}
     table = (out / "table.md").read_text()
     assert f"| 1 | 1 | {noised['epsilon']:.3g} |" in table and "| none | off | ∞ |" in table
     assert "| 0 | 1 | ∞ |" in table
+
+
+def test_a_privacy_table_refuses_to_overwrite_its_runs_and_resumes_them_to_the_uninterrupted_figures(
+    tmp_path, monkeypatch
+):
+    from _bad_input import assert_user_error
+
+    folder, fresh = str(tmp_path / "t4"), str(tmp_path / "fresh")
+    assert _privacy_table(None, 2, "--out", folder).code == 0  # (the workers write the runs' folders)
+    again = _privacy_table(None, 1, "--out", folder)
+    assert_user_error(again, "already holds runs", f"--resume {folder}")
+    # a longer table continues every run from its checkpoint to what a table trained straight gives
+    loaded = []
+    load = FederatedRun.load_checkpoint
+    monkeypatch.setattr(FederatedRun, "load_checkpoint", lambda run, *a: loaded.append(run.round) or load(run, *a))
+    resumed = _privacy_table(None, 1, "--resume", folder, "--rounds", "4")
+    assert loaded == [0] * 6  # (each of the 3 rows x 2 seeds, read before its run goes on)
+    straight = _privacy_table(None, 2, "--out", fresh, "--rounds", "4")
+    assert resumed.code == 0 and straight.code == 0, resumed.err + straight.err
+    one, two = (json.loads(r.out.strip().splitlines()[-1]) for r in (resumed, straight))
+    assert one["config"].pop("jobs") == 1 and two["config"].pop("jobs") == 2
+    assert one == two and max(one["rows"][0]["selected_round"]) > 2
+    assert (tmp_path / "t4" / "table.md").read_text() == (tmp_path / "fresh" / "table.md").read_text()
+    other = _privacy_table(None, 1, "--resume", folder, "--out", fresh)
+    assert_user_error(other, "--out", f"--resume {folder}")

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import csv
 import io
-import sys
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -40,46 +39,6 @@ def seed_runs(data, backbone, cfg, *, observer=None) -> list:
         run.result_json = run.run()
         runs.append(run)
     return runs
-
-
-@dataclass
-class SeedRun:
-    """What the table reads of one trained seed: its selected round's ``best`` (``test_full``, ``valid``,
-    ``round``) and its ``result_json`` (the accounted privacy). Small, so that a worker process can send it back."""
-
-    best: dict
-    result_json: dict
-
-    @classmethod
-    def of(cls, run) -> SeedRun:
-        best = {k: run.best[k] for k in ("test_full", "valid", "round")}
-        return cls(best, {"privacy": run.result_json.get("privacy")})
-
-
-def _train_seed(job: tuple) -> SeedRun:
-    """One ``(data, backbone, cfg)`` run, trained (module level: a worker process calls it)."""
-    data, backbone, cfg = job
-    return SeedRun.of(seed_runs(data, backbone, cfg)[0])
-
-
-def train_settings(data, backbone, cfgs: list, jobs: int | None = None) -> list[list[SeedRun]]:
-    """Every seed of every config in ``cfgs`` (one list of seeds per config), side by side in worker processes
-    where ``jobs`` allows: each run builds from its arguments and all randomness is keyed by seed and round, so
-    the figures are those of one run after another. ``backbone`` must then be picklable (a name, or a
-    module-level callable)."""
-    from ..federation.runs.parallel import map_jobs, worker_count
-
-    seeds = [(cfg, s) for cfg in cfgs for s in range(cfg.seed, cfg.seed + cfg.seeds)]
-    runs = [(data, backbone, replace(cfg, seed=s, seeds=1)) for cfg, s in seeds]
-    workers = worker_count(jobs, len(runs))
-    if workers > 1:
-        print(f"{len(runs)} runs side by side in {workers} worker processes", file=sys.stderr, flush=True)
-    done = map_jobs(_train_seed, runs, workers)
-    out, at = [], 0
-    for cfg in cfgs:
-        out.append(done[at : at + cfg.seeds])
-        at += cfg.seeds
-    return out
 
 
 def per_user_mean(runs, metric: str) -> pd.DataFrame:
@@ -117,18 +76,35 @@ def paired_vs(runs, base_runs, metric: str) -> dict:
 
 
 def run_privacy_table(
-    data, backbone, cfg, noises, *, metric: str = "ndcg@50", label: str = "", jobs: int | None = 1
+    data,
+    backbone,
+    cfg,
+    noises,
+    *,
+    metric: str = "ndcg@50",
+    label: str = "",
+    jobs: int | None = 1,
+    folder=None,
+    resume: bool = False,
 ) -> dict:
     """The unprotected run, then every σ in ``noises`` with uploads clipped at ``cfg.upload_clip`` (1.0 when
-    unset), each over ``cfg.seeds`` seeds; the JSON-ready table. ``jobs``: worker processes for the runs
-    (:func:`train_settings`; None: as the cores allow)."""
+    unset), each over ``cfg.seeds`` seeds; the JSON-ready table. ``jobs``, ``folder``, ``resume``: how the runs
+    train, where they checkpoint and whether those there continue (:func:`.setting_runs.train_settings`)."""
     from ..federation.privacy.accountant import DEFAULT_UPLOAD_CLIP
+    from .setting_runs import train_settings
 
     clip = float(cfg.upload_clip or DEFAULT_UPLOAD_CLIP)  # the engine's own default when noise is on
-    settings = [(0.0, 0.0)] + [(float(s), clip) for s in noises]
-    cfgs = [replace(cfg, upload_noise=sigma, upload_clip=c, target_epsilon=None) for sigma, c in settings]
+    settings = {
+        f"sigma-{sigma:g}-clip-{c:g}": (sigma, c) for sigma, c in [(0.0, 0.0)] + [(float(s), clip) for s in noises]
+    }
+    cfgs = {
+        name: replace(cfg, upload_noise=sigma, upload_clip=c, target_epsilon=None)
+        for name, (sigma, c) in settings.items()
+    }
+    trained = train_settings(data, backbone, cfgs, jobs=jobs, folder=folder, resume=resume)
     rows, base = [], None
-    for (sigma, c), runs in zip(settings, train_settings(data, backbone, cfgs, jobs)):
+    for name, (sigma, c) in settings.items():
+        runs = trained[name]
         row = {"sigma": sigma, "clip": c, **summarise_runs(runs, metric, cfg.seed)}
         p = row["privacy"] or {}
         row["epsilon"], row["epsilon_server"] = p.get("epsilon"), p.get("epsilon_server")

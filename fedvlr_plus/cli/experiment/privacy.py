@@ -7,7 +7,7 @@ import json
 import sys
 from dataclasses import dataclass
 
-from ...errors import ConfigError
+from ...errors import ConfigError, RunFolderError
 
 
 def _float_list(text: str) -> list[float]:
@@ -42,7 +42,13 @@ def _common(p: argparse.ArgumentParser, command: str) -> None:
     g = p.add_argument_group("model and output")
     g.add_argument("--backbone", choices=FEDERATED_BACKBONES, default="fedavg", help="federated backbone")
     g.add_argument("--metric", default="ndcg@50", help="the table's figure (also the validation metric)")
-    g.add_argument("--out", metavar="DIR", default=None, help="report folder (table.md, table.csv, result.json)")
+    g.add_argument(
+        "--out",
+        metavar="DIR",
+        default=None,
+        help="report folder (table.md, table.csv, result.json); privacy-table also checkpoints every run into "
+        "DIR/runs/ (continue a killed table with --resume DIR)",
+    )
     g.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     add_run_arguments(p, command=command)
     add_fusion_arguments(p)
@@ -139,8 +145,25 @@ def cmd_privacy_table(args) -> int:
 
     data, cfg, backbone, label = _setup(args)
     print(f"privacy table on {args.source}: {label}, noise {args.noise}, {cfg.seeds} seeds", file=sys.stderr)
-    result = run_privacy_table(data, backbone, cfg, args.noise, metric=args.metric, label=label, jobs=args.jobs)
-    return _finish(args, result, format_markdown, write_privacy_table, "table.md, table.csv, table.png, result.json")
+    if args.resume and args.out and args.resume != args.out:
+        raise RunFolderError(
+            "--out", f"--resume {args.resume} continues the table in that folder; do not pass a different --out"
+        )
+    args.out = args.resume or args.out  # (the report goes beside the runs it continues)
+    result = run_privacy_table(
+        data,
+        backbone,
+        cfg,
+        args.noise,
+        metric=args.metric,
+        label=label,
+        jobs=args.jobs,
+        folder=args.out,
+        resume=bool(args.resume),
+    )
+    return _finish(
+        args, result, format_markdown, write_privacy_table, "table.md, table.csv, table.png, result.json, runs/"
+    )
 
 
 def cmd_leakage(args) -> int:
