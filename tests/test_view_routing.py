@@ -132,7 +132,11 @@ def test_auto_routes_over_views_where_there_are_two_and_over_operators_where_the
     assert one.experts == ["sum", "mlp", "gate"] and one.router_over == "operators"
 
 
-def _planted_cli(out, jobs: int, capsys) -> tuple[dict, str]:
+PLANTED = ["experiment", "planted", "--users", "60", "--items", "80", "--seeds", "1", "--rounds", "1", "--dim", "8"]
+PLANTED += ["--rows", "single,sum", "--control-only", "--no-progress", "--json"]
+
+
+def _planted_cli(out, jobs: int, capsys, folder_flag: str = "--out") -> tuple[dict, str]:
     """The tiny planted control's JSON and stderr, its runs in ``jobs`` worker processes (one torch thread)."""
     import json
 
@@ -140,12 +144,10 @@ def _planted_cli(out, jobs: int, capsys) -> tuple[dict, str]:
 
     from fedvlr_plus.cli import main
 
-    argv = ["experiment", "planted", "--users", "60", "--items", "80", "--seeds", "1", "--rounds", "1", "--dim", "8"]
-    argv += ["--rows", "single,sum", "--control-only", "--no-progress", "--jobs", str(jobs), "--out", str(out)]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        assert main([*argv, "--json"]) == 0
+        assert main([*PLANTED, "--jobs", str(jobs), folder_flag, str(out)]) == 0
     finally:
         torch.set_num_threads(threads)
     printed = capsys.readouterr()
@@ -186,3 +188,29 @@ def test_the_planted_experiment_runs_end_to_end_and_bad_flags_are_one_line(tmp_p
     with pytest.raises(SystemExit):
         main(["experiment", "planted", "--rows", "single,everything"])
     assert "unknown row group everything" in capsys.readouterr().err
+
+
+def test_a_planted_run_folder_is_refused_when_reused_and_resumed_runs_read_back_their_routers(
+    tmp_path, capsys, monkeypatch
+):
+    """Every run checkpoints into the --out folder, its routers' weights kept beside; --resume reads the finished
+    runs back, weights and all, to the same JSON."""
+    from _bad_input import assert_user_error, run_cli
+
+    from fedvlr_plus.federation.engine import FederatedRun
+
+    out = tmp_path / "planted"
+    first, _ = _planted_cli(out, 2, capsys)
+    assert {p.name for p in (out / "runs" / "synthetic-planted-60x80-image").iterdir()} == {
+        "FedVLR-views",
+        "view-image",
+        "view-text",
+        "sum",
+    }
+    assert_user_error(run_cli(*PLANTED, "--out", str(out)), "already holds runs", f"--resume {out}")
+    loaded = []
+    load = FederatedRun.load_checkpoint
+    monkeypatch.setattr(FederatedRun, "load_checkpoint", lambda run, *a: loaded.append(run.round) or load(run, *a))
+    again, _ = _planted_cli(out, 1, capsys, "--resume")
+    assert loaded == [0] * 4 and _without_timings(again) == _without_timings(first)
+    assert again["control"]["per_user"]["weights"] == first["control"]["per_user"]["weights"]

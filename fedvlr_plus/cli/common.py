@@ -22,6 +22,19 @@ def say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def continued_folder(args, what: str):
+    """The folder a command keeps its report and runs in: ``--resume DIR``, which continues the runs there, or
+    ``--out DIR``; both, naming different folders, is refused."""
+    if args.resume and args.out and args.resume != args.out:
+        from ..errors import RunFolderError
+
+        raise RunFolderError(
+            "--out",
+            f"--resume {args.resume} continues the {what} in that folder; do not pass a different --out ({args.out})",
+        )
+    return args.resume or args.out
+
+
 def say_written(args, folder, what: str, read: str | None = None) -> None:
     """The last lines of a command that keeps a folder, on stderr: what it wrote there (with the ``config.toml``
     that repeats it) and the next step; without a folder, how to keep one. ``read``: the file to open first."""

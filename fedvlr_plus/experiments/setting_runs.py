@@ -15,8 +15,6 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..errors import RunFolderError
-
 
 @dataclass
 class SeedRun:
@@ -57,7 +55,7 @@ def train_settings(data, backbone, rows: dict, *, jobs: int | None = 1, folder=N
     in ``jobs`` worker processes (None: as the cores allow), ``backbone`` then picklable. ``folder``: each run in
     ``folder/runs/<row>/seed-<s>/``, the folder locked meanwhile; runs already there are refused unless
     ``resume``."""
-    from ..federation.runs.folder import SeedFolder, locked
+    from ..federation.runs.folder import locked, refuse_started_runs
     from ..federation.runs.parallel import map_jobs, worker_count
 
     root = Path(folder) if folder is not None else None
@@ -67,11 +65,7 @@ def train_settings(data, backbone, rows: dict, *, jobs: int | None = 1, folder=N
             run_dir = root / "runs" / name / f"seed-{seed}" if root is not None else None
             plan.append((name, _Job(data, backbone, replace(cfg, seed=seed, seeds=1), run_dir)))
     with locked(root) if root is not None else contextlib.nullcontext():
-        started = [job.folder for _, job in plan if job.folder is not None and SeedFolder(job.folder).has_checkpoint()]
-        if started and not resume:
-            raise RunFolderError(
-                str(root), "already holds runs", f"continue them with --resume {root}, or choose another folder"
-            )
+        refuse_started_runs(root, [job.folder for _, job in plan], resume)
         workers = worker_count(jobs, len(plan))
         if workers > 1:
             print(f"{len(plan)} runs side by side in {workers} worker processes", file=sys.stderr, flush=True)

@@ -17,10 +17,13 @@ for the recovery report (:mod:`.planted`) and the per-user look. See docs/person
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import re
 import sys
 import time
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 
@@ -51,6 +54,9 @@ class ViewRoutingOptions:
     rows: tuple = ROW_GROUPS
     #: worker processes for the (row, seed) runs (None: as the cores allow; 1: one after another)
     jobs: int | None = None
+    #: where every run checkpoints (``folder/runs/<data>/<row>/seed-<s>/``), and whether runs already there go on
+    folder: Path | None = None
+    resume: bool = False
 
 
 @dataclass
@@ -91,9 +97,11 @@ def fusion_rows(views: dict, backbone: str, base_options, groups=ROW_GROUPS) -> 
     return rows
 
 
-def _train_seed(exp, label: str, recipe, seed: int) -> dict:
-    """Train ``recipe`` for ``seed``: its selected round's test result, routers' weights (routed rows) and timing."""
+def _train_seed(exp, label: str, recipe, seed: int, folder: Path | None = None) -> dict:
+    """Train ``recipe`` for ``seed`` (in run folder ``folder``, going on from its checkpoint where it has one): its
+    selected round's test result, routers' weights (routed rows) and timing."""
     from ..fedvlr.report import user_weights
+    from .selected_extra import load_selected_extra, save_selected_extra
 
     kept = {}
 
@@ -101,9 +109,15 @@ def _train_seed(exp, label: str, recipe, seed: int) -> dict:
         if "valid" in record and run.best["round"] == record["round"] and getattr(run.bb, "mode", "") == "fedvlr":
             kept["weights"] = user_weights(run, run.eligible).numpy()
             kept["users"] = np.asarray(run.eligible)
+            if folder is not None:
+                save_selected_extra(run, kept)  # (a resumed run with nothing left to train reads them back)
 
     started = time.perf_counter()
-    run = exp.start(recipe, seed, on_round=on_round)
+    run = exp.start(recipe, seed, folder=folder, on_round=on_round)
+    if folder is not None and run.folder.has_checkpoint():
+        run.load_checkpoint()
+        if getattr(run.bb, "mode", "") == "fedvlr":
+            kept.update(load_selected_extra(run) or {})
     run.run()
     if kept:
         kept["experts"] = list(run.bb.experts)
@@ -117,8 +131,25 @@ def _train_seed(exp, label: str, recipe, seed: int) -> dict:
 
 
 def _train_seed_job(job: tuple) -> dict:
-    """:func:`_train_seed` of one ``(experiment, label, recipe, seed)`` (module level: a worker process calls it)."""
+    """:func:`_train_seed` of one ``(experiment, label, recipe, seed, folder)`` (module level: a worker process
+    calls it)."""
     return _train_seed(*job)
+
+
+def _run_folders(data, opts: ViewRoutingOptions, runs: list) -> list:
+    """Each run's folder (None without ``opts.folder``); runs already there are refused unless ``opts.resume``."""
+    if opts.folder is None:
+        return [None] * len(runs)
+    from ..federation.runs.folder import refuse_started_runs
+
+    root = Path(opts.folder) / "runs" / _safe(data.name)
+    folders = [root / _safe(label) / f"seed-{seed}" for label, _, seed in runs]
+    refuse_started_runs(opts.folder, folders, opts.resume)
+    return folders
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-")
 
 
 def _add_seed(row: RowRun, seed_run: dict) -> None:
@@ -137,6 +168,7 @@ def train_rows(data, views: dict, opts: ViewRoutingOptions, rows=None) -> dict[s
     randomness is keyed by seed and round, so the figures are those of one run after another."""
     from ..api import Experiment
     from ..coldstart.content import ContentRanker
+    from ..federation.runs.folder import locked
     from ..federation.runs.parallel import map_jobs, worker_count
 
     exp = Experiment(
@@ -151,16 +183,18 @@ def train_rows(data, views: dict, opts: ViewRoutingOptions, rows=None) -> dict[s
     )
     recipes = rows or fusion_rows(views, opts.backbone, opts.fedvlr, opts.rows)
     runs = [(label, recipe, opts.seed + i) for label, recipe in recipes for i in range(opts.seeds)]
-    workers = worker_count(opts.jobs, len(runs))
-    if workers > 1:
-        print(f"{data.name}: {len(runs)} runs side by side in {workers} worker processes", file=sys.stderr, flush=True)
-        quiet = copy.copy(exp)  # (several workers' progress bars would write over each other)
-        quiet.progress = False
-        done = map_jobs(_train_seed_job, [(quiet, *run) for run in runs], workers)
-    else:
-        done = [_train_seed(exp, *run) for run in runs]
+    with locked(opts.folder) if opts.folder is not None else contextlib.nullcontext():
+        runs = [(*run, folder) for run, folder in zip(runs, _run_folders(data, opts, runs))]
+        workers = worker_count(opts.jobs, len(runs))
+        if workers > 1:
+            print(f"{data.name}: {len(runs)} runs side by side in {workers} worker processes", file=sys.stderr)
+            quiet = copy.copy(exp)  # (several workers' progress bars would write over each other)
+            quiet.progress = False
+            done = map_jobs(_train_seed_job, [(quiet, *run) for run in runs], workers)
+        else:
+            done = [_train_seed(exp, *run) for run in runs]
     out = {label: RowRun() for label, _ in recipes}
-    for (label, _, _), seed_run in zip(runs, done):
+    for (label, *_), seed_run in zip(runs, done):
         _add_seed(out[label], seed_run)
     content = ContentRanker(data, views)
     out[CONTENT_ROW] = RowRun(results=[exp.test(content, opts.seed + i) for i in range(opts.seeds)])

@@ -146,16 +146,13 @@ def paper_table_options(args):
     from pathlib import Path
 
     from ...adapters import backbone_options
-    from ...errors import RunFolderError
     from ...experiments.paper.table import PaperTableOptions
     from ...metric_spec import parse_metrics
+    from ..common import continued_folder
     from ..fusion import options_from_args
     from ..run.args import config_from_args
 
-    if args.resume and args.out and args.resume != args.out:
-        raise RunFolderError("--out", f"--resume {args.resume} continues the table in that folder; do not pass a "
-                             f"different --out ({args.out})")
-    folder = args.resume or args.out
+    folder = continued_folder(args, "table")
     _, ks, keys = parse_metrics(args.metrics)
     backbones = tuple(b.strip() for b in args.backbones.split(",") if b.strip())
     return PaperTableOptions(

@@ -7,7 +7,7 @@ import json
 import sys
 from dataclasses import dataclass
 
-from ...errors import ConfigError, RunFolderError
+from ...errors import ConfigError
 
 
 def _float_list(text: str) -> list[float]:
@@ -145,11 +145,9 @@ def cmd_privacy_table(args) -> int:
 
     data, cfg, backbone, label = _setup(args)
     print(f"privacy table on {args.source}: {label}, noise {args.noise}, {cfg.seeds} seeds", file=sys.stderr)
-    if args.resume and args.out and args.resume != args.out:
-        raise RunFolderError(
-            "--out", f"--resume {args.resume} continues the table in that folder; do not pass a different --out"
-        )
-    args.out = args.resume or args.out  # (the report goes beside the runs it continues)
+    from ..common import continued_folder
+
+    args.out = continued_folder(args, "table")  # (the report goes beside the runs it continues)
     result = run_privacy_table(
         data,
         backbone,

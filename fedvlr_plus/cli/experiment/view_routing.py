@@ -54,7 +54,13 @@ def _common(p: argparse.ArgumentParser, metrics: str) -> None:
         "view), fedgrad (the backbone alone) (default: all of them)",
     )
     g.add_argument("--router-temperature", type=positive_float, default=1.0, help="softmax temperature of the routers")
-    g.add_argument("--out", metavar="DIR", default=None, help="write report.md and result.json into DIR")
+    g.add_argument(
+        "--out",
+        metavar="DIR",
+        default=None,
+        help="write report.md and result.json into DIR, and checkpoint every run into DIR/runs/ (continue a "
+        "killed experiment with --resume DIR)",
+    )
     g.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     add_run_arguments(p, command="routing")
     p.set_defaults(seeds=3)
@@ -117,13 +123,16 @@ def register(ex) -> None:
 
 def _options(args):
     from dataclasses import fields
+    from pathlib import Path
 
     from ...experiments.view_routing import ViewRoutingOptions
     from ...federation.config import FedConfig
     from ...fedvlr import FedVLROptions
     from ...metric_spec import parse_metrics
+    from ..common import continued_folder
     from ..run.args import config_from_args
 
+    args.out = continued_folder(args, "experiment")  # (the report goes beside the runs it continues)
     _, _, keys = parse_metrics(args.metrics)
     cfg = config_from_args(args)
     per_row = {"seed", "seeds", "ks", "metrics", "valid_protocol", "strategy", "jobs"}
@@ -135,6 +144,8 @@ def _options(args):
         metrics=tuple(keys),
         rows=args.rows,
         jobs=args.jobs,
+        folder=Path(args.out) if args.out else None,
+        resume=bool(args.resume),
         training=training,
         progress=not args.no_progress,
         fedvlr=FedVLROptions(temperature=args.router_temperature, progress=False),

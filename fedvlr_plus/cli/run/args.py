@@ -53,8 +53,8 @@ _NOT_FOR = {
     # experiment leakage: its runs train one after another, with no run folders (no --jobs, no --resume)
     "leakage": frozenset({"--resume", "--recbole-config", "--evaluator", "--jobs"}),
     "poisoning": frozenset({"--resume", "--recbole-config", "--evaluator"}),
-    # experiment planted / view-routing: every row sets its own aggregation and nothing is checkpointed
-    "routing": frozenset({"--resume", "--recbole-config", "--evaluator", "--strategy", "--checkpoint-every"}),
+    # experiment planted / view-routing: every row sets its own aggregation
+    "routing": frozenset({"--recbole-config", "--evaluator", "--strategy", "--checkpoint-every"}),
     # bench round times one round of every client in memory: no evaluation, stopping, seeds or checkpoints
     "bench": frozenset({"--resume", "--recbole-config", "--evaluator", "--rounds", "--patience", "--valid-metric",
                         "--eval-every", "--ks", "--seeds", "--checkpoint-every", "--clients-per-round",

@@ -35,6 +35,7 @@ import numpy as np
 from ...api import AntiPop, Experiment, ExperimentResult, FedVLR, Model, Pop, Random
 from ...coldstart.content import ContentRanker, RestrictedScorer
 from ...errors import ConfigError, RunFolderError
+from ..selected_extra import load_selected_extra, save_selected_extra
 from ..variants import FUSION_VARIANTS, ROUTER_ABLATION, VARIANTS
 from .report import PARTS, table_notes, write_report
 from .sparsity import sparsity_section
@@ -343,7 +344,7 @@ def _train_seed(study: _Study, recipe: Model, variant: str, seed: int) -> dict:
         if run.best is not None and run.best["round"] == record["round"]:
             extra.update(_selected_extra(study, run, variant))
             if folder is not None:
-                _save_extra(run, extra)  # what the selected round adds, kept for resume
+                save_selected_extra(run, extra)  # what the selected round adds, kept for resume
 
     run = study.experiment.start(recipe, seed, folder=folder, on_round=on_round)
     start_from = study.continued.get(recipe.label) if seed == study.seed else None
@@ -361,7 +362,7 @@ def _train_seed(study: _Study, recipe: Model, variant: str, seed: int) -> dict:
                 f"continue them with --resume {study.opts.folder}, or choose another folder",
             )
         run.load_checkpoint()
-        extra.update(_load_extra(run) or {})
+        extra.update(load_selected_extra(run) or {})
     run.run()
     return {**extra, "test": study.experiment.selected_test(run), "round": int(run.best["round"])}
 
@@ -406,32 +407,6 @@ def _with_rule(run, rule, experiment: Experiment, cold):
         return run.sim.scores(np.asarray(users, dtype=np.int64), shared, **kw)
 
     return (experiment.test(score, experiment.seed), experiment.test(RestrictedScorer(score, cold), experiment.seed))
-
-
-EXTRA = "selected_extra"
-
-
-def _save_extra(run, extra: dict) -> None:
-    """What the selected round adds (evaluation results, router report), beside the run's checkpoint: plain JSON
-    and safetensors, listed in its manifest, tagged with the round it belongs to."""
-    run.folder.write_state(EXTRA, {"round": int(run.best["round"]), "extra": dict(extra)})
-
-
-def _load_extra(run) -> dict:
-    """The saved extra of ``run``'s selected round (checksums checked). A process killed after the selected
-    round's checkpoint but before its extra was saved left an older one: it is recomputed (the checkpoint is that
-    round's model), which the engine's checkpoint rule guarantees is the only way the two can differ."""
-    saved = run.folder.read_state(EXTRA)
-    if saved is not None and saved["round"] == run.best["round"]:
-        return saved["extra"]
-    if run.round != run.best["round"] or not run.history:
-        raise RunFolderError(
-            str(run.folder.path / f"{EXTRA}.json"),
-            "missing or from another round than the selected one",
-            "start a new run in another folder",
-        )
-    run.on_round(run, run.history[-1])  # recomputes and saves it
-    return None
 
 
 # ---------------------------------------------------------------------------------------------- the table

@@ -75,6 +75,15 @@ def locked(folder):
         lock.release()
 
 
+def refuse_started_runs(root, run_dirs, resume: bool) -> None:
+    """An experiment that keeps its runs in ``run_dirs`` under ``root`` refuses, unless ``resume``, to start where
+    one of them already holds a checkpoint (it would train over it)."""
+    if not resume and any(SeedFolder(d).has_checkpoint() for d in run_dirs if d is not None):
+        raise RunFolderError(
+            str(root), "already holds runs", f"continue them with --resume {root}, or choose another folder"
+        )
+
+
 def seed_folders(run_dir) -> dict[int, Path]:
     """The seeds that ``run_dir`` holds a checkpoint for (new or legacy format), by seed."""
     out = {}
