@@ -148,17 +148,8 @@ def cmd_privacy_table(args) -> int:
     from ..common import continued_folder
 
     args.out = continued_folder(args, "table")  # (the report goes beside the runs it continues)
-    result = run_privacy_table(
-        data,
-        backbone,
-        cfg,
-        args.noise,
-        metric=args.metric,
-        label=label,
-        jobs=args.jobs,
-        folder=args.out,
-        resume=bool(args.resume),
-    )
+    how = {"jobs": args.jobs, "folder": args.out, "resume": bool(args.resume)}  # (how the runs train, not what)
+    result = run_privacy_table(data, backbone, cfg, args.noise, metric=args.metric, label=label, **how)
     return _finish(
         args, result, format_markdown, write_privacy_table, "table.md, table.csv, table.png, result.json, runs/"
     )
