@@ -134,9 +134,20 @@ def test_a_pad_smaller_than_an_upload_is_refused_naming_the_flag():
         _fit(SequentialSimulator, "fcf", {**CONFIG, "upload": "grads", "pad_uploads": 3})
 
 
-def test_leakage_command_runs_on_tiny_data(tmp_path):
-    out = tmp_path / "leak"
-    res = run_cli(
+def _leakage_table(out, jobs: int):
+    """The tiny leakage table, its runs in ``jobs`` worker processes (one torch thread in this process)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _leakage_cli(out, jobs)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _leakage_cli(out, jobs: int):
+    return run_cli(
         "experiment",
         "leakage",
         "synthetic:30x80",
@@ -155,12 +166,24 @@ def test_leakage_command_runs_on_tiny_data(tmp_path):
         "--metric",
         "ndcg@10",
         "--no-progress",
+        "--jobs",
+        str(jobs),
         "--out",
         str(out),
         "--json",
     )
+
+
+def test_leakage_command_runs_on_tiny_data_and_its_runs_side_by_side_change_nothing(tmp_path):
+    out = tmp_path / "leak"
+    res = _leakage_table(out, 2)
     assert res.code == 0, res.err
-    rows = json.loads(res.out.strip().splitlines()[-1])["rows"]
+    assert "2 runs side by side in 2 worker processes" in res.err
+    result = json.loads(res.out.strip().splitlines()[-1])
+    one_by_one = json.loads(_leakage_table(tmp_path / "one", 1).out.strip().splitlines()[-1])
+    assert result["config"].pop("jobs") == 2 and one_by_one["config"].pop("jobs") == 1
+    assert result == one_by_one  # (the attacks' summaries came back from the workers)
+    rows = result["rows"]
     plain, dense = rows
     assert (plain["defence"], dense["defence"]) == ("none", "all (dense)")
     assert (

@@ -17,32 +17,35 @@ import numpy as np
 
 from ..federation.privacy.leakage import ATTACKS, ItemSetAttack
 from ..jsonio import write_json_atomic
-from .privacy_table import seed_runs, summarise_runs
+from .privacy_table import summarise_runs
+from .setting_runs import train_settings
 
 
-def _attacker(run):
-    indptr, indices = run.indptr, run.indices
-    run.attack = ItemSetAttack(lambda c: indices[indptr[c] : indptr[c + 1]], lambda: run.shared)
-    return run.attack.observe
+class ItemSetWatch:
+    """The server-side attacker of each run (:class:`ItemSetAttack`): it watches every upload, and its summary
+    travels back with the run's figures (a class, so that a worker process gets it by pickling)."""
+
+    def __call__(self, run):
+        indptr, indices = run.indptr, run.indices
+        run.attack = ItemSetAttack(lambda c: indices[indptr[c] : indptr[c + 1]], lambda: run.shared)
+        return run.attack.observe
+
+    def report(self, run) -> dict:
+        return run.attack.summary()
 
 
 def pad_label(pad: int) -> str:
     return {0: "none", -1: "all (dense)"}.get(int(pad), f"{int(pad)} rows")
 
 
-def run_setting(data, backbone, cfg, pad: int, sigma: float, metric: str) -> dict:
-    runs = seed_runs(
-        data,
-        backbone,
-        replace(cfg, pad_uploads=int(pad), upload_noise=float(sigma), target_epsilon=None),
-        observer=_attacker,
-    )
-    summaries = [r.attack.summary() for r in runs]
+def leakage_row(pad: int, sigma: float, runs: list, metric: str, seed: int) -> dict:
+    """One (padding, noise) row from its seeds' runs (:class:`~.setting_runs.SeedRun` with the attack's summary)."""
+    summaries = [r.observed for r in runs]
     row = {
         "pad_uploads": int(pad),
         "defence": pad_label(pad),
         "sigma": float(sigma),
-        **summarise_runs(runs, metric, cfg.seed),
+        **summarise_runs(runs, metric, seed),
         "bytes_per_round": float(np.mean([s["bytes_per_round"] for s in summaries])),
         "per_seed_attack": summaries,
     }
@@ -53,9 +56,18 @@ def run_setting(data, backbone, cfg, pad: int, sigma: float, metric: str) -> dic
     return row
 
 
-def run_leakage(data, backbone, cfg, pads, noises, *, metric: str = "ndcg@50", label: str = "") -> dict:
-    """Every padding in ``pads`` with every noise multiplier in ``noises``; the JSON-ready table."""
-    rows = [run_setting(data, backbone, cfg, pad, sigma, metric) for pad in pads for sigma in noises]
+def run_leakage(
+    data, backbone, cfg, pads, noises, *, metric: str = "ndcg@50", label: str = "", jobs: int | None = 1
+) -> dict:
+    """Every padding in ``pads`` with every noise multiplier in ``noises``; the JSON-ready table. ``jobs``: worker
+    processes for the runs (None: as the cores allow)."""
+    settings = {f"pad-{pad}-sigma-{sigma:g}": (pad, sigma) for pad in pads for sigma in noises}
+    cfgs = {
+        name: replace(cfg, pad_uploads=int(pad), upload_noise=float(sigma), target_epsilon=None)
+        for name, (pad, sigma) in settings.items()
+    }
+    trained = train_settings(data, backbone, cfgs, jobs=jobs, observer=ItemSetWatch())
+    rows = [leakage_row(pad, sigma, trained[name], metric, cfg.seed) for name, (pad, sigma) in settings.items()]
     return {
         "experiment": "leakage",
         "dataset": data.name,

@@ -25,22 +25,6 @@ from ..evaluation.stats import bootstrap_ci
 from ..jsonio import write_json_atomic
 
 
-def seed_runs(data, backbone, cfg, *, observer=None) -> list:
-    """One :class:`~fedvlr_plus.federation.engine.FederatedRun` per seed of ``cfg``, trained. ``backbone``: a
-    name, or a callable that builds a fresh backbone. ``observer(run)`` returns the run's ``on_upload`` hook."""
-    from ..federation.engine import FederatedRun
-
-    runs = []
-    for s in range(cfg.seed, cfg.seed + cfg.seeds):
-        bb = backbone() if callable(backbone) else backbone
-        run = FederatedRun(data, bb, replace(cfg, seed=s, seeds=1), progress=False)
-        if observer is not None:
-            run.on_upload = observer(run)
-        run.result_json = run.run()
-        runs.append(run)
-    return runs
-
-
 def per_user_mean(runs, metric: str) -> pd.DataFrame:
     """Each user's test ``metric`` at the selected round, averaged over the seeds (users in every seed)."""
     frames = [r.best["test_full"].frame("all")[["user", metric]] for r in runs]

@@ -23,11 +23,13 @@ class SeedRun:
 
     best: dict
     result_json: dict
+    #: what the run's observer reports of it (:func:`train_settings`), or None
+    observed: dict | None = None
 
     @classmethod
-    def of(cls, run) -> SeedRun:
+    def of(cls, run, observer=None) -> SeedRun:
         best = {k: run.best[k] for k in ("test_full", "valid", "round")}
-        return cls(best, {"privacy": run.result_json.get("privacy")})
+        return cls(best, {"privacy": run.result_json.get("privacy")}, observer.report(run) if observer else None)
 
 
 @dataclass
@@ -36,6 +38,7 @@ class _Job:
     backbone: object  # a name, or a picklable callable that builds a fresh backbone
     cfg: object
     folder: Path | None
+    observer: object = None
 
 
 def _train(job: _Job) -> SeedRun:
@@ -44,17 +47,23 @@ def _train(job: _Job) -> SeedRun:
 
     bb = job.backbone() if callable(job.backbone) else job.backbone
     run = FederatedRun(job.data, bb, job.cfg, job.folder, progress=False)
+    if job.observer is not None:
+        run.on_upload = job.observer(run)
     if job.folder is not None and run.folder.has_checkpoint():
         run.load_checkpoint()
     run.result_json = run.run()
-    return SeedRun.of(run)
+    return SeedRun.of(run, job.observer)
 
 
-def train_settings(data, backbone, rows: dict, *, jobs: int | None = 1, folder=None, resume: bool = False) -> dict:
+def train_settings(
+    data, backbone, rows: dict, *, jobs: int | None = 1, folder=None, resume: bool = False, observer=None
+) -> dict:
     """Every seed of every row of ``rows`` (row name -> FedConfig), as ``{row name: [SeedRun, ...]}``; side by side
     in ``jobs`` worker processes (None: as the cores allow), ``backbone`` then picklable. ``folder``: each run in
     ``folder/runs/<row>/seed-<s>/``, the folder locked meanwhile; runs already there are refused unless
-    ``resume``."""
+    ``resume``. ``observer``: a picklable object whose ``observer(run)`` gives the run's upload hook and whose
+    ``report(run)`` what it saw, kept as ``SeedRun.observed`` (no ``folder`` then: what it saw before a
+    checkpoint would be lost on resume)."""
     from ..federation.runs.folder import locked, refuse_started_runs
     from ..federation.runs.parallel import map_jobs, worker_count
 
@@ -63,7 +72,7 @@ def train_settings(data, backbone, rows: dict, *, jobs: int | None = 1, folder=N
     for name, cfg in rows.items():
         for seed in range(cfg.seed, cfg.seed + cfg.seeds):
             run_dir = root / "runs" / name / f"seed-{seed}" if root is not None else None
-            plan.append((name, _Job(data, backbone, replace(cfg, seed=seed, seeds=1), run_dir)))
+            plan.append((name, _Job(data, backbone, replace(cfg, seed=seed, seeds=1), run_dir, observer)))
     with locked(root) if root is not None else contextlib.nullcontext():
         refuse_started_runs(root, [job.folder for _, job in plan], resume)
         workers = worker_count(jobs, len(plan))

@@ -163,5 +163,5 @@ def cmd_leakage(args) -> int:
         f"leakage on {args.source}: {label}, paddings {args.pads}, noise {args.noise}, {cfg.seeds} seeds",
         file=sys.stderr,
     )
-    result = run_leakage(data, backbone, cfg, args.pads, args.noise, metric=args.metric, label=label)
+    result = run_leakage(data, backbone, cfg, args.pads, args.noise, metric=args.metric, label=label, jobs=args.jobs)
     return _finish(args, result, format_markdown, write_leakage, "table.md, table.csv, result.json")

@@ -50,8 +50,8 @@ _NOT_FOR = {
     "experiment": frozenset({"--recbole-config", "--evaluator"}),
     "coldstart": frozenset({"--resume", "--recbole-config", "--evaluator"}),
     "privacy": frozenset({"--recbole-config", "--evaluator"}),
-    # experiment leakage: its runs train one after another, with no run folders (no --jobs, no --resume)
-    "leakage": frozenset({"--resume", "--recbole-config", "--evaluator", "--jobs"}),
+    # experiment leakage: no run folders (the attacker's observations are not checkpointed), so no --resume
+    "leakage": frozenset({"--resume", "--recbole-config", "--evaluator"}),
     "poisoning": frozenset({"--resume", "--recbole-config", "--evaluator"}),
     # experiment planted / view-routing: every row sets its own aggregation
     "routing": frozenset({"--recbole-config", "--evaluator", "--strategy", "--checkpoint-every"}),
