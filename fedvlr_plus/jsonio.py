@@ -29,3 +29,14 @@ def write_json_atomic(path, obj, indent: int | None = 2) -> None:
     read-only disk is one :class:`~fedvlr_plus.errors.UserError` naming the path)."""
     text = json.dumps(obj, indent=indent, default=json_default)  # before any file exists: a bad value writes nothing
     atomic_write_text(path, text)
+
+
+def first_difference(a, b, path: str = "") -> str | None:
+    """The first setting (a dotted path) whose value differs between ``a`` (now) and ``b`` (saved), in words."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b)):
+            diff = first_difference(a.get(k), b.get(k), f"{path}.{k}" if path else k)
+            if diff:
+                return diff
+        return None
+    return None if a == b else f"{path}: {b!r} there, {a!r} now"

@@ -48,7 +48,7 @@ def test_run_help_lists_every_backbone_and_shows_defaults():
     "command,absent",
     [
         (("bench", "round"), {"--resume", "--recbole-config", "--evaluator", "--rounds", "--patience", "--seeds"}),
-        (("coldstart",), {"--resume", "--recbole-config", "--evaluator"}),
+        (("coldstart",), {"--recbole-config", "--evaluator"}),
         (("experiment", "paper-table"), {"--recbole-config", "--evaluator"}),
         (("data", "stats"), {"--backbone", "--rounds", "--fusion"}),
         (("views", "build"), {"--rounds", "--backbone", "--fusion"}),

@@ -15,8 +15,8 @@ FLAGS = (
 ).split()
 
 
-def _study(folder, jobs: int, capsys) -> tuple[dict, str]:
-    assert main(["coldstart", str(folder), *FLAGS, "--jobs", str(jobs)]) == 0
+def _study(folder, jobs: int, capsys, *more: str) -> tuple[dict, str]:
+    assert main(["coldstart", str(folder), *FLAGS, "--jobs", str(jobs), *more]) == 0
     out = capsys.readouterr()
     result = json.loads(out.out.strip().splitlines()[-1])
     for key in ("command", "config"):  # (they name the worker count, which changes no figure)
@@ -53,3 +53,26 @@ def test_a_recipe_that_cannot_be_sent_to_a_worker_trains_its_seeds_here():
     assert seed_jobs(cfg, 2, "fedavg")[1] == 2
     assert seed_jobs(cfg, 1, "fedavg")[1] == 1
     assert seed_jobs(FedConfig(seed=0, seeds=1), 2, "fedavg")[1] == 1
+
+
+def test_a_killed_study_goes_on_from_its_finished_seeds(tmp_path, capsys):
+    """Each seed is saved in the --out folder as it finishes (here by two workers); the folder is not reused
+    without --resume, and --resume reads the finished seeds back, trains the one lost, and gives the same result."""
+    from _bad_input import assert_user_error, run_cli
+
+    folder, out = _feature_folder(tmp_path / "fx"), tmp_path / "study"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        first, _ = _study(folder, 2, capsys, "--out", str(out))
+        steps = {p.name for p in (out / "finished").iterdir()}
+        assert steps == {f"{study}-fedvlr-seed-{s}" for study in ("items", "users") for s in (0, 1)}
+        for name in ("manifest.json", "step.json"):  # (a seed killed before it finished leaves nothing behind)
+            (out / "finished" / "users-fedvlr-seed-1" / name).unlink()
+        assert_user_error(run_cli("coldstart", str(folder), *FLAGS, "--out", str(out)), "already holds a study")
+        again, err = _study(folder, 1, capsys, "--resume", str(out))
+    finally:
+        torch.set_num_threads(threads)
+    assert err.count("read back from") == 3 and again == first
+    other = run_cli("coldstart", str(folder), *FLAGS, "--resume", str(out), "--rounds", "4")
+    assert_user_error(other, "finished", "rounds")

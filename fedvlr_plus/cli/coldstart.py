@@ -157,7 +157,8 @@ def coldstart_options(args):
         backbone_options=backbone_options(args.backbone, args),
         cold_rule=args.cold_rule,
         cold_select=args.cold_select, tune=args.tune, halving=args.halving, progress=not args.no_progress,
-        command=command, jobs=args.jobs)
+        command=command, jobs=args.jobs, folder=Path(args.out) if args.out else None,
+        resume=bool(getattr(args, "resume", None)))
 
 
 def cmd_coldstart(args) -> int:
@@ -165,11 +166,12 @@ def cmd_coldstart(args) -> int:
     from ..coldstart.report import format_summary, write_cold_item_per_user, write_joining_per_user, write_report
     from ..coldstart.study import run_coldstart
     from ..jsonio import json_default, write_json_atomic
-    from .common import say_written
+    from .common import continued_folder, say_written
 
     def log(msg):
         print(msg, file=sys.stderr)
 
+    args.out = continued_folder(args, "study")  # (the report goes beside the steps it continues)
     seeds = list(range(args.seed, args.seed + args.seeds))
     studies = [f"cold items {args.cold_items}" if args.cold_items else "",
                f"cold users {args.cold_users} (support {','.join(map(str, args.support))})" if args.cold_users else ""]

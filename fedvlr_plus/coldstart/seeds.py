@@ -58,6 +58,26 @@ def seed_jobs(cfg, jobs: int | None, make_model) -> tuple[list, int]:
     return seeds, workers if workers == 1 or _picklable(make_model) else 1  # (pickled only where it is sent)
 
 
+def run_seed_jobs(fn, jobs: list, study: str, finished, workers: int, log=None) -> list:
+    """``fn`` of every seed job, in seed order: read back where ``finished`` (a :class:`.finished.FinishedSteps`, or
+    None) holds the seed's step ``<study>-seed-<s>``, else trained, in ``workers`` worker processes, and saved as
+    soon as it finishes."""
+    from ..federation.runs.parallel import map_jobs
+    from .finished import finished_step
+
+    steps = [f"{study}-seed-{job.cfg.seed}" for job in jobs]
+    done = [finished.load(step) if finished is not None else None for step in steps]
+    if log:
+        for job, outcome in zip(jobs, done):
+            if outcome is not None:
+                log(f"seed {job.cfg.seed}: read back from {finished.folder}")
+    todo = [i for i, outcome in enumerate(done) if outcome is None]
+    trained = map_jobs(finished_step, [(finished, steps[i], fn, jobs[i]) for i in todo], workers)
+    for i, outcome in zip(todo, trained):
+        done[i] = outcome
+    return done
+
+
 def _picklable(obj) -> bool:
     try:
         pickle.dumps(obj)

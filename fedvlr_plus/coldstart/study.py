@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import sys
 import tempfile
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from contextlib import contextmanager, nullcontext
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ..metric_spec import parse_metrics
@@ -105,6 +105,10 @@ class ColdStartOptions:
     command: str | None = None
     #: worker processes training the seeds side by side (fedvlr_plus.coldstart.seeds); None: as the cores allow
     jobs: int | None = 1
+    #: where every finished seed (and the tuner's choice) is saved as it finishes (.finished), and whether the
+    #: steps already there are read back
+    folder: Path | None = None
+    resume: bool = False
 
 
 @dataclass(frozen=True)
@@ -176,10 +180,25 @@ def _spec_and_config(opts: ColdStartOptions):
 
 
 def run_coldstart(opts: ColdStartOptions, log=None) -> dict:
-    """The whole study; returns the JSON-ready result."""
+    """The whole study; returns the JSON-ready result. With ``opts.folder`` every step is saved there as it
+    finishes (the folder locked meanwhile), and with ``opts.resume`` the finished ones are read back."""
+    from ..federation.runs.folder import locked
+
+    with locked(opts.folder) if opts.folder is not None else nullcontext():
+        return _run_study(opts, log)
+
+
+def _run_study(opts: ColdStartOptions, log) -> dict:
+    from ..data_identity import split_digest
+    from .finished import FinishedSteps, study_settings
+
     spec, cfg = _spec_and_config(opts)
     parts = load_study_splits(opts.split)
     any_data = parts["items"][0] if "items" in parts else parts["users"][1]
+    finished = None
+    if opts.folder is not None:
+        finished = FinishedSteps(Path(opts.folder), study_settings(opts, split_digest(any_data)))
+        finished.refuse_started(opts.resume)
     views = _views(opts, any_data)
     result = {
         "dataset": any_data.name,
@@ -197,8 +216,8 @@ def run_coldstart(opts: ColdStartOptions, log=None) -> dict:
         target = result if fusion == opts.fusion else result.setdefault("backbone_alone", {"model": opts.backbone})
         model_opts, model_cfg = opts, cfg
         if opts.tune and fusion != "none":
-            model_opts, model_cfg, result["tuning"] = _tuned(opts, fusion, cfg, any_data, log, parts, views)
-        _study_one_model(model_opts, fusion, parts, views, spec, model_cfg, target, log)
+            model_opts, model_cfg, result["tuning"] = _tuned(opts, fusion, cfg, any_data, log, parts, views, finished)
+        _study_one_model(model_opts, fusion, parts, views, spec, model_cfg, target, log, finished)
     _pair_joining_users(result, spec.keys)
     _pair_cold_items(result, spec.keys)
     return result
@@ -234,7 +253,7 @@ def _pair_joining_users(result: dict, keys) -> None:
             result.setdefault(JOINING_FRAMES, {})[name] = uc.pop(PER_USER)
 
 
-def _tuned(opts: ColdStartOptions, fusion: str, cfg, data, log, parts: dict | None = None, views=None):
+def _tuned(opts: ColdStartOptions, fusion: str, cfg, data, log, parts: dict | None = None, views=None, finished=None):
     """The layer's recipe chosen for the first seed on ``data``'s validation split (the study's training data: the
     cold-item split, else the warm users'): in an item study with cold validation targets, on the figure the study
     reports (the ``cold_select`` metric among cold items, best cold rule); in a new-user study, on its validation
@@ -243,7 +262,7 @@ def _tuned(opts: ColdStartOptions, fusion: str, cfg, data, log, parts: dict | No
     recipes of a budget train side by side in worker processes where ``opts.jobs`` allows (the same scores)."""
     from ..fedvlr.halving import budgets as halving_budgets
     from ..fedvlr.halving import budgets_note, successive_halving
-    from ..fedvlr.tuning import candidate_recipes, fixed_by, tries_id_dropout
+    from ..fedvlr.tuning import Recipe, candidate_recipes, fixed_by, tries_id_dropout
 
     fo = opts.fedvlr
     # a new-user study scores joining users, not items: the warm users' data may lack items only newcomers touched,
@@ -258,6 +277,11 @@ def _tuned(opts: ColdStartOptions, fusion: str, cfg, data, log, parts: dict | No
         weight_decay=cfg.weight_decay or None,
         backbone=opts.backbone,
     )
+    saved = finished.load(f"tuning-{fusion}") if finished is not None else None
+    if saved is not None:  # (a resumed study: the recipe its tuner chose)
+        if log:
+            log(f"tuning: kept recipe {saved['report']['selected']}, read back from {finished.folder}")
+        return (*_with_point(opts, cfg, Recipe(**saved["recipe"])), saved["report"])
     rate = _Rate(opts, cfg, parts, views)
     joining, among_cold = rate.ratings()
     metric = _tuning_metric(opts, cfg, joining, among_cold)
@@ -273,6 +297,8 @@ def _tuned(opts: ColdStartOptions, fusion: str, cfg, data, log, parts: dict | No
     out = report.to_json()
     if joining is not None:
         out["split"] = "validation joining users (a seeded third of the held-out users, never reported)"
+    if finished is not None:
+        finished.save(f"tuning-{fusion}", {"report": out, "recipe": asdict(report.chosen)})
     return (*_with_point(opts, cfg, report.chosen), out)
 
 
@@ -412,13 +438,15 @@ def _joining_validation(opts: ColdStartOptions, parts: dict, cfg):
     )
 
 
-def _study_one_model(opts, fusion: str, parts: dict, views: dict, spec, cfg, target: dict, log) -> None:
-    """The item and/or user experiments of one model, written into ``target``."""
+def _study_one_model(opts, fusion: str, parts: dict, views: dict, spec, cfg, target: dict, log, finished=None) -> None:
+    """The item and/or user experiments of one model, written into ``target`` (each seed saved in ``finished``)."""
     from .experiment import item_coldstart, rules_for, user_coldstart
     from .rules import plain_rule
 
     make = _recipe(opts, fusion, cfg)
     who = fusion if fusion != "none" else "backbone alone"
+    # how the seeds train and where they are kept, the same for both studies
+    runs = dict(progress=opts.progress, log=log, jobs=opts.jobs, finished=finished, name=fusion)
     if "items" in parts:
         data, how = parts["items"]
         rule = (
@@ -441,9 +469,7 @@ def _study_one_model(opts, fusion: str, parts: dict, views: dict, spec, cfg, tar
             neighbours_k=max(opts.fedvlr.cold_neighbours, 1),
             select_metric=opts.cold_select.lower(),
             default_rule=rule,
-            progress=opts.progress,
-            log=log,
-            jobs=opts.jobs,
+            **runs,
         )
         res["split"] = how
         target.update(res)
@@ -462,12 +488,10 @@ def _study_one_model(opts, fusion: str, parts: dict, views: dict, spec, cfg, tar
             supports=opts.support,
             epochs=opts.support_epochs,
             start=opts.new_user_start,
-            progress=opts.progress,
-            log=log,
             select_metric=opts.cold_select.lower(),
             hold_valid=opts.tune,
             prior=opts.new_user_prior,
-            jobs=opts.jobs,
+            **runs,
         )
         if "items" not in parts:
             target["sparsity"] = target["user_coldstart"]["sparsity"]

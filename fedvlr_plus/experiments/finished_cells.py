@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ResumeMismatch, RunFolderError
-from ..jsonio import write_json_atomic
+from ..jsonio import first_difference, write_json_atomic
 
 CELLS = "cells"
 
@@ -24,16 +24,6 @@ CELLS = "cells"
 def cell_file(folder, key: str) -> Path:
     """The file of cell ``key`` (its characters kept to letters, digits, ``._-``)."""
     return Path(folder) / CELLS / (re.sub(r"[^A-Za-z0-9._-]", "_", key) + ".json")
-
-
-def _first_difference(a, b, path: str = "") -> str | None:
-    if isinstance(a, dict) and isinstance(b, dict):
-        for k in sorted(set(a) | set(b)):
-            diff = _first_difference(a.get(k), b.get(k), f"{path}.{k}" if path else k)
-            if diff:
-                return diff
-        return None
-    return None if a == b else f"{path}: {b!r} there, {a!r} now"
 
 
 def load_cell(folder, key: str, settings: dict) -> dict | None:
@@ -48,7 +38,7 @@ def load_cell(folder, key: str, settings: dict) -> dict | None:
         raise RunFolderError(
             str(path), f"unreadable finished cell ({exc})", "remove the file to train that cell again"
         ) from None
-    diff = _first_difference(json.loads(json.dumps(settings)), their)
+    diff = first_difference(json.loads(json.dumps(settings)), their)
     if diff:
         raise ResumeMismatch(
             str(path), f"was trained under other settings ({diff})", "use the same command, or another --out folder"

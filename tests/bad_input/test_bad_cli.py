@@ -39,7 +39,7 @@ RUN = ("run", "ml-100k", "--backbone", "fedavg")
         (("coldstart", "ml-100k", "--backbone", "fedavg", "--cold-items", "1.5"), ("--cold-items", "(0, 1)")),
         (("coldstart", "ml-100k", "--backbone", "fedavg", "--support", "0,3"), ("--support", ">= 1")),
         (("coldstart", "ml-100k", "--backbone", "fedavg", "--support-epochs", "-1"), ("--support-epochs", ">= 0")),
-        (("coldstart", "ml-100k", "--backbone", "fedavg", "--resume", "x"), ("unrecognized arguments: --resume",)),
+        (("coldstart", "ml-100k", "--backbone", "fedavg", "--resume", "x"), ("--out", "--resume x continues")),
         (("views", "knn", "store", "--item", "1", "--k", "0"), ("--k", ">= 1", "fedvlr-plus views knn --help")),
         (("experiment", "paper-table", "ml-100k", "--variants", "none,magic"), ("--variants", "magic", "fedgrad")),
         (

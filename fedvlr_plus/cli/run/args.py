@@ -48,7 +48,7 @@ _FEDRAP_FLAGS = frozenset({"--fedrap-lambda", "--fedrap-mu"})
 _NOT_FOR = {
     "run": frozenset(),
     "experiment": frozenset({"--recbole-config", "--evaluator"}),
-    "coldstart": frozenset({"--resume", "--recbole-config", "--evaluator"}),
+    "coldstart": frozenset({"--recbole-config", "--evaluator"}),
     "privacy": frozenset({"--recbole-config", "--evaluator"}),
     # experiment leakage: no run folders (the attacker's observations are not checkpointed), so no --resume
     "leakage": frozenset({"--resume", "--recbole-config", "--evaluator"}),

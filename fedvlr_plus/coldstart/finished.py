@@ -1,0 +1,79 @@
+"""Finished steps of a cold-start study, kept in its report folder so that a killed study goes on where it stopped.
+
+A step is one seed of one model (trained and scored) or the tuner's choice of recipe. Each is saved as soon as it
+finishes, in ``DIR/finished/<step>/`` as a run folder's state (plain JSON and safetensors under a checksummed
+manifest), together with the study's settings. ``coldstart --resume DIR`` reads finished steps back instead of
+training them again; a step saved under other settings is refused, naming the first that differs. A second study
+started on the same folder without ``--resume`` is refused, so that it never mixes its steps with older ones.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ..errors import ResumeMismatch, RunFolderError
+
+FINISHED = "finished"
+STATE = "step"
+#: options that change how a study runs or talks, not its figures
+NOT_SETTINGS = ("progress", "command", "jobs", "folder", "resume")
+
+
+def study_settings(opts, data_digest: str) -> dict:
+    """What decides a study's figures: its options (bar :data:`NOT_SETTINGS`) and its data's digest, as JSON."""
+    settings = {k: v for k, v in asdict(opts).items() if k not in NOT_SETTINGS}
+    settings["training"] = {k: v for k, v in settings["training"].items() if k not in NOT_SETTINGS}
+    settings["data"] = data_digest
+    return json.loads(json.dumps(settings, default=str))
+
+
+@dataclass(frozen=True)
+class FinishedSteps:
+    """The finished steps of the study in ``folder`` under ``settings``."""
+
+    folder: Path
+    settings: dict
+
+    def path(self, step: str) -> Path:
+        return Path(self.folder) / FINISHED / step
+
+    def refuse_started(self, resume: bool) -> None:
+        """Unless ``resume``, a folder that already holds finished steps is refused."""
+        root = Path(self.folder) / FINISHED
+        if not resume and root.is_dir() and any(p.is_dir() for p in root.iterdir()):
+            hint = f"continue it with --resume {self.folder}, or choose another folder"
+            raise RunFolderError(str(self.folder), "already holds a study", hint)
+
+    def load(self, step: str):
+        """What ``step`` gave when it finished (checksums checked), or None where it has not finished."""
+        from ..federation.runs.folder import SeedFolder
+        from ..jsonio import first_difference
+
+        folder = SeedFolder(self.path(step))
+        saved = folder.read_state(STATE) if folder.has_checkpoint() else None
+        if saved is None:
+            return None
+        diff = first_difference(self.settings, saved["settings"])
+        if diff:
+            raise ResumeMismatch(
+                str(self.path(step)), f"was made under other settings ({diff})", "resume with the same command"
+            )
+        return saved["outcome"]
+
+    def save(self, step: str, outcome) -> None:
+        from ..atomic_write import make_dirs
+        from ..federation.runs.folder import SeedFolder
+
+        SeedFolder(make_dirs(self.path(step))).write_state(STATE, {"settings": self.settings, "outcome": outcome})
+
+
+def finished_step(job: tuple):
+    """``fn(arg)``, saved as ``step`` in ``finished`` (a :class:`FinishedSteps`, or None) as soon as it returns.
+    Module level: a worker process calls it, and saves its own step, so a study killed midway keeps it."""
+    finished, step, fn, arg = job
+    outcome = fn(arg)
+    if finished is not None:
+        finished.save(step, outcome)
+    return outcome
