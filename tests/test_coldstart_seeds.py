@@ -76,3 +76,7 @@ def test_a_killed_study_goes_on_from_its_finished_seeds(tmp_path, capsys):
     assert err.count("read back from") == 3 and again == first
     other = run_cli("coldstart", str(folder), *FLAGS, "--resume", str(out), "--rounds", "4")
     assert_user_error(other, "finished", "rounds")
+    # a third seed is added to the finished two (each seed's step does not depend on how many there are)
+    more = run_cli("coldstart", str(folder), *FLAGS, "--resume", str(out), "--seeds", "3", "--jobs", "1")
+    assert more.code == 0 and more.err.count("read back from") == 4, more.err
+    assert len(json.loads(more.out.strip().splitlines()[-1])["selected_round"]) == 3

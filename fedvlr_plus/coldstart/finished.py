@@ -22,9 +22,11 @@ NOT_SETTINGS = ("progress", "command", "jobs", "folder", "resume")
 
 
 def study_settings(opts, data_digest: str) -> dict:
-    """What decides a study's figures: its options (bar :data:`NOT_SETTINGS`) and its data's digest, as JSON."""
+    """What decides a step's figures: the study's options (bar :data:`NOT_SETTINGS`, and the number of seeds: a
+    seed's step does not depend on how many others there are, so a resumed study may add seeds) and its data's
+    digest, as JSON."""
     settings = {k: v for k, v in asdict(opts).items() if k not in NOT_SETTINGS}
-    settings["training"] = {k: v for k, v in settings["training"].items() if k not in NOT_SETTINGS}
+    settings["training"] = {k: v for k, v in settings["training"].items() if k not in (*NOT_SETTINGS, "seeds")}
     settings["data"] = data_digest
     return json.loads(json.dumps(settings, default=str))
 
