@@ -24,24 +24,6 @@ def _study(folder, jobs: int, capsys, *more: str) -> tuple[dict, str]:
     return result, out.err
 
 
-@pytest.mark.slow
-def test_seeds_side_by_side_give_the_figures_of_seeds_one_after_another(tmp_path, capsys, monkeypatch):
-    """An item study and a new-user study at once; one torch thread in both
-    runs, as each worker has (several threads may sum in another order)."""
-    folder = _feature_folder(tmp_path / "fx")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        one_by_one, err_one = _study(folder, 1, capsys)
-        side_by_side, err_two = _study(folder, 2, capsys)
-    finally:
-        torch.set_num_threads(threads)
-    assert "side by side in 2 worker processes" in err_two and "side by side" not in err_one
-    assert len(one_by_one["selected_round"]) == 2 and len(one_by_one["user_coldstart"]["selected_round"]) == 2
-    assert one_by_one["cold_among_cold"] and one_by_one["user_coldstart"]["curves"]
-    assert side_by_side == one_by_one
-
-
 def test_a_recipe_that_cannot_be_sent_to_a_worker_trains_its_seeds_here():
     """The Python API may pass a lambda as the model's recipe: its seeds then train in this process."""
     from fedvlr_plus.coldstart.seeds import seed_jobs
@@ -55,25 +37,33 @@ def test_a_recipe_that_cannot_be_sent_to_a_worker_trains_its_seeds_here():
     assert seed_jobs(FedConfig(seed=0, seeds=1), 2, "fedavg")[1] == 1
 
 
-def test_a_killed_study_goes_on_from_its_finished_seeds(tmp_path, capsys):
-    """Each seed is saved in the --out folder as it finishes (here by two workers); the folder is not reused
-    without --resume, and --resume reads the finished seeds back, trains the one lost, and gives the same result."""
+@pytest.mark.slow
+def test_seeds_side_by_side_give_the_figures_of_seeds_one_after_another_and_a_killed_study_goes_on(tmp_path, capsys):
+    """An item study and a new-user study at once; one torch thread in every run, as each worker has (several
+    threads may sum in another order). The side-by-side study saves each seed in its --out folder as it finishes;
+    the folder is not reused without --resume, and --resume reads the finished seeds back, trains the one lost, and
+    gives the same result."""
     from _bad_input import assert_user_error, run_cli
 
     folder, out = _feature_folder(tmp_path / "fx"), tmp_path / "study"
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        first, _ = _study(folder, 2, capsys, "--out", str(out))
+        one_by_one, err_one = _study(folder, 1, capsys)
+        side_by_side, err_two = _study(folder, 2, capsys, "--out", str(out))
         steps = {p.name for p in (out / "finished").iterdir()}
-        assert steps == {f"{study}-fedvlr-seed-{s}" for study in ("items", "users") for s in (0, 1)}
         for name in ("manifest.json", "step.json"):  # (a seed killed before it finished leaves nothing behind)
             (out / "finished" / "users-fedvlr-seed-1" / name).unlink()
         assert_user_error(run_cli("coldstart", str(folder), *FLAGS, "--out", str(out)), "already holds a study")
         again, err = _study(folder, 1, capsys, "--resume", str(out))
     finally:
         torch.set_num_threads(threads)
-    assert err.count("read back from") == 3 and again == first
+    assert "side by side in 2 worker processes" in err_two and "side by side" not in err_one
+    assert len(one_by_one["selected_round"]) == 2 and len(one_by_one["user_coldstart"]["selected_round"]) == 2
+    assert one_by_one["cold_among_cold"] and one_by_one["user_coldstart"]["curves"]
+    assert side_by_side == one_by_one
+    assert steps == {f"{study}-fedvlr-seed-{s}" for study in ("items", "users") for s in (0, 1)}
+    assert err.count("read back from") == 3 and again == one_by_one
     other = run_cli("coldstart", str(folder), *FLAGS, "--resume", str(out), "--rounds", "4")
     assert_user_error(other, "finished", "rounds")
     # a third seed is added to the finished two (each seed's step does not depend on how many there are)

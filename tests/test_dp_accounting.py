@@ -164,7 +164,7 @@ def _privacy_table_cli(jobs: int, *more: str):
     )
 
 
-def test_privacy_table_command_runs_on_tiny_data_and_its_runs_side_by_side_change_nothing(tmp_path):
+def test_privacy_table_runs_side_by_side_change_nothing_and_a_killed_table_resumes(tmp_path, monkeypatch):
     out = tmp_path / "t4"
     res = _privacy_table(out, jobs=2)
     assert res.code == 0, res.err
@@ -196,27 +196,24 @@ def test_privacy_table_command_runs_on_tiny_data_and_its_runs_side_by_side_chang
     table = (out / "table.md").read_text()
     assert f"| 1 | 1 | {noised['epsilon']:.3g} |" in table and "| none | off | ∞ |" in table
     assert "| 0 | 1 | ∞ |" in table
+    _refuses_its_folder_and_resumes_to_the_uninterrupted_figures(out, tmp_path / "fresh", monkeypatch)
 
 
-def test_a_privacy_table_refuses_to_overwrite_its_runs_and_resumes_them_to_the_uninterrupted_figures(
-    tmp_path, monkeypatch
-):
+def _refuses_its_folder_and_resumes_to_the_uninterrupted_figures(out, fresh, monkeypatch):
+    """The table in ``out`` (its runs' folders written by workers) is refused when run again; a longer table continues
+    every run from its checkpoint, in one process, to what a table trained straight gives."""
     from _bad_input import assert_user_error
 
-    folder, fresh = str(tmp_path / "t4"), str(tmp_path / "fresh")
-    assert _privacy_table(None, 2, "--out", folder).code == 0  # (the workers write the runs' folders)
-    again = _privacy_table(None, 1, "--out", folder)
-    assert_user_error(again, "already holds runs", f"--resume {folder}")
-    # a longer table continues every run from its checkpoint to what a table trained straight gives
+    assert_user_error(_privacy_table(None, 1, "--out", str(out)), "already holds runs", f"--resume {out}")
     loaded = []
     load = FederatedRun.load_checkpoint
     monkeypatch.setattr(FederatedRun, "load_checkpoint", lambda run, *a: loaded.append(run.round) or load(run, *a))
-    resumed = _privacy_table(None, 1, "--resume", folder, "--rounds", "4")
+    resumed = _privacy_table(None, 1, "--resume", str(out), "--rounds", "4")
     assert loaded == [0] * 6  # (each of the 3 rows x 2 seeds, read before its run goes on)
-    straight = _privacy_table(None, 1, "--out", fresh, "--rounds", "4")
+    straight = _privacy_table(None, 1, "--out", str(fresh), "--rounds", "4")
     assert resumed.code == 0 and straight.code == 0, resumed.err + straight.err
     one, two = (json.loads(r.out.strip().splitlines()[-1]) for r in (resumed, straight))
     assert one == two and max(one["rows"][0]["selected_round"]) > 2
-    assert (tmp_path / "t4" / "table.md").read_text() == (tmp_path / "fresh" / "table.md").read_text()
-    other = _privacy_table(None, 1, "--resume", folder, "--out", fresh)
-    assert_user_error(other, "--out", f"--resume {folder}")
+    assert (out / "table.md").read_text() == (fresh / "table.md").read_text()
+    other = _privacy_table(None, 1, "--resume", str(out), "--out", str(fresh))
+    assert_user_error(other, "--out", f"--resume {out}")

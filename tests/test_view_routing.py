@@ -160,7 +160,7 @@ def _without_timings(x):
     return [_without_timings(v) for v in x] if isinstance(x, list) else x
 
 
-def test_the_planted_experiment_runs_end_to_end_and_bad_flags_are_one_line(tmp_path, capsys):
+def test_the_planted_experiment_runs_end_to_end_resumes_and_bad_flags_are_one_line(tmp_path, capsys, monkeypatch):
     from fedvlr_plus.cli import main
 
     out = tmp_path / "planted"
@@ -188,25 +188,18 @@ def test_the_planted_experiment_runs_end_to_end_and_bad_flags_are_one_line(tmp_p
     with pytest.raises(SystemExit):
         main(["experiment", "planted", "--rows", "single,everything"])
     assert "unknown row group everything" in capsys.readouterr().err
+    _resumed_runs_read_back_their_routers(out, result, capsys, monkeypatch)
 
 
-def test_a_planted_run_folder_is_refused_when_reused_and_resumed_runs_read_back_their_routers(
-    tmp_path, capsys, monkeypatch
-):
-    """Every run checkpoints into the --out folder, its routers' weights kept beside; --resume reads the finished
-    runs back, weights and all, to the same JSON."""
+def _resumed_runs_read_back_their_routers(out, first: dict, capsys, monkeypatch):
+    """Every run of the planted command in ``out`` checkpointed there, its routers' weights kept beside: the folder
+    is refused when reused, and --resume reads the finished runs back, weights and all, to the same JSON."""
     from _bad_input import assert_user_error, run_cli
 
     from fedvlr_plus.federation.engine import FederatedRun
 
-    out = tmp_path / "planted"
-    first, _ = _planted_cli(out, 2, capsys)
-    assert {p.name for p in (out / "runs" / "synthetic-planted-60x80-image").iterdir()} == {
-        "FedVLR-views",
-        "view-image",
-        "view-text",
-        "sum",
-    }
+    rows = {p.name for p in (out / "runs" / "synthetic-planted-60x80-image").iterdir()}
+    assert rows == {"FedVLR-views", "view-image", "view-text", "sum"}
     assert_user_error(run_cli(*PLANTED, "--out", str(out)), "already holds runs", f"--resume {out}")
     loaded = []
     load = FederatedRun.load_checkpoint
