@@ -13,7 +13,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..errors import ResumeMismatch, RunFolderError
+from ..errors import ResumeMismatch
 
 FINISHED = "finished"
 STATE = "step"
@@ -43,10 +43,11 @@ class FinishedSteps:
 
     def refuse_started(self, resume: bool) -> None:
         """Unless ``resume``, a folder that already holds finished steps is refused."""
+        from ..federation.runs.folder import refuse_started_runs
+
         root = Path(self.folder) / FINISHED
-        if not resume and root.is_dir() and any(p.is_dir() for p in root.iterdir()):
-            hint = f"continue it with --resume {self.folder}, or choose another folder"
-            raise RunFolderError(str(self.folder), "already holds a study", hint)
+        steps = list(root.iterdir()) if root.is_dir() else []
+        refuse_started_runs(self.folder, steps, resume, held="a study")
 
     def load(self, step: str):
         """What ``step`` gave when it finished (checksums checked), or None where it has not finished."""

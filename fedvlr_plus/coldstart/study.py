@@ -264,6 +264,11 @@ def _tuned(opts: ColdStartOptions, fusion: str, cfg, data, log, parts: dict | No
     from ..fedvlr.halving import budgets_note, successive_halving
     from ..fedvlr.tuning import Recipe, candidate_recipes, fixed_by, tries_id_dropout
 
+    saved = finished.load(f"tuning-{fusion}") if finished is not None else None
+    if saved is not None:  # (a resumed study: the recipe its tuner chose)
+        if log:
+            log(f"tuning: kept recipe {saved['report']['selected']}, read back from {finished.folder}")
+        return (*_with_point(opts, cfg, Recipe(**saved["recipe"])), saved["report"])
     fo = opts.fedvlr
     # a new-user study scores joining users, not items: the warm users' data may lack items only newcomers touched,
     # but ranking those is not what it measures
@@ -277,11 +282,6 @@ def _tuned(opts: ColdStartOptions, fusion: str, cfg, data, log, parts: dict | No
         weight_decay=cfg.weight_decay or None,
         backbone=opts.backbone,
     )
-    saved = finished.load(f"tuning-{fusion}") if finished is not None else None
-    if saved is not None:  # (a resumed study: the recipe its tuner chose)
-        if log:
-            log(f"tuning: kept recipe {saved['report']['selected']}, read back from {finished.folder}")
-        return (*_with_point(opts, cfg, Recipe(**saved["recipe"])), saved["report"])
     rate = _Rate(opts, cfg, parts, views)
     joining, among_cold = rate.ratings()
     metric = _tuning_metric(opts, cfg, joining, among_cold)

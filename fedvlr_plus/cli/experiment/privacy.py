@@ -142,12 +142,11 @@ def _finish(args, result, markdown, write, files: str) -> int:
 
 def cmd_privacy_table(args) -> int:
     from ...experiments.privacy_table import format_markdown, run_privacy_table, write_privacy_table
-
-    data, cfg, backbone, label = _setup(args)
-    print(f"privacy table on {args.source}: {label}, noise {args.noise}, {cfg.seeds} seeds", file=sys.stderr)
     from ..common import continued_folder
 
     args.out = continued_folder(args, "table")  # (the report goes beside the runs it continues)
+    data, cfg, backbone, label = _setup(args)
+    print(f"privacy table on {args.source}: {label}, noise {args.noise}, {cfg.seeds} seeds", file=sys.stderr)
     how = {"jobs": args.jobs, "folder": args.out, "resume": bool(args.resume)}  # (how the runs train, not what)
     result = run_privacy_table(data, backbone, cfg, args.noise, metric=args.metric, label=label, **how)
     return _finish(

@@ -218,6 +218,7 @@ def cmd_view_routing(args) -> int:
     from ...fedvlr.views import load_views
     from ..common import load_for_run
 
+    opts = _options(args)  # (its flags checked before the data is read)
     data, _ = load_for_run(args)
     names = [n.strip() for n in args.fusion_views.split(",")] if args.fusion_views else None
     views = load_views(data, args.views, names, progress=not args.no_progress, purpose="--fusion-views")
@@ -229,4 +230,4 @@ def cmd_view_routing(args) -> int:
             f"routing over views needs at least two views; {data.name} gives {len(views)} ({', '.join(views)})",
             "name two or more views of the store",
         )
-    return _finish(args, {"rows": view_routing_setting(data, views, _options(args))})
+    return _finish(args, {"rows": view_routing_setting(data, views, opts)})

@@ -34,7 +34,8 @@ import numpy as np
 
 from ...api import AntiPop, Experiment, ExperimentResult, FedVLR, Model, Pop, Random
 from ...coldstart.content import ContentRanker, RestrictedScorer
-from ...errors import ConfigError, RunFolderError
+from ...errors import ConfigError
+from ...federation.runs.folder import refuse_started_runs
 from ..selected_extra import load_selected_extra, save_selected_extra
 from ..variants import FUSION_VARIANTS, ROUTER_ABLATION, VARIANTS
 from .report import PARTS, table_notes, write_report
@@ -355,12 +356,7 @@ def _train_seed(study: _Study, recipe: Model, variant: str, seed: int) -> dict:
             flush=True,
         )
     elif folder is not None and run.folder.has_checkpoint():
-        if not study.opts.resume:
-            raise RunFolderError(
-                str(study.opts.folder),
-                "already holds runs",
-                f"continue them with --resume {study.opts.folder}, or choose another folder",
-            )
+        refuse_started_runs(study.opts.folder, [folder], study.opts.resume)
         run.load_checkpoint()
         extra.update(load_selected_extra(run) or {})
     run.run()

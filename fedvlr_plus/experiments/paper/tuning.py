@@ -18,7 +18,7 @@ import sys
 from contextlib import ExitStack
 
 from ...api import FedVLR
-from ...errors import RunFolderError
+from ...federation.runs.folder import refuse_started_runs
 
 
 def _fixed(study, recipe: FedVLR) -> dict:
@@ -85,12 +85,7 @@ def _candidate_score(job: tuple) -> float:
         _candidate(recipe, point), study.seed, folder=folder, settings=settings, test=False, keep_selected=keep
     )
     if folder is not None and run.folder.has_checkpoint():
-        if not may_continue:
-            raise RunFolderError(
-                str(study.opts.folder),
-                "already holds runs",
-                f"continue them with --resume {study.opts.folder}, or choose another folder",
-            )
+        refuse_started_runs(study.opts.folder, [folder], may_continue)
         run.load_checkpoint()
     run.run()
     return float(run.best["metric"])

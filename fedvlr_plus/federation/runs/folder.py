@@ -75,12 +75,12 @@ def locked(folder):
         lock.release()
 
 
-def refuse_started_runs(root, run_dirs, resume: bool) -> None:
-    """An experiment that keeps its runs in ``run_dirs`` under ``root`` refuses, unless ``resume``, to start where
-    one of them already holds a checkpoint (it would train over it)."""
+def refuse_started_runs(root, run_dirs, resume: bool, held: str = "runs") -> None:
+    """An experiment that keeps its runs (or ``held``) in ``run_dirs`` under ``root`` refuses, unless ``resume``, to
+    start where one of them already holds a checkpoint (it would train over it)."""
     if not resume and any(SeedFolder(d).has_checkpoint() for d in run_dirs if d is not None):
         raise RunFolderError(
-            str(root), "already holds runs", f"continue them with --resume {root}, or choose another folder"
+            str(root), f"already holds {held}", f"continue with --resume {root}, or choose another folder"
         )
 
 
