@@ -165,13 +165,14 @@ def _parts(spec: EvalSpec, data, scorer, cold_mask, split="test") -> dict:
 
 def item_coldstart(data, make_model, cfg, views: dict, *, spec: EvalSpec, rules=RULES, neighbours_k: int = 10,
                    select_metric: str = "ndcg@10", default_rule: str | None = None, progress: bool = False,
-                   log=None, jobs: int | None = 1, finished=None, name: str = "model") -> dict:
+                   log=None, jobs: int | None = 1, finished=None, model_label: str = "model") -> dict:
     """Train ``make_model(data)`` for ``cfg.seeds`` seeds and evaluate cold targets under every rule.
 
     ``default_rule``: the headline rule; ``None`` chooses it on the validation cold targets (``select_metric``
     among cold items). ``jobs``: worker processes training the seeds side by side (:mod:`.seeds`; None: as the
-    cores allow). ``finished``: the study's :class:`.finished.FinishedSteps`, where each seed of model ``name`` is
-    saved as it finishes and read back on resume. Returns the JSON-ready result (see :func:`item_result`).
+    cores allow). ``finished``: the study's :class:`.finished.FinishedSteps`, where each seed of the model
+    ``model_label`` is saved as it finishes and read back on resume. Returns the JSON-ready result (see
+    :func:`item_result`).
     """
     from .seeds import ItemSeed, fresh_spec, item_seed, run_seed_jobs
 
@@ -184,7 +185,7 @@ def item_coldstart(data, make_model, cfg, views: dict, *, spec: EvalSpec, rules=
     job = ItemSeed(data, make_model, None, fresh_spec(spec) if workers > 1 else spec, fitted, select_metric,
                    progress and workers == 1)
     per_seed = [replace(job, cfg=c) for c in seeds]
-    for scfg, res in zip(seeds, run_seed_jobs(item_seed, per_seed, f"items-{name}", finished, workers, log)):
+    for scfg, res in zip(seeds, run_seed_jobs(item_seed, per_seed, f"items-{model_label}", finished, workers, log)):
         state.selected_round.append(res["round"])
         if log:
             log(f"seed {scfg.seed}: selected round {res['round']} of {res['rounds']}")
@@ -417,7 +418,7 @@ def _start_from_items(run, store, starts, indptr, indices, users) -> None:
 def user_coldstart(full, warm, held_out: np.ndarray, make_model, cfg, views: dict | None, *, spec: EvalSpec,
                    supports=(1, 3, 5), epochs: int | str = 20, start: str = "population", progress: bool = False,
                    log=None, select_metric: str = "ndcg@10", hold_valid: bool = False,
-                   prior: str = "none", jobs: int | None = 1, finished=None, name: str = "model") -> dict:
+                   prior: str = "none", jobs: int | None = 1, finished=None, model_label: str = "model") -> dict:
     """Train on ``warm`` (held-out users absent), then let ``held_out`` users join with each support size, their
     private state starting from ``start`` (:func:`local_private_training`). ``epochs``: the joining users' local
     epochs, or ``"auto"``: chosen per support size and seed on a third of them (:mod:`.support_epochs`), the
@@ -425,7 +426,7 @@ def user_coldstart(full, warm, held_out: np.ndarray, make_model, cfg, views: dic
     chose the recipe: ``--tune``), so no reported user took part in any choice. ``prior``: ``popularity`` adds
     the warm users' log-popularity to the joining users' logits, its weight chosen on that third
     (:mod:`.popularity_prior`). ``jobs``: worker processes training the seeds side by side (:mod:`.seeds`; None: as
-    the cores allow). ``finished``, ``name``: as :func:`item_coldstart`'s."""
+    the cores allow). ``finished``, ``model_label``: as :func:`item_coldstart`'s."""
     from .paired import PER_USER
     from .popularity_prior import log_popularity
     from .seeds import UserSeed, fresh_spec
@@ -446,7 +447,7 @@ def user_coldstart(full, warm, held_out: np.ndarray, make_model, cfg, views: dic
     joining = dict(epochs=epochs, start=start, valid_users=valid_users, select_metric=select_metric, prior=prior_row)
     job = UserSeed(warm, make_model, None, fresh_spec(spec) if workers > 1 else spec, sq, held_out, joining,
                    report_users, progress and workers == 1)
-    rounds, sparsity, frames, chosen = _user_seeds(job, seeds, workers, log, finished, name)
+    rounds, sparsity, frames, chosen = _user_seeds(job, seeds, workers, log, finished, model_label)
     for n in supports:
         _reference_frames(frames, n, sq[n], pop_counts, views, spec, report_users)
     curves = {name: {str(n): summarise(frames[(name, n)], keys) for n in supports}
@@ -476,7 +477,7 @@ def _seed_plan(cfg, jobs: int | None, make_model, log) -> tuple[list, int]:
     return seeds, workers
 
 
-def _user_seeds(job, seeds: list, workers: int, log, finished, name: str) -> tuple[list, list, dict, dict]:
+def _user_seeds(job, seeds: list, workers: int, log, finished, model_label: str) -> tuple[list, list, dict, dict]:
     """Every seed of a new-user study (:func:`.seeds.user_seed`), added up in seed order: the selected rounds, the
     trained users' per-user frames, the joining users' frames per support size (``("model", n)``) and the choices
     made on validation joining users (support size -> records)."""
@@ -484,7 +485,7 @@ def _user_seeds(job, seeds: list, workers: int, log, finished, name: str) -> tup
 
     rounds, sparsity, frames, chosen = [], [], {}, {}
     jobs = [replace(job, cfg=c) for c in seeds]
-    for scfg, res in zip(seeds, run_seed_jobs(user_seed, jobs, f"users-{name}", finished, workers, log)):
+    for scfg, res in zip(seeds, run_seed_jobs(user_seed, jobs, f"users-{model_label}", finished, workers, log)):
         rounds.append(res["round"])
         if log:
             log(f"seed {scfg.seed}: selected round {res['round']} of {res['rounds']}")

@@ -446,7 +446,7 @@ def _study_one_model(opts, fusion: str, parts: dict, views: dict, spec, cfg, tar
     make = _recipe(opts, fusion, cfg)
     who = fusion if fusion != "none" else "backbone alone"
     # how the seeds train and where they are kept, the same for both studies
-    runs = dict(progress=opts.progress, log=log, jobs=opts.jobs, finished=finished, name=fusion)
+    runs = dict(progress=opts.progress, log=log, jobs=opts.jobs, finished=finished, model_label=fusion)
     if "items" in parts:
         data, how = parts["items"]
         rule = (
