@@ -3,6 +3,7 @@ trained one after another (:mod:`fedvlr_plus.coldstart.seeds`)."""
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from test_coldstart import _feature_folder
@@ -52,6 +53,7 @@ def test_seeds_side_by_side_give_the_figures_of_seeds_one_after_another_and_a_ki
         one_by_one, err_one = _study(folder, 1, capsys)
         side_by_side, err_two = _study(folder, 2, capsys, "--out", str(out))
         steps = {p.name for p in (out / "finished").iterdir()}
+        training = list((out / "runs").iterdir())  # each seed's checkpoints, removed once its step is saved
         for name in ("manifest.json", "step.json"):  # (a seed killed before it finished leaves nothing behind)
             (out / "finished" / "users-fedvlr-seed-1" / name).unlink()
         assert_user_error(run_cli("coldstart", str(folder), *FLAGS, "--out", str(out)), "already holds a study")
@@ -63,6 +65,7 @@ def test_seeds_side_by_side_give_the_figures_of_seeds_one_after_another_and_a_ki
     assert one_by_one["cold_among_cold"] and one_by_one["user_coldstart"]["curves"]
     assert side_by_side == one_by_one
     assert steps == {f"{study}-fedvlr-seed-{s}" for study in ("items", "users") for s in (0, 1)}
+    assert (out / "runs").is_dir() and training == []
     assert err.count("read back from") == 3 and again == one_by_one
     other = run_cli("coldstart", str(folder), *FLAGS, "--resume", str(out), "--rounds", "4")
     assert_user_error(other, "finished", "rounds")
@@ -70,3 +73,58 @@ def test_seeds_side_by_side_give_the_figures_of_seeds_one_after_another_and_a_ki
     more = run_cli("coldstart", str(folder), *FLAGS, "--resume", str(out), "--seeds", "3", "--jobs", "1")
     assert more.code == 0 and more.err.count("read back from") == 4, more.err
     assert len(json.loads(more.out.strip().splitlines()[-1])["selected_round"]) == 3
+
+
+def test_a_seed_killed_midway_goes_on_from_its_checkpoint_to_the_figures_of_a_seed_trained_straight(
+    tmp_path, monkeypatch
+):
+    """A cold-start seed with a run folder checkpoints as it trains; killed after round 2 of 4, it goes on from that
+    checkpoint and ends in the selected round's model of a seed trained straight through without a folder."""
+    from test_coldstart import _toy_views
+
+    from fedvlr_plus.adapters import make_backbone
+    from fedvlr_plus.coldstart.experiment import train_selected
+    from fedvlr_plus.federation.config import FedConfig
+    from fedvlr_plus.federation.engine import FederatedRun
+    from fedvlr_plus.federation.synthetic import synthetic_data
+    from fedvlr_plus.fedvlr import FusionLayer
+
+    data = synthetic_data(40, 120, 12.0, groups=4, seed=0)
+    views = _toy_views(data)
+
+    def layer():
+        return FusionLayer(make_backbone("fcf", data.n_items, 8), views, mode="fedvlr", router_hidden=8)
+
+    cfg = FedConfig(rounds=4, local_epochs=1, batch_size=16, dim=8, lr=0.1, server_lr=0.5, seed=0, checkpoint_every=1)
+    straight = train_selected(data, layer(), cfg)
+    real_round, folder = FederatedRun.run_round, tmp_path / "seed"
+
+    def killed_after_round_2(run):
+        if run.round == 2:
+            raise KeyboardInterrupt
+        return real_round(run)
+
+    monkeypatch.setattr(FederatedRun, "run_round", killed_after_round_2)
+    with pytest.raises(KeyboardInterrupt):
+        train_selected(data, layer(), cfg, folder=folder)
+    monkeypatch.setattr(FederatedRun, "run_round", real_round)
+    resumed_from = []
+    monkeypatch.setattr(FederatedRun, "load_checkpoint", _spy(FederatedRun.load_checkpoint, resumed_from))
+    resumed = train_selected(data, layer(), cfg, folder=folder)
+    assert resumed_from == [2], "the seed did not go on from its checkpoint"
+    assert (resumed.round, resumed.best["round"]) == (straight.round, straight.best["round"])
+    users = np.arange(data.n_users)
+    assert torch.equal(
+        torch.as_tensor(resumed.sim.scores(users, resumed.shared)),
+        torch.as_tensor(straight.sim.scores(users, straight.shared)),
+    )
+
+
+def _spy(method, rounds: list):
+    """``method`` (a checkpoint's load), recording the round it loaded."""
+
+    def wrapped(run, *args, **kwargs):
+        method(run, *args, **kwargs)
+        rounds.append(run.round)
+
+    return wrapped

@@ -17,6 +17,7 @@ spread of the per-seed means.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -87,12 +88,17 @@ def keepable(cfg):
     return replace(cfg, private_store="memory") if cfg.private_store == "disk" else cfg
 
 
-def train_selected(data, model, cfg, *, progress: bool = False):
+def train_selected(data, model, cfg, *, progress: bool = False, folder=None):
     """Train one seed (:class:`~fedvlr_plus.federation.engine.FederatedRun`) and put it back into the state of
-    its selected (best-validation) round: shared state, server fusion state and every private state."""
+    its selected (best-validation) round: shared state, server fusion state and every private state. ``folder``:
+    the run checkpoints there, each checkpoint with its selected round's model, and goes on from the latest
+    checkpoint the folder holds (the same figures as a run straight through)."""
     from ..federation.engine import FederatedRun
 
-    run = FederatedRun(data, model, keepable(cfg), progress=progress)
+    run = FederatedRun(data, model, keepable(cfg), folder, progress=progress, keep_selected=folder is not None)
+    if folder is not None and run.folder.has_checkpoint():
+        run.load_checkpoint()
+        print(f"seed {cfg.seed}: goes on from its checkpoint at round {run.round} in {folder}", file=sys.stderr)
     run.run(end_at_selected=True)   # the engine keeps that round's model for its own test already
     return run
 

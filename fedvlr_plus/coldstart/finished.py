@@ -5,17 +5,23 @@ finishes, in ``DIR/finished/<step>/`` as a run folder's state (plain JSON and sa
 manifest), together with the study's settings. ``coldstart --resume DIR`` reads finished steps back instead of
 training them again; a step saved under other settings is refused, naming the first that differs. A second study
 started on the same folder without ``--resume`` is refused, so that it never mixes its steps with older ones.
+
+While a seed trains, its run checkpoints into ``DIR/runs/<step>/`` as ``run --out`` does, so a seed killed midway
+goes on from its last checkpoint; the folder is removed once the seed's step is saved.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..errors import ResumeMismatch
 
 FINISHED = "finished"
+#: the folder of the seeds still training (their run folders, checkpointed)
+TRAINING = "runs"
 STATE = "step"
 #: options that change how a study runs or talks, not its figures
 NOT_SETTINGS = ("progress", "command", "jobs", "folder", "resume")
@@ -41,12 +47,18 @@ class FinishedSteps:
     def path(self, step: str) -> Path:
         return Path(self.folder) / FINISHED / step
 
+    def run_path(self, step: str) -> Path:
+        """The run folder of ``step`` while it trains (a seed's checkpoints)."""
+        return Path(self.folder) / TRAINING / step
+
     def refuse_started(self, resume: bool) -> None:
-        """Unless ``resume``, a folder that already holds finished steps is refused."""
+        """Unless ``resume``, a folder that already holds finished steps or seeds in training is refused."""
         from ..federation.runs.folder import refuse_started_runs
 
-        root = Path(self.folder) / FINISHED
-        steps = list(root.iterdir()) if root.is_dir() else []
+        steps = []
+        for part in (FINISHED, TRAINING):
+            root = Path(self.folder) / part
+            steps += list(root.iterdir()) if root.is_dir() else []
         refuse_started_runs(self.folder, steps, resume, held="a study")
 
     def load(self, step: str):
@@ -79,4 +91,6 @@ def finished_step(job: tuple):
     outcome = fn(arg)
     if finished is not None:
         finished.save(step, outcome)
+        # its checkpoints are not needed once the step is saved (a kill between the two leaves them, unread)
+        shutil.rmtree(finished.run_path(step), ignore_errors=True)
     return outcome

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pickle
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 
 @dataclass
@@ -25,6 +26,8 @@ class ItemSeed:
     fitted: dict
     select_metric: str
     progress: bool = False
+    #: the seed's run folder, checkpointed as it trains and continued where it holds a checkpoint (None: none)
+    run_dir: Path | None = None
 
 
 def item_seed(job: ItemSeed) -> dict:
@@ -35,7 +38,7 @@ def item_seed(job: ItemSeed) -> dict:
 
     data, spec = job.data, job.spec
     cold = data.cold_items()
-    run = train_selected(data, job.make_model(data), job.cfg, progress=job.progress)
+    run = train_selected(data, job.make_model(data), job.cfg, progress=job.progress, folder=job.run_dir)
     out = {"round": int(run.best["round"]), "rounds": int(run.round), "rules": {}, "valid": {}}
     out["trained"] = _parts(spec, data, _scorer(run, run.shared), cold)
     has_valid_cold = valid_cold_targets(data, cold) > 0
@@ -61,7 +64,8 @@ def seed_jobs(cfg, jobs: int | None, make_model) -> tuple[list, int]:
 def run_seed_jobs(fn, jobs: list, study: str, finished, workers: int, log=None) -> list:
     """``fn`` of every seed job, in seed order: read back where ``finished`` (a :class:`.finished.FinishedSteps`, or
     None) holds the seed's step ``<study>-seed-<s>``, else trained, in ``workers`` worker processes, and saved as
-    soon as it finishes."""
+    soon as it finishes. With ``finished``, a seed in training checkpoints into its run folder and goes on from
+    it."""
     from ..federation.runs.parallel import map_jobs
     from .finished import finished_step
 
@@ -72,6 +76,8 @@ def run_seed_jobs(fn, jobs: list, study: str, finished, workers: int, log=None) 
             if outcome is not None:
                 log(f"seed {job.cfg.seed}: read back from {finished.folder}")
     todo = [i for i, outcome in enumerate(done) if outcome is None]
+    if finished is not None:
+        jobs = [replace(job, run_dir=finished.run_path(step)) for job, step in zip(jobs, steps)]
     trained = map_jobs(finished_step, [(finished, steps[i], fn, jobs[i]) for i in todo], workers)
     for i, outcome in zip(todo, trained):
         done[i] = outcome
@@ -105,6 +111,8 @@ class UserSeed:
     joining: dict  # epochs, start, valid_users, select_metric, prior: how a joining user is served and chosen
     report_users: object
     progress: bool = False
+    #: as :attr:`ItemSeed.run_dir`
+    run_dir: Path | None = None
 
 
 def user_seed(job: UserSeed) -> dict:
@@ -116,7 +124,7 @@ def user_seed(job: UserSeed) -> dict:
     from .support_epochs import only
 
     j, spec = job.joining, job.spec
-    run = train_selected(job.warm, job.make_model(job.warm), job.cfg, progress=job.progress)
+    run = train_selected(job.warm, job.make_model(job.warm), job.cfg, progress=job.progress, folder=job.run_dir)
     out = {"round": int(run.best["round"]), "rounds": int(run.round), "frames": {}, "chosen": {}}
     out["sparsity"] = run.best["test_full"].per_user
     starts = PopulationStarts(run)  # the same for every support size

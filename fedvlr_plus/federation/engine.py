@@ -370,7 +370,8 @@ class FederatedRun:
     def run(self, end_at_selected: bool = False, at_selected=None) -> dict:
         """Train to the end or early stop and return the result. ``end_at_selected``: leave the run in the model
         of its selected round (shared, server and private state), for studies that go on from it; it needs a run
-        without a folder and a store whose states can be kept aside. ``at_selected(run)``: called with that model
+        without a folder or one that keeps its selected round (``keep_selected``), and a store whose states can be
+        kept aside. ``at_selected(run)``: called with that model
         in place, where this call selected a new round, before the last round's model is put back (a tuner that
         scores a candidate at its selected round and trains it on later). A run may be run again with more
         rounds (``cfg.rounds``) and goes on as if asked for them from the start."""
@@ -384,7 +385,8 @@ class FederatedRun:
         keeping = (self.test and self.folder is None or self.keep_selected) and KeptRound.can_keep(self)
         self._kept = (self._kept or {}) if keeping else None   # a model kept by the checkpoint it went on from stays
         if end_at_selected and self._kept is None:
-            raise ValueError("end_at_selected needs a run without a folder and a private store other than disk")
+            raise ValueError("end_at_selected needs a run without a folder or with keep_selected, and a private store "
+                             "other than disk")
         try:
             while not self.done():
                 started = time.perf_counter()
