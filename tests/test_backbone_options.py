@@ -104,12 +104,14 @@ def _checkpoint_of(run, **config):
 
 def test_a_folder_recorded_with_penalties_for_every_backbone_still_resumes(small, tmp_path):
     """Run folders written while every config carried FedRAP's penalties list them for a FedAvg run too."""
+    from fedvlr_plus.federation.runs.same_run import check_same_run
+
     avg = FederatedRun(small, "fedavg", FedConfig(**FAST), tmp_path / "a")
-    avg._check_same_run(_checkpoint_of(avg, fedrap_lambda=1e-4, fedrap_mu=1e-2))  # no error
+    check_same_run(avg, _checkpoint_of(avg, fedrap_lambda=1e-4, fedrap_mu=1e-2))  # no error
     rap = FederatedRun(small, "fedrap", FedConfig(**FAST), tmp_path / "b")
-    rap._check_same_run(_checkpoint_of(rap))
+    check_same_run(rap, _checkpoint_of(rap))
     with pytest.raises(ResumeMismatch, match="--fedrap-mu: the run used 0.5"):
-        rap._check_same_run(_checkpoint_of(rap, fedrap_mu=0.5))
+        check_same_run(rap, _checkpoint_of(rap, fedrap_mu=0.5))
 
 
 def test_the_command_line_builds_fedrap_with_its_flags(small):

@@ -26,12 +26,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..adapters import Backbone, make_backbone, option_names
-from ..data_identity import describe_difference, split_digest
-from ..errors import ResumeMismatch, RunFolderError
+from ..adapters import Backbone, make_backbone
+from ..data_identity import split_digest
+from ..errors import RunFolderError
 from ..evaluation.run_report import per_user_file_frame
 from ..phases import phase
-from .config import COMPACT_STORES, RESUMABLE_CHANGES, FedConfig
+from .config import FedConfig
 from .data_ranges import check_against_data
 from .privacy.accountant import run_clip, run_noise, run_privacy
 from .rounds import RoundLoop
@@ -39,6 +39,7 @@ from .runs.checkpoint_clock import CheckpointClock
 from .runs.folder import SeedFolder
 from .runs.kept_round import KeptRound
 from .runs.round_log import open_round_log
+from .runs.same_run import check_same_run
 from .runs.seeds import SEED_PARTS, combine_seeds  # noqa: F401  (named here before)
 from .simulation.batched import BatchedSimulator
 from .simulation.rng import TAG_SAMPLE
@@ -510,7 +511,7 @@ class FederatedRun:
                                  "start a new run in another folder")
         private = ck.pop("private", None)
         ck = loaded(ck)
-        self._check_same_run(ck, where)
+        check_same_run(self, ck, where)
         self.round = self._checkpointed_round = int(ck["round"])
         self.shared = ck["shared"]
         self.strategy.load_state_dict(ck["strategy"])
@@ -550,53 +551,3 @@ class FederatedRun:
             last.put_back(self)
             last.discard()
         return True
-
-    def _check_same_run(self, ck: dict, where: str | None = None) -> None:
-        """ResumeMismatch unless ``ck`` (read from ``where``, default the run's folder) is this run's: same backbone,
-        data and settings (bar those that only extend it or change its speed), and no fewer rounds than it has
-        already trained."""
-        where = where or str(self.run_dir)
-        hint = "resume with the run's settings, or start a new run in another folder"
-        if ck["backbone"] != self.backbone_name:
-            raise ResumeMismatch(where, f"the run used backbone {ck['backbone']!r}, not {self.backbone_name!r}",
-                                 hint)
-        # a checkpoint written before the digest existed is compared by its own (older) fields
-        ident = {k: v for k, v in self.identity().items() if k in ck["dataset"]}
-        if ck["dataset"] != ident:
-            differs = describe_difference(ck["dataset"], ident)
-            raise ResumeMismatch(where, f"the run was trained on other data ({differs})", hint)
-        # a setting left to the backbone (None) and the same value given explicitly are the same run
-        mine = self._resolved()
-        old, new = _effective(ck["config"], ck["resolved"]), _effective(self.recorded_config(), mine)
-        # runs recorded when every config carried FedRAP's penalties list them for other backbones too
-        foreign = option_names() - set(new)
-        diff = sorted(k for k in set(old) | set(new)
-                      if old.get(k) != new.get(k) and k not in RESUMABLE_CHANGES and k not in foreign
-                      and not _same_checkpointed_states(k, old.get(k), new.get(k)))
-        if diff:
-            raise ResumeMismatch(where, "cannot resume with different settings: " + "; ".join(
-                f"{_flag(k)}: the run used {old.get(k)!r}, this call {new.get(k)!r}" for k in diff), hint)
-        if self.cfg.target_epsilon is not None and int(ck["config"]["rounds"]) != self.cfg.rounds:
-            raise ResumeMismatch(where, f"--rounds: with --target-epsilon the noise was set for the run's "
-                                 f"{ck['config']['rounds']} rounds, this call asks for {self.cfg.rounds}",
-                                 f"pass --rounds {ck['config']['rounds']}")
-        if self.cfg.rounds < int(ck["round"]):
-            raise ResumeMismatch(where, f"--rounds: the run has already trained {ck['round']} rounds, this call "
-                                 f"asks for {self.cfg.rounds}", f"pass --rounds {ck['round']} or more")
-
-
-def _same_checkpointed_states(setting: str, old, new) -> bool:
-    """Whether a changed setting keeps the checkpoint's meaning: the memory and file stores checkpoint the same
-    tables (a run that ran out of memory resumes with ``--private-store file``), and ``auto`` picks one of them;
-    a disk store's are its folder."""
-    return setting == "private_store" and {old, new} <= {"auto", *COMPACT_STORES}
-
-
-def _flag(setting: str) -> str:
-    """The command-line flag of a config setting (``ks`` and ``metrics`` both come from ``--metrics``)."""
-    return {"ks": "--metrics", "metrics": "--metrics"}.get(setting, "--" + setting.replace("_", "-"))
-
-
-def _effective(config: dict, resolved: dict) -> dict:
-    """``config`` with every setting that was left to the backbone (None) replaced by the value it resolved to."""
-    return {k: (resolved[k] if v is None and k in resolved else v) for k, v in config.items()}
