@@ -134,19 +134,19 @@ def test_a_pad_smaller_than_an_upload_is_refused_naming_the_flag():
         _fit(SequentialSimulator, "fcf", {**CONFIG, "upload": "grads", "pad_uploads": 3})
 
 
-def _leakage_table(out, jobs: int):
+def _leakage_table(out, jobs: int, *more: str):
     """The tiny leakage table, its runs in ``jobs`` worker processes (one torch thread in this process)."""
     import torch
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _leakage_cli(out, jobs)
+        return _leakage_cli(out, jobs, *more)
     finally:
         torch.set_num_threads(threads)
 
 
-def _leakage_cli(out, jobs: int):
+def _leakage_cli(out, jobs: int, *more: str):
     return run_cli(
         "experiment",
         "leakage",
@@ -168,9 +168,9 @@ def _leakage_cli(out, jobs: int):
         "--no-progress",
         "--jobs",
         str(jobs),
-        "--out",
-        str(out),
+        *(("--out", str(out)) if out is not None else ()),
         "--json",
+        *more,
     )
 
 
@@ -190,5 +190,52 @@ def test_leakage_command_runs_on_tiny_data_and_its_runs_side_by_side_change_noth
         dense["row_ids_precision"] < plain["row_ids_precision"] and dense["bytes_per_round"] > plain["bytes_per_round"]
     )
     assert all(0 <= r[k] <= 1 for r in rows for k in ("magnitude_precision", "magnitude_recall", "row_ids_recall"))
-    assert {p.name for p in out.iterdir()} == {"table.md", "table.csv", "result.json", "config.toml"}
+    assert {p.name for p in out.iterdir()} == {
+        "table.md",
+        "table.csv",
+        "result.json",
+        "config.toml",
+        "runs",
+        ".fedvlr.lock",
+    }
     assert f"--config {out / 'config.toml'}" in res.err  # the table says how to repeat it
+    _a_longer_table_goes_on_from_the_runs_and_their_attackers_counts(out, tmp_path / "straight")
+
+
+def _a_longer_table_goes_on_from_the_runs_and_their_attackers_counts(out, straight):
+    """Each run of the table in ``out`` continues from its checkpoint with what its attacker saw up to it: the table
+    of 4 rounds is the one trained straight to 4, attacks per round included (without the attacker's counts the
+    resumed runs would report rounds 3-4 only)."""
+    from _bad_input import assert_user_error
+
+    assert_user_error(_leakage_table(out, 1), "already holds runs", f"--resume {out}")
+    resumed = _leakage_table(None, 1, "--resume", str(out), "--rounds", "4")
+    again = _leakage_table(straight, 1, "--rounds", "4")
+    assert resumed.code == 0 and again.code == 0, resumed.err + again.err
+    one, two = (json.loads(r.out.strip().splitlines()[-1]) for r in (resumed, again))
+    assert one == two
+    assert [r["round"] for r in one["rows"][0]["per_seed_attack"][0]["per_round"]] == [1, 2, 3, 4]
+
+
+def test_a_run_with_an_attacker_refuses_a_checkpoint_that_kept_none(tmp_path):
+    """A checkpoint made without an observer cannot give an attacker what it saw: resuming from it is refused
+    rather than reporting the rounds after it alone."""
+    from fedvlr_plus.errors import ResumeMismatch
+    from fedvlr_plus.experiments.leakage import ItemSetWatch
+    from fedvlr_plus.federation.config import FedConfig
+    from fedvlr_plus.federation.engine import FederatedRun
+    from fedvlr_plus.federation.synthetic import synthetic_data
+
+    data = synthetic_data(20, 40, 6.0, seed=0)
+    cfg = FedConfig(rounds=1, local_epochs=1, dim=4, seed=0)
+    FederatedRun(data, "fcf", cfg, tmp_path / "seed-0", progress=False).run()
+    watched = FederatedRun(data, "fcf", cfg, tmp_path / "seed-0", progress=False)
+    watched.on_upload = ItemSetWatch()(watched)
+    with pytest.raises(ResumeMismatch, match="keeps no observer's state"):
+        watched.load_checkpoint()
+    attack = watched.attack
+    attack.counts[(1, "row_ids")] += (2, 3, 4)
+    attack.bytes[1], attack.uploads[1] = 100, 2
+    again = ItemSetAttack(None, None)
+    again.load_state(json.loads(json.dumps(attack.state())))
+    assert again.summary() == attack.summary()

@@ -22,12 +22,14 @@ from .setting_runs import train_settings
 
 
 class ItemSetWatch:
-    """The server-side attacker of each run (:class:`ItemSetAttack`): it watches every upload, and its summary
-    travels back with the run's figures (a class, so that a worker process gets it by pickling)."""
+    """The server-side attacker of each run (:class:`ItemSetAttack`): it watches every upload, what it saw goes
+    into the run's checkpoints, and its summary travels back with the run's figures (a class, so that a worker
+    process gets it by pickling)."""
 
     def __call__(self, run):
         indptr, indices = run.indptr, run.indices
         run.attack = ItemSetAttack(lambda c: indices[indptr[c] : indptr[c + 1]], lambda: run.shared)
+        run.checkpointed_observer = run.attack
         return run.attack.observe
 
     def report(self, run) -> dict:
@@ -57,16 +59,27 @@ def leakage_row(pad: int, sigma: float, runs: list, metric: str, seed: int) -> d
 
 
 def run_leakage(
-    data, backbone, cfg, pads, noises, *, metric: str = "ndcg@50", label: str = "", jobs: int | None = 1
+    data,
+    backbone,
+    cfg,
+    pads,
+    noises,
+    *,
+    metric: str = "ndcg@50",
+    label: str = "",
+    jobs: int | None = 1,
+    folder=None,
+    resume: bool = False,
 ) -> dict:
-    """Every padding in ``pads`` with every noise multiplier in ``noises``; the JSON-ready table. ``jobs``: worker
-    processes for the runs (None: as the cores allow)."""
+    """Every padding in ``pads`` with every noise multiplier in ``noises``; the JSON-ready table. ``jobs``,
+    ``folder``, ``resume``: how the runs train, where they checkpoint (with their attackers' counts) and whether
+    those there continue (:func:`.setting_runs.train_settings`)."""
     settings = {f"pad-{pad}-sigma-{sigma:g}": (pad, sigma) for pad in pads for sigma in noises}
     cfgs = {
         name: replace(cfg, pad_uploads=int(pad), upload_noise=float(sigma), target_epsilon=None)
         for name, (pad, sigma) in settings.items()
     }
-    trained = train_settings(data, backbone, cfgs, jobs=jobs, observer=ItemSetWatch())
+    trained = train_settings(data, backbone, cfgs, jobs=jobs, folder=folder, resume=resume, observer=ItemSetWatch())
     rows = [leakage_row(pad, sigma, trained[name], metric, cfg.seed) for name, (pad, sigma) in settings.items()]
     return {
         "experiment": "leakage",

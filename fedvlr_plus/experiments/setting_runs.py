@@ -62,8 +62,8 @@ def train_settings(
     in ``jobs`` worker processes (None: as the cores allow), ``backbone`` then picklable. ``folder``: each run in
     ``folder/runs/<row>/seed-<s>/``, the folder locked meanwhile; runs already there are refused unless
     ``resume``. ``observer``: a picklable object whose ``observer(run)`` gives the run's upload hook and whose
-    ``report(run)`` what it saw, kept as ``SeedRun.observed`` (no ``folder`` then: what it saw before a
-    checkpoint would be lost on resume)."""
+    ``report(run)`` what it saw, kept as ``SeedRun.observed``; with a ``folder`` it must set the run's
+    ``checkpointed_observer``, so that what it saw before a checkpoint comes back on resume."""
     from ..federation.runs.folder import locked, refuse_started_runs
     from ..federation.runs.parallel import map_jobs, worker_count
 

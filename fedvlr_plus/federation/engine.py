@@ -28,7 +28,7 @@ import torch
 
 from ..adapters import Backbone, make_backbone
 from ..data_identity import split_digest
-from ..errors import RunFolderError
+from ..errors import ResumeMismatch, RunFolderError
 from ..evaluation.run_report import per_user_file_frame
 from ..phases import phase
 from .config import FedConfig
@@ -128,6 +128,9 @@ class FederatedRun:
             self.shared.update({k: v for k, v in base.initial_values(cfg.seed).items() if k in self.shared})
         self.shared = self.strategy.prepare_shared(self.shared)
         self.on_round, self.on_upload = on_round, on_upload
+        #: an upload observer whose ``state()`` goes into every checkpoint and ``load_state(state)`` comes back on
+        #: resume (an attacker's counts), so that what it saw survives a kill; None: none
+        self.checkpointed_observer = None
         self.round = self._checkpointed_round = 0
         self.checkpoint_clock = CheckpointClock()
         self.history: list[dict] = []
@@ -484,6 +487,8 @@ class FederatedRun:
             "bad_evals": self.bad_evals, "stopped_early": self.stopped_early, "resolved": self._resolved(),
             "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state()},
         }
+        if self.checkpointed_observer is not None:
+            state["observer"] = self.checkpointed_observer.state()
         if self.keep_selected and self._kept and "selected" in self._kept:
             # the selected round is this one: the checkpoint's own model, not written twice
             current = self.best["round"] == self.round
@@ -525,6 +530,11 @@ class FederatedRun:
         self.stopped_early = bool(ck["stopped_early"]) and self.bad_evals >= self.cfg.patience
         torch.set_rng_state(ck["rng"]["torch"])
         np.random.set_state(ck["rng"]["numpy"])
+        if self.checkpointed_observer is not None:
+            if "observer" not in ck:
+                raise ResumeMismatch(where, "the checkpoint keeps no observer's state (the run had none)",
+                                     "start a new run in another folder")
+            self.checkpointed_observer.load_state(ck["observer"])
         kept = ck.get("selected_model")
         if kept == "current":
             kept = KeptRound(self, Path(self._tmpdir()))

@@ -46,8 +46,8 @@ def _common(p: argparse.ArgumentParser, command: str) -> None:
         "--out",
         metavar="DIR",
         default=None,
-        help="report folder (table.md, table.csv, result.json); privacy-table also checkpoints every run into "
-        "DIR/runs/ (continue a killed table with --resume DIR)",
+        help="report folder (table.md, table.csv, result.json); every run is checkpointed into DIR/runs/ "
+        "(continue a killed table with --resume DIR)",
     )
     g.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     add_run_arguments(p, command=command)
@@ -156,11 +156,14 @@ def cmd_privacy_table(args) -> int:
 
 def cmd_leakage(args) -> int:
     from ...experiments.leakage import format_markdown, run_leakage, write_leakage
+    from ..common import continued_folder
 
+    args.out = continued_folder(args, "table")  # (the report goes beside the runs it continues)
     data, cfg, backbone, label = _setup(args)
     print(
         f"leakage on {args.source}: {label}, paddings {args.pads}, noise {args.noise}, {cfg.seeds} seeds",
         file=sys.stderr,
     )
-    result = run_leakage(data, backbone, cfg, args.pads, args.noise, metric=args.metric, label=label, jobs=args.jobs)
-    return _finish(args, result, format_markdown, write_leakage, "table.md, table.csv, result.json")
+    how = {"jobs": args.jobs, "folder": args.out, "resume": bool(args.resume)}  # (how the runs train, not what)
+    result = run_leakage(data, backbone, cfg, args.pads, args.noise, metric=args.metric, label=label, **how)
+    return _finish(args, result, format_markdown, write_leakage, "table.md, table.csv, result.json, runs/")

@@ -50,8 +50,7 @@ _NOT_FOR = {
     "experiment": frozenset({"--recbole-config", "--evaluator"}),
     "coldstart": frozenset({"--recbole-config", "--evaluator"}),
     "privacy": frozenset({"--recbole-config", "--evaluator"}),
-    # experiment leakage: no run folders (the attacker's observations are not checkpointed), so no --resume
-    "leakage": frozenset({"--resume", "--recbole-config", "--evaluator"}),
+    "leakage": frozenset({"--recbole-config", "--evaluator"}),
     "poisoning": frozenset({"--resume", "--recbole-config", "--evaluator"}),
     # experiment planted / view-routing: every row sets its own aggregation
     "routing": frozenset({"--recbole-config", "--evaluator", "--strategy", "--checkpoint-every"}),

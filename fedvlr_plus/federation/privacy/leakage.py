@@ -86,6 +86,22 @@ class ItemSetAttack:
         self.bytes[int(round_index)] += upload_bytes(update)
         self.uploads[int(round_index)] += 1
 
+    def state(self) -> dict:
+        """What the attack has seen so far, as plain JSON (a run keeps it in every checkpoint)."""
+        return {
+            "counts": [[r, a, *map(int, c)] for (r, a), c in sorted(self.counts.items())],
+            "bytes": [[r, int(b)] for r, b in sorted(self.bytes.items())],
+            "uploads": [[r, int(n)] for r, n in sorted(self.uploads.items())],
+        }
+
+    def load_state(self, state: dict) -> None:
+        """Go on from :meth:`state` (a resumed run): what was seen up to its checkpoint, and nothing after."""
+        self.counts.clear(), self.bytes.clear(), self.uploads.clear()
+        for r, a, *c in state["counts"]:
+            self.counts[(int(r), a)] = np.asarray(c, dtype=np.int64)
+        self.bytes.update({int(r): int(b) for r, b in state["bytes"]})
+        self.uploads.update({int(r): int(n) for r, n in state["uploads"]})
+
     def summary(self) -> dict:
         """Per round and overall precision/recall of each attack, and the bytes uploaded per round."""
         rounds = sorted(self.bytes)
