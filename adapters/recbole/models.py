@@ -9,6 +9,7 @@ import difflib
 import os
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 import torch
@@ -79,7 +80,8 @@ def _family_models(family: str) -> tuple[dict[str, type], str | None]:
     import importlib
 
     try:
-        module = importlib.import_module(f"recbole.model.{family}")
+        with _process_modes_kept():
+            module = importlib.import_module(f"recbole.model.{family}")
     except ImportError as exc:  # a family whose optional dependency is missing here
         return {}, f"{family}: {exc}"
     return {
@@ -87,6 +89,19 @@ def _family_models(family: str) -> tuple[dict[str, type], str | None]:
         for name, obj in vars(module).items()
         if isinstance(obj, type) and issubclass(obj, torch.nn.Module)
     }, None
+
+
+@contextlib.contextmanager
+def _process_modes_kept():
+    """Put back the process-wide modes an import of RecBole's models changes: its SINE module turns on autograd's
+    anomaly detection when imported (recbole 1.2.1, ``sequential_recommender/sine.py``), which made every later
+    backward pass of the process several times slower, and some families add warning filters."""
+    anomaly, check_nan = torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()
+    try:
+        with warnings.catch_warnings():
+            yield
+    finally:
+        torch.set_anomaly_enabled(anomaly, check_nan)
 
 
 def _model_by_name(name: str):

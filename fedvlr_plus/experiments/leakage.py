@@ -58,28 +58,16 @@ def leakage_row(pad: int, sigma: float, runs: list, metric: str, seed: int) -> d
     return row
 
 
-def run_leakage(
-    data,
-    backbone,
-    cfg,
-    pads,
-    noises,
-    *,
-    metric: str = "ndcg@50",
-    label: str = "",
-    jobs: int | None = 1,
-    folder=None,
-    resume: bool = False,
-) -> dict:
-    """Every padding in ``pads`` with every noise multiplier in ``noises``; the JSON-ready table. ``jobs``,
-    ``folder``, ``resume``: how the runs train, where they checkpoint (with their attackers' counts) and whether
-    those there continue (:func:`.setting_runs.train_settings`)."""
+def run_leakage(data, backbone, cfg, pads, noises, *, metric: str = "ndcg@50", label: str = "", **how) -> dict:
+    """Every padding in ``pads`` with every noise multiplier in ``noises``; the JSON-ready table. ``how``: ``jobs``,
+    ``folder`` and ``resume``, how the runs train, where they checkpoint (with their attackers' counts) and whether
+    those there continue, as :func:`.setting_runs.train_settings` takes them."""
     settings = {f"pad-{pad}-sigma-{sigma:g}": (pad, sigma) for pad in pads for sigma in noises}
     cfgs = {
         name: replace(cfg, pad_uploads=int(pad), upload_noise=float(sigma), target_epsilon=None)
         for name, (pad, sigma) in settings.items()
     }
-    trained = train_settings(data, backbone, cfgs, jobs=jobs, folder=folder, resume=resume, observer=ItemSetWatch())
+    trained = train_settings(data, backbone, cfgs, observer=ItemSetWatch(), **how)
     rows = [leakage_row(pad, sigma, trained[name], metric, cfg.seed) for name, (pad, sigma) in settings.items()]
     return {
         "experiment": "leakage",

@@ -79,6 +79,19 @@ def test_recbole_model_without_close_name_lists_the_general_recommenders():
     assert "lightgbm" not in str(exc.value).lower()
 
 
+def test_refusing_a_recbole_model_leaves_autograd_as_it_was():
+    """RecBole's SINE module turns anomaly detection on when its family is imported to look a name up; left on, it
+    made every later backward pass of the process several times slower (a notebook, the test suite)."""
+    import torch
+
+    from fedvlr_plus.adapters.recbole.backbone import RefusedModel, resolve_model
+
+    assert not torch.is_anomaly_enabled()
+    with pytest.raises(RefusedModel, match="sequential model"):
+        resolve_model("SINE")
+    assert not torch.is_anomaly_enabled()
+
+
 def test_recbole_model_names_ignore_case():
     from recbole.model.general_recommender import BPR, LightGCN
 
