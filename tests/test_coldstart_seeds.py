@@ -108,8 +108,10 @@ def test_a_seed_killed_midway_goes_on_from_its_checkpoint_to_the_figures_of_a_se
     with pytest.raises(KeyboardInterrupt):
         train_selected(data, layer(), cfg, folder=folder)
     monkeypatch.setattr(FederatedRun, "run_round", real_round)
-    resumed_from = []
-    monkeypatch.setattr(FederatedRun, "load_checkpoint", _spy(FederatedRun.load_checkpoint, resumed_from))
+    resumed_from, load = [], FederatedRun.load_checkpoint  # (the round each load of a checkpoint reached)
+    monkeypatch.setattr(
+        FederatedRun, "load_checkpoint", lambda run, *a: load(run, *a) or resumed_from.append(run.round)
+    )
     resumed = train_selected(data, layer(), cfg, folder=folder)
     assert resumed_from == [2], "the seed did not go on from its checkpoint"
     assert (resumed.round, resumed.best["round"]) == (straight.round, straight.best["round"])
@@ -118,13 +120,3 @@ def test_a_seed_killed_midway_goes_on_from_its_checkpoint_to_the_figures_of_a_se
         torch.as_tensor(resumed.sim.scores(users, resumed.shared)),
         torch.as_tensor(straight.sim.scores(users, straight.shared)),
     )
-
-
-def _spy(method, rounds: list):
-    """``method`` (a checkpoint's load), recording the round it loaded."""
-
-    def wrapped(run, *args, **kwargs):
-        method(run, *args, **kwargs)
-        rounds.append(run.round)
-
-    return wrapped

@@ -517,6 +517,9 @@ class FederatedRun:
         private = ck.pop("private", None)
         ck = loaded(ck)
         check_same_run(self, ck, where)
+        if self.checkpointed_observer is not None and "observer" not in ck:   # (refused before anything is loaded)
+            raise ResumeMismatch(where, "the checkpoint keeps no observer's state (the run had none)",
+                                 "start a new run in another folder")
         self.round = self._checkpointed_round = int(ck["round"])
         self.shared = ck["shared"]
         self.strategy.load_state_dict(ck["strategy"])
@@ -531,9 +534,6 @@ class FederatedRun:
         torch.set_rng_state(ck["rng"]["torch"])
         np.random.set_state(ck["rng"]["numpy"])
         if self.checkpointed_observer is not None:
-            if "observer" not in ck:
-                raise ResumeMismatch(where, "the checkpoint keeps no observer's state (the run had none)",
-                                     "start a new run in another folder")
             self.checkpointed_observer.load_state(ck["observer"])
         kept = ck.get("selected_model")
         if kept == "current":
