@@ -32,6 +32,23 @@ def layer_norm(x: torch.Tensor, g: torch.Tensor, b: torch.Tensor, eps: float = 1
     return y * _lead(g, y) + _lead(b, y)
 
 
+def gather_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``table[index]`` for an integer ``index`` of any shape, with a backward that is the same on every run.
+
+    The backward of ``table[index]`` adds into the gradient with atomic adds across threads once it has 32,768
+    or more elements (PyTorch's CPU ``index_put_``), so two runs of one seed could end in different models.
+    ``index_select``'s backward adds in the index's order."""
+    rows = table.index_select(0, index.reshape(-1))
+    return rows.view(*index.shape, *table.shape[1:])
+
+
+def gather_entries(matrix: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """``matrix[rows, cols]`` (the two broadcast against each other), with :func:`gather_rows`'s fixed-order
+    backward."""
+    rows, cols = torch.broadcast_tensors(rows, cols)
+    return gather_rows(matrix.reshape(-1), rows * matrix.shape[1] + cols)
+
+
 def weighted_bce_sums(logits: torch.Tensor, y: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """Each row's weighted binary cross-entropy, ``Σ_j w_j (softplus(x_j) - y_j x_j)``: the loss of
     ``F.binary_cross_entropy_with_logits(x, y, weight=w, reduction="none").sum(-1)`` up to float rounding, in half

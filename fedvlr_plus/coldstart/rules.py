@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ..nn import gather_rows
 from .ridge import LAMBDAS, RidgeMap
 
 RULES = ("none", "neighbours", "mapping", "both")
@@ -89,7 +90,7 @@ class ColdRule:
         return torch.as_tensor(pred, dtype=table.dtype).reshape(-1, *table.shape[1:])
 
     def by_neighbours(self, table: torch.Tensor) -> torch.Tensor:
-        return table[torch.as_tensor(self.neighbours, dtype=torch.long)].mean(1)
+        return gather_rows(table, torch.as_tensor(self.neighbours, dtype=torch.long)).mean(1)
 
     def apply(self, table: torch.Tensor) -> torch.Tensor:
         if self.rule == "none" or not self.cold.any():

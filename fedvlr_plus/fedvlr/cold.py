@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..nn import gather_rows
+
 
 def content_neighbours(views: dict[str, np.ndarray], cold: np.ndarray, k: int = 10) -> np.ndarray:
     """For each cold item, its ``k`` nearest warm items by mean cosine similarity over the views.
@@ -87,7 +89,7 @@ class NeighbourFill:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         x = x.clone()
         x[self.cold_idx] = (
-            x[self.neighbours].mean(1)
+            gather_rows(x, self.neighbours).mean(1)
             if self.neighbours is not None
             else x[self.warm_idx].mean(0).expand(len(self.cold_idx), -1)
         )

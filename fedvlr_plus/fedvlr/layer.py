@@ -28,6 +28,7 @@ import torch
 
 from ..adapters.base import Backbone, ParamSpec, init_shared, take_rows
 from ..federation.simulation import rng
+from ..nn import gather_rows
 from . import preference, view_experts
 from .closed_form import MixtureDotHead
 from .cold import NO_COLD_RULE, ColdItemRule, warm_neighbours
@@ -250,7 +251,7 @@ class FusionLayer(Backbone):
             if fill is not None:
                 x = fill(x)
             if dropped is not None and len(dropped):
-                x = x.index_copy(0, self.dropout_pool[dropped], x[self.dropout_fill[dropped]].mean(1))
+                x = x.index_copy(0, self.dropout_pool[dropped], gather_rows(x, self.dropout_fill[dropped]).mean(1))
             inputs.append(x)
         inputs += [self.views[name] for name in self.view_names]
         zs = project(inputs, self.keys, sp)

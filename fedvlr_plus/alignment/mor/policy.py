@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from ...federation.rounds import RoundLoop, fit_each, over_the_wire
+from ...nn import gather_entries
 from ..grpo import grpo_loss, kl_categorical, sample_groups
 from .backbone import RANK_BLOCK
 from .config import MoRConfig
@@ -43,7 +44,7 @@ class ItemResidualPolicy(ResidualPolicy):
     def forward(self, ref_logits, x, cand_feats, ids=None):
         """``ids`` = (history [B, L] int, history weights [B, L], candidate ids [B, C])."""
         hist, weight, cand = (torch.as_tensor(a) for a in ids)
-        a = self.A[hist.clamp_min(0).long()[:, :, None], cand.long()[:, None, :]]  # [B, L, C]
+        a = gather_entries(self.A, hist.clamp_min(0).long()[:, :, None], cand.long()[:, None, :])  # [B, L, C]
         item_term = (weight.float()[:, :, None] * a).sum(1)
         return super().forward(ref_logits, x, cand_feats) + item_term
 

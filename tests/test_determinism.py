@@ -1,0 +1,87 @@
+"""One seed, one model: gathers whose backward adds with atomic adds across threads are kept out of training.
+
+PyTorch's CPU backward of ``table[index]`` adds a gradient of 32,768 elements or more with atomic adds across
+threads, in whatever order the threads reach them. The FedVLR layer's cold-item rule gathered that way, so a
+cold-start study of one seed ended in a different model on every run.
+"""
+
+import contextlib
+
+import numpy as np
+import torch
+
+from fedvlr_plus.adapters import make_backbone
+from fedvlr_plus.alignment.mor.policy import ItemResidualPolicy
+from fedvlr_plus.federation.synthetic import synthetic_data
+from fedvlr_plus.fedvlr import ColdItemRule, FusionLayer
+from fedvlr_plus.nn import gather_entries, gather_rows
+
+
+@contextlib.contextmanager
+def two_threads():
+    """The atomic adds only run side by side with more than one thread."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def distinct_grads(make_loss, param: torch.Tensor, runs: int = 12) -> int:
+    """How many different gradients of ``make_loss`` at ``param`` twelve runs give."""
+    seen = set()
+    for _ in range(runs):
+        p = param.detach().clone().requires_grad_()
+        (grad,) = torch.autograd.grad(make_loss(p), [p])
+        seen.add(grad.numpy().tobytes())
+    return len(seen)
+
+
+def test_gather_rows_and_entries_equal_indexing_forward():
+    g = torch.Generator().manual_seed(0)
+    table, index = torch.randn(50, 3, generator=g), torch.randint(0, 50, (7, 4), generator=g)
+    assert torch.equal(gather_rows(table, index), table[index])
+    rows, cols = torch.randint(0, 50, (5, 6, 1), generator=g), torch.randint(0, 3, (5, 1, 2), generator=g)
+    assert torch.equal(gather_entries(table, rows, cols), table[rows, cols])
+
+
+def test_gather_rows_backward_is_the_same_on_every_run():
+    g = torch.Generator().manual_seed(0)
+    table, index = torch.randn(400, 64, generator=g), torch.randint(0, 400, (120, 10), generator=g)
+    cotangent = torch.randn(120, 64, generator=g)
+    with two_threads():
+        assert distinct_grads(lambda t: (gather_rows(t, index).mean(1) * cotangent).sum(), table) == 1
+
+
+def test_fedvlr_layer_with_cold_items_gives_one_server_gradient():
+    data = synthetic_data(40, 150, 12.0, groups=4, seed=0)
+    g = np.random.default_rng(0)
+    views = {"text": g.standard_normal((150, 16)), "image": g.standard_normal((150, 12))}
+    cold = np.zeros(150, bool)
+    cold[:60] = True  # 60 cold items x 10 neighbours x 64 dims: the size where the atomic adds start
+    layer = FusionLayer(make_backbone("fedavg", data.n_items, 64), views, cold_items=ColdItemRule(cold, 10))
+    server = layer.init_server(0)
+    cotangent = torch.randn(layer.server_forward(server).shape, generator=torch.Generator().manual_seed(1))
+
+    def loss(item_emb):
+        return (layer.server_forward({**server, "item_emb": item_emb}) * cotangent).sum()
+
+    with two_threads():
+        assert distinct_grads(loss, server["item_emb"]) == 1
+
+
+def test_mor_item_policy_gradient_is_the_same_on_every_run():
+    g = torch.Generator().manual_seed(0)
+    policy = ItemResidualPolicy(4, 3, n_items=200)
+    hist, cand = torch.randint(0, 200, (64, 20), generator=g), torch.randint(0, 200, (64, 40), generator=g)
+    weight, ref = torch.rand(64, 20, generator=g), torch.zeros(64, 40)
+    x, feats = torch.randn(64, 4, generator=g), torch.randn(64, 40, 3, generator=g)
+    cotangent = torch.randn(64, 40, generator=g)
+
+    def loss(a):
+        logits = torch.func.functional_call(policy, {"A": a}, (ref, x, feats), {"ids": (hist, weight, cand)})
+        return (logits * cotangent).sum()
+
+    with two_threads():
+        assert distinct_grads(loss, policy.A.detach()) == 1
