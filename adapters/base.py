@@ -42,6 +42,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..nn import gather_rows
+
 __all__ = ["ParamSpec", "Backbone", "take_rows", "rowdot", "init_shared"]
 
 
@@ -235,7 +237,7 @@ def take_rows(table: torch.Tensor, items) -> torch.Tensor:
     if items is None:
         return table
     if table.dim() == 2:
-        return table[items]
+        return gather_rows(table, items)  # table[items], with a backward that adds in a fixed order
     if table.dim() == 3 and items.dim() == 1:
         return table[:, items]
     if table.dim() == 3 and items.dim() == 2 and table.shape[0] == items.shape[0]:  # [C, T, d] by [C, L]

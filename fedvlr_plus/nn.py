@@ -37,8 +37,12 @@ def gather_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
     The backward of ``table[index]`` adds into the gradient with atomic adds across threads once it has 32,768
     or more elements (PyTorch's CPU ``index_put_``), so two runs of one seed could end in different models.
-    ``index_select``'s backward adds in the index's order."""
-    rows = table.index_select(0, index.reshape(-1))
+    ``index_select``'s backward adds in the index's order. A boolean mask picks each row at most once, so it
+    indexes as usual."""
+    index = torch.as_tensor(index, device=table.device)
+    if index.dtype == torch.bool:
+        return table[index]
+    rows = table.index_select(0, index.reshape(-1).long())
     return rows.view(*index.shape, *table.shape[1:])
 
 

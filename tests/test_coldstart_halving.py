@@ -67,3 +67,51 @@ def test_candidates_side_by_side_score_as_one_after_another(tmp_path, capsys, mo
     assert {c["stopped_at_round"] for c in one_by_one["candidates"]} - {None}  # (the grid was cut)
     assert len({c["valid"] for c in one_by_one["candidates"]}) > 1
     assert side_by_side == one_by_one
+
+
+def test_a_grid_killed_midway_goes_on_through_the_same_cuts(tmp_path, capsys, monkeypatch):
+    """``--out DIR``: the candidates train in ``DIR/runs/`` and keep their score at each budget. Killed in the middle
+    of the second budget, ``--resume`` scores the first budget's candidates and the one that finished the second
+    budget without training or scoring them again, and the killed candidate goes on from its checkpoint: the same
+    report as a grid trained straight, each score taken once, and one round trained twice (the one after the killed
+    candidate's checkpoint)."""
+    from fedvlr_plus.coldstart import study, tune_halving
+    from fedvlr_plus.federation.engine import FederatedRun
+    from fedvlr_plus.fedvlr import halving
+
+    folder, out = _feature_folder(tmp_path / "fx"), tmp_path / "study"
+    monkeypatch.setattr(halving, "MIN_ROUNDS_TO_HALVE", 8)
+    real_round, real_score, trained = FederatedRun.run_round, tune_halving._candidate_score, []
+    real_scorer, scored = study._scorer_of, []
+    kill = {"at_call": None, "calls": 0}
+
+    def counted_round(run):
+        if kill["calls"] == kill["at_call"] and run.round == 3:  # in the middle of the budget from 2 to 4 rounds
+            raise KeyboardInterrupt
+        trained.append(run.round)
+        return real_round(run)
+
+    def counted_score(job):
+        kill["calls"] += 1
+        return real_score(job)
+
+    def counted_scorer(*ratings):
+        score = real_scorer(*ratings)
+        return lambda run: scored.append((str(run.run_dir), run.cfg.rounds)) or score(run)  # (candidate, budget)
+
+    monkeypatch.setattr(study, "_scorer_of", counted_scorer)
+    monkeypatch.setattr(FederatedRun, "run_round", counted_round)
+    monkeypatch.setattr(tune_halving, "_candidate_score", counted_score)
+    straight = _tuning(capsys, folder, "items")
+    straight_rounds, recipes = len(trained), len(straight["candidates"])
+    trained.clear(), scored.clear()
+    kill["at_call"] = recipes + 2  # the second candidate of the second budget
+    assert main(["coldstart", str(folder), *COMMON, *STUDIES["items"], "--out", str(out), "--json"]) == 130
+    assert {p.name for p in (out / "runs").iterdir()} == {"tuning-fedvlr"}
+    killed_rounds, kill["at_call"] = len(trained), None
+    trained.clear()
+    resumed = _tuning(capsys, folder, "items", "--resume", str(out))
+    assert resumed == straight
+    assert killed_rounds + len(trained) == straight_rounds + 1
+    assert len(scored) == len(set(scored)) > recipes  # no candidate scored twice at one budget
+    assert list((out / "runs").iterdir()) == []  # the tuner's folders go once its choice is saved

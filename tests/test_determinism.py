@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from fedvlr_plus.adapters import make_backbone
+from fedvlr_plus.adapters.base import take_rows
 from fedvlr_plus.alignment.mor.policy import ItemResidualPolicy
 from fedvlr_plus.federation.synthetic import synthetic_data
 from fedvlr_plus.fedvlr import ColdItemRule, FusionLayer
@@ -52,6 +53,16 @@ def test_gather_rows_backward_is_the_same_on_every_run():
     cotangent = torch.randn(120, 64, generator=g)
     with two_threads():
         assert distinct_grads(lambda t: (gather_rows(t, index).mean(1) * cotangent).sum(), table) == 1
+
+
+def test_a_backbones_item_rows_give_one_gradient():
+    """A sequential client or a Flower node gathers a step's item rows from the full table; a step of 2,048
+    positives with one negative each is past the size where the atomic adds start."""
+    g = torch.Generator().manual_seed(0)
+    table, items = torch.randn(1682, 64, generator=g), torch.randint(0, 1682, (4096,), generator=g)
+    cotangent = torch.randn(4096, 64, generator=g)
+    with two_threads():
+        assert distinct_grads(lambda t: (take_rows(t, items) * cotangent).sum(), table) == 1
 
 
 def test_fedvlr_layer_with_cold_items_gives_one_server_gradient():

@@ -9,6 +9,7 @@ every other path does.
 
 from __future__ import annotations
 
+import shutil
 import sys
 import tempfile
 from contextlib import contextmanager, nullcontext
@@ -290,7 +291,10 @@ def _tuned(opts: ColdStartOptions, fusion: str, cfg, data, log, parts: dict | No
         log(f"tuning: {len(points)} recipes on seed {cfg.seed}, on {metric}" + budgets_note(budgets))
     announce = (lambda point, rounds: log(f"tuning: recipe {point.name} up to round {rounds}")) if log else None
     score = _scorer_of(joining, among_cold)
-    with _trainer(opts, _Candidate(opts, fusion, cfg), rate, score, data, len(points), announce, log) as train_to:
+    # in a study folder the candidates train in DIR/runs/, so a grid killed midway goes on where it stopped
+    root = finished.run_path(f"tuning-{fusion}") if finished is not None else None
+    build = _Candidate(opts, fusion, cfg)
+    with _trainer(opts, build, rate, score, data, len(points), announce, log, root) as train_to:
         report = successive_halving(points, train_to, budgets=budgets, metric=metric, seed=cfg.seed, on_rung=_cut(log))
     if log:
         log(f"tuning: kept recipe {report.selected} ({report.scores_line()})")
@@ -299,18 +303,23 @@ def _tuned(opts: ColdStartOptions, fusion: str, cfg, data, log, parts: dict | No
         out["split"] = "validation joining users (a seeded third of the held-out users, never reported)"
     if finished is not None:
         finished.save(f"tuning-{fusion}", {"report": out, "recipe": asdict(report.chosen)})
+        shutil.rmtree(root, ignore_errors=True)  # the choice is saved: its candidates are not read again
     return (*_with_point(opts, cfg, report.chosen), out)
 
 
 @contextmanager
-def _trainer(opts: ColdStartOptions, build, rate, score, data, n_points: int, announce, log):
-    """The tuner's ``train_to``: the recipes in worker processes, each going on from its own temporary folder, where
-    ``opts.jobs`` gives more than one worker; else one after another, kept in memory between budgets. ``rate``: the
-    :class:`_Rate` a worker builds its scoring from; ``score``: the scoring built here."""
+def _trainer(opts: ColdStartOptions, build, rate, score, data, n_points: int, announce, log, root=None):
+    """The tuner's ``train_to``: each recipe going on from its own folder under ``root`` (the study's, kept
+    between calls) or a temporary one, in worker processes where ``opts.jobs`` gives more than one; without
+    ``root`` and with one worker, one after another, kept in memory between budgets. ``rate``: the :class:`_Rate`
+    a worker builds its scoring from; ``score``: the scoring built here."""
     from ..federation.runs.parallel import worker_count
     from .tune_halving import folder_trainer, in_memory_trainer
 
     workers = worker_count(opts.jobs, n_points)  # (one for --jobs 1 or a single recipe)
+    if root is not None:
+        yield folder_trainer(data, build, rate, Path(root), workers, announce)
+        return
     if workers == 1:
         yield in_memory_trainer(
             data, lambda point: build(point, data), score, progress=opts.progress, announce=announce

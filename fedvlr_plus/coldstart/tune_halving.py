@@ -5,15 +5,24 @@ validation joining users fine-tuned on their support. Its score is taken by
 :meth:`~fedvlr_plus.federation.engine.FederatedRun.run`'s ``at_selected`` hook, while the selected round's model is
 in place. One after another (:func:`in_memory_trainer`), each candidate's run stays in this process between budgets
 and trains on from where it stopped; a stopped candidate's run is freed at the next budget. Side by side
-(:func:`folder_trainer`, ``--jobs``), each candidate trains in a worker process and goes on from its own folder's
-checkpoint, which keeps its selected round's model. Either way a run trained on to more rounds is the run it would
-have been, trained straight.
+(:func:`folder_trainer`, ``--jobs``, or any study with a folder), each candidate trains in a worker process and
+goes on from its own folder's checkpoint, which keeps its selected round's model. Either way a run trained on to
+more rounds is the run it would have been, trained straight.
+
+A candidate's folder also keeps its score at each budget (:data:`BUDGET_SCORES`). A grid killed midway and run
+again goes through the same cuts: a candidate scored at a budget before the kill gives that score back untrained,
+even where it had trained on past that budget.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
+
+#: the file in a candidate's folder with its score at each budget it reached (``{"rounds": score}``)
+BUDGET_SCORES = "budget-scores.json"
 
 
 def in_memory_trainer(data, start: Callable, score: Callable, *, progress: bool = False, announce=None) -> Callable:
@@ -54,36 +63,48 @@ def folder_trainer(data, build, rate, root, workers: int, announce=None) -> Call
     from ..federation.runs.parallel import map_jobs
     from ..fedvlr.halving import candidate_folder
 
-    started = set()  # recipes trained before: their folders hold the checkpoint they go on from
-
     def train_to(recipes, rounds: int) -> list[float]:
         jobs = []
         for recipe in recipes:
             if announce is not None:
                 announce(recipe, rounds)
-            jobs.append(
-                (data, build, recipe, rounds, candidate_folder(root, recipe.name), recipe.name in started, rate)
-            )
-            started.add(recipe.name)
+            jobs.append((data, build, recipe, rounds, candidate_folder(root, recipe.name), rate))
         return map_jobs(_candidate_score, jobs, workers)
 
     return train_to
 
 
 def _candidate_score(job: tuple) -> float:
-    """One recipe ``(data, build, recipe, rounds, folder, goes_on, rate)`` trained up to ``rounds`` (from its folder's
-    checkpoint where it ``goes_on``): its score at its selected round (NaN before any validation). Module level: a
-    worker process calls it."""
+    """One recipe ``(data, build, recipe, rounds, folder, rate)`` trained up to ``rounds``, going on from its
+    folder's checkpoint where it has one: its score at its selected round (NaN before any validation), kept in the
+    folder. Module level: a worker process calls it."""
     from ..federation.engine import FederatedRun
     from ..fedvlr.halving import budget_settings
     from .experiment import keepable
 
-    data, build, recipe, rounds, folder, goes_on, rate = job
+    data, build, recipe, rounds, folder, rate = job
+    kept = _budget_scores(folder)
+    reached = max(map(int, kept), default=0)  # the round of its checkpoint, where it went past this budget
     model, cfg = build(recipe, data)
-    cfg = replace(keepable(cfg), **budget_settings(rounds, temporary=True))
+    cfg = replace(keepable(cfg), **budget_settings(max(rounds, reached), temporary=True))
     run = FederatedRun(data, model, cfg, run_dir=folder, progress=False, keep_selected=True)
-    if goes_on:
-        run.load_checkpoint()
+    if run.folder.has_checkpoint():
+        run.load_checkpoint()  # (refused where it was made under other settings)
+    if str(rounds) in kept:  # scored at this budget before a kill: the cut goes as it went
+        return kept[str(rounds)]
     score, seen = rate.scorer(), []
     run.run(at_selected=lambda r: seen.append(float(score(r))))
-    return seen[-1] if seen else float("nan")
+    kept[str(rounds)] = seen[-1] if seen else float("nan")
+    _save_budget_scores(folder, kept)
+    return kept[str(rounds)]
+
+
+def _budget_scores(folder) -> dict:
+    path = Path(folder) / BUDGET_SCORES
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _save_budget_scores(folder, scores: dict) -> None:
+    from ..jsonio import write_json_atomic
+
+    write_json_atomic(Path(folder) / BUDGET_SCORES, scores)
