@@ -8,6 +8,7 @@ cold-start study of one seed ended in a different model on every run.
 import contextlib
 
 import numpy as np
+import pytest
 import torch
 
 from fedvlr_plus.adapters import make_backbone
@@ -96,3 +97,58 @@ def test_mor_item_policy_gradient_is_the_same_on_every_run():
 
     with two_threads():
         assert distinct_grads(loss, policy.A.detach()) == 1
+
+
+class _IndexedGathers(torch.overrides.TorchFunctionMode):
+    """Records where the package gathers rows of a tensor that needs a gradient by integer tensor indexing."""
+
+    def __init__(self):
+        super().__init__()
+        self.sites = set()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is torch.Tensor.__getitem__ and torch.is_grad_enabled() and args[0].requires_grad:
+            index = args[1] if isinstance(args[1], tuple) else (args[1],)
+            if any(torch.is_tensor(i) and i.dim() and i.dtype != torch.bool for i in index):
+                self.sites.add(_package_frame())
+        return func(*args, **(kwargs or {}))
+
+
+def _package_frame() -> str:
+    import traceback
+
+    frames = [f for f in traceback.extract_stack() if "/fedvlr_plus/" in f.filename or "/adapters/" in f.filename]
+    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "outside the package"
+
+
+@pytest.mark.parametrize("backbone", ["fedavg", "fedncf", "pfedrec", "fedrap", "fcf"])
+@pytest.mark.parametrize("simulator", ["batched", "sequential"])
+@pytest.mark.parametrize("wrapped", [True, False], ids=["layer", "alone"])
+def test_a_round_with_every_option_gathers_no_rows_by_indexing(backbone, simulator, wrapped):
+    """The backbone alone, and under the layer with every option that gathers rows in training (cold items, ID
+    dropout, the residual path, content preference): a round trains through ``index_select`` gathers only, in the
+    batched simulator and in a client alone."""
+    from fedvlr_plus.federation.config import FedConfig
+    from fedvlr_plus.federation.engine import FederatedRun
+
+    data = synthetic_data(30, 80, 10.0, groups=4, seed=0)
+    g = np.random.default_rng(0)
+    views = {"text": g.standard_normal((80, 6)), "image": g.standard_normal((80, 5))}
+    cold = np.zeros(80, bool)
+    cold[:10] = True
+    model = make_backbone(backbone, data.n_items, 8)
+    if wrapped:
+        model = FusionLayer(
+            model,
+            views,
+            router_hidden=8,
+            cold_items=ColdItemRule(cold, 3),
+            residual=True,
+            id_dropout=0.3,
+            content_preference=True,
+        )
+    cfg = FedConfig(rounds=1, local_epochs=1, batch_size=8, dim=8, lr=0.1, server_lr=0.5, seed=0, simulator=simulator)
+    run = FederatedRun(data, model, cfg, progress=False)
+    with _IndexedGathers() as seen:
+        run.run_round()
+    assert not seen.sites, sorted(seen.sites)
