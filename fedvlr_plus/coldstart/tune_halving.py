@@ -4,10 +4,10 @@ A cold-start study scores a recipe at its selected round's model: its cold rules
 validation joining users fine-tuned on their support. Its score is taken by
 :meth:`~fedvlr_plus.federation.engine.FederatedRun.run`'s ``at_selected`` hook, while the selected round's model is
 in place. One after another (:func:`in_memory_trainer`), each candidate's run stays in this process between budgets
-and trains on from where it stopped; a stopped candidate's run is freed at the next budget. Side by side
-(:func:`folder_trainer`, ``--jobs``, or any study with a folder), each candidate trains in a worker process and
-goes on from its own folder's checkpoint, which keeps its selected round's model. Either way a run trained on to
-more rounds is the run it would have been, trained straight.
+and trains on from where it stopped; a stopped candidate's run is freed at the next budget. From folders
+(:func:`folder_trainer`: a study with ``--out``, or ``--jobs``), each candidate goes on from its own folder's
+checkpoint, which keeps its selected round's model, in a worker process where there are several. Either way a
+run trained on to more rounds is the run it would have been, trained straight.
 
 A candidate's folder also keeps its score at each budget (:data:`BUDGET_SCORES`). A grid killed midway and run
 again goes through the same cuts: a candidate scored at a budget before the kill gives that score back untrained,
