@@ -62,7 +62,7 @@ def test_a_studys_tuning_trains_each_recipe_with_its_weight_decay_unless_the_stu
         return train_to
 
     monkeypatch.setattr(tune_halving, "in_memory_trainer", in_memory_trainer)
-    monkeypatch.setattr(study, "_recipe", lambda opts, fusion, cfg: lambda data: None)
+    monkeypatch.setattr(study, "_recipe", lambda opts, fusion, cfg, views=None: lambda data: None)
     cfg = FedConfig(weight_decay=decay)
     opts = study.ColdStartOptions(
         split=None, backbone="recbole:NeuMF", training=cfg, fedvlr=FedVLROptions(), metrics=["ndcg@10"], progress=False

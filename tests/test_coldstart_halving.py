@@ -107,6 +107,7 @@ def test_a_grid_killed_midway_goes_on_through_the_same_cuts(tmp_path, capsys, mo
     trained.clear(), scored.clear()
     kill["at_call"] = recipes + 2  # the second candidate of the second budget
     assert main(["coldstart", str(folder), *COMMON, *STUDIES["items"], "--out", str(out), "--json"]) == 130
+    assert capsys.readouterr().err.count("views: the precomputed features") == 1  # loaded once, not per candidate
     assert {p.name for p in (out / "runs").iterdir()} == {"tuning-fedvlr"}
     killed_rounds, kill["at_call"] = len(trained), None
     trained.clear()

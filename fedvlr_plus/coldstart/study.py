@@ -124,14 +124,16 @@ class _Built:
         return self.model.build(data, self.cfg)
 
 
-def _recipe(opts: ColdStartOptions, fusion: str, cfg):
-    """``data -> backbone`` of one trained model: the backbone's name, or the API's FedVLR recipe built."""
+def _recipe(opts: ColdStartOptions, fusion: str, cfg, views: dict | None = None):
+    """``data -> backbone`` of one trained model: the backbone's name, or the API's FedVLR recipe built. ``views``:
+    the study's views, loaded once (None: each build loads them as the options say)."""
     from ..api import FedVLR, Model
 
     base = Model(opts.backbone, opts.backbone, backbone_options=dict(opts.backbone_options))
     if fusion == "none":
         return _Built(base, cfg)
-    return _Built(FedVLR(base, options=opts.fedvlr, mode=fusion, label=f"{opts.backbone}+{fusion}"), cfg)
+    label = f"{opts.backbone}+{fusion}"
+    return _Built(FedVLR(base, views or None, options=opts.fedvlr, mode=fusion, label=label), cfg)
 
 
 def _views(opts: ColdStartOptions, data) -> dict:
@@ -293,7 +295,7 @@ def _tuned(opts: ColdStartOptions, fusion: str, cfg, data, log, parts: dict | No
     score = _scorer_of(joining, among_cold)
     # in a study folder the candidates train in DIR/runs/, so a grid killed midway goes on where it stopped
     root = finished.run_path(f"tuning-{fusion}") if finished is not None else None
-    build = _Candidate(opts, fusion, cfg)
+    build = _Candidate(opts, fusion, cfg, views)
     with _trainer(opts, build, rate, score, data, len(points), announce, log, root) as train_to:
         report = successive_halving(points, train_to, budgets=budgets, metric=metric, seed=cfg.seed, on_rung=_cut(log))
     if log:
@@ -348,11 +350,12 @@ class _Candidate:
     opts: ColdStartOptions
     fusion: str
     cfg: object
+    views: dict | None = None
 
     def __call__(self, point, data):
         o, c = _with_point(self.opts, self.cfg, point)
         c = replace(c, seeds=1)
-        return _recipe(o, self.fusion, c)(data), c
+        return _recipe(o, self.fusion, c, self.views)(data), c
 
 
 @dataclass(frozen=True)
@@ -452,7 +455,7 @@ def _study_one_model(opts, fusion: str, parts: dict, views: dict, spec, cfg, tar
     from .experiment import item_coldstart, rules_for, user_coldstart
     from .rules import plain_rule
 
-    make = _recipe(opts, fusion, cfg)
+    make = _recipe(opts, fusion, cfg, views)
     who = fusion if fusion != "none" else "backbone alone"
     # how the seeds train and where they are kept, the same for both studies
     runs = dict(progress=opts.progress, log=log, jobs=opts.jobs, finished=finished, model_label=fusion)
