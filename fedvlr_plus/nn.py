@@ -46,11 +46,12 @@ def gather_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return rows.view(*index.shape, *table.shape[1:])
 
 
-def gather_entries(matrix: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
-    """``matrix[rows, cols]`` (the two broadcast against each other), with :func:`gather_rows`'s fixed-order
-    backward."""
+def gather_entries(table: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """``table[rows, cols]`` (the two broadcast against each other; the entries of a matrix, or the rows of a
+    ``[C, T, d]`` stack) as one flat ``index_select``: several times faster than advanced indexing on the CPU,
+    with :func:`gather_rows`'s fixed-order backward."""
     rows, cols = torch.broadcast_tensors(rows, cols)
-    return gather_rows(matrix.reshape(-1), rows * matrix.shape[1] + cols)
+    return gather_rows(table.reshape(-1, *table.shape[2:]), rows * table.shape[1] + cols)
 
 
 def weighted_bce_sums(logits: torch.Tensor, y: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

@@ -46,6 +46,9 @@ def test_gather_rows_and_entries_equal_indexing_forward():
     assert torch.equal(gather_rows(table, index), table[index])
     rows, cols = torch.randint(0, 50, (5, 6, 1), generator=g), torch.randint(0, 3, (5, 1, 2), generator=g)
     assert torch.equal(gather_entries(table, rows, cols), table[rows, cols])
+    stack, clients = torch.randn(4, 9, 3, generator=g), torch.arange(4).unsqueeze(1)  # each client's own rows
+    items = torch.randint(0, 9, (4, 5), generator=g)
+    assert torch.equal(gather_entries(stack, clients, items), stack[clients, items])
 
 
 def test_gather_rows_backward_is_the_same_on_every_run():
