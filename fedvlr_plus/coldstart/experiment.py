@@ -96,8 +96,7 @@ def train_selected(data, model, cfg, *, progress: bool = False, folder=None):
     from ..federation.engine import FederatedRun
 
     run = FederatedRun(data, model, keepable(cfg), folder, progress=progress, keep_selected=folder is not None)
-    if folder is not None and run.folder.has_checkpoint():
-        run.load_checkpoint()
+    if run.resume_saved():
         print(f"seed {cfg.seed}: goes on from its checkpoint at round {run.round} in {folder}", file=sys.stderr)
     run.run(end_at_selected=True)   # the engine keeps that round's model for its own test already
     return run

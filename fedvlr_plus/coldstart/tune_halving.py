@@ -88,8 +88,7 @@ def _candidate_score(job: tuple) -> float:
     model, cfg = build(recipe, data)
     cfg = replace(keepable(cfg), **budget_settings(max(rounds, reached), temporary=True))
     run = FederatedRun(data, model, cfg, run_dir=folder, progress=False, keep_selected=True)
-    if run.folder.has_checkpoint():
-        run.load_checkpoint()  # (refused where it was made under other settings)
+    run.resume_saved()  # (refused where the checkpoint was made under other settings)
     if str(rounds) in kept:  # scored at this budget before a kill: the cut goes as it went
         return kept[str(rounds)]
     score, seen = rate.scorer(), []

@@ -114,8 +114,7 @@ def _train_seed(exp, label: str, recipe, seed: int, folder: Path | None = None) 
 
     started = time.perf_counter()
     run = exp.start(recipe, seed, folder=folder, on_round=on_round)
-    if folder is not None and run.folder.has_checkpoint():
-        run.load_checkpoint()
+    if run.resume_saved():
         if getattr(run.bb, "mode", "") == "fedvlr":
             kept.update(load_selected_extra(run) or {})
     run.run()

@@ -504,6 +504,14 @@ class FederatedRun:
             return self.store.snapshot(copy=False)
         return self.store.snapshot()
 
+    def resume_saved(self) -> bool:
+        """Continue from the latest checkpoint of the run's folder where it has one that holds a checkpoint;
+        whether it did."""
+        if self.folder is None or not self.folder.has_checkpoint():
+            return False
+        self.load_checkpoint()
+        return True
+
     def load_checkpoint(self, source: SeedFolder | None = None) -> None:
         """Continue from the latest checkpoint of the run's folder, or of ``source`` (another run's seed folder,
         which is only read); checksums checked, a changed setting refused."""

@@ -184,8 +184,7 @@ def _check_folder(out: Path, seeds: list[int], resume: bool) -> None:
 def _resume_or_run(run: FederatedRun) -> dict:
     """A seed's result on resume: its saved result when the checkpoint is finished under ``run.cfg``, else the
     training continued from the checkpoint (or started, for a seed the run did not have)."""
-    if run.folder.has_checkpoint():
-        run.load_checkpoint()
+    if run.resume_saved():
         saved = run.folder.read_json("result.json") if run.done() else None
         if saved is not None:
             _tell(run, f"seed {run.cfg.seed}: finished at round {run.round}; its result is read back, not retrained")
