@@ -13,8 +13,8 @@ from fedvlr_plus.cli import main
 COMMON = ["--backbone", "fedavg", "--fusion", "fedvlr", "--rounds", "8", "--eval-every", "2", "--seeds", "1"]
 COMMON += ["--dim", "8", "--local-epochs", "1", "--no-progress", "--metrics", "hr@5,ndcg@5", "--cold-select", "ndcg@5"]
 STUDIES = {
-    "items": ["--fusion-residual", "--tune"],  # rated among cold items under the best cold rule
-    "users": ["--cold-users", "0.2", "--support", "1", "--support-epochs", "1", "--tune"],  # joining users
+    "items": ["--fusion-residual", "--tune", "--halving"],  # rated among cold items under the best cold rule
+    "users": ["--cold-users", "0.2", "--support", "1", "--support-epochs", "1", "--tune", "--halving"],  # joining users
 }
 
 
@@ -29,7 +29,7 @@ def test_survivors_score_as_if_trained_straight_and_the_rest_are_stopped(tmp_pat
 
     folder = _feature_folder(tmp_path / "fx")
     straight = {c["name"]: c["valid"] for c in _tuning(capsys, folder, study, "--no-halving")["candidates"]}
-    monkeypatch.setattr(halving, "MIN_ROUNDS_TO_HALVE", 8)  # 8 rounds are too short to cut by default
+    monkeypatch.setattr(halving, "MIN_ROUNDS_TO_HALVE", 8)  # 8 rounds are too short to cut
     tune = _tuning(capsys, folder, study)
     stopped = {c["name"]: c["stopped_at_round"] for c in tune["candidates"]}
     assert set(stopped.values()) - {None} and set(stopped.values()) <= {None, 2, 4}  # budgets 2, 4 and 8

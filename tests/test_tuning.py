@@ -391,7 +391,7 @@ def test_a_recipe_continued_across_budgets_scores_as_if_trained_straight(tmp_pat
     old = halving.MIN_ROUNDS_TO_HALVE
     halving.MIN_ROUNDS_TO_HALVE = 8
     try:
-        assert main(["run", str(src), *flags, "--tune"]) == 0
+        assert main(["run", str(src), *flags, "--tune", "--halving"]) == 0
     finally:
         halving.MIN_ROUNDS_TO_HALVE = old
     err_out = capsys.readouterr()
@@ -419,7 +419,8 @@ def test_paper_table_tune_halves_the_grid_and_survivors_score_as_if_trained_stra
     argv += ["--valid-metric", "ndcg@10", "--no-progress", "--tune", "--json"]
     assert main([*argv, "--no-halving"]) == 0
     straight = {c["name"]: c["valid"] for c in _last_json(capsys)["tuning"]["fedavg+fedvlr"]["candidates"]}
-    monkeypatch.setattr(halving, "MIN_ROUNDS_TO_HALVE", 8)  # 8 rounds are too short to cut by default
+    monkeypatch.setattr(halving, "MIN_ROUNDS_TO_HALVE", 8)  # 8 rounds are too short to cut
+    argv += ["--halving"]
     out = ["--out", str(tmp_path / "table")] if with_folder else []
     assert main([*argv, *out]) == 0
     captured = capsys.readouterr()
@@ -461,12 +462,12 @@ def test_a_privacy_target_tunes_every_recipe_to_the_end(tmp_path, capsys, monkey
     from fedvlr_plus.fedvlr import halving
     from fedvlr_plus.fedvlr.halving import budgets
 
-    assert budgets(SimpleNamespace(rounds=64, eval_every=1, target_epsilon=None)) == [8, 16, 32, 64]
-    assert budgets(SimpleNamespace(rounds=64, eval_every=1, target_epsilon=None), halving=False) == [64]
-    assert budgets(SimpleNamespace(rounds=64, eval_every=1, target_epsilon=8.0)) == [64]
+    assert budgets(SimpleNamespace(rounds=64, eval_every=1, target_epsilon=None), halving=True) == [8, 16, 32, 64]
+    assert budgets(SimpleNamespace(rounds=64, eval_every=1, target_epsilon=None)) == [64]  # the default: no cut
+    assert budgets(SimpleNamespace(rounds=64, eval_every=1, target_epsilon=8.0), halving=True) == [64]
     monkeypatch.setattr(halving, "MIN_ROUNDS_TO_HALVE", 4)  # FLAGS' 4 rounds would be cut after 2 without the target
     src = _folder(tmp_path / "data")
-    assert main(["run", str(src), *FLAGS, "--tune", "--target-epsilon", "8", "--upload-clip", "1"]) == 0
+    assert main(["run", str(src), *FLAGS, "--tune", "--halving", "--target-epsilon", "8", "--upload-clip", "1"]) == 0
     tune = _last_json(capsys)["tuning"]
     assert all(c["stopped_at_round"] is None for c in tune["candidates"])
 
@@ -478,7 +479,7 @@ def test_without_a_folder_the_kept_recipes_seed_goes_on_from_its_candidate_with_
 
     src = _folder(tmp_path / "data")
     flags = [f for f in FLAGS if f not in ("4", "--no-progress")]
-    flags[flags.index("--rounds") + 1 : flags.index("--rounds") + 1] = ["8", "--seeds", "2", "--jobs", "1"]
+    flags[flags.index("--rounds") + 1 : flags.index("--rounds") + 1] = ["8", "--seeds", "2", "--jobs", "1", "--halving"]
     monkeypatch.setattr(halving, "MIN_ROUNDS_TO_HALVE", 8)  # budgets 2, 4 and 8
     assert main(["run", str(src), *flags]) == 0
     out = capsys.readouterr()
@@ -502,7 +503,7 @@ def test_paper_table_tune_without_a_folder_goes_on_from_the_kept_candidate_with_
     src = _folder(tmp_path / "data")
     argv = ["experiment", "paper-table", str(src), "--backbones", "fedavg", "--variants", "fedvlr,sum", "--seeds"]
     argv += ["2", "--rounds", "8", "--eval-every", "2", "--local-epochs", "1", "--dim", "8", "--metrics"]
-    argv += ["hr@10,ndcg@10", "--valid-metric", "ndcg@10", "--no-progress", "--tune", "--json"]
+    argv += ["hr@10,ndcg@10", "--valid-metric", "ndcg@10", "--no-progress", "--tune", "--halving", "--json"]
     monkeypatch.setattr(halving, "MIN_ROUNDS_TO_HALVE", 8)  # budgets 2, 4 and 8
     assert main(argv) == 0
     captured = capsys.readouterr()

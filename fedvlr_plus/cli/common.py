@@ -104,8 +104,8 @@ def add_halving_argument(group, grid: str) -> None:
     group.add_argument(
         "--halving",
         action=argparse.BooleanOptionalAction,
-        default=True,
+        default=False,
         help=f"with --tune, cut {grid} in half on validation after an eighth, a quarter and half of --rounds "
-        "(successive halving; runs under 16 rounds train every recipe to the end); --no-halving trains every "
-        "recipe to the end",
+        "(successive halving: faster, but it can stop a recipe that learns slowly and would win; runs under 16 "
+        "rounds train every recipe to the end). Default: every recipe trains to the end",
     )

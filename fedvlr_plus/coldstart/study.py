@@ -101,7 +101,7 @@ class ColdStartOptions:
     #: choose the fusion layer's recipe on the training data's validation split first (fedvlr_plus.fedvlr.tuning)
     tune: bool = False
     #: cut the tuning grid by successive halving (fedvlr_plus.fedvlr.halving); False: every recipe to the end
-    halving: bool = True
+    halving: bool = False
     progress: bool = True
     command: str | None = None
     #: worker processes training the seeds side by side (fedvlr_plus.coldstart.seeds); None: as the cores allow

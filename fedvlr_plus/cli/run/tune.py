@@ -60,8 +60,8 @@ def _candidates(args, cold_items: bool = False):
 
 
 def tune_recipe(args, data, *, config_for, build_backbone, stack: ExitStack):
-    """Train the candidate recipes on one seed (``args.seed``) by successive halving (:mod:`~fedvlr_plus.fedvlr.
-    halving`; ``--no-halving`` trains each one to the end) and return ``(args with the chosen recipe's flags, the
+    """Train the candidate recipes on one seed (``args.seed``) to the end, or by successive halving with
+    ``--halving`` (:mod:`~fedvlr_plus.fedvlr.halving`) and return ``(args with the chosen recipe's flags, the
     TuningReport, start_from)``. ``config_for(ns)`` makes the run's FedConfig from a namespace and
     ``build_backbone(ns, cfg)`` its model, exactly as the run itself does, so a candidate differs from the final run
     only in its flags, seed count and rounds. Candidates train in ``RUN_DIR/tuning/<recipe>/`` (a temporary folder
@@ -75,7 +75,7 @@ def tune_recipe(args, data, *, config_for, build_backbone, stack: ExitStack):
 
     recipes = _candidates(args, cold_items=tries_id_dropout(data))
     full = config_for(args)
-    budgets = halving_budgets(full, getattr(args, "halving", True))
+    budgets = halving_budgets(full, getattr(args, "halving", False))
     run_dir = args.resume or args.out
     say(
         f"tuning: {len(recipes)} recipes on seed {args.seed}, selecting on valid {full.valid_metric}"

@@ -65,7 +65,7 @@ class PaperTableOptions:
     #: choose each fusion row's recipe on validation first (fedvlr_plus.fedvlr.tuning)
     tune: bool = False
     #: with ``tune``, stop the recipes behind on validation early (successive halving, fedvlr_plus.fedvlr.halving)
-    halving: bool = True
+    halving: bool = False
     #: worker processes training the rows' seeds side by side (None: as the cores allow; 1: one after another)
     jobs: int | None = 1
 
