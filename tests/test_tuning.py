@@ -517,3 +517,23 @@ def test_paper_table_tune_without_a_folder_goes_on_from_the_kept_candidate_with_
     assert "goes on from its tuning run" not in captured.err
     for key in ("rows", "tuning"):
         assert continued[key] == straight[key], key
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "ml-100k", "--backbone", "fedavg", "--fusion", "fedvlr", "--tune"],
+        ["experiment", "paper-table", "ml-100k", "--backbones", "fedavg", "--variants", "fedvlr", "--tune"],
+        ["coldstart", "ml-100k", "--backbone", "fedavg", "--fusion", "fedvlr", "--cold-items", "0.2", "--tune"],
+    ],
+)
+def test_every_tuner_trains_the_whole_grid_unless_halving_is_asked_for(argv):
+    """The cut stopped slow learners that win (lfm2k, docs/usage.md): the whole grid is every command's default."""
+    from fedvlr_plus.cli import build_parser
+    from fedvlr_plus.coldstart.study import ColdStartOptions
+    from fedvlr_plus.experiments.paper.table import PaperTableOptions
+
+    parser = build_parser()
+    assert parser.parse_args(argv).halving is False
+    assert parser.parse_args([*argv, "--halving"]).halving is True
+    assert PaperTableOptions.halving is False and ColdStartOptions.halving is False
