@@ -1,4 +1,5 @@
-"""``coldstart --tune`` by successive halving (:mod:`fedvlr_plus.fedvlr.halving`).
+"""``coldstart --tune``'s trainers: every recipe to the end, or through the budgets of successive halving with
+``--halving`` (:mod:`fedvlr_plus.fedvlr.halving`).
 
 A cold-start study scores a recipe at its selected round's model: its cold rules among cold items, or its
 validation joining users fine-tuned on their support. Its score is taken by

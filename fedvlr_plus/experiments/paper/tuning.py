@@ -1,8 +1,8 @@
 """``paper-table --tune``: the FedVLR row's recipe chosen on validation before any fusion row is trained.
 
 Every recipe of :data:`fedvlr_plus.fedvlr.tuning.RECIPES` is trained for the table's first seed, as the row
-itself would be, by successive halving as ``run --tune`` does (:mod:`fedvlr_plus.fedvlr.halving`; every recipe to
-the end with ``--no-halving``); the one with the best validation score (the engine's selection metric, at its best
+itself would be, to the end as ``run --tune`` does (or cut by successive halving with ``--halving``,
+:mod:`fedvlr_plus.fedvlr.halving`); the one with the best validation score (the engine's selection metric, at its best
 round) is the recipe the row then trains with on every seed. Test figures of the candidates are never read. With a
 run folder each candidate keeps its own checkpoints under ``runs/<row>/tuning/<recipe>/`` and resumes with the
 table.
@@ -92,10 +92,10 @@ def _candidate_score(job: tuple) -> float:
 
 
 def tuned_recipe(study, recipe: FedVLR, stack: ExitStack):
-    """The grid point (:class:`~fedvlr_plus.fedvlr.tuning.Recipe`) chosen on validation for ``recipe`` by successive
-    halving (every point to the end with ``halving`` off), and the tuning report (JSON). Without a table folder the
-    candidates train in a temporary folder that ``stack`` keeps, and the row's first seed goes on from the kept
-    recipe's candidate (``study.continued``)."""
+    """The grid point (:class:`~fedvlr_plus.fedvlr.tuning.Recipe`) chosen on validation for ``recipe``, every point
+    trained to the end (or cut by successive halving with ``halving`` on), and the tuning report (JSON). Without a
+    table folder the candidates train in a temporary folder that ``stack`` keeps, and the row's first seed goes on
+    from the kept recipe's candidate (``study.continued``)."""
     from ...fedvlr.halving import budgets as halving_budgets
     from ...fedvlr.halving import budgets_note, candidate_folder, candidate_root, cut_line, successive_halving
     from ...fedvlr.tuning import candidate_recipes
