@@ -137,3 +137,21 @@ def test_worker_counts_keep_every_core_busy_to_the_last_wave(monkeypatch):
     assert worker_count(2, 5) == 2 and worker_count(9, 3) == 3  # a count the user gave, at most one per job
     monkeypatch.setenv("FEDVLR_JOBS", "2")
     assert worker_count(None, 5) == 2
+
+
+def test_jobs_in_worker_processes_announce_each_end_on_stderr(capfd):
+    """Seeds and recipes trained side by side show their progress: one line as each ends (the workers' own bars
+    are off), and a failed job is named before its error is raised."""
+    from fedvlr_plus.federation.runs.parallel import map_jobs
+
+    assert map_jobs(abs, [-1, -2, -3], 2, names=["a", "b", "c"], what="demo") == [1, 2, 3]
+    lines = capfd.readouterr().err.strip().splitlines()
+    assert len(lines) == 3 and all(ln.startswith("demo: ") for ln in lines)
+    assert sorted(ln.split()[1] for ln in lines) == ["a", "b", "c"]
+    assert [ln.split("(")[1].split(",")[0] for ln in lines] == ["1/3", "2/3", "3/3"]
+    with pytest.raises(ValueError, match="invalid literal"):
+        map_jobs(int, ["1", "x"], 2, names=["one", "ex"], what="demo")
+    err = capfd.readouterr().err
+    assert "demo: ex failed" in err and "demo: one done" in err
+    assert map_jobs(abs, [-4], 2, names=["d"], what="demo") == [4]  # one job: in this process, no line
+    assert capfd.readouterr().err == ""

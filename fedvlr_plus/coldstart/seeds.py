@@ -78,7 +78,10 @@ def run_seed_jobs(fn, jobs: list, study: str, finished, workers: int, log=None) 
     todo = [i for i, outcome in enumerate(done) if outcome is None]
     if finished is not None:
         jobs = [replace(job, run_dir=finished.run_path(step)) for job, step in zip(jobs, steps)]
-    trained = map_jobs(finished_step, [(finished, steps[i], fn, jobs[i]) for i in todo], workers)
+    names = [f"{study} seed {jobs[i].cfg.seed}" for i in todo]
+    trained = map_jobs(
+        finished_step, [(finished, steps[i], fn, jobs[i]) for i in todo], workers, names=names, what="coldstart"
+    )
     for i, outcome in zip(todo, trained):
         done[i] = outcome
     return done

@@ -70,7 +70,8 @@ def folder_trainer(data, build, rate, root, workers: int, announce=None) -> Call
             if announce is not None:
                 announce(recipe, rounds)
             jobs.append((data, build, recipe, rounds, candidate_folder(root, recipe.name), rate))
-        return map_jobs(_candidate_score, jobs, workers)
+        names = [f"recipe {recipe.name} ({rounds} rounds)" for recipe in recipes]
+        return map_jobs(_candidate_score, jobs, workers, names=names, what="tuning")
 
     return train_to
 

@@ -157,7 +157,8 @@ def run_grid(
         workers = worker_count(jobs, len(todo))
         if workers > 1 and log is not None:
             log(f"{len(todo)} cells side by side in {workers} worker processes")
-        trained = iter(map_jobs(_train_cell, [(data, folder, c) for c in todo], workers))
+        names = [f"cell {c.key}" for c in todo]
+        trained = iter(map_jobs(_train_cell, [(data, folder, c) for c in todo], workers, names=names, what="poisoning"))
         for c in plan:
             if done[c.key] is None:
                 done[c.key] = next(trained)

@@ -78,7 +78,8 @@ def train_settings(
         workers = worker_count(jobs, len(plan))
         if workers > 1:
             print(f"{len(plan)} runs side by side in {workers} worker processes", file=sys.stderr, flush=True)
-        done = map_jobs(_train, [job for _, job in plan], workers)
+        names = [f"{name} seed {job.cfg.seed}" for name, job in plan]
+        done = map_jobs(_train, [job for _, job in plan], workers, names=names, what="runs")
     out = {name: [] for name in rows}
     for (name, _), seed_run in zip(plan, done):
         out[name].append(seed_run)

@@ -189,7 +189,8 @@ def train_rows(data, views: dict, opts: ViewRoutingOptions, rows=None) -> dict[s
             print(f"{data.name}: {len(runs)} runs side by side in {workers} worker processes", file=sys.stderr)
             quiet = copy.copy(exp)  # (several workers' progress bars would write over each other)
             quiet.progress = False
-            done = map_jobs(_train_seed_job, [(quiet, *run) for run in runs], workers)
+            names = [f"{label} seed {seed}" for label, _, seed, _ in runs]
+            done = map_jobs(_train_seed_job, [(quiet, *run) for run in runs], workers, names=names, what=data.name)
         else:
             done = [_train_seed(exp, *run) for run in runs]
     out = {label: RowRun() for label, _ in recipes}

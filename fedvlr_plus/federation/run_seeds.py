@@ -126,7 +126,8 @@ def _train_seeds(jobs: list[SeedJob], on_round, on_upload, n_jobs: int | None) -
         return [job.train(on_upload) for job in jobs]
     for job in jobs:
         job.progress = False  # bars of several processes would overwrite each other
-    done = map_jobs(_train_seed_job, jobs, n_jobs)
+    names = [f"seed {job.cfg.seed}" for job in jobs]
+    done = map_jobs(_train_seed_job, jobs, n_jobs, names=names, what="run")
     if on_round is not None:
         for _, hook in done:
             on_round.merge(hook)

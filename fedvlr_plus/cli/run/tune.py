@@ -135,7 +135,8 @@ def _trainer(args, data, root, config_for, build_backbone, metric: str):
         if workers > 1:  # the recipes side by side in worker processes (the same figures)
             for b in built:
                 b.progress = False
-            return map_jobs(_valid_metric_of, [(b, metric) for b in built], workers)
+            names = [f"recipe {r.name} ({rounds} rounds)" for r in recipes]
+            return map_jobs(_valid_metric_of, [(b, metric) for b in built], workers, names=names, what="tuning")
         return [_valid_metric_of((b, metric)) for b in built]
 
     return train_to

@@ -291,7 +291,8 @@ def _train_rows(study: _Study, rows: list) -> None:
             flush=True,
         )
         lean = for_workers(study)
-        done = map_jobs(_train_seed_job, [(lean, *run) for run in runs], workers)
+        names = [f"{recipe.label} seed {seed}" for recipe, _, seed in runs]
+        done = map_jobs(_train_seed_job, [(lean, *run) for run in runs], workers, names=names, what="paper-table")
     else:
         done = [_train_seed(study, *run) for run in runs]
     per_row = study.experiment.seeds

@@ -65,7 +65,8 @@ def _trainer(study, recipe: FedVLR, root):
         workers = worker_count(study.opts.jobs, len(jobs))  # (one for --jobs 1 or a single point)
         if workers > 1:
             lean = for_workers(study)
-            return map_jobs(_candidate_score, [(lean, *job[1:]) for job in jobs], workers)
+            names = [f"recipe {point.name} ({rounds} rounds)" for point in points]
+            return map_jobs(_candidate_score, [(lean, *job[1:]) for job in jobs], workers, names=names, what="tuning")
         return [_candidate_score(job) for job in jobs]
 
     return train_to
