@@ -472,14 +472,16 @@ def test_a_privacy_target_tunes_every_recipe_to_the_end(tmp_path, capsys, monkey
     assert all(c["stopped_at_round"] is None for c in tune["candidates"])
 
 
+@pytest.mark.parametrize("cut", [["--halving"], []])
 def test_without_a_folder_the_kept_recipes_seed_goes_on_from_its_candidate_with_the_same_figures(
-    tmp_path, capsys, monkeypatch
+    tmp_path, capsys, monkeypatch, cut
 ):
+    """With the cut or with the whole grid (the default), the kept recipe's candidate is the run's first seed."""
     from fedvlr_plus.fedvlr import halving
 
     src = _folder(tmp_path / "data")
     flags = [f for f in FLAGS if f not in ("4", "--no-progress")]
-    flags[flags.index("--rounds") + 1 : flags.index("--rounds") + 1] = ["8", "--seeds", "2", "--jobs", "1", "--halving"]
+    flags[flags.index("--rounds") + 1 : flags.index("--rounds") + 1] = ["8", "--seeds", "2", "--jobs", "1", *cut]
     monkeypatch.setattr(halving, "MIN_ROUNDS_TO_HALVE", 8)  # budgets 2, 4 and 8
     assert main(["run", str(src), *flags]) == 0
     out = capsys.readouterr()
@@ -495,15 +497,16 @@ def test_without_a_folder_the_kept_recipes_seed_goes_on_from_its_candidate_with_
     assert [s["selected_round"] for s in continued["per_seed"]] == [s["selected_round"] for s in straight["per_seed"]]
 
 
+@pytest.mark.parametrize("cut", [["--halving"], []])
 def test_paper_table_tune_without_a_folder_goes_on_from_the_kept_candidate_with_the_same_table(
-    tmp_path, capsys, monkeypatch
+    tmp_path, capsys, monkeypatch, cut
 ):
     from fedvlr_plus.fedvlr import halving
 
     src = _folder(tmp_path / "data")
     argv = ["experiment", "paper-table", str(src), "--backbones", "fedavg", "--variants", "fedvlr,sum", "--seeds"]
     argv += ["2", "--rounds", "8", "--eval-every", "2", "--local-epochs", "1", "--dim", "8", "--metrics"]
-    argv += ["hr@10,ndcg@10", "--valid-metric", "ndcg@10", "--no-progress", "--tune", "--halving", "--json"]
+    argv += ["hr@10,ndcg@10", "--valid-metric", "ndcg@10", "--no-progress", "--tune", *cut, "--json"]
     monkeypatch.setattr(halving, "MIN_ROUNDS_TO_HALVE", 8)  # budgets 2, 4 and 8
     assert main(argv) == 0
     captured = capsys.readouterr()

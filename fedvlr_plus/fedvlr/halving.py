@@ -104,16 +104,16 @@ def candidate_folder(root: Path, recipe: str) -> Path:
 
 
 @contextmanager
-def candidate_root(folder: Path | None, *, halving: bool) -> Iterator[Path | None]:
-    """Where the candidates train: ``folder`` where the caller has one; a temporary folder where there is none and
-    candidates must continue between budgets; None (no folder) where each trains once to the end."""
+def candidate_root(folder: Path | None) -> Iterator[Path]:
+    """Where the candidates train: ``folder`` where the caller has one, else a temporary folder. A candidate goes on
+    from its checkpoint at each budget, and the kept recipe's candidate becomes the run's first seed, so it needs a
+    folder even when every recipe trains to the end in one go. Its checkpoints cost disk: about two copies of the
+    model a candidate (the last round's and the selected round's), every user's private state included."""
     if folder is not None:
         yield folder
-    elif halving:
+    else:
         with tempfile.TemporaryDirectory(prefix="fedvlr-tuning-") as tmp:
             yield Path(tmp)
-    else:
-        yield None
 
 
 def budget_settings(rounds: int, *, temporary: bool) -> dict:

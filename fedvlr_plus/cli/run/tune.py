@@ -82,13 +82,13 @@ def tune_recipe(args, data, *, config_for, build_backbone, stack: ExitStack):
         + budgets_note(budgets)
         + "".join(f"\n  {r.name}: {_flags(r)}" for r in recipes)
     )
-    root = stack.enter_context(candidate_root(Path(run_dir) / "tuning" if run_dir else None, halving=len(budgets) > 1))
+    root = stack.enter_context(candidate_root(Path(run_dir) / "tuning" if run_dir else None))
     train_to = _trainer(args, data, root, config_for, build_backbone, full.valid_metric)
     report = successive_halving(
         recipes, train_to, budgets=budgets, metric=full.valid_metric, seed=args.seed, on_rung=_say_cut
     )
     say(f"tuning: kept recipe {report.selected} (valid {full.valid_metric} {report.scores_line()})")
-    kept = candidate_folder(root, report.selected) / f"seed-{args.seed}" if root is not None and not run_dir else None
+    kept = candidate_folder(root, report.selected) / f"seed-{args.seed}" if not run_dir else None
     start_from = {args.seed: kept} if kept is not None else {}
     return _with_recipe(args, report.chosen, seeds=args.seeds), report, start_from
 
@@ -121,13 +121,12 @@ def _trainer(args, data, root, config_for, build_backbone, metric: str):
     def job(recipe, rounds: int) -> RecipeJob:
         ns = _with_recipe(args, recipe, seeds=1)
         cfg = replace(config_for(ns), **budget_settings(rounds, temporary=temporary))
-        out = candidate_folder(root, recipe.name) if root is not None else None
-        resume = out is not None and (recipe.name in started or (bool(args.resume) and bool(seed_folders(out))))
+        out = candidate_folder(root, recipe.name)
+        resume = recipe.name in started or (bool(args.resume) and bool(seed_folders(out)))
         started.add(recipe.name)
         progress = not getattr(args, "no_progress", False)
         # in a temporary folder the kept recipe's candidate is continued by the run: it keeps its selected model
-        keep = temporary and out is not None
-        return RecipeJob(data, build_backbone(ns, cfg), cfg, out, resume, progress, keep_selected=keep)
+        return RecipeJob(data, build_backbone(ns, cfg), cfg, out, resume, progress, keep_selected=temporary)
 
     def train_to(recipes, rounds: int) -> list[float]:
         built = [job(r, rounds) for r in recipes]

@@ -59,7 +59,7 @@ def _trainer(study, recipe: FedVLR, root):
     def train_to(points, rounds: int) -> list[float]:
         jobs = []
         for point in points:
-            folder = candidate_folder(root, point.name) / f"seed-{study.seed}" if root is not None else None
+            folder = candidate_folder(root, point.name) / f"seed-{study.seed}"
             jobs.append((study, recipe, point, rounds, folder, point.name in started or study.opts.resume))
             started.add(point.name)
         workers = worker_count(study.opts.jobs, len(jobs))  # (one for --jobs 1 or a single point)
@@ -81,11 +81,10 @@ def _candidate_score(job: tuple) -> float:
     temporary = study.opts.folder is None
     settings = budget_settings(rounds, temporary=temporary)
     # in a temporary folder the kept recipe's candidate is continued by its row: it keeps its selected model
-    keep = temporary and folder is not None
     run = study.experiment.start(
-        _candidate(recipe, point), study.seed, folder=folder, settings=settings, test=False, keep_selected=keep
+        _candidate(recipe, point), study.seed, folder=folder, settings=settings, test=False, keep_selected=temporary
     )
-    if folder is not None and run.folder.has_checkpoint():
+    if run.folder.has_checkpoint():
         refuse_started_runs(study.opts.folder, [folder], may_continue)
         run.load_checkpoint()
     run.run()
@@ -113,11 +112,11 @@ def tuned_recipe(study, recipe: FedVLR, stack: ExitStack):
         _say(f"tuning {recipe.label}: {cut_line(budget, kept, stopped, scores)}")
 
     folder = study.opts.folder / "runs" / recipe.label / "tuning" if study.opts.folder else None
-    root = stack.enter_context(candidate_root(folder, halving=len(budgets) > 1))
+    root = stack.enter_context(candidate_root(folder))
     report = successive_halving(
         points, _trainer(study, recipe, root), budgets=budgets, metric=cfg.valid_metric, seed=study.seed, on_rung=cut
     )
-    if folder is None and root is not None:
+    if folder is None:
         study.continued[recipe.label] = candidate_folder(root, report.selected) / f"seed-{study.seed}"
     _say(f"{recipe.label} keeps recipe {report.selected} (valid {cfg.valid_metric}: {report.scores_line()})")
     return report.chosen, report.to_json()
