@@ -62,7 +62,7 @@ def folder_trainer(data, build, rate, root, workers: int, announce=None) -> Call
     config (one seed); ``rate``: what a worker builds the scoring function from (its ``scorer()``: ``run ->
     score``). The same scores as in memory: a run resumed from its checkpoint goes on with the same numbers."""
     from ..federation.runs.parallel import map_jobs
-    from ..fedvlr.halving import candidate_folder
+    from ..fedvlr.halving import candidate_folder, candidate_job
 
     def train_to(recipes, rounds: int) -> list[float]:
         jobs = []
@@ -70,7 +70,7 @@ def folder_trainer(data, build, rate, root, workers: int, announce=None) -> Call
             if announce is not None:
                 announce(recipe, rounds)
             jobs.append((data, build, recipe, rounds, candidate_folder(root, recipe.name), rate))
-        names = [f"recipe {recipe.name} ({rounds} rounds)" for recipe in recipes]
+        names = [candidate_job(recipe.name, rounds) for recipe in recipes]
         return map_jobs(_candidate_score, jobs, workers, names=names, what="tuning")
 
     return train_to

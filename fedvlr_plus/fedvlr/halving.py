@@ -50,6 +50,11 @@ def budgets_note(budgets: list[int]) -> str:
     return f"; the better half goes on after {', '.join(map(str, budgets[:-1]))} rounds" if len(budgets) > 1 else ""
 
 
+def candidate_job(recipe: str, budget: int) -> str:
+    """How a tuner names one candidate's training when it ends in a worker process: ``recipe fast (25 rounds)``."""
+    return f"recipe {recipe} ({budget} rounds)"
+
+
 def cut_line(budget: int, kept: list[Recipe], stopped: list[Recipe], scores: dict) -> str:
     """How a tuner reports one cut (``on_rung``'s arguments): the recipes kept and stopped, with their scores."""
 

@@ -88,8 +88,7 @@ def tune_recipe(args, data, *, config_for, build_backbone, stack: ExitStack):
         recipes, train_to, budgets=budgets, metric=full.valid_metric, seed=args.seed, on_rung=_say_cut
     )
     say(f"tuning: kept recipe {report.selected} (valid {full.valid_metric} {report.scores_line()})")
-    kept = candidate_folder(root, report.selected) / f"seed-{args.seed}" if not run_dir else None
-    start_from = {args.seed: kept} if kept is not None else {}
+    start_from = {} if run_dir else {args.seed: candidate_folder(root, report.selected) / f"seed-{args.seed}"}
     return _with_recipe(args, report.chosen, seeds=args.seeds), report, start_from
 
 
@@ -112,7 +111,7 @@ def _trainer(args, data, root, config_for, build_backbone, metric: str):
     folder's checkpoint), side by side in worker processes where ``--jobs`` allows; their best valid scores."""
     from ...federation.runs.folder import seed_folders
     from ...federation.runs.parallel import map_jobs, worker_count
-    from ...fedvlr.halving import budget_settings, candidate_folder
+    from ...fedvlr.halving import budget_settings, candidate_folder, candidate_job
 
     jobs = getattr(args, "jobs", None)
     temporary = not (args.resume or args.out)  # the candidates' folders are temporary (see tune_recipe)
@@ -134,7 +133,7 @@ def _trainer(args, data, root, config_for, build_backbone, metric: str):
         if workers > 1:  # the recipes side by side in worker processes (the same figures)
             for b in built:
                 b.progress = False
-            names = [f"recipe {r.name} ({rounds} rounds)" for r in recipes]
+            names = [candidate_job(r.name, rounds) for r in recipes]
             return map_jobs(_valid_metric_of, [(b, metric) for b in built], workers, names=names, what="tuning")
         return [_valid_metric_of((b, metric)) for b in built]
 

@@ -51,7 +51,7 @@ def _trainer(study, recipe: FedVLR, root):
     its own earlier training (its folder's checkpoint), or read back under ``--resume``; side by side in worker
     processes where ``--jobs`` allows (the same scores); their best valid scores."""
     from ...federation.runs.parallel import map_jobs, worker_count
-    from ...fedvlr.halving import candidate_folder
+    from ...fedvlr.halving import candidate_folder, candidate_job
     from .table import for_workers
 
     started = set()  # points this call trained before: they continue; others resume only under --resume
@@ -65,7 +65,7 @@ def _trainer(study, recipe: FedVLR, root):
         workers = worker_count(study.opts.jobs, len(jobs))  # (one for --jobs 1 or a single point)
         if workers > 1:
             lean = for_workers(study)
-            names = [f"recipe {point.name} ({rounds} rounds)" for point in points]
+            names = [candidate_job(point.name, rounds) for point in points]
             return map_jobs(_candidate_score, [(lean, *job[1:]) for job in jobs], workers, names=names, what="tuning")
         return [_candidate_score(job) for job in jobs]
 

@@ -102,11 +102,10 @@ def _run_all(pool: ProcessPoolExecutor, fn: Callable, items: Sequence, report: J
 
 
 class JobsProgress:
-    """One stderr line per job that ends in a worker: ``paper-table: fedavg seed 2 done (4/35 runs, 3 min 10 s)``."""
+    """One stderr line per job that ends in a worker: ``paper-table: fedavg seed 2 done (4/35, 3 min 10 s)``."""
 
-    def __init__(self, what: str, names: Sequence[str], stream=None):
+    def __init__(self, what: str, names: Sequence[str]):
         self.what, self.names = what, list(names)
-        self.stream = stream
         self.start = time.monotonic()
         self.count = 0
 
@@ -117,7 +116,7 @@ class JobsProgress:
         head = f"{self.what}: " if self.what else ""
         print(
             f"{head}{self.names[index]} {state} ({self.count}/{len(self.names)}, {elapsed})",
-            file=self.stream or sys.stderr,
+            file=sys.stderr,
             flush=True,
         )
 
