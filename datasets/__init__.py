@@ -16,6 +16,8 @@ movielens-1m           ``ratings.dat``
 movielens-100k-raw     ``u.data``
 amazon-2014/2018/2023  a reviews file (``.json``, ``.jsonl``, ``.csv``, optionally ``.gz``), by its first line
 sequences              ``<name>.txt`` of lines ``user item item ...`` (S3Rec), ``<name>_item2attributes.json``
+interactions-table     any other ``.csv`` / ``.tsv`` (optionally ``.gz``) whose header names a user and an item
+                       column (``user_id,item_id,rating,timestamp``, ...; see :mod:`.interactions_table`)
 =====================  =========================================================================
 
 A folder holding several Amazon review files, or several sequence files, is ambiguous; pass one of the files
@@ -47,6 +49,7 @@ from .core import (
     compact,
 )
 from .feature_folder import interactions_file, load_feature_folder
+from .interactions_table import TABLE_ENDINGS, TABLE_FORMAT, load_interactions_table, table_columns
 from .movielens import MOVIELENS_FORMATS, load_ml1m, load_ml100k_raw, load_movielens, load_movielens_csv
 from .recbole_atomic import load_ml100k, ml100k_folder, read_atomic, write_atomic
 from .sanity import print_warnings
@@ -83,6 +86,7 @@ __all__ = [
     "load_ml100k",
     "ml100k_folder",
     "load_sequences",
+    "load_interactions_table",
     "print_warnings",
 ]
 
@@ -94,14 +98,16 @@ FORMATS = (
     "movielens-100k-raw",
     *AMAZON_FORMATS,
     SEQUENCE_FORMAT,
+    TABLE_FORMAT,
 )
 EMBEDDED = "ml-100k"
 _REVIEW_ENDINGS = (".json", ".jsonl", ".csv", ".json.gz", ".jsonl.gz", ".csv.gz")
 _LOOKED_FOR = (
     "inter.csv (feature folder), <name>.inter (RecBole atomic), ratings.csv (MovieLens CSV), "
     "ratings.dat (MovieLens-1M), u.data (MovieLens-100K raw), or one Amazon reviews or ratings-only file "
-    "(*.json, *.jsonl, *.csv, optionally .gz), or one sequence file (<name>.txt of lines "
-    "'user item item ...')"
+    "(*.json, *.jsonl, *.csv, optionally .gz), one sequence file (<name>.txt of lines "
+    "'user item item ...'), or one interactions table (*.csv, *.tsv, optionally .gz, with a header naming a "
+    "user and an item column)"
 )
 
 
@@ -145,6 +151,8 @@ def _resolve(source) -> tuple[str, Path, dict]:
             return "recbole-atomic", path, {}  # read_atomic picks the name (or refuses an ambiguous folder)
     for fname, (fmt, _) in MOVIELENS_FORMATS.items():
         if (path / fname).is_file():
+            if fname == "ratings.csv" and not _movielens_header(path / fname):
+                continue  # a ratings.csv of other columns: an interactions table
             return fmt, path, {}
     reviews = _amazon_candidates(path)
     if len(reviews) == 1:
@@ -162,7 +170,32 @@ def _resolve(source) -> tuple[str, Path, dict]:
             f"{path}: several sequence files; pass one of them instead of the folder: "
             + ", ".join(str(p) for p in sequences)
         )
+    tables = _table_candidates(path)
+    if len(tables) == 1:
+        return TABLE_FORMAT, tables[0], {}
+    if len(tables) > 1:
+        raise DataError(
+            f"{path}: several interactions tables; pass one of them instead of the folder: "
+            + ", ".join(str(p) for p in tables)
+        )
     raise DataError(f"{path}: no recognised dataset in this folder (looked for {_LOOKED_FOR})")
+
+
+def _movielens_header(path: Path) -> bool:
+    """Whether a ``ratings.csv`` has MovieLens' header (else it is read as an interactions table)."""
+    from ._io import first_line
+
+    header = first_line(path) or ""
+    return "userId" in header and "movieId" in header
+
+
+def _table_candidates(folder: Path) -> list[Path]:
+    """The folder's files that read as an interactions table."""
+    out = []
+    for p in sorted(folder.iterdir()):
+        if p.is_file() and p.name.endswith(TABLE_ENDINGS) and not isinstance(table_columns(p), str):
+            out.append(p)
+    return out
 
 
 def _resolve_file(path: Path) -> tuple[str, Path, dict]:
@@ -175,10 +208,10 @@ def _resolve_file(path: Path) -> tuple[str, Path, dict]:
         stem = name[: -len(".inter")]
         base, dot, suffix = stem.rpartition(".")
         return "recbole-atomic", path.parent, {"name": base if dot and suffix in ("train", "valid", "test") else stem}
-    if name in MOVIELENS_FORMATS:
+    if name in MOVIELENS_FORMATS and (name != "ratings.csv" or _movielens_header(path)):
         return MOVIELENS_FORMATS[name][0], path.parent, {}
-    if name.endswith(_REVIEW_ENDINGS):
-        return detect_amazon_version(path), path, {}
+    if name.endswith(_REVIEW_ENDINGS + TABLE_ENDINGS):
+        return _review_or_table(path)
     if name.endswith(".txt"):
         why_not = sniff_sequences(path)
         if why_not is None:
@@ -188,8 +221,23 @@ def _resolve_file(path: Path) -> tuple[str, Path, dict]:
         )
     raise DataError(
         f"{path}: unrecognised file (pass a dataset folder, an Amazon reviews file, inter.csv, "
-        f"a .inter file, ratings.csv, ratings.dat, u.data or a <name>.txt sequence file)"
+        f"a .inter file, ratings.csv, ratings.dat, u.data, a <name>.txt sequence file or an interactions "
+        f"table: .csv or .tsv with a header naming a user and an item column)"
     )
+
+
+def _review_or_table(path: Path) -> tuple[str, Path, dict]:
+    """An Amazon reviews file where its first line says so, else an interactions table; a file that is neither
+    is refused with both reasons."""
+    try:
+        return detect_amazon_version(path), path, {}
+    except DataError as not_amazon:
+        found = table_columns(path)
+        if not isinstance(found, str):
+            return TABLE_FORMAT, path, {}
+        if not path.name.endswith(_REVIEW_ENDINGS):
+            raise DataError(f"{path}: not an interactions table: {found}") from None
+        raise DataError(f"{not_amazon}; nor is it an interactions table: {found}") from None
 
 
 def detect_format(source) -> str:
@@ -214,6 +262,8 @@ def load(source, **options) -> InteractionData:
         return load_feature_folder(path, **options)
     if fmt == SEQUENCE_FORMAT:
         return load_sequences(path, **options)
+    if fmt == TABLE_FORMAT:
+        return load_interactions_table(path, **options)
     if fmt in AMAZON_FORMATS:
         return load_amazon(path, version=options.pop("version", fmt), **options)
     loader = {f: l for f, l in MOVIELENS_FORMATS.values()}[fmt]

@@ -103,6 +103,11 @@ def content_remedy(data) -> str:
         )
     if data.format == "recbole-atomic":
         return f"add a {data.name}.item file with a title or description field to its folder"
+    if data.format == "interactions-table":
+        return (
+            f"{source} is a plain interactions table, which holds no item content: write it as a feature folder "
+            f"(inter.csv with userID,itemID columns beside image_features.npy / text_features.npy, row = item id)"
+        )
     return f"add image_features.npy / text_features.npy ([{data.n_items}, d], row = item id) beside its interactions"
 
 
