@@ -1,4 +1,5 @@
-"""The touched rows of a round's schedule: the compiled counting sort against numpy.unique."""
+"""A round's schedule with its compiled kernels against numpy: the touched rows (a counting sort against
+numpy.unique) and the negatives (drawn, placed and looked up in one pass)."""
 
 from __future__ import annotations
 
@@ -32,9 +33,37 @@ def _schedule(n_items: int):
     return build_schedule(indptr, indices, np.arange(25), n_items, seed=3, round=2, epochs=3, negatives=4, batch_size=4)
 
 
+FIELDS = ("n_steps", "ex_client", "ex_step", "ex_slot", "ex_item", "ex_label", "touched_ptr", "touched", "ex_local")
+
+
+@pytest.mark.parametrize(
+    "n_items,negatives,batch_size,epochs",
+    [
+        (40, 4, 4, 3),  # a small catalogue: each client's free items are listed once
+        (5000, 4, 4, 3),  # few draws against a large catalogue: a binary search a draw
+        (5000, 300, 3, 2),  # many draws of one client: listed
+        (60, 1, 2048, 5),  # one mini-batch a client, as ml-100k's defaults
+        (40, 0, 4, 2),  # no negatives: the kernel is not asked
+    ],
+)
+def test_negatives_are_the_same_with_the_kernel(monkeypatch, kernels, n_items, negatives, batch_size, epochs):
+    indptr, indices = tiny_csr(n_users=25, n_items=min(n_items, 400))
+    args = dict(seed=3, round=2, epochs=epochs, negatives=negatives, batch_size=batch_size)
+    rows = np.arange(25)[::-1].copy()  # (not in id order: the kernel must follow the chunk's order)
+    monkeypatch.setattr(schedule._KERNELS, "module", False)
+    plain = build_schedule(indptr, indices, rows, n_items, **args)
+    monkeypatch.setattr(schedule._KERNELS, "module", kernels)
+    monkeypatch.setattr(schedule, "KERNEL_AFTER_EXAMPLES", 0)
+    compiled = build_schedule(indptr, indices, rows, n_items, **args)
+    for name in FIELDS:
+        assert np.array_equal(getattr(plain, name), getattr(compiled, name)), name
+        assert getattr(plain, name).dtype == getattr(compiled, name).dtype, name
+
+
 def test_schedule_is_the_same_with_the_kernel(monkeypatch, kernels):
     n_items = 5000  # a sparse key space: the bitmap is not used
     monkeypatch.setattr(schedule, "KERNEL_AFTER_KEYS", 1 << 60)
+    monkeypatch.setattr(schedule, "KERNEL_AFTER_EXAMPLES", 1 << 60)
     plain = _schedule(n_items)
     calls = []
     real_get = schedule._KERNELS.get

@@ -89,9 +89,13 @@ def build_schedule(
     ex, e_pos, q_e = _positive_examples(
         pos, nb, seed=seed, round=round, epochs=int(epochs), batch_size=bsz, negatives=k
     )
-    if k:
-        _add_negatives(ex, e_pos, q_e, pos, clients, n, n_items, seed=seed, round=round, negatives=k)
-    ex = {name: np.concatenate(v) for name, v in ex.items()}
+    kernels = _KERNELS.once_worth_it(len(e_pos) * (1 + k), KERNEL_AFTER_EXAMPLES) if k and len(e_pos) else None
+    if kernels is not None:
+        ex = _compiled_negatives(kernels, ex, e_pos, q_e, pos, clients, n, n_items, seed=seed, round=round, negatives=k)
+    else:
+        if k:
+            _add_negatives(ex, e_pos, q_e, pos, clients, n, n_items, seed=seed, round=round, negatives=k)
+        ex = {name: np.concatenate(v) for name, v in ex.items()}
     ukey, inv = _touched_keys(ex["client"], ex["item"], c_n, n_items)
     counts = np.bincount(ukey // n_items, minlength=c_n)
     ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
@@ -202,6 +206,20 @@ def _add_negatives(
     ex["label"].append(np.zeros(len(ncl), np.float32))
 
 
+def _compiled_negatives(
+    kernels, ex: dict, e_pos, q_e, pos: _Positives, clients, n, n_items: int, *, seed: int, round: int, negatives: int
+) -> dict:
+    """What :func:`_add_negatives` and the concatenation after it give, by the compiled kernel: the same draws,
+    items and order (:func:`.schedule_kernels.with_negatives`), in one pass instead of a dozen."""
+    prefix = rng._chain((seed, round, rng.TAG_NEG))[0]
+    epochs = len(e_pos) // max(len(pos.item), 1)  # (the positives lie epoch after epoch: see _positive_examples)
+    out = kernels.with_negatives(
+        prefix, negatives, n_items, epochs, ex["client"][0], ex["step"][0], ex["slot"][0], ex["item"][0], q_e,
+        np.asarray(clients, dtype=np.int64), n, pos.item, pos.offs,
+    )  # fmt: skip
+    return dict(zip(("client", "step", "slot", "item", "label"), out))
+
+
 def dense_key_space(size: int, lookups: int) -> bool:
     """Whether (client, item) keys are few enough to hold as a bitmap: a pass over ``size`` flags then costs less
     than sorting or searching ``lookups`` keys."""
@@ -244,11 +262,20 @@ def _touched_keys(client: np.ndarray, item: np.ndarray, c_n: int, n_items: int) 
 #: CPU once per process) is what ``numpy.unique`` spends on about 8 M examples, a round of 35,598 clients (a small
 #: catalogue takes the bitmap above and never counts)
 KERNEL_AFTER_KEYS = 1 << 23
+#: examples a process lays out with numpy before the negatives' kernel: numpy spends about 80 ns an example (ml-100k,
+#: one negative), so numba's import is repaid after some 6 M examples, about six rounds of ml-100k (the two counts
+#: add up: they load one module)
+KERNEL_AFTER_EXAMPLES = 1 << 23
 _KERNELS = LazyKernels("fedvlr_plus.federation.simulation.schedule_kernels")
 
 
 def prepare_kernels() -> bool:
-    """Compile the touched rows' kernel, or load it from numba's cache, with one tiny call (the argument types a
+    """Compile the schedule's kernels, or load them from numba's cache, with tiny calls (the argument types a
     round passes); False where numba is missing. ``bench suite`` calls this before its cases."""
     one = np.zeros(1, np.int64)
-    return _KERNELS.prepare(lambda kernels: kernels.touched_keys(one, one, 1, 1))
+
+    def tiny(kernels):
+        kernels.touched_keys(one, one, 1, 1)
+        kernels.with_negatives(np.uint64(0), 1, 2, 1, *([one] * 6), one + 1, one, one)
+
+    return _KERNELS.prepare(tiny)
