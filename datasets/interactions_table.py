@@ -116,8 +116,8 @@ def _seconds(column: pd.Series, name: str, table: Table) -> np.ndarray:
     """A time column as float seconds: numbers as written where its first value is one, else dates read by pandas
     (UTC); the first value that does not read names its line."""
     numeric = pd.to_numeric(column, errors="coerce").to_numpy(dtype=np.float64)
-    if not len(numeric) or np.isfinite(numeric[0]):
-        values, what = numeric, "a number"
+    if not len(numeric) or not np.isnan(numeric[0]):
+        values, what = numeric, "a finite number"
     else:
         dates = pd.to_datetime(column, errors="coerce", utc=True, format="mixed")
         values, what = (dates - pd.Timestamp(0, tz="UTC")).dt.total_seconds().to_numpy(dtype=np.float64), "a date"

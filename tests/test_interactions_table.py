@@ -73,6 +73,7 @@ def test_run_trains_on_a_table(tmp_path):
         ("rating.csv", "user_id,item_id,rating\n1,2,5\n1,3,x\n", ["rating.csv", "line 3", "'rating'", "'x'"]),
         ("date.tsv", "user\titem\ttime\nu\ta\t2023-01-01\nu\tb\tsoon\n", ["date.tsv", "line 3", "'soon'", "date"]),
         ("num.csv", "user,item,ts\nu,a,10\nu,b,later\n", ["num.csv", "line 3", "'later'", "number"]),
+        ("inf.csv", "user,item,ts\nu,a,1e400\n", ["inf.csv", "line 2", "'1e400'", "finite number"]),
         ("empty_id.csv", "user_id,item_id\n1,\n", ["empty_id.csv", "line 2", "'item_id' is empty"]),
         ("fields.csv", "user_id,item_id\n1,2,3\n", ["fields.csv", "line 2", "expected 2 fields"]),
         ("cols.tsv", "a\tb\n1\t2\n", ["cols.tsv", "not an interactions table", "no user or item column"]),
