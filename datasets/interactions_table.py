@@ -41,6 +41,8 @@ RATING_NAMES = ("rating", "score", "stars", "overall")
 TIME_NAMES = ("timestamp", "time", "ts", "datetime", "date", "unixReviewTime", "event_time", "created_at")
 _ROLES = {"user": USER_NAMES, "item": ITEM_NAMES, "rating": RATING_NAMES, "time": TIME_NAMES}
 _SEPARATORS = ("\t", ",", ";")
+#: how a number is written (a time column whose first value is one is read as numbers)
+_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 
 def _key(name: str) -> str:
@@ -113,10 +115,10 @@ def _name(path: Path) -> str:
 
 
 def _seconds(column: pd.Series, name: str, table: Table) -> np.ndarray:
-    """A time column as float seconds: numbers as written where its first value is one, else dates read by pandas
-    (UTC); the first value that does not read names its line."""
+    """A time column as float seconds: numbers as written where its first value is written as one, else dates read
+    by pandas (UTC); the first value that does not read names its line."""
     numeric = pd.to_numeric(column, errors="coerce").to_numpy(dtype=np.float64)
-    if not len(numeric) or not np.isnan(numeric[0]):
+    if not len(numeric) or _NUMBER.fullmatch(str(column.iloc[0]).strip()):
         values, what = numeric, "a finite number"
     else:
         dates = pd.to_datetime(column, errors="coerce", utc=True, format="mixed")
