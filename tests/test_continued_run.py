@@ -1,7 +1,7 @@
 """A run that goes on from a tuning candidate's checkpoint reports what it would have trained from the start.
 
-``run --fusion fedvlr`` tunes its recipe on the first seed; without a run folder, that seed then goes on from the
-kept recipe's candidate instead of training its rounds again (FederatedRun.continue_from).
+``run --fusion fedvlr`` tunes its recipe on the first seed; that seed then goes on from the kept recipe's candidate
+instead of training its rounds again (FederatedRun.continue_from), in a run folder of its own or without one.
 """
 
 from __future__ import annotations
@@ -45,19 +45,28 @@ def _candidate(data, folder, lr: float, keep_selected: bool = True) -> dict:
 # model; lr 2.0: the candidate's best round is before its last, and training on may select a later one; lr 0.5:
 # the candidate's last round is its best, which its checkpoint holds once
 @pytest.mark.parametrize("lr, best_before_last", [(0.05, True), (2.0, True), (0.5, False)])
-def test_a_run_continued_from_a_candidate_reports_the_figures_of_a_run_from_the_start(tmp_path, lr, best_before_last):
+@pytest.mark.parametrize("own_folder", [False, True])
+def test_a_run_continued_from_a_candidate_reports_the_figures_of_a_run_from_the_start(
+    tmp_path, lr, best_before_last, own_folder
+):
     data = synthetic_data(n_users=80, n_items=120, seed=1)
     candidate = _candidate(data, tmp_path / "candidate", lr)
     assert (candidate["selected_round"] < CANDIDATE_ROUNDS) == best_before_last
     heard: list[int] = []
+    folders = (tmp_path / "continued", tmp_path / "straight") if own_folder else (None, None)
     continued = FederatedRun(
-        data, "fedavg", _cfg(RUN_ROUNDS, lr), progress=False, on_round=lambda run, record: heard.append(record["round"])
-    )
+        data, "fedavg", _cfg(RUN_ROUNDS, lr), folders[0], progress=False,
+        on_round=lambda run, record: heard.append(record["round"]),
+    )  # fmt: skip
     assert continued.continue_from(tmp_path / "candidate")
     assert continued.round == CANDIDATE_ROUNDS
+    if own_folder:  # checkpointed at once, with the selected round's test: a kill now loses nothing
+        assert continued.folder.has_checkpoint() and continued.best["test_full"] is not None
     result = continued.run()
-    straight = FederatedRun(data, "fedavg", _cfg(RUN_ROUNDS, lr), progress=False).run()
+    straight = FederatedRun(data, "fedavg", _cfg(RUN_ROUNDS, lr), folders[1], progress=False).run()
     assert _figures(result) == _figures(straight)
+    if own_folder:
+        assert (folders[0] / "per_user_test.csv").read_text() == (folders[1] / "per_user_test.csv").read_text()
     # the selected round so far, with its model in place, then the rounds it trained itself
     earlier = [candidate["selected_round"]]
     assert heard == earlier + list(range(CANDIDATE_ROUNDS + 1, RUN_ROUNDS + 1))
@@ -76,7 +85,8 @@ def test_a_run_trains_from_the_start_where_the_candidate_kept_no_selected_model(
     FederatedRun(data, "fedavg", cfg, tmp_path / "filed", progress=False, test=False, keep_selected=True).run()
     filed = FederatedRun(data, "fedavg", _cfg(RUN_ROUNDS, 2.0, private_store="file"), progress=False)
     assert not filed.continue_from(tmp_path / "filed") and filed.round == 0
-    # and a run with a folder of its own, which tests as it goes, never goes on from another one
+    # and a run whose own folder holds a checkpoint resumes that, never another run
     _candidate(data, tmp_path / "kept", 2.0)
+    FederatedRun(data, "fedavg", _cfg(2, 2.0), tmp_path / "own", progress=False).run()
     own = FederatedRun(data, "fedavg", _cfg(RUN_ROUNDS, 2.0), tmp_path / "own", progress=False)
     assert not own.continue_from(tmp_path / "kept") and own.round == 0

@@ -473,34 +473,58 @@ def test_a_privacy_target_tunes_every_recipe_to_the_end(tmp_path, capsys, monkey
 
 
 @pytest.mark.parametrize("cut", [["--halving"], []])
-def test_without_a_folder_the_kept_recipes_seed_goes_on_from_its_candidate_with_the_same_figures(
-    tmp_path, capsys, monkeypatch, cut
-):
-    """With the cut or with the whole grid (the default), the kept recipe's candidate is the run's first seed."""
+def test_the_kept_recipes_seed_goes_on_from_its_candidate_with_and_without_a_folder(tmp_path, capsys, monkeypatch, cut):
+    """With the cut or with the whole grid (the default), the kept recipe's candidate is the run's first seed, with
+    a run folder or without: the figures of the run whose every seed trains from round 1."""
+    from fedvlr_plus.federation.engine import FederatedRun
     from fedvlr_plus.fedvlr import halving
 
     src = _folder(tmp_path / "data")
     flags = [f for f in FLAGS if f not in ("4", "--no-progress")]
     flags[flags.index("--rounds") + 1 : flags.index("--rounds") + 1] = ["8", "--seeds", "2", "--jobs", "1", *cut]
     monkeypatch.setattr(halving, "MIN_ROUNDS_TO_HALVE", 8)  # budgets 2, 4 and 8
+    runs = {}
+    for name, out in (("continued", []), ("in a folder", ["--out", str(tmp_path / "run")])):
+        assert main(["run", str(src), *flags, *out]) == 0
+        captured = capsys.readouterr()
+        runs[name] = json.loads(captured.out.strip().splitlines()[-1])
+        assert "seed 0: goes on from its tuning run at round 8" in captured.err, name
+        assert "seed 1: goes on" not in captured.err
+    monkeypatch.setattr(FederatedRun, "continue_from", lambda run, folder: False)  # every seed from round 1
+    assert main(["run", str(src), *flags, "--out", str(tmp_path / "straight")]) == 0
+    captured = capsys.readouterr()
+    straight = json.loads(captured.out.strip().splitlines()[-1])
+    assert "tuning run" not in captured.err
+    for name, res in runs.items():
+        for key in ("tuning", "selected_round", "valid", "test", "router"):
+            assert res[key] == straight[key], (name, key)
+        assert [s["selected_round"] for s in res["per_seed"]] == [s["selected_round"] for s in straight["per_seed"]]
+    # the seed's folder holds what a seed trained in it holds
+    mine, theirs = (tmp_path / run / "seed-0" for run in ("run", "straight"))
+    assert (mine / "per_user_test.csv").read_text() == (theirs / "per_user_test.csv").read_text()
+    assert (
+        json.loads((mine / "result.json").read_text())["test"]
+        == json.loads((theirs / "result.json").read_text())["test"]
+    )
+
+
+def test_a_seed_gone_on_from_its_candidate_in_a_folder_resumes_as_its_own(tmp_path, capsys):
+    """The seed's folder holds its checkpoint from the moment it goes on from the candidate: a resume reads its
+    result back."""
+    src = _folder(tmp_path / "data")
+    flags = [f for f in FLAGS if f != "--no-progress"] + ["--seeds", "2", "--jobs", "1", "--out", str(tmp_path / "run")]
     assert main(["run", str(src), *flags]) == 0
-    out = capsys.readouterr()
-    continued = json.loads(out.out.strip().splitlines()[-1])
-    assert "seed 0: goes on from its tuning run at round 8" in out.err and "seed 1: goes on" not in out.err
-    # with a run folder every seed trains from its first round in its own folder: the same figures
-    assert main(["run", str(src), *flags, "--out", str(tmp_path / "run")]) == 0
-    out = capsys.readouterr()
-    straight = json.loads(out.out.strip().splitlines()[-1])
-    assert "goes on from its tuning run" not in out.err
-    for key in ("tuning", "selected_round", "valid", "test", "router"):
-        assert continued[key] == straight[key], key
-    assert [s["selected_round"] for s in continued["per_seed"]] == [s["selected_round"] for s in straight["per_seed"]]
+    first = _last_json(capsys)
+    resume = [a if a != "--out" else "--resume" for a in flags]
+    assert main(["run", str(src), *resume]) == 0
+    err = capsys.readouterr()
+    assert json.loads(err.out.strip().splitlines()[-1])["test"] == first["test"]
+    assert "seed 0: finished at round 4; its result is read back" in err.err
 
 
 @pytest.mark.parametrize("cut", [["--halving"], []])
-def test_paper_table_tune_without_a_folder_goes_on_from_the_kept_candidate_with_the_same_table(
-    tmp_path, capsys, monkeypatch, cut
-):
+def test_paper_table_tune_goes_on_from_the_kept_candidate_with_the_same_table(tmp_path, capsys, monkeypatch, cut):
+    from fedvlr_plus.federation.engine import FederatedRun
     from fedvlr_plus.fedvlr import halving
 
     src = _folder(tmp_path / "data")
@@ -514,12 +538,17 @@ def test_paper_table_tune_without_a_folder_goes_on_from_the_kept_candidate_with_
     # the FedVLR row's first seed goes on from its candidate; the router-ablation row trains from round 1
     assert "paper-table: fedavg+fedvlr seed 0 goes on from its tuning run at round 8" in captured.err
     assert captured.err.count("goes on from its tuning run") == 1
-    assert main([*argv, "--out", str(tmp_path / "table")]) == 0
+    assert main([*argv, "--out", str(tmp_path / "table")]) == 0  # with a table folder too
+    captured = capsys.readouterr()
+    in_folder = json.loads(captured.out.strip().splitlines()[-1])
+    assert captured.err.count("paper-table: fedavg+fedvlr seed 0 goes on from its tuning run at round 8") == 1
+    monkeypatch.setattr(FederatedRun, "continue_from", lambda run, folder: False)  # every seed from round 1
+    assert main([*argv, "--out", str(tmp_path / "straight")]) == 0
     captured = capsys.readouterr()
     straight = json.loads(captured.out.strip().splitlines()[-1])
     assert "goes on from its tuning run" not in captured.err
     for key in ("rows", "tuning"):
-        assert continued[key] == straight[key], key
+        assert continued[key] == straight[key] == in_folder[key], key
 
 
 @pytest.mark.parametrize(

@@ -550,22 +550,38 @@ class FederatedRun:
 
     def continue_from(self, folder) -> bool:
         """Go on from another run's latest checkpoint (the tuning candidate of the recipe a run kept), as a resume
-        would; the other folder is only read. False, with nothing loaded, where this run cannot go on from it
-        and test that run's selected round: its checkpoint kept no selected model, or this run has a folder of its
-        own (which tests as it goes) or a store that lives in a folder. ``on_round`` hears the selected round so far
-        (at or before the checkpoint), with its model in place, and no other earlier round."""
+        would; the other folder is only read. False, with nothing loaded, where this run cannot go on from it and
+        test that run's selected round: its checkpoint kept no selected model, this run's store lives in a folder,
+        or its own folder holds a checkpoint already. ``on_round`` hears the selected round so far (at or before
+        the checkpoint), with its model in place, and no other earlier round. A run with a folder tests that round
+        now, as it would have when the round happened, and checkpoints at once."""
         source = SeedFolder(folder)
-        if self.folder is not None or not isinstance(self.store, CompactStore) or not source.has_checkpoint():
+        if not isinstance(self.store, CompactStore) or not source.has_checkpoint():
+            return False
+        if self.folder is not None and self.folder.has_checkpoint():
             return False
         if source.read_json(source.manifest()["checkpoint"] + ".json")["state"].get("selected_model") is None:
             return False
         self.load_checkpoint(source)
-        if self.on_round is not None:   # the selected round came before, or at, the round it goes on from
-            selected = self._kept["selected"]
-            record = next(r for r in self.history if r["round"] == self.best["round"])
-            last = KeptRound(self, Path(self._tmpdir()))
-            selected.put_back(self)
-            self.on_round(self, record)
-            last.put_back(self)
-            last.discard()
+        self._at_kept_selected()
         return True
+
+    def _at_kept_selected(self) -> None:
+        """With the kept selected round's model in place: its test where this run has a folder (every checkpoint
+        there holds its selected round's figures), and ``on_round``; the last round's model is put back after. A
+        run with a folder keeps no model aside from then on."""
+        if self.folder is None and self.on_round is None:
+            return
+        selected = self._kept["selected"]
+        last = KeptRound(self, Path(self._tmpdir()))
+        selected.put_back(self)
+        if self.folder is not None and self.test:
+            self.best.update(self._test_now())
+        if self.on_round is not None:  # the selected round came before, or at, the round it goes on from
+            self.on_round(self, next(r for r in self.history if r["round"] == self.best["round"]))
+        last.put_back(self)
+        last.discard()
+        if self.folder is not None:
+            selected.discard()
+            self._kept = None
+            self.save_checkpoint()

@@ -67,8 +67,8 @@ def tune_recipe(args, data, *, config_for, build_backbone, stack: ExitStack):
     only in its flags, seed count and rounds. Candidates train in ``RUN_DIR/tuning/<recipe>/`` (a temporary folder
     without a run folder, which ``stack`` keeps until it closes), continuing from their checkpoint at each budget;
     a resumed run resumes them. ``start_from`` (seed -> folder, for :func:`~fedvlr_plus.federation.run_seeds.
-    run_federated`): without a run folder, the kept recipe's seed goes on from where its candidate stopped instead
-    of training those rounds again (the same figures); empty otherwise."""
+    run_federated`): the kept recipe's seed goes on from where its candidate stopped instead of training those
+    rounds again (the same figures)."""
     from ...fedvlr.halving import budgets as halving_budgets
     from ...fedvlr.halving import budgets_note, candidate_folder, candidate_root, successive_halving
     from ...fedvlr.tuning import tries_id_dropout
@@ -88,7 +88,7 @@ def tune_recipe(args, data, *, config_for, build_backbone, stack: ExitStack):
         recipes, train_to, budgets=budgets, metric=full.valid_metric, seed=args.seed, on_rung=_say_cut
     )
     say(f"tuning: kept recipe {report.selected} (valid {full.valid_metric} {report.scores_line()})")
-    start_from = {} if run_dir else {args.seed: candidate_folder(root, report.selected) / f"seed-{args.seed}"}
+    start_from = {args.seed: candidate_folder(root, report.selected) / f"seed-{args.seed}"}
     return _with_recipe(args, report.chosen, seeds=args.seeds), report, start_from
 
 
@@ -124,8 +124,8 @@ def _trainer(args, data, root, config_for, build_backbone, metric: str):
         resume = recipe.name in started or (bool(args.resume) and bool(seed_folders(out)))
         started.add(recipe.name)
         progress = not getattr(args, "no_progress", False)
-        # in a temporary folder the kept recipe's candidate is continued by the run: it keeps its selected model
-        return RecipeJob(data, build_backbone(ns, cfg), cfg, out, resume, progress, keep_selected=temporary)
+        # the kept recipe's candidate is continued by the run's first seed: it keeps its selected model
+        return RecipeJob(data, build_backbone(ns, cfg), cfg, out, resume, progress, keep_selected=True)
 
     def train_to(recipes, rounds: int) -> list[float]:
         built = [job(r, rounds) for r in recipes]

@@ -78,11 +78,10 @@ def _candidate_score(job: tuple) -> float:
     from ...fedvlr.halving import budget_settings
 
     study, recipe, point, rounds, folder, may_continue = job
-    temporary = study.opts.folder is None
-    settings = budget_settings(rounds, temporary=temporary)
-    # in a temporary folder the kept recipe's candidate is continued by its row: it keeps its selected model
+    settings = budget_settings(rounds, temporary=study.opts.folder is None)
+    # the kept recipe's candidate is continued by its row's first seed: it keeps its selected model
     run = study.experiment.start(
-        _candidate(recipe, point), study.seed, folder=folder, settings=settings, test=False, keep_selected=temporary
+        _candidate(recipe, point), study.seed, folder=folder, settings=settings, test=False, keep_selected=True
     )
     if run.folder.has_checkpoint():
         refuse_started_runs(study.opts.folder, [folder], may_continue)
@@ -94,7 +93,7 @@ def _candidate_score(job: tuple) -> float:
 def tuned_recipe(study, recipe: FedVLR, stack: ExitStack):
     """The grid point (:class:`~fedvlr_plus.fedvlr.tuning.Recipe`) chosen on validation for ``recipe``, every point
     trained to the end (or cut by successive halving with ``halving`` on), and the tuning report (JSON). Without a
-    table folder the candidates train in a temporary folder that ``stack`` keeps, and the row's first seed goes on
+    table folder the candidates train in a temporary folder that ``stack`` keeps. The row's first seed goes on
     from the kept recipe's candidate (``study.continued``)."""
     from ...fedvlr.halving import budgets as halving_budgets
     from ...fedvlr.halving import budgets_note, candidate_folder, candidate_root, cut_line, successive_halving
@@ -116,8 +115,7 @@ def tuned_recipe(study, recipe: FedVLR, stack: ExitStack):
     report = successive_halving(
         points, _trainer(study, recipe, root), budgets=budgets, metric=cfg.valid_metric, seed=study.seed, on_rung=cut
     )
-    if folder is None:
-        study.continued[recipe.label] = candidate_folder(root, report.selected) / f"seed-{study.seed}"
+    study.continued[recipe.label] = candidate_folder(root, report.selected) / f"seed-{study.seed}"
     _say(f"{recipe.label} keeps recipe {report.selected} (valid {cfg.valid_metric}: {report.scores_line()})")
     return report.chosen, report.to_json()
 

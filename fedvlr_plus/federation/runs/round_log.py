@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import csv
 import io
+import shutil
 from pathlib import Path
 
-from ...atomic_write import atomic_write_text
+from ...atomic_write import atomic_write, atomic_write_text, make_dirs
 
 TENSORBOARD_DIR = "tensorboard"
 CSV_DIR = "rounds"
@@ -62,6 +63,19 @@ def round_scalars(run, record: dict) -> dict[str, float | int]:
         # at evaluated rounds only: the backbone's report may cost a pass over the users, as validation does
         out.update({k: float(v) for k, v in run.bb.round_scalars(run).items()})
     return out
+
+
+def copy_round_logs(source: Path, seed_dir: Path) -> None:
+    """The logs of the seed folder ``source`` (a tuning candidate's), beside its run folder, copied to the seed
+    whose folder is ``seed_dir``, which goes on from that run: its rounds so far are the candidate's."""
+    seed, src_root, dst_root = Path(source).name, Path(source).parent, Path(seed_dir).parent
+    table = src_root / CSV_DIR / f"{seed}.csv"
+    if table.is_file():
+        make_dirs(dst_root / CSV_DIR)
+        atomic_write(dst_root / CSV_DIR / f"{seed}.csv", lambda tmp: shutil.copyfile(table, tmp))
+    events = src_root / TENSORBOARD_DIR / seed
+    if events.is_dir():
+        shutil.copytree(events, dst_root / TENSORBOARD_DIR / seed, dirs_exist_ok=True)
 
 
 class RoundLog:
