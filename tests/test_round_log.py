@@ -95,6 +95,24 @@ def test_a_resumed_run_logs_each_round_once(tmp_path):
     assert not any(t.startswith("router/") for t in tensorboard_scalars(tmp_path / "tensorboard" / "seed-0"))
 
 
+def test_a_seed_gone_on_from_its_tuning_candidate_logs_every_round_once(tmp_path):
+    """The candidate logged rounds 1-2 in its own run folder; the seed goes on from it in the run's folder, and its
+    logs hold the candidate's rounds, then its own."""
+    data = synthetic_data(30, 40, 8.0, seed=1)
+    logs = ("tensorboard", "csv")
+    candidate = tmp_path / "tuning" / "default"
+    run_federated(data, "fedavg", cfg(rounds=2, log=logs), out_dir=candidate, progress=False, test=False,
+                  keep_selected=True)  # fmt: skip
+    res = run_federated(data, "fedavg", cfg(rounds=4, log=logs), out_dir=tmp_path / "run", progress=False,
+                        start_from={0: candidate / "seed-0"})  # fmt: skip
+    history = res["history"]
+    assert [r["round"] for r in history] == [1, 2, 3, 4]
+    seed_events = tmp_path / "run" / "tensorboard" / "seed-0"
+    assert_same(tensorboard_scalars(seed_events)["train/loss"], expected(history)["train/loss"])
+    with open(tmp_path / "run" / "rounds" / "seed-0.csv", newline="") as f:
+        assert [int(r["round"]) for r in csv.DictReader(f)] == [1, 2, 3, 4]
+
+
 def test_rows_a_killed_run_logged_past_its_checkpoint_are_dropped(tmp_path):
     path = tmp_path / "seed-0.csv"
     first = CsvRounds(path)
