@@ -154,31 +154,25 @@ def _resolve(source) -> tuple[str, Path, dict]:
             if fname == "ratings.csv" and not _movielens_header(path / fname):
                 continue  # a ratings.csv of other columns: an interactions table
             return fmt, path, {}
-    reviews = _amazon_candidates(path)
-    if len(reviews) == 1:
-        return detect_amazon_version(reviews[0]), reviews[0], {}
-    if len(reviews) > 1:
-        raise DataError(
-            f"{path}: several Amazon review files; pass one of them instead of the folder: "
-            + ", ".join(str(p) for p in reviews)
-        )
-    sequences = sequence_files(path)
-    if len(sequences) == 1:
-        return SEQUENCE_FORMAT, sequences[0], {}
-    if len(sequences) > 1:
-        raise DataError(
-            f"{path}: several sequence files; pass one of them instead of the folder: "
-            + ", ".join(str(p) for p in sequences)
-        )
-    tables = _table_candidates(path)
-    if len(tables) == 1:
-        return TABLE_FORMAT, tables[0], {}
-    if len(tables) > 1:
-        raise DataError(
-            f"{path}: several interactions tables; pass one of them instead of the folder: "
-            + ", ".join(str(p) for p in tables)
-        )
+    review = _only_one(path, _amazon_candidates(path), "Amazon review files")
+    if review is not None:
+        return detect_amazon_version(review), review, {}
+    sequence = _only_one(path, sequence_files(path), "sequence files")
+    if sequence is not None:
+        return SEQUENCE_FORMAT, sequence, {}
+    table = _only_one(path, _table_candidates(path), "interactions tables")
+    if table is not None:
+        return TABLE_FORMAT, table, {}
     raise DataError(f"{path}: no recognised dataset in this folder (looked for {_LOOKED_FOR})")
+
+
+def _only_one(folder: Path, files: list[Path], what: str) -> Path | None:
+    """The folder's one file of a kind, or None; several are ambiguous: the user passes the one meant."""
+    if len(files) > 1:
+        raise DataError(
+            f"{folder}: several {what}; pass one of them instead of the folder: " + ", ".join(str(p) for p in files)
+        )
+    return files[0] if files else None
 
 
 def _movielens_header(path: Path) -> bool:
