@@ -105,8 +105,8 @@ def content_remedy(data) -> str:
         return f"add a {data.name}.item file with a title or description field to its folder"
     if data.format == "interactions-table":
         return (
-            f"{source} is a plain interactions table, which holds no item content: write it as a feature folder "
-            f"(inter.csv with userID,itemID columns beside image_features.npy / text_features.npy, row = item id)"
+            f"{source} is a plain interactions table, which holds no item content: put its rows in a feature "
+            f"folder's inter.csv beside image_features.npy or text_features.npy"
         )
     return f"add image_features.npy / text_features.npy ([{data.n_items}, d], row = item id) beside its interactions"
 
