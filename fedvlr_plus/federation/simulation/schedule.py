@@ -91,7 +91,8 @@ def build_schedule(
     )
     kernels = _KERNELS.once_worth_it(len(e_pos) * (1 + k), KERNEL_AFTER_EXAMPLES) if k and len(e_pos) else None
     if kernels is not None:
-        ex = _compiled_negatives(kernels, ex, e_pos, q_e, pos, clients, n, n_items, seed=seed, round=round, negatives=k)
+        ex = _compiled_negatives(kernels, ex, q_e, pos, clients, n, n_items, seed=seed, round=round, epochs=int(epochs),
+                                 negatives=k)  # fmt: skip
     else:
         if k:
             _add_negatives(ex, e_pos, q_e, pos, clients, n, n_items, seed=seed, round=round, negatives=k)
@@ -207,12 +208,12 @@ def _add_negatives(
 
 
 def _compiled_negatives(
-    kernels, ex: dict, e_pos, q_e, pos: _Positives, clients, n, n_items: int, *, seed: int, round: int, negatives: int
-) -> dict:
+    kernels, ex: dict, q_e, pos: _Positives, clients, n, n_items: int, *, seed: int, round: int, epochs: int,
+    negatives: int,
+) -> dict:  # fmt: skip
     """What :func:`_add_negatives` and the concatenation after it give, by the compiled kernel: the same draws,
     items and order (:func:`.schedule_kernels.with_negatives`), in one pass instead of a dozen."""
     prefix = rng._chain((seed, round, rng.TAG_NEG))[0]
-    epochs = len(e_pos) // max(len(pos.item), 1)  # (the positives lie epoch after epoch: see _positive_examples)
     out = kernels.with_negatives(
         prefix, negatives, n_items, epochs, ex["client"][0], ex["step"][0], ex["slot"][0], ex["item"][0], q_e,
         np.asarray(clients, dtype=np.int64), n, pos.item, pos.offs,

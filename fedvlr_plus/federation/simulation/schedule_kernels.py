@@ -23,16 +23,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .rng import _GOLDEN, _M1, _M2
-
-_INV_2_53 = 1.0 / 9007199254740992.0
-
-
-@numba.njit(inline="always")
-def _mix(z):
-    z = (z ^ (z >> np.uint64(30))) * _M1
-    z = (z ^ (z >> np.uint64(27))) * _M2
-    return z ^ (z >> np.uint64(31))
+from .rng import _GOLDEN, _M2
+from .rng_kernels import _INV_2_53, _mix
 
 
 @numba.njit(inline="always")
