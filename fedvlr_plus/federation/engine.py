@@ -38,7 +38,7 @@ from .rounds import RoundLoop
 from .runs.checkpoint_clock import CheckpointClock
 from .runs.folder import SeedFolder
 from .runs.kept_round import KeptRound
-from .runs.round_log import open_round_log
+from .runs.round_log import copy_round_logs, open_round_log
 from .runs.same_run import check_same_run
 from .runs.seeds import SEED_PARTS, combine_seeds  # noqa: F401  (named here before)
 from .simulation.batched import BatchedSimulator
@@ -554,7 +554,7 @@ class FederatedRun:
         test that run's selected round: its checkpoint kept no selected model, this run's store lives in a folder,
         or its own folder holds a checkpoint already. ``on_round`` hears the selected round so far (at or before
         the checkpoint), with its model in place, and no other earlier round. A run with a folder tests that round
-        now, as it would have when the round happened, and checkpoints at once."""
+        now, as it would have when the round happened, checkpoints at once and copies the other run's round logs."""
         source = SeedFolder(folder)
         if not isinstance(self.store, CompactStore) or not source.has_checkpoint():
             return False
@@ -564,6 +564,8 @@ class FederatedRun:
             return False
         self.load_checkpoint(source)
         self._at_kept_selected()
+        if self.folder is not None:  # its rounds so far are the other run's: so are its logs
+            copy_round_logs(source.path, self.folder.path)
         return True
 
     def _at_kept_selected(self) -> None:

@@ -14,7 +14,6 @@ from .config import FedConfig
 from .engine import FederatedRun
 from .runs.folder import SeedFolder, locked, seed_folders
 from .runs.parallel import map_jobs, worker_count
-from .runs.round_log import copy_round_logs
 from .runs.seeds import combine_seeds
 
 
@@ -46,7 +45,7 @@ def run_federated(
     ``test``: False for validation only (a tuning candidate, which reads nothing else): no test pass, and a result
     without test figures. ``keep_selected``: checkpoints keep the selected round's model (a tuning candidate).
     ``start_from``: seed -> the seed folder of the tuning candidate the seed goes on from (the same figures;
-    :meth:`~.engine.FederatedRun.continue_from`); with ``out_dir``, its per-round logs are copied too.
+    :meth:`~.engine.FederatedRun.continue_from`), with ``out_dir`` its per-round logs too.
     """
     cfg = cfg or FedConfig()
     if resume and out_dir is None:
@@ -100,8 +99,6 @@ class SeedJob:
         run = self._new_run(on_upload)
         if self.start_from is not None and run.continue_from(self.start_from):
             _tell(run, f"seed {self.cfg.seed}: goes on from its tuning run at round {run.round}")
-            if run.folder is not None:
-                copy_round_logs(Path(self.start_from), run.folder.path)
             return run.run()
         return _resume_or_run(run) if self.resume else run.run()
 

@@ -36,7 +36,6 @@ from ...api import AntiPop, Experiment, ExperimentResult, FedVLR, Model, Pop, Ra
 from ...coldstart.content import ContentRanker, RestrictedScorer
 from ...errors import ConfigError
 from ...federation.runs.folder import refuse_started_runs
-from ...federation.runs.round_log import copy_round_logs
 from ..selected_extra import load_selected_extra, save_selected_extra
 from ..variants import FUSION_VARIANTS, ROUTER_ABLATION, VARIANTS
 from .report import PARTS, table_notes, write_report
@@ -357,8 +356,6 @@ def _train_seed(study: _Study, recipe: Model, variant: str, seed: int) -> dict:
             file=sys.stderr,
             flush=True,
         )
-        if folder is not None:
-            copy_round_logs(start_from, folder)
     elif folder is not None and run.folder.has_checkpoint():
         refuse_started_runs(study.opts.folder, [folder], study.opts.resume)
         run.load_checkpoint()

@@ -23,7 +23,7 @@ import io
 import shutil
 from pathlib import Path
 
-from ...atomic_write import atomic_write, atomic_write_text, make_dirs
+from ...atomic_write import atomic_write, atomic_write_text
 
 TENSORBOARD_DIR = "tensorboard"
 CSV_DIR = "rounds"
@@ -70,8 +70,7 @@ def copy_round_logs(source: Path, seed_dir: Path) -> None:
     whose folder is ``seed_dir``, which goes on from that run: its rounds so far are the candidate's."""
     seed, src_root, dst_root = Path(source).name, Path(source).parent, Path(seed_dir).parent
     table = src_root / CSV_DIR / f"{seed}.csv"
-    if table.is_file():
-        make_dirs(dst_root / CSV_DIR)
+    if table.is_file():  # (atomic_write makes the folder)
         atomic_write(dst_root / CSV_DIR / f"{seed}.csv", lambda tmp: shutil.copyfile(table, tmp))
     events = src_root / TENSORBOARD_DIR / seed
     if events.is_dir():
